@@ -1,0 +1,1 @@
+"""The agent contract (CONTRACT.md): models, error codes, canonical JSON and digests."""

@@ -1,0 +1,333 @@
+"""Closed, frozen models of the six tools' inputs and outputs (CONTRACT.md §3, §7).
+
+Inputs are validated strictly: no coercion (a boolean is not an integer), no extra fields at any
+level, no ``null`` for an omitted optional field, UTF-8 byte bounds, NFC, canonical instants and
+the capture cross-references. The JSON Schemas published to agents are generated from these
+models (``contract.schemas``).
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from .types import (
+    Attestation,
+    CandidateId,
+    ComponentText,
+    Digest,
+    IdempotencyKey,
+    Instant,
+    PageCursor,
+    QueryText,
+    RecordId,
+    Ref,
+    SafeInt,
+)
+
+
+class ClosedModel(BaseModel):
+    """Base of every input model: closed, frozen, strict, and ``null`` is never a value."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_null(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for value in data.values():
+                if value is None:
+                    raise PydanticCustomError(
+                        "null_value", "omit optional fields; null is not allowed"
+                    )
+        return data
+
+
+def _distinct(values: list[str]) -> list[str]:
+    if len(set(values)) != len(values):
+        raise PydanticCustomError("not_distinct", "values must be distinct")
+    return values
+
+
+def _exact_int(value: Any) -> Any:
+    # A Literal[int] compares by equality, so 2.0 would pass as 2: a float is not an integer.
+    if isinstance(value, float):
+        raise PydanticCustomError("int_type", "value must be an integer")
+    return value
+
+
+CitationIds = Annotated[
+    list[Ref],
+    Field(min_length=1, max_length=256, json_schema_extra={"uniqueItems": True}),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# search
+# --------------------------------------------------------------------------------------------
+
+
+class CapabilityPolicy(ClosedModel):
+    minimum_channels: Literal["lexical", "lexical_and_semantic"] = Field(
+        default="lexical",
+        description=(
+            "Ranking channels the answer must use. 'lexical_and_semantic' fails with "
+            "RANKING_UNAVAILABLE when the semantic channel is down (no silent fallback)."
+        ),
+    )
+    network: Literal["forbid", "allow"] = Field(
+        default="forbid",
+        description="'allow' grants nothing by itself: network use is the host's configuration.",
+    )
+
+
+class SearchInput(ClosedModel):
+    """Find current, accepted memories with citations and a rank receipt."""
+
+    query: QueryText = Field(description="What to look for: 1..8,192 UTF-8 bytes, NFC.")
+    purpose_ref: Ref = Field(description="The purpose your host bound; must match it exactly.")
+    limit: Annotated[int, Field(strict=True, ge=1, le=50)] = Field(
+        default=10, description="Maximum records on this page (1..50, default 10)."
+    )
+    max_packet_bytes: Annotated[int, Field(strict=True, ge=4_096, le=1_048_576)] = Field(
+        default=65_536,
+        description="Byte budget for the page's record packets (4,096..1,048,576, default 65,536).",
+    )
+    capability_policy: CapabilityPolicy = Field(
+        default_factory=CapabilityPolicy,
+        description="Channels required for ranking; default lexical, network forbidden.",
+    )
+    page_cursor: PageCursor | None = Field(
+        default=None,
+        description="The previous page's next_page_cursor, copied exactly, with the same query and parameters.",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# get
+# --------------------------------------------------------------------------------------------
+
+
+class GetInput(ClosedModel):
+    """Read one known, current record without ranking."""
+
+    record_id: RecordId = Field(description="A record_id exactly as returned (mem_ + base32).")
+    purpose_ref: Ref = Field(description="The purpose your host bound; must match it exactly.")
+    max_packet_bytes: Annotated[int, Field(strict=True, ge=4_096, le=1_048_576)] = Field(
+        default=65_536,
+        description="Byte budget for the returned packet (4,096..1,048,576, default 65,536).",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# capture
+# --------------------------------------------------------------------------------------------
+
+
+class ValidTime(ClosedModel):
+    t: SafeInt = Field(description="Start of validity, epoch milliseconds (safe integer).")
+    t_end: SafeInt | None = Field(
+        default=None, description="End of validity (inclusive), epoch milliseconds, t_end >= t."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ValidTime:
+        if self.t_end is not None and self.t_end < self.t:
+            raise PydanticCustomError("valid_time_order", "t_end must be >= t")
+        return self
+
+
+class Component(ClosedModel):
+    component_id: Ref = Field(description="Unique id of this component within the payload.")
+    kind: Literal["context", "decision", "evidence"] = Field(description="What the text is.")
+    text: ComponentText = Field(
+        description="The memory text: 1..65,536 UTF-8 bytes, NFC. Never secrets."
+    )
+    citation_ids: CitationIds = Field(
+        description="1..256 distinct citation ids, each resolving in payload.citations."
+    )
+
+    @model_validator(mode="after")
+    def _distinct_citations(self) -> Component:
+        _distinct(self.citation_ids)
+        return self
+
+
+class PrimaryEvent(ClosedModel):
+    at: SafeInt = Field(description="When the event happened, epoch milliseconds (safe integer).")
+    type_ref: Ref = Field(description="Opaque reference to the event type.")
+    citation_id: Ref = Field(
+        description="A citation of the primary component that supports the event."
+    )
+
+
+class Locator(ClosedModel):
+    scheme: Ref = Field(description="Locator scheme, e.g. 'document' or 'url'.")
+    value: Ref = Field(description="Where in the source the cited content is.")
+
+
+class Citation(ClosedModel):
+    citation_id: Ref = Field(description="Unique id of this citation within the payload.")
+    source_ref: Ref = Field(description="Opaque reference to the cited source.")
+    locator: Locator = Field(description="Where in the source.")
+    content_digest: Digest = Field(description="sha256: + 64 lowercase hex of the cited content.")
+    observed_at: Instant | None = Field(
+        default=None, description="When the content was observed: YYYY-MM-DDTHH:mm:ss.sssZ."
+    )
+
+
+class Retention(ClosedModel):
+    derivative_rule: Literal["retain", "make-ineligible"] = Field(
+        description="'make-ineligible' (default) or 'retain' (needs explicit host permission)."
+    )
+    expires_at: Instant | None = Field(
+        default=None,
+        description="Optional expiry, strictly after the capture instant and within the host ceiling.",
+    )
+
+
+class Reconciliation(ClosedModel):
+    family_refs: Annotated[
+        list[Ref], Field(max_length=64, json_schema_extra={"uniqueItems": True})
+    ] = Field(
+        description="Sorted, unique reconciliation families (needs host consent), at most 64."
+    )
+
+    @model_validator(mode="after")
+    def _sorted_unique(self) -> Reconciliation:
+        # UTF-16 code-unit order, as upstream (JS string comparison) and RFC 8785 key sorting.
+        refs = [ref.encode("utf-16-be") for ref in self.family_refs]
+        if any(a >= b for a, b in pairwise(refs)):
+            raise PydanticCustomError("family_refs_order", "family_refs must be sorted and unique")
+        return self
+
+
+class Payload(ClosedModel):
+    schema_version: Annotated[Literal[2], BeforeValidator(_exact_int)] = Field(
+        description="Always 2."
+    )
+    purpose_ref: Ref = Field(description="The purpose your host bound; must match it exactly.")
+    valid_time: ValidTime = Field(description="When the memory is true, epoch milliseconds.")
+    components: Annotated[list[Component], Field(min_length=1, max_length=64)] = Field(
+        description="1..64 components; ids unique; every citation resolves."
+    )
+    primary_component_id: Ref = Field(
+        description="The component the memory is about; must resolve."
+    )
+    primary_event: PrimaryEvent = Field(
+        description="The event the memory records; its citation is in the primary component."
+    )
+    citations: Annotated[list[Citation], Field(min_length=1, max_length=256)] = Field(
+        description="1..256 citations with unique ids."
+    )
+    retention: Retention | None = Field(
+        default=None,
+        description="Omit unless instructed; default {derivative_rule: make-ineligible}.",
+    )
+    reconciliation: Reconciliation | None = Field(
+        default=None,
+        description="Omit unless instructed; reconciliation families need host consent.",
+    )
+
+
+class Evidence(ClosedModel):
+    evidence_ref: Ref = Field(description="Opaque reference to the evidence.")
+    evidence_digest: Digest = Field(description="sha256: + 64 lowercase hex of the evidence.")
+    citation_ids: CitationIds = Field(
+        description="1..256 distinct citation ids resolving in payload.citations."
+    )
+    attestation: Attestation | None = Field(
+        default=None, description="Optional attestation, at most 4,096 UTF-8 bytes."
+    )
+
+    @model_validator(mode="after")
+    def _distinct_citations(self) -> Evidence:
+        _distinct(self.citation_ids)
+        return self
+
+
+class CaptureInput(ClosedModel):
+    """Submit cited material as an encrypted pending candidate."""
+
+    idempotency_key: IdempotencyKey = Field(
+        description="16..256 UTF-8 bytes, NFC; one key per logical operation, reused on retry."
+    )
+    payload: Payload = Field(description="The memory to capture.")
+    evidence: Evidence = Field(description="The evidence supporting it.")
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> CaptureInput:
+        payload = self.payload
+        citation_ids = [c.citation_id for c in payload.citations]
+        component_ids = [c.component_id for c in payload.components]
+        known = set(citation_ids)
+        if len(known) != len(citation_ids) or len(set(component_ids)) != len(component_ids):
+            raise PydanticCustomError("duplicate_id", "citation and component ids must be unique")
+        for component in payload.components:
+            if not set(component.citation_ids) <= known:
+                raise PydanticCustomError(
+                    "unresolved_citation", "component citation does not resolve"
+                )
+        primary = next(
+            (c for c in payload.components if c.component_id == payload.primary_component_id), None
+        )
+        if primary is None:
+            raise PydanticCustomError(
+                "unresolved_component", "primary_component_id does not resolve"
+            )
+        event_citation = payload.primary_event.citation_id
+        if event_citation not in known or event_citation not in primary.citation_ids:
+            raise PydanticCustomError(
+                "unresolved_citation",
+                "primary_event.citation_id must be cited by the primary component",
+            )
+        if not set(self.evidence.citation_ids) <= known:
+            raise PydanticCustomError("unresolved_citation", "evidence citation does not resolve")
+        return self
+
+
+# --------------------------------------------------------------------------------------------
+# request_admission, withdraw, forget
+# --------------------------------------------------------------------------------------------
+
+
+class RequestAdmissionInput(ClosedModel):
+    """Ask the host's admission policy to decide on one of your pending candidates."""
+
+    candidate_id: CandidateId = Field(description="A candidate_id exactly as capture returned it.")
+    idempotency_key: IdempotencyKey = Field(
+        description="16..256 UTF-8 bytes, NFC; one key per logical operation, reused on retry."
+    )
+
+
+class WithdrawInput(ClosedModel):
+    """End one of your pending candidates and crypto-shred it (needs human confirmation)."""
+
+    candidate_id: CandidateId = Field(description="A candidate_id exactly as capture returned it.")
+    idempotency_key: IdempotencyKey = Field(
+        description="16..256 UTF-8 bytes, NFC; one key per logical operation, reused on retry."
+    )
+    reason_ref: Ref = Field(description="Opaque reference to why; shown to the human who confirms.")
+
+
+class ForgetInput(ClosedModel):
+    """Make an admitted record permanently ineligible (needs human confirmation)."""
+
+    record_id: RecordId = Field(description="A record_id exactly as returned.")
+    idempotency_key: IdempotencyKey = Field(
+        description="16..256 UTF-8 bytes, NFC; one key per logical operation, reused on retry."
+    )
+    reason_ref: Ref = Field(description="Opaque reference to why; shown to the human who confirms.")
+
+
+INPUT_MODELS: dict[str, type[ClosedModel]] = {
+    "search": SearchInput,
+    "get": GetInput,
+    "capture": CaptureInput,
+    "request_admission": RequestAdmissionInput,
+    "withdraw": WithdrawInput,
+    "forget": ForgetInput,
+}
