@@ -1,0 +1,1 @@
+"""Adapters: concrete implementations of the engine ports (embedded ``local`` and cloud)."""

@@ -1,0 +1,1 @@
+"""Embedded adapters: SQLite store and index, local vault, in-process workflow."""

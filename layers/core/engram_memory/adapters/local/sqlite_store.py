@@ -1,0 +1,671 @@
+"""The embedded canonical store: one SQLite database in WAL mode.
+
+One transaction per mutation covers the journal, the ledger, candidate control rows, records,
+the tombstone index, used approvals, the outbox and the FTS5 lexical projection, so a mutation
+is either wholly there or not at all. Each scope's lexical projection is its own FTS5 table:
+a query can only ever read its own scope's rows, never scans another's, and BM25 statistics
+(document counts, lengths, term frequencies) are exactly those of the scope.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from ...contract.canonical import GENESIS_HASH
+from ...engine import lexical
+from ...engine.context import Scope
+from ...engine.ports import (
+    CandidateRow,
+    ChangeSet,
+    CommitConflict,
+    CommitOutcomeUnknown,
+    IndexHit,
+    IndexUnavailable,
+    JournalEvent,
+    JournalHead,
+    LedgerEntry,
+    OutboxItem,
+    ProjectionChange,
+    RecordRow,
+    StoreUnavailable,
+)
+
+FaultHook = Callable[[str], None]
+
+_FIELDS: Final = tuple(lexical.FIELD_WEIGHTS)
+# FTS5 column per weighted field ("primary" is an SQL keyword, hence the prefix).
+_COLUMNS: Final = tuple(f"f_{name}" for name in _FIELDS)
+_BM25_ARGS: Final = ", ".join(["0.0", *(repr(w) for w in lexical.FIELD_WEIGHTS.values())])
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS journal_heads (
+    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL,
+    cursor INTEGER NOT NULL, event_hash TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, workspace_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS journal_events (
+    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, cursor INTEGER NOT NULL,
+    event_hash TEXT NOT NULL, body BLOB NOT NULL,
+    PRIMARY KEY (tenant_id, workspace_id, cursor)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ledger (
+    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, principal TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL, tool TEXT NOT NULL, target TEXT,
+    intent_hash TEXT NOT NULL, output BLOB NOT NULL, cursor INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, workspace_id, principal, idempotency_key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS candidates (
+    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, candidate_id TEXT NOT NULL,
+    principal TEXT NOT NULL, state TEXT NOT NULL, payload_digest TEXT NOT NULL,
+    record_digest TEXT NOT NULL, record_id TEXT NOT NULL, capture_cursor INTEGER NOT NULL,
+    key_ref TEXT NOT NULL, sealed BLOB NOT NULL, policy_version TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, workspace_id, candidate_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS records (
+    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, record_id TEXT NOT NULL,
+    state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL,
+    candidate_id TEXT NOT NULL, valid_from_ms INTEGER NOT NULL, valid_to_ms INTEGER,
+    expires_at_ms INTEGER, accepted_cursor INTEGER NOT NULL, body BLOB, lex_rowid INTEGER,
+    PRIMARY KEY (tenant_id, workspace_id, record_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tombstones (
+    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, payload_digest TEXT NOT NULL,
+    record_id TEXT NOT NULL, cursor INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, workspace_id, payload_digest, record_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS used_approvals (
+    approval_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL,
+    cursor INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outbox (
+    item_id TEXT PRIMARY KEY, kind TEXT NOT NULL, tenant_id TEXT NOT NULL,
+    workspace_id TEXT NOT NULL, target TEXT NOT NULL, surface TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lexical_tables (
+    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, table_name TEXT NOT NULL UNIQUE,
+    PRIMARY KEY (tenant_id, workspace_id)) WITHOUT ROWID;
+"""
+
+_CANDIDATE_COLUMNS: Final = (
+    "candidate_id, principal, state, payload_digest, record_digest, record_id, capture_cursor, "
+    "key_ref, sealed, policy_version, created_at_ms"
+)
+_RECORD_COLUMNS: Final = (
+    "record_id, state, record_digest, payload_digest, candidate_id, valid_from_ms, valid_to_ms, "
+    "expires_at_ms, accepted_cursor, body"
+)
+
+
+def _as_bytes(value: Any) -> bytes:
+    # A blob edited outside the engine may come back as TEXT; integrity checks still need bytes.
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+def _record_row(row: tuple[Any, ...]) -> RecordRow:
+    (
+        record_id,
+        state,
+        record_digest,
+        payload_digest,
+        candidate_id,
+        valid_from,
+        valid_to,
+        expires_at,
+        accepted_cursor,
+        body,
+    ) = row
+    return RecordRow(
+        record_id=record_id,
+        state=state,
+        record_digest=record_digest,
+        payload_digest=payload_digest,
+        candidate_id=candidate_id,
+        valid_from_ms=valid_from,
+        valid_to_ms=valid_to,
+        expires_at_ms=expires_at,
+        accepted_cursor=accepted_cursor,
+        body=None if body is None else _as_bytes(body),
+    )
+
+
+def lexical_table_name(scope: Scope) -> str:
+    scope_hash = hashlib.sha256(f"{scope.tenant_id}\x00{scope.workspace_id}".encode()).hexdigest()
+    return "lex_" + scope_hash[:32]
+
+
+class SqliteStore:
+    """The ``Store`` port on SQLite. Thread-safe: one connection per thread, writers serialized
+    by ``BEGIN IMMEDIATE``.
+
+    ``fault_hook`` is a test seam: it is called with the name of each step of a commit
+    (``begin``, ``head``, ``ledger``, ``event``, ``candidate``, ``record``, ``tombstone``,
+    ``projection``, ``approval``, ``outbox``, ``commit``, ``after_commit``) and may raise
+    ``sqlite3.Error`` to inject a failure there.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        fault_hook: FaultHook | None = None,
+        busy_timeout_ms: int = 10_000,
+    ):
+        self._path = str(path)
+        self._fault_hook = fault_hook
+        self._busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        with self._guard():
+            conn = self._conn()
+            conn.executescript(_SCHEMA)
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA secure_delete = ON")  # shredded bodies are overwritten on disk
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreUnavailable("sqlite store error") from exc
+
+    def close(self) -> None:
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    def set_fault_hook(self, hook: FaultHook | None) -> None:
+        self._fault_hook = hook
+
+    def _fault(self, step: str) -> None:
+        if self._fault_hook is not None:
+            self._fault_hook(step)
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def head(self, scope: Scope) -> JournalHead:
+        with self._guard():
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
+                    (scope.tenant_id, scope.workspace_id),
+                )
+                .fetchone()
+            )
+        return JournalHead(row[0], row[1]) if row else JournalHead(0, GENESIS_HASH)
+
+    def ledger_get(self, scope: Scope, principal: str, idempotency_key: str) -> LedgerEntry | None:
+        with self._guard():
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT principal, idempotency_key, tool, target, intent_hash, output, cursor FROM ledger "
+                    "WHERE tenant_id = ? AND workspace_id = ? AND principal = ? AND idempotency_key = ?",
+                    (scope.tenant_id, scope.workspace_id, principal, idempotency_key),
+                )
+                .fetchone()
+            )
+        return LedgerEntry(*row) if row else None
+
+    def candidate_get(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
+        with self._guard():
+            row = (
+                self._conn()
+                .execute(
+                    f"SELECT {_CANDIDATE_COLUMNS} FROM candidates "  # noqa: S608 - constant column list
+                    "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ?",
+                    (scope.tenant_id, scope.workspace_id, candidate_id),
+                )
+                .fetchone()
+            )
+        return CandidateRow(*row) if row else None
+
+    def record_get(self, scope: Scope, record_id: str) -> RecordRow | None:
+        with self._guard():
+            row = (
+                self._conn()
+                .execute(
+                    f"SELECT {_RECORD_COLUMNS} FROM records "  # noqa: S608 - constant column list
+                    "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
+                    (scope.tenant_id, scope.workspace_id, record_id),
+                )
+                .fetchone()
+            )
+        return _record_row(row) if row else None
+
+    def records_get(self, scope: Scope, record_ids: Sequence[str]) -> dict[str, RecordRow]:
+        found: dict[str, RecordRow] = {}
+        ids = list(dict.fromkeys(record_ids))
+        with self._guard():
+            conn = self._conn()
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = conn.execute(
+                    f"SELECT {_RECORD_COLUMNS} FROM records "  # noqa: S608 - placeholders only
+                    f"WHERE tenant_id = ? AND workspace_id = ? AND record_id IN ({marks})",
+                    (scope.tenant_id, scope.workspace_id, *chunk),
+                ).fetchall()
+                for row in rows:
+                    found[row[0]] = _record_row(row)
+        return found
+
+    def payload_tombstoned(self, scope: Scope, payload_digest: str) -> bool:
+        with self._guard():
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT 1 FROM tombstones WHERE tenant_id = ? AND workspace_id = ? AND payload_digest = ? LIMIT 1",
+                    (scope.tenant_id, scope.workspace_id, payload_digest),
+                )
+                .fetchone()
+            )
+        return row is not None
+
+    def events(self, scope: Scope, after_cursor: int, limit: int) -> list[JournalEvent]:
+        with self._guard():
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT cursor, event_hash, body FROM journal_events "
+                    "WHERE tenant_id = ? AND workspace_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
+                    (scope.tenant_id, scope.workspace_id, after_cursor, limit),
+                )
+                .fetchall()
+            )
+        return [
+            JournalEvent(cursor, event_hash, _as_bytes(body)) for cursor, event_hash, body in rows
+        ]
+
+    def outbox_pending(self, limit: int) -> list[OutboxItem]:
+        with self._guard():
+            rows = (
+                self._conn()
+                .execute(
+                    "SELECT item_id, kind, tenant_id, workspace_id, target, surface FROM outbox ORDER BY item_id LIMIT ?",
+                    (limit,),
+                )
+                .fetchall()
+            )
+        return [
+            OutboxItem(i, k, Scope(t, w), target, surface) for i, k, t, w, target, surface in rows
+        ]
+
+    def outbox_done(self, item_id: str) -> None:
+        with self._guard():
+            self._conn().execute("DELETE FROM outbox WHERE item_id = ?", (item_id,))
+
+    def outbox_has(self, scope: Scope, kind: str, target: str) -> bool:
+        with self._guard():
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT 1 FROM outbox WHERE tenant_id = ? AND workspace_id = ? AND kind = ? AND target = ? LIMIT 1",
+                    (scope.tenant_id, scope.workspace_id, kind, target),
+                )
+                .fetchone()
+            )
+        return row is not None
+
+    # -- the commit ----------------------------------------------------------------------------
+
+    def commit(self, changes: ChangeSet) -> None:
+        committed = False
+        try:
+            conn = self._conn()
+            self._fault("begin")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._apply(conn, changes)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                self._fault("commit")
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                # A failed COMMIT (I/O error, timeout) may or may not have reached the disk.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise CommitOutcomeUnknown("commit outcome unknown") from exc
+            committed = True
+            self._fault("after_commit")
+        except (CommitConflict, CommitOutcomeUnknown):
+            raise
+        except sqlite3.Error as exc:
+            if committed:
+                raise CommitOutcomeUnknown("failure after commit") from exc
+            raise StoreUnavailable("sqlite store error") from exc
+
+    def _apply(self, conn: sqlite3.Connection, changes: ChangeSet) -> None:
+        scope = changes.scope
+        t, w = scope.tenant_id, scope.workspace_id
+
+        self._fault("head")
+        row = conn.execute(
+            "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
+            (t, w),
+        ).fetchone()
+        current = JournalHead(row[0], row[1]) if row else JournalHead(0, GENESIS_HASH)
+        if current != changes.expected_head:
+            raise CommitConflict("head")
+
+        self._fault("ledger")
+        entry = changes.ledger
+        try:
+            conn.execute(
+                "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    t,
+                    w,
+                    entry.principal,
+                    entry.idempotency_key,
+                    entry.tool,
+                    entry.target,
+                    entry.intent_hash,
+                    entry.output,
+                    entry.cursor,
+                ),
+            )
+        except sqlite3.IntegrityError:
+            raise CommitConflict("ledger") from None
+
+        if changes.event is not None:
+            self._fault("event")
+            event = changes.event
+            conn.execute(
+                "INSERT INTO journal_events VALUES (?, ?, ?, ?, ?)",
+                (t, w, event.cursor, event.event_hash, event.body),
+            )
+            conn.execute(
+                "INSERT INTO journal_heads VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, workspace_id) "
+                "DO UPDATE SET cursor = excluded.cursor, event_hash = excluded.event_hash",
+                (t, w, event.cursor, event.event_hash),
+            )
+
+        if changes.new_candidate is not None or changes.candidate_transition is not None:
+            self._fault("candidate")
+        if changes.new_candidate is not None:
+            c = changes.new_candidate
+            try:
+                conn.execute(
+                    "INSERT INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        t,
+                        w,
+                        c.candidate_id,
+                        c.principal,
+                        c.state,
+                        c.payload_digest,
+                        c.record_digest,
+                        c.record_id,
+                        c.capture_cursor,
+                        c.key_ref,
+                        c.sealed,
+                        c.policy_version,
+                        c.created_at_ms,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise CommitConflict("ledger") from None
+        if changes.candidate_transition is not None:
+            move = changes.candidate_transition
+            updated = conn.execute(
+                "UPDATE candidates SET state = ? WHERE tenant_id = ? AND workspace_id = ? "
+                "AND candidate_id = ? AND state = ?",
+                (move.to_state, t, w, move.target_id, move.from_state),
+            ).rowcount
+            if updated != 1:
+                raise CommitConflict("state")
+
+        if changes.new_record is not None or changes.record_transition is not None:
+            self._fault("record")
+        if changes.new_record is not None:
+            r = changes.new_record
+            try:
+                conn.execute(
+                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                    (
+                        t,
+                        w,
+                        r.record_id,
+                        r.state,
+                        r.record_digest,
+                        r.payload_digest,
+                        r.candidate_id,
+                        r.valid_from_ms,
+                        r.valid_to_ms,
+                        r.expires_at_ms,
+                        r.accepted_cursor,
+                        r.body,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise CommitConflict("state") from None
+        if changes.record_transition is not None:
+            move = changes.record_transition
+            updated = conn.execute(
+                "UPDATE records SET state = ?, body = CASE WHEN ? THEN NULL ELSE body END "
+                "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ? AND state = ?",
+                (move.to_state, changes.shred_record_body, t, w, move.target_id, move.from_state),
+            ).rowcount
+            if updated != 1:
+                raise CommitConflict("state")
+
+        if changes.tombstone_payload_digest is not None and changes.record_transition is not None:
+            self._fault("tombstone")
+            conn.execute(
+                "INSERT OR IGNORE INTO tombstones VALUES (?, ?, ?, ?, ?)",
+                (
+                    t,
+                    w,
+                    changes.tombstone_payload_digest,
+                    changes.record_transition.target_id,
+                    changes.event.cursor if changes.event else 0,
+                ),
+            )
+
+        if changes.projection is not None:
+            self._fault("projection")
+            self._project(conn, scope, changes.projection)
+
+        if changes.approval_id is not None:
+            self._fault("approval")
+            try:
+                conn.execute(
+                    "INSERT INTO used_approvals VALUES (?, ?, ?, ?)",
+                    (changes.approval_id, t, w, changes.event.cursor if changes.event else 0),
+                )
+            except sqlite3.IntegrityError:
+                raise CommitConflict("approval") from None
+
+        if changes.outbox:
+            self._fault("outbox")
+            conn.executemany(
+                "INSERT OR IGNORE INTO outbox VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        i.item_id,
+                        i.kind,
+                        i.scope.tenant_id,
+                        i.scope.workspace_id,
+                        i.target,
+                        i.surface,
+                    )
+                    for i in changes.outbox
+                ],
+            )
+
+    # -- the lexical projection (same database, same transaction) ------------------------------
+
+    def _lexical_table(self, conn: sqlite3.Connection, scope: Scope, *, create: bool) -> str | None:
+        row = conn.execute(
+            "SELECT table_name FROM lexical_tables WHERE tenant_id = ? AND workspace_id = ?",
+            (scope.tenant_id, scope.workspace_id),
+        ).fetchone()
+        if row is not None:
+            return str(row[0])
+        if not create:
+            return None
+        name = lexical_table_name(scope)
+        columns = ", ".join(["record_id UNINDEXED", *_COLUMNS])
+        conn.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5({columns}, "
+            "tokenize = 'unicode61 remove_diacritics 0')"
+        )
+        conn.execute(
+            "INSERT INTO lexical_tables VALUES (?, ?, ?)",
+            (scope.tenant_id, scope.workspace_id, name),
+        )
+        return name
+
+    def _project(self, conn: sqlite3.Connection, scope: Scope, change: ProjectionChange) -> None:
+        t, w = scope.tenant_id, scope.workspace_id
+        if change.upsert is not None:
+            doc = change.upsert
+            table = self._lexical_table(conn, scope, create=True)
+            self._unproject(conn, scope, doc.record_id)
+            cursor = conn.execute(
+                f"INSERT INTO {table} (record_id, {', '.join(_COLUMNS)}) "  # noqa: S608 - internal name
+                f"VALUES (?, {', '.join('?' * len(_FIELDS))})",
+                (doc.record_id, *(doc.fields.get(name, "") for name in _FIELDS)),
+            )
+            conn.execute(
+                "UPDATE records SET lex_rowid = ? WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
+                (cursor.lastrowid, t, w, doc.record_id),
+            )
+        if change.delete_record_id is not None:
+            self._unproject(conn, scope, change.delete_record_id)
+
+    def _unproject(self, conn: sqlite3.Connection, scope: Scope, record_id: str) -> None:
+        row = conn.execute(
+            "SELECT lex_rowid FROM records WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
+            (scope.tenant_id, scope.workspace_id, record_id),
+        ).fetchone()
+        if row is None or row[0] is None:
+            return
+        table = self._lexical_table(conn, scope, create=False)
+        if table is not None:
+            conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (row[0],))  # noqa: S608
+        conn.execute(
+            "UPDATE records SET lex_rowid = NULL WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
+            (scope.tenant_id, scope.workspace_id, record_id),
+        )
+
+    def lexical_search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
+        if not terms:
+            return []
+        match = " OR ".join(f'"{term}"' for term in terms)
+        with self._guard():
+            conn = self._conn()
+            table = self._lexical_table(conn, scope, create=False)
+            if table is None:
+                return []
+            rows = conn.execute(
+                f"SELECT record_id, -bm25({table}, {_BM25_ARGS}) AS score FROM {table} "  # noqa: S608
+                f"WHERE {table} MATCH ? ORDER BY score DESC, record_id ASC LIMIT ?",
+                (match, depth),
+            ).fetchall()
+        return [IndexHit(str(record_id), float(score)) for record_id, score in rows]
+
+    def lexical_apply(self, scope: Scope, change: ProjectionChange) -> None:
+        with self._guard():
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._project(conn, scope, change)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def lexical_contains(self, scope: Scope, record_id: str) -> bool:
+        with self._guard():
+            conn = self._conn()
+            table = self._lexical_table(conn, scope, create=False)
+            if table is None:
+                return False
+            row = conn.execute(
+                f"SELECT 1 FROM {table} WHERE record_id = ? LIMIT 1",  # noqa: S608
+                (record_id,),
+            ).fetchone()
+        return row is not None
+
+    # -- inspection for operators and tests ------------------------------------------------------
+
+    def table_snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of every table (including the FTS5 projections), for fault-injection tests."""
+        snapshot: dict[str, list[tuple[Any, ...]]] = {}
+        with self._guard():
+            conn = self._conn()
+            names = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type IN ('table') AND name NOT LIKE 'sqlite_%' "
+                    "AND name NOT LIKE '%_data' AND name NOT LIKE '%_idx' AND name NOT LIKE '%_docsize' "
+                    "AND name NOT LIKE '%_config' AND name NOT LIKE '%_content' ORDER BY name"
+                )
+            ]
+            for name in names:
+                snapshot[name] = sorted(
+                    conn.execute(f"SELECT * FROM {name}").fetchall(),  # noqa: S608
+                    key=repr,
+                )
+        return snapshot
+
+
+class SqliteLexicalIndex:
+    """The ``LexicalIndex`` port over the store's per-scope FTS5 tables."""
+
+    name: Final = "lexical"
+    maintained_by_store: Final = True
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
+        try:
+            return self._store.lexical_search(scope, terms, depth)
+        except StoreUnavailable as exc:
+            raise IndexUnavailable("lexical index unavailable") from exc
+
+    def apply(self, scope: Scope, change: ProjectionChange) -> None:
+        try:
+            self._store.lexical_apply(scope, change)
+        except StoreUnavailable as exc:
+            raise IndexUnavailable("lexical index unavailable") from exc
+
+    def contains(self, scope: Scope, record_id: str) -> bool:
+        return self._store.lexical_contains(scope, record_id)
+
+
+CommitStep = Literal[
+    "begin",
+    "head",
+    "ledger",
+    "event",
+    "candidate",
+    "record",
+    "tombstone",
+    "projection",
+    "approval",
+    "outbox",
+    "commit",
+    "after_commit",
+]

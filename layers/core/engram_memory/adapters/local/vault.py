@@ -1,0 +1,380 @@
+"""The embedded vault: per-candidate data keys in a separate SQLite key file.
+
+Each sealed candidate gets its own random 256-bit data key. The payload is encrypted with the AWS
+Encryption SDK (raw AES keyring, committing algorithm suite without signatures, an encryption
+context binding tenant, workspace and candidate). The data key itself is stored only in the key
+file, wrapped under the master key with AES-256-GCM. Destroying the key row crypto-shreds the
+blob: the ciphertext, including any copy in a backup of the main database, can never be opened
+again. The key file is opened with ``secure_delete`` so a destroyed key's bytes are overwritten
+in the file, and it must never be included in backups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+import aws_encryption_sdk
+from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
+from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
+from aws_cryptographic_material_providers.mpl.models import (
+    AesWrappingAlg,
+    CreateRawAesKeyringInput,
+)
+from aws_encryption_sdk import Algorithm, CommitmentPolicy
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import (
+    KeyDestroyed,
+    SealedBlob,
+    SealIntegrityError,
+    VaultUnavailable,
+)
+
+__all__ = ["KEY_NAMESPACE", "LocalVault", "load_or_create_master_key"]
+
+KEY_NAMESPACE: Final = "engram-memory/candidate"
+"""Raw AES keyring namespace of every candidate data key (the key name is the ``key_ref``)."""
+
+_KEY_BYTES: Final = 32
+_NONCE_BYTES: Final = 12
+_WRAP_AAD_PREFIX: Final = b"engram-memory/data-key/v1\x00"
+_BUSY_TIMEOUT_S: Final = 5.0
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS data_keys (
+    key_ref TEXT PRIMARY KEY NOT NULL,
+    nonce BLOB NOT NULL,
+    wrapped BLOB NOT NULL,
+    created_at_ms INTEGER NOT NULL
+)
+"""
+
+_T = TypeVar("_T")
+
+
+class LocalVault:
+    """A ``Vault`` whose wrapped data keys live in a private SQLite file apart from the main db.
+
+    Safe to share between threads. ``keys_path`` is created with mode 0600 (its missing parent
+    directories with 0700); ``master_key`` is the 32-byte key that wraps every data key (see
+    ``load_or_create_master_key``).
+    """
+
+    def __init__(self, keys_path: Path, master_key: bytes) -> None:
+        if len(master_key) != _KEY_BYTES:
+            raise ValueError(f"the master key must be {_KEY_BYTES} bytes")
+        self._path = Path(keys_path)
+        self._wrapper = AESGCM(master_key)
+        self._lock = threading.Lock()
+        self._materials = AwsCryptographicMaterialProviders(config=MaterialProvidersConfig())
+        # One data key per message, so a message carrying more is malformed by construction.
+        self._esdk = aws_encryption_sdk.EncryptionSDKClient(
+            commitment_policy=CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT,
+            max_encrypted_data_keys=1,
+        )
+        self._conn: sqlite3.Connection | None = self._connect()
+
+    # ----------------------------------------------------------------------------------------
+    # Vault port
+    # ----------------------------------------------------------------------------------------
+
+    def seal(self, scope: Scope, candidate_id: str, plaintext: bytes) -> SealedBlob:
+        """Encrypt ``plaintext`` under a fresh data key bound to ``scope`` and ``candidate_id``.
+
+        Raises ``VaultUnavailable`` when the candidate cannot be sealed (the key file cannot be
+        written, or encryption failed); nothing usable is left behind.
+        """
+        data_key = secrets.token_bytes(_KEY_BYTES)
+        key_ref = "key_" + secrets.token_hex(16)
+        nonce = secrets.token_bytes(_NONCE_BYTES)
+        wrapped = self._wrapper.encrypt(nonce, data_key, _wrap_aad(key_ref, scope, candidate_id))
+        try:
+            ciphertext, _header = self._esdk.encrypt(
+                source=plaintext,
+                keyring=self._keyring(key_ref, data_key),
+                encryption_context=_encryption_context(scope, candidate_id),
+                algorithm=Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY,
+            )
+        except Exception as exc:
+            raise VaultUnavailable("the local vault could not encrypt the candidate") from exc
+        if not isinstance(ciphertext, bytes):
+            raise VaultUnavailable("the local vault could not encrypt the candidate")
+        # The key row is written after encryption succeeded so a failed seal leaves no orphan key.
+        created_at_ms = time.time_ns() // 1_000_000
+        self._run(
+            "seal",
+            lambda conn: conn.execute(
+                "INSERT INTO data_keys (key_ref, nonce, wrapped, created_at_ms)"
+                " VALUES (?, ?, ?, ?)",
+                (key_ref, nonce, wrapped, created_at_ms),
+            ),
+        )
+        return SealedBlob(key_ref=key_ref, ciphertext=ciphertext)
+
+    def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
+        """Decrypt ``blob``, which must have been sealed for this ``scope`` and ``candidate_id``.
+
+        Raises ``KeyDestroyed`` when its data key is gone, ``SealIntegrityError`` when the blob or
+        the key fails authentication or belongs to another context, ``VaultUnavailable`` when the
+        key file cannot be read.
+        """
+        row = self._run(
+            "open",
+            lambda conn: conn.execute(
+                "SELECT nonce, wrapped FROM data_keys WHERE key_ref = ?", (blob.key_ref,)
+            ).fetchone(),
+        )
+        if row is None:
+            raise KeyDestroyed(f"data key {blob.key_ref} no longer exists")
+        nonce, wrapped = row
+        try:
+            data_key = self._wrapper.decrypt(
+                nonce, wrapped, _wrap_aad(blob.key_ref, scope, candidate_id)
+            )
+        except (InvalidTag, ValueError, TypeError) as exc:
+            raise SealIntegrityError(
+                f"data key {blob.key_ref} does not belong to this candidate"
+            ) from exc
+        expected = _encryption_context(scope, candidate_id)
+        plaintext, context, algorithm = self._decrypt(
+            self._keyring(blob.key_ref, data_key), blob.ciphertext, expected
+        )
+        if dict(context) != expected or algorithm != Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY:
+            raise SealIntegrityError("sealed blob does not belong to this candidate")
+        return plaintext
+
+    def destroy(self, key_ref: str) -> None:
+        """Durably delete the data key; idempotent (destroying a missing key is not an error)."""
+        self._run(
+            "destroy",
+            lambda conn: conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (key_ref,)),
+        )
+
+    def key_exists(self, key_ref: str) -> bool:
+        """Whether the data key ``key_ref`` is still held."""
+        row = self._run(
+            "key_exists",
+            lambda conn: conn.execute(
+                "SELECT 1 FROM data_keys WHERE key_ref = ?", (key_ref,)
+            ).fetchone(),
+        )
+        return row is not None
+
+    # ----------------------------------------------------------------------------------------
+    # Lifecycle
+    # ----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the key file; idempotent. Later calls raise ``VaultUnavailable``."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+
+    def __enter__(self) -> LocalVault:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------------
+    # Internals
+    # ----------------------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            _make_private_dirs(self._path.parent)
+            _create_private_file(self._path)
+        except OSError as exc:
+            raise VaultUnavailable("the local vault key file cannot be created") from exc
+        try:
+            conn = sqlite3.connect(
+                self._path,
+                timeout=_BUSY_TIMEOUT_S,
+                isolation_level=None,  # autocommit: every statement is its own durable commit
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise VaultUnavailable("the local vault key file cannot be opened") from exc
+        try:
+            # DELETE keeps the key bytes in the one file that secure_delete scrubs (WAL would
+            # leave copies of deleted pages in the -wal file until a checkpoint).
+            (journal_mode,) = conn.execute("PRAGMA journal_mode=DELETE").fetchone()
+            (secure_delete,) = conn.execute("PRAGMA secure_delete=ON").fetchone()
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(_SCHEMA)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise VaultUnavailable("the local vault key file cannot be opened") from exc
+        if str(journal_mode).lower() != "delete" or secure_delete != 1:
+            conn.close()
+            raise VaultUnavailable("the local vault key file cannot guarantee key deletion")
+        return conn
+
+    def _run(self, action: str, operation: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._lock:
+            if self._conn is None:
+                raise VaultUnavailable("the local vault is closed")
+            try:
+                return operation(self._conn)
+            except sqlite3.Error as exc:
+                raise VaultUnavailable(f"the local vault key file failed during {action}") from exc
+
+    def _keyring(self, key_ref: str, data_key: bytes) -> Any:
+        return self._materials.create_raw_aes_keyring(
+            input=CreateRawAesKeyringInput(
+                key_namespace=KEY_NAMESPACE,
+                key_name=key_ref,
+                wrapping_key=data_key,
+                wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
+            )
+        )
+
+    def _decrypt(
+        self, keyring: Any, ciphertext: bytes, expected: Mapping[str, str]
+    ) -> tuple[bytes, Mapping[str, str], Any]:
+        # The streaming decryptor is driven by hand rather than through ``client.decrypt``: the
+        # latter's ``with`` block logs an ERROR traceback ("Error on closing") for every failed
+        # decrypt. "decrypt-unsigned" additionally refuses messages using a signing suite.
+        source = io.BytesIO(ciphertext)
+        decryptor: Any = None
+        try:
+            decryptor = self._esdk.stream(
+                mode="decrypt-unsigned",
+                source=source,
+                keyring=keyring,
+                encryption_context=dict(expected),
+            )
+            plaintext = decryptor.read()
+            header = decryptor.header
+            decryptor.close()
+            context = header.encryption_context
+            algorithm = header.algorithm
+        # The blob is untrusted input and the SDK raises an open-ended set of types for malformed
+        # messages (its own errors, InvalidTag, struct and Unicode errors, MPL errors).
+        except Exception as exc:
+            if decryptor is not None:
+                # Mark the half-read stream closed without the footer check, so its finalizer
+                # does not raise again.
+                io.IOBase.close(decryptor)
+            raise SealIntegrityError("sealed blob failed authentication") from exc
+        # The SDK stops at the end of the message; trailing bytes mean the blob was altered.
+        if source.read(1) or not isinstance(plaintext, bytes) or not isinstance(context, dict):
+            raise SealIntegrityError("sealed blob failed authentication")
+        return plaintext, context, algorithm
+
+
+def load_or_create_master_key(path: Path) -> bytes:
+    """Return the 32-byte master key stored at ``path``, creating it if missing.
+
+    A new key file is written atomically with mode 0600 (missing parent directories with 0700),
+    so concurrent callers all end up with the same key. Raises ``ValueError`` when the existing
+    file does not hold exactly 32 bytes.
+    """
+    path = Path(path)
+    try:
+        return _read_master_key(path)
+    except FileNotFoundError:
+        pass
+    _make_private_dirs(path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            os.fchmod(fd, 0o600)
+            _write_all(fd, secrets.token_bytes(_KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # link() never replaces an existing file: if another process won the race, keep its key.
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
+    _fsync_dir(path.parent)
+    return _read_master_key(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _encryption_context(scope: Scope, candidate_id: str) -> dict[str, str]:
+    return {
+        "engram:tenant": scope.tenant_id,
+        "engram:workspace": scope.workspace_id,
+        "engram:candidate": candidate_id,
+    }
+
+
+def _wrap_aad(key_ref: str, scope: Scope, candidate_id: str) -> bytes:
+    """Associated data binding a wrapped data key to its key_ref and candidate (length-prefixed)."""
+    parts = [
+        field.encode("utf-8")
+        for field in (key_ref, scope.tenant_id, scope.workspace_id, candidate_id)
+    ]
+    return _WRAP_AAD_PREFIX + b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+
+
+def _read_master_key(path: Path) -> bytes:
+    with open(path, "rb") as handle:
+        key = handle.read(_KEY_BYTES + 1)
+    if len(key) != _KEY_BYTES:
+        raise ValueError(f"master key file {path} does not hold exactly {_KEY_BYTES} bytes")
+    return key
+
+
+def _make_private_dirs(directory: Path) -> None:
+    missing: list[Path] = []
+    current = directory
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+
+
+def _create_private_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

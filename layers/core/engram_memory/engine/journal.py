@@ -1,0 +1,78 @@
+"""The per-scope, hash-chained journal with dense cursors (CONTRACT.md §4)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from ..contract.canonical import GENESIS_HASH, digest
+from ..contract.errors import EngramError, ErrorCode
+from ..contract.types import format_instant
+from .context import Scope
+from .ports import JournalEvent, JournalHead, Store
+from .records import decode, encode
+
+EMPTY_HEAD = JournalHead(cursor=0, event_hash=GENESIS_HASH)
+_VERIFY_BATCH = 500
+
+
+def build_event(
+    head: JournalHead,
+    *,
+    operation: str,
+    target: str,
+    at_ms: int,
+    digests: Mapping[str, str],
+) -> tuple[JournalEvent, str]:
+    """The next event after ``head``; returns it with its ``event_id``.
+
+    Events hold ids and digests only, never content: the journal can be shown to an operator
+    without revealing a pending candidate.
+    """
+    cursor = head.cursor + 1
+    body: dict[str, Any] = {
+        "schema": 1,
+        "cursor": str(cursor),
+        "previous_event_hash": head.event_hash,
+        "operation": operation,
+        "target": target,
+        "at": format_instant(at_ms),
+        "digests": dict(digests),
+    }
+    event_hash = digest("journal-event", body)
+    return JournalEvent(cursor=cursor, event_hash=event_hash, body=encode(body)), event_id_for(
+        event_hash
+    )
+
+
+def event_id_for(event_hash: str) -> str:
+    raw = bytes.fromhex(event_hash.removeprefix("sha256:"))[:20]
+    return "evt_" + base64.b32encode(raw).decode("ascii").lower()
+
+
+def verify_journal(store: Store, scope: Scope) -> JournalHead:
+    """Walk the whole journal of ``scope``: dense cursors and an unbroken hash chain.
+
+    Raises ``CURSOR_GAP`` on a missing cursor and ``JOURNAL_CORRUPT`` on a broken chain or an
+    event whose body does not hash to its recorded hash.
+    """
+    previous = EMPTY_HEAD
+    while True:
+        batch = store.events(scope, previous.cursor, _VERIFY_BATCH)
+        if not batch:
+            break
+        for event in batch:
+            if event.cursor != previous.cursor + 1:
+                raise EngramError(ErrorCode.CURSOR_GAP)
+            body = decode(event.body)
+            if (
+                body.get("cursor") != str(event.cursor)
+                or body.get("previous_event_hash") != previous.event_hash
+                or digest("journal-event", body) != event.event_hash
+            ):
+                raise EngramError(ErrorCode.JOURNAL_CORRUPT)
+            previous = JournalHead(event.cursor, event.event_hash)
+    if store.head(scope) != previous:
+        raise EngramError(ErrorCode.CURSOR_GAP)
+    return previous

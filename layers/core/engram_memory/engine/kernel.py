@@ -1,0 +1,482 @@
+"""The kernel every use case runs on: the ports, and the plumbing they share.
+
+Ledger look-ups and replays, the confirmation gate, the optimistic commit loop, receipts, the
+outbox, revalidation of stored records. The use cases in ``engine.usecases`` are written against
+this class; ``engine.service.Engine`` adds the entry point.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+from ..contract.canonical import (
+    digest,
+)
+from ..contract.errors import (
+    EngramError,
+    ErrorCode,
+    TrustedContextUnavailable,
+)
+from ..contract.models import (
+    ClosedModel,
+)
+from ..contract.types import format_instant
+from .context import Scope, TrustedContext
+from .gate import check_approval
+from .ports import (
+    AdmissionPolicy,
+    Approval,
+    AuditSink,
+    CandidateRow,
+    ChangeSet,
+    Clock,
+    CommitConflict,
+    CommitOutcomeUnknown,
+    ConfirmationChannelUnavailable,
+    ConfirmationDeclined,
+    ConfirmationRequest,
+    ConfirmationWorkflow,
+    IndexUnavailable,
+    JournalHead,
+    KeyDestroyed,
+    LedgerEntry,
+    LexicalIndex,
+    OutboxItem,
+    PolicyUnavailable,
+    ProjectionChange,
+    RecordRow,
+    SealedBlob,
+    SealIntegrityError,
+    Store,
+    StoreUnavailable,
+    Vault,
+    VaultUnavailable,
+)
+from .records import (
+    decode,
+    encode,
+    receipt,
+    record_digest_matches,
+    scope_ref,
+)
+from .redaction import RedactionPolicy
+
+log = logging.getLogger(__name__)
+
+TRANSPORT_CEILING_BYTES: Final = 1_048_576
+RECORD_STATES_FORGETTABLE: Final = frozenset(
+    {"accepted_current", "accepted_disputed", "historical", "expired", "trust_invalid"}
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    cursor_key: bytes  # authenticates search page cursors; shared by every instance of a host
+    redaction: RedactionPolicy = field(default_factory=RedactionPolicy.from_allowlist)
+    rank_depth: int = 1000  # how many index hits a search ranks and revalidates
+    commit_attempts: int = 8
+    # An envelope larger than this cannot cross the transport: RESULT_TOO_LARGE.
+    transport_ceiling_bytes: int = TRANSPORT_CEILING_BYTES
+
+
+def new_audit_id() -> str:
+    return "aud_" + uuid.uuid4().hex
+
+
+class StateMoved(Exception):
+    """A commit condition on the target's state or the ledger failed: re-run the use case."""
+
+
+@dataclass(slots=True)
+class Call:
+    tool: str
+    ctx: TrustedContext
+    now_ms: int
+    workflow: ConfirmationWorkflow
+    target: str | None = None
+    digests: dict[str, str] = field(default_factory=dict)
+    approval: Approval | None = None
+    approval_request: ConfirmationRequest | None = None
+
+    @property
+    def scope(self) -> Scope:
+        return self.ctx.scope
+
+
+class Kernel:
+    """Ports, settings and shared plumbing (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        vault: Vault,
+        lexical_index: LexicalIndex,
+        admission_policy: AdmissionPolicy,
+        confirmations: ConfirmationWorkflow,
+        clock: Clock,
+        audit: AuditSink,
+        settings: EngineSettings,
+        extra_projections: Sequence[LexicalIndex] = (),
+    ) -> None:
+        self.store = store
+        self.vault = vault
+        self.lexical = lexical_index
+        self.policy = admission_policy
+        self.confirmations = confirmations
+        self.clock = clock
+        self.audit = audit
+        self.settings = settings
+        # Projection surfaces the engine must update itself after a commit (e.g. OpenSearch);
+        # surfaces the store maintains inside its own transaction need nothing more.
+        self.surfaces: tuple[LexicalIndex, ...] = (lexical_index, *extra_projections)
+        self.semantic_available = False
+        self._scope_locks: dict[Scope, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    @staticmethod
+    def read(fetch: Callable[[], T]) -> T:
+        try:
+            return fetch()
+        except StoreUnavailable:
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+
+    def check_live(self, call: Call) -> None:
+        ctx = call.ctx
+        if ctx.cancellation is not None and ctx.cancellation.cancelled:
+            raise EngramError(ErrorCode.CANCELLED)
+        if ctx.deadline_ms is not None and self.clock.now_ms() >= ctx.deadline_ms:
+            raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
+
+    @staticmethod
+    def check_purpose(call: Call, purpose_ref: str) -> None:
+        if purpose_ref != call.ctx.purpose_ref:
+            raise TrustedContextUnavailable()
+
+    def mutation(self, call: Call, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        for _ in range(self.settings.commit_attempts):
+            try:
+                return run()
+            except StateMoved:
+                continue
+        raise EngramError(ErrorCode.FENCE_LOST)
+
+    def intent(self, call: Call, model: ClosedModel, target: str | None) -> str:
+        arguments = model.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
+        intent = digest(
+            "intent",
+            {
+                "tool": call.tool,
+                "target": target if target is not None else "",
+                "arguments": arguments,
+                "purpose": call.ctx.purpose_ref,
+                "scope": scope_ref(call.scope),
+            },
+        )
+        call.digests["intent_hash"] = intent
+        return intent
+
+    def ledger(self, call: Call, key: str, target: str | None, intent: str) -> LedgerEntry | None:
+        entry = self.read(lambda: self.store.ledger_get(call.scope, call.ctx.principal, key))
+        if entry is None:
+            return None
+        if entry.tool != call.tool or entry.target != target or entry.intent_hash != intent:
+            raise EngramError(ErrorCode.DIGEST_CONFLICT)
+        return entry
+
+    def confirm(
+        self, call: Call, model: ClosedModel, target: str | None, reason_ref: str | None
+    ) -> Approval | None:
+        """Obtain and check a human approval when the tool needs one (before any write)."""
+        if not call.ctx.needs_confirmation(call.tool):
+            return None
+        arguments = model.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
+        operation_digest = digest(
+            "operation",
+            {
+                "tool": call.tool,
+                "target": target if target is not None else "",
+                "arguments": arguments,
+                "scope": {"tenant_id": call.ctx.tenant_id, "workspace_id": call.ctx.workspace_id},
+                "principal": call.ctx.principal,
+            },
+        )
+        request = ConfirmationRequest(
+            tool=call.tool,
+            target=target,
+            operation_digest=operation_digest,
+            principal=call.ctx.principal,
+            scope=call.scope,
+            reason_ref=reason_ref,
+            summary=_summary(call, target, reason_ref),
+        )
+        if call.approval is None or call.approval_request != request:
+            try:
+                call.approval = call.workflow.request_approval(request)
+            except ConfirmationDeclined:
+                raise EngramError(ErrorCode.GATE_FAILED) from None
+            except ConfirmationChannelUnavailable:
+                raise TrustedContextUnavailable() from None
+            call.approval_request = request
+        check_approval(call.approval, request, self.clock.now_ms())
+        call.digests["operation_digest"] = operation_digest
+        return call.approval
+
+    def _scope_lock(self, scope: Scope) -> threading.Lock:
+        with self._locks_guard:
+            return self._scope_locks.setdefault(scope, threading.Lock())
+
+    def commit(self, call: Call, build: Callable[[JournalHead], ChangeSet]) -> ChangeSet:
+        """Build and commit a change set against the current head, retrying when the head moved.
+
+        Writers of one scope in this process queue on a lock, so the optimistic head check only
+        has to absorb writers in other processes (retried with jittered backoff).
+        """
+        with self._scope_lock(call.scope):
+            return self._commit_locked(call, build)
+
+    def _commit_locked(self, call: Call, build: Callable[[JournalHead], ChangeSet]) -> ChangeSet:
+        for attempt in range(self.settings.commit_attempts):
+            if attempt:
+                time.sleep(random.uniform(0, 0.005 * 2**attempt))  # noqa: S311 - jitter, not crypto
+            self.check_live(call)
+            head = self.read(lambda: self.store.head(call.scope))
+            changes = build(head)
+            try:
+                self.store.commit(changes)
+            except CommitConflict as conflict:
+                if conflict.reason == "head":
+                    continue
+                if conflict.reason == "approval":
+                    raise EngramError(ErrorCode.GATE_FAILED) from None
+                raise StateMoved() from None
+            except StoreUnavailable:
+                raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+            except CommitOutcomeUnknown:
+                raise EngramError(ErrorCode.MUTATION_OUTCOME_UNKNOWN) from None
+            return changes
+        raise EngramError(ErrorCode.FENCE_LOST)
+
+    def ledger_entry(
+        self,
+        call: Call,
+        key: str,
+        target: str | None,
+        intent: str,
+        output: dict[str, Any],
+        cursor: int,
+    ) -> LedgerEntry:
+        return LedgerEntry(
+            principal=call.ctx.principal,
+            idempotency_key=key,
+            tool=call.tool,
+            target=target,
+            intent_hash=intent,
+            output=encode(output),
+            cursor=cursor,
+        )
+
+    def transaction_receipt(
+        self, call: Call, operation: str, target: str, cursor: int, event_digest: str, intent: str
+    ) -> str:
+        return digest(
+            "canonical-transaction",
+            {
+                "operation": operation,
+                "scope_ref": scope_ref(call.scope),
+                "target": target,
+                "cursor": str(cursor),
+                "event_digest": event_digest,
+                "intent_hash": intent,
+            },
+        )
+
+    def authorization_receipt(
+        self, call: Call, approval: Approval | None, extra: Mapping[str, Any]
+    ) -> str:
+        return digest(
+            "authorization",
+            {
+                "tool": call.tool,
+                "principal": call.ctx.principal,
+                "scope_ref": scope_ref(call.scope),
+                "grants": sorted(call.ctx.grants),
+                "confirmation": (
+                    {
+                        "approval_id": approval.approval_id,
+                        "operation_digest": approval.operation_digest,
+                        "approved_at": format_instant(approval.approved_at_ms),
+                    }
+                    if approval is not None
+                    else "not-required"
+                ),
+                **extra,
+            },
+        )
+
+    def run_outbox(self, items: Sequence[OutboxItem]) -> bool:
+        """Try each item now; return True when all completed."""
+        done = True
+        for item in items:
+            try:
+                if item.kind == "destroy_key":
+                    self.vault.destroy(item.target)
+                else:
+                    surface = next(s for s in self.surfaces if s.name == item.surface)
+                    surface.apply(item.scope, ProjectionChange(delete_record_id=item.target))
+                self.store.outbox_done(item.item_id)
+            except (VaultUnavailable, IndexUnavailable, StoreUnavailable):
+                done = False
+        return done
+
+    def drain_outbox(self, limit: int = 100) -> int:
+        """Complete pending key destructions and projection drops; return how many completed.
+
+        The embedded server runs this periodically, so ``pending`` completes without calls.
+        """
+        try:
+            items = self.store.outbox_pending(limit)
+        except StoreUnavailable:
+            return 0
+        completed = 0
+        for item in items:
+            if self.run_outbox([item]):
+                completed += 1
+        return completed
+
+    def deferred_drops(self, scope: Scope, record_id: str) -> list[OutboxItem]:
+        """Outbox items dropping ``record_id`` from the surfaces the store does not maintain."""
+        return [
+            OutboxItem(
+                item_id=f"drop_projection:{surface.name}:{record_id}",
+                kind="drop_projection",
+                scope=scope,
+                target=record_id,
+                surface=surface.name,
+            )
+            for surface in self.surfaces
+            if not surface.maintained_by_store
+        ]
+
+    def apply_upsert(self, scope: Scope, change: ProjectionChange) -> None:
+        for surface in self.surfaces:
+            if surface.maintained_by_store:
+                continue
+            try:
+                surface.apply(scope, change)
+            except IndexUnavailable:
+                # Search revalidates against the store; a lagging index only misses hits.
+                log.warning("projection upsert deferred", extra={"surface": surface.name})
+
+    def shred_unused(self, keys: Sequence[str], keep: Sequence[str]) -> None:
+        for key_ref in keys:
+            if key_ref in keep:
+                continue
+            try:
+                self.vault.destroy(key_ref)
+            except VaultUnavailable:
+                log.warning("could not shred an unused candidate key", extra={"key_ref": key_ref})
+
+    def seal(self, call: Call, candidate_id: str, content: Mapping[str, Any]) -> SealedBlob:
+        try:
+            return self.vault.seal(call.scope, candidate_id, encode(dict(content)))
+        except VaultUnavailable:
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+
+    def policy_version(self) -> str:
+        try:
+            return self.policy.version()
+        except PolicyUnavailable:
+            raise EngramError(ErrorCode.POLICY_UNAVAILABLE) from None
+
+    def pending_candidate(self, call: Call, candidate_id: str) -> CandidateRow:
+        candidate = self.read(lambda: self.store.candidate_get(call.scope, candidate_id))
+        if candidate is None or candidate.principal != call.ctx.principal:
+            raise EngramError(ErrorCode.NOT_FOUND)
+        return candidate
+
+    def open_candidate(self, call: Call, candidate: CandidateRow) -> dict[str, Any]:
+        try:
+            plaintext = self.vault.open(
+                call.scope, candidate.candidate_id, SealedBlob(candidate.key_ref, candidate.sealed)
+            )
+        except KeyDestroyed:
+            raise EngramError(ErrorCode.BLOB_MISSING) from None
+        except SealIntegrityError:
+            raise EngramError(ErrorCode.JOURNAL_CORRUPT) from None
+        except VaultUnavailable:
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+        content: dict[str, Any] = decode(plaintext)
+        record = content["record"]
+        if (
+            not record_digest_matches(record)
+            or record["record_digest"] != candidate.record_digest
+            or record["payload_digest"] != candidate.payload_digest
+        ):
+            raise EngramError(ErrorCode.JOURNAL_CORRUPT)
+        return dict(content)
+
+    def key_destruction(self, candidate: CandidateRow | None) -> str:
+        if candidate is None:
+            return "complete"
+        try:
+            exists = self.vault.key_exists(candidate.key_ref)
+        except VaultUnavailable:
+            return "pending"
+        return "pending" if exists else "complete"
+
+    def invalidation_progress(self, scope: Scope, record_id: str, cursor: int) -> dict[str, Any]:
+        deferred = any(not surface.maintained_by_store for surface in self.surfaces)
+        if deferred and self.read(
+            lambda: self.store.outbox_has(scope, "drop_projection", record_id)
+        ):
+            return {"projection_invalidation": "pending"}
+        coverage = receipt(
+            "projection-invalidation",
+            {
+                "record_id": record_id,
+                "surfaces": [
+                    {"surface": surface.name, "through_cursor": str(cursor)}
+                    for surface in self.surfaces
+                ],
+            },
+        )
+        return {
+            "projection_invalidation": "complete",
+            "coverage_receipt_digest": coverage["receipt_digest"],
+        }
+
+    def eligible(self, row: RecordRow, now_ms: int) -> bool:
+        return (
+            row.state == "accepted_current"
+            and row.body is not None
+            and row.valid_from_ms <= now_ms
+            and (row.valid_to_ms is None or now_ms <= row.valid_to_ms)
+            and (row.expires_at_ms is None or now_ms < row.expires_at_ms)
+        )
+
+    def body(self, row: RecordRow) -> dict[str, Any]:
+        if row.body is None:
+            raise EngramError(ErrorCode.BLOB_MISSING)
+        record: dict[str, Any] = decode(row.body)
+        if not record_digest_matches(record) or record["record_digest"] != row.record_digest:
+            raise EngramError(ErrorCode.JOURNAL_CORRUPT)
+        return dict(record)
+
+
+def _summary(call: Call, target: str | None, reason_ref: str | None) -> str:
+    parts = [f"Tool: {call.tool}", f"Target: {target or '(new memory)'}"]
+    if reason_ref is not None:
+        parts.append(f"Reason: {reason_ref}")
+    parts.append(f"Scope: tenant {call.ctx.tenant_id}, workspace {call.ctx.workspace_id}")
+    parts.append(f"Requested by: {call.ctx.principal}")
+    return "\n".join(parts)

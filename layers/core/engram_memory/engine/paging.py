@@ -1,0 +1,83 @@
+"""Opaque search page cursors (CONTRACT.md §7.1, §12).
+
+A cursor binds the request digest, the scope and principal, the pinned ``(valid_as_of,
+system_as_of)``, the ``ordered_ids_digest`` and the offset, and is authenticated with the host's
+cursor key so it cannot be forged or moved to another scope. Anything that does not verify is
+``STALE_PAGE``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..contract.canonical import canonical_bytes
+from ..contract.errors import EngramError, ErrorCode
+
+_VERSION = 1
+_TAG_BYTES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class PageState:
+    request_digest: str
+    binding: str  # digest of scope + principal
+    valid_as_of: int
+    system_as_of: str
+    ordered_ids_digest: str
+    offset: int
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def encode_cursor(state: PageState, key: bytes) -> str:
+    body = canonical_bytes(
+        {
+            "v": _VERSION,
+            "rd": state.request_digest,
+            "bd": state.binding,
+            "va": state.valid_as_of,
+            "sa": state.system_as_of,
+            "od": state.ordered_ids_digest,
+            "o": state.offset,
+        }
+    )
+    tag = hmac.new(key, body, hashlib.sha256).digest()[:_TAG_BYTES]
+    return _b64(body) + "." + _b64(tag)
+
+
+def decode_cursor(cursor: str, key: bytes) -> PageState:
+    try:
+        body_part, tag_part = cursor.split(".")
+        body = _unb64(body_part)
+        tag = _unb64(tag_part)
+    except (ValueError, binascii.Error):
+        raise EngramError(ErrorCode.STALE_PAGE) from None
+    expected = hmac.new(key, body, hashlib.sha256).digest()[:_TAG_BYTES]
+    if not hmac.compare_digest(tag, expected):
+        raise EngramError(ErrorCode.STALE_PAGE)
+    try:
+        data: dict[str, Any] = json.loads(body)
+        if data["v"] != _VERSION:
+            raise EngramError(ErrorCode.STALE_PAGE)
+        return PageState(
+            request_digest=str(data["rd"]),
+            binding=str(data["bd"]),
+            valid_as_of=int(data["va"]),
+            system_as_of=str(data["sa"]),
+            ordered_ids_digest=str(data["od"]),
+            offset=int(data["o"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        raise EngramError(ErrorCode.STALE_PAGE) from None

@@ -1,0 +1,360 @@
+"""Ports: the small interfaces the engine needs from the outside world.
+
+Each port has an embedded adapter (``adapters.local``) and, later, an AWS adapter; one behavioural
+suite runs over both. Adapters raise only the exceptions defined here (translating vendor
+exceptions with ``raise ... from exc``); the engine maps them to contract codes once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from .context import Scope
+
+CandidateState = Literal["pending", "rejected", "withdrawn", "admitted"]
+RecordState = Literal[
+    "accepted_current", "accepted_disputed", "historical", "expired", "trust_invalid", "tombstoned"
+]
+
+# --------------------------------------------------------------------------------------------
+# Port exceptions
+# --------------------------------------------------------------------------------------------
+
+
+class PortError(Exception):
+    """Base of every exception an adapter may raise through a port."""
+
+
+class StoreUnavailable(PortError):
+    """The store could not be reached or refused the operation; nothing was committed."""
+
+
+class CommitOutcomeUnknown(PortError):
+    """The commit may or may not have been applied (e.g. a timeout while committing)."""
+
+
+class CommitConflict(PortError):
+    """A commit condition failed; nothing was written.
+
+    ``reason`` says which: ``head`` (the journal moved), ``ledger`` (the idempotency key is taken),
+    ``state`` (the target's state moved), ``approval`` (the confirmation was already used).
+    """
+
+    def __init__(self, reason: Literal["head", "ledger", "state", "approval"]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class VaultUnavailable(PortError):
+    """The vault could not seal, open or destroy right now (transient)."""
+
+
+class KeyDestroyed(PortError):
+    """The data key of a sealed blob no longer exists: the blob can never be opened."""
+
+
+class SealIntegrityError(PortError):
+    """The ciphertext failed authentication or does not belong to the given context."""
+
+
+class IndexUnavailable(PortError):
+    """A projection index could not be queried or updated right now."""
+
+
+class PolicyUnavailable(PortError):
+    """An external admission decision hook is down."""
+
+
+class ConfirmationDeclined(PortError):
+    """The human declined, cancelled, or the confirmation round failed (tampered, expired...)."""
+
+
+class ConfirmationPending(PortError):
+    """The workflow needs another round trip with the human before it can answer.
+
+    The MCP surface catches it, asks the human (elicitation), and calls the engine again with a
+    workflow that holds the answer. It carries the request so the surface can describe it.
+    """
+
+    def __init__(self, request: ConfirmationRequest) -> None:
+        super().__init__("confirmation pending")
+        self.request = request
+
+
+class ConfirmationChannelUnavailable(PortError):
+    """There is no way to ask a human (e.g. the client declares no elicitation capability)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Store
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JournalHead:
+    cursor: int
+    event_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEvent:
+    cursor: int
+    event_hash: str
+    body: bytes  # canonical JSON of the event, including ``previous_event_hash``
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    principal: str
+    idempotency_key: str
+    tool: str
+    target: str | None
+    intent_hash: str
+    output: bytes  # canonical JSON of the first committed output value
+    cursor: int
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateRow:
+    candidate_id: str
+    principal: str
+    state: CandidateState
+    payload_digest: str
+    record_digest: str
+    record_id: str
+    capture_cursor: int
+    key_ref: str
+    sealed: bytes
+    policy_version: str
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRow:
+    record_id: str
+    state: RecordState
+    record_digest: str
+    payload_digest: str
+    candidate_id: str
+    valid_from_ms: int
+    valid_to_ms: int | None
+    expires_at_ms: int | None
+    accepted_cursor: int
+    body: bytes | None  # canonical JSON of the full record; None once crypto-shredded (tombstone)
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionDoc:
+    """What a lexical projection indexes for one record: analyzed terms per weighted field."""
+
+    record_id: str
+    fields: Mapping[str, str]  # field name -> space-joined analyzed terms
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionChange:
+    upsert: ProjectionDoc | None = None
+    delete_record_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StateTransition:
+    target_id: str
+    from_state: str
+    to_state: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """Work that must complete after a commit without further calls (key shredding, projections)."""
+
+    item_id: str
+    kind: Literal["destroy_key", "drop_projection"]
+    scope: Scope
+    target: str  # key_ref for destroy_key, record_id for drop_projection
+    surface: str = ""  # projection surface name for drop_projection
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSet:
+    """One atomic mutation: everything here commits together or not at all.
+
+    Conditions checked inside the commit: the journal head still equals ``expected_head``; the
+    ledger key is free; each transition's ``from_state`` still holds; ``approval_id`` is unused.
+    """
+
+    scope: Scope
+    expected_head: JournalHead
+    ledger: LedgerEntry
+    event: JournalEvent | None = None
+    new_candidate: CandidateRow | None = None
+    candidate_transition: StateTransition | None = None
+    new_record: RecordRow | None = None
+    record_transition: StateTransition | None = None
+    shred_record_body: bool = False
+    tombstone_payload_digest: str | None = None
+    projection: ProjectionChange | None = None
+    approval_id: str | None = None
+    outbox: Sequence[OutboxItem] = field(default_factory=tuple)
+
+
+class Store(Protocol):
+    """The canonical store: journal, candidates, records, ledger, tombstones, outbox."""
+
+    def head(self, scope: Scope) -> JournalHead: ...
+
+    def ledger_get(
+        self, scope: Scope, principal: str, idempotency_key: str
+    ) -> LedgerEntry | None: ...
+
+    def candidate_get(self, scope: Scope, candidate_id: str) -> CandidateRow | None: ...
+
+    def record_get(self, scope: Scope, record_id: str) -> RecordRow | None: ...
+
+    def records_get(self, scope: Scope, record_ids: Sequence[str]) -> dict[str, RecordRow]: ...
+
+    def payload_tombstoned(self, scope: Scope, payload_digest: str) -> bool: ...
+
+    def events(self, scope: Scope, after_cursor: int, limit: int) -> list[JournalEvent]: ...
+
+    def commit(self, changes: ChangeSet) -> None:
+        """Apply ``changes`` atomically; raise ``CommitConflict``, ``StoreUnavailable`` or
+        ``CommitOutcomeUnknown``."""
+        ...
+
+    def outbox_pending(self, limit: int) -> list[OutboxItem]: ...
+
+    def outbox_done(self, item_id: str) -> None: ...
+
+    def outbox_has(self, scope: Scope, kind: str, target: str) -> bool: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Vault, index, policy, confirmation, clock, audit
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SealedBlob:
+    key_ref: str
+    ciphertext: bytes
+
+
+class Vault(Protocol):
+    """Seals candidates under per-candidate data keys; destroying a key crypto-shreds its blob."""
+
+    def seal(self, scope: Scope, candidate_id: str, plaintext: bytes) -> SealedBlob: ...
+
+    def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes: ...
+
+    def destroy(self, key_ref: str) -> None:
+        """Durably delete the key; idempotent (destroying a missing key is not an error)."""
+        ...
+
+    def key_exists(self, key_ref: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class IndexHit:
+    record_id: str
+    score: float
+
+
+class LexicalIndex(Protocol):
+    @property
+    def name(self) -> str:
+        """The projection surface's name, as reported in coverage receipts."""
+        ...
+
+    @property
+    def maintained_by_store(self) -> bool:
+        """True when the store applies ``ChangeSet.projection`` inside its own commit (SQLite)."""
+        ...
+
+    def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
+        """Hits ordered by score descending, then ``record_id`` ascending; at most ``depth``."""
+        ...
+
+    def apply(self, scope: Scope, change: ProjectionChange) -> None: ...
+
+    def contains(self, scope: Scope, record_id: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    scope: Scope
+    principal: str
+    candidate_id: str
+    record: Mapping[str, Any]  # the full record the candidate would become (plaintext)
+    evidence: Mapping[str, Any]
+    host_facts: tuple[str, ...]  # strings that are host binding facts and must never be stored
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    decision: Literal["accept", "reject", "adjudication_required"]
+    rule: str  # which rule decided (an identifier, never content)
+
+
+class AdmissionPolicy(Protocol):
+    policy_id: str
+
+    def version(self) -> str: ...
+
+    def decide(self, request: AdmissionRequest) -> PolicyDecision: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationRequest:
+    tool: str
+    target: str | None
+    operation_digest: str
+    principal: str
+    scope: Scope
+    reason_ref: str | None
+    summary: str  # human-readable: tool, target, reason, scope
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    approval_id: str
+    tool: str
+    target: str | None
+    operation_digest: str
+    principal: str
+    scope: Scope
+    issued_at_ms: int  # when the confirmation was requested
+    approved_at_ms: int  # when the human approved
+
+
+class ConfirmationWorkflow(Protocol):
+    def request_approval(self, request: ConfirmationRequest) -> Approval:
+        """Return the human's approval; raise ``ConfirmationDeclined``, ``ConfirmationPending``
+        or ``ConfirmationChannelUnavailable``."""
+        ...
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    audit_id: str
+    at_ms: int
+    tenant_id: str
+    workspace_id: str
+    principal: str
+    agent_id: str | None
+    session_id: str | None
+    tool: str
+    ok: bool
+    code: str  # "OK" or the contract error code
+    target: str | None = None
+    digests: Mapping[str, str] = field(default_factory=dict)  # never plaintext
+
+
+class AuditSink(Protocol):
+    def record(self, event: AuditEvent) -> None: ...

@@ -1,0 +1,142 @@
+"""The engine: the six use cases of CONTRACT.md §4–§10 against the ports.
+
+``Engine.handle(tool, arguments, context)`` is the single entry point the MCP surface and the
+Lambdas call. It validates the raw arguments against the closed models, runs the use case,
+writes one audit event, and returns the result envelope. Protocol refusals (``-32602`` /
+``-32603``) are raised as ``ProtocolRefusal``; a confirmation that needs another round trip with
+the human is raised as ``ConfirmationPending``. Every other outcome is an envelope.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..contract.canonical import canonical_bytes
+from ..contract.envelope import failure, success
+from ..contract.errors import EngramError, ErrorCode, ProtocolRefusal, UnknownTool
+from ..contract.models import (
+    INPUT_MODELS,
+    CaptureInput,
+    ClosedModel,
+    ForgetInput,
+    GetInput,
+    RequestAdmissionInput,
+    SearchInput,
+    WithdrawInput,
+)
+from ..contract.types import INVALID_DIGEST_ERROR, MAX_ARGUMENT_BYTES
+from .context import TOOLS, TrustedContext
+from .kernel import Call, EngineSettings, Kernel, new_audit_id
+from .ports import AuditEvent, ConfirmationPending, ConfirmationWorkflow
+from .usecases.admission import request_admission
+from .usecases.capture import capture
+from .usecases.reads import get, search
+from .usecases.transitions import forget, withdraw
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Engine", "EngineSettings", "new_audit_id"]
+
+
+class Engine(Kernel):
+    """The six tools behind one entry point (see the module docstring)."""
+
+    def handle(
+        self,
+        tool: str,
+        arguments: Any,
+        ctx: TrustedContext,
+        *,
+        confirmations: ConfirmationWorkflow | None = None,
+    ) -> dict[str, Any]:
+        """Run one tool call and return its envelope (see the module docstring)."""
+        call = Call(
+            tool=tool,
+            ctx=ctx,
+            now_ms=self.clock.now_ms(),
+            workflow=confirmations or self.confirmations,
+        )
+        if tool not in TOOLS or tool not in ctx.grants:
+            self._audit(call, ok=False, code="PROTOCOL_UNKNOWN_TOOL")
+            raise UnknownTool()
+        try:
+            self.check_live(call)
+            model = self._validate(tool, arguments)
+            value = self._dispatch(call, model)
+            envelope = success(value, ctx.audit_id)
+            if len(canonical_bytes(envelope)) > self.settings.transport_ceiling_bytes:
+                raise EngramError(ErrorCode.RESULT_TOO_LARGE)
+        except EngramError as error:
+            self._audit(call, ok=False, code=error.code.value)
+            return failure(error.code, ctx.audit_id)
+        except ProtocolRefusal:
+            self._audit(call, ok=False, code="PROTOCOL_CONTEXT_UNAVAILABLE")
+            raise
+        except ConfirmationPending:
+            self._audit(call, ok=False, code="CONFIRMATION_PENDING")
+            raise
+        self._audit(call, ok=True, code="OK")
+        return envelope
+
+    def _dispatch(self, call: Call, model: ClosedModel) -> dict[str, Any]:
+        if isinstance(model, SearchInput):
+            return search(self, call, model)
+        if isinstance(model, GetInput):
+            return get(self, call, model)
+        if isinstance(model, CaptureInput):
+            return self.mutation(call, lambda: capture(self, call, model))
+        if isinstance(model, RequestAdmissionInput):
+            return self.mutation(call, lambda: request_admission(self, call, model))
+        if isinstance(model, WithdrawInput):
+            return self.mutation(call, lambda: withdraw(self, call, model))
+        if isinstance(model, ForgetInput):
+            return self.mutation(call, lambda: forget(self, call, model))
+        raise AssertionError("unreachable: every tool has a model")
+
+    @staticmethod
+    def _validate(tool: str, arguments: Any) -> ClosedModel:
+        if not isinstance(arguments, dict):
+            raise EngramError(ErrorCode.INVALID_SCHEMA)
+        try:
+            size = len(
+                json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            )
+        except (TypeError, ValueError):
+            raise EngramError(ErrorCode.INVALID_SCHEMA) from None
+        if size > MAX_ARGUMENT_BYTES:
+            raise EngramError(ErrorCode.INVALID_SCHEMA)
+        try:
+            return INPUT_MODELS[tool].model_validate(arguments)
+        except ValidationError as exc:
+            kinds = {error["type"] for error in exc.errors()}
+            code = (
+                ErrorCode.INVALID_DIGEST
+                if kinds == {INVALID_DIGEST_ERROR}
+                else ErrorCode.INVALID_SCHEMA
+            )
+            raise EngramError(code) from None
+
+    def _audit(self, call: Call, *, ok: bool, code: str) -> None:
+        ctx = call.ctx
+        event = AuditEvent(
+            audit_id=ctx.audit_id,
+            at_ms=call.now_ms,
+            tenant_id=ctx.tenant_id,
+            workspace_id=ctx.workspace_id,
+            principal=ctx.principal,
+            agent_id=ctx.agent_id,
+            session_id=ctx.session_id,
+            tool=call.tool,
+            ok=ok,
+            code=code,
+            target=call.target,
+            digests=dict(call.digests),
+        )
+        try:
+            self.audit.record(event)
+        except Exception:  # an audit outage must not turn a committed mutation into an error
+            log.exception("audit sink failed", extra={"audit_id": ctx.audit_id})

@@ -1,0 +1,187 @@
+"""request_admission: the host policy decides; acceptance promotes atomically (CONTRACT.md §7.4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...contract.canonical import digest
+from ...contract.errors import EngramError, ErrorCode
+from ...contract.models import (
+    RequestAdmissionInput,
+)
+from ...contract.types import format_instant, parse_instant
+from .. import lexical
+from ..journal import build_event
+from ..kernel import Call, Kernel
+from ..ports import (
+    AdmissionRequest,
+    ChangeSet,
+    JournalHead,
+    OutboxItem,
+    PolicyUnavailable,
+    ProjectionChange,
+    ProjectionDoc,
+    RecordRow,
+    StateTransition,
+)
+from ..records import (
+    decode,
+    encode,
+    receipt,
+    scope_ref,
+)
+
+
+def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dict[str, Any]:
+    candidate_id = args.candidate_id
+    call.target = candidate_id
+    intent = k.intent(call, args, candidate_id)
+    replay = k.ledger(call, args.idempotency_key, candidate_id, intent)
+    if replay is not None:
+        stored = decode(replay.output)
+        return {**stored, "replayed": True}
+
+    candidate = k.pending_candidate(call, candidate_id)
+    if candidate.state != "pending":
+        raise EngramError(ErrorCode.NOT_FOUND)
+    approval = k.confirm(call, args, candidate_id, None)
+    del approval  # the decision envelope and transaction receipt carry the decision instead
+    content = k.open_candidate(call, candidate)
+    record: dict[str, Any] = content["record"]
+
+    version_before = k.policy_version()
+    try:
+        decision = k.policy.decide(
+            AdmissionRequest(
+                scope=call.scope,
+                principal=call.ctx.principal,
+                candidate_id=candidate_id,
+                record=record,
+                evidence=content["evidence"],
+                host_facts=call.ctx.host_facts,
+            )
+        )
+    except PolicyUnavailable:
+        raise EngramError(ErrorCode.POLICY_UNAVAILABLE) from None
+    if k.policy_version() != version_before:
+        raise EngramError(ErrorCode.POLICY_STALE)
+
+    verdict = decision.decision
+    if verdict == "accept" and k.read(
+        lambda: k.store.payload_tombstoned(call.scope, candidate.payload_digest)
+    ):
+        verdict = "adjudication_required"  # the tombstone guard: forgotten content stays forgotten
+    envelope = receipt(
+        "admission-decision",
+        {
+            "policy_id": k.policy.policy_id,
+            "policy_version": version_before,
+            "record_digest": candidate.record_digest,
+            "decision": verdict,
+            "issued_at": format_instant(call.now_ms),
+        },
+    )
+    decision_digest = envelope["receipt_digest"]
+    call.digests.update(
+        decision_receipt_digest=decision_digest, record_digest=candidate.record_digest
+    )
+
+    if verdict == "adjudication_required":
+        head = k.read(lambda: k.store.head(call.scope))
+        held = {
+            "status": "pending_adjudication",
+            "candidate_id": candidate_id,
+            "cursor": str(head.cursor),
+            "decision_receipt_digest": decision_digest,
+            "transaction_receipt_digest": digest(
+                "canonical-transaction",
+                {
+                    "operation": "admission_held",
+                    "scope_ref": scope_ref(call.scope),
+                    "target": candidate_id,
+                    "cursor": str(head.cursor),
+                    "decision_receipt_digest": decision_digest,
+                    "intent_hash": intent,
+                },
+            ),
+        }
+        return {"outcome": held, "replayed": False}
+
+    accepted = verdict == "accept"
+    output: dict[str, Any] = {}
+    destroy = OutboxItem(
+        item_id=f"destroy_key:{candidate.key_ref}",
+        kind="destroy_key",
+        scope=call.scope,
+        target=candidate.key_ref,
+    )
+
+    def build(head: JournalHead) -> ChangeSet:
+        cursor = head.cursor + 1
+        event, _ = build_event(
+            head,
+            operation="admit" if accepted else "reject",
+            target=candidate_id,
+            at_ms=call.now_ms,
+            digests={
+                "record_digest": candidate.record_digest,
+                "decision_receipt_digest": decision_digest,
+                "intent_hash": intent,
+            },
+        )
+        outcome: dict[str, Any] = {
+            "status": "accepted" if accepted else "rejected",
+            "candidate_id": candidate_id,
+            "cursor": str(cursor),
+            "decision_receipt_digest": decision_digest,
+            "transaction_receipt_digest": k.transaction_receipt(
+                call,
+                "admit" if accepted else "reject",
+                candidate_id,
+                cursor,
+                event.event_hash,
+                intent,
+            ),
+        }
+        if accepted:
+            outcome["record_id"] = candidate.record_id
+        output.clear()
+        output.update({"outcome": outcome, "replayed": False})
+        new_record = projection = None
+        if accepted:
+            valid_time = record["valid_time"]
+            expires_at = record["retention"].get("expires_at")
+            new_record = RecordRow(
+                record_id=candidate.record_id,
+                state="accepted_current",
+                record_digest=candidate.record_digest,
+                payload_digest=candidate.payload_digest,
+                candidate_id=candidate_id,
+                valid_from_ms=valid_time["t"],
+                valid_to_ms=valid_time.get("t_end"),
+                expires_at_ms=parse_instant(expires_at) if expires_at else None,
+                accepted_cursor=cursor,
+                body=encode(record),
+            )
+            projection = ProjectionChange(
+                upsert=ProjectionDoc(candidate.record_id, lexical.projection_fields(record))
+            )
+        return ChangeSet(
+            scope=call.scope,
+            expected_head=head,
+            ledger=k.ledger_entry(call, args.idempotency_key, candidate_id, intent, output, cursor),
+            event=event,
+            candidate_transition=StateTransition(
+                candidate_id, "pending", "admitted" if accepted else "rejected"
+            ),
+            new_record=new_record,
+            projection=projection,
+            approval_id=call.approval.approval_id if call.approval else None,
+            outbox=(destroy,),
+        )
+
+    changes = k.commit(call, build)
+    if accepted and changes.projection is not None:
+        k.apply_upsert(call.scope, changes.projection)
+    k.run_outbox(changes.outbox)
+    return output

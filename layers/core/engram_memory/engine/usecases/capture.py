@@ -1,0 +1,140 @@
+"""capture: seal the agent's material as a pending candidate (CONTRACT.md §7.3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...contract.canonical import candidate_id_for
+from ...contract.errors import EngramError, ErrorCode
+from ...contract.models import (
+    CaptureInput,
+)
+from ...contract.types import format_instant, parse_instant
+from ..journal import build_event
+from ..kernel import Call, Kernel, StateMoved
+from ..ports import (
+    CandidateRow,
+    ChangeSet,
+    JournalHead,
+)
+from ..records import (
+    build_record,
+    decode,
+    evidence_object,
+    stored_payload,
+)
+
+
+def capture(k: Kernel, call: Call, args: CaptureInput) -> dict[str, Any]:
+    ctx = call.ctx
+    k.check_purpose(call, args.payload.purpose_ref)
+    candidate_id = candidate_id_for(
+        ctx.tenant_id, ctx.workspace_id, ctx.principal, args.idempotency_key
+    )
+    call.target = candidate_id
+    intent = k.intent(call, args, None)
+    replay = k.ledger(call, args.idempotency_key, None, intent)
+    if replay is not None:
+        stored: dict[str, Any] = decode(replay.output)
+        return {**stored, "status": "duplicate_exact"}
+
+    check_retention(k, call, args)
+    payload = stored_payload(args, call.scope)
+    evidence = evidence_object(args)
+    approval = k.confirm(call, args, None, None)
+    authorization = k.authorization_receipt(
+        call, approval, {"purpose_ref": ctx.purpose_ref, "at": format_instant(call.now_ms)}
+    )
+    policy_version = k.policy_version()
+    sealed_keys: list[str] = []
+    output: dict[str, Any] = {}
+
+    def build(head: JournalHead) -> ChangeSet:
+        cursor = head.cursor + 1
+        record = build_record(
+            payload,
+            evidence,
+            recorded_at_ms=call.now_ms,
+            recorded_cursor=cursor,
+            authorization_receipt_digest=authorization,
+        )
+        blob = k.seal(call, candidate_id, {"record": record, "evidence": evidence})
+        sealed_keys.append(blob.key_ref)
+        event, _ = build_event(
+            head,
+            operation="capture",
+            target=candidate_id,
+            at_ms=call.now_ms,
+            digests={
+                "payload_digest": record["payload_digest"],
+                "record_digest": record["record_digest"],
+                "intent_hash": intent,
+            },
+        )
+        output.clear()
+        output.update(
+            {
+                "status": "committed_pending",
+                "candidate_id": candidate_id,
+                "record_digest": record["record_digest"],
+                "cursor": str(cursor),
+                "transaction_receipt_digest": k.transaction_receipt(
+                    call, "capture", candidate_id, cursor, event.event_hash, intent
+                ),
+            }
+        )
+        call.digests.update(
+            payload_digest=record["payload_digest"], record_digest=record["record_digest"]
+        )
+        return ChangeSet(
+            scope=call.scope,
+            expected_head=head,
+            ledger=k.ledger_entry(call, args.idempotency_key, None, intent, output, cursor),
+            event=event,
+            new_candidate=CandidateRow(
+                candidate_id=candidate_id,
+                principal=ctx.principal,
+                state="pending",
+                payload_digest=record["payload_digest"],
+                record_digest=record["record_digest"],
+                record_id=record["record_id"],
+                capture_cursor=cursor,
+                key_ref=blob.key_ref,
+                sealed=blob.ciphertext,
+                policy_version=policy_version,
+                created_at_ms=call.now_ms,
+            ),
+            approval_id=approval.approval_id if approval else None,
+        )
+
+    try:
+        changes = k.commit(call, build)
+    except EngramError as error:
+        # A definite failure leaves no candidate: shred every key sealed for it. When the
+        # outcome is unknown the last key may guard a committed candidate, so keep that one.
+        keep = sealed_keys[-1:] if error.code is ErrorCode.MUTATION_OUTCOME_UNKNOWN else []
+        k.shred_unused(sealed_keys, keep)
+        raise
+    except StateMoved:
+        k.shred_unused(sealed_keys, [])
+        raise
+    committed_key = changes.new_candidate.key_ref if changes.new_candidate else None
+    k.shred_unused(sealed_keys, [committed_key] if committed_key else [])
+    return output
+
+
+def check_retention(k: Kernel, call: Call, args: CaptureInput) -> None:
+    retention = args.payload.retention
+    policy = call.ctx.retention
+    if retention is not None:
+        if retention.expires_at is not None:
+            expires_ms = parse_instant(retention.expires_at)
+            if expires_ms <= call.now_ms:
+                raise EngramError(ErrorCode.INVALID_SCHEMA)
+            if expires_ms - call.now_ms > policy.max_expires_in_s * 1000:
+                raise EngramError(ErrorCode.UNAUTHORIZED)
+        if retention.derivative_rule == "retain" and not policy.allow_retain:
+            raise EngramError(ErrorCode.UNAUTHORIZED)
+    reconciliation = args.payload.reconciliation
+    if reconciliation is not None and reconciliation.family_refs and not call.ctx.reconcile_consent:
+        raise EngramError(ErrorCode.UNAUTHORIZED)

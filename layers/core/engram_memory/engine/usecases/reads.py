@@ -1,0 +1,183 @@
+"""search and get: only current accepted records, revalidated, redacted, with receipts (§7.1, §7.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...contract.canonical import canonical_bytes, digest, digest_without
+from ...contract.errors import EngramError, ErrorCode
+from ...contract.models import (
+    GetInput,
+    SearchInput,
+)
+from ...contract.types import format_instant
+from .. import lexical
+from ..kernel import Call, Kernel
+from ..paging import PageState, decode_cursor, encode_cursor
+from ..ports import (
+    IndexUnavailable,
+)
+from ..records import (
+    receipt,
+    scope_ref,
+)
+from ..redaction import redact
+
+
+def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
+    k.check_purpose(call, args.purpose_ref)
+    if (
+        args.capability_policy.minimum_channels == "lexical_and_semantic"
+        and not k.semantic_available
+    ):
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE)
+    now = call.now_ms
+    request_digest = digest(
+        "search-request",
+        {
+            "query": args.query,
+            "purpose_ref": args.purpose_ref,
+            "limit": args.limit,
+            "max_packet_bytes": args.max_packet_bytes,
+            "capability_policy": args.capability_policy.model_dump(mode="json"),
+        },
+    )
+    call.digests["request_digest"] = request_digest
+    binding = digest(
+        "page-binding", {"scope_ref": scope_ref(call.scope), "principal": call.ctx.principal}
+    )
+    head = k.read(lambda: k.store.head(call.scope))
+
+    terms = lexical.query_terms(args.query)
+    try:
+        hits = k.lexical.search(call.scope, terms, k.settings.rank_depth) if terms else []
+    except IndexUnavailable:
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
+    rows = k.read(lambda: k.store.records_get(call.scope, [h.record_id for h in hits]))
+    ranked = [h for h in hits if h.record_id in rows and k.eligible(rows[h.record_id], now)]
+    ordered_ids = [h.record_id for h in ranked]
+    ordered_digest = digest("ordered-ids", ordered_ids)
+
+    offset, valid_as_of, system_as_of = 0, now, str(head.cursor)
+    if args.page_cursor is not None:
+        state = decode_cursor(args.page_cursor, k.settings.cursor_key)
+        if (
+            state.request_digest != request_digest
+            or state.binding != binding
+            or state.ordered_ids_digest != ordered_digest
+            or not 0 < state.offset < len(ordered_ids)
+        ):
+            raise EngramError(ErrorCode.STALE_PAGE)
+        offset, valid_as_of, system_as_of = state.offset, state.valid_as_of, state.system_as_of
+
+    packets: list[dict[str, Any]] = []
+    used = 0
+    for position in range(offset, min(offset + args.limit, len(ranked))):
+        hit = ranked[position]
+        record, redacted, redaction_digest = redact(
+            k.body(rows[hit.record_id]), k.settings.redaction
+        )
+        packet = {
+            "record": record,
+            "redacted_fields": redacted,
+            "redaction_receipt_digest": redaction_digest,
+            "score": round(hit.score, 6),
+            "rank": position + 1,
+        }
+        size = len(canonical_bytes(packet))
+        if size > args.max_packet_bytes:
+            raise EngramError(ErrorCode.PROJECTION_OVERSIZED)
+        if used + size > args.max_packet_bytes:
+            break
+        used += size
+        packets.append(packet)
+
+    revalidation = digest(
+        "revalidation",
+        {
+            "valid_as_of": now,
+            "system_as_of": str(head.cursor),
+            "checked": len(hits),
+            "eligible": len(ranked),
+            "ordered_ids_digest": ordered_digest,
+        },
+    )
+    rank_receipt = receipt(
+        "rank-receipt",
+        {
+            "request_digest": request_digest,
+            "profile": lexical.PROFILE,
+            "profile_version": lexical.PROFILE_VERSION,
+            "profile_config_digest": lexical.PROFILE_CONFIG_DIGEST,
+            "valid_as_of": valid_as_of,
+            "system_as_of": system_as_of,
+            "candidate_count": len(hits),
+            "candidate_ids_digest": digest("candidate-ids", sorted(h.record_id for h in hits)),
+            "ordered_ids_digest": ordered_digest,
+            "scoring_formula_ref": lexical.SCORING_FORMULA_REF,
+            "revalidation_receipt_digest": revalidation,
+            "issued_at": format_instant(now),
+        },
+    )
+    value: dict[str, Any] = {"records": packets, "rank_receipt": rank_receipt}
+    next_offset = offset + len(packets)
+    if next_offset < len(ranked):
+        value["next_page_cursor"] = encode_cursor(
+            PageState(
+                request_digest=request_digest,
+                binding=binding,
+                valid_as_of=valid_as_of,
+                system_as_of=system_as_of,
+                ordered_ids_digest=ordered_digest,
+                offset=next_offset,
+            ),
+            k.settings.cursor_key,
+        )
+    value["response_digest"] = digest_without("search-response", value, "response_digest")
+    return value
+
+
+def get(k: Kernel, call: Call, args: GetInput) -> dict[str, Any]:
+    k.check_purpose(call, args.purpose_ref)
+    call.target = args.record_id
+    now = call.now_ms
+    row = k.read(lambda: k.store.record_get(call.scope, args.record_id))
+    if row is None or not k.eligible(row, now):
+        raise EngramError(ErrorCode.NOT_FOUND)
+    head = k.read(lambda: k.store.head(call.scope))
+    full = k.body(row)
+    record, redacted, redaction_digest = redact(full, k.settings.redaction)
+    read_receipt = receipt(
+        "read-receipt",
+        {
+            "record_id": row.record_id,
+            "record_digest": row.record_digest,
+            "valid_as_of": now,
+            "system_as_of": str(head.cursor),
+            "validated_through_cursor": str(head.cursor),
+            "authorization_receipt_digest": k.authorization_receipt(
+                call, None, {"purpose_ref": call.ctx.purpose_ref, "at": format_instant(now)}
+            ),
+            "revalidation_receipt_digest": digest(
+                "revalidation",
+                {
+                    "record_id": row.record_id,
+                    "state": row.state,
+                    "valid_as_of": now,
+                    "system_as_of": str(head.cursor),
+                },
+            ),
+            "checked_at": format_instant(now),
+        },
+    )
+    value: dict[str, Any] = {
+        "record": record,
+        "redacted_fields": redacted,
+        "redaction_receipt_digest": redaction_digest,
+        "read_receipt": read_receipt,
+    }
+    value["packet_digest"] = digest_without("get-packet", value, "packet_digest")
+    call.digests["record_digest"] = row.record_digest
+    if len(canonical_bytes(value)) > args.max_packet_bytes:
+        raise EngramError(ErrorCode.PROJECTION_OVERSIZED)
+    return value

@@ -1,0 +1,167 @@
+"""withdraw and forget: confirmation-gated terminal transitions (CONTRACT.md §7.5, §7.6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...contract.errors import EngramError, ErrorCode
+from ...contract.models import (
+    ForgetInput,
+    WithdrawInput,
+)
+from ..journal import build_event
+from ..kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
+from ..ports import (
+    ChangeSet,
+    JournalHead,
+    OutboxItem,
+    ProjectionChange,
+    StateTransition,
+)
+from ..records import (
+    decode,
+)
+
+
+def withdraw(k: Kernel, call: Call, args: WithdrawInput) -> dict[str, Any]:
+    candidate_id = args.candidate_id
+    call.target = candidate_id
+    intent = k.intent(call, args, candidate_id)
+    replay = k.ledger(call, args.idempotency_key, candidate_id, intent)
+    if replay is not None:
+        stored = decode(replay.output)
+        candidate = k.read(lambda: k.store.candidate_get(call.scope, candidate_id))
+        return {**stored, "replayed": True, "key_destruction": k.key_destruction(candidate)}
+
+    candidate = k.pending_candidate(call, candidate_id)
+    if candidate.state in ("withdrawn", "rejected"):
+        raise EngramError(ErrorCode.ALREADY_TERMINAL)
+    if candidate.state == "admitted":
+        raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+    approval = k.confirm(call, args, candidate_id, args.reason_ref)
+    authorization = k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref})
+    destroy = OutboxItem(
+        item_id=f"destroy_key:{candidate.key_ref}",
+        kind="destroy_key",
+        scope=call.scope,
+        target=candidate.key_ref,
+    )
+    output: dict[str, Any] = {}
+
+    def build(head: JournalHead) -> ChangeSet:
+        cursor = head.cursor + 1
+        event, event_id = build_event(
+            head,
+            operation="withdraw",
+            target=candidate_id,
+            at_ms=call.now_ms,
+            digests={"authorization_receipt_digest": authorization, "intent_hash": intent},
+        )
+        output.clear()
+        output.update(
+            {
+                "receipt": {
+                    "event_id": event_id,
+                    "operation": "withdraw",
+                    "from_state": "pending",
+                    "to_state": "withdrawn",
+                    "cursor": str(cursor),
+                    "event_digest": event.event_hash,
+                    "authorization_receipt_digest": authorization,
+                    "transaction_receipt_digest": k.transaction_receipt(
+                        call, "withdraw", candidate_id, cursor, event.event_hash, intent
+                    ),
+                },
+                "replayed": False,
+                "key_destruction": "pending",
+            }
+        )
+        return ChangeSet(
+            scope=call.scope,
+            expected_head=head,
+            ledger=k.ledger_entry(call, args.idempotency_key, candidate_id, intent, output, cursor),
+            event=event,
+            candidate_transition=StateTransition(candidate_id, "pending", "withdrawn"),
+            approval_id=approval.approval_id if approval else None,
+            outbox=(destroy,),
+        )
+
+    changes = k.commit(call, build)
+    complete = k.run_outbox(changes.outbox)
+    return {**output, "key_destruction": "complete" if complete else "pending"}
+
+
+def forget(k: Kernel, call: Call, args: ForgetInput) -> dict[str, Any]:
+    record_id = args.record_id
+    call.target = record_id
+    intent = k.intent(call, args, record_id)
+    replay = k.ledger(call, args.idempotency_key, record_id, intent)
+    if replay is not None:
+        stored = decode(replay.output)
+        progress = k.invalidation_progress(call.scope, record_id, int(stored["receipt"]["cursor"]))
+        return {**stored, "replayed": True, **progress}
+
+    row = k.read(lambda: k.store.record_get(call.scope, record_id))
+    if row is None:
+        raise EngramError(ErrorCode.NOT_FOUND)
+    if row.state == "tombstoned":
+        raise EngramError(ErrorCode.ALREADY_TERMINAL)
+    if row.state not in RECORD_STATES_FORGETTABLE:
+        raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+    approval = k.confirm(call, args, record_id, args.reason_ref)
+    authorization = k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref})
+    call.digests.update(record_digest=row.record_digest)
+    drop = ProjectionChange(delete_record_id=record_id)
+    outbox = k.deferred_drops(call.scope, record_id)
+    output: dict[str, Any] = {}
+
+    def build(head: JournalHead) -> ChangeSet:
+        cursor = head.cursor + 1
+        event, event_id = build_event(
+            head,
+            operation="tombstone",
+            target=record_id,
+            at_ms=call.now_ms,
+            digests={
+                "record_digest": row.record_digest,
+                "payload_digest": row.payload_digest,
+                "authorization_receipt_digest": authorization,
+                "intent_hash": intent,
+            },
+        )
+        output.clear()
+        output.update(
+            {
+                "receipt": {
+                    "event_id": event_id,
+                    "operation": "tombstone",
+                    "from_state": row.state,
+                    "to_state": "tombstoned",
+                    "cursor": str(cursor),
+                    "event_digest": event.event_hash,
+                    "authorization_receipt_digest": authorization,
+                    "transaction_receipt_digest": k.transaction_receipt(
+                        call, "tombstone", record_id, cursor, event.event_hash, intent
+                    ),
+                },
+                "replayed": False,
+                "projection_invalidation": "pending",
+            }
+        )
+        return ChangeSet(
+            scope=call.scope,
+            expected_head=head,
+            ledger=k.ledger_entry(call, args.idempotency_key, record_id, intent, output, cursor),
+            event=event,
+            record_transition=StateTransition(record_id, row.state, "tombstoned"),
+            shred_record_body=True,
+            tombstone_payload_digest=row.payload_digest,
+            projection=drop,
+            approval_id=approval.approval_id if approval else None,
+            outbox=tuple(outbox),
+        )
+
+    changes = k.commit(call, build)
+    k.run_outbox(changes.outbox)
+    cursor = int(output["receipt"]["cursor"])
+    return {**output, **k.invalidation_progress(call.scope, record_id, cursor)}

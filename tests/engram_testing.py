@@ -1,0 +1,353 @@
+"""Test support shared by every tier: fakes, argument builders and the engine harness.
+
+Fakes over mocks: the clock, the confirmation workflow and a scripted admission policy are small
+real implementations of their ports; faults are injected through the adapters' own seams.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from engram_memory.adapters.local.audit import MemoryAuditLog
+from engram_memory.adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore
+from engram_memory.adapters.local.vault import LocalVault
+from engram_memory.engine.context import TOOLS, RetentionPolicy, TrustedContext
+from engram_memory.engine.ports import (
+    AdmissionRequest,
+    Approval,
+    ConfirmationChannelUnavailable,
+    ConfirmationDeclined,
+    ConfirmationRequest,
+    PolicyDecision,
+    PolicyUnavailable,
+)
+from engram_memory.engine.service import Engine, EngineSettings, new_audit_id
+
+TENANT = "tenant-acme-0001"
+WORKSPACE = "ws-research-0001"
+OTHER_WORKSPACE = "ws-finance-0002"
+PRINCIPAL = "agent-alice"
+PURPOSE = "purpose:general"
+START_MS = 1_780_000_000_000  # 2026-05-28, a fixed "now" for deterministic tests
+
+
+def sha(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+class FakeClock:
+    def __init__(self, now_ms: int = START_MS) -> None:
+        self.now = now_ms
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+class ScriptedConfirmations:
+    """A confirmation workflow whose human approves, declines, or hands back a doctored approval."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.mode = "approve"  # approve | decline | no_channel
+        self.requests: list[ConfirmationRequest] = []
+        self.fixed: Approval | None = None  # hand back this approval every time (reuse)
+        self.doctor: Callable[[Approval], Approval] | None = None
+        self.last: Approval | None = None
+
+    def request_approval(self, request: ConfirmationRequest) -> Approval:
+        self.requests.append(request)
+        if self.mode == "decline":
+            raise ConfirmationDeclined("declined")
+        if self.mode == "no_channel":
+            raise ConfirmationChannelUnavailable("no channel")
+        if self.fixed is not None:
+            return self.fixed
+        approval = Approval(
+            approval_id="apr_" + uuid.uuid4().hex,
+            tool=request.tool,
+            target=request.target,
+            operation_digest=request.operation_digest,
+            principal=request.principal,
+            scope=request.scope,
+            issued_at_ms=self.clock.now_ms(),
+            approved_at_ms=self.clock.now_ms(),
+        )
+        if self.doctor is not None:
+            approval = self.doctor(approval)
+        self.last = approval
+        return approval
+
+
+class ScriptedPolicy:
+    """An admission policy that answers what the test says."""
+
+    policy_id = "scripted-policy"
+
+    def __init__(self, decision: str = "accept") -> None:
+        self.decision = decision
+        self.version_value = "v1"
+        self.unavailable = False
+        self.move_version_during_decide = False
+        self.seen: list[AdmissionRequest] = []
+
+    def version(self) -> str:
+        if self.unavailable:
+            raise PolicyUnavailable("down")
+        return self.version_value
+
+    def decide(self, request: AdmissionRequest) -> PolicyDecision:
+        self.seen.append(request)
+        if self.unavailable:
+            raise PolicyUnavailable("down")
+        if self.move_version_during_decide:
+            self.version_value += "+"
+        return PolicyDecision(self.decision, "scripted")  # type: ignore[arg-type]
+
+
+def context(
+    *,
+    principal: str = PRINCIPAL,
+    workspace: str = WORKSPACE,
+    tenant: str = TENANT,
+    purpose: str = PURPOSE,
+    **overrides: Any,
+) -> TrustedContext:
+    base = TrustedContext(
+        tenant_id=tenant,
+        workspace_id=workspace,
+        principal=principal,
+        purpose_ref=purpose,
+        audit_id=new_audit_id(),
+        grants=frozenset(TOOLS),
+        retention=RetentionPolicy(),
+    )
+    return replace(base, **overrides)
+
+
+def capture_args(
+    text: str = "Use WAL mode for the embedded store; it lets readers run beside one writer.",
+    *,
+    key: str = "capture-key-000001",
+    valid_from: int = START_MS - 86_400_000,
+    purpose: str = PURPOSE,
+    **payload_overrides: Any,
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "schema_version": 2,
+        "purpose_ref": purpose,
+        "valid_time": {"t": valid_from},
+        "components": [
+            {
+                "component_id": "component:decision",
+                "kind": "decision",
+                "text": text,
+                "citation_ids": ["citation:source"],
+            }
+        ],
+        "primary_component_id": "component:decision",
+        "primary_event": {
+            "at": valid_from,
+            "type_ref": "event:decided",
+            "citation_id": "citation:source",
+        },
+        "citations": [
+            {
+                "citation_id": "citation:source",
+                "source_ref": "source:design-notes",
+                "locator": {"scheme": "document", "value": "notes#wal"},
+                "content_digest": sha(text),
+            }
+        ],
+    }
+    payload.update(payload_overrides)
+    return {
+        "idempotency_key": key,
+        "payload": payload,
+        "evidence": {
+            "evidence_ref": "evidence:review",
+            "evidence_digest": sha("evidence:" + text),
+            "citation_ids": ["citation:source"],
+        },
+    }
+
+
+@dataclass
+class Harness:
+    """One engine over one adapter set, with the fakes a behavioural test steers."""
+
+    engine: Engine
+    store: Any
+    vault: Any
+    index: Any
+    clock: FakeClock
+    confirmations: ScriptedConfirmations
+    audit: MemoryAuditLog
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    # Every piece of key material the system still holds (for crypto-shredding checks).
+    held_keys: Callable[[], list[bytes]] = field(default=lambda: [])
+    _keys: int = 0
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def call(self, tool: str, arguments: Any, ctx: TrustedContext | None = None) -> dict[str, Any]:
+        return self.engine.handle(tool, arguments, ctx or context())
+
+    def ok(self, tool: str, arguments: Any, ctx: TrustedContext | None = None) -> dict[str, Any]:
+        envelope = self.call(tool, arguments, ctx)
+        assert envelope["ok"], envelope
+        value: dict[str, Any] = envelope["output"]["value"]
+        return value
+
+    def error(self, tool: str, arguments: Any, ctx: TrustedContext | None = None) -> str:
+        envelope = self.call(tool, arguments, ctx)
+        assert not envelope["ok"], envelope
+        code: str = envelope["error"]["code"]
+        return code
+
+    # -- shortcuts -----------------------------------------------------------------------------
+
+    def next_key(self, prefix: str = "key") -> str:
+        self._keys += 1
+        return f"{prefix}-{self._keys:012d}"
+
+    def capture(
+        self,
+        text: str = "The deploy script needs the staging flag.",
+        ctx: TrustedContext | None = None,
+        **kw: Any,
+    ) -> dict[str, Any]:
+        key = kw.pop("key", None) or self.next_key("capture")
+        return self.ok("capture", capture_args(text, key=key, **kw), ctx)
+
+    def admit(
+        self, candidate_id: str, ctx: TrustedContext | None = None, key: str | None = None
+    ) -> dict[str, Any]:
+        return self.ok(
+            "request_admission",
+            {"candidate_id": candidate_id, "idempotency_key": key or self.next_key("admit")},
+            ctx,
+        )
+
+    def remember(
+        self,
+        text: str = "The deploy script needs the staging flag.",
+        ctx: TrustedContext | None = None,
+        **kw: Any,
+    ) -> str:
+        captured = self.capture(text, ctx, **kw)
+        outcome = self.admit(captured["candidate_id"], ctx)["outcome"]
+        assert outcome["status"] == "accepted", outcome
+        record_id: str = outcome["record_id"]
+        return record_id
+
+    def search(self, query: str, ctx: TrustedContext | None = None, **kw: Any) -> dict[str, Any]:
+        return self.ok("search", {"query": query, "purpose_ref": PURPOSE, **kw}, ctx)
+
+    def get(self, record_id: str, ctx: TrustedContext | None = None) -> dict[str, Any]:
+        return self.call("get", {"record_id": record_id, "purpose_ref": PURPOSE}, ctx)
+
+    def forget(
+        self, record_id: str, key: str | None = None, ctx: TrustedContext | None = None
+    ) -> dict[str, Any]:
+        return self.call(
+            "forget",
+            {
+                "record_id": record_id,
+                "idempotency_key": key or self.next_key("forget"),
+                "reason_ref": "reason:obsolete",
+            },
+            ctx,
+        )
+
+    def withdraw(
+        self, candidate_id: str, key: str | None = None, ctx: TrustedContext | None = None
+    ) -> dict[str, Any]:
+        return self.call(
+            "withdraw",
+            {
+                "candidate_id": candidate_id,
+                "idempotency_key": key or self.next_key("withdraw"),
+                "reason_ref": "reason:mistake",
+            },
+            ctx,
+        )
+
+
+def embedded_harness(tmp_path: Path, *, fault_hook: Any = None) -> Harness:
+    from engram_memory.policy.builtin import BuiltinAdmissionPolicy
+
+    clock = FakeClock()
+    store = SqliteStore(tmp_path / "engram.db", fault_hook=fault_hook)
+    master_key = b"\x07" * 32
+    vault = LocalVault(tmp_path / "keys.db", master_key)
+    index = SqliteLexicalIndex(store)
+    confirmations = ScriptedConfirmations(clock)
+    audit = MemoryAuditLog()
+    engine = Engine(
+        store=store,
+        vault=vault,
+        lexical_index=index,
+        admission_policy=BuiltinAdmissionPolicy(),
+        confirmations=confirmations,
+        clock=clock,
+        audit=audit,
+        settings=EngineSettings(cursor_key=b"\x01" * 32),
+    )
+
+    def held_keys() -> list[bytes]:
+        import sqlite3
+
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        from engram_memory.adapters.local.vault import _wrap_aad
+        from engram_memory.engine.context import Scope
+
+        keys = [master_key]
+        scopes_and_candidates = [
+            (Scope(row[0], row[1]), row[2])
+            for row in sqlite3.connect(tmp_path / "engram.db").execute(
+                "SELECT tenant_id, workspace_id, candidate_id FROM candidates"
+            )
+        ]
+        with sqlite3.connect(tmp_path / "keys.db") as conn:
+            for key_ref, nonce, wrapped in conn.execute(
+                "SELECT key_ref, nonce, wrapped FROM data_keys"
+            ):
+                keys.append(bytes(wrapped)[:32])
+                for scope, candidate_id in scopes_and_candidates:
+                    try:
+                        keys.append(
+                            AESGCM(master_key).decrypt(
+                                nonce, wrapped, _wrap_aad(key_ref, scope, candidate_id)
+                            )
+                        )
+                    except Exception:  # noqa: S112 - wrong binding: not this row's key
+                        continue
+        return keys
+
+    return Harness(
+        held_keys=held_keys,
+        engine=engine,
+        store=store,
+        vault=vault,
+        index=index,
+        clock=clock,
+        confirmations=confirmations,
+        audit=audit,
+        closers=[store.close, vault.close],
+    )
+
+
+# Adapter sets the behavioural suite runs over; the AWS set (moto) joins here.
+HARNESS_FACTORIES: dict[str, Callable[[Path], Harness]] = {"embedded": embedded_harness}
