@@ -15,6 +15,7 @@ from ..journal import build_event
 from ..kernel import Call, Kernel
 from ..ports import (
     AdmissionRequest,
+    CandidateRow,
     ChangeSet,
     JournalHead,
     OutboxItem,
@@ -45,7 +46,7 @@ def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dic
     if candidate.state != "pending":
         raise EngramError(ErrorCode.NOT_FOUND)
     approval = k.confirm(call, args, candidate_id, None)
-    del approval  # the decision envelope and transaction receipt carry the decision instead
+    del approval  # consumed in the commit; the decision receipt carries the decision
     content = k.open_candidate(call, candidate)
     record: dict[str, Any] = content["record"]
 
@@ -71,11 +72,42 @@ def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dic
         lambda: k.store.payload_tombstoned(call.scope, candidate.payload_digest)
     ):
         verdict = "adjudication_required"  # the tombstone guard: forgotten content stays forgotten
+    return settle(
+        k,
+        call,
+        candidate,
+        record,
+        verdict=verdict,
+        policy_id=k.policy.policy_id,
+        policy_version=version_before,
+        idempotency_key=args.idempotency_key,
+        intent=intent,
+    )
+
+
+def settle(
+    k: Kernel,
+    call: Call,
+    candidate: CandidateRow,
+    record: dict[str, Any],
+    *,
+    verdict: str,
+    policy_id: str,
+    policy_version: str,
+    idempotency_key: str,
+    intent: str,
+) -> dict[str, Any]:
+    """Issue the decision envelope and apply it: hold (nothing written), accept or reject.
+
+    Acceptance promotes atomically — record, journal event, lexical projection, ledger, and the
+    queued key destruction in one commit; rejection ends the candidate and shreds it the same way.
+    """
+    candidate_id = candidate.candidate_id
     envelope = receipt(
         "admission-decision",
         {
-            "policy_id": k.policy.policy_id,
-            "policy_version": version_before,
+            "policy_id": policy_id,
+            "policy_version": policy_version,
             "record_digest": candidate.record_digest,
             "decision": verdict,
             "issued_at": format_instant(call.now_ms),
@@ -169,7 +201,7 @@ def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dic
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
-            ledger=k.ledger_entry(call, args.idempotency_key, candidate_id, intent, output, cursor),
+            ledger=k.ledger_entry(call, idempotency_key, candidate_id, intent, output, cursor),
             event=event,
             candidate_transition=StateTransition(
                 candidate_id, "pending", "admitted" if accepted else "rejected"
