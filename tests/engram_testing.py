@@ -310,6 +310,7 @@ def embedded_harness(tmp_path: Path, *, fault_hook: Any = None) -> Harness:
         import sqlite3
 
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         from engram_memory.adapters.local.vault import _wrap_aad
         from engram_memory.engine.context import Scope
 

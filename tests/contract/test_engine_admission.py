@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 
 import pytest
+
 from engram_memory.contract.canonical import digest
 from engram_memory.contract.outputs import RequestAdmissionOutput
 from engram_memory.contract.types import format_instant
+
 from engram_testing import Harness, ScriptedPolicy, context
 
 

@@ -6,9 +6,11 @@ import copy
 from typing import Any
 
 import pytest
+
 from engram_memory.contract.outputs import CaptureOutput
 from engram_memory.contract.types import format_instant
 from engram_memory.engine.context import RetentionPolicy
+
 from engram_testing import PURPOSE, START_MS, Harness, capture_args, context
 
 

@@ -6,7 +6,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
 from engram_memory.engine.ports import VaultUnavailable
+
 from engram_testing import Harness, capture_args, context, embedded_harness
 
 PROMOTION_STEPS = [

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from engram_memory.contract.errors import UnknownTool
+
 from engram_testing import OTHER_WORKSPACE, Harness, context
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+
 from engram_memory.contract.canonical import digest, digest_without
 from engram_memory.contract.outputs import GetOutput, SearchOutput
 from engram_memory.contract.types import format_instant
 from engram_memory.engine import lexical
+
 from engram_testing import START_MS, Harness, ScriptedPolicy, capture_args, context
 
 

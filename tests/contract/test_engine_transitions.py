@@ -7,9 +7,11 @@ import dataclasses
 import pytest
 from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
 from aws_encryption_sdk.exceptions import AWSEncryptionSDKClientError
+
 from engram_memory.contract.errors import TrustedContextUnavailable
 from engram_memory.contract.outputs import ForgetOutput, WithdrawOutput
 from engram_memory.engine.ports import KeyDestroyed
+
 from engram_testing import Harness, ScriptedPolicy, capture_args, context
 
 
@@ -194,6 +196,7 @@ def _assert_undecryptable_by_any_held_key(harness: Harness, ciphertext: bytes) -
         AesWrappingAlg,
         CreateRawAesKeyringInput,
     )
+
     from engram_memory.adapters.local.vault import KEY_NAMESPACE
 
     client = aws_encryption_sdk.EncryptionSDKClient(

@@ -11,6 +11,10 @@ import unicodedata
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+
 from engram_memory.contract import types
 from engram_memory.contract.models import (
     INPUT_MODELS,
@@ -21,9 +25,6 @@ from engram_memory.contract.models import (
     SearchInput,
     WithdrawInput,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError
 
 MAX_SAFE = 2**53 - 1
 KEY = "capture-key-0001"  # 16 bytes

@@ -16,6 +16,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+
 from engram_memory.contract.envelope import failure, success
 from engram_memory.contract.errors import ErrorCode
 from engram_memory.contract.schemas import input_schema, output_envelope_schema

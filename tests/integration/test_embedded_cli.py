@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from engram_memory.cli import main
 
 

@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from engram_memory.engine.journal import verify_journal
+
 from engram_testing import capture_args, context, embedded_harness
 
 

@@ -13,11 +13,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from engram_memory.engine.journal import verify_journal
-from engram_testing import capture_args, context, embedded_harness
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from engram_memory.engine.journal import verify_journal
+
+from engram_testing import capture_args, context, embedded_harness
 
 TEXTS = ["alpha harbour notes", "beta harbour notes", "gamma orchard plan", "delta orchard plan"]
 KEYS = [f"model-key-{i:08d}" for i in range(6)]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import AdmissionRequest, PolicyDecision
 from engram_memory.policy.builtin import (

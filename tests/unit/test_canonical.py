@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from engram_memory.contract.canonical import (
     GENESIS_HASH,
     CanonicalizationError,
@@ -23,8 +26,6 @@ from engram_memory.contract.canonical import (
     domain_for,
     record_id_for,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 MAX_SAFE = 2**53 - 1
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")

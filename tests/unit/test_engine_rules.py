@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from engram_memory.contract.errors import EngramError
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope

@@ -6,10 +6,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
 from engram_memory.contract.canonical import GENESIS_HASH, digest
 from engram_memory.contract.errors import EngramError
 from engram_memory.engine.journal import EMPTY_HEAD, build_event, verify_journal
 from engram_memory.engine.records import decode
+
 from engram_testing import context, embedded_harness
 
 

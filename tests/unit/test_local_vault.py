@@ -19,6 +19,7 @@ from aws_cryptographic_material_providers.mpl.models import (
     CreateRawAesKeyringInput,
 )
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 from engram_memory.adapters.local.vault import (
     KEY_NAMESPACE,
     LocalVault,

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from detect_secrets.settings import get_settings
+
 from engram_memory.policy.secrets import SecretFinding, SecretScanner
 
 _ALNUM = string.ascii_letters + string.digits

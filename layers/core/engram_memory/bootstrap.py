@@ -7,6 +7,8 @@ Layout of the data directory (owner-only permissions):
 - ``keys/master.key``           local master key wrapping the per-candidate data keys
 - ``keys/candidate-keys.db``    wrapped per-candidate data keys (never part of a backup)
 - ``keys/cursor.key``           authenticates search page cursors
+- ``keys/issuer-ed25519.pem``   the local host's token issuer key (Ed25519, PKCS#8 PEM)
+- ``host.json``                 the host configuration (resource, tenant, admission, retention)
 
 Backups copy ``engram.db`` only, so destroying a candidate key shreds every copy of its blob.
 """
@@ -17,6 +19,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from .adapters.local.audit import JsonlAuditLog
 from .adapters.local.clock import SystemClock
 from .adapters.local.confirmation import AskHuman, InProcessConfirmations
@@ -24,7 +28,15 @@ from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore
 from .adapters.local.vault import LocalVault, load_or_create_master_key
 from .engine.ports import AdmissionPolicy, AuditSink, Clock, ConfirmationWorkflow
 from .engine.service import Engine, EngineSettings
-from .policy.builtin import BuiltinAdmissionPolicy
+from .host.config import (
+    HostConfig,
+    HostConfigError,
+    describe_validation_error,
+    host_config_path,
+    load_host_config,
+    save_host_config,
+)
+from .host.tokens import issuer_key_path, load_or_create_issuer_key
 
 DATABASE_FILE = "engram.db"
 AUDIT_FILE = "audit.log"
@@ -41,6 +53,7 @@ class EmbeddedHost:
     vault: LocalVault
     audit: AuditSink
     closers: list[object] = field(default_factory=list)
+    config: HostConfig = field(default_factory=HostConfig)
 
     def close(self) -> None:
         self.store.close()
@@ -63,8 +76,16 @@ def open_embedded(
     clock: Clock | None = None,
     audit: AuditSink | None = None,
     store: SqliteStore | None = None,
+    config: HostConfig | None = None,
 ) -> EmbeddedHost:
-    """Open (creating if needed) the embedded engine in ``data_dir``."""
+    """Open (creating if needed) the embedded engine in ``data_dir``.
+
+    The host configuration is ``config`` when given, else ``<data_dir>/host.json`` (defaults when
+    the file is missing; ``HostConfigError`` when it is invalid). The admission policy is
+    ``policy`` when given, else the one the host configuration describes.
+    """
+    config = config if config is not None else load_host_config(data_dir)
+    policy = policy if policy is not None else config.admission_policy()
     prepare_data_dir(data_dir)
     clock = clock or SystemClock()
     keys = data_dir / KEYS_DIR
@@ -75,10 +96,41 @@ def open_embedded(
         store=store,
         vault=vault,
         lexical_index=SqliteLexicalIndex(store),
-        admission_policy=policy or BuiltinAdmissionPolicy(),
+        admission_policy=policy,
         confirmations=confirmations or InProcessConfirmations(ask_human, clock),
         clock=clock,
         audit=audit,
         settings=EngineSettings(cursor_key=load_or_create_master_key(keys / "cursor.key")),
     )
-    return EmbeddedHost(data_dir=data_dir, engine=engine, store=store, vault=vault, audit=audit)
+    return EmbeddedHost(
+        data_dir=data_dir, engine=engine, store=store, vault=vault, audit=audit, config=config
+    )
+
+
+def init_data_dir(data_dir: Path, *, resource: str | None = None) -> HostConfig:
+    """Create everything the embedded host needs in ``data_dir``; idempotent.
+
+    The data and keys directories (0700), the master, cursor and issuer keys, the SQLite database,
+    the key table, the audit log and ``host.json`` (0600). An existing ``host.json`` is kept;
+    ``resource`` replaces its ``resource`` (the audience of every token). Existing keys are never
+    replaced. Raises ``HostConfigError`` for an invalid ``host.json`` or ``resource``, before
+    anything is created.
+    """
+    data_dir = Path(data_dir)
+    path = host_config_path(data_dir)
+    config = load_host_config(data_dir)
+    changed = not path.exists()
+    if resource is not None and resource != config.resource:
+        try:
+            config = HostConfig.model_validate({**config.model_dump(), "resource": resource})
+        except ValidationError as error:
+            raise HostConfigError(
+                f"invalid --resource: {describe_validation_error(error)}"
+            ) from None
+        changed = True
+    prepare_data_dir(data_dir)
+    if changed:
+        save_host_config(data_dir, config)
+    load_or_create_issuer_key(issuer_key_path(data_dir))
+    open_embedded(data_dir, config=config).close()
+    return config

@@ -1,36 +1,58 @@
 """``engram-memory``: the command line of the embedded default.
 
-- ``engram-memory init [--data-dir DIR]``   create the data directory (idempotent)
+- ``engram-memory init [--data-dir DIR] [--resource URL]``
+      create the data directory, keys and ``host.json`` (idempotent; ``--resource`` records the
+      service's resource URI, the audience of every token).
+- ``engram-memory token [--data-dir DIR] --principal P --workspace W --purpose REF --tools T,...
+  [--confirm capture,request_admission] [--expires-in SECONDS] [--agent-id A]``
+      mint a bearer token from the local issuer; prints the token and nothing else.
 - ``engram-memory tour [--data-dir DIR] [--yes]``
       walk an agent's six tools end to end against the real embedded engine: capture,
       request_admission, search, get, withdraw and forget, printing each envelope. Withdraw and
       forget ask you for confirmation at the terminal (``--yes`` approves for you).
 - ``engram-memory verify [--data-dir DIR] --tenant T --workspace W``
       operations plane: check a scope's journal (dense cursors, unbroken hash chain).
+- ``engram-memory admin audit [--data-dir DIR] [--limit N]``
+      operations plane: the audit log as a table (ids, principal, tool, outcome; never content).
+- ``engram-memory admin policy show|set [--data-dir DIR] [--mode auto|manual]``
+      operations plane: the admission policy of ``host.json``.
+- ``engram-memory admin adjudicate [--data-dir DIR] [--workspace W] [--operator O] CANDIDATE
+  accept|reject``
+      operations plane: resolve a candidate held as ``pending_adjudication``.
 
-The MCP server (``engram-memory serve``) is the next layer; it drives this same engine.
+Bad input exits with code 2 and one line on stderr; a failed operation exits with code 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import hashlib
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, NoReturn
 
-from .bootstrap import open_embedded, prepare_data_dir
+from .bootstrap import AUDIT_FILE, DATABASE_FILE, init_data_dir, open_embedded
 from .contract.errors import EngramError
-from .engine.context import TrustedContext
+from .engine.context import TOOLS, TrustedContext
 from .engine.journal import verify_journal
 from .engine.ports import ConfirmationRequest
 from .engine.service import new_audit_id
+from .host.config import (
+    HostConfig,
+    HostConfigError,
+    host_config_path,
+    load_host_config,
+    save_host_config,
+)
+from .host.tokens import issuer_key_path, local_issuer
 
 TOUR_TENANT = "local"
 TOUR_WORKSPACE = "default"
 TOUR_PURPOSE = "general"
+DEFAULT_DATA_DIR = ".engram"
 
 
 def _sha(text: str) -> str:
@@ -98,10 +120,20 @@ def _capture_args(text: str, key: str, now_ms: int) -> dict[str, Any]:
 
 def cmd_init(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
-    prepare_data_dir(data_dir)
-    host = open_embedded(data_dir)
-    host.close()
-    print(f"Engram Memory data directory ready: {data_dir.resolve()}")
+    config = init_data_dir(data_dir, resource=args.resource)
+    root = data_dir.resolve()
+    print(f"Engram Memory data directory ready: {root}")
+    print(f"  host configuration   {host_config_path(root)}")
+    print(f"  resource (audience)  {config.resource}")
+    print(f"  issuer, tenant       {config.issuer}, {config.tenant_id}")
+    print(f"  issuer key           {issuer_key_path(root)}")
+    print(f"  database             {root / DATABASE_FILE}")
+    print(f"  audit log            {root / AUDIT_FILE}")
+    print(f"  admission mode       {config.admission.mode}")
+    print(
+        "Mint a bearer token: engram-memory token --data-dir DIR --principal P --workspace W"
+        " --purpose REF --tools search,get,capture,request_admission,withdraw,forget"
+    )
     return 0
 
 
@@ -212,25 +244,313 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="engram-memory", description="Governed memory for AI agents."
+class CliError(Exception):
+    """Bad input: ``main`` prints the message on one line and exits with code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are ``CliError`` (one line, exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{message} (see {self.prog} --help)")
+
+
+def _fail(message: str) -> None:
+    print(f"engram-memory: error: {_one_line(message)}", file=sys.stderr)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _data_dir(args: argparse.Namespace) -> Path:
+    """The data directory of a command that needs an initialised one."""
+    data_dir = Path(args.data_dir)
+    if not data_dir.is_dir():
+        raise CliError(
+            f"no Engram Memory data directory at {data_dir};"
+            f" run `engram-memory init --data-dir {data_dir}` first"
+        )
+    return data_dir
+
+
+def _tool_list(text: str, option: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in TOOLS]
+    if unknown:
+        raise CliError(
+            f"{option}: unknown tool name(s) {', '.join(unknown)}; the grant names are"
+            f" {','.join(TOOLS)}"
+        )
+    return names
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args)
+    config = load_host_config(data_dir)
+    tools = _tool_list(args.tools, "--tools")
+    if not tools:
+        raise CliError(f"--tools needs at least one of {','.join(TOOLS)}")
+    confirm = _tool_list(args.confirm, "--confirm")
+    outside = [name for name in confirm if name not in tools]
+    if outside:
+        raise CliError(f"--confirm names tools that --tools does not grant: {', '.join(outside)}")
+    expires_in = config.default_token_ttl_s if args.expires_in is None else args.expires_in
+    if expires_in < 1:
+        raise CliError("--expires-in must be a positive number of seconds")
+    try:
+        token = local_issuer(data_dir, config).mint(
+            principal=args.principal,
+            tenant_id=config.tenant_id,
+            workspace_id=args.workspace,
+            purpose_ref=args.purpose,
+            tools=tools,
+            confirm=confirm,
+            expires_in_s=expires_in,
+            agent_id=args.agent_id,
+        )
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    print(token)
+    return 0
+
+
+_AUDIT_COLUMNS: Final = (
+    ("auditId", "audit_id"),
+    ("time", "at"),
+    ("principal", "principal"),
+    ("tool", "tool"),
+    ("outcome", "code"),
+)
+_MAX_CELL: Final = 64
+
+
+def _cell(value: object) -> str:
+    """A table cell: printable characters only (no terminal escapes), bounded in length."""
+    text = "" if value is None else str(value)
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
+
+
+def cmd_admin_audit(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args)
+    if args.limit < 1:
+        raise CliError("--limit must be at least 1")
+    path = data_dir / AUDIT_FILE
+    if not path.exists():
+        print(f"no audit entries yet ({path} does not exist)")
+        return 0
+    rows: list[dict[str, Any]] = []
+    unreadable = 0
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                unreadable += 1
+                continue
+            if isinstance(entry, dict):
+                rows.append(entry)
+            else:
+                unreadable += 1
+    shown = rows[-args.limit :]
+    table = [[header for header, _ in _AUDIT_COLUMNS]]
+    table += [[_cell(entry.get(key)) for _, key in _AUDIT_COLUMNS] for entry in shown]
+    widths = [max(len(row[i]) for row in table) for i in range(len(_AUDIT_COLUMNS))]
+    for row in table:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+    print(f"({len(shown)} of {len(rows)} entries, most recent last)")
+    if unreadable:
+        print(f"engram-memory: {unreadable} unreadable line(s) in {path} skipped", file=sys.stderr)
+    return 0
+
+
+def cmd_admin_policy_show(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args)
+    config = load_host_config(data_dir)
+    path = host_config_path(data_dir)
+    policy = config.admission_policy()
+    print(f"host configuration: {path}{'' if path.exists() else ' (not written yet: defaults)'}")
+    print(f"admission mode: {policy.mode}")
+    print(f"policy version: {policy.version()}")
+    if policy.host_rules:
+        print("host rules:")
+        for rule in policy.host_rules:
+            print(f"  - {rule.name} ({rule.kind})")
+    else:
+        print("host rules: none")
+    print(
+        f"retention: allow_retain={str(config.retention.allow_retain).lower()},"
+        f" max_expires_in_s={config.retention.max_expires_in_s}"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    init = sub.add_parser("init", help="create the data directory")
-    init.add_argument("--data-dir", default=".engram")
+    print(f"reconciliation consent: {str(config.reconcile_consent).lower()}")
+    print(f"resource: {config.resource}")
+    print(f"issuer: {config.issuer}")
+    print(f"tenant: {config.tenant_id}")
+    return 0
+
+
+def cmd_admin_policy_set(args: argparse.Namespace) -> int:
+    data_dir = _data_dir(args)
+    config = load_host_config(data_dir)
+    previous = config.admission.mode
+    updated = HostConfig.model_validate(
+        {**config.model_dump(), "admission": {**config.admission.model_dump(), "mode": args.mode}}
+    )
+    path = save_host_config(data_dir, updated)
+    print(f"admission mode: {updated.admission.mode} (was {previous}), saved to {path}")
+    print("A running server applies it after a restart.")
+    return 0
+
+
+def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
+    from .engine.context import Scope
+    from .engine.operations import adjudicate
+
+    data_dir = _data_dir(args)
+    config = load_host_config(data_dir)
+    if not args.operator or not args.operator.strip():
+        raise CliError("--operator must not be empty")
+    host = open_embedded(data_dir, config=config)
+    try:
+        outcome = adjudicate(
+            host.engine,
+            Scope(config.tenant_id, args.workspace),
+            args.candidate,
+            args.decision,
+            args.operator,
+        )
+        host.engine.drain_outbox()
+    except EngramError as error:
+        print(
+            f"engram-memory: adjudication of {_cell(args.candidate)} failed:"
+            f" {error.code.value}: {error.message}",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        host.close()
+    print(json.dumps(outcome, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _default_operator() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (e.g. some containers)
+        return "operator"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="engram-memory", description="Governed memory for AI agents.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    init = sub.add_parser("init", help="create the data directory and the host configuration")
+    init.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    init.add_argument(
+        "--resource", help="the service's resource URI, the audience of every token (CONTRACT §12)"
+    )
     init.set_defaults(func=cmd_init)
+
     tour = sub.add_parser("tour", help="walk the six tools against the embedded engine")
-    tour.add_argument("--data-dir", default=".engram")
+    tour.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     tour.add_argument("--yes", action="store_true", help="approve confirmations without asking")
     tour.set_defaults(func=cmd_tour)
+
     verify = sub.add_parser("verify", help="check a scope's journal (operations plane)")
-    verify.add_argument("--data-dir", default=".engram")
+    verify.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     verify.add_argument("--tenant", default=TOUR_TENANT)
     verify.add_argument("--workspace", default=TOUR_WORKSPACE)
     verify.set_defaults(func=cmd_verify)
-    args = parser.parse_args(argv)
-    result: int = args.func(args)
+
+    token = sub.add_parser("token", help="mint a bearer token for an agent (prints only the token)")
+    token.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    token.add_argument("--principal", required=True, help="the agent's principal (`sub`)")
+    token.add_argument("--workspace", required=True, help="the workspace the token is bound to")
+    token.add_argument("--purpose", required=True, help="the purpose_ref the agent must repeat")
+    token.add_argument(
+        "--tools", required=True, help=f"granted tools, comma-separated: {','.join(TOOLS)}"
+    )
+    token.add_argument(
+        "--confirm",
+        default="",
+        help="tools that need a human confirmation besides withdraw and forget:"
+        " capture,request_admission",
+    )
+    token.add_argument(
+        "--expires-in", type=int, metavar="SECONDS", help="lifetime (default: host.json's)"
+    )
+    token.add_argument("--agent-id", help="agent identifier for the audit log (no authority)")
+    token.set_defaults(func=cmd_token)
+
+    serve = sub.add_parser("serve", help="serve MCP on the embedded default (HTTP, or --stdio)")
+    serve.add_argument("--data-dir", default=".engram")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument(
+        "--stdio",
+        action="store_true",
+        help="serve on stdin/stdout; the token comes from ENGRAM_TOKEN",
+    )
+    serve.set_defaults(func=cmd_serve)
+    admin = sub.add_parser("admin", help="the operations plane (never reachable by an agent)")
+    admin_sub = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+
+    audit = admin_sub.add_parser("audit", help="show the audit log (ids and outcomes, no content)")
+    audit.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    audit.add_argument("--limit", type=int, default=50, help="show the N most recent entries")
+    audit.set_defaults(func=cmd_admin_audit)
+
+    policy = admin_sub.add_parser("policy", help="show or change the admission policy")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")
+    show = policy_sub.add_parser("show", help="show the host's admission policy and ceilings")
+    show.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    show.set_defaults(func=cmd_admin_policy_show)
+    set_mode = policy_sub.add_parser("set", help="change the admission mode in host.json")
+    set_mode.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    set_mode.add_argument("--mode", required=True, choices=("auto", "manual"))
+    set_mode.set_defaults(func=cmd_admin_policy_set)
+
+    adjudicate = admin_sub.add_parser(
+        "adjudicate", help="accept or reject a candidate held for adjudication"
+    )
+    adjudicate.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    adjudicate.add_argument("--workspace", default=TOUR_WORKSPACE)
+    adjudicate.add_argument(
+        "--operator", default=_default_operator(), help="who decides (default: your login)"
+    )
+    adjudicate.add_argument("candidate", metavar="CANDIDATE", help="the candidate id")
+    adjudicate.add_argument("decision", choices=("accept", "reject"))
+    adjudicate.set_defaults(func=cmd_admin_adjudicate)
+    return parser
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .mcp_surface.embedded import serve
+
+    try:
+        serve(Path(args.data_dir), bind_host=args.host, port=args.port, stdio=args.stdio)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        result: int = args.func(args)
+    except (CliError, HostConfigError) as error:
+        _fail(str(error))
+        return 2
+    except OSError as error:
+        where = f": {error.filename}" if error.filename else ""
+        _fail(f"{error.strerror or type(error).__name__}{where}")
+        return 1
     return result
 
 

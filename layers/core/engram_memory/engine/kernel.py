@@ -150,6 +150,10 @@ class Kernel:
         except StoreUnavailable:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
 
+    def claim_request_state(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
+        """Claim a confirmation round's nonce; False when it was already used (a replay)."""
+        return self.read(lambda: self.store.claim_nonce(scope, nonce, expires_at_ms))
+
     def check_live(self, call: Call) -> None:
         ctx = call.ctx
         if ctx.cancellation is not None and ctx.cancellation.cancelled:

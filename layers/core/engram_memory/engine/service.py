@@ -82,6 +82,22 @@ class Engine(Kernel):
         self._audit(call, ok=True, code="OK")
         return envelope
 
+    def refuse(
+        self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str
+    ) -> dict[str, Any]:
+        """Audit a call the surface refused before the engine ran it.
+
+        A contract code (e.g. ``gate_failed`` for a replayed confirmation round) returns its
+        failure envelope; a protocol refusal code is only audited (the caller raises).
+        """
+        bound = ctx or TrustedContext(
+            tenant_id="", workspace_id="", principal="", purpose_ref="", audit_id=audit_id
+        )
+        call = Call(tool=tool, ctx=bound, now_ms=self.clock.now_ms(), workflow=self.confirmations)
+        label = code.value if isinstance(code, ErrorCode) else code
+        self._audit(call, ok=False, code=label)
+        return failure(code, audit_id) if isinstance(code, ErrorCode) else {}
+
     def _dispatch(self, call: Call, model: ClosedModel) -> dict[str, Any]:
         if isinstance(model, SearchInput):
             return search(self, call, model)

@@ -77,6 +77,9 @@ CREATE TABLE IF NOT EXISTS tombstones (
 CREATE TABLE IF NOT EXISTS used_approvals (
     approval_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL,
     cursor INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS used_nonces (
+    nonce TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL,
+    expires_at_ms INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS outbox (
     item_id TEXT PRIMARY KEY, kind TEXT NOT NULL, tenant_id TEXT NOT NULL,
     workspace_id TEXT NOT NULL, target TEXT NOT NULL, surface TEXT NOT NULL) WITHOUT ROWID;
@@ -292,6 +295,18 @@ class SqliteStore:
         return [
             JournalEvent(cursor, event_hash, _as_bytes(body)) for cursor, event_hash, body in rows
         ]
+
+    def claim_nonce(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
+        with self._guard():
+            inserted = (
+                self._conn()
+                .execute(
+                    "INSERT OR IGNORE INTO used_nonces VALUES (?, ?, ?, ?)",
+                    (nonce, scope.tenant_id, scope.workspace_id, expires_at_ms),
+                )
+                .rowcount
+            )
+        return inserted == 1
 
     def outbox_pending(self, limit: int) -> list[OutboxItem]:
         with self._guard():

@@ -1,0 +1,263 @@
+"""The host configuration of the embedded default, persisted as ``<data_dir>/host.json``.
+
+CONTRACT.md §12 fixes the embedded defaults: resource ``http://127.0.0.1:8765/mcp`` (the audience of
+every token), admission policy ``auto``, retention ceiling 365 days with ``allow_retain`` false,
+reconciliation consent false. The file is closed (an unknown key is an error), written atomically
+with mode 0600, and a missing file means "all defaults".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..engine.context import RetentionPolicy
+from ..policy.builtin import BuiltinAdmissionPolicy, parse_host_rules
+from ._files import write_private_file
+
+__all__ = [
+    "DEFAULT_ALLOWED_ORIGINS",
+    "DEFAULT_RESOURCE",
+    "HOST_CONFIG_FILE",
+    "AdmissionConfig",
+    "HostConfig",
+    "HostConfigError",
+    "RetentionConfig",
+    "host_config_path",
+    "load_host_config",
+    "save_host_config",
+]
+
+HOST_CONFIG_FILE: Final = "host.json"
+DEFAULT_RESOURCE: Final = "http://127.0.0.1:8765/mcp"
+DEFAULT_ALLOWED_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+_DEFAULT_PORTS: Final = {"http": "80", "https": "443"}
+_MAX_ERRORS_SHOWN: Final = 3
+
+
+class HostConfigError(ValueError):
+    """``host.json`` cannot be read or does not hold a valid host configuration.
+
+    The message is meant for a person: it names the file and what is wrong with it.
+    """
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class AdmissionConfig(_Closed):
+    """How ``request_admission`` decides: the built-in policy's mode and the host's own rules."""
+
+    mode: Literal["auto", "manual"] = Field(
+        default="auto",
+        description="`auto` accepts what passes every rule; `manual` holds it for an operator.",
+    )
+    host_rules: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Host admission rules (see `policy.builtin.parse_host_rules`).",
+    )
+
+    @field_validator("host_rules")
+    @classmethod
+    def _valid_rules(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        try:
+            parse_host_rules(value)
+        except ValidationError as error:
+            raise ValueError(describe_validation_error(error)) from None
+        return value
+
+
+class RetentionConfig(_Closed):
+    """The host's retention ceiling; a token's ``engram_retention`` can only tighten it."""
+
+    allow_retain: bool = Field(default=False, description="May an agent ask to retain a record.")
+    max_expires_in_s: int = Field(
+        default=31_536_000, ge=1, description="Longest expiry an agent may ask for, in seconds."
+    )
+
+
+class HostConfig(_Closed):
+    """The embedded host's configuration (closed and immutable; see the module docstring)."""
+
+    resource: str = Field(
+        default=DEFAULT_RESOURCE,
+        description="The service's resource URI: the `aud` every token must carry.",
+    )
+    issuer: str = Field(
+        default="engram-memory-local", min_length=1, description="The `iss` of local tokens."
+    )
+    tenant_id: str = Field(
+        default="local", min_length=1, max_length=256, description="The tenant of this host."
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ALLOWED_ORIGINS),
+        description="Browser origins accepted on HTTP: `scheme://host[:port]`, port `*` = any.",
+    )
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    reconcile_consent: bool = Field(
+        default=False, description="Host consent to the reconciliation families."
+    )
+    default_token_ttl_s: int = Field(
+        default=86_400, ge=1, description="Lifetime of tokens minted without --expires-in."
+    )
+
+    @field_validator("resource")
+    @classmethod
+    def _valid_resource(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.fragment
+            or "#" in value
+            or parts.username is not None
+            or any(ch.isspace() for ch in value)
+        ):
+            raise ValueError(
+                "the resource must be an absolute http(s) URL without a fragment or credentials,"
+                " e.g. http://127.0.0.1:8765/mcp"
+            )
+        return value
+
+    @field_validator("issuer", "tenant_id")
+    @classmethod
+    def _no_blank(cls, value: str) -> str:
+        if not value.strip() or value != value.strip():
+            raise ValueError("must not be blank or have surrounding spaces")
+        return value
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _valid_origins(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if _split_origin(pattern, wildcard=True) is None:
+                raise ValueError(
+                    f"{pattern!r} is not an origin pattern like http://localhost:* or"
+                    " https://app.example.com"
+                )
+        return value
+
+    def admission_policy(self) -> BuiltinAdmissionPolicy:
+        """The built-in admission policy this configuration describes."""
+        return BuiltinAdmissionPolicy(
+            mode=self.admission.mode, host_rules=parse_host_rules(self.admission.host_rules)
+        )
+
+    def retention_policy(self) -> RetentionPolicy:
+        """The host's retention ceiling as the engine's ``RetentionPolicy``."""
+        return RetentionPolicy(
+            allow_retain=self.retention.allow_retain,
+            max_expires_in_s=self.retention.max_expires_in_s,
+        )
+
+    def origin_allowed(self, origin: str) -> bool:
+        """Whether a request's ``Origin`` header value matches one of ``allowed_origins``.
+
+        Scheme and host compare case-insensitively; a pattern port ``*`` matches any port (and
+        none); an origin without a port has its scheme's default port. ``null`` never matches.
+        """
+        parsed = _split_origin(origin, wildcard=False)
+        if parsed is None:
+            return False
+        scheme, host, port = parsed
+        port = port or _DEFAULT_PORTS[scheme]
+        for pattern in self.allowed_origins:
+            allowed = _split_origin(pattern, wildcard=True)
+            if allowed is None or allowed[0] != scheme or allowed[1] != host:
+                continue
+            if allowed[2] == "*" or (allowed[2] or _DEFAULT_PORTS[scheme]) == port:
+                return True
+        return False
+
+
+def _split_origin(value: str, *, wildcard: bool) -> tuple[str, str, str | None] | None:
+    """``(scheme, host, port)`` of ``scheme://host[:port]`` (lower-cased), or None if malformed."""
+    scheme, sep, rest = value.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in _DEFAULT_PORTS or not rest:
+        return None
+    if any(ch in rest for ch in "/?#@\\") or any(ch.isspace() for ch in rest):
+        return None
+    if rest.startswith("["):
+        end = rest.find("]")
+        if end < 0:
+            return None
+        host, tail = rest[: end + 1], rest[end + 1 :]
+        if tail and not tail.startswith(":"):
+            return None
+        port: str | None = tail[1:] if tail else None
+    else:
+        host, colon, port_text = rest.partition(":")
+        port = port_text if colon else None
+    if not host or host == "[]" or (port is not None and not _valid_port(port, wildcard)):
+        return None
+    return scheme, host.lower(), port
+
+
+def _valid_port(port: str, wildcard: bool) -> bool:
+    if port == "*":
+        return wildcard
+    return port.isascii() and port.isdigit() and 0 < int(port) < 65536
+
+
+def host_config_path(data_dir: Path) -> Path:
+    """Where the host configuration of ``data_dir`` lives."""
+    return Path(data_dir) / HOST_CONFIG_FILE
+
+
+def load_host_config(data_dir: Path) -> HostConfig:
+    """Read ``<data_dir>/host.json``; a missing file gives the defaults.
+
+    Raises ``HostConfigError`` (with a message for a person) when the file cannot be read, is not
+    JSON, or does not describe a valid configuration.
+    """
+    path = host_config_path(data_dir)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return HostConfig()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else "unreadable"
+        raise HostConfigError(f"cannot read the host configuration {path}: {reason}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise HostConfigError(
+            f"the host configuration {path} is not valid JSON"
+            f" (line {error.lineno}, column {error.colno}: {error.msg})"
+        ) from None
+    if not isinstance(data, dict):
+        raise HostConfigError(f"the host configuration {path} must hold a JSON object")
+    try:
+        return HostConfig.model_validate(data)
+    except ValidationError as error:
+        raise HostConfigError(
+            f"the host configuration {path} is invalid: {describe_validation_error(error)}"
+        ) from None
+
+
+def save_host_config(data_dir: Path, config: HostConfig) -> Path:
+    """Write ``config`` to ``<data_dir>/host.json`` atomically (mode 0600); returns the path."""
+    path = host_config_path(data_dir)
+    text = json.dumps(config.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+    write_private_file(path, text.encode("utf-8"), replace=True)
+    return path
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """A short, person-readable summary of a pydantic error: ``field.path: message; ...``."""
+    problems = []
+    for item in error.errors()[:_MAX_ERRORS_SHOWN]:
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = str(item["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {message}")
+    hidden = error.error_count() - len(problems)
+    if hidden > 0:
+        problems.append(f"and {hidden} more")
+    return "; ".join(problems)

@@ -1,0 +1,144 @@
+"""Confirmation workflows that ask the human through MCP elicitation (CONTRACT.md §8).
+
+- 2026-07-28 (stateless): the first call raises ``ConfirmationPending``; the surface answers with an
+  ``InputRequiredResult`` carrying a form elicitation and a sealed ``requestState``. The client's
+  retry brings the human's answer and the state back; ``RoundTripConfirmations`` turns them into an
+  ``Approval`` (or a refusal) for the engine to check.
+- 2025-11-25: ``StreamConfirmations`` sends ``elicitation/create`` on the request's own stream and
+  waits for the answer (the engine runs in a worker thread; the elicitation runs on the event loop).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Final
+
+import anyio.from_thread
+import mcp.types as types
+
+from ..engine.ports import (
+    Approval,
+    Clock,
+    ConfirmationChannelUnavailable,
+    ConfirmationDeclined,
+    ConfirmationPending,
+    ConfirmationRequest,
+)
+from .request_state import ConfirmationState
+
+ANSWER_KEY: Final = "engram_confirmation"
+APPROVAL_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "approve": {
+            "type": "boolean",
+            "title": "Approve",
+            "description": "Approve this memory operation on behalf of the agent?",
+        }
+    },
+    "required": ["approve"],
+}
+
+
+def elicitation_message(request: ConfirmationRequest) -> str:
+    return "An agent asks to change governed memory. Approve?\n\n" + request.summary
+
+
+def approved(result: types.ElicitResult) -> bool:
+    return result.action == "accept" and (result.content or {}).get("approve") is True
+
+
+def can_elicit(capabilities: types.ClientCapabilities | None) -> bool:
+    return capabilities is not None and capabilities.elicitation is not None
+
+
+def state_for(request: ConfirmationRequest, issued_at_ms: int) -> ConfirmationState:
+    return ConfirmationState(
+        nonce="rs_" + uuid.uuid4().hex,
+        principal=request.principal,
+        tenant_id=request.scope.tenant_id,
+        workspace_id=request.scope.workspace_id,
+        tool=request.tool,
+        target=request.target or "",
+        operation_digest=request.operation_digest,
+        issued_at_ms=issued_at_ms,
+    )
+
+
+class RoundTripConfirmations:
+    """2026-07-28: the answer arrives with the retry, next to the state that asked for it."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        capabilities: types.ClientCapabilities | None,
+        state: ConfirmationState | None,
+        answer: types.ElicitResult | None,
+    ) -> None:
+        self._clock = clock
+        self._capabilities = capabilities
+        self._state = state
+        self._answer = answer
+
+    def request_approval(self, request: ConfirmationRequest) -> Approval:
+        if not can_elicit(self._capabilities):
+            raise ConfirmationChannelUnavailable("client declared no elicitation capability")
+        state, answer = self._state, self._answer
+        if state is None:
+            raise ConfirmationPending(request)
+        bound = (
+            state.principal == request.principal
+            and state.tenant_id == request.scope.tenant_id
+            and state.workspace_id == request.scope.workspace_id
+            and state.tool == request.tool
+            and state.target == (request.target or "")
+            and state.operation_digest == request.operation_digest
+        )
+        if not bound or answer is None or not approved(answer):
+            raise ConfirmationDeclined("declined, cancelled or not bound to this operation")
+        return Approval(
+            approval_id=state.nonce,
+            tool=request.tool,
+            target=request.target,
+            operation_digest=request.operation_digest,
+            principal=request.principal,
+            scope=request.scope,
+            issued_at_ms=state.issued_at_ms,
+            approved_at_ms=self._clock.now_ms(),
+        )
+
+
+class StreamConfirmations:
+    """2025-11-25: ask with ``elicitation/create`` on the request's stream and wait."""
+
+    def __init__(self, clock: Clock, *, session: Any, request_id: Any) -> None:
+        self._clock = clock
+        self._session = session
+        self._request_id = request_id
+
+    def request_approval(self, request: ConfirmationRequest) -> Approval:
+        if not can_elicit(self._session.client_capabilities) or not self._session.can_send_request:
+            raise ConfirmationChannelUnavailable("no way to ask the human on this connection")
+        issued_at = self._clock.now_ms()
+        result: types.ElicitResult = anyio.from_thread.run(
+            self._elicit, elicitation_message(request)
+        )
+        if not approved(result):
+            raise ConfirmationDeclined("declined or cancelled")
+        return Approval(
+            approval_id="apr_" + uuid.uuid4().hex,
+            tool=request.tool,
+            target=request.target,
+            operation_digest=request.operation_digest,
+            principal=request.principal,
+            scope=request.scope,
+            issued_at_ms=issued_at,
+            approved_at_ms=self._clock.now_ms(),
+        )
+
+    async def _elicit(self, message: str) -> types.ElicitResult:
+        result: types.ElicitResult = await self._session.elicit_form(
+            message, APPROVAL_SCHEMA, related_request_id=self._request_id
+        )
+        return result

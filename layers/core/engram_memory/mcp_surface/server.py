@@ -1,0 +1,220 @@
+"""The MCP server: host binding, the six tools, envelopes and confirmation round trips."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import mcp.types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.shared.exceptions import MCPError
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from .. import CONNECTOR
+from ..contract.canonical import canonical_bytes
+from ..contract.errors import (
+    TRUSTED_CONTEXT_UNAVAILABLE,
+    ErrorCode,
+    ProtocolRefusal,
+    TrustedContextUnavailable,
+)
+from ..engine.context import TrustedContext
+from ..engine.gate import APPROVAL_TTL_MS
+from ..engine.ports import Clock, ConfirmationPending, ConfirmationWorkflow
+from ..engine.service import Engine, new_audit_id
+from ..host.config import HostConfig
+from ..host.tokens import InvalidToken, TokenVerifier, context_from_claims
+from .catalog import GRANT_OF, INSTRUCTIONS, build_tools
+from .confirmations import (
+    ANSWER_KEY,
+    APPROVAL_SCHEMA,
+    RoundTripConfirmations,
+    StreamConfirmations,
+    elicitation_message,
+    state_for,
+)
+from .request_state import RequestStateInvalid, RequestStateSealer
+
+log = logging.getLogger(__name__)
+
+SERVER_VERSION = "0.1.0"
+
+
+@dataclass
+class SurfaceRuntime:
+    """What the MCP surface needs from its host: the engine, token checks, config, keys."""
+
+    engine: Engine
+    verifier: TokenVerifier
+    host: HostConfig
+    sealer: RequestStateSealer
+    clock: Clock
+    stdio_token: str | None = None  # stdio: the token the host started the process with
+
+
+def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
+    """The envelope as ``structuredContent`` and, byte for byte, as the JSON text content."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=canonical_bytes(envelope).decode("utf-8"))],
+        structured_content=envelope,
+        is_error=not envelope["ok"],
+    )
+
+
+def _refusal(error: ProtocolRefusal) -> MCPError:
+    return MCPError(code=error.jsonrpc_code, message=error.message)
+
+
+class EngramMcp:
+    """Builds and serves the ``mcp`` low-level ``Server`` for one runtime."""
+
+    def __init__(self, runtime: SurfaceRuntime) -> None:
+        self.runtime = runtime
+        self.tools = build_tools()
+        self.server: Server[Any] = Server(
+            CONNECTOR,
+            version=SERVER_VERSION,
+            instructions=INSTRUCTIONS,
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+            get_tool_input_schema=self._input_schema,
+        )
+        self.server.middleware.append(self._internal_errors)
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        grant = GRANT_OF.get(name)
+        return self.tools[grant].input_schema if grant else None
+
+    @staticmethod
+    async def _internal_errors(ctx: Any, call_next: Any) -> Any:
+        """Nothing unexpected leaks: any crash is -32603 with a constant message."""
+        try:
+            return await call_next(ctx)
+        except (MCPError, ValidationError):
+            raise
+        except Exception:
+            log.exception("unexpected error while serving an MCP request")
+            raise MCPError(code=types.INTERNAL_ERROR, message="Internal error") from None
+
+    # -- host binding ---------------------------------------------------------------------------
+
+    def _bearer(self) -> str | None:
+        access = get_access_token()
+        if access is not None:
+            return access.token
+        return self.runtime.stdio_token
+
+    def _trusted(self, audit_id: str) -> TrustedContext:
+        token = self._bearer()
+        if not token:
+            raise TrustedContextUnavailable()
+        try:
+            claims = self.runtime.verifier.verify(token)
+        except InvalidToken:
+            raise TrustedContextUnavailable() from None
+        return context_from_claims(
+            claims, audit_id=audit_id, host=self.runtime.host, raw_token=token
+        )
+
+    # -- handlers -------------------------------------------------------------------------------
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        try:
+            trusted = self._trusted(new_audit_id())
+        except TrustedContextUnavailable:
+            return types.ListToolsResult(tools=[])  # memory is off unless the host grants it
+        return types.ListToolsResult(
+            tools=[tool for grant, tool in self.tools.items() if grant in trusted.grants]
+        )
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        engine = self.runtime.engine
+        audit_id = new_audit_id()
+        grant = GRANT_OF.get(params.name, params.name)
+        try:
+            trusted = self._trusted(audit_id)
+        except TrustedContextUnavailable as refusal:
+            engine.refuse(grant, None, audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
+            raise _refusal(refusal) from None
+
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        workflow: ConfirmationWorkflow
+        if modern:
+            state = None
+            if params.request_state is not None:
+                try:
+                    state = self.runtime.sealer.open(params.request_state)
+                except RequestStateInvalid:
+                    return envelope_result(
+                        engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
+                    )
+                fresh = await anyio.to_thread.run_sync(
+                    functools.partial(
+                        engine.claim_request_state,
+                        trusted.scope,
+                        state.nonce,
+                        state.issued_at_ms + APPROVAL_TTL_MS,
+                    )
+                )
+                if not fresh:  # a replayed requestState: single use, enforced here
+                    return envelope_result(
+                        engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
+                    )
+            workflow = RoundTripConfirmations(
+                self.runtime.clock,
+                capabilities=ctx.session.client_capabilities,
+                state=state,
+                answer=_answer(params.input_responses),
+            )
+        else:
+            workflow = StreamConfirmations(
+                self.runtime.clock, session=ctx.session, request_id=ctx.request_id
+            )
+
+        try:
+            envelope = await anyio.to_thread.run_sync(
+                functools.partial(
+                    engine.handle, grant, params.arguments or {}, trusted, confirmations=workflow
+                )
+            )
+        except ProtocolRefusal as refusal:
+            raise _refusal(refusal) from None
+        except ConfirmationPending as pending:
+            state = state_for(pending.request, self.runtime.clock.now_ms())
+            return types.InputRequiredResult(
+                input_requests={
+                    ANSWER_KEY: types.ElicitRequest(
+                        params=types.ElicitRequestFormParams(
+                            message=elicitation_message(pending.request),
+                            requested_schema=APPROVAL_SCHEMA,
+                        )
+                    )
+                },
+                request_state=self.runtime.sealer.seal(state),
+            )
+        return envelope_result(envelope)
+
+
+def _answer(responses: dict[str, Any] | None) -> types.ElicitResult | None:
+    if not responses or ANSWER_KEY not in responses:
+        return None
+    answer = responses[ANSWER_KEY]
+    if isinstance(answer, types.ElicitResult):
+        return answer
+    try:
+        return types.ElicitResult.model_validate(answer)
+    except ValidationError:
+        return None
+
+
+__all__ = ["TRUSTED_CONTEXT_UNAVAILABLE", "EngramMcp", "SurfaceRuntime", "envelope_result", "json"]
