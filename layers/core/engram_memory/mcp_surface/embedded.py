@@ -143,6 +143,14 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
             return
         url = f"http://{bind_host}:{port}{MCP_PATH}"
         print_banner(sys.stdout, url=url, token=default_token(server), data_dir=data_dir)
+        resource = server.surface.runtime.host.resource
+        if resource != url:
+            print(
+                f"\nNote: the service's resource URI (the tokens' audience) stays {resource}; "
+                f"to advertise {url} instead, run `engram-memory init --resource {url}` first.",
+                file=sys.stderr,
+                flush=True,
+            )
         app = http_app(server.surface, bind_host=bind_host)
         uvicorn.Server(uvicorn.Config(app, host=bind_host, port=port, log_level="warning")).run()
     finally:

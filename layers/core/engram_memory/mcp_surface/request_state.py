@@ -55,7 +55,8 @@ class RequestStateSealer:
         if not token.startswith(_PREFIX):
             raise RequestStateInvalid("unknown format")
         try:
-            raw = base64.urlsafe_b64decode(token[len(_PREFIX) :] + "=" * (-len(token) % 4))
+            body_text = token[len(_PREFIX) :]
+            raw = base64.urlsafe_b64decode(body_text + "=" * (-len(body_text) % 4))
             body = self._aead.decrypt(raw[:12], raw[12:], _AAD)
             data = json.loads(body)
             return ConfirmationState(**data)

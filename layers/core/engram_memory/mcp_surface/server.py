@@ -151,10 +151,17 @@ class EngramMcp:
         workflow: ConfirmationWorkflow
         if modern:
             state = None
-            if params.request_state is not None:
+            # A requestState only means something to a call that is waiting for a confirmation.
+            if params.request_state is not None and trusted.needs_confirmation(grant):
                 try:
                     state = self.runtime.sealer.open(params.request_state)
                 except RequestStateInvalid:
+                    return envelope_result(
+                        engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
+                    )
+                owner = (state.principal, state.tenant_id, state.workspace_id)
+                if owner != (trusted.principal, trusted.tenant_id, trusted.workspace_id):
+                    # someone else's state: refuse it without using it up
                     return envelope_result(
                         engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
                     )

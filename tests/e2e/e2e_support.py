@@ -1,0 +1,502 @@
+"""End-to-end support: the real MCP server driven by the official ``mcp`` client.
+
+- ``http_service`` (one per xdist worker): ``open_server`` over a private data directory, served by
+  uvicorn on a free 127.0.0.1 port in a background thread. Tests share it and keep apart by using
+  a fresh workspace each (``new_workspace``).
+- ``stdio_home`` (one per worker): an initialised data directory for ``engram-memory serve
+  --stdio`` subprocesses; ``stdio_client_for`` launches one per client connection.
+- ``Tokens`` mints real bearer tokens with the data directory's issuer, plus the forged kinds the
+  refusal tests need (wrong audience, expired, badly signed, maintenance grant, foreign tenant).
+
+Every network call goes to 127.0.0.1 and every client runs under a deadline (``CALL_DEADLINE_S``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import httpx2
+import jwt
+import mcp.types as types
+import pytest
+import uvicorn
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from engram_memory.engine.context import TOOLS, Scope
+from engram_memory.host.config import HostConfig
+from engram_memory.host.tokens import (
+    TokenIssuer,
+    issuer_key_path,
+    key_id,
+    load_or_create_issuer_key,
+)
+from engram_memory.mcp_surface.catalog import TOOL_NAMES
+from engram_memory.mcp_surface.embedded import EmbeddedServer, open_server
+from engram_memory.mcp_surface.transports import http_app
+
+from engram_testing import capture_args
+
+# -- protocol revisions -------------------------------------------------------------------------
+
+LEGACY = "legacy"  # the 2025-11-25 revision, reached through initialize
+MODERN = "2026-07-28"  # the stateless revision, a self-contained envelope on every request
+
+REVISIONS = [pytest.param(LEGACY, id="2025-11-25"), pytest.param(MODERN, id="2026-07-28")]
+
+# -- identities and limits ----------------------------------------------------------------------
+
+PURPOSE = "purpose:e2e-memory"
+ALICE = "agent-alice"
+BOBBY = "agent-bobby"
+ALL_GRANTS: tuple[str, ...] = tuple(TOOLS)
+CALL_DEADLINE_S = 60.0
+SEARCH = TOOL_NAMES["search"]
+GET = TOOL_NAMES["get"]
+CAPTURE = TOOL_NAMES["capture"]
+ADMIT = TOOL_NAMES["request_admission"]
+WITHDRAW = TOOL_NAMES["withdraw"]
+FORGET = TOOL_NAMES["forget"]
+TRUSTED_CONTEXT_UNAVAILABLE = -32603
+UNKNOWN_TOOL = -32602
+
+
+def new_workspace() -> str:
+    """A fresh workspace (always 15 characters) so tests sharing one server never meet."""
+    return "ws-" + uuid.uuid4().hex[:12]
+
+
+def new_key(prefix: str) -> str:
+    """An idempotency key (16..256 bytes)."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# -- tokens -------------------------------------------------------------------------------------
+
+
+class Tokens:
+    """Bearer tokens for one data directory: real ones from its issuer, and forged ones."""
+
+    def __init__(self, data_dir: Path, config: HostConfig, issuer: TokenIssuer) -> None:
+        self.config = config
+        self.issuer = issuer
+        self._key = load_or_create_issuer_key(issuer_key_path(data_dir))
+        self._kid = key_id(self._key.public_key())
+
+    def mint(
+        self,
+        *,
+        workspace: str,
+        principal: str = ALICE,
+        tools: Sequence[str] = ALL_GRANTS,
+        confirm: Sequence[str] = (),
+        purpose: str = PURPOSE,
+        expires_in_s: int = 900,
+    ) -> str:
+        return self.issuer.mint(
+            principal=principal,
+            tenant_id=self.config.tenant_id,
+            workspace_id=workspace,
+            purpose_ref=purpose,
+            tools=tools,
+            confirm=confirm,
+            expires_in_s=expires_in_s,
+        )
+
+    def _with(
+        self,
+        issuer: TokenIssuer,
+        workspace: str,
+        *,
+        tenant_id: str | None = None,
+        expires_in_s: int = 900,
+        now: int | None = None,
+    ) -> str:
+        return issuer.mint(
+            principal=ALICE,
+            tenant_id=tenant_id or self.config.tenant_id,
+            workspace_id=workspace,
+            purpose_ref=PURPOSE,
+            tools=ALL_GRANTS,
+            expires_in_s=expires_in_s,
+            now=now,
+        )
+
+    def wrong_audience(self, workspace: str) -> str:
+        other = TokenIssuer(
+            self._key,
+            issuer=self.config.issuer,
+            audience="http://127.0.0.1:8765/another-service",
+            kid=self._kid,
+        )
+        return self._with(other, workspace)
+
+    def expired(self, workspace: str) -> str:
+        # Expired an hour ago: well beyond the verifier's 30 s leeway.
+        return self._with(self.issuer, workspace, expires_in_s=60, now=int(time.time()) - 3_660)
+
+    def badly_signed(self, workspace: str) -> str:
+        impostor = TokenIssuer(
+            Ed25519PrivateKey.generate(),
+            issuer=self.config.issuer,
+            audience=self.config.resource,
+            kid=self._kid,  # claims to be the host's key; the signature says otherwise
+        )
+        return self._with(impostor, workspace)
+
+    def foreign_tenant(self, workspace: str) -> str:
+        return self._with(self.issuer, workspace, tenant_id="some-other-tenant")
+
+    def maintenance(self, workspace: str) -> str:
+        """Authentic and for this service, but carrying an operations-plane grant."""
+        issued = int(time.time())
+        claims = {
+            "iss": self.config.issuer,
+            "aud": self.config.resource,
+            "sub": ALICE,
+            "iat": issued,
+            "nbf": issued,
+            "exp": issued + 900,
+            "tenant_id": self.config.tenant_id,
+            "workspace_id": workspace,
+            "purpose_ref": PURPOSE,
+            "engram_tools": list(ALL_GRANTS),
+            "scope": "read maintain",
+        }
+        return jwt.encode(
+            claims, self._key, algorithm="EdDSA", headers={"kid": self._kid, "typ": "at+jwt"}
+        )
+
+    def bad(self, kind: str, workspace: str) -> str:
+        forge: Callable[[str], str] = {
+            "wrong-audience": self.wrong_audience,
+            "expired": self.expired,
+            "badly-signed": self.badly_signed,
+        }[kind]
+        return forge(workspace)
+
+
+BAD_TOKEN_KINDS = ("wrong-audience", "expired", "badly-signed")
+
+
+# -- the in-process HTTP server -----------------------------------------------------------------
+
+
+@dataclass
+class HttpService:
+    server: EmbeddedServer
+    base_url: str
+    tokens: Tokens
+
+    @property
+    def url(self) -> str:
+        return self.base_url + "/mcp"
+
+    @property
+    def resource(self) -> str:
+        return self.server.surface.runtime.host.resource
+
+    def journal_cursor(self, workspace: str) -> int:
+        """How many events the workspace's journal holds (read from the server's own store)."""
+        scope = Scope(self.server.surface.runtime.host.tenant_id, workspace)
+        return self.server.host.store.head(scope).cursor
+
+
+def _free_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))  # the kernel picks a free port: safe for parallel workers
+    return sock
+
+
+@contextlib.contextmanager
+def serve_http(data_dir: Path) -> Iterator[HttpService]:
+    """``open_server(data_dir)`` behind uvicorn on a free 127.0.0.1 port, in a background thread."""
+    embedded = open_server(data_dir)
+    app = http_app(embedded.surface, bind_host="127.0.0.1")
+    sock = _free_socket()
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3
+        )
+    )
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="e2e-uvicorn", daemon=True
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the in-process MCP HTTP server did not start")
+            time.sleep(0.02)
+        tokens = Tokens(data_dir, embedded.surface.runtime.host, embedded.issuer)
+        yield HttpService(server=embedded, base_url=f"http://127.0.0.1:{port}", tokens=tokens)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+        embedded.close()
+
+
+def prepare_stdio_home(data_dir: Path, logs: Path) -> StdioHome:
+    """An initialised data directory (keys, database, host.json) for stdio subprocesses."""
+    embedded = open_server(data_dir)
+    try:
+        tokens = Tokens(data_dir, embedded.surface.runtime.host, embedded.issuer)
+    finally:
+        embedded.close()
+    return StdioHome(data_dir=data_dir, tokens=tokens, logs=logs)
+
+
+# -- the stdio server (the real console script in a subprocess) ----------------------------------
+
+
+def engram_cli() -> str:
+    beside = Path(sys.executable).parent / "engram-memory"
+    found = str(beside) if beside.exists() else shutil.which("engram-memory")
+    if found is None:
+        pytest.fail("the engram-memory console script is not installed in this environment")
+    return found
+
+
+@dataclass
+class StdioHome:
+    data_dir: Path
+    tokens: Tokens
+    logs: Path
+
+    def params(self, token: str | None) -> StdioServerParameters:
+        env = {} if token is None else {"ENGRAM_TOKEN": token}
+        return StdioServerParameters(
+            command=engram_cli(),
+            args=["serve", "--stdio", "--data-dir", str(self.data_dir)],
+            env=env,
+        )
+
+    def stderr_log(self) -> Path:
+        return self.logs / f"stderr-{uuid.uuid4().hex}.log"
+
+
+# -- clients ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Human:
+    """The elicitation callback: a human who answers every confirmation the same way."""
+
+    action: str = "accept"
+    asked: list[str] = field(default_factory=list)
+
+    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestFormParams)
+        self.asked.append(params.message)
+        if self.action == "accept":
+            return types.ElicitResult(action="accept", content={"approve": True})
+        return types.ElicitResult(action=self.action)
+
+
+def _client_kwargs(mode: str, human: Human | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"mode": mode}
+    if human is not None:  # no callback: the client declares no elicitation capability
+        kwargs["elicitation_callback"] = human
+    return kwargs
+
+
+@contextlib.asynccontextmanager
+async def http_client(
+    url: str,
+    token: str | None,
+    mode: str,
+    *,
+    human: Human | None = None,
+    headers: dict[str, str] | None = None,
+) -> AsyncIterator[Client]:
+    sent = dict(headers or {})
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    with anyio.fail_after(CALL_DEADLINE_S):
+        async with httpx2.AsyncClient(
+            headers=sent, timeout=httpx2.Timeout(30, read=CALL_DEADLINE_S)
+        ) as http:
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(transport, **_client_kwargs(mode, human)) as client:
+                yield client
+
+
+@contextlib.asynccontextmanager
+async def stdio_client_for(
+    home: StdioHome,
+    token: str | None,
+    mode: str,
+    *,
+    human: Human | None = None,
+    errlog: TextIO | None = None,
+) -> AsyncIterator[Client]:
+    with contextlib.ExitStack() as files:
+        log = errlog or files.enter_context(home.stderr_log().open("w", encoding="utf-8"))
+        with anyio.fail_after(CALL_DEADLINE_S):
+            transport = stdio_client(home.params(token), errlog=log)
+            async with Client(transport, **_client_kwargs(mode, human)) as client:
+                yield client
+
+
+def find_protocol_error(error: BaseException) -> MCPError | None:
+    """The ``MCPError`` inside an exception (possibly wrapped in exception groups)."""
+    if isinstance(error, MCPError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = find_protocol_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+async def protocol_error(attempt: Callable[[], Any]) -> MCPError:
+    """Run ``attempt`` (an async callable) and return the JSON-RPC error it ends with."""
+    try:
+        await attempt()
+    except BaseException as error:
+        found = find_protocol_error(error)
+        if found is None:
+            raise
+        return found
+    raise AssertionError("expected a JSON-RPC error, the call succeeded")
+
+
+# -- envelopes ----------------------------------------------------------------------------------
+
+
+def envelope(result: types.CallToolResult) -> dict[str, Any]:
+    """The result envelope, after checking the text content repeats ``structuredContent``."""
+    structured = result.structured_content
+    assert isinstance(structured, dict), result
+    assert len(result.content) == 1, result.content
+    text = result.content[0]
+    assert isinstance(text, types.TextContent)
+    assert json.loads(text.text) == structured
+    assert result.is_error is (not structured["ok"])
+    assert structured["auditId"]
+    return structured
+
+
+def ok_value(result: types.CallToolResult) -> dict[str, Any]:
+    env = envelope(result)
+    assert env["ok"], env
+    assert env["output"]["schema_version"] == 1
+    value: dict[str, Any] = env["output"]["value"]
+    return value
+
+
+def error_code(result: types.CallToolResult) -> str:
+    env = envelope(result)
+    assert not env["ok"], env
+    code: str = env["error"]["code"]
+    return code
+
+
+def without_audit_id(env: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in env.items() if name != "auditId"}
+
+
+# -- an agent's calls ---------------------------------------------------------------------------
+
+
+class Agent:
+    """The six tools called through one client with the token's purpose."""
+
+    def __init__(self, client: Client, purpose: str = PURPOSE) -> None:
+        self.client = client
+        self.purpose = purpose
+
+    def capture_arguments(self, text: str, key: str | None = None) -> dict[str, Any]:
+        arguments: dict[str, Any] = capture_args(
+            text,
+            key=key or new_key("capture"),
+            valid_from=now_ms() - 60_000,
+            purpose=self.purpose,
+        )
+        return arguments
+
+    async def capture(self, text: str, key: str | None = None) -> types.CallToolResult:
+        return await self.client.call_tool(CAPTURE, self.capture_arguments(text, key))
+
+    async def admit(self, candidate_id: str, key: str | None = None) -> types.CallToolResult:
+        arguments = {"candidate_id": candidate_id, "idempotency_key": key or new_key("admit")}
+        return await self.client.call_tool(ADMIT, arguments)
+
+    async def captured(self, text: str) -> str:
+        value = ok_value(await self.capture(text))
+        assert value["status"] == "committed_pending", value
+        candidate_id: str = value["candidate_id"]
+        return candidate_id
+
+    async def remember(self, text: str) -> str:
+        """Capture and admit; the record id."""
+        outcome = ok_value(await self.admit(await self.captured(text)))["outcome"]
+        assert outcome["status"] == "accepted", outcome
+        record_id: str = outcome["record_id"]
+        return record_id
+
+    async def search(self, query: str, **options: Any) -> types.CallToolResult:
+        arguments = {"query": query, "purpose_ref": self.purpose, **options}
+        return await self.client.call_tool(SEARCH, arguments)
+
+    async def found(self, query: str) -> list[str]:
+        """Record ids of every page of a search."""
+        ids: list[str] = []
+        cursor: str | None = None
+        while True:
+            options: dict[str, Any] = {"limit": 50}
+            if cursor is not None:
+                options["page_cursor"] = cursor
+            value = ok_value(await self.search(query, **options))
+            ids.extend(packet["record"]["record_id"] for packet in value["records"])
+            cursor = value.get("next_page_cursor")
+            if cursor is None:
+                return ids
+
+    async def get(self, record_id: str) -> types.CallToolResult:
+        return await self.client.call_tool(
+            GET, {"record_id": record_id, "purpose_ref": self.purpose}
+        )
+
+    def forget_arguments(self, record_id: str, key: str | None = None) -> dict[str, Any]:
+        return {
+            "record_id": record_id,
+            "idempotency_key": key or new_key("forget"),
+            "reason_ref": "reason:obsolete",
+        }
+
+    async def forget(self, record_id: str, key: str | None = None) -> types.CallToolResult:
+        return await self.client.call_tool(FORGET, self.forget_arguments(record_id, key))
+
+    def withdraw_arguments(self, candidate_id: str, key: str | None = None) -> dict[str, Any]:
+        return {
+            "candidate_id": candidate_id,
+            "idempotency_key": key or new_key("withdraw"),
+            "reason_ref": "reason:captured-by-mistake",
+        }
+
+    async def withdraw(self, candidate_id: str, key: str | None = None) -> types.CallToolResult:
+        return await self.client.call_tool(WITHDRAW, self.withdraw_arguments(candidate_id, key))

@@ -1,0 +1,106 @@
+"""Twenty HTTP clients capture and admit at once: every acknowledged write is there afterwards,
+exactly once, and the workspace's journal stays dense and unbroken."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from engram_memory.engine.context import Scope
+from engram_memory.engine.journal import verify_journal
+
+from e2e_support import (
+    REVISIONS,
+    Agent,
+    HttpService,
+    http_client,
+    new_key,
+    new_workspace,
+    ok_value,
+)
+
+pytestmark = pytest.mark.anyio
+
+CLIENTS = 20
+NUMBERS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
+
+
+def note(index: int) -> str:
+    return f"Concurrent observation number {NUMBERS[index]}: the ingest queue drained on time."
+
+
+@pytest.mark.parametrize("mode", REVISIONS)
+async def test_twenty_concurrent_clients_lose_no_acknowledged_write_and_duplicate_none(
+    http_service: HttpService, mode: str
+) -> None:
+    workspace = new_workspace()
+    token = http_service.tokens.mint(workspace=workspace)
+    acknowledged: dict[int, dict[str, Any]] = {}
+
+    async def one_client(index: int) -> None:
+        async with http_client(http_service.url, token, mode) as client:
+            agent = Agent(client)
+            arguments = agent.capture_arguments(note(index), new_key(f"capture-{index:02d}"))
+            first = ok_value(await client.call_tool("engram_memory_capture", arguments))
+            # A client that retries (say, after a lost reply) must not write twice.
+            retried = ok_value(await client.call_tool("engram_memory_capture", arguments))
+            assert first["status"] == "committed_pending"
+            assert retried["status"] == "duplicate_exact"
+            assert retried["candidate_id"] == first["candidate_id"]
+            outcome = ok_value(await agent.admit(first["candidate_id"]))["outcome"]
+            assert outcome["status"] == "accepted", outcome
+            acknowledged[index] = {
+                "candidate_id": first["candidate_id"],
+                "record_id": outcome["record_id"],
+                "cursors": (int(first["cursor"]), int(outcome["cursor"])),
+            }
+
+    async with anyio.create_task_group() as group:
+        for index in range(CLIENTS):
+            group.start_soon(one_client, index)
+
+    assert sorted(acknowledged) == list(range(CLIENTS))
+    record_ids = [write["record_id"] for write in acknowledged.values()]
+    assert len(set(record_ids)) == CLIENTS
+    assert len({write["candidate_id"] for write in acknowledged.values()}) == CLIENTS
+    cursors = sorted(c for write in acknowledged.values() for c in write["cursors"])
+    assert cursors == list(range(1, 2 * CLIENTS + 1))  # one event per write, none twice
+
+    async with http_client(http_service.url, token, mode) as client:
+        reader = Agent(client)
+        for index, write in acknowledged.items():
+            read = ok_value(await reader.get(write["record_id"]))
+            assert read["record"]["record_id"] == write["record_id"]
+            assert note(index) in [c["text"] for c in read["record"]["components"]]
+        found = await reader.found("concurrent observation ingest queue")
+        assert sorted(found) == sorted(record_ids)  # every write found, none twice
+        ranked = ok_value(await reader.search("seventeen"))["records"]
+        assert [packet["record"]["record_id"] for packet in ranked] == [
+            acknowledged[17]["record_id"]
+        ]
+
+    scope = Scope(http_service.server.surface.runtime.host.tenant_id, workspace)
+    assert verify_journal(http_service.server.host.store, scope).cursor == 2 * CLIENTS

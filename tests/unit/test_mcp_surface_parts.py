@@ -1,0 +1,155 @@
+"""Parts of the MCP surface that need no transport: catalog, request-state sealing, round trips."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import mcp.types as types
+import pytest
+
+from engram_memory.engine.context import TOOLS, Scope
+from engram_memory.engine.ports import (
+    ConfirmationChannelUnavailable,
+    ConfirmationDeclined,
+    ConfirmationPending,
+    ConfirmationRequest,
+)
+from engram_memory.mcp_surface.catalog import GRANT_OF, INSTRUCTIONS, TOOL_NAMES, build_tools
+from engram_memory.mcp_surface.confirmations import RoundTripConfirmations, state_for
+from engram_memory.mcp_surface.request_state import RequestStateInvalid, RequestStateSealer
+from engram_memory.mcp_surface.server import envelope_result
+
+REQUEST = ConfirmationRequest(
+    tool="forget",
+    target="mem_abc",
+    operation_digest="sha256:" + "1" * 64,
+    principal="alice",
+    scope=Scope("t", "w"),
+    reason_ref="reason:x",
+    summary="Tool: forget",
+)
+ELICIT = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+APPROVE = types.ElicitResult(action="accept", content={"approve": True})
+
+
+class Clock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def now_ms(self) -> int:
+        return self.now
+
+
+def test_every_tool_is_published_with_contract_annotations_and_closed_schemas() -> None:
+    tools = build_tools()
+    assert set(tools) == set(TOOLS) == set(TOOL_NAMES)
+    assert {GRANT_OF[t.name] for t in tools.values()} == set(TOOLS)
+    for grant, tool in tools.items():
+        annotations = tool.annotations
+        assert annotations is not None and annotations.open_world_hint is False
+        if grant in ("search", "get"):
+            assert annotations.read_only_hint is True
+        elif grant in ("capture", "request_admission"):
+            assert (
+                annotations.read_only_hint,
+                annotations.destructive_hint,
+                annotations.idempotent_hint,
+            ) == (False, False, True)
+        else:
+            assert (annotations.destructive_hint, annotations.idempotent_hint) == (True, True)
+        assert tool.input_schema["additionalProperties"] is False
+        assert tool.output_schema is not None and "oneOf" in tool.output_schema
+        assert tool.description and len(tool.description) > 200
+    assert "search before you capture" in INSTRUCTIONS.lower()
+
+
+def test_a_sealed_state_opens_only_untouched_and_under_its_key() -> None:
+    sealer = RequestStateSealer(b"k" * 32)
+    state = state_for(REQUEST, 1_000)
+    token = sealer.seal(state)
+    assert "alice" not in token and "mem_abc" not in token
+    assert sealer.open(token) == state
+    with pytest.raises(RequestStateInvalid):
+        RequestStateSealer(b"j" * 32).open(token)
+    with pytest.raises(RequestStateInvalid):
+        sealer.open(token[:-3] + ("A" if token[-3] != "A" else "B") + token[-2:])
+    with pytest.raises(RequestStateInvalid):
+        sealer.open("not-a-state")
+
+
+def test_the_first_round_asks_and_the_retry_approves() -> None:
+    clock = Clock(5_000)
+    first = RoundTripConfirmations(clock, capabilities=ELICIT, state=None, answer=None)
+    with pytest.raises(ConfirmationPending) as pending:
+        first.request_approval(REQUEST)
+    assert pending.value.request == REQUEST
+    state = state_for(REQUEST, 4_000)
+    approval = RoundTripConfirmations(
+        clock, capabilities=ELICIT, state=state, answer=APPROVE
+    ).request_approval(REQUEST)
+    assert (approval.approval_id, approval.issued_at_ms, approval.approved_at_ms) == (
+        state.nonce,
+        4_000,
+        5_000,
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"principal": "bob"},
+        {"target": "mem_other"},
+        {"tool": "withdraw"},
+        {"operation_digest": "sha256:" + "2" * 64},
+        {"workspace_id": "w2"},
+    ],
+)
+def test_a_state_minted_for_another_operation_is_declined(change: dict[str, str]) -> None:
+    state = dataclasses.replace(state_for(REQUEST, 1_000), **change)
+    with pytest.raises(ConfirmationDeclined):
+        RoundTripConfirmations(
+            Clock(2_000), capabilities=ELICIT, state=state, answer=APPROVE
+        ).request_approval(REQUEST)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        types.ElicitResult(action="decline"),
+        types.ElicitResult(action="cancel"),
+        types.ElicitResult(action="accept", content={"approve": False}),
+        None,
+    ],
+)
+def test_anything_but_an_explicit_approval_is_declined(answer: types.ElicitResult | None) -> None:
+    state = state_for(REQUEST, 1_000)
+    with pytest.raises(ConfirmationDeclined):
+        RoundTripConfirmations(
+            Clock(2_000), capabilities=ELICIT, state=state, answer=answer
+        ).request_approval(REQUEST)
+
+
+def test_a_client_without_elicitation_has_no_confirmation_channel() -> None:
+    with pytest.raises(ConfirmationChannelUnavailable):
+        RoundTripConfirmations(
+            Clock(0), capabilities=types.ClientCapabilities(), state=None, answer=None
+        ).request_approval(REQUEST)
+
+
+def test_the_text_content_is_the_envelope_byte_for_byte() -> None:
+    import json
+
+    envelope = {
+        "ok": False,
+        "auditId": "aud_1",
+        "redactionClass": "high",
+        "error": {
+            "code": "NOT_FOUND",
+            "message": "The target is not available.",
+            "retriable": False,
+        },
+    }
+    result = envelope_result(envelope)
+    assert result.is_error is True
+    assert result.structured_content == envelope
+    assert json.loads(result.content[0].text) == envelope
