@@ -64,7 +64,8 @@ GOLDEN_PAYLOAD: dict[str, Any] = {
     "retention": {"derivative_rule": "make-ineligible"},
     "reconciliation": {"family_refs": []},
 }
-GOLDEN_FILE = Path("/work/shared/spec/golden-payload.json")
+# The spec lives in shared/ beside the repository (as on developer machines and in CI).
+GOLDEN_FILE = Path(__file__).resolve().parents[3] / "shared" / "spec" / "golden-payload.json"
 
 RECEIPT_KINDS = (
     "search-response",
