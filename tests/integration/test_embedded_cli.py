@@ -55,3 +55,12 @@ def test_the_tour_declines_when_nobody_answers(
     monkeypatch.setattr("builtins.input", lambda _prompt: "n")
     assert main(["tour", "--data-dir", str(tmp_path / "data")]) == 0
     assert '"code": "gate_failed"' in capsys.readouterr().out
+
+
+def test_the_database_and_its_wal_are_owner_only(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    assert main(["tour", "--data-dir", str(data), "--yes"]) == 0
+    for name in ("engram.db", "engram.db-wal", "engram.db-shm"):
+        path = data / name
+        if path.exists():
+            assert _mode(path) == 0o600, name

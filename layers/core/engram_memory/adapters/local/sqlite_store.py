@@ -10,6 +10,7 @@ a query can only ever read its own scope's rows, never scans another's, and BM25
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -153,6 +154,9 @@ class SqliteStore:
         busy_timeout_ms: int = 10_000,
     ):
         self._path = str(path)
+        if self._path != ":memory:" and not os.path.exists(self._path):
+            # Owner-only from the first byte: SQLite gives its -wal/-shm files the same mode.
+            os.close(os.open(self._path, os.O_CREAT | os.O_WRONLY, 0o600))
         self._fault_hook = fault_hook
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
