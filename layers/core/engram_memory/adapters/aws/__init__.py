@@ -1,0 +1,1 @@
+"""Cloud adapters on AWS: DynamoDB store, KMS vault, and their helpers."""

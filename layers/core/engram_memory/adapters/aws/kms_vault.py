@@ -1,0 +1,440 @@
+"""The cloud vault: per-candidate data keys wrapped by AWS KMS in a DynamoDB key table.
+
+Each sealed candidate gets its own random 256-bit data key, exactly as in the embedded vault: the
+payload is encrypted with the AWS Encryption SDK under a raw AES keyring holding that data key
+(committing algorithm suite without signatures; an encryption context binding tenant, workspace
+and candidate). The data key itself is encrypted with the AWS Encryption SDK under an AWS KMS
+keyring (the tenant's KMS key; an encryption context binding tenant, workspace, candidate and
+``key_ref``) and the resulting message is stored as one item of the **key table**::
+
+    {key_ref (S, partition key), wrapped (B), created_at_ms (N)}
+
+The key table has no point-in-time recovery and is never backed up, so ``DeleteItem`` on a key
+crypto-shreds its blob for good: the ciphertext, wherever a copy of it lives, can never be opened
+again. Sealing needs only ``kms:GenerateDataKey`` (and ``dynamodb:PutItem``); opening needs
+``kms:Decrypt`` (and ``dynamodb:GetItem``), so the capture function's role may encrypt but never
+decrypt.
+
+Error translation: a throttled, failing (5xx) or unreachable service, or a timeout, raises
+``VaultUnavailable``; a missing key item on open raises ``KeyDestroyed``; KMS refusing to decrypt
+(wrong encryption context, invalid ciphertext, access denied) and any authentication failure of
+the Encryption SDK raise ``SealIntegrityError``. Exception messages never carry plaintext, key
+bytes or ciphertext, and the vault logs nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import aws_encryption_sdk
+import boto3
+from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
+from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
+from aws_cryptographic_material_providers.mpl.models import (
+    AesWrappingAlg,
+    CreateAwsKmsKeyringInput,
+    CreateRawAesKeyringInput,
+)
+from aws_encryption_sdk import Algorithm, CommitmentPolicy
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import (
+    KeyDestroyed,
+    SealedBlob,
+    SealIntegrityError,
+    VaultUnavailable,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_kms.client import KMSClient
+
+__all__ = ["KEY_NAMESPACE", "KmsVault", "create_key_table"]
+
+KEY_NAMESPACE: Final = "engram-memory/candidate"
+"""Raw AES keyring namespace of every candidate data key (the same as the embedded vault's)."""
+
+_KEY_BYTES: Final = 32
+_ALGORITHM: Final = Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY
+_KEY_ARN: Final = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+")
+
+# Error codes that mean "the service is busy or broken right now", whatever the HTTP status.
+_TRANSIENT_CODES: Final = frozenset(
+    {
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "LimitExceededException",
+        "TransactionInProgressException",
+        "InternalServerError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+        "KMSInternalException",
+        "DependencyTimeoutException",
+        "KeyUnavailableException",
+        # The tenant's KMS key is disabled or pending deletion: an operator state, not a
+        # property of this blob, so the vault is unavailable rather than the blob corrupt.
+        "DisabledException",
+        "KMSInvalidStateException",
+    }
+)
+
+# Bounded network behaviour for the clients the vault creates itself (not for injected ones).
+_CLIENT_CONFIG: Final = Config(
+    connect_timeout=2,
+    read_timeout=5,
+    retries={"mode": "standard", "max_attempts": 3},
+)
+
+_T = TypeVar("_T")
+
+
+class KmsVault:
+    """A ``Vault`` whose per-candidate data keys are KMS-wrapped items of a DynamoDB key table.
+
+    ``kms_key_id`` must be the **key ARN** of the tenant's symmetric KMS key (the KMS keyring
+    cannot decrypt with a bare key id or an alias). ``key_table`` is the name of the key table
+    (see ``create_key_table``). Clients may be injected; otherwise they are created from
+    ``session`` (or a default boto3 session) on first use. Nothing opens a client at import or
+    construction time. Safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        *,
+        kms_key_id: str,
+        key_table: str,
+        kms_client: KMSClient | None = None,
+        dynamodb_client: DynamoDBClient | None = None,
+        session: boto3.session.Session | None = None,
+    ) -> None:
+        if not _KEY_ARN.fullmatch(kms_key_id):
+            raise ValueError("kms_key_id must be the ARN of a KMS key (arn:aws:kms:...:key/...)")
+        if not key_table:
+            raise ValueError("key_table must name the DynamoDB key table")
+        self._kms_key_id = kms_key_id
+        self._table = key_table
+        self._session = session
+        self._lock = threading.Lock()
+        self._kms_client: Any = kms_client
+        self._dynamodb_client: Any = dynamodb_client
+        self._kms_recorder: _RecordingKmsClient | None = None
+        self._kms_keyring: Any = None
+        self._materials = AwsCryptographicMaterialProviders(config=MaterialProvidersConfig())
+        # One data key per message, so a message carrying more is malformed by construction.
+        self._esdk = aws_encryption_sdk.EncryptionSDKClient(
+            commitment_policy=CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT,
+            max_encrypted_data_keys=1,
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # Vault port
+    # ----------------------------------------------------------------------------------------
+
+    def seal(self, scope: Scope, candidate_id: str, plaintext: bytes) -> SealedBlob:
+        """Encrypt ``plaintext`` under a fresh data key bound to ``scope`` and ``candidate_id``.
+
+        Raises ``VaultUnavailable`` when the candidate cannot be sealed (KMS or DynamoDB refused
+        or failed, or encryption failed); no key item is written unless everything else worked.
+        """
+        data_key = secrets.token_bytes(_KEY_BYTES)
+        key_ref = "key_" + secrets.token_hex(16)
+        try:
+            ciphertext, _header = self._esdk.encrypt(
+                source=plaintext,
+                keyring=self._raw_keyring(key_ref, data_key),
+                encryption_context=_encryption_context(scope, candidate_id),
+                algorithm=_ALGORITHM,
+            )
+        except Exception as exc:
+            raise VaultUnavailable("the KMS vault could not encrypt the candidate") from exc
+        if not isinstance(ciphertext, bytes):
+            raise VaultUnavailable("the KMS vault could not encrypt the candidate")
+        wrapped = self._wrap(data_key, _wrap_context(key_ref, scope, candidate_id))
+        # The key item is written last so a failed seal leaves no orphan key behind.
+        item = {
+            "key_ref": {"S": key_ref},
+            "wrapped": {"B": wrapped},
+            "created_at_ms": {"N": str(time.time_ns() // 1_000_000)},
+        }
+        self._dynamodb_call(
+            "seal",
+            lambda client: client.put_item(
+                TableName=self._table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(key_ref)",
+            ),
+        )
+        return SealedBlob(key_ref=key_ref, ciphertext=ciphertext)
+
+    def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
+        """Decrypt ``blob``, which must have been sealed for this ``scope`` and ``candidate_id``.
+
+        Raises ``KeyDestroyed`` when its data key is gone, ``SealIntegrityError`` when the blob
+        or the wrapped key fails authentication, belongs to another context, or KMS refuses to
+        unwrap it, ``VaultUnavailable`` when KMS or DynamoDB cannot answer right now.
+        """
+        response = self._dynamodb_call(
+            "open",
+            lambda client: client.get_item(
+                TableName=self._table,
+                Key={"key_ref": {"S": blob.key_ref}},
+                ConsistentRead=True,
+            ),
+        )
+        item = response.get("Item")
+        if not item:
+            raise KeyDestroyed(f"data key {blob.key_ref} no longer exists")
+        wrapped = item.get("wrapped", {}).get("B")
+        if not isinstance(wrapped, bytes):
+            raise SealIntegrityError(f"data key {blob.key_ref} is malformed")
+        data_key = self._unwrap(wrapped, _wrap_context(blob.key_ref, scope, candidate_id))
+        expected = _encryption_context(scope, candidate_id)
+        plaintext, context, algorithm = _decrypt(
+            self._esdk, self._raw_keyring(blob.key_ref, data_key), blob.ciphertext, expected
+        )
+        if dict(context) != expected or algorithm != _ALGORITHM:
+            raise SealIntegrityError("sealed blob does not belong to this candidate")
+        return plaintext
+
+    def destroy(self, key_ref: str) -> None:
+        """Durably delete the data key; idempotent (destroying a missing key is not an error)."""
+        self._dynamodb_call(
+            "destroy",
+            lambda client: client.delete_item(
+                TableName=self._table, Key={"key_ref": {"S": key_ref}}
+            ),
+        )
+
+    def key_exists(self, key_ref: str) -> bool:
+        """Whether the data key ``key_ref`` is still held (a strongly consistent read)."""
+        response = self._dynamodb_call(
+            "key_exists",
+            lambda client: client.get_item(
+                TableName=self._table,
+                Key={"key_ref": {"S": key_ref}},
+                ConsistentRead=True,
+                ProjectionExpression="key_ref",
+            ),
+        )
+        return bool(response.get("Item"))
+
+    # ----------------------------------------------------------------------------------------
+    # Data key wrapping (AWS Encryption SDK, AWS KMS keyring)
+    # ----------------------------------------------------------------------------------------
+
+    def _wrap(self, data_key: bytes, context: dict[str, str]) -> bytes:
+        keyring, recorder = self._kms()
+        recorder.reset()
+        try:
+            wrapped, _header = self._esdk.encrypt(
+                source=data_key,
+                keyring=keyring,
+                encryption_context=context,
+                algorithm=_ALGORITHM,
+            )
+        except Exception as exc:
+            cause = recorder.last_error() or exc
+            raise VaultUnavailable("the KMS vault could not wrap the data key") from cause
+        if not isinstance(wrapped, bytes):
+            raise VaultUnavailable("the KMS vault could not wrap the data key")
+        return wrapped
+
+    def _unwrap(self, wrapped: bytes, context: dict[str, str]) -> bytes:
+        keyring, recorder = self._kms()
+        recorder.reset()
+        try:
+            data_key, found, algorithm = _decrypt(self._esdk, keyring, wrapped, context)
+        except SealIntegrityError:
+            kms_error = recorder.last_error()
+            if kms_error is not None and _is_transient(kms_error):
+                raise VaultUnavailable("KMS could not unwrap the data key right now") from kms_error
+            if kms_error is not None:
+                raise SealIntegrityError("KMS refused to unwrap the data key") from kms_error
+            raise
+        if dict(found) != context or algorithm != _ALGORITHM or len(data_key) != _KEY_BYTES:
+            raise SealIntegrityError("data key does not belong to this candidate")
+        return data_key
+
+    def _kms(self) -> tuple[Any, _RecordingKmsClient]:
+        with self._lock:
+            if self._kms_keyring is None or self._kms_recorder is None:
+                if self._kms_client is None:
+                    self._kms_client = self._new_client("kms")
+                recorder = _RecordingKmsClient(self._kms_client)
+                try:
+                    keyring = self._materials.create_aws_kms_keyring(
+                        input=CreateAwsKmsKeyringInput(
+                            kms_key_id=self._kms_key_id, kms_client=recorder
+                        )
+                    )
+                except Exception as exc:
+                    raise VaultUnavailable("the KMS keyring could not be created") from exc
+                self._kms_recorder, self._kms_keyring = recorder, keyring
+            return self._kms_keyring, self._kms_recorder
+
+    def _raw_keyring(self, key_ref: str, data_key: bytes) -> Any:
+        return self._materials.create_raw_aes_keyring(
+            input=CreateRawAesKeyringInput(
+                key_namespace=KEY_NAMESPACE,
+                key_name=key_ref,
+                wrapping_key=data_key,
+                wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
+            )
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # Key table (DynamoDB)
+    # ----------------------------------------------------------------------------------------
+
+    def _dynamodb_call(self, action: str, operation: Callable[[Any], _T]) -> _T:
+        with self._lock:
+            if self._dynamodb_client is None:
+                self._dynamodb_client = self._new_client("dynamodb")
+            client = self._dynamodb_client
+        try:
+            return operation(client)
+        # Every failure of the key table is transient from the vault's point of view: there is
+        # no integrity question to answer until the item has been read.
+        except (ClientError, BotoCoreError) as exc:
+            raise VaultUnavailable(f"the KMS vault key table failed during {action}") from exc
+
+    def _new_client(self, service: str) -> Any:
+        try:
+            session = self._session if self._session is not None else boto3.session.Session()
+            return session.client(service, config=_CLIENT_CONFIG)  # type: ignore[call-overload]
+        except (BotoCoreError, ValueError) as exc:
+            raise VaultUnavailable(f"the KMS vault could not create a {service} client") from exc
+
+
+def create_key_table(dynamodb_client: DynamoDBClient, name: str) -> None:
+    """Create the key table ``name`` (on-demand, partition key ``key_ref``) and wait for it.
+
+    For tests and local set-ups; the deployed table comes from the SAM template. Point-in-time
+    recovery stays off (its default): a restorable copy would undo crypto-shredding.
+    """
+    dynamodb_client.create_table(
+        TableName=name,
+        AttributeDefinitions=[{"AttributeName": "key_ref", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "key_ref", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    dynamodb_client.get_waiter("table_exists").wait(
+        TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+class _RecordingKmsClient:
+    """Forwards to a boto3 KMS client and remembers, per thread, the last error it raised.
+
+    The KMS keyring folds client errors into Encryption SDK exceptions; the recorded error tells
+    a transient KMS failure (``VaultUnavailable``) from a refusal (``SealIntegrityError``).
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._local = threading.local()
+
+    def reset(self) -> None:
+        self._local.error = None
+
+    def last_error(self) -> BaseException | None:
+        error: BaseException | None = getattr(self._local, "error", None)
+        return error
+
+    def generate_data_key(self, **kwargs: Any) -> Any:
+        return self._record(self._client.generate_data_key, kwargs)
+
+    def decrypt(self, **kwargs: Any) -> Any:
+        return self._record(self._client.decrypt, kwargs)
+
+    def encrypt(self, **kwargs: Any) -> Any:
+        return self._record(self._client.encrypt, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # ``meta`` (the keyring tags the user agent) and anything else the keyring may touch.
+        return getattr(self._client, name)
+
+    def _record(self, method: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+        try:
+            return method(**kwargs)
+        except Exception as exc:
+            self._local.error = exc
+            raise
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Whether a KMS client error means "try again later" rather than "refused"."""
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        metadata = exc.response.get("ResponseMetadata", {})
+        status = metadata.get("HTTPStatusCode", 0)
+        return error.get("Code", "") in _TRANSIENT_CODES or status >= 500
+    # Connection, endpoint, timeout and credential failures; and anything the client raised that
+    # is not a service answer at all. Only an explicit refusal by KMS is an integrity failure.
+    return True
+
+
+def _decrypt(
+    esdk: Any, keyring: Any, ciphertext: bytes, expected: Mapping[str, str]
+) -> tuple[bytes, Mapping[str, str], Any]:
+    # The streaming decryptor is driven by hand rather than through ``client.decrypt``: the
+    # latter's ``with`` block logs an ERROR traceback ("Error on closing") for every failed
+    # decrypt. "decrypt-unsigned" additionally refuses messages using a signing suite.
+    source = io.BytesIO(ciphertext)
+    decryptor: Any = None
+    try:
+        decryptor = esdk.stream(
+            mode="decrypt-unsigned",
+            source=source,
+            keyring=keyring,
+            encryption_context=dict(expected),
+        )
+        plaintext = decryptor.read()
+        header = decryptor.header
+        decryptor.close()
+        context = header.encryption_context
+        algorithm = header.algorithm
+    # The message is untrusted input and the SDK raises an open-ended set of types for malformed
+    # messages (its own errors, InvalidTag, struct and Unicode errors, MPL errors).
+    except Exception as exc:
+        if decryptor is not None:
+            # Mark the half-read stream closed without the footer check, so its finalizer does
+            # not raise again.
+            io.IOBase.close(decryptor)
+        raise SealIntegrityError("sealed message failed authentication") from exc
+    # The SDK stops at the end of the message; trailing bytes mean the message was altered.
+    if source.read(1) or not isinstance(plaintext, bytes) or not isinstance(context, dict):
+        raise SealIntegrityError("sealed message failed authentication")
+    return plaintext, context, algorithm
+
+
+def _encryption_context(scope: Scope, candidate_id: str) -> dict[str, str]:
+    return {
+        "engram:tenant": scope.tenant_id,
+        "engram:workspace": scope.workspace_id,
+        "engram:candidate": candidate_id,
+    }
+
+
+def _wrap_context(key_ref: str, scope: Scope, candidate_id: str) -> dict[str, str]:
+    return {**_encryption_context(scope, candidate_id), "engram:key_ref": key_ref}
