@@ -350,5 +350,15 @@ def embedded_harness(tmp_path: Path, *, fault_hook: Any = None) -> Harness:
     )
 
 
-# Adapter sets the behavioural suite runs over; the AWS set (moto) joins here.
-HARNESS_FACTORIES: dict[str, Callable[[Path], Harness]] = {"embedded": embedded_harness}
+def aws_harness(tmp_path: Path) -> Harness:
+    """DynamoDB and S3 on moto (imported on first use: see ``aws_testing``)."""
+    from aws_testing import aws_harness as build
+
+    return build(tmp_path)
+
+
+# Adapter sets the behavioural suite runs over.
+HARNESS_FACTORIES: dict[str, Callable[[Path], Harness]] = {
+    "embedded": embedded_harness,
+    "aws": aws_harness,
+}

@@ -1,0 +1,249 @@
+"""The AWS adapter set for the behavioural suite: DynamoDB and S3 on moto, an in-memory index.
+
+``aws_harness`` builds the engine over ``DynamoStore`` (moto), ``LocalVault`` (until the KMS vault
+joins) and ``MemoryLexicalIndex``, an honest stand-in for the OpenSearch projection: it is not
+maintained by the store, so the engine's deferred-projection path (upserts after the commit,
+drops through the outbox) runs exactly as in the cloud, and it ranks with the same BM25F profile
+as the embedded FTS5 index.
+
+Faults are injected with botocore's own event hooks on the store's clients (``inject``), the
+same seam a real network failure goes through.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import boto3
+from moto import mock_aws
+from moto.core.botocore_stubber import BotocoreStubber
+
+from engram_memory.adapters.aws.dynamo_store import DynamoStore, create_bucket, create_tables
+from engram_memory.adapters.local.audit import MemoryAuditLog
+from engram_memory.adapters.local.vault import LocalVault
+from engram_memory.engine import lexical
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import IndexHit, IndexUnavailable, ProjectionChange
+from engram_memory.engine.service import Engine, EngineSettings
+
+from engram_testing import FakeClock, Harness, ScriptedConfirmations
+
+REGION = "us-east-1"
+TABLE = "engram-canonical"
+BUCKET = "engram-blobs"
+MASTER_KEY = b"\x07" * 32
+
+
+class MemoryLexicalIndex:
+    """The ``LexicalIndex`` port in memory: per-scope BM25F, the contract's ranking profile.
+
+    Scores like SQLite FTS5's ``bm25()`` with column weights: per query term, the term frequency
+    is the weighted sum of its occurrences over the fields of ``ProjectionDoc.fields``
+    (``lexical.FIELD_WEIGHTS``), document length is the whole document's term count, the average
+    length and IDF (``log((N - n + 0.5) / (n + 0.5))``, floored at 1e-6) are those of the scope.
+    Set ``available = False`` to make every call raise ``IndexUnavailable``.
+    """
+
+    name = "lexical"
+    maintained_by_store = False
+
+    def __init__(self) -> None:
+        self.available = True
+        self._docs: dict[Scope, dict[str, dict[str, list[str]]]] = {}
+        self._lock = threading.Lock()
+
+    def _check(self) -> None:
+        if not self.available:
+            raise IndexUnavailable("the lexical index is unavailable")
+
+    def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
+        self._check()
+        with self._lock:
+            docs = {rid: dict(fields) for rid, fields in self._docs.get(scope, {}).items()}
+        wanted = list(dict.fromkeys(terms))
+        if not docs or not wanted or depth <= 0:
+            return []
+        total = len(docs)
+        lengths = {
+            rid: sum(len(words) for words in fields.values()) for rid, fields in docs.items()
+        }
+        average = sum(lengths.values()) / total
+        idf: dict[str, float] = {}
+        for term in wanted:
+            having = sum(1 for fields in docs.values() if any(term in w for w in fields.values()))
+            value = math.log((total - having + 0.5) / (having + 0.5))
+            idf[term] = value if value > 0 else 1e-6
+        k1, b = lexical.BM25_K1, lexical.BM25_B
+        hits: list[IndexHit] = []
+        for rid, fields in docs.items():
+            score, matched = 0.0, False
+            norm = k1 * (1 - b + b * lengths[rid] / average) if average else k1
+            for term in wanted:
+                frequency = sum(
+                    weight * fields.get(name, []).count(term)
+                    for name, weight in lexical.FIELD_WEIGHTS.items()
+                )
+                if frequency:  # every weight is positive: the document matches the term
+                    matched = True
+                    score += idf[term] * (frequency * (k1 + 1)) / (frequency + norm)
+            if matched:
+                hits.append(IndexHit(rid, score))
+        hits.sort(key=lambda hit: (-hit.score, hit.record_id))
+        return hits[:depth]
+
+    def apply(self, scope: Scope, change: ProjectionChange) -> None:
+        self._check()
+        with self._lock:
+            docs = self._docs.setdefault(scope, {})
+            if change.upsert is not None:
+                docs[change.upsert.record_id] = {
+                    name: change.upsert.fields.get(name, "").split()
+                    for name in lexical.FIELD_WEIGHTS
+                }
+            if change.delete_record_id is not None:
+                docs.pop(change.delete_record_id, None)
+
+    def contains(self, scope: Scope, record_id: str) -> bool:
+        self._check()
+        with self._lock:
+            return record_id in self._docs.get(scope, {})
+
+
+# --------------------------------------------------------------------------------------------
+# moto
+# --------------------------------------------------------------------------------------------
+
+_MOTO_LOCK = threading.RLock()
+
+
+@contextmanager
+def moto_aws() -> Iterator[None]:
+    """moto with its requests serialized.
+
+    moto applies a transaction item by item and rolls back by restoring a copy of the table, so
+    two threads inside it at once can lose each other's writes; real DynamoDB transactions are
+    serializable. One lock around moto's request dispatch restores that isolation.
+    """
+    original = BotocoreStubber.process_request
+
+    def serialized(self: BotocoreStubber, request: Any) -> Any:
+        with _MOTO_LOCK:
+            return original(self, request)
+
+    with mock_aws(), mock.patch.object(BotocoreStubber, "process_request", serialized):
+        yield
+
+
+_SESSION: list[boto3.session.Session] = []
+
+
+def aws_clients() -> tuple[Any, Any]:
+    """DynamoDB and S3 clients (one shared session: creating clients from it stays cheap)."""
+    if not _SESSION:
+        _SESSION.append(boto3.session.Session(region_name=REGION))
+    session = _SESSION[0]
+    return session.client("dynamodb"), session.client("s3")
+
+
+def provision(*, inline_limit_bytes: int | None = None) -> DynamoStore:
+    """Create the table and the bucket (inside an active moto) and a store over them."""
+    dynamodb, s3 = aws_clients()
+    create_tables(dynamodb, TABLE)
+    create_bucket(s3, BUCKET, REGION)
+    extra: dict[str, Any] = {}
+    if inline_limit_bytes is not None:
+        extra["inline_limit_bytes"] = inline_limit_bytes
+    return DynamoStore(table_name=TABLE, bucket=BUCKET, dynamodb=dynamodb, s3=s3, **extra)
+
+
+Hook = Callable[..., Any]
+
+
+def inject(client: Any, event: str, hook: Hook) -> Callable[[], None]:
+    """Register a botocore event hook on ``client`` (e.g. ``before-call.dynamodb.Query``).
+
+    Returns the function that removes it. ``before-call`` hooks run before the request is sent
+    (raise to fail it unsent); ``after-call`` hooks run after moto applied it (raise to lose the
+    response of an applied request).
+    """
+    client.meta.events.register(event, hook)
+    return lambda: client.meta.events.unregister(event, hook)
+
+
+def aws_harness(tmp_path: Path, *, inline_limit_bytes: int | None = None) -> Harness:
+    from engram_memory.policy.builtin import BuiltinAdmissionPolicy
+
+    moto = moto_aws()
+    moto.__enter__()
+    try:
+        store = provision(inline_limit_bytes=inline_limit_bytes)
+        clock = FakeClock()
+        vault = LocalVault(tmp_path / "keys.db", MASTER_KEY)
+        index = MemoryLexicalIndex()
+        confirmations = ScriptedConfirmations(clock)
+        audit = MemoryAuditLog()
+        engine = Engine(
+            store=store,
+            vault=vault,
+            lexical_index=index,
+            admission_policy=BuiltinAdmissionPolicy(),
+            confirmations=confirmations,
+            clock=clock,
+            audit=audit,
+            settings=EngineSettings(cursor_key=b"\x01" * 32),
+        )
+    except BaseException:
+        moto.__exit__(None, None, None)
+        raise
+
+    def held_keys() -> list[bytes]:
+        return _held_keys(store, tmp_path / "keys.db")
+
+    return Harness(
+        held_keys=held_keys,
+        engine=engine,
+        store=store,
+        vault=vault,
+        index=index,
+        clock=clock,
+        confirmations=confirmations,
+        audit=audit,
+        closers=[vault.close, lambda: moto.__exit__(None, None, None)],
+    )
+
+
+def _held_keys(store: DynamoStore, keys_path: Path) -> list[bytes]:
+    """Every key the system holds: the master key, each wrapped key, each unwrappable data key."""
+    import sqlite3
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from engram_memory.adapters.local.vault import _wrap_aad
+
+    candidates = [
+        (Scope(fields["tenant_id"], fields["workspace_id"]), fields["candidate_id"])
+        for fields in map(dict, store.table_snapshot()["items"])
+        if fields.get("kind") == "candidate"
+    ]
+    keys = [MASTER_KEY]
+    with sqlite3.connect(keys_path) as conn:
+        for key_ref, nonce, wrapped in conn.execute(
+            "SELECT key_ref, nonce, wrapped FROM data_keys"
+        ):
+            keys.append(bytes(wrapped)[:32])
+            for scope, candidate_id in candidates:
+                try:
+                    keys.append(
+                        AESGCM(MASTER_KEY).decrypt(
+                            nonce, wrapped, _wrap_aad(key_ref, scope, candidate_id)
+                        )
+                    )
+                except Exception:  # noqa: S112 - wrong binding: not this row's key
+                    continue
+    return keys
