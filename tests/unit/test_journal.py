@@ -66,3 +66,14 @@ def test_a_tampered_record_body_is_journal_corrupt_on_get(tmp_path: Path) -> Non
         conn.execute("UPDATE records SET body = replace(body, '02:00', '03:00')")
     assert harness.get(record_id)["error"]["code"] == "JOURNAL_CORRUPT"
     harness.close()
+
+
+def test_a_current_record_whose_body_is_lost_is_blob_missing_not_not_found(tmp_path: Path) -> None:
+    harness = embedded_harness(tmp_path)
+    record_id = harness.remember("The on-call rota lives in the ops calendar.")
+    with sqlite3.connect(tmp_path / "engram.db") as conn:
+        conn.execute("UPDATE records SET body = NULL")
+    assert harness.get(record_id)["error"]["code"] == "BLOB_MISSING"
+    args = {"query": "on-call rota", "purpose_ref": "purpose:general"}
+    assert harness.error("search", args) == "BLOB_MISSING"
+    harness.close()

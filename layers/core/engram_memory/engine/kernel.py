@@ -460,9 +460,10 @@ class Kernel:
         }
 
     def eligible(self, row: RecordRow, now_ms: int) -> bool:
+        """Current in state, valid time and expiry. A missing body is not ineligibility but a
+        fault (``BLOB_MISSING`` from ``body``): an operator must hear about it."""
         return (
             row.state == "accepted_current"
-            and row.body is not None
             and row.valid_from_ms <= now_ms
             and (row.valid_to_ms is None or now_ms <= row.valid_to_ms)
             and (row.expires_at_ms is None or now_ms < row.expires_at_ms)
