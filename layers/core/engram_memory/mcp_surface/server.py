@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,6 @@ from pydantic import ValidationError
 from .. import CONNECTOR
 from ..contract.canonical import canonical_bytes
 from ..contract.errors import (
-    TRUSTED_CONTEXT_UNAVAILABLE,
     ErrorCode,
     ProtocolRefusal,
     TrustedContextUnavailable,
@@ -224,4 +222,4 @@ def _answer(responses: dict[str, Any] | None) -> types.ElicitResult | None:
         return None
 
 
-__all__ = ["TRUSTED_CONTEXT_UNAVAILABLE", "EngramMcp", "SurfaceRuntime", "envelope_result", "json"]
+__all__ = ["EngramMcp", "SurfaceRuntime", "envelope_result"]
