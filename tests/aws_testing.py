@@ -52,6 +52,7 @@ class MemoryLexicalIndex:
 
     name = "lexical"
     maintained_by_store = False
+    scoring_formula_ref = lexical.SCORING_FORMULA_REF  # the same BM25F as FTS5
 
     def __init__(self) -> None:
         self.available = True

@@ -277,6 +277,11 @@ class LexicalIndex(Protocol):
         """True when the store applies ``ChangeSet.projection`` inside its own commit (SQLite)."""
         ...
 
+    @property
+    def scoring_formula_ref(self) -> str:
+        """What this index's scores are, for the rank receipt (rankings differ by backend)."""
+        ...
+
     def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
         """Hits ordered by score descending, then ``record_id`` ascending; at most ``depth``."""
         ...

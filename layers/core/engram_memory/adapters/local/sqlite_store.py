@@ -654,6 +654,7 @@ class SqliteLexicalIndex:
 
     name: Final = "lexical"
     maintained_by_store: Final = True
+    scoring_formula_ref: Final = lexical.SCORING_FORMULA_REF  # FTS5 bm25() with column weights
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store

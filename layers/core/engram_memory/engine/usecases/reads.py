@@ -114,7 +114,7 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
             "candidate_count": len(hits),
             "candidate_ids_digest": digest("candidate-ids", sorted(h.record_id for h in hits)),
             "ordered_ids_digest": ordered_digest,
-            "scoring_formula_ref": lexical.SCORING_FORMULA_REF,
+            "scoring_formula_ref": k.lexical.scoring_formula_ref,
             "revalidation_receipt_digest": revalidation,
             "issued_at": format_instant(now),
         },
