@@ -1,0 +1,586 @@
+"""The composition root of the cloud deployment: the engine of one tenant's tool functions.
+
+The MCP adapter Lambda verifies the caller and invokes one tool function per call
+(``RequestResponse``) with a ``ToolInvocation``::
+
+    {"tool": "search", "arguments": {...}, "audit_id": "aud_<32 hex>",
+     "context": {"tenant_id": ..., "workspace_id": ..., "principal": ..., "purpose_ref": ...,
+                 "grants": [...], "confirm_required": [...],
+                 "retention": {"allow_retain": false, "max_expires_in_s": 2592000},
+                 "reconcile_consent": false, "agent_id"?: ..., "session_id"?: ...,
+                 "deadline_ms"?: <epoch ms>, "host_facts"?: [...]}}
+
+The function answers with the contract envelope, or with
+``{"protocol_error": {"code": -32602 | -32603, "message": ...}}`` for a protocol refusal (the
+adapter turns it into a JSON-RPC error). Any other failure is a Lambda function error.
+
+``build_engine`` wires the engine from the environment the SAM template sets (see
+``build_engine``); ``tool_handler`` is the whole of each ``functions/<tool>/app.py``. Nothing
+here opens a client or reads the environment when imported: boto3, the AWS Encryption SDK and
+opensearch-py are imported inside ``build_engine``, which the handler calls on its first
+invocation (the cold-start singleton).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
+
+from .contract.errors import ProtocolRefusal, TrustedContextUnavailable, UnknownTool
+from .engine.context import CONFIRMABLE, TOOLS, RetentionPolicy, TrustedContext
+from .engine.ports import (
+    Approval,
+    AuditSink,
+    Clock,
+    ConfirmationChannelUnavailable,
+    ConfirmationRequest,
+    ConfirmationWorkflow,
+    LexicalIndex,
+    Store,
+    Vault,
+)
+from .engine.service import Engine, EngineSettings, new_audit_id
+from .observability import count_admission_outcome, get_logger, get_metrics, get_tracer
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools import Logger, Tracer
+    from boto3.session import Session
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_kms.client import KMSClient
+    from mypy_boto3_s3.client import S3Client
+
+    from .engine.ports import AdmissionPolicy
+
+__all__ = [
+    "AUDIT_ID_PATTERN",
+    "DEFAULT_OPENSEARCH_INDEX",
+    "DEFAULT_RETENTION_CEILING_S",
+    "LAMBDA_DEADLINE_MARGIN_MS",
+    "MIN_CURSOR_KEY_BYTES",
+    "ConfigurationError",
+    "HostBinding",
+    "InvocationContext",
+    "InvocationRetention",
+    "NoConfirmationChannel",
+    "ToolHandler",
+    "ToolInvocation",
+    "build_engine",
+    "context_from_event",
+    "parse_invocation",
+    "protocol_error",
+    "read_cursor_key",
+    "tool_handler",
+]
+
+AUDIT_ID_PATTERN: Final = r"^aud_[0-9a-f]{32}$"  # what ``engine.service.new_audit_id`` mints
+DEFAULT_OPENSEARCH_INDEX: Final = "engram-records"
+DEFAULT_RETENTION_CEILING_S: Final = RetentionPolicy().max_expires_in_s
+MIN_CURSOR_KEY_BYTES: Final = 32
+# The engine stops starting work this long before the Lambda would be killed, so a call ends
+# with DEADLINE_EXCEEDED (retriable, nothing half-done) rather than a timeout mid-commit.
+LAMBDA_DEADLINE_MARGIN_MS: Final = 1_000
+_MAX_ID_CHARS: Final = 1_024
+_MAX_HOST_FACTS: Final = 8
+_MAX_HOST_FACT_CHARS: Final = 16_384
+
+
+class ConfigurationError(RuntimeError):
+    """The function's environment is missing or invalid, or its secret unreadable.
+
+    A deployment error: the handler lets it fail the invocation (a Lambda function error), and
+    the next invocation tries again. The message names the variable, never a secret's value.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# The invocation event (the MCP adapter builds it with ``ToolInvocation.from_trusted``)
+# --------------------------------------------------------------------------------------------
+
+ToolName = Literal["search", "get", "capture", "request_admission", "withdraw", "forget"]
+ConfirmableTool = Literal["capture", "request_admission"]
+Identifier = Annotated[StrictStr, Field(min_length=1, max_length=_MAX_ID_CHARS)]
+
+
+def _not_blank(value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+def _unique(values: list[str]) -> list[str]:
+    if len(set(values)) != len(values):
+        raise ValueError("must not repeat a name")
+    return values
+
+
+class _EventModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InvocationRetention(_EventModel):
+    """The host's retention policy for this call (already capped by the adapter)."""
+
+    allow_retain: StrictBool = Field(description="May the agent ask to retain memories?")
+    max_expires_in_s: StrictInt = Field(ge=0, description="Ceiling of a requested expiry, s.")
+
+
+class InvocationContext(_EventModel):
+    """The trusted context the MCP adapter derived from the verified token (never arguments)."""
+
+    tenant_id: Identifier = Field(description="Tenant of the call; must be this stack's tenant.")
+    workspace_id: Identifier = Field(description="Workspace the call is scoped to.")
+    principal: Identifier = Field(description="The verified subject making the call.")
+    purpose_ref: Identifier = Field(description="The purpose the host bound to the call.")
+    grants: list[ToolName] = Field(description="Tools the principal may call (no repeats).")
+    confirm_required: list[ConfirmableTool] = Field(
+        description="Confirmable tools the host requires a human confirmation for (no repeats)."
+    )
+    retention: InvocationRetention = Field(description="The retention policy of the call.")
+    reconcile_consent: StrictBool = Field(description="Host and token consent to reconciling.")
+    agent_id: Identifier | None = Field(default=None, description="The agent, when known.")
+    session_id: Identifier | None = Field(default=None, description="The session, when known.")
+    deadline_ms: StrictInt | None = Field(
+        default=None, ge=0, description="Absolute deadline of the call, epoch milliseconds."
+    )
+    host_facts: list[Annotated[StrictStr, Field(min_length=1, max_length=_MAX_HOST_FACT_CHARS)]] = (
+        Field(
+            default_factory=list,
+            max_length=_MAX_HOST_FACTS,
+            description="Host binding facts no memory may contain (e.g. the bearer token).",
+        )
+    )
+
+    _check_ids = field_validator(
+        "tenant_id", "workspace_id", "principal", "purpose_ref", "agent_id", "session_id"
+    )(_not_blank)
+    _check_names = field_validator("grants", "confirm_required")(_unique)
+
+
+class ToolInvocation(_EventModel):
+    """The event of one tool function invocation (the adapter's ``Invoke`` payload)."""
+
+    tool: Annotated[StrictStr, Field(min_length=1, max_length=64)] = Field(
+        description="The tool to run; must be the tool this function serves."
+    )
+    arguments: JsonValue = Field(description="The tool's raw arguments, as the agent sent them.")
+    context: InvocationContext = Field(description="The verified trusted context.")
+    audit_id: Annotated[StrictStr, Field(pattern=AUDIT_ID_PATTERN)] = Field(
+        description="The call's audit id (``new_audit_id()``), shared by adapter and function."
+    )
+
+    @classmethod
+    def from_trusted(cls, tool: str, arguments: Any, ctx: TrustedContext) -> ToolInvocation:
+        """The invocation of ``tool`` for the adapter's verified context ``ctx``.
+
+        Everything but ``cancellation`` crosses the boundary; ``ctx.audit_id`` must come from
+        ``new_audit_id()``. Raises ``pydantic.ValidationError`` when ``ctx`` cannot be sent.
+        """
+        return cls.model_validate(
+            {
+                "tool": tool,
+                "arguments": arguments,
+                "audit_id": ctx.audit_id,
+                "context": {
+                    "tenant_id": ctx.tenant_id,
+                    "workspace_id": ctx.workspace_id,
+                    "principal": ctx.principal,
+                    "purpose_ref": ctx.purpose_ref,
+                    "grants": sorted(ctx.grants),
+                    "confirm_required": sorted(ctx.confirm_required & CONFIRMABLE),
+                    "retention": {
+                        "allow_retain": ctx.retention.allow_retain,
+                        "max_expires_in_s": ctx.retention.max_expires_in_s,
+                    },
+                    "reconcile_consent": ctx.reconcile_consent,
+                    "agent_id": ctx.agent_id,
+                    "session_id": ctx.session_id,
+                    "deadline_ms": ctx.deadline_ms,
+                    "host_facts": list(ctx.host_facts),
+                },
+            }
+        )
+
+    def to_event(self) -> dict[str, Any]:
+        """The JSON payload to send to the tool function (absent optional fields omitted)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def trusted_context(self, binding: HostBinding) -> TrustedContext:
+        """The engine's context; refuses (``TrustedContextUnavailable``) a foreign tenant.
+
+        The retention ceiling is capped again by this function's own ceiling.
+        """
+        ctx = self.context
+        if ctx.tenant_id != binding.tenant_id:
+            raise TrustedContextUnavailable()
+        return TrustedContext(
+            tenant_id=ctx.tenant_id,
+            workspace_id=ctx.workspace_id,
+            principal=ctx.principal,
+            purpose_ref=ctx.purpose_ref,
+            audit_id=self.audit_id,
+            grants=frozenset(ctx.grants),
+            confirm_required=frozenset(ctx.confirm_required),
+            retention=RetentionPolicy(
+                allow_retain=ctx.retention.allow_retain,
+                max_expires_in_s=min(ctx.retention.max_expires_in_s, binding.retention_ceiling_s),
+            ),
+            reconcile_consent=ctx.reconcile_consent,
+            agent_id=ctx.agent_id,
+            session_id=ctx.session_id,
+            deadline_ms=ctx.deadline_ms,
+            host_facts=tuple(ctx.host_facts),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HostBinding:
+    """What a tool function checks every context against: its tenant and retention ceiling."""
+
+    tenant_id: str
+    retention_ceiling_s: int = DEFAULT_RETENTION_CEILING_S
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> HostBinding:
+        """``ENGRAM_TENANT_ID`` (required) and ``ENGRAM_RETENTION_CEILING_S`` (seconds, >= 0)."""
+        tenant_id = _required(env, "ENGRAM_TENANT_ID")
+        raw = env.get("ENGRAM_RETENTION_CEILING_S", "").strip()
+        if not raw:
+            return cls(tenant_id)
+        if not raw.isdecimal():
+            raise ConfigurationError("ENGRAM_RETENTION_CEILING_S must be a whole number of seconds")
+        return cls(tenant_id, int(raw))
+
+
+def parse_invocation(payload: Any) -> ToolInvocation:
+    """Validate an invocation event; ``TrustedContextUnavailable`` when it is malformed."""
+    try:
+        return ToolInvocation.model_validate(payload)
+    except ValidationError:
+        raise TrustedContextUnavailable() from None
+
+
+def context_from_event(payload: Any, env: Mapping[str, str] = os.environ) -> TrustedContext:
+    """The trusted context of an invocation event, checked against this function's tenant.
+
+    Raises ``TrustedContextUnavailable`` (-32603) for a malformed event or a foreign tenant, and
+    ``ConfigurationError`` when ``ENGRAM_TENANT_ID`` is not set.
+    """
+    return parse_invocation(payload).trusted_context(HostBinding.from_env(env))
+
+
+def protocol_error(refusal: ProtocolRefusal) -> dict[str, Any]:
+    """The function's answer for a protocol refusal: the adapter makes it a JSON-RPC error."""
+    return {"protocol_error": {"code": refusal.jsonrpc_code, "message": refusal.message}}
+
+
+# --------------------------------------------------------------------------------------------
+# The composition
+# --------------------------------------------------------------------------------------------
+
+
+class NoConfirmationChannel:
+    """The tool functions never ask a human themselves.
+
+    Confirmations reach the engine through the MCP adapter / the Step Functions workflow; a
+    call that needs one here is refused (``ConfirmationChannelUnavailable`` → -32603).
+    """
+
+    def request_approval(self, request: ConfirmationRequest) -> Approval:
+        raise ConfirmationChannelUnavailable("tool functions cannot ask a human for confirmation")
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ConfigurationError(f"{name} must be set")
+    return value
+
+
+def _admission_mode(env: Mapping[str, str]) -> Literal["auto", "manual"]:
+    mode = env.get("ENGRAM_ADMISSION_MODE", "").strip() or "auto"
+    if mode == "auto":
+        return "auto"
+    if mode == "manual":
+        return "manual"
+    raise ConfigurationError("ENGRAM_ADMISSION_MODE must be 'auto' or 'manual'")
+
+
+def read_cursor_key(secrets_client: Any, secret_arn: str) -> bytes:
+    """The search cursor HMAC key: the secret's binary value, or its string value as UTF-8.
+
+    Read once per cold start. Raises ``ConfigurationError`` when the secret cannot be read or is
+    shorter than 32 bytes (its value never appears in the message).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        response = secrets_client.get_secret_value(SecretId=secret_arn)
+    except (BotoCoreError, ClientError) as exc:
+        raise ConfigurationError(
+            "the cursor secret (ENGRAM_CURSOR_SECRET_ARN) is unreadable"
+        ) from exc
+    binary = response.get("SecretBinary")
+    key = bytes(binary) if binary is not None else str(response.get("SecretString", "")).encode()
+    if len(key) < MIN_CURSOR_KEY_BYTES:
+        raise ConfigurationError(
+            f"the cursor secret must hold at least {MIN_CURSOR_KEY_BYTES} bytes"
+        )
+    return key
+
+
+def build_engine(
+    env: Mapping[str, str] = os.environ,
+    *,
+    session: Session | None = None,
+    dynamodb_client: DynamoDBClient | None = None,
+    s3_client: S3Client | None = None,
+    kms_client: KMSClient | None = None,
+    secrets_client: Any = None,
+    opensearch_client: Any = None,
+    store: Store | None = None,
+    vault: Vault | None = None,
+    lexical_index: LexicalIndex | None = None,
+    admission_policy: AdmissionPolicy | None = None,
+    confirmations: ConfirmationWorkflow | None = None,
+    clock: Clock | None = None,
+    audit: AuditSink | None = None,
+) -> Engine:
+    """The cloud engine of one tenant, from the environment the SAM template sets.
+
+    - store: ``DynamoStore`` over ``ENGRAM_TABLE`` with large attributes in
+      ``ENGRAM_BLOB_BUCKET``;
+    - vault: ``KmsVault`` under the key ARN ``ENGRAM_DATA_KEY_ARN``, data keys in
+      ``ENGRAM_KEY_TABLE``;
+    - lexical index: ``OpenSearchLexicalIndex`` at ``ENGRAM_OPENSEARCH_ENDPOINT``, index
+      ``ENGRAM_OPENSEARCH_INDEX`` (default ``engram-records``), SigV4 service
+      ``ENGRAM_OPENSEARCH_SERVICE`` (``es``, the default, for a domain; ``aoss`` for
+      OpenSearch Serverless);
+    - admission policy: ``BuiltinAdmissionPolicy(ENGRAM_ADMISSION_MODE)`` (``auto`` | ``manual``,
+      default ``auto``);
+    - search cursor key: the secret ``ENGRAM_CURSOR_SECRET_ARN``, read once, here;
+    - clock: the system clock; audit: ``PowertoolsAuditSink``; confirmations:
+      ``NoConfirmationChannel``; clients: from ``session`` (default: a boto3 session in
+      ``AWS_REGION``), created on first use.
+
+    Every dependency may be passed instead (tests, local endpoints); a variable is only required
+    when the dependency it configures is built here. ``ENGRAM_TENANT_ID`` and
+    ``ENGRAM_RETENTION_CEILING_S`` bind the contexts, not the engine (``HostBinding``). Raises
+    ``ConfigurationError`` for a missing or invalid variable or an unreadable secret.
+    """
+    sessions: list[Session] = [session] if session is not None else []
+
+    def aws_session() -> Session:
+        if not sessions:
+            import boto3
+
+            region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+            if not region:
+                raise ConfigurationError("AWS_REGION must be set")
+            sessions.append(boto3.session.Session(region_name=region))
+        return sessions[0]
+
+    mode = _admission_mode(env)
+
+    if store is None:
+        from .adapters.aws.dynamo_store import DynamoStore
+
+        store = DynamoStore(
+            table_name=_required(env, "ENGRAM_TABLE"),
+            bucket=_required(env, "ENGRAM_BLOB_BUCKET"),
+            dynamodb=dynamodb_client,
+            s3=s3_client,
+            session=aws_session(),
+        )
+    if vault is None:
+        from .adapters.aws.kms_vault import KmsVault
+
+        try:
+            vault = KmsVault(
+                kms_key_id=_required(env, "ENGRAM_DATA_KEY_ARN"),
+                key_table=_required(env, "ENGRAM_KEY_TABLE"),
+                kms_client=kms_client,
+                dynamodb_client=dynamodb_client,
+                session=aws_session(),
+            )
+        except ValueError as exc:
+            raise ConfigurationError("ENGRAM_DATA_KEY_ARN must be a KMS key ARN") from exc
+    if lexical_index is None:
+        from .adapters.aws.opensearch_index import OpenSearchLexicalIndex
+
+        service = env.get("ENGRAM_OPENSEARCH_SERVICE", "").strip() or "es"
+        if service not in ("es", "aoss"):
+            raise ConfigurationError("ENGRAM_OPENSEARCH_SERVICE must be 'es' or 'aoss'")
+        index_name = env.get("ENGRAM_OPENSEARCH_INDEX", "").strip() or DEFAULT_OPENSEARCH_INDEX
+        try:
+            if opensearch_client is not None:
+                lexical_index = OpenSearchLexicalIndex(
+                    client=opensearch_client, index_name=index_name
+                )
+            else:
+                lexical_index = OpenSearchLexicalIndex(
+                    endpoint=_required(env, "ENGRAM_OPENSEARCH_ENDPOINT"),
+                    region=aws_session().region_name,
+                    index_name=index_name,
+                    session=aws_session(),
+                    service=service,
+                )
+        except ValueError as exc:
+            raise ConfigurationError(
+                "ENGRAM_OPENSEARCH_ENDPOINT must be https://host[:port] and "
+                "ENGRAM_OPENSEARCH_INDEX a lowercase index name"
+            ) from exc
+    if admission_policy is None:
+        from .policy.builtin import BuiltinAdmissionPolicy
+
+        admission_policy = BuiltinAdmissionPolicy(mode)
+    if secrets_client is None:
+        from botocore.config import Config
+
+        secrets_client = aws_session().client(
+            "secretsmanager",
+            config=Config(connect_timeout=2, read_timeout=5, retries={"mode": "standard"}),
+        )
+    cursor_key = read_cursor_key(secrets_client, _required(env, "ENGRAM_CURSOR_SECRET_ARN"))
+    if clock is None:
+        from .adapters.local.clock import SystemClock
+
+        clock = SystemClock()
+    if audit is None:
+        from .observability import PowertoolsAuditSink
+
+        audit = PowertoolsAuditSink()
+    return Engine(
+        store=store,
+        vault=vault,
+        lexical_index=lexical_index,
+        admission_policy=admission_policy,
+        confirmations=confirmations or NoConfirmationChannel(),
+        clock=clock,
+        audit=audit,
+        settings=EngineSettings(cursor_key=cursor_key),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The tool functions' handler
+# --------------------------------------------------------------------------------------------
+
+
+class ToolHandler:
+    """The Lambda handler of the function serving ``tool`` (``functions/<tool>/app.py``).
+
+    Created at import of the handler module (cheap: no client, no environment read). The first
+    invocation builds the engine (``build(env)``) and the ``HostBinding`` and keeps them for
+    the warm container: ``engine`` and ``binding`` are the cold-start singletons, and may be
+    set beforehand (tests). Each invocation: validate the event, refuse another tool's event
+    (-32602) or a malformed/foreign context (-32603) — both audited —, bound the call by the
+    Lambda's remaining time, run ``engine.handle`` and return its envelope.
+    """
+
+    def __init__(
+        self,
+        tool: str,
+        *,
+        env: Mapping[str, str] = os.environ,
+        build: Callable[[Mapping[str, str]], Engine] = build_engine,
+    ) -> None:
+        if tool not in TOOLS:
+            raise ValueError(f"not one of the six tools: {tool!r}")
+        self.tool = tool
+        self.engine: Engine | None = None
+        self.binding: HostBinding | None = None
+        self._env = env
+        self._build = build
+        self._lock = threading.Lock()
+        logger, tracer, metrics = get_logger(), get_tracer(), get_metrics()
+        self._logger: Logger = logger
+        self._tracer: Tracer = tracer
+        handle = metrics.log_metrics(capture_cold_start_metric=True)(self._handle)
+        handle = tracer.capture_lambda_handler(capture_response=False)(handle)
+        self._entry: Callable[[Any, Any], dict[str, Any]] = logger.inject_lambda_context(
+            log_event=False, clear_state=True
+        )(handle)
+
+    def __call__(self, event: Any, context: Any) -> dict[str, Any]:
+        with warnings.catch_warnings():
+            # The metrics are single metrics, emitted as they happen: the decorator's final
+            # flush is expected to find nothing left to publish.
+            warnings.filterwarnings("ignore", message="No application metrics to publish")
+            return self._entry(event, context)
+
+    def _ready(self) -> tuple[Engine, HostBinding]:
+        with self._lock:
+            if self.binding is None:
+                self.binding = HostBinding.from_env(self._env)
+            if self.engine is None:
+                self.engine = self._build(self._env)
+            return self.engine, self.binding
+
+    def _refuse(
+        self,
+        engine: Engine,
+        refusal: ProtocolRefusal,
+        reason: str,
+        audit_id: str,
+        ctx: TrustedContext | None = None,
+    ) -> dict[str, Any]:
+        unknown = isinstance(refusal, UnknownTool)
+        code = "PROTOCOL_UNKNOWN_TOOL" if unknown else "PROTOCOL_CONTEXT_UNAVAILABLE"
+        engine.refuse(self.tool, ctx, audit_id, code)
+        self._logger.warning("invocation refused", extra={"reason": reason, "code": code})
+        return protocol_error(refusal)
+
+    def _handle(self, event: Any, context: Any) -> dict[str, Any]:
+        engine, binding = self._ready()
+        self._tracer.put_annotation("tool", self.tool)
+        try:
+            invocation = parse_invocation(event)
+        except TrustedContextUnavailable as refusal:
+            return self._refuse(engine, refusal, "invalid_event", new_audit_id())
+        self._logger.append_keys(audit_id=invocation.audit_id, tool=self.tool)
+        self._tracer.put_annotation("audit_id", invocation.audit_id)
+        try:
+            ctx = invocation.trusted_context(binding)
+        except TrustedContextUnavailable as refusal:
+            return self._refuse(engine, refusal, "foreign_tenant", invocation.audit_id)
+        if invocation.tool != self.tool:
+            return self._refuse(engine, UnknownTool(), "wrong_function", ctx.audit_id, ctx)
+        ctx = _bounded_by_lambda(ctx, engine.clock, context)
+        try:
+            envelope = engine.handle(self.tool, invocation.arguments, ctx)
+        except ProtocolRefusal as refusal:  # audited by the engine
+            return protocol_error(refusal)
+        if self.tool == "request_admission" and envelope.get("ok"):
+            count_admission_outcome(str(envelope["output"]["value"]["outcome"]["status"]))
+        return envelope
+
+
+def _bounded_by_lambda(ctx: TrustedContext, clock: Clock, context: Any) -> TrustedContext:
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is None:
+        return ctx
+    deadline = clock.now_ms() + int(remaining()) - LAMBDA_DEADLINE_MARGIN_MS
+    if ctx.deadline_ms is not None and ctx.deadline_ms <= deadline:
+        return ctx
+    return dataclasses.replace(ctx, deadline_ms=deadline)
+
+
+def tool_handler(tool: str) -> ToolHandler:
+    """The Lambda handler of ``tool``'s function: ``handler = tool_handler("search")``."""
+    return ToolHandler(tool)

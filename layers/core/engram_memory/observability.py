@@ -1,0 +1,169 @@
+"""Powertools observability of the cloud functions, kept in one neutral module.
+
+The three Powertools singletons are created on first use (``get_logger``, ``get_metrics``,
+``get_tracer``), never when this module is imported, and are shared by every caller in the
+process. They are configured by the usual Powertools environment variables:
+
+- ``POWERTOOLS_SERVICE_NAME`` (default ``engram-memory``) — the ``service`` key and dimension;
+- ``POWERTOOLS_METRICS_NAMESPACE`` (default ``EngramMemory``) — the CloudWatch namespace;
+- ``POWERTOOLS_LOG_LEVEL``, ``POWERTOOLS_TRACE_DISABLED``, ``POWERTOOLS_METRICS_DISABLED``.
+
+``PowertoolsAuditSink`` is the cloud ``AuditSink``: one structured log line per tool call holding
+exactly the ``AuditEvent`` fields (ids, outcome code, target id, digests) and one metric per
+outcome. Neither a log line nor a metric nor a trace annotation written here ever carries
+payload content: the audit event has none by construction, and the only free-form value a
+caller controls — the tool name of a refused call — is reduced to ``unknown`` unless it is one
+of the six tools.
+
+Metrics (all ``Count``, each emitted at once as its own EMF document, so their dimension sets
+never mix):
+
+- ``ToolCalls`` — dimensions ``service``, ``tool``, ``code`` (``OK`` or the contract code);
+- ``GateFailed`` — dimensions ``service``, ``tool``: a confirmation gate failed;
+- ``AdmissionOutcome`` — dimensions ``service``, ``status``: one per answered admission request.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any, Final
+
+from .contract.errors import ErrorCode
+from .engine.context import TOOLS
+from .engine.ports import AuditEvent
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools import Logger, Metrics, Tracer
+
+__all__ = [
+    "ADMISSION_STATUSES",
+    "AUDIT_MESSAGE",
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_SERVICE",
+    "PowertoolsAuditSink",
+    "count_admission_outcome",
+    "get_logger",
+    "get_metrics",
+    "get_tracer",
+]
+
+DEFAULT_SERVICE: Final = "engram-memory"
+DEFAULT_NAMESPACE: Final = "EngramMemory"
+AUDIT_MESSAGE: Final = "audit"
+ADMISSION_STATUSES: Final = frozenset(
+    {"accepted", "rejected", "pending_adjudication", "duplicate_exact"}
+)
+# X-Ray records the AWS calls (botocore) and the HTTP calls to OpenSearch (opensearch-py's
+# requests connection): operation, URL and status only, never request or response bodies.
+_TRACED_MODULES: Final = ("botocore", "requests")
+
+_lock = threading.Lock()
+_singletons: dict[str, Any] = {}
+
+
+def _service() -> str:
+    return os.environ.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE
+
+
+def _namespace() -> str:
+    return os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_NAMESPACE
+
+
+def get_logger() -> Logger:
+    """The process's Powertools ``Logger`` (structured JSON on stdout)."""
+    with _lock:
+        if "logger" not in _singletons:
+            from aws_lambda_powertools import Logger
+
+            _singletons["logger"] = Logger(service=_service())
+        logger: Logger = _singletons["logger"]
+        return logger
+
+
+def get_metrics() -> Metrics:
+    """The process's Powertools ``Metrics`` (EMF), namespace from ``POWERTOOLS_METRICS_NAMESPACE``.
+
+    Every metric of this module is a single metric emitted at once (``single_metric``), so a
+    handler's ``log_metrics`` flush has nothing else to publish unless the handler adds some.
+    """
+    with _lock:
+        if "metrics" not in _singletons:
+            from aws_lambda_powertools import Metrics
+
+            _singletons["metrics"] = Metrics(namespace=_namespace(), service=_service())
+        metrics: Metrics = _singletons["metrics"]
+        return metrics
+
+
+def get_tracer() -> Tracer:
+    """The process's Powertools ``Tracer`` (X-Ray; disabled outside Lambda and under SAM local).
+
+    Use it with ``capture_response=False`` wherever a return value could hold plaintext.
+    """
+    with _lock:
+        if "tracer" not in _singletons:
+            from aws_lambda_powertools import Tracer
+
+            _singletons["tracer"] = Tracer(service=_service(), patch_modules=_TRACED_MODULES)
+        tracer: Tracer = _singletons["tracer"]
+        return tracer
+
+
+def _count(name: str, dimensions: dict[str, str], namespace: str | None = None) -> None:
+    from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+    with single_metric(
+        name=name,
+        unit=MetricUnit.Count,
+        value=1,
+        namespace=namespace or get_metrics().namespace,
+        default_dimensions={"service": _service(), **dimensions},
+    ):
+        pass
+
+
+def _tool_label(tool: str) -> str:
+    return tool if tool in TOOLS else "unknown"
+
+
+def count_admission_outcome(status: str) -> None:
+    """Emit ``AdmissionOutcome`` for one answered ``request_admission`` (status from the output)."""
+    _count("AdmissionOutcome", {"status": status if status in ADMISSION_STATUSES else "unknown"})
+
+
+class PowertoolsAuditSink:
+    """The cloud ``AuditSink``: one structured log line and one metric per outcome, no content.
+
+    The log line (message ``audit``, level INFO) holds ``audit_id``, ``at`` (RFC 3339, from
+    ``at_ms``), ``tenant_id``, ``workspace_id``, ``principal``, ``agent_id``, ``session_id``,
+    ``tool``, ``ok``, ``code``, ``target`` and ``digests`` — the ``AuditEvent`` and nothing else
+    (besides the keys Powertools adds: level, timestamp, service, Lambda context).
+    """
+
+    def __init__(self, logger: Logger | None = None, *, namespace: str | None = None) -> None:
+        self._logger = logger
+        self._namespace = namespace
+
+    def record(self, event: AuditEvent) -> None:
+        from .adapters.local.audit import audit_line
+
+        line = audit_line(event)
+        line["tool"] = _tool_label(event.tool)
+        logger = self._logger if self._logger is not None else get_logger()
+        logger.info(AUDIT_MESSAGE, extra=line)
+        tool = _tool_label(event.tool)
+        self._count("ToolCalls", {"tool": tool, "code": event.code})
+        if event.code == ErrorCode.GATE_FAILED.value:
+            self._count("GateFailed", {"tool": tool})
+
+    def _count(self, name: str, dimensions: dict[str, str]) -> None:
+        _count(name, dimensions, self._namespace)
+
+
+if TYPE_CHECKING:
+    from .engine.ports import AuditSink
+
+    def _conforms(sink: PowertoolsAuditSink) -> AuditSink:
+        # Static check only: the class satisfies the engine's port structurally.
+        return sink

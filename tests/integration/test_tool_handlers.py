@@ -1,0 +1,653 @@
+"""The six tool functions, invoked like Lambda invokes them, with the ``events/`` files, on moto.
+
+Each ``functions/<tool>/app.py`` is imported by path and its ``handler`` called with a sample
+event and a fake Lambda context. DynamoDB, S3, KMS and Secrets Manager are moto; the OpenSearch
+projection is ``MemoryLexicalIndex`` (injected through ``build_engine``), except in the cold-start
+test, where the handler wires everything from the environment itself and no call needs the index.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, get_args
+from unittest import mock
+
+import boto3
+import botocore.session
+import pytest
+from aws_testing import BUCKET, REGION, TABLE, MemoryLexicalIndex, moto_aws
+from pydantic import ValidationError
+
+from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
+from engram_memory.adapters.aws.kms_vault import create_key_table
+from engram_memory.aws_composition import (
+    ConfigurationError,
+    ConfirmableTool,
+    HostBinding,
+    ToolInvocation,
+    ToolName,
+    build_engine,
+    context_from_event,
+)
+from engram_memory.contract.errors import TrustedContextUnavailable
+from engram_memory.contract.outputs import OUTPUT_MODELS
+from engram_memory.engine.context import CONFIRMABLE, TOOLS, RetentionPolicy
+from engram_memory.engine.service import Engine, new_audit_id
+from engram_memory.observability import AUDIT_MESSAGE, get_logger
+
+from engram_testing import FakeClock, ScriptedConfirmations, context, sha
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTS = ROOT / "events"
+FUNCTIONS = ROOT / "functions"
+KEY_TABLE = "engram-keys"
+TENANT = "dev"  # the events' tenant: the default stack's TenantId
+SECRET_TEXT = "Kestrel-quartz-lantern: the staging deploy needs the --blue-green flag."
+POWERTOOLS_FIELDS = {
+    "level",
+    "location",
+    "message",
+    "timestamp",
+    "service",
+    "cold_start",
+    "function_name",
+    "function_memory_size",
+    "function_arn",
+    "function_request_id",
+    "xray_trace_id",
+}
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+AUDIT_FIELDS = {
+    "audit_id",
+    "at",
+    "tenant_id",
+    "workspace_id",
+    "principal",
+    "agent_id",
+    "session_id",
+    "tool",
+    "ok",
+    "code",
+    "target",
+    "digests",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeLambdaContext:
+    function_name: str = "engram-memory-dev-tool"
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = (
+        "arn:aws:lambda:us-east-1:123456789012:function:engram-memory-dev-tool"
+    )
+    aws_request_id: str = "5a3b2c1d-0e9f-4a8b-9c7d-6e5f4a3b2c1d"
+    remaining_ms: int = 30_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@dataclass
+class Cloud:
+    """One tenant's AWS resources on moto, and the environment the template would set."""
+
+    env: dict[str, str]
+    session: boto3.session.Session
+    clients: dict[str, Any]
+    clock: FakeClock
+    index: MemoryLexicalIndex
+    confirmations: ScriptedConfirmations
+
+    def engine(self, **overrides: Any) -> Engine:
+        options: dict[str, Any] = {
+            "dynamodb_client": self.clients["dynamodb"],
+            "s3_client": self.clients["s3"],
+            "kms_client": self.clients["kms"],
+            "secrets_client": self.clients["secretsmanager"],
+            "lexical_index": self.index,
+            "clock": self.clock,
+            "confirmations": self.confirmations,
+            **overrides,
+        }
+        return build_engine(self.env, **options)
+
+
+_SESSIONS: list[boto3.session.Session] = []
+
+
+@pytest.fixture
+def cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
+    with moto_aws():
+        if not _SESSIONS:  # one session: building clients from it stays cheap
+            _SESSIONS.append(boto3.session.Session(region_name=REGION))
+        session = _SESSIONS[0]
+        clients: dict[str, Any] = {
+            name: session.client(name) for name in ("dynamodb", "s3", "kms", "secretsmanager")
+        }
+        create_tables(clients["dynamodb"], TABLE)
+        create_key_table(clients["dynamodb"], KEY_TABLE)
+        create_bucket(clients["s3"], BUCKET, REGION)
+        key_arn = clients["kms"].create_key(Description="engram dev data key")["KeyMetadata"]["Arn"]
+        secret_arn = clients["secretsmanager"].create_secret(
+            Name="engram-dev-cursor", SecretString="c" * 64
+        )["ARN"]
+        env = {
+            "AWS_REGION": REGION,
+            "ENGRAM_TABLE": TABLE,
+            "ENGRAM_KEY_TABLE": KEY_TABLE,
+            "ENGRAM_BLOB_BUCKET": BUCKET,
+            "ENGRAM_DATA_KEY_ARN": key_arn,
+            "ENGRAM_OPENSEARCH_ENDPOINT": "https://search-engram-dev.us-east-1.es.amazonaws.com",
+            "ENGRAM_OPENSEARCH_INDEX": "engram-records",
+            "ENGRAM_TENANT_ID": TENANT,
+            "ENGRAM_ADMISSION_MODE": "auto",
+            "ENGRAM_RETENTION_CEILING_S": "2592000",
+            "ENGRAM_CURSOR_SECRET_ARN": secret_arn,
+        }
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        clock = FakeClock()
+        yield Cloud(
+            env=env,
+            session=session,
+            clients=clients,
+            clock=clock,
+            index=MemoryLexicalIndex(),
+            confirmations=ScriptedConfirmations(clock),
+        )
+
+
+_LOADED = 0
+
+
+def load_app(tool: str) -> ModuleType:
+    """Import ``functions/<tool>/app.py`` by path, as a fresh module (a fresh cold start)."""
+    global _LOADED
+    _LOADED += 1
+    name = f"engram_tool_function_{tool}_{_LOADED}"
+    spec = importlib.util.spec_from_file_location(name, FUNCTIONS / tool / "app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+Invoke = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def invoke(cloud: Cloud) -> Invoke:
+    """Call a tool function's handler over one shared engine (as six warm containers would)."""
+    engine = cloud.engine()
+    apps = {tool: load_app(tool) for tool in TOOLS}
+    for app in apps.values():
+        app.handler.engine = engine
+
+    def call(function: str, event: Any, **context: Any) -> dict[str, Any]:
+        result: dict[str, Any] = apps[function].handler(
+            event, FakeLambdaContext(function_name=f"engram-memory-dev-{function}", **context)
+        )
+        json.dumps(result)  # what Lambda sends back must serialize
+        return result
+
+    return call
+
+
+class _CurrentStdout:
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
+@pytest.fixture
+def output(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """The JSON lines Powertools printed (logs and EMF metrics) since the test started."""
+    # The logger singleton keeps the stream it was created with, and capsys swaps sys.stdout
+    # between test phases: write through to whatever sys.stdout is, then to the real stdout.
+    handler: Any = get_logger().registered_handler
+    handler.stream = _CurrentStdout()
+    capsys.readouterr()
+
+    def read() -> list[dict[str, Any]]:
+        text = capsys.readouterr().out
+        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+    try:
+        yield read
+    finally:
+        handler.stream = sys.__stdout__
+
+
+def event(tool: str, **arguments: Any) -> dict[str, Any]:
+    """The sample event of ``tool`` with a fresh audit id and ``arguments`` replaced."""
+    loaded: dict[str, Any] = json.loads((EVENTS / f"{tool}.json").read_text(encoding="utf-8"))
+    loaded["audit_id"] = new_audit_id()
+    loaded["arguments"].update(arguments)
+    return loaded
+
+
+def value_of(tool: str, envelope: dict[str, Any]) -> dict[str, Any]:
+    assert envelope.get("ok") is True, envelope
+    assert set(envelope) == {"ok", "output", "auditId", "redactionClass"}
+    value: dict[str, Any] = envelope["output"]["value"]
+    OUTPUT_MODELS[tool].model_validate(value)
+    return value
+
+
+def capture_event(text: str, key: str) -> dict[str, Any]:
+    sample = event("capture")
+    payload = copy.deepcopy(sample["arguments"]["payload"])
+    payload["components"][0]["text"] = text
+    payload["citations"][0]["content_digest"] = sha(text)
+    evidence = {**sample["arguments"]["evidence"], "evidence_digest": sha("evidence:" + text)}
+    return event("capture", idempotency_key=key, payload=payload, evidence=evidence)
+
+
+def remember(invoke: Invoke, text: str, key: str) -> tuple[str, str]:
+    captured = value_of("capture", invoke("capture", capture_event(text, key)))
+    admitted = value_of(
+        "request_admission",
+        invoke(
+            "request_admission",
+            event(
+                "request_admission",
+                candidate_id=captured["candidate_id"],
+                idempotency_key=f"admit-{key}",
+            ),
+        ),
+    )
+    assert admitted["outcome"]["status"] == "accepted", admitted
+    return captured["candidate_id"], admitted["outcome"]["record_id"]
+
+
+# --------------------------------------------------------------------------------------------
+# The handlers answer with the contract
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_capture_is_admitted_found_and_read_through_the_handlers(invoke: Invoke) -> None:
+    captured = value_of("capture", invoke("capture", event("capture")))
+    assert captured["status"] == "committed_pending"
+
+    admitted = value_of(
+        "request_admission",
+        invoke(
+            "request_admission", event("request_admission", candidate_id=captured["candidate_id"])
+        ),
+    )
+    assert admitted["outcome"]["status"] == "accepted"
+    record_id = admitted["outcome"]["record_id"]
+
+    found = value_of("search", invoke("search", event("search")))
+    assert [packet["record"]["record_id"] for packet in found["records"]] == [record_id]
+
+    read = value_of("get", invoke("get", event("get", record_id=record_id)))
+    assert read["record"]["record_id"] == record_id
+    assert read["record"]["components"][0]["text"].startswith("Use WAL mode")
+
+
+def test_withdraw_and_forget_answer_receipts_once_a_human_confirmed(invoke: Invoke) -> None:
+    _, record_id = remember(invoke, "Rotate the staging TLS certificate every 60 days.", "k" * 16)
+    pending = value_of("capture", invoke("capture", capture_event("Draft note.", "w" * 16)))
+
+    withdrawn = value_of(
+        "withdraw", invoke("withdraw", event("withdraw", candidate_id=pending["candidate_id"]))
+    )
+    forgotten = value_of("forget", invoke("forget", event("forget", record_id=record_id)))
+
+    assert withdrawn["receipt"]["to_state"] == "withdrawn"
+    assert forgotten["receipt"]["to_state"] == "tombstoned"
+    assert invoke("get", event("get", record_id=record_id))["error"]["code"] == "NOT_FOUND"
+
+
+def test_a_tool_function_never_asks_a_human_itself(cloud: Cloud) -> None:
+    apps = {tool: load_app(tool) for tool in TOOLS}
+    engine = cloud.engine(confirmations=None)  # the cloud default
+    for app in apps.values():
+        app.handler.engine = engine
+
+    def invoke(tool: str, ev: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = apps[tool].handler(ev, FakeLambdaContext())
+        return answer
+
+    _, record_id = remember(invoke, "Tag every release with its changelog.", "n" * 16)
+    pending = value_of("capture", invoke("capture", capture_event("Draft.", "p" * 16)))
+
+    withdrawn = invoke("withdraw", event("withdraw", candidate_id=pending["candidate_id"]))
+    forgotten = invoke("forget", event("forget", record_id=record_id))
+
+    assert withdrawn == forgotten == CONTEXT_UNAVAILABLE
+
+
+@pytest.mark.parametrize("tool", ["get", "request_admission", "withdraw", "forget"])
+def test_the_sample_ids_are_well_formed_and_unknown(invoke: Invoke, tool: str) -> None:
+    answer = invoke(tool, event(tool))
+
+    assert answer["ok"] is False
+    assert answer["error"]["code"] == "NOT_FOUND"
+
+
+def test_a_cold_start_wires_the_engine_from_the_environment(cloud: Cloud) -> None:
+    app = load_app("capture")
+    assert app.handler.engine is None
+
+    answer = app.handler(event("capture"), FakeLambdaContext())
+
+    assert value_of("capture", answer)["status"] == "committed_pending"
+    assert app.handler.engine is not None
+    assert app.handler.binding == HostBinding(TENANT, 2_592_000)
+    # The candidate was sealed by the KMS vault: its wrapped data key is in the key table.
+    keys = cloud.clients["dynamodb"].scan(TableName=KEY_TABLE)["Items"]
+    assert len(keys) == 1
+
+
+def test_the_lambdas_remaining_time_bounds_the_call(invoke: Invoke) -> None:
+    answer = invoke("capture", event("capture"), remaining_ms=900)  # inside the safety margin
+
+    assert answer["error"]["code"] == "DEADLINE_EXCEEDED"
+    assert answer["error"]["retriable"] is True
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals
+# --------------------------------------------------------------------------------------------
+
+CONTEXT_UNAVAILABLE: dict[str, Any] = {
+    "protocol_error": {"code": -32603, "message": "Trusted invocation context unavailable"}
+}
+UNKNOWN_TOOL: dict[str, Any] = {"protocol_error": {"code": -32602, "message": "Unknown tool"}}
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_foreign_tenant_is_refused(invoke: Invoke, tool: str) -> None:
+    foreign = event(tool)
+    foreign["context"]["tenant_id"] = "tenant-other-0002"
+
+    assert invoke(tool, foreign) == CONTEXT_UNAVAILABLE
+
+
+def _without(key: str) -> Callable[[dict[str, Any]], None]:
+    return lambda ev: ev["context"].pop(key)
+
+
+def _set(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda ev: ev["context"].__setitem__(key, value)
+
+
+MALFORMED: dict[str, Callable[[dict[str, Any]], None]] = {
+    "no principal": _without("principal"),
+    "no retention": _without("retention"),
+    "blank workspace": _set("workspace_id", "  "),
+    "an unknown field": _set("is_admin", True),
+    "an unknown grant": _set("grants", ["search", "maintain"]),
+    "a repeated grant": _set("grants", ["search", "search"]),
+    "a non-confirmable confirm_required": _set("confirm_required", ["search"]),
+    "a stringly boolean": _set("reconcile_consent", "true"),
+    "a negative ceiling": _set("retention", {"allow_retain": True, "max_expires_in_s": -1}),
+    "an extra retention field": _set(
+        "retention", {"allow_retain": False, "max_expires_in_s": 1, "forever": True}
+    ),
+    "a numeric principal": _set("principal", 42),
+    "no context": lambda ev: ev.pop("context"),
+    "no audit id": lambda ev: ev.pop("audit_id"),
+    "a forged audit id": lambda ev: ev.__setitem__("audit_id", "aud_../../etc"),
+    "an unknown top-level field": lambda ev: ev.__setitem__("claims", {}),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(MALFORMED))
+def test_a_malformed_context_is_refused(invoke: Invoke, damage: str) -> None:
+    broken = event("search")
+    MALFORMED[damage](broken)
+
+    assert invoke("search", broken) == CONTEXT_UNAVAILABLE
+
+
+@pytest.mark.parametrize("payload", [None, [], "search", {"tool": "search"}])
+def test_an_event_that_is_not_an_invocation_is_refused(invoke: Invoke, payload: Any) -> None:
+    assert invoke("search", payload) == CONTEXT_UNAVAILABLE
+
+
+@pytest.mark.parametrize(
+    ("function", "tool"), [("search", "get"), ("capture", "forget"), ("get", "delete_all")]
+)
+def test_a_function_refuses_another_tools_event(invoke: Invoke, function: str, tool: str) -> None:
+    other = event("get" if tool == "delete_all" else tool)
+    other["tool"] = tool
+
+    assert invoke(function, other) == UNKNOWN_TOOL
+
+
+def test_a_tool_the_context_does_not_grant_is_refused(invoke: Invoke) -> None:
+    ungranted = event("capture")
+    ungranted["context"]["grants"] = ["search", "get"]
+
+    assert invoke("capture", ungranted) == UNKNOWN_TOOL
+
+
+def test_a_purpose_other_than_the_bound_one_is_refused(invoke: Invoke) -> None:
+    assert invoke("search", event("search", purpose_ref="purpose:other")) == CONTEXT_UNAVAILABLE
+
+
+# --------------------------------------------------------------------------------------------
+# Observability: one audit line and metrics per call, never content
+# --------------------------------------------------------------------------------------------
+
+
+def _audit_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [line for line in lines if line.get("message") == AUDIT_MESSAGE]
+
+
+def _metrics(lines: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    found = []
+    for line in lines:
+        directives = line.get("_aws", {}).get("CloudWatchMetrics", [])
+        if any(metric["Name"] == name for d in directives for metric in d["Metrics"]):
+            found.append(line)
+    return found
+
+
+def test_audit_lines_and_metrics_never_carry_payload_text(
+    invoke: Invoke, output: Callable[[], list[dict[str, Any]]]
+) -> None:
+    candidate_id, record_id = remember(invoke, SECRET_TEXT, "audit-key-000001")
+    value_of("search", invoke("search", event("search", query="kestrel quartz lantern")))
+    value_of("get", invoke("get", event("get", record_id=record_id)))
+    refused = event("search")
+    refused["context"]["tenant_id"] = "tenant-other-0002"
+    invoke("search", refused)
+
+    lines = output()
+    printed = json.dumps(lines)
+    for word in ("Kestrel", "kestrel", "quartz", "lantern", "blue-green", "WAL mode"):
+        assert word not in printed
+
+    audit = _audit_lines(lines)
+    assert [line["tool"] for line in audit] == [
+        "capture",
+        "request_admission",
+        "search",
+        "get",
+        "search",
+    ]
+    for line in audit:
+        # The AuditEvent fields (Powertools drops the ones that are None) and Powertools' own.
+        assert set(line) - POWERTOOLS_FIELDS <= AUDIT_FIELDS
+        assert set(line) >= AUDIT_FIELDS - {"target", "agent_id", "session_id"}
+        assert all(DIGEST.fullmatch(value) for value in line["digests"].values()), line
+    assert [line["code"] for line in audit] == [
+        "OK",
+        "OK",
+        "OK",
+        "OK",
+        "PROTOCOL_CONTEXT_UNAVAILABLE",
+    ]
+    assert audit[1]["target"] == candidate_id
+    assert audit[3]["target"] == record_id
+    assert audit[0]["tenant_id"] == TENANT and audit[0]["principal"] == "agent-alice"
+    assert audit[4]["tenant_id"] == ""  # a refused context is never trusted, not even its tenant
+
+    calls = _metrics(lines, "ToolCalls")
+    assert [(m["tool"], m["code"]) for m in calls] == [
+        ("capture", "OK"),
+        ("request_admission", "OK"),
+        ("search", "OK"),
+        ("get", "OK"),
+        ("search", "PROTOCOL_CONTEXT_UNAVAILABLE"),
+    ]
+    assert all(m["_aws"]["CloudWatchMetrics"][0]["Namespace"] for m in calls)
+    assert [m["status"] for m in _metrics(lines, "AdmissionOutcome")] == ["accepted"]
+
+
+def test_a_failed_confirmation_gate_is_counted(
+    cloud: Cloud, invoke: Invoke, output: Callable[[], list[dict[str, Any]]]
+) -> None:
+    _, record_id = remember(invoke, "Pin the base image by digest.", "g" * 16)
+    cloud.confirmations.mode = "decline"
+    output()
+
+    answer = invoke("forget", event("forget", record_id=record_id))
+
+    assert answer["error"]["code"] == "gate_failed"
+    lines = output()
+    assert [(m["tool"]) for m in _metrics(lines, "GateFailed")] == ["forget"]
+    assert [line["code"] for line in _audit_lines(lines)] == ["gate_failed"]
+
+
+def test_importing_a_handler_module_opens_no_aws_client() -> None:
+    created: list[str] = []
+    original = botocore.session.Session.create_client
+
+    def spy(self: Any, service_name: str, *args: Any, **kwargs: Any) -> Any:
+        created.append(service_name)
+        return original(self, service_name, *args, **kwargs)
+
+    with mock.patch.object(botocore.session.Session, "create_client", spy):
+        apps = [load_app(tool) for tool in TOOLS]
+
+    assert created == []
+    assert all(app.handler.engine is None for app in apps)
+
+
+# --------------------------------------------------------------------------------------------
+# The composition and the event model
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_adapter_builds_the_event_the_function_reads_back() -> None:
+    ctx = context(
+        tenant=TENANT,
+        agent_id="agent-1",
+        session_id="session-1",
+        confirm_required=frozenset({"capture"}),
+        retention=RetentionPolicy(allow_retain=True, max_expires_in_s=86_400),
+        deadline_ms=1_780_000_030_000,
+        host_facts=("bearer-token-value-123",),
+    )
+    sent = ToolInvocation.from_trusted("search", {"query": "x"}, ctx).to_event()
+
+    received = context_from_event(json.loads(json.dumps(sent)), {"ENGRAM_TENANT_ID": TENANT})
+
+    assert received == ctx
+
+
+def test_the_event_model_names_exactly_the_six_tools() -> None:
+    assert set(get_args(ToolName)) == set(TOOLS)
+    assert set(get_args(ConfirmableTool)) == set(CONFIRMABLE)
+
+
+def test_the_functions_retention_ceiling_caps_the_context() -> None:
+    sent = ToolInvocation.from_trusted("search", {}, context(tenant=TENANT)).to_event()
+
+    received = context_from_event(
+        sent, {"ENGRAM_TENANT_ID": TENANT, "ENGRAM_RETENTION_CEILING_S": "3600"}
+    )
+
+    assert received.retention.max_expires_in_s == 3_600
+
+
+def test_a_foreign_tenant_context_is_refused_by_the_parser() -> None:
+    sent = ToolInvocation.from_trusted("get", {}, context(tenant="tenant-other-0002")).to_event()
+
+    with pytest.raises(TrustedContextUnavailable):
+        context_from_event(sent, {"ENGRAM_TENANT_ID": TENANT})
+
+
+def test_an_audit_id_not_minted_by_the_engine_cannot_be_sent() -> None:
+    with pytest.raises(ValidationError):
+        ToolInvocation.from_trusted("get", {}, context(tenant=TENANT, audit_id="aud-1"))
+
+
+@pytest.mark.parametrize(
+    "missing",
+    ["ENGRAM_TABLE", "ENGRAM_BLOB_BUCKET", "ENGRAM_DATA_KEY_ARN", "ENGRAM_CURSOR_SECRET_ARN"],
+)
+def test_a_missing_variable_is_a_configuration_error_naming_it(cloud: Cloud, missing: str) -> None:
+    env = {name: value for name, value in cloud.env.items() if name != missing}
+
+    with pytest.raises(ConfigurationError, match=missing):
+        build_engine(env, lexical_index=cloud.index, secrets_client=cloud.clients["secretsmanager"])
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ENGRAM_ADMISSION_MODE", "lenient"),
+        ("ENGRAM_DATA_KEY_ARN", "alias/engram"),
+        ("ENGRAM_OPENSEARCH_ENDPOINT", "http://plaintext.example"),
+        ("ENGRAM_OPENSEARCH_SERVICE", "solr"),
+    ],
+)
+def test_an_invalid_variable_is_a_configuration_error(cloud: Cloud, name: str, value: str) -> None:
+    env = {**cloud.env, name: value}
+
+    with pytest.raises(ConfigurationError, match=name):
+        build_engine(env, secrets_client=cloud.clients["secretsmanager"])
+
+
+def test_a_short_or_unreadable_cursor_secret_is_a_configuration_error(cloud: Cloud) -> None:
+    short = cloud.clients["secretsmanager"].create_secret(Name="short", SecretString="x" * 31)
+    with pytest.raises(ConfigurationError, match="at least 32 bytes") as raised:
+        build_engine(
+            {**cloud.env, "ENGRAM_CURSOR_SECRET_ARN": short["ARN"]},
+            lexical_index=cloud.index,
+            secrets_client=cloud.clients["secretsmanager"],
+        )
+    assert "x" * 31 not in str(raised.value)
+
+    with pytest.raises(ConfigurationError, match="unreadable"):
+        build_engine(
+            {**cloud.env, "ENGRAM_CURSOR_SECRET_ARN": short["ARN"] + "-gone"},
+            lexical_index=cloud.index,
+            secrets_client=cloud.clients["secretsmanager"],
+        )
+
+
+def test_manual_admission_mode_holds_candidates_for_an_operator(cloud: Cloud) -> None:
+    cloud.env["ENGRAM_ADMISSION_MODE"] = "manual"
+    app = load_app("request_admission")
+    capture = load_app("capture")
+    capture.handler.engine = app.handler.engine = cloud.engine()
+
+    captured = value_of("capture", capture.handler(event("capture"), FakeLambdaContext()))
+    answer = app.handler(
+        event("request_admission", candidate_id=captured["candidate_id"]), FakeLambdaContext()
+    )
+
+    assert value_of("request_admission", answer)["outcome"]["status"] == "pending_adjudication"
