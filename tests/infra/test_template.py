@@ -1,0 +1,957 @@
+"""The SAM template, its state machines, dashboard and samconfig, checked offline.
+
+Every fact is read from ``template.yaml`` (and the files it points at) rather than retyped: the
+template is the source of truth. What is written here are the *rules* the template must keep —
+least privilege, where backups may exist, which routes are public — plus the handful of names the
+handlers rely on (function folders, environment variables, workflow step names).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from cfnlint.api import ManualArgs, lint, lint_file
+from cfnlint.decode.cfn_yaml import load as load_cfn_yaml
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+TEMPLATE_PATH: Final = ROOT / "template.yaml"
+SAMCONFIG_PATH: Final = ROOT / "samconfig.toml"
+
+# cfn-lint findings (rule id -> reason) that are accepted. Keep it empty unless a finding is a
+# known false positive; every entry needs the reason next to it.
+ALLOWED_LINT_FINDINGS: Final[Mapping[str, str]] = {}
+
+# The handler folders other code relies on (functions/<name>/app.py, Handler app.handler).
+FUNCTION_FOLDERS: Final = {
+    "McpAdapterFunction": "mcp_adapter",
+    "SearchFunction": "search",
+    "GetFunction": "get",
+    "CaptureFunction": "capture",
+    "RequestAdmissionFunction": "request_admission",
+    "WithdrawFunction": "withdraw",
+    "ForgetFunction": "forget",
+    "WorkflowStepFunction": "workflow",
+    "ApprovalFunction": "approval",
+}
+TOOL_FUNCTIONS: Final = {
+    "search": "SearchFunction",
+    "get": "GetFunction",
+    "capture": "CaptureFunction",
+    "request_admission": "RequestAdmissionFunction",
+    "withdraw": "WithdrawFunction",
+    "forget": "ForgetFunction",
+}
+# The environment the composition roots read (aws_composition.py, the adapter, the workflow).
+REQUIRED_ENV: Final = frozenset(
+    {
+        "ENGRAM_TABLE",
+        "ENGRAM_KEY_TABLE",
+        "ENGRAM_BLOB_BUCKET",
+        "ENGRAM_DATA_KEY_ARN",
+        "ENGRAM_OPENSEARCH_ENDPOINT",
+        "ENGRAM_OPENSEARCH_INDEX",
+        "ENGRAM_TENANT_ID",
+        "ENGRAM_RESOURCE_URI",
+        "ENGRAM_ISSUER",
+        "ENGRAM_ALLOWED_ORIGINS",
+        "ENGRAM_ADMISSION_MODE",
+        "ENGRAM_RETENTION_CEILING_S",
+        "ENGRAM_REQUEST_STATE_SECRET_ARN",
+        "ENGRAM_CURSOR_SECRET_ARN",
+        "ENGRAM_WITHDRAW_STATE_MACHINE_ARN",
+        "ENGRAM_FORGET_STATE_MACHINE_ARN",
+        "ENGRAM_TOOL_FUNCTIONS",
+        "POWERTOOLS_SERVICE_NAME",
+        "POWERTOOLS_METRICS_NAMESPACE",
+        "POWERTOOLS_LOG_LEVEL",
+        "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
+    }
+)
+WORKFLOW_STEPS: Final = (
+    "await_approval",
+    "check_window",
+    "commit_transition",
+    "invalidate_projections",
+    "destroy_keys",
+)
+DASHBOARD_WIDGETS: Final = (
+    "Tool calls per tool",
+    "Errors by code",
+    "Duration p50 per tool (ms)",
+    "Duration p99 per tool (ms)",
+    "Admission outcomes",
+    "Confirmation gate: gate_failed",
+    "DynamoDB throttles",
+    "OpenSearch cluster health",
+    "State machine failures",
+    "Projection lag (ms)",
+)
+# Actions that have no resource-level permissions and so may name Resource "*".
+STAR_RESOURCE_ACTIONS: Final = frozenset({"xray:PutTraceSegments", "xray:PutTelemetryRecords"})
+PSEUDO_PARAMETERS: Final = frozenset(
+    {"AWS::AccountId", "AWS::Region", "AWS::Partition", "AWS::StackName", "AWS::StackId"}
+    | {"AWS::URLSuffix", "AWS::NoValue"}
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the template
+# --------------------------------------------------------------------------------------------
+
+
+@cache
+def template() -> dict[str, Any]:
+    """template.yaml with its short-form tags decoded (cfn-lint's loader: !Ref -> {"Ref": ...})."""
+    loaded: dict[str, Any] = load_cfn_yaml(str(TEMPLATE_PATH))
+    return loaded
+
+
+def resources(kind: str | None = None) -> dict[str, dict[str, Any]]:
+    return {
+        name: body
+        for name, body in template()["Resources"].items()
+        if kind is None or body["Type"] == kind
+    }
+
+
+def props(logical_id: str) -> dict[str, Any]:
+    properties: dict[str, Any] = template()["Resources"][logical_id].get("Properties", {})
+    return properties
+
+
+def _merge_globals(defaults: Any, own: Any) -> Any:
+    """SAM's Globals rule: maps merge key by key, lists concatenate, scalars are overridden."""
+    if isinstance(defaults, dict) and isinstance(own, dict):
+        merged = dict(defaults)
+        for key, value in own.items():
+            merged[key] = _merge_globals(defaults[key], value) if key in defaults else value
+        return merged
+    if isinstance(defaults, list) and isinstance(own, list):
+        return [*defaults, *own]
+    return own
+
+
+def function_props(logical_id: str) -> dict[str, Any]:
+    """A function's effective properties (Globals.Function merged under its own)."""
+    merged: dict[str, Any] = _merge_globals(
+        template().get("Globals", {}).get("Function", {}), props(logical_id)
+    )
+    return merged
+
+
+def functions() -> dict[str, dict[str, Any]]:
+    return {name: function_props(name) for name in resources("AWS::Serverless::Function")}
+
+
+def ref_target(value: Any) -> str | None:
+    """The logical id a !Ref / !GetAtt points at, else None."""
+    if isinstance(value, dict) and len(value) == 1:
+        if "Ref" in value:
+            return str(value["Ref"])
+        if "Fn::GetAtt" in value:
+            target = value["Fn::GetAtt"]
+            return str(target[0] if isinstance(target, list) else target.split(".")[0])
+    return None
+
+
+def sub_template(value: Any) -> str | None:
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        sub = value["Fn::Sub"]
+        return str(sub[0] if isinstance(sub, list) else sub)
+    return None
+
+
+def _named_resources() -> dict[str, str]:
+    """ARN tail (e.g. "function:engram-${TenantId}-search") -> logical id, for named resources."""
+    tails: dict[str, str] = {}
+    for name, body in resources().items():
+        properties = body.get("Properties", {})
+        if body["Type"] == "AWS::Serverless::Function":
+            own = sub_template(properties.get("FunctionName"))
+            if own:
+                tails[f":function:{own}"] = name
+        if body["Type"] == "AWS::Serverless::StateMachine":
+            own = sub_template(properties.get("Name"))
+            if own:
+                tails[f":stateMachine:{own}"] = name
+                tails[f":execution:{own}:*"] = name
+    return tails
+
+
+def resource_targets(value: Any) -> set[str]:
+    """Logical ids a policy Resource entry points at: Ref/GetAtt, ${X.Arn} in a Sub, or an ARN
+    built from a named resource's fixed name; "*" stays "*"."""
+    if value == "*":
+        return {"*"}
+    if isinstance(value, list):
+        return set().union(*(resource_targets(v) for v in value))
+    target = ref_target(value)
+    if target:
+        return {target}
+    if isinstance(value, dict) and "Fn::If" in value:
+        return set().union(*(resource_targets(v) for v in value["Fn::If"][1:]))
+    text = sub_template(value)
+    if text is None:
+        return {json.dumps(value, sort_keys=True)}
+    found = {
+        match.split(".")[0]
+        for match in re.findall(r"\$\{([A-Za-z0-9]+(?:\.[A-Za-z]+)?)\}", text)
+        if match.split(".")[0] in template()["Resources"]
+    }
+    for tail, name in _named_resources().items():
+        if text.endswith(tail):
+            found.add(name)
+    return found or {text}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def role_of(function: str) -> str:
+    role = ref_target(function_props(function)["Role"])
+    assert role is not None, f"{function} must use an explicit role"
+    return role
+
+
+def role_statements(role: str) -> list[dict[str, Any]]:
+    """Every Allow/Deny statement attached to ``role``: inline policies and AWS::IAM::RolePolicy."""
+    statements = [
+        statement
+        for policy in props(role).get("Policies", [])
+        for statement in as_list(policy["PolicyDocument"]["Statement"])
+    ]
+    for body in resources("AWS::IAM::RolePolicy").values():
+        if ref_target(body["Properties"]["RoleName"]) == role:
+            statements.extend(as_list(body["Properties"]["PolicyDocument"]["Statement"]))
+    return statements
+
+
+def grants(function: str) -> Iterator[tuple[str, set[str], dict[str, Any]]]:
+    """(action, resource targets, statement) for every allowed action of a function's role."""
+    for statement in role_statements(role_of(function)):
+        if statement["Effect"] != "Allow":
+            continue
+        targets = resource_targets(statement["Resource"])
+        for action in as_list(statement["Action"]):
+            yield action, targets, statement
+
+
+def allows(function: str, action: str, target: str) -> bool:
+    return any(a == action and target in t for a, t, _ in grants(function))
+
+
+def key_policy_grants(key: str) -> Iterator[tuple[str, set[str], dict[str, Any]]]:
+    """(action, principal logical ids / ARNs, statement) of a KMS key policy."""
+    for statement in as_list(props(key)["KeyPolicy"]["Statement"]):
+        principals = {
+            ref_target(p) or json.dumps(p, sort_keys=True)
+            for p in as_list(statement["Principal"]["AWS"])
+        }
+        for action in as_list(statement["Action"]):
+            yield action, principals, statement
+
+
+def state_machine_definition(machine: str) -> dict[str, Any]:
+    definition: dict[str, Any] = json.loads(
+        (ROOT / props(machine)["DefinitionUri"]).read_text(encoding="utf-8")
+    )
+    return definition
+
+
+def dashboard_path() -> Path:
+    body = props("Dashboard")["DashboardBody"]
+    include = body["Fn::ToJsonString"]["Fn::Transform"]
+    assert include["Name"] == "AWS::Include"
+    return ROOT / include["Parameters"]["Location"]
+
+
+def intrinsic_references(node: Any) -> Iterator[tuple[str, str]]:
+    """("ref" | "condition", name) for every Ref, ${Name} in a Sub, GetAtt and Fn::If."""
+    if isinstance(node, list):
+        for item in node:
+            yield from intrinsic_references(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if key == "Ref":
+            yield "ref", value
+        elif key == "Fn::GetAtt":
+            yield "ref", (value[0] if isinstance(value, list) else value.split(".")[0])
+        elif key == "Fn::Sub":
+            text, variables = (value[0], value[1]) if isinstance(value, list) else (value, {})
+            for name in re.findall(r"\$\{([^}!][^}]*)\}", text):
+                if name not in variables:
+                    yield "ref", name.split(".")[0]
+            yield from intrinsic_references(variables)
+        elif key == "Fn::If":
+            yield "condition", value[0]
+            yield from intrinsic_references(value[1:])
+        else:
+            yield from intrinsic_references(value)
+
+
+# --------------------------------------------------------------------------------------------
+# cfn-lint
+# --------------------------------------------------------------------------------------------
+
+LINT_CONFIG: Final = ManualArgs(include_checks=["I"], regions=["us-east-1", "eu-west-1"])
+
+
+def test_the_template_passes_cfn_lint_with_no_unexplained_finding() -> None:
+    findings = lint_file(TEMPLATE_PATH, config=LINT_CONFIG)
+    unexplained = [
+        f"{m.rule.id} {m.message} (line {m.linenumber})"
+        for m in findings
+        if m.rule.id not in ALLOWED_LINT_FINDINGS
+    ]
+    assert not unexplained, "\n".join(unexplained)
+    assert not [m for m in findings if m.rule.id.startswith("E")]
+
+
+@pytest.mark.parametrize("machine", ["WithdrawStateMachine", "ForgetStateMachine"])
+def test_each_state_machine_definition_passes_cfn_lint_asl_validation(machine: str) -> None:
+    # DefinitionUri is a local file cfn-lint does not open: lint the definition inlined.
+    substitutions = {
+        name: f"arn:aws:lambda:us-east-1:123456789012:function:{name}"
+        for name in props(machine)["DefinitionSubstitutions"]
+    }
+    probe = {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Resources": {
+            "Machine": {
+                "Type": "AWS::StepFunctions::StateMachine",
+                "Properties": {
+                    "RoleArn": "arn:aws:iam::123456789012:role/engram-probe",
+                    "StateMachineType": props(machine)["Type"],
+                    "Definition": state_machine_definition(machine),
+                    "DefinitionSubstitutions": substitutions,
+                },
+            }
+        },
+    }
+    findings = lint(json.dumps(probe), config=LINT_CONFIG)
+    assert not findings, [f"{m.rule.id} {m.message}" for m in findings]
+
+
+# --------------------------------------------------------------------------------------------
+# Functions
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_template_defines_exactly_the_nine_functions() -> None:
+    assert set(resources("AWS::Serverless::Function")) == set(FUNCTION_FOLDERS)
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_FOLDERS))
+def test_every_function_code_uri_is_its_handler_folder(function: str) -> None:
+    assert function_props(function)["CodeUri"] == f"functions/{FUNCTION_FOLDERS[function]}/"
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_FOLDERS))
+def test_every_function_runs_python312_on_arm64_with_tracing_and_the_core_layer(
+    function: str,
+) -> None:
+    effective = function_props(function)
+    assert effective["Runtime"] == "python3.12"
+    assert effective["Architectures"] == ["arm64"]
+    assert effective["Handler"] == "app.handler"
+    assert effective["Tracing"] == "Active"
+    assert [ref_target(layer) for layer in effective["Layers"]] == ["CoreLayer"]
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_FOLDERS))
+def test_every_function_logs_to_its_own_log_group_with_retention(function: str) -> None:
+    group = ref_target(function_props(function)["LoggingConfig"]["LogGroup"])
+    assert group is not None
+    assert template()["Resources"][group]["Type"] == "AWS::Logs::LogGroup"
+    assert props(group)["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    name = sub_template(function_props(function)["FunctionName"])
+    assert sub_template(props(group)["LogGroupName"]) == f"/aws/lambda/{name}"
+    others = [f for f in FUNCTION_FOLDERS if f != function]
+    assert all(ref_target(function_props(f)["LoggingConfig"]["LogGroup"]) != group for f in others)
+    # ... and may write only there.
+    log_targets = {
+        frozenset(targets) for action, targets, _ in grants(function) if action.startswith("logs:")
+    }
+    assert log_targets == {frozenset({group})}
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_FOLDERS))
+def test_every_function_is_created_after_its_role_policy(function: str) -> None:
+    role = role_of(function)
+    policies = {
+        name
+        for name, body in resources("AWS::IAM::RolePolicy").items()
+        if ref_target(body["Properties"]["RoleName"]) == role
+    }
+    assert policies
+    assert policies <= set(as_list(template()["Resources"][function].get("DependsOn", [])))
+
+
+def test_every_log_group_of_the_stack_has_the_retention_parameter() -> None:
+    for name in resources("AWS::Logs::LogGroup"):
+        assert props(name)["RetentionInDays"] == {"Ref": "LogRetentionDays"}, name
+
+
+def test_log_retention_offers_exactly_the_cloudwatch_values() -> None:
+    parameter = template()["Parameters"]["LogRetentionDays"]
+    allowed = [1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827]
+    allowed += [2192, 2557, 2922, 3288, 3653]
+    assert parameter["AllowedValues"] == allowed
+    assert parameter["Default"] == 30
+
+
+@pytest.mark.parametrize("function", sorted(TOOL_FUNCTIONS.values()))
+def test_tool_functions_stay_under_the_api_integration_limit(function: str) -> None:
+    adapter_timeout = function_props("McpAdapterFunction")["Timeout"]
+    assert function_props(function)["Timeout"] <= 29
+    assert function_props(function)["Timeout"] < adapter_timeout <= 29
+
+
+def test_the_shared_environment_carries_every_variable_the_handlers_read() -> None:
+    env = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert set(env) >= REQUIRED_ENV
+    assert env["ENGRAM_OPENSEARCH_INDEX"] == "engram-records"
+    assert env["ENGRAM_RESOURCE_URI"] == {"Ref": "Audience"}
+    assert env["ENGRAM_ISSUER"] == {"Ref": "IssuerUrl"}
+    assert env["POWERTOOLS_SERVICE_NAME"] == "engram-memory"
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == "EngramMemory"
+    assert env["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"
+
+
+def test_the_tool_function_map_names_the_six_tool_functions() -> None:
+    env = template()["Globals"]["Function"]["Environment"]["Variables"]
+    mapping = json.loads(sub_template(env["ENGRAM_TOOL_FUNCTIONS"]) or "")
+    assert set(mapping) == set(TOOL_FUNCTIONS)
+    for grant, function in TOOL_FUNCTIONS.items():
+        assert mapping[grant] == sub_template(function_props(function)["FunctionName"])
+
+
+@pytest.mark.parametrize(
+    ("variable", "machine"),
+    [
+        ("ENGRAM_WITHDRAW_STATE_MACHINE_ARN", "WithdrawStateMachine"),
+        ("ENGRAM_FORGET_STATE_MACHINE_ARN", "ForgetStateMachine"),
+    ],
+)
+def test_the_state_machine_arns_in_the_environment_name_the_state_machines(
+    variable: str, machine: str
+) -> None:
+    env = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert resource_targets(env[variable]) == {machine}
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP API
+# --------------------------------------------------------------------------------------------
+
+
+def http_routes() -> dict[tuple[str, str], tuple[str, dict[str, Any]]]:
+    routes: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+    for function, effective in functions().items():
+        for event in effective.get("Events", {}).values():
+            if event["Type"] != "HttpApi":
+                continue
+            event_props = event["Properties"]
+            assert ref_target(event_props["ApiId"]) == "HttpApi"
+            key = (event_props["Method"].upper(), event_props["Path"])
+            assert key not in routes, f"duplicate route {key}"
+            routes[key] = (function, event_props)
+    return routes
+
+
+def test_the_jwt_authorizer_is_the_api_default_and_checks_issuer_and_audience() -> None:
+    auth = props("HttpApi")["Auth"]
+    authorizer = auth["Authorizers"][auth["DefaultAuthorizer"]]
+    assert authorizer["IdentitySource"] == "$request.header.Authorization"
+    assert authorizer["JwtConfiguration"]["issuer"] == {"Ref": "IssuerUrl"}
+    assert authorizer["JwtConfiguration"]["audience"] == [{"Ref": "Audience"}]
+
+
+def test_the_routes_reach_the_right_functions() -> None:
+    routes = http_routes()
+    assert routes[("POST", "/mcp")][0] == "McpAdapterFunction"
+    assert routes[("GET", "/.well-known/oauth-protected-resource")][0] == "McpAdapterFunction"
+    assert routes[("GET", "/.well-known/oauth-protected-resource/mcp")][0] == "McpAdapterFunction"
+    assert routes[("GET", "/approvals/{approvalId}")][0] == "ApprovalFunction"
+    assert routes[("POST", "/approvals/{approvalId}")][0] == "ApprovalFunction"
+
+
+def test_only_the_metadata_and_the_approval_page_are_unauthenticated() -> None:
+    public = {
+        key
+        for key, (_, event_props) in http_routes().items()
+        if event_props.get("Auth", {}).get("Authorizer") == "NONE"
+    }
+    assert public == {
+        ("GET", "/.well-known/oauth-protected-resource"),
+        ("GET", "/.well-known/oauth-protected-resource/mcp"),
+        ("GET", "/approvals/{approvalId}"),
+    }
+    # every other route keeps the default (JWT) authorizer
+    for key, (_, event_props) in http_routes().items():
+        if key not in public:
+            assert "Auth" not in event_props, key
+
+
+def test_cors_comes_from_the_allowed_origins_parameter() -> None:
+    cors = props("HttpApi")["CorsConfiguration"]["Fn::If"]
+    assert template()["Conditions"][cors[0]] is not None
+    assert cors[1]["AllowOrigins"] == {"Ref": "AllowedOrigins"}
+    assert template()["Parameters"]["AllowedOrigins"]["Type"] == "CommaDelimitedList"
+    assert cors[2] == {"Ref": "AWS::NoValue"}
+
+
+def test_the_api_writes_access_logs_to_a_log_group() -> None:
+    settings = props("HttpApi")["AccessLogSettings"]
+    group = ref_target(settings["DestinationArn"])
+    assert group is not None
+    assert template()["Resources"][group]["Type"] == "AWS::Logs::LogGroup"
+    assert "$context.requestId" in settings["Format"]
+
+
+# --------------------------------------------------------------------------------------------
+# Storage and keys
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_records_table_has_pitr_deletion_protection_ttl_and_the_cmk() -> None:
+    table = props("EngramTable")
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert {k["AttributeName"]: k["KeyType"] for k in table["KeySchema"]} == {
+        "pk": "HASH",
+        "sk": "RANGE",
+    }
+    assert table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+    assert table["DeletionProtectionEnabled"] is True
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+    assert table["SSESpecification"]["SSEEnabled"] is True
+    assert table["SSESpecification"]["SSEType"] == "KMS"
+    assert ref_target(table["SSESpecification"]["KMSMasterKeyId"]) == "EngramTableKey"
+    assert template()["Resources"]["EngramTable"]["DeletionPolicy"] == "Retain"
+
+
+def test_the_key_table_has_no_point_in_time_recovery_and_no_ttl() -> None:
+    table = props("EngramKeyTable")
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert [(k["AttributeName"], k["KeyType"]) for k in table["KeySchema"]] == [("key_ref", "HASH")]
+    assert (
+        table.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled", False)
+        is False
+    )
+    assert table.get("TimeToLiveSpecification", {}).get("Enabled", False) is False
+    assert table["DeletionProtectionEnabled"] is True
+    assert ref_target(table["SSESpecification"]["KMSMasterKeyId"]) == "EngramTableKey"
+
+
+def test_the_blob_bucket_is_private_kms_encrypted_and_unversioned() -> None:
+    bucket = props("EngramBlobBucket")
+    (rule,) = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+    assert ref_target(rule["ServerSideEncryptionByDefault"]["KMSMasterKeyID"]) == "EngramTableKey"
+    assert all(bucket["PublicAccessBlockConfiguration"].values())
+    assert len(bucket["PublicAccessBlockConfiguration"]) == 4
+    # a shredded body must not survive as a noncurrent version
+    assert bucket.get("VersioningConfiguration", {}).get("Status") != "Enabled"
+    rules = bucket["LifecycleConfiguration"]["Rules"]
+    assert any(r.get("Prefix") == "orphans/" and r.get("ExpirationInDays") for r in rules)
+
+
+def test_the_bucket_policy_refuses_plain_http() -> None:
+    (policy,) = [
+        body["Properties"]
+        for body in resources("AWS::S3::BucketPolicy").values()
+        if ref_target(body["Properties"]["Bucket"]) == "EngramBlobBucket"
+    ]
+    denials = [s for s in policy["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
+    assert any(
+        s["Condition"]["Bool"]["aws:SecureTransport"] in ("false", False)
+        and s["Principal"] == "*"
+        and s["Action"] == "s3:*"
+        for s in denials
+    )
+
+
+@pytest.mark.parametrize("key", ["EngramTableKey", "EngramDataKey"])
+def test_both_kms_keys_rotate_and_are_retained(key: str) -> None:
+    assert props(key)["EnableKeyRotation"] is True
+    assert template()["Resources"][key]["DeletionPolicy"] == "Retain"
+
+
+USAGE_ACTIONS: Final = ("kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:ReEncrypt")
+
+
+def test_the_data_key_policy_lets_capture_only_seal_and_admission_only_open() -> None:
+    usage = [
+        (action, principals, statement)
+        for action, principals, statement in key_policy_grants("EngramDataKey")
+        if action.startswith(USAGE_ACTIONS)
+    ]
+    by_action: dict[str, set[str]] = {}
+    for action, principals, statement in usage:
+        by_action.setdefault(action, set()).update(principals)
+        assert "kms:EncryptionContext:engram:tenant" in statement["Condition"]["StringEquals"]
+    assert by_action == {
+        "kms:GenerateDataKey": {role_of("CaptureFunction")},
+        "kms:Decrypt": {role_of("RequestAdmissionFunction")},
+    }
+
+
+def test_the_table_key_is_usable_only_through_dynamodb_and_s3() -> None:
+    for action, _, statement in key_policy_grants("EngramTableKey"):
+        if action.startswith(USAGE_ACTIONS):
+            via = statement["Condition"]["StringEquals"]["kms:ViaService"]
+            assert {sub_template(v) for v in as_list(via)} == {
+                "dynamodb.${AWS::Region}.amazonaws.com",
+                "s3.${AWS::Region}.amazonaws.com",
+            }
+
+
+# --------------------------------------------------------------------------------------------
+# Least privilege
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTION_FOLDERS))
+def test_no_function_policy_uses_wildcard_resources_or_actions(function: str) -> None:
+    for action, targets, _ in grants(function):
+        assert "*" not in action, f"{function}: wildcard action {action}"
+        if "*" in targets:
+            assert action in STAR_RESOURCE_ACTIONS, f"{function}: {action} on *"
+        assert action != "dynamodb:Scan", f"{function}: request paths never scan"
+
+
+def test_the_capture_role_can_seal_but_never_decrypt_anything_itself() -> None:
+    assert allows("CaptureFunction", "kms:GenerateDataKey", "EngramDataKey")
+    for action, targets, statement in grants("CaptureFunction"):
+        if action == "kms:Decrypt":
+            # only the table key, and only inside DynamoDB / S3 (SSE of the table and bucket)
+            assert targets == {"EngramTableKey"}
+            assert "kms:ViaService" in statement["Condition"]["StringEquals"]
+        assert not ("EngramDataKey" in targets and action != "kms:GenerateDataKey")
+
+
+@pytest.mark.parametrize("function", ["SearchFunction", "GetFunction"])
+def test_search_and_get_touch_no_data_key_no_key_table_and_write_nothing(function: str) -> None:
+    for action, targets, statement in grants(function):
+        assert not targets & {"EngramDataKey", "EngramKeyTable"}, action
+        if action.startswith("kms:"):
+            assert targets == {"EngramTableKey"}
+            assert "kms:ViaService" in statement["Condition"]["StringEquals"]
+        if action.startswith("dynamodb:"):
+            assert action in {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"}
+        if action.startswith("s3:"):
+            assert action in {"s3:GetObject", "s3:ListBucket"}
+
+
+def test_only_request_admission_may_decrypt_with_the_data_key() -> None:
+    openers = {f for f in FUNCTION_FOLDERS if allows(f, "kms:Decrypt", "EngramDataKey")}
+    assert openers == {"RequestAdmissionFunction"}
+
+
+def test_key_table_access_is_limited_to_the_functions_that_seal_open_or_shred() -> None:
+    users = {
+        f: {a for a, t, _ in grants(f) if "EngramKeyTable" in t} for f in sorted(FUNCTION_FOLDERS)
+    }
+    assert {f for f, actions in users.items() if actions} == {
+        "CaptureFunction",
+        "RequestAdmissionFunction",
+        "WithdrawFunction",
+        "WorkflowStepFunction",
+    }
+    assert users["CaptureFunction"] == {"dynamodb:PutItem", "dynamodb:DeleteItem"}
+    for function in ("RequestAdmissionFunction", "WithdrawFunction", "WorkflowStepFunction"):
+        assert "dynamodb:DeleteItem" in users[function]
+
+
+def test_only_withdraw_and_forget_start_executions_each_of_its_own_machine() -> None:
+    starters = {
+        (f, frozenset(t))
+        for f in FUNCTION_FOLDERS
+        for a, t, _ in grants(f)
+        if a == "states:StartExecution"
+    }
+    assert starters == {
+        ("WithdrawFunction", frozenset({"WithdrawStateMachine"})),
+        ("ForgetFunction", frozenset({"ForgetStateMachine"})),
+    }
+    for machine in resources("AWS::Serverless::StateMachine"):
+        for policy in props(machine).get("Policies", []):
+            for statement in as_list(policy.get("Statement", [])):
+                assert "states:StartExecution" not in as_list(statement["Action"])
+
+
+def test_the_workflow_function_may_answer_task_tokens() -> None:
+    for action in ("states:SendTaskSuccess", "states:SendTaskFailure"):
+        assert allows("WorkflowStepFunction", action, "WithdrawStateMachine")
+        assert allows("WorkflowStepFunction", action, "ForgetStateMachine")
+
+
+def test_the_adapter_may_invoke_exactly_the_six_tools_and_read_the_sealing_secrets() -> None:
+    invoked = set().union(
+        *(t for a, t, _ in grants("McpAdapterFunction") if a == "lambda:InvokeFunction")
+    )
+    assert invoked == set(TOOL_FUNCTIONS.values())
+    for function in FUNCTION_FOLDERS:
+        if function != "McpAdapterFunction":
+            assert not [a for a, _, _ in grants(function) if a.startswith("lambda:")], function
+    for secret in ("RequestStateSecret", "CursorSecret"):
+        assert allows("McpAdapterFunction", "secretsmanager:GetSecretValue", secret)
+
+
+def test_the_adapter_writes_only_request_state_nonces() -> None:
+    writes = [
+        s
+        for a, t, s in grants("McpAdapterFunction")
+        if a.startswith("dynamodb:") and "EngramTable" in t
+    ]
+    assert writes
+    for statement in writes:
+        assert as_list(statement["Action"]) == ["dynamodb:PutItem"]
+        leading = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+        assert as_list(leading) == ["NONCE#*"]
+
+
+def test_the_opensearch_index_is_reachable_only_by_the_functions_that_use_it() -> None:
+    users = {f for f in FUNCTION_FOLDERS for a, _, _ in grants(f) if a.startswith("es:")}
+    expected = {
+        "SearchFunction",
+        "RequestAdmissionFunction",
+        "ForgetFunction",
+        "WorkflowStepFunction",
+    }
+    assert users == expected
+    statements = props("OpenSearchDomain")["AccessPolicies"]["Statement"]
+    principals = {ref_target(p) for s in statements for p in as_list(s["Principal"]["AWS"])}
+    assert principals == {role_of(f) for f in expected}
+    for statement in statements:
+        (role,) = {ref_target(p) for p in as_list(statement["Principal"]["AWS"])}
+        (function,) = [f for f in expected if role_of(f) == role]
+        granted = {a for a, _, _ in grants(function) if a.startswith("es:")}
+        assert set(as_list(statement["Action"])) <= granted, function
+
+
+def test_the_created_domain_encrypts_and_enforces_tls_12() -> None:
+    domain = template()["Resources"]["OpenSearchDomain"]
+    assert domain["Condition"] == "CreateOpenSearch"
+    assert template()["Conditions"]["CreateOpenSearch"] == {
+        "Fn::Equals": [{"Ref": "OpenSearchMode"}, "create"]
+    }
+    domain_props = domain["Properties"]
+    assert domain_props["EncryptionAtRestOptions"]["Enabled"] is True
+    assert domain_props["NodeToNodeEncryptionOptions"]["Enabled"] is True
+    assert domain_props["DomainEndpointOptions"]["EnforceHTTPS"] is True
+    assert "TLS-1-2" in domain_props["DomainEndpointOptions"]["TLSSecurityPolicy"]
+    endpoint = template()["Globals"]["Function"]["Environment"]["Variables"][
+        "ENGRAM_OPENSEARCH_ENDPOINT"
+    ]["Fn::If"]
+    assert endpoint[0] == "CreateOpenSearch"
+    assert endpoint[2] == {"Ref": "ExistingOpenSearchEndpoint"}
+
+
+# --------------------------------------------------------------------------------------------
+# State machines
+# --------------------------------------------------------------------------------------------
+
+MACHINES: Final = ("WithdrawStateMachine", "ForgetStateMachine")
+
+
+def tasks(machine: str) -> dict[str, dict[str, Any]]:
+    return {
+        name: state
+        for name, state in state_machine_definition(machine)["States"].items()
+        if state["Type"] == "Task"
+    }
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_state_machines_are_standard_logged_traced_and_substituted(machine: str) -> None:
+    machine_props = props(machine)
+    assert machine_props["Type"] == "STANDARD"
+    assert machine_props["Tracing"]["Enabled"] is True
+    assert machine_props["Logging"]["IncludeExecutionData"] is False  # no payloads in logs
+    (destination,) = machine_props["Logging"]["Destinations"]
+    group = ref_target(destination["CloudWatchLogsLogGroup"]["LogGroupArn"])
+    assert group is not None
+    assert template()["Resources"][group]["Type"] == "AWS::Logs::LogGroup"
+    raw = (ROOT / machine_props["DefinitionUri"]).read_text(encoding="utf-8")
+    used = set(re.findall(r"\$\{([A-Za-z0-9_]+)\}", raw))
+    assert used == set(machine_props["DefinitionSubstitutions"])
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_every_task_retries_and_catches_into_a_fail_state(machine: str) -> None:
+    states = state_machine_definition(machine)["States"]
+    for name, state in tasks(machine).items():
+        assert state.get("Retry") or state.get("Catch"), name
+        catch_all = [c for c in state.get("Catch", []) if "States.ALL" in c["ErrorEquals"]]
+        assert catch_all, f"{name} has no catch-all"
+        assert states[catch_all[0]["Next"]]["Type"] == "Fail", name
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_the_workflow_runs_the_five_steps_in_order_on_the_workflow_function(machine: str) -> None:
+    definition = state_machine_definition(machine)
+    order = []
+    name = definition["StartAt"]
+    while name in tasks(machine):
+        state = definition["States"][name]
+        assert state["Parameters"]["FunctionName"] == "${WorkflowStepFunctionArn}"
+        order.append(state["Parameters"]["Payload"]["step"])
+        name = state["Next"]
+    assert tuple(order) == WORKFLOW_STEPS
+    assert definition["States"][name]["Type"] == "Succeed"
+    substitution = props(machine)["DefinitionSubstitutions"]["WorkflowStepFunctionArn"]
+    assert ref_target(substitution) == "WorkflowStepFunction"
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_the_approval_wait_uses_a_task_token_and_lasts_at_most_300_s(machine: str) -> None:
+    (wait,) = [
+        s for s in tasks(machine).values() if s["Parameters"]["Payload"]["step"] == "await_approval"
+    ]
+    assert wait["Resource"] == "arn:aws:states:::lambda:invoke.waitForTaskToken"
+    assert wait["Parameters"]["Payload"]["task_token.$"] == "$$.Task.Token"
+    assert 0 < wait["TimeoutSeconds"] <= 300
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_the_tail_steps_retry_with_backoff(machine: str) -> None:
+    for state in tasks(machine).values():
+        if state["Parameters"]["Payload"]["step"] in ("invalidate_projections", "destroy_keys"):
+            assert any(r["BackoffRate"] > 1 and r["MaxAttempts"] >= 3 for r in state["Retry"])
+
+
+def test_the_state_machines_invoke_only_the_workflow_function() -> None:
+    for machine in MACHINES:
+        (policy,) = props(machine)["Policies"]
+        invoke = [s for s in policy["Statement"] if "lambda:InvokeFunction" in as_list(s["Action"])]
+        assert resource_targets([s["Resource"] for s in invoke]) == {"WorkflowStepFunction"}
+
+
+# --------------------------------------------------------------------------------------------
+# Observability
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_dashboard_body_is_included_from_infra_and_parses_with_the_listed_widgets() -> None:
+    transforms = template()["Transform"]
+    assert transforms.index("AWS::LanguageExtensions") < transforms.index(
+        "AWS::Serverless-2016-10-31"
+    )
+    path = dashboard_path()
+    assert path == ROOT / "infra" / "dashboard.json"
+    body = json.loads(path.read_text(encoding="utf-8"))
+    titles = [w["properties"].get("title") for w in body["widgets"]]
+    for title in DASHBOARD_WIDGETS:
+        assert title in titles
+
+
+def test_every_name_the_dashboard_substitutes_exists_in_the_template() -> None:
+    body = json.loads(dashboard_path().read_text(encoding="utf-8"))
+    known = set(template()["Resources"]) | set(template()["Parameters"]) | PSEUDO_PARAMETERS
+    references = list(intrinsic_references(body))
+    assert references
+    for kind, name in references:
+        if kind == "condition":
+            assert name in template()["Conditions"], name
+        else:
+            assert name in known, name
+
+
+def test_every_function_has_an_errors_alarm_on_the_alarm_topic() -> None:
+    alarmed = {
+        ref_target(a["Properties"]["Dimensions"][0]["Value"])
+        for a in resources("AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("MetricName") == "Errors"
+    }
+    assert alarmed == set(FUNCTION_FOLDERS)
+
+
+def metric_alarm_targets(metric_name: str) -> set[str]:
+    found = set()
+    for alarm in resources("AWS::CloudWatch::Alarm").values():
+        assert [ref_target(a) for a in alarm["Properties"]["AlarmActions"]] == ["AlarmTopic"]
+        for query in alarm["Properties"].get("Metrics", []):
+            metric = query.get("MetricStat", {}).get("Metric", {})
+            if metric.get("MetricName") == metric_name:
+                found.update(ref_target(d["Value"]) for d in metric["Dimensions"])
+    return {f for f in found if f}
+
+
+def test_throttles_of_both_tables_and_failures_of_both_machines_raise_alarms() -> None:
+    assert metric_alarm_targets("ReadThrottleEvents") == {"EngramTable", "EngramKeyTable"}
+    assert metric_alarm_targets("WriteThrottleEvents") == {"EngramTable", "EngramKeyTable"}
+    assert metric_alarm_targets("ExecutionsFailed") == set(MACHINES)
+
+
+def test_the_alarm_email_subscription_is_optional() -> None:
+    (subscription,) = resources("AWS::SNS::Subscription").values()
+    assert template()["Conditions"][subscription["Condition"]] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]}]
+    }
+    assert ref_target(subscription["Properties"]["TopicArn"]) == "AlarmTopic"
+
+
+def test_the_outputs_publish_the_urls_and_names_operators_need() -> None:
+    outputs = template()["Outputs"]
+    assert str(sub_template(outputs["McpUrl"]["Value"])).endswith("/mcp")
+    metadata = str(sub_template(outputs["ProtectedResourceMetadataUrl"]["Value"]))
+    assert metadata.endswith("/.well-known/oauth-protected-resource/mcp")
+    assert ref_target(outputs["EngramTableName"]["Value"]) == "EngramTable"
+    assert ref_target(outputs["EngramKeyTableName"]["Value"]) == "EngramKeyTable"
+    assert ref_target(outputs["EngramBlobBucketName"]["Value"]) == "EngramBlobBucket"
+    assert ref_target(outputs["DashboardName"]["Value"]) == "Dashboard"
+
+
+def test_the_secrets_are_generated_64_characters_long() -> None:
+    for secret in ("RequestStateSecret", "CursorSecret"):
+        assert props(secret)["GenerateSecretString"]["PasswordLength"] == 64
+
+
+# --------------------------------------------------------------------------------------------
+# samconfig.toml
+# --------------------------------------------------------------------------------------------
+
+
+def overrides(env: str) -> dict[str, str]:
+    config = tomllib.loads(SAMCONFIG_PATH.read_text(encoding="utf-8"))
+    raw = config[env]["deploy"]["parameters"]["parameter_overrides"]
+    pairs = raw if isinstance(raw, list) else raw.split()
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+@pytest.mark.parametrize("env", ["default", "acme"])
+def test_every_samconfig_override_is_a_valid_template_parameter(env: str) -> None:
+    parameters = template()["Parameters"]
+    values = overrides(env)
+    required = {name for name, p in parameters.items() if "Default" not in p}
+    assert required <= set(values)
+    for name, value in values.items():
+        parameter = parameters[name]
+        if "AllowedPattern" in parameter:
+            assert re.fullmatch(parameter["AllowedPattern"], value), (name, value)
+        if "AllowedValues" in parameter:
+            assert value in [str(v) for v in parameter["AllowedValues"]], (name, value)
+
+
+def test_the_acme_tenant_creates_its_own_opensearch_domain() -> None:
+    assert overrides("acme")["TenantId"] == "acme"
+    assert overrides("acme")["OpenSearchMode"] == "create"
+
+
+@pytest.mark.parametrize("env", ["default", "acme"])
+def test_deploys_acknowledge_the_transforms_the_template_uses(env: str) -> None:
+    config = tomllib.loads(SAMCONFIG_PATH.read_text(encoding="utf-8"))
+    capabilities = config[env]["deploy"]["parameters"]["capabilities"].split()
+    assert "CAPABILITY_IAM" in capabilities
+    assert "CAPABILITY_AUTO_EXPAND" in capabilities  # AWS::LanguageExtensions + AWS::Include
