@@ -1,7 +1,7 @@
-"""The AWS adapter set for the behavioural suite: DynamoDB and S3 on moto, an in-memory index.
+"""The AWS adapter set for the behavioural suite: DynamoDB, S3 and KMS on moto, an in-memory index.
 
-``aws_harness`` builds the engine over ``DynamoStore`` (moto), ``LocalVault`` (until the KMS vault
-joins) and ``MemoryLexicalIndex``, an honest stand-in for the OpenSearch projection: it is not
+``aws_harness`` builds the engine over ``DynamoStore`` and ``KmsVault`` (moto) and
+``MemoryLexicalIndex``, an honest stand-in for the OpenSearch projection: it is not
 maintained by the store, so the engine's deferred-projection path (upserts after the commit,
 drops through the outbox) runs exactly as in the cloud, and it ranks with the same BM25F profile
 as the embedded FTS5 index.
@@ -25,8 +25,8 @@ from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
 from engram_memory.adapters.aws.dynamo_store import DynamoStore, create_bucket, create_tables
+from engram_memory.adapters.aws.kms_vault import KmsVault, create_key_table
 from engram_memory.adapters.local.audit import MemoryAuditLog
-from engram_memory.adapters.local.vault import LocalVault
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import IndexHit, IndexUnavailable, ProjectionChange
@@ -37,7 +37,7 @@ from engram_testing import FakeClock, Harness, ScriptedConfirmations
 REGION = "us-east-1"
 TABLE = "engram-canonical"
 BUCKET = "engram-blobs"
-MASTER_KEY = b"\x07" * 32
+KEY_TABLE = "engram-keys"
 
 
 class MemoryLexicalIndex:
@@ -185,7 +185,13 @@ def aws_harness(tmp_path: Path, *, inline_limit_bytes: int | None = None) -> Har
     try:
         store = provision(inline_limit_bytes=inline_limit_bytes)
         clock = FakeClock()
-        vault = LocalVault(tmp_path / "keys.db", MASTER_KEY)
+        kms = boto3.client("kms", region_name=REGION)
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        key_arn = kms.create_key(Description="engram data keys")["KeyMetadata"]["Arn"]
+        create_key_table(dynamodb, KEY_TABLE)
+        vault = KmsVault(
+            kms_key_id=key_arn, key_table=KEY_TABLE, kms_client=kms, dynamodb_client=dynamodb
+        )
         index = MemoryLexicalIndex()
         confirmations = ScriptedConfirmations(clock)
         audit = MemoryAuditLog()
@@ -204,7 +210,7 @@ def aws_harness(tmp_path: Path, *, inline_limit_bytes: int | None = None) -> Har
         raise
 
     def held_keys() -> list[bytes]:
-        return _held_keys(store, tmp_path / "keys.db")
+        return _held_kms_keys(store, vault, dynamodb)
 
     return Harness(
         held_keys=held_keys,
@@ -215,36 +221,26 @@ def aws_harness(tmp_path: Path, *, inline_limit_bytes: int | None = None) -> Har
         clock=clock,
         confirmations=confirmations,
         audit=audit,
-        closers=[vault.close, lambda: moto.__exit__(None, None, None)],
+        closers=[lambda: moto.__exit__(None, None, None)],
     )
 
 
-def _held_keys(store: DynamoStore, keys_path: Path) -> list[bytes]:
-    """Every key the system holds: the master key, each wrapped key, each unwrappable data key."""
-    import sqlite3
-
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-    from engram_memory.adapters.local.vault import _wrap_aad
+def _held_kms_keys(store: DynamoStore, vault: KmsVault, dynamodb: Any) -> list[bytes]:
+    """Every key the cloud system holds: each wrapped item, and each data key KMS will unwrap."""
+    from engram_memory.adapters.aws.kms_vault import _wrap_context
 
     candidates = [
         (Scope(fields["tenant_id"], fields["workspace_id"]), fields["candidate_id"])
         for fields in map(dict, store.table_snapshot()["items"])
         if fields.get("kind") == "candidate"
     ]
-    keys = [MASTER_KEY]
-    with sqlite3.connect(keys_path) as conn:
-        for key_ref, nonce, wrapped in conn.execute(
-            "SELECT key_ref, nonce, wrapped FROM data_keys"
-        ):
-            keys.append(bytes(wrapped)[:32])
-            for scope, candidate_id in candidates:
-                try:
-                    keys.append(
-                        AESGCM(MASTER_KEY).decrypt(
-                            nonce, wrapped, _wrap_aad(key_ref, scope, candidate_id)
-                        )
-                    )
-                except Exception:  # noqa: S112 - wrong binding: not this row's key
-                    continue
+    keys: list[bytes] = []
+    for item in dynamodb.scan(TableName=KEY_TABLE)["Items"]:
+        key_ref, wrapped = item["key_ref"]["S"], bytes(item["wrapped"]["B"])
+        keys.append(wrapped[:32])
+        for scope, candidate_id in candidates:
+            try:
+                keys.append(vault._unwrap(wrapped, _wrap_context(key_ref, scope, candidate_id)))
+            except Exception:  # noqa: S112 - wrong binding: not this item's key
+                continue
     return keys

@@ -10,15 +10,23 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import sqlite3
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
-from aws_testing import MemoryLexicalIndex, aws_harness, inject, moto_aws, provision
+from aws_testing import (
+    KEY_TABLE,
+    REGION,
+    MemoryLexicalIndex,
+    aws_harness,
+    inject,
+    moto_aws,
+    provision,
+)
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from engram_memory.adapters.aws import dynamo_store
@@ -729,8 +737,8 @@ def test_a_capture_whose_commit_is_refused_leaves_no_orphan_key(aws: Harness) ->
         fail_with(client_error("ThrottlingException")),
     )
     assert aws.error("capture", capture_args()) == "STORE_UNAVAILABLE"
-    with sqlite3.connect(aws.vault._path) as conn:
-        assert conn.execute("SELECT count(*) FROM data_keys").fetchone()[0] == 0
+    keys = boto3.client("dynamodb", region_name=REGION).scan(TableName=KEY_TABLE)["Items"]
+    assert keys == []  # the key sealed for the refused capture was shredded
 
 
 def test_a_lagging_index_defers_invalidation_until_the_outbox_drains(aws: Harness) -> None:
