@@ -1,0 +1,648 @@
+"""The MCP adapter Lambda: the MCP surface, stateless, in front of the six tool functions.
+
+``build_adapter`` wires the same ``EngramMcp`` the embedded server runs, but over a
+``LambdaToolEngine``: each tool call is a ``RequestResponse`` invocation of the tool's function
+(``ENGRAM_TOOL_FUNCTIONS``) with ``ToolInvocation.from_trusted(...)``. ``LambdaAdapter`` serves
+API Gateway HTTP API (payload v2) events through a small ASGI bridge: the Starlette app (bearer
+auth, RFC 9728 metadata, Origin checks; ``stateless_http=True, json_response=True``) runs on one
+event loop per container, its lifespan entered once, on the first invocation (cold start).
+
+Environment (the SAM template's): ``ENGRAM_TOOL_FUNCTIONS`` (JSON object tool → function name),
+``ENGRAM_RESOURCE_URI``, ``ENGRAM_ISSUER`` (JWKS at ``<issuer>/.well-known/jwks.json``),
+``ENGRAM_ALLOWED_ORIGINS`` (comma-separated), ``ENGRAM_REQUEST_STATE_SECRET_ARN`` (the
+request-state key is HKDF-SHA256 of the secret), ``ENGRAM_TENANT_ID``, ``ENGRAM_TABLE`` (used
+nonces of the confirmation round trip), ``ENGRAM_RETENTION_CEILING_S`` (optional), and
+``ENGRAM_ALLOWED_HOSTS`` (optional, comma-separated extra ``Host`` values besides the resource
+URI's host, e.g. the ``execute-api`` domain).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import threading
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, cast
+from urllib.parse import urlparse
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from mcp.server.auth.handlers.metadata import ProtectedResourceMetadataHandler
+from mcp.server.auth.routes import cors_middleware
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.auth import ProtectedResourceMetadata
+from pydantic import AnyHttpUrl, ValidationError
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from ..aws_composition import ConfigurationError, ToolInvocation
+from ..contract.envelope import failure
+from ..contract.errors import (
+    ErrorCode,
+    ProtocolRefusal,
+    TrustedContextUnavailable,
+    UnknownTool,
+)
+from ..engine.context import TOOLS, TrustedContext
+from ..engine.ports import AuditEvent, AuditSink, Clock, ConfirmationWorkflow
+from ..host.config import HostConfig, RetentionConfig
+from ..host.tokens import TokenVerifier
+from .request_state import RequestStateSealer
+from .server import EngramMcp, SurfaceRuntime
+from .transports import MCP_PATH, BearerVerifier, _issuer_url
+
+if TYPE_CHECKING:
+    from boto3.session import Session
+
+log = logging.getLogger(__name__)
+
+JWKS_PATH: Final = "/.well-known/jwks.json"
+JWKS_TIMEOUT_S: Final = 3.0
+MIN_REQUEST_STATE_SECRET_BYTES: Final = 32
+_HKDF_INFO: Final = b"engram-memory/request-state-key/v1"
+_INVOKE_PAYLOAD_LIMIT: Final = 6 * 1024 * 1024
+
+__all__ = [
+    "AsgiLambdaBridge",
+    "LambdaAdapter",
+    "LambdaToolEngine",
+    "build_adapter",
+    "fetch_jwks",
+    "request_state_key",
+    "tool_functions",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# The engine seen by the MCP surface: one Lambda invocation per tool call
+# --------------------------------------------------------------------------------------------
+
+
+class LambdaToolEngine:
+    """What ``EngramMcp`` needs of an engine, over the six tool functions.
+
+    ``handle`` invokes the tool's function and returns its envelope; a ``protocol_error`` answer
+    becomes the matching ``ProtocolRefusal``; a function error or a transport failure is a
+    generic -32603 (``TrustedContextUnavailable``) whose text never reaches the client.
+    ``refuse`` audits a call the surface refused itself; ``claim_request_state`` claims a
+    confirmation nonce in the canonical table (single use of a ``requestState``).
+    """
+
+    def __init__(
+        self,
+        functions: Mapping[str, str],
+        *,
+        clock: Clock,
+        audit: AuditSink,
+        lambda_client: Any = None,
+        nonce_store: Any = None,
+        client_factory: Callable[[], Any] | None = None,
+        nonce_store_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        self.functions = dict(functions)
+        self.clock = clock
+        self.audit = audit
+        self._lambda = lambda_client
+        self._nonces = nonce_store
+        self._client_factory = client_factory
+        self._nonce_store_factory = nonce_store_factory
+        self._lock = threading.Lock()
+
+    # -- clients (created on first use) ---------------------------------------------------------
+
+    def _lambda_client(self) -> Any:
+        with self._lock:
+            if self._lambda is None:
+                if self._client_factory is None:
+                    raise ConfigurationError("no Lambda client")
+                self._lambda = self._client_factory()
+            return self._lambda
+
+    def _nonce_store(self) -> Any:
+        with self._lock:
+            if self._nonces is None:
+                if self._nonce_store_factory is None:
+                    raise ConfigurationError("no nonce store")
+                self._nonces = self._nonce_store_factory()
+            return self._nonces
+
+    # -- the engine surface -------------------------------------------------------------------
+
+    def handle(
+        self,
+        tool: str,
+        arguments: Any,
+        ctx: TrustedContext,
+        *,
+        confirmations: ConfirmationWorkflow | None = None,
+    ) -> dict[str, Any]:
+        """Run ``tool`` in its function; the envelope, or a ``ProtocolRefusal``.
+
+        ``confirmations`` cannot cross the boundary yet (the invocation has no approval field):
+        a call needing a human confirmation is refused by the function (-32603).
+        """
+        if tool not in TOOLS or tool not in ctx.grants:
+            self._audit(tool, ctx, ctx.audit_id, "PROTOCOL_UNKNOWN_TOOL")
+            raise UnknownTool()
+        function = self.functions.get(tool)
+        if function is None:
+            log.error("no function configured for a granted tool", extra={"tool": tool})
+            raise TrustedContextUnavailable()
+        try:
+            payload = ToolInvocation.from_trusted(tool, arguments, ctx).to_event()
+        except ValidationError:
+            # the arguments or context cannot be sent (e.g. not JSON): the function would
+            # refuse it as malformed
+            self._audit(tool, ctx, ctx.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
+            raise TrustedContextUnavailable() from None
+        answer = self._invoke(function, payload, ctx.audit_id)
+        if not isinstance(answer, dict):
+            raise TrustedContextUnavailable()
+        if "protocol_error" in answer:
+            raise _refusal_of(answer["protocol_error"])
+        if not isinstance(answer.get("ok"), bool):
+            log.error("a tool function answered without an envelope", extra={"tool": tool})
+            raise TrustedContextUnavailable()
+        return cast("dict[str, Any]", answer)
+
+    def _invoke(self, function: str, payload: dict[str, Any], audit_id: str) -> Any:
+        body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+        if len(body) > _INVOKE_PAYLOAD_LIMIT:
+            raise TrustedContextUnavailable()
+        try:
+            response = self._lambda_client().invoke(
+                FunctionName=function, InvocationType="RequestResponse", Payload=body
+            )
+            raw = response["Payload"].read()
+        except Exception:  # a transport failure is an internal error, nothing more
+            log.exception("tool function invocation failed", extra={"audit_id": audit_id})
+            raise TrustedContextUnavailable() from None
+        if response.get("FunctionError"):
+            # The function's error text stays in the logs (its own and ours), never the client.
+            log.error(
+                "tool function error",
+                extra={"audit_id": audit_id, "function_error": str(response["FunctionError"])},
+            )
+            raise TrustedContextUnavailable()
+        try:
+            return json.loads(raw)
+        except (ValueError, TypeError):
+            log.error("tool function answer is not JSON", extra={"audit_id": audit_id})
+            raise TrustedContextUnavailable() from None
+
+    def refuse(
+        self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str
+    ) -> dict[str, Any]:
+        """Audit a call the surface refused (like ``Engine.refuse``)."""
+        label = code.value if isinstance(code, ErrorCode) else code
+        self._audit(tool, ctx, audit_id, label)
+        return failure(code, audit_id) if isinstance(code, ErrorCode) else {}
+
+    def _audit(self, tool: str, ctx: TrustedContext | None, audit_id: str, code: str) -> None:
+        event = AuditEvent(
+            audit_id=audit_id,
+            at_ms=self.clock.now_ms(),
+            tenant_id=ctx.tenant_id if ctx else "",
+            workspace_id=ctx.workspace_id if ctx else "",
+            principal=ctx.principal if ctx else "",
+            agent_id=ctx.agent_id if ctx else None,
+            session_id=ctx.session_id if ctx else None,
+            tool=tool,
+            ok=False,
+            code=code,
+        )
+        try:
+            self.audit.record(event)
+        except Exception:
+            log.exception("audit sink failed", extra={"audit_id": audit_id})
+
+    def claim_request_state(self, scope: Any, nonce: str, expires_at_ms: int) -> bool:
+        """Claim a ``requestState`` nonce: True the first time, False for a replay."""
+        return bool(self._nonce_store().claim_nonce(scope, nonce, expires_at_ms))
+
+
+def _refusal_of(error: Any) -> ProtocolRefusal:
+    code = error.get("code") if isinstance(error, dict) else None
+    if code == UnknownTool.jsonrpc_code:
+        return UnknownTool()
+    return TrustedContextUnavailable()
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ConfigurationError(f"{name} must be set")
+    return value
+
+
+def _csv(env: Mapping[str, str], name: str) -> list[str]:
+    return [part.strip() for part in env.get(name, "").split(",") if part.strip()]
+
+
+def tool_functions(env: Mapping[str, str]) -> dict[str, str]:
+    """``ENGRAM_TOOL_FUNCTIONS``: a JSON object naming a function for some of the six tools."""
+    try:
+        loaded = json.loads(_required(env, "ENGRAM_TOOL_FUNCTIONS"))
+    except ValueError:
+        raise ConfigurationError("ENGRAM_TOOL_FUNCTIONS must be a JSON object") from None
+    if not isinstance(loaded, dict) or not all(
+        tool in TOOLS and isinstance(name, str) and name for tool, name in loaded.items()
+    ):
+        raise ConfigurationError("ENGRAM_TOOL_FUNCTIONS must map tool names to function names")
+    return {str(tool): str(name) for tool, name in loaded.items()}
+
+
+def fetch_jwks(issuer: str, *, timeout_s: float = JWKS_TIMEOUT_S) -> dict[str, Any]:
+    """The issuer's JWKS (``<issuer>/.well-known/jwks.json``); ``ConfigurationError`` if not."""
+    url = issuer.rstrip("/") + JWKS_PATH
+    if urlparse(url).scheme != "https":
+        raise ConfigurationError("ENGRAM_ISSUER must be an https URL")
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+            loaded = json.loads(response.read(1_000_000))
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError("the issuer's JWKS is unreachable or malformed") from exc
+    if not isinstance(loaded, dict):
+        raise ConfigurationError("the issuer's JWKS is malformed")
+    return loaded
+
+
+def request_state_key(secrets_client: Any, secret_arn: str) -> bytes:
+    """The 32-byte request-state key: HKDF-SHA256 of the secret (binary, or string as UTF-8)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        response = secrets_client.get_secret_value(SecretId=secret_arn)
+    except (BotoCoreError, ClientError) as exc:
+        raise ConfigurationError(
+            "the request-state secret (ENGRAM_REQUEST_STATE_SECRET_ARN) is unreadable"
+        ) from exc
+    binary = response.get("SecretBinary")
+    secret = bytes(binary) if binary is not None else str(response.get("SecretString", "")).encode()
+    if len(secret) < MIN_REQUEST_STATE_SECRET_BYTES:
+        raise ConfigurationError(
+            f"the request-state secret must hold at least {MIN_REQUEST_STATE_SECRET_BYTES} bytes"
+        )
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(secret)
+
+
+def _host_config(env: Mapping[str, str]) -> HostConfig:
+    options: dict[str, Any] = {
+        "resource": _required(env, "ENGRAM_RESOURCE_URI"),
+        "issuer": _required(env, "ENGRAM_ISSUER"),
+        "tenant_id": _required(env, "ENGRAM_TENANT_ID"),
+        "allowed_origins": _csv(env, "ENGRAM_ALLOWED_ORIGINS"),
+    }
+    ceiling = env.get("ENGRAM_RETENTION_CEILING_S", "").strip()
+    if ceiling:
+        if not ceiling.isdecimal():
+            raise ConfigurationError("ENGRAM_RETENTION_CEILING_S must be a whole number of seconds")
+        options["retention"] = RetentionConfig(allow_retain=False, max_expires_in_s=int(ceiling))
+    try:
+        return HostConfig(**options)
+    except ValidationError:
+        raise ConfigurationError(
+            "ENGRAM_RESOURCE_URI, ENGRAM_ISSUER, ENGRAM_TENANT_ID or ENGRAM_ALLOWED_ORIGINS "
+            "is invalid"
+        ) from None
+
+
+def build_adapter(
+    env: Mapping[str, str] = os.environ,
+    *,
+    session: Session | None = None,
+    lambda_client: Any = None,
+    dynamodb_client: Any = None,
+    secrets_client: Any = None,
+    jwks: Mapping[str, Any] | None = None,
+    jwks_fetcher: Callable[[str], dict[str, Any]] = fetch_jwks,
+    nonce_store: Any = None,
+    clock: Clock | None = None,
+    audit: AuditSink | None = None,
+) -> EngramMcp:
+    """The MCP surface of the adapter Lambda, from the template's environment.
+
+    Reads the JWKS (once: call this once per cold start) and the request-state secret; the
+    Lambda and DynamoDB clients are created on first use. Raises ``ConfigurationError``.
+    """
+    sessions: list[Session] = [session] if session is not None else []
+
+    def aws_session() -> Session:
+        if not sessions:
+            import boto3
+
+            region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+            if not region:
+                raise ConfigurationError("AWS_REGION must be set")
+            sessions.append(boto3.session.Session(region_name=region))
+        return sessions[0]
+
+    def client_config() -> Any:
+        from botocore.config import Config
+
+        return Config(connect_timeout=2, read_timeout=28, retries={"mode": "standard"})
+
+    host = _host_config(env)
+    functions = tool_functions(env)
+    table = _required(env, "ENGRAM_TABLE")
+    secret_arn = _required(env, "ENGRAM_REQUEST_STATE_SECRET_ARN")
+    try:
+        verifier = TokenVerifier.from_jwks(
+            jwks if jwks is not None else jwks_fetcher(host.issuer),
+            issuer=host.issuer,
+            audience=host.resource,
+        )
+    except ValueError as exc:
+        raise ConfigurationError("the issuer's JWKS has no usable signing key") from exc
+    if secrets_client is None:
+        secrets_client = aws_session().client("secretsmanager", config=client_config())
+    sealer = RequestStateSealer(request_state_key(secrets_client, secret_arn))
+    if clock is None:
+        from ..adapters.local.clock import SystemClock
+
+        clock = SystemClock()
+    if audit is None:
+        from ..observability import PowertoolsAuditSink
+
+        audit = PowertoolsAuditSink()
+
+    def new_lambda_client() -> Any:
+        # invocations may take the tool function's whole timeout: no retries of a slow call
+        from botocore.config import Config
+
+        config = Config(connect_timeout=2, read_timeout=28, retries={"max_attempts": 1})
+        return aws_session().client("lambda", config=config)
+
+    def new_nonce_store() -> Any:
+        from ..adapters.aws.dynamo_store import DynamoStore
+
+        # only ``claim_nonce`` is used: no blob is ever read or written here
+        return DynamoStore(
+            table_name=table,
+            bucket="",
+            dynamodb=dynamodb_client or aws_session().client("dynamodb", config=client_config()),
+            session=aws_session() if dynamodb_client is None else session,
+        )
+
+    engine = LambdaToolEngine(
+        functions,
+        clock=clock,
+        audit=audit,
+        lambda_client=lambda_client,
+        nonce_store=nonce_store,
+        client_factory=new_lambda_client,
+        nonce_store_factory=new_nonce_store,
+    )
+    runtime = SurfaceRuntime(
+        engine=cast(Any, engine),  # the surface only uses handle, refuse, claim_request_state
+        verifier=verifier,
+        host=host,
+        sealer=sealer,
+        clock=clock,
+    )
+    return EngramMcp(runtime)
+
+
+def stateless_app(surface: EngramMcp, *, extra_hosts: list[str] | None = None) -> Starlette:
+    """``transports.http_app`` for a Lambda: stateless, JSON responses, the resource's host."""
+    host = surface.runtime.host
+    issuer_url = _issuer_url(host.issuer, host.resource)
+    metadata = ProtectedResourceMetadata(
+        resource=AnyHttpUrl(host.resource),
+        authorization_servers=[AnyHttpUrl(issuer_url)],
+        resource_name="Engram Memory",
+    )
+    root_metadata = Route(
+        "/.well-known/oauth-protected-resource",
+        endpoint=cors_middleware(
+            ProtectedResourceMetadataHandler(metadata).handle, ["GET", "OPTIONS"]
+        ),
+        methods=["GET", "OPTIONS"],
+    )
+    hosts = sorted({urlparse(host.resource).netloc, *(extra_hosts or [])})
+    app: Starlette = surface.server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        stateless_http=True,
+        json_response=True,
+        token_verifier=BearerVerifier(surface.runtime.verifier),
+        auth=AuthSettings(
+            issuer_url=AnyHttpUrl(issuer_url),
+            resource_server_url=AnyHttpUrl(host.resource),
+            validate_token_resource=False,
+        ),
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=hosts,
+            allowed_origins=list(host.allowed_origins),
+        ),
+        host=urlparse(host.resource).hostname or "localhost",
+        custom_starlette_routes=[root_metadata],
+    )
+    return app
+
+
+# --------------------------------------------------------------------------------------------
+# ASGI over Lambda (API Gateway HTTP API, payload format 2.0)
+# --------------------------------------------------------------------------------------------
+
+
+class AsgiLambdaBridge:
+    """Serves API Gateway v2 events with an ASGI app on one event loop per container.
+
+    The loop runs in a daemon thread (Lambda freezes it between invocations); the app's lifespan
+    starts on the first event and stays up for the container's life.
+    """
+
+    def __init__(self, app: Any, *, timeout_s: float = 28.0) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._lifespan_done: asyncio.Event | None = None
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="asgi-bridge", daemon=True).start()
+                asyncio.run_coroutine_threadsafe(self._startup(), loop).result(self.timeout_s)
+                self._loop = loop
+            return self._loop
+
+    async def _startup(self) -> None:
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        started: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        await inbox.put({"type": "lifespan.startup"})
+
+        async def receive() -> dict[str, Any]:
+            return await inbox.get()
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"].startswith("lifespan.startup") and not started.done():
+                started.set_result(message)
+
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}}
+        task = asyncio.ensure_future(self.app(scope, receive, send))
+
+        def ended(_: asyncio.Future[Any]) -> None:
+            if not started.done():
+                started.set_exception(RuntimeError("the lifespan ended before startup"))
+
+        task.add_done_callback(ended)
+        message = await started
+        if message["type"] != "lifespan.startup.complete":
+            raise RuntimeError("the app failed to start")
+        self._lifespan_task = task  # keeps the lifespan (and its task group) alive
+
+    def __call__(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        loop = self._ensure_loop()
+        future = asyncio.run_coroutine_threadsafe(self._serve(event), loop)
+        return future.result(self.timeout_s)
+
+    async def _serve(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        scope, body = _scope_of(event)
+        sent_body = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.Event().wait()  # the request is complete: wait for cancellation
+            return {"type": "http.disconnect"}
+
+        status = 500
+        headers: list[tuple[bytes, bytes]] = []
+        chunks: list[bytes] = []
+        done = asyncio.Event()
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status, headers
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                headers = list(message.get("headers", []))
+            elif message["type"] == "http.response.body":
+                chunks.append(bytes(message.get("body", b"")))
+                if not message.get("more_body", False):
+                    done.set()
+
+        app_task = asyncio.ensure_future(self.app(scope, receive, send))
+        done_task = asyncio.ensure_future(done.wait())
+        await asyncio.wait({app_task, done_task}, return_when=asyncio.FIRST_COMPLETED)
+        if not app_task.done():
+            app_task.cancel()
+        done_task.cancel()
+        if app_task.done() and not app_task.cancelled() and app_task.exception() is not None:
+            log.error("the ASGI app failed", exc_info=app_task.exception())
+            if not done.is_set():
+                return {"statusCode": 500, "headers": {}, "body": "", "isBase64Encoded": False}
+        return _response(status, headers, b"".join(chunks))
+
+
+def _scope_of(event: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
+    http = event.get("requestContext", {}).get("http", {})
+    method = str(http.get("method") or event.get("httpMethod") or "GET").upper()
+    path = str(event.get("rawPath") or http.get("path") or "/")
+    query = str(event.get("rawQueryString") or "")
+    headers: list[tuple[bytes, bytes]] = []
+    for name, value in (event.get("headers") or {}).items():
+        headers.append((str(name).lower().encode("latin-1"), str(value).encode("latin-1")))
+    cookies = event.get("cookies")
+    if cookies:
+        headers.append((b"cookie", "; ".join(cookies).encode("latin-1")))
+    raw_body = event.get("body") or ""
+    body = (
+        base64.b64decode(raw_body)
+        if event.get("isBase64Encoded")
+        else str(raw_body).encode("utf-8")
+    )
+    source_ip = str(http.get("sourceIp") or "0.0.0.0")  # noqa: S104 - a client address
+    host = next((v.decode() for k, v in headers if k == b"host"), "localhost")
+    forwarded_proto = next((v.decode() for k, v in headers if k == b"x-forwarded-proto"), "https")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": forwarded_proto,
+        "path": path,
+        "raw_path": path.encode("utf-8"),
+        "root_path": "",
+        "query_string": query.encode("latin-1"),
+        "headers": headers,
+        "client": (source_ip, 0),
+        "server": (host.split(":")[0], 443 if forwarded_proto == "https" else 80),
+    }
+    return scope, body
+
+
+_TEXT_TYPES: Final = ("application/json", "text/", "application/problem+json")
+
+
+def _response(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> dict[str, Any]:
+    merged: dict[str, str] = {}
+    cookies: list[str] = []
+    for raw_name, raw_value in headers:
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        if name == "set-cookie":
+            cookies.append(value)
+        elif name in merged:
+            merged[name] = f"{merged[name]}, {value}"
+        else:
+            merged[name] = value
+    content_type = merged.get("content-type", "")
+    textual = not body or content_type.startswith(_TEXT_TYPES)
+    try:
+        text = body.decode("utf-8") if textual else None
+    except UnicodeDecodeError:
+        text = None
+    response: dict[str, Any] = {
+        "statusCode": status,
+        "headers": merged,
+        "body": text if text is not None else base64.b64encode(body).decode("ascii"),
+        "isBase64Encoded": text is None,
+    }
+    if cookies:
+        response["cookies"] = cookies
+    return response
+
+
+class LambdaAdapter:
+    """The adapter's Lambda handler: the surface and the bridge are cold-start singletons."""
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] = os.environ,
+        build: Callable[[Mapping[str, str]], EngramMcp] = build_adapter,
+    ) -> None:
+        self._env = env
+        self._build = build
+        self._lock = threading.Lock()
+        self.surface: EngramMcp | None = None
+        self.bridge: AsgiLambdaBridge | None = None
+
+    def _ready(self) -> AsgiLambdaBridge:
+        with self._lock:
+            if self.bridge is None:
+                if self.surface is None:
+                    self.surface = self._build(self._env)
+                app = stateless_app(
+                    self.surface, extra_hosts=_csv(self._env, "ENGRAM_ALLOWED_HOSTS")
+                )
+                self.bridge = AsgiLambdaBridge(app)
+            return self.bridge
+
+    def __call__(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        return self._ready()(event)

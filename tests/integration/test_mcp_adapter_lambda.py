@@ -1,0 +1,282 @@
+"""The MCP adapter Lambda, fed API Gateway v2 events (``events/mcp_adapter_*.json``).
+
+The tool functions are the real ``functions/<tool>/app.py`` handlers on moto, reached through an
+in-process fake Lambda client; tokens come from a test issuer whose JWKS is injected.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_testing import TABLE
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from test_tool_handlers import Cloud, FakeLambdaContext, capture_event, cloud, event, load_app
+
+from engram_memory.engine.context import TOOLS
+from engram_memory.host.tokens import TokenIssuer
+from engram_memory.mcp_surface.lambda_adapter import LambdaAdapter, build_adapter
+
+__all__ = ["cloud"]  # the fixture, re-used
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTS = ROOT / "events"
+ISSUER = "https://issuer.example.com"
+RESOURCE = "https://memory.example.com/mcp"
+TENANT = "dev"
+
+
+@dataclass
+class FakeLambdaClient:
+    """``lambda.invoke`` dispatching to the tool functions' handlers in process."""
+
+    apps: dict[str, Any]
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    override: Callable[[str, dict[str, Any]], dict[str, Any] | None] | None = None
+
+    def invoke(self, *, FunctionName: str, InvocationType: str, Payload: bytes) -> dict[str, Any]:
+        assert InvocationType == "RequestResponse"
+        payload = json.loads(Payload)
+        self.calls.append({"function": FunctionName, "payload": payload})
+        if self.override is not None:
+            answer = self.override(FunctionName, payload)
+            if answer is not None:
+                return answer
+        tool = FunctionName.removeprefix("engram-dev-").replace("-", "_")
+        result = self.apps[tool].handler(payload, FakeLambdaContext(function_name=FunctionName))
+        return {"StatusCode": 200, "Payload": io.BytesIO(json.dumps(result).encode())}
+
+
+@dataclass
+class Adapter:
+    handler: LambdaAdapter
+    lam: FakeLambdaClient
+    issuer: TokenIssuer
+    builds: list[int]
+
+    def token(self, tools: tuple[str, ...] = TOOLS, **claims: Any) -> str:
+        return self.issuer.mint(
+            principal="agent-alice",
+            tenant_id=TENANT,
+            workspace_id="ws-research-0001",
+            purpose_ref="purpose:general",
+            tools=tools,
+            expires_in_s=600,
+            **claims,
+        )
+
+    def send(self, name: str, *, token: str | None = None, body: Any = None) -> dict[str, Any]:
+        event: dict[str, Any] = json.loads((EVENTS / f"mcp_adapter_{name}.json").read_text())
+        if token is not None:
+            event["headers"]["authorization"] = f"Bearer {token}"
+        if body is not None:
+            event["body"] = json.dumps(body)
+        response: dict[str, Any] = self.handler(event, FakeLambdaContext())
+        json.dumps(response)
+        return response
+
+    def rpc(self, method: str, params: dict[str, Any], *, token: str | None = None) -> Any:
+        body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+        response = self.send("tools_list", token=token or self.token(), body=body)
+        assert response["statusCode"] == 200, response
+        return json.loads(response["body"])
+
+    def call(self, tool: str, arguments: dict[str, Any], **kw: Any) -> Any:
+        return self.rpc(
+            "tools/call", {"name": f"engram_memory_{tool}", "arguments": arguments}, **kw
+        )
+
+
+@pytest.fixture
+def adapter(cloud: Cloud) -> Adapter:
+    engine = cloud.engine()
+    apps = {tool: load_app(tool) for tool in TOOLS}
+    for app in apps.values():
+        app.handler.engine = engine
+    lam = FakeLambdaClient(apps)
+    key = Ed25519PrivateKey.generate()
+    issuer = TokenIssuer(key, issuer=ISSUER, audience=RESOURCE, kid="k1")
+    secret_arn = cloud.clients["secretsmanager"].create_secret(
+        Name="engram-dev-request-state", SecretString="r" * 64
+    )["ARN"]
+    functions = {t: f"engram-dev-{t.replace('_', '-')}" for t in TOOLS}
+    env = {
+        "AWS_REGION": "us-east-1",
+        "ENGRAM_TOOL_FUNCTIONS": json.dumps(functions),
+        "ENGRAM_RESOURCE_URI": RESOURCE,
+        "ENGRAM_ISSUER": ISSUER,
+        "ENGRAM_ALLOWED_ORIGINS": "https://app.example.com",
+        "ENGRAM_REQUEST_STATE_SECRET_ARN": secret_arn,
+        "ENGRAM_TENANT_ID": TENANT,
+        "ENGRAM_TABLE": TABLE,
+    }
+    builds: list[int] = []
+
+    def build(environment: Any) -> Any:
+        builds.append(1)
+        return build_adapter(
+            environment,
+            session=cloud.session,
+            lambda_client=lam,
+            dynamodb_client=cloud.clients["dynamodb"],
+            secrets_client=cloud.clients["secretsmanager"],
+            jwks_fetcher=lambda url: issuer.public_jwks(),
+            clock=cloud.clock,
+        )
+
+    return Adapter(LambdaAdapter(env=env, build=build), lam, issuer, builds)
+
+
+def test_the_metadata_route_needs_no_token(adapter: Adapter) -> None:
+    response = adapter.send("metadata")
+    assert response["statusCode"] == 200, response
+    metadata = json.loads(response["body"])
+    assert metadata["resource"] == RESOURCE
+    assert metadata["authorization_servers"] == [ISSUER + "/"] or metadata[
+        "authorization_servers"
+    ] == [ISSUER]
+
+
+@pytest.mark.parametrize("token", [None, "not-a-token"])
+def test_a_missing_or_invalid_token_is_a_401_pointing_at_the_metadata(
+    adapter: Adapter, token: str | None
+) -> None:
+    response = adapter.send("no_token", token=token)
+    assert response["statusCode"] == 401, response
+    challenge = response["headers"]["www-authenticate"]
+    assert challenge.startswith("Bearer") and "resource_metadata=" in challenge
+    assert adapter.lam.calls == []
+
+
+def test_initialize_answers_in_json(adapter: Adapter) -> None:
+    response = adapter.send("initialize", token=adapter.token())
+    assert response["statusCode"] == 200, response
+    assert response["headers"]["content-type"].startswith("application/json")
+    result = json.loads(response["body"])["result"]
+    assert result["serverInfo"]["name"]
+    assert "mcp-session-id" not in response["headers"]  # stateless
+
+
+def test_tools_list_shows_only_granted_tools(adapter: Adapter) -> None:
+    response = adapter.send("tools_list", token=adapter.token(tools=("search", "get")))
+    assert response["statusCode"] == 200, response
+    names = {tool["name"] for tool in json.loads(response["body"])["result"]["tools"]}
+    assert names == {"engram_memory_search", "engram_memory_get"}
+
+
+def test_a_capture_is_admitted_and_found_through_the_adapter(adapter: Adapter) -> None:
+    text = "The adapter reaches the capture function through Lambda invoke."
+    captured = adapter.call("capture", capture_event(text, "adapter-key-000001")["arguments"])[
+        "result"
+    ]
+    assert captured["isError"] is False, captured
+    value = captured["structuredContent"]["output"]["value"]
+    assert json.loads(captured["content"][0]["text"]) == captured["structuredContent"]
+    admitted = adapter.call(
+        "request_admission",
+        event(
+            "request_admission",
+            candidate_id=value["candidate_id"],
+            idempotency_key="admit-adapter-key-000001",
+        )["arguments"],
+    )["result"]
+    assert admitted["structuredContent"]["ok"] is True, admitted
+    outcome = admitted["structuredContent"]["output"]["value"]["outcome"]
+    assert outcome["status"] == "accepted", outcome
+    found = adapter.call(
+        "search", event("search", query="capture function Lambda invoke")["arguments"]
+    )["result"]
+    assert found["structuredContent"]["ok"] is True, found
+    assert outcome["record_id"] in json.dumps(found["structuredContent"])
+    sent = adapter.lam.calls[0]
+    assert sent["function"] == "engram-dev-capture"
+    assert sent["payload"]["context"]["tenant_id"] == TENANT
+    assert sent["payload"]["audit_id"] == captured["structuredContent"]["auditId"]
+    assert adapter.builds == [1]  # one cold start for every invocation
+
+
+def test_an_ungranted_tool_is_minus_32602_without_an_invocation(adapter: Adapter) -> None:
+    answer = adapter.call("capture", {"x": 1}, token=adapter.token(tools=("search",)))
+    assert answer["error"]["code"] == -32602, answer
+    assert adapter.lam.calls == []
+
+
+@pytest.mark.parametrize("code", [-32602, -32603])
+def test_a_protocol_error_of_the_function_is_the_same_jsonrpc_error(
+    adapter: Adapter, code: int
+) -> None:
+    def refuse(function: str, payload: dict[str, Any]) -> dict[str, Any]:
+        body = {"protocol_error": {"code": code, "message": "whatever"}}
+        return {"StatusCode": 200, "Payload": io.BytesIO(json.dumps(body).encode())}
+
+    adapter.lam.override = refuse
+    answer = adapter.call("search", {"query": "q", "purpose_ref": "purpose:general"})
+    assert answer["error"]["code"] == code, answer
+    assert "whatever" not in json.dumps(answer)
+
+
+@pytest.mark.parametrize("failure", ["function_error", "transport"])
+def test_a_function_error_is_minus_32603_and_leaks_nothing(adapter: Adapter, failure: str) -> None:
+    leak = "Traceback: secret-table-name exploded"
+
+    def broken(function: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if failure == "transport":
+            raise ConnectionError(leak)
+        body = {"errorMessage": leak, "errorType": "RuntimeError"}
+        return {
+            "StatusCode": 200,
+            "FunctionError": "Unhandled",
+            "Payload": io.BytesIO(json.dumps(body).encode()),
+        }
+
+    adapter.lam.override = broken
+    answer = adapter.call("search", {"query": "q", "purpose_ref": "purpose:general"})
+    assert answer["error"]["code"] == -32603, answer
+    assert "secret" not in json.dumps(answer) and "Traceback" not in json.dumps(answer)
+
+
+def test_nothing_is_kept_between_invocations(adapter: Adapter) -> None:
+    first = adapter.send("initialize", token=adapter.token())
+    assert first["statusCode"] == 200
+    # a request carrying a session id from nowhere is served like any other (stateless)
+    event: dict[str, Any] = json.loads((EVENTS / "mcp_adapter_tools_list.json").read_text())
+    event["headers"]["authorization"] = f"Bearer {adapter.token(tools=('get',))}"
+    event["headers"]["mcp-session-id"] = "made-up"
+    second = adapter.handler(copy.deepcopy(event), FakeLambdaContext())
+    assert second["statusCode"] == 200, second
+    names = [t["name"] for t in json.loads(second["body"])["result"]["tools"]]
+    assert names == ["engram_memory_get"]
+    assert adapter.builds == [1]
+    assert adapter.handler.bridge is not None and adapter.handler.surface is not None
+
+
+def test_a_foreign_origin_is_refused(adapter: Adapter) -> None:
+    event: dict[str, Any] = json.loads((EVENTS / "mcp_adapter_tools_list.json").read_text())
+    event["headers"]["authorization"] = f"Bearer {adapter.token()}"
+    event["headers"]["origin"] = "https://evil.example.net"
+    response = adapter.handler(event, FakeLambdaContext())
+    assert response["statusCode"] == 403, response
+
+
+def test_a_2026_07_28_call_is_served_statelessly(adapter: Adapter) -> None:
+    event: dict[str, Any] = json.loads((EVENTS / "mcp_adapter_tools_call.json").read_text())
+    event["headers"]["authorization"] = f"Bearer {adapter.token()}"
+    event["headers"]["mcp-protocol-version"] = "2026-07-28"
+    event["headers"]["mcp-method"] = "tools/call"
+    event["headers"]["mcp-name"] = "engram_memory_search"
+    body = json.loads(event["body"])
+    body["params"]["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    event["body"] = json.dumps(body)
+    response = adapter.handler(event, FakeLambdaContext())
+    assert response["statusCode"] == 200, response
+    result = json.loads(response["body"])["result"]
+    assert result["structuredContent"]["ok"] is True, result
