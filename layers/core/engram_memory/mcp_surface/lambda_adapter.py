@@ -405,7 +405,7 @@ def build_adapter(
         nonce_store_factory=new_nonce_store,
     )
     runtime = SurfaceRuntime(
-        engine=cast(Any, engine),  # the surface only uses handle, refuse, claim_request_state
+        engine=engine,
         verifier=verifier,
         host=host,
         sealer=sealer,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio.to_thread
 import mcp.types as types
@@ -22,10 +22,10 @@ from ..contract.errors import (
     ProtocolRefusal,
     TrustedContextUnavailable,
 )
-from ..engine.context import TrustedContext
+from ..engine.context import Scope, TrustedContext
 from ..engine.gate import APPROVAL_TTL_MS
 from ..engine.ports import Clock, ConfirmationPending, ConfirmationWorkflow
-from ..engine.service import Engine, new_audit_id
+from ..engine.service import new_audit_id
 from ..host.config import HostConfig
 from ..host.tokens import InvalidToken, TokenVerifier, context_from_claims
 from .catalog import GRANT_OF, INSTRUCTIONS, build_tools
@@ -44,11 +44,31 @@ log = logging.getLogger(__name__)
 SERVER_VERSION = "0.1.0"
 
 
+class SurfaceEngine(Protocol):
+    """What the surface needs from an engine: the local ``Engine``, or the cloud adapter's
+    ``LambdaToolEngine`` that invokes one Lambda per tool."""
+
+    def handle(
+        self,
+        tool: str,
+        arguments: Any,
+        ctx: TrustedContext,
+        *,
+        confirmations: ConfirmationWorkflow | None = None,
+    ) -> dict[str, Any]: ...
+
+    def refuse(
+        self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str
+    ) -> dict[str, Any]: ...
+
+    def claim_request_state(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool: ...
+
+
 @dataclass
 class SurfaceRuntime:
     """What the MCP surface needs from its host: the engine, token checks, config, keys."""
 
-    engine: Engine
+    engine: SurfaceEngine
     verifier: TokenVerifier
     host: HostConfig
     sealer: RequestStateSealer
@@ -222,4 +242,4 @@ def _answer(responses: dict[str, Any] | None) -> types.ElicitResult | None:
         return None
 
 
-__all__ = ["EngramMcp", "SurfaceRuntime", "envelope_result"]
+__all__ = ["EngramMcp", "SurfaceEngine", "SurfaceRuntime", "envelope_result"]
