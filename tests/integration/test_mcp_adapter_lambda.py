@@ -280,3 +280,93 @@ def test_a_2026_07_28_call_is_served_statelessly(adapter: Adapter) -> None:
     assert response["statusCode"] == 200, response
     result = json.loads(response["body"])["result"]
     assert result["structuredContent"]["ok"] is True, result
+
+
+def _modern_call(adapter: Adapter, tool: str, arguments: dict[str, Any], **extra: Any) -> Any:
+    event: dict[str, Any] = json.loads((EVENTS / "mcp_adapter_tools_call.json").read_text())
+    event["headers"]["authorization"] = f"Bearer {adapter.token()}"
+    event["headers"]["mcp-protocol-version"] = "2026-07-28"
+    event["headers"]["mcp-method"] = "tools/call"
+    event["headers"]["mcp-name"] = f"engram_memory_{tool}"
+    params: dict[str, Any] = {
+        "name": f"engram_memory_{tool}",
+        "arguments": arguments,
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+        },
+        **extra,
+    }
+    event["body"] = json.dumps(
+        {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}
+    )
+    response = adapter.handler(event, FakeLambdaContext())
+    assert response["statusCode"] == 200, response
+    return json.loads(response["body"])["result"]
+
+
+def test_a_forget_is_confirmed_through_the_adapter_and_the_approval_reaches_the_function(
+    adapter: Adapter,
+) -> None:
+    text = "The adapter carries the human's approval to the forget function."
+    captured = adapter.call("capture", capture_event(text, "adapter-key-000009")["arguments"])
+    candidate_id = captured["result"]["structuredContent"]["output"]["value"]["candidate_id"]
+    admitted = adapter.call(
+        "request_admission",
+        event("request_admission", candidate_id=candidate_id, idempotency_key="admit-adapter-09")[
+            "arguments"
+        ],
+    )["result"]["structuredContent"]["output"]["value"]["outcome"]
+    forget = {
+        "record_id": admitted["record_id"],
+        "idempotency_key": "forget-adapter-0009",
+        "reason_ref": "reason:obsolete",
+    }
+
+    asked = _modern_call(adapter, "forget", forget)
+    assert "requestState" in asked and "engram_confirmation" in asked["inputRequests"], asked
+    approve = {"engram_confirmation": {"action": "accept", "content": {"approve": True}}}
+    done = _modern_call(
+        adapter, "forget", forget, inputResponses=approve, requestState=asked["requestState"]
+    )
+    assert done["structuredContent"]["ok"] is True, done
+    assert done["structuredContent"]["output"]["value"]["receipt"]["to_state"] == "tombstoned"
+    carried = [c["payload"].get("approval") for c in adapter.lam.calls if "forget" in c["function"]]
+    assert carried[0] is None and carried[-1]["approval_id"].startswith("rs_")
+
+    replay = _modern_call(
+        adapter,
+        "forget",
+        {**forget, "idempotency_key": "forget-adapter-0010"},
+        inputResponses=approve,
+        requestState=asked["requestState"],
+    )
+    assert replay["structuredContent"]["error"]["code"] == "gate_failed"
+
+
+def test_a_declined_forget_is_gate_failed_and_the_record_stays(adapter: Adapter) -> None:
+    text = "A declined confirmation leaves this record in place."
+    captured = adapter.call("capture", capture_event(text, "adapter-key-000011")["arguments"])
+    candidate_id = captured["result"]["structuredContent"]["output"]["value"]["candidate_id"]
+    record_id = adapter.call(
+        "request_admission",
+        event("request_admission", candidate_id=candidate_id, idempotency_key="admit-adapter-11")[
+            "arguments"
+        ],
+    )["result"]["structuredContent"]["output"]["value"]["outcome"]["record_id"]
+    forget = {
+        "record_id": record_id,
+        "idempotency_key": "forget-adapter-0011",
+        "reason_ref": "reason:obsolete",
+    }
+    asked = _modern_call(adapter, "forget", forget)
+    declined = _modern_call(
+        adapter,
+        "forget",
+        forget,
+        inputResponses={"engram_confirmation": {"action": "decline"}},
+        requestState=asked["requestState"],
+    )
+    assert declined["structuredContent"]["error"]["code"] == "gate_failed"
+    got = adapter.call("get", {"record_id": record_id, "purpose_ref": "purpose:general"})
+    assert got["result"]["structuredContent"]["ok"] is True

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import re
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +33,17 @@ from engram_memory.aws_composition import (
     ConfigurationError,
     ConfirmableTool,
     HostBinding,
+    InvocationApproval,
     ToolInvocation,
     ToolName,
     build_engine,
     context_from_event,
+    request_of,
 )
 from engram_memory.contract.errors import TrustedContextUnavailable
 from engram_memory.contract.outputs import OUTPUT_MODELS
 from engram_memory.engine.context import CONFIRMABLE, TOOLS, RetentionPolicy
+from engram_memory.engine.ports import Approval
 from engram_memory.engine.service import Engine, new_audit_id
 from engram_memory.observability import AUDIT_MESSAGE, get_logger
 
@@ -302,14 +306,42 @@ def test_a_capture_is_admitted_found_and_read_through_the_handlers(invoke: Invok
     assert read["record"]["components"][0]["text"].startswith("Use WAL mode")
 
 
-def test_withdraw_and_forget_answer_receipts_once_a_human_confirmed(invoke: Invoke) -> None:
+def with_approval(
+    invoke: Invoke, tool: str, ev: dict[str, Any], now_ms: int, **changes: Any
+) -> dict[str, Any]:
+    """Call once (the function asks for a confirmation), then again carrying the approval the
+    adapter would have obtained from the human (``changes`` doctor it)."""
+    first = invoke(tool, ev)
+    assert set(first) == {"confirmation_required"}, first
+    request = request_of(first)
+    approval = InvocationApproval.of(
+        Approval(
+            approval_id="rs_" + uuid.uuid4().hex,
+            tool=request.tool,
+            target=request.target,
+            operation_digest=request.operation_digest,
+            principal=request.principal,
+            scope=request.scope,
+            issued_at_ms=now_ms,
+            approved_at_ms=now_ms,
+        )
+    ).model_dump()
+    approval.update(changes)
+    return invoke(tool, {**ev, "approval": approval})
+
+
+def test_withdraw_and_forget_answer_receipts_once_a_human_confirmed(
+    cloud: Cloud, invoke: Invoke
+) -> None:
     _, record_id = remember(invoke, "Rotate the staging TLS certificate every 60 days.", "k" * 16)
     pending = value_of("capture", invoke("capture", capture_event("Draft note.", "w" * 16)))
+    now = cloud.clock.now_ms()
 
-    withdrawn = value_of(
-        "withdraw", invoke("withdraw", event("withdraw", candidate_id=pending["candidate_id"]))
+    withdraw = event("withdraw", candidate_id=pending["candidate_id"])
+    withdrawn = value_of("withdraw", with_approval(invoke, "withdraw", withdraw, now))
+    forgotten = value_of(
+        "forget", with_approval(invoke, "forget", event("forget", record_id=record_id), now)
     )
-    forgotten = value_of("forget", invoke("forget", event("forget", record_id=record_id)))
 
     assert withdrawn["receipt"]["to_state"] == "withdrawn"
     assert forgotten["receipt"]["to_state"] == "tombstoned"
@@ -332,7 +364,11 @@ def test_a_tool_function_never_asks_a_human_itself(cloud: Cloud) -> None:
     withdrawn = invoke("withdraw", event("withdraw", candidate_id=pending["candidate_id"]))
     forgotten = invoke("forget", event("forget", record_id=record_id))
 
-    assert withdrawn == forgotten == CONTEXT_UNAVAILABLE
+    # It answers what needs approving; the adapter asks the human and calls again.
+    assert request_of(withdrawn).target == pending["candidate_id"]
+    assert request_of(forgotten).target == record_id
+    assert request_of(forgotten).tool == "forget"
+    assert invoke("get", event("get", record_id=record_id))["ok"] is True  # nothing changed
 
 
 @pytest.mark.parametrize("tool", ["get", "request_admission", "withdraw", "forget"])
@@ -519,15 +555,16 @@ def test_a_failed_confirmation_gate_is_counted(
     cloud: Cloud, invoke: Invoke, output: Callable[[], list[dict[str, Any]]]
 ) -> None:
     _, record_id = remember(invoke, "Pin the base image by digest.", "g" * 16)
-    cloud.confirmations.mode = "decline"
     output()
 
-    answer = invoke("forget", event("forget", record_id=record_id))
+    late = cloud.clock.now_ms() - 60_000  # approved a minute ago: outside the 30 s window
+    ev = event("forget", record_id=record_id)
+    answer = with_approval(invoke, "forget", ev, late)
 
     assert answer["error"]["code"] == "gate_failed"
     lines = output()
     assert [(m["tool"]) for m in _metrics(lines, "GateFailed")] == ["forget"]
-    assert [line["code"] for line in _audit_lines(lines)] == ["gate_failed"]
+    assert [line["code"] for line in _audit_lines(lines)] == ["CONFIRMATION_PENDING", "gate_failed"]
 
 
 def test_importing_a_handler_module_opens_no_aws_client() -> None:

@@ -43,12 +43,13 @@ from pydantic import (
 )
 
 from .contract.errors import ProtocolRefusal, TrustedContextUnavailable, UnknownTool
-from .engine.context import CONFIRMABLE, TOOLS, RetentionPolicy, TrustedContext
+from .engine.context import CONFIRMABLE, TOOLS, RetentionPolicy, Scope, TrustedContext
 from .engine.ports import (
     Approval,
     AuditSink,
     Clock,
     ConfirmationChannelUnavailable,
+    ConfirmationPending,
     ConfirmationRequest,
     ConfirmationWorkflow,
     LexicalIndex,
@@ -172,6 +173,104 @@ class InvocationContext(_EventModel):
     _check_names = field_validator("grants", "confirm_required")(_unique)
 
 
+class InvocationApproval(_EventModel):
+    """A human approval the adapter obtained (elicitation round trip) for this exact call.
+
+    The tool function's engine checks it like any approval: bound to tool, target, operation
+    digest, principal and scope, within 300 s of issue and 30 s of approval, used once.
+    """
+
+    approval_id: Annotated[StrictStr, Field(min_length=1, max_length=128)] = Field(
+        description="Single-use id of the approval (the requestState nonce)."
+    )
+    tool: Annotated[StrictStr, Field(min_length=1, max_length=64)] = Field(
+        description="Approved tool."
+    )
+    target: StrictStr | None = Field(default=None, description="Approved target, if any.")
+    operation_digest: Annotated[StrictStr, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = Field(
+        description="Digest of the approved operation."
+    )
+    principal: Annotated[StrictStr, Field(min_length=1, max_length=1024)] = Field(
+        description="Principal the approval was given for."
+    )
+    tenant_id: Annotated[StrictStr, Field(min_length=1, max_length=1024)] = Field(
+        description="Scope."
+    )
+    workspace_id: Annotated[StrictStr, Field(min_length=1, max_length=1024)] = Field(
+        description="Scope."
+    )
+    issued_at_ms: StrictInt = Field(description="When the confirmation was requested.")
+    approved_at_ms: StrictInt = Field(description="When the human approved.")
+
+    @classmethod
+    def of(cls, approval: Approval) -> InvocationApproval:
+        return cls(
+            approval_id=approval.approval_id,
+            tool=approval.tool,
+            target=approval.target,
+            operation_digest=approval.operation_digest,
+            principal=approval.principal,
+            tenant_id=approval.scope.tenant_id,
+            workspace_id=approval.scope.workspace_id,
+            issued_at_ms=approval.issued_at_ms,
+            approved_at_ms=approval.approved_at_ms,
+        )
+
+    def approval(self) -> Approval:
+        return Approval(
+            approval_id=self.approval_id,
+            tool=self.tool,
+            target=self.target,
+            operation_digest=self.operation_digest,
+            principal=self.principal,
+            scope=Scope(self.tenant_id, self.workspace_id),
+            issued_at_ms=self.issued_at_ms,
+            approved_at_ms=self.approved_at_ms,
+        )
+
+
+class CarriedConfirmations:
+    """The tool function's workflow: the approval the adapter sent, or a request for one."""
+
+    def __init__(self, carried: InvocationApproval | None) -> None:
+        self._carried = carried
+
+    def request_approval(self, request: ConfirmationRequest) -> Approval:
+        if self._carried is None:
+            raise ConfirmationPending(request)
+        return self._carried.approval()
+
+
+def confirmation_required(request: ConfirmationRequest) -> dict[str, Any]:
+    """The function's answer when the call needs a human approval it was not given."""
+    return {
+        "confirmation_required": {
+            "tool": request.tool,
+            "target": request.target,
+            "operation_digest": request.operation_digest,
+            "principal": request.principal,
+            "tenant_id": request.scope.tenant_id,
+            "workspace_id": request.scope.workspace_id,
+            "reason_ref": request.reason_ref,
+            "summary": request.summary,
+        }
+    }
+
+
+def request_of(answer: Mapping[str, Any]) -> ConfirmationRequest:
+    """The ``ConfirmationRequest`` a ``confirmation_required`` answer describes."""
+    data = answer["confirmation_required"]
+    return ConfirmationRequest(
+        tool=str(data["tool"]),
+        target=None if data.get("target") is None else str(data["target"]),
+        operation_digest=str(data["operation_digest"]),
+        principal=str(data["principal"]),
+        scope=Scope(str(data["tenant_id"]), str(data["workspace_id"])),
+        reason_ref=None if data.get("reason_ref") is None else str(data["reason_ref"]),
+        summary=str(data["summary"]),
+    )
+
+
 class ToolInvocation(_EventModel):
     """The event of one tool function invocation (the adapter's ``Invoke`` payload)."""
 
@@ -183,19 +282,26 @@ class ToolInvocation(_EventModel):
     audit_id: Annotated[StrictStr, Field(pattern=AUDIT_ID_PATTERN)] = Field(
         description="The call's audit id (``new_audit_id()``), shared by adapter and function."
     )
+    approval: InvocationApproval | None = Field(
+        default=None, description="The human approval for this call, when it needs one."
+    )
 
     @classmethod
-    def from_trusted(cls, tool: str, arguments: Any, ctx: TrustedContext) -> ToolInvocation:
+    def from_trusted(
+        cls, tool: str, arguments: Any, ctx: TrustedContext, approval: Approval | None = None
+    ) -> ToolInvocation:
         """The invocation of ``tool`` for the adapter's verified context ``ctx``.
 
         Everything but ``cancellation`` crosses the boundary; ``ctx.audit_id`` must come from
         ``new_audit_id()``. Raises ``pydantic.ValidationError`` when ``ctx`` cannot be sent.
         """
+        carried = InvocationApproval.of(approval).model_dump() if approval is not None else None
         return cls.model_validate(
             {
                 "tool": tool,
                 "arguments": arguments,
                 "audit_id": ctx.audit_id,
+                "approval": carried,
                 "context": {
                     "tenant_id": ctx.tenant_id,
                     "workspace_id": ctx.workspace_id,
@@ -563,9 +669,16 @@ class ToolHandler:
             return self._refuse(engine, UnknownTool(), "wrong_function", ctx.audit_id, ctx)
         ctx = _bounded_by_lambda(ctx, engine.clock, context)
         try:
-            envelope = engine.handle(self.tool, invocation.arguments, ctx)
+            envelope = engine.handle(
+                self.tool,
+                invocation.arguments,
+                ctx,
+                confirmations=CarriedConfirmations(invocation.approval),
+            )
         except ProtocolRefusal as refusal:  # audited by the engine
             return protocol_error(refusal)
+        except ConfirmationPending as pending:  # the adapter asks the human, then calls again
+            return confirmation_required(pending.request)
         if self.tool == "request_admission" and envelope.get("ok"):
             count_admission_outcome(str(envelope["output"]["value"]["outcome"]["status"]))
         return envelope

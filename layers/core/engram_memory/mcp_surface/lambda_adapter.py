@@ -40,7 +40,7 @@ from pydantic import AnyHttpUrl, ValidationError
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from ..aws_composition import ConfigurationError, ToolInvocation
+from ..aws_composition import ConfigurationError, ToolInvocation, request_of
 from ..contract.envelope import failure
 from ..contract.errors import (
     ErrorCode,
@@ -49,7 +49,14 @@ from ..contract.errors import (
     UnknownTool,
 )
 from ..engine.context import TOOLS, TrustedContext
-from ..engine.ports import AuditEvent, AuditSink, Clock, ConfirmationWorkflow
+from ..engine.ports import (
+    AuditEvent,
+    AuditSink,
+    Clock,
+    ConfirmationChannelUnavailable,
+    ConfirmationDeclined,
+    ConfirmationWorkflow,
+)
 from ..host.config import HostConfig, RetentionConfig
 from ..host.tokens import TokenVerifier
 from .request_state import RequestStateSealer
@@ -143,8 +150,10 @@ class LambdaToolEngine:
     ) -> dict[str, Any]:
         """Run ``tool`` in its function; the envelope, or a ``ProtocolRefusal``.
 
-        ``confirmations`` cannot cross the boundary yet (the invocation has no approval field):
-        a call needing a human confirmation is refused by the function (-32603).
+        A call that needs a human approval comes back as ``confirmation_required``: the
+        surface's ``confirmations`` obtain it (raising ``ConfirmationPending`` to ask the human
+        first), and the function is invoked again carrying the approval, which its engine
+        checks and consumes like any other.
         """
         if tool not in TOOLS or tool not in ctx.grants:
             self._audit(tool, ctx, ctx.audit_id, "PROTOCOL_UNKNOWN_TOOL")
@@ -161,6 +170,21 @@ class LambdaToolEngine:
             self._audit(tool, ctx, ctx.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
             raise TrustedContextUnavailable() from None
         answer = self._invoke(function, payload, ctx.audit_id)
+        if isinstance(answer, dict) and "confirmation_required" in answer:
+            try:
+                request = request_of(answer)
+            except (KeyError, TypeError):
+                raise TrustedContextUnavailable() from None
+            if confirmations is None:
+                raise TrustedContextUnavailable()
+            try:
+                approval = confirmations.request_approval(request)
+            except ConfirmationDeclined:
+                return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.GATE_FAILED)
+            except ConfirmationChannelUnavailable:
+                raise TrustedContextUnavailable() from None
+            payload = ToolInvocation.from_trusted(tool, arguments, ctx, approval).to_event()
+            answer = self._invoke(function, payload, ctx.audit_id)
         if not isinstance(answer, dict):
             raise TrustedContextUnavailable()
         if "protocol_error" in answer:
