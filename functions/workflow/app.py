@@ -1,0 +1,175 @@
+"""The Task steps of the withdraw/forget state machines (``infra/statemachines/README.md``).
+
+One handler dispatches on ``event["step"]``. A step's failure is an exception whose class name
+is the Step Functions error the machine catches or retries (``ApprovalWindowExpired``,
+``GateFailed``, ``StoreUnavailable``, ``IndexUnavailable``, ``VaultUnavailable``...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from engram_memory.adapters.aws.step_functions import (
+    ApprovalRecord,
+    ApprovalStore,
+    ApprovalWindowExpired,
+    GateFailed,
+    StepFunctionsConfirmations,
+    WorkflowRequest,
+)
+from engram_memory.aws_composition import (
+    LAMBDA_DEADLINE_MARGIN_MS,
+    ConfigurationError,
+    HostBinding,
+    build_engine,
+)
+from engram_memory.contract.errors import ErrorCode
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import (
+    CommitOutcomeUnknown,
+    IndexUnavailable,
+    StoreUnavailable,
+    VaultUnavailable,
+)
+from engram_memory.engine.service import Engine
+
+_TRANSIENT = {
+    ErrorCode.STORE_UNAVAILABLE.value: StoreUnavailable,
+    ErrorCode.MUTATION_OUTCOME_UNKNOWN.value: CommitOutcomeUnknown,
+    ErrorCode.DEADLINE_EXCEEDED.value: StoreUnavailable,
+}
+
+
+class WorkflowHandler:
+    """The cold-start singletons (``engine``, ``approvals``, ``binding``) and the steps."""
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] = os.environ,
+        build: Callable[[Mapping[str, str]], Engine] = build_engine,
+    ) -> None:
+        self.engine: Engine | None = None
+        self.approvals: ApprovalStore | None = None
+        self.binding: HostBinding | None = None
+        self._env = env
+        self._build = build
+        self._lock = threading.Lock()
+
+    def _ready(self) -> tuple[Engine, ApprovalStore, HostBinding]:
+        with self._lock:
+            if self.binding is None:
+                self.binding = HostBinding.from_env(self._env)
+            if self.engine is None:
+                self.engine = self._build(self._env)
+            if self.approvals is None:
+                import boto3
+
+                table = self._env.get("ENGRAM_TABLE", "").strip()
+                if not table:
+                    raise ConfigurationError("ENGRAM_TABLE must be set")
+                self.approvals = ApprovalStore(boto3.client("dynamodb"), table)
+            return self.engine, self.approvals, self.binding
+
+    def __call__(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        engine, approvals, binding = self._ready()
+        step = event.get("step")
+        request = WorkflowRequest.model_validate(event["request"])
+        if step == "await_approval":
+            return self.await_approval(engine, approvals, event, request)
+        if step == "check_window":
+            return self.check_window(engine, event)
+        if step == "commit_transition":
+            return self.commit_transition(engine, binding, event, request, context)
+        if step == "invalidate_projections":
+            return self.drain(engine, request, "drop_projection", IndexUnavailable)
+        if step == "destroy_keys":
+            return self.drain(engine, request, "destroy_key", VaultUnavailable)
+        raise ValueError(f"unknown step: {step!r}")
+
+    def await_approval(
+        self,
+        engine: Engine,
+        approvals: ApprovalStore,
+        event: Mapping[str, Any],
+        request: WorkflowRequest,
+    ) -> dict[str, Any]:
+        approval_id = ApprovalStore.new_approval_id()
+        approvals.park(
+            approval_id=approval_id,
+            task_token=str(event["task_token"]),
+            execution_name=str(event["execution_name"]),
+            workflow=str(event["workflow"]),
+            request=request,
+            issued_at_ms=engine.clock.now_ms(),
+        )
+        base = self._env.get("ENGRAM_APPROVAL_BASE_URL", "").rstrip("/")
+        return {"approval_id": approval_id, "approval_url": f"{base}/approvals/{approval_id}"}
+
+    @staticmethod
+    def _timely(engine: Engine, event: Mapping[str, Any]) -> ApprovalRecord:
+        record = ApprovalRecord.model_validate(event["approval"])
+        if not record.within_window(engine.clock.now_ms()):
+            raise ApprovalWindowExpired(record.approval_id)
+        return record
+
+    def check_window(self, engine: Engine, event: Mapping[str, Any]) -> dict[str, Any]:
+        record = self._timely(engine, event)
+        return {"approval_id": record.approval_id, "within_window": True}
+
+    def commit_transition(
+        self,
+        engine: Engine,
+        binding: HostBinding,
+        event: Mapping[str, Any],
+        request: WorkflowRequest,
+        context: Any,
+    ) -> dict[str, Any]:
+        record = self._timely(engine, event)  # its own retries take time: check again
+        invocation = request.invocation
+        ctx = invocation.trusted_context(binding)
+        # The tool call's own deadline has passed long ago: this step is bounded by its Lambda.
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        deadline = (
+            None
+            if remaining is None
+            else engine.clock.now_ms() + int(remaining()) - LAMBDA_DEADLINE_MARGIN_MS
+        )
+        ctx = dataclasses.replace(ctx, deadline_ms=deadline)
+        envelope = engine.handle(
+            invocation.tool,
+            invocation.arguments,
+            ctx,
+            confirmations=StepFunctionsConfirmations(record),
+        )
+        if not envelope.get("ok"):
+            code = str(envelope["error"]["code"])
+            if code == ErrorCode.GATE_FAILED.value:
+                raise GateFailed(record.approval_id)
+            transient = _TRANSIENT.get(code)
+            if transient is not None:
+                raise transient(code)
+        return envelope
+
+    @staticmethod
+    def drain(
+        engine: Engine, request: WorkflowRequest, kind: str, error: type[Exception]
+    ) -> dict[str, Any]:
+        engine.drain_outbox()
+        ctx = request.invocation.context
+        scope = Scope(ctx.tenant_id, ctx.workspace_id)
+        remaining = [
+            item
+            for item in engine.store.outbox_pending(100)
+            if item.kind == kind and item.scope == scope
+        ]
+        if remaining:
+            raise error(f"{len(remaining)} {kind} item(s) still pending")
+        return {"kind": kind, "status": "complete"}
+
+
+handler = WorkflowHandler()

@@ -1,0 +1,264 @@
+"""The workflow steps and the approval page, invoked like the state machine / HTTP API would.
+
+moto does not run the ASL: the steps are called in the machine's order with the
+``events/workflow_*.json`` events, ``SendTaskSuccess``/``SendTaskFailure`` go to a recording
+fake, and the execution-name idempotency runs against moto's Step Functions with the real ASL.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import boto3
+import pytest
+from aws_testing import BUCKET, REGION, TABLE, MemoryLexicalIndex, moto_aws
+
+from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
+from engram_memory.adapters.aws.kms_vault import create_key_table
+from engram_memory.adapters.aws.step_functions import (
+    ApprovalStore,
+    ApprovalWindowExpired,
+    StepFunctionsConfirmations,
+    WorkflowRequest,
+    execution_name,
+    start_confirmed_execution,
+)
+from engram_memory.aws_composition import HostBinding, ToolInvocation, build_engine
+from engram_memory.engine.ports import ConfirmationPending
+from engram_memory.engine.service import Engine, new_audit_id
+
+from engram_testing import FakeClock, sha
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTS = ROOT / "events"
+KEY_TABLE = "engram-keys"
+TENANT = "dev"
+
+
+def load(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((EVENTS / f"{name}.json").read_text(encoding="utf-8"))
+    return loaded
+
+
+def load_app(function: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        f"engram_{function}_app_under_test", ROOT / "functions" / function / "app.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class FakeSfn:
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def send_task_success(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(("SendTaskSuccess", kwargs))
+        return {}
+
+    def send_task_failure(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(("SendTaskFailure", kwargs))
+        return {}
+
+
+@dataclass
+class World:
+    engine: Engine
+    clock: FakeClock
+    dynamodb: Any
+    workflow: Any
+    approval: Any
+    sfn: FakeSfn
+
+
+class _Context:
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    with moto_aws():
+        session = boto3.session.Session(region_name=REGION)
+        clients = {n: session.client(n) for n in ("dynamodb", "s3", "kms", "secretsmanager")}
+        create_tables(clients["dynamodb"], TABLE)
+        create_key_table(clients["dynamodb"], KEY_TABLE)
+        create_bucket(clients["s3"], BUCKET, REGION)
+        key_arn = clients["kms"].create_key()["KeyMetadata"]["Arn"]
+        secret = clients["secretsmanager"].create_secret(Name="cursor", SecretString="c" * 64)
+        env = {
+            "AWS_REGION": REGION,
+            "ENGRAM_TABLE": TABLE,
+            "ENGRAM_KEY_TABLE": KEY_TABLE,
+            "ENGRAM_BLOB_BUCKET": BUCKET,
+            "ENGRAM_DATA_KEY_ARN": key_arn,
+            "ENGRAM_TENANT_ID": TENANT,
+            "ENGRAM_CURSOR_SECRET_ARN": secret["ARN"],
+        }
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        clock = FakeClock()
+        engine = build_engine(
+            env,
+            dynamodb_client=clients["dynamodb"],
+            s3_client=clients["s3"],
+            kms_client=clients["kms"],
+            secrets_client=clients["secretsmanager"],
+            lexical_index=MemoryLexicalIndex(),
+            clock=clock,
+        )
+        store = ApprovalStore(clients["dynamodb"], TABLE)
+        workflow, approval, sfn = load_app("workflow"), load_app("approval"), FakeSfn()
+        workflow.handler.engine = engine
+        workflow.handler.approvals = store
+        approval.handler.approvals = store
+        approval.handler.sfn = sfn
+        approval.handler.now_ms = clock.now_ms
+        yield World(engine, clock, clients["dynamodb"], workflow, approval, sfn)
+
+
+def pending_candidate(world: World) -> str:
+    sample = json.loads((EVENTS / "capture.json").read_text(encoding="utf-8"))
+    sample["audit_id"] = new_audit_id()
+    text = "Draft note captured by mistake."
+    payload = copy.deepcopy(sample["arguments"]["payload"])
+    payload["components"][0]["text"] = text
+    payload["citations"][0]["content_digest"] = sha(text)
+    sample["arguments"].update(
+        idempotency_key="w" * 16,
+        payload=payload,
+        evidence={**sample["arguments"]["evidence"], "evidence_digest": sha("evidence:" + text)},
+    )
+    invocation = ToolInvocation.model_validate(sample)
+    ctx = invocation.trusted_context(HostBinding(TENANT))
+    envelope = world.engine.handle("capture", invocation.arguments, ctx)
+    assert envelope["ok"] is True, envelope
+    candidate: str = envelope["output"]["value"]["candidate_id"]
+    return candidate
+
+
+def withdraw_events(world: World) -> dict[str, dict[str, Any]]:
+    """The five step events for withdrawing a fresh pending candidate."""
+    candidate_id = pending_candidate(world)
+    base = load("workflow_await_approval")
+    request = base["request"]
+    request["invocation"]["audit_id"] = new_audit_id()
+    request["invocation"]["arguments"]["candidate_id"] = candidate_id
+    request["target"] = candidate_id
+    # The operation digest the tool function computed: the engine's own, via a pending round.
+    invocation = WorkflowRequest.model_validate(request).invocation
+    with pytest.raises(ConfirmationPending) as pending:
+        world.engine.handle(
+            "withdraw",
+            invocation.arguments,
+            invocation.trusted_context(HostBinding(TENANT)),
+            confirmations=StepFunctionsConfirmations(None),
+        )
+    request["operation_digest"] = pending.value.request.operation_digest
+    steps = {}
+    for step in ("await_approval", "check_window", "commit_transition"):
+        steps[step] = {**load(f"workflow_{step}"), "request": request}
+    for step in ("invalidate_projections", "destroy_keys"):
+        steps[step] = {**load(f"workflow_{step}"), "request": request}
+    steps["await_approval"]["execution_name"] = execution_name("withdraw", "ledger-" + candidate_id)
+    return steps
+
+
+def post(world: World, approval_id: str, approve: bool) -> dict[str, Any]:
+    event = load("approval_post")
+    event["pathParameters"]["approvalId"] = approval_id
+    event["body"] = json.dumps({"approve": approve})
+    result: dict[str, Any] = world.approval.handler(event, None)
+    return result
+
+
+def approve(world: World, steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    parked = world.workflow.handler(steps["await_approval"], _Context())
+    page_event = load("approval_get")
+    page_event["pathParameters"]["approvalId"] = parked["approval_id"]
+    page = world.approval.handler(page_event, None)
+    assert page["statusCode"] == 200 and "withdraw" in page["body"]
+    assert "Draft note" not in page["body"]  # a summary, never content
+    world.clock.advance(5_000)
+    assert post(world, parked["approval_id"], True)["statusCode"] == 200
+    name, call = world.sfn.calls[-1]
+    assert name == "SendTaskSuccess" and call["taskToken"] == steps["await_approval"]["task_token"]
+    approval: dict[str, Any] = json.loads(call["output"])
+    return approval
+
+
+def test_a_withdraw_runs_through_the_steps(world: World) -> None:
+    steps = withdraw_events(world)
+    approval = approve(world, steps)
+    assert approval["approved_at_ms"] == world.clock.now_ms()
+
+    handler, ctx = world.workflow.handler, _Context()
+    world.clock.advance(2_000)
+    assert handler({**steps["check_window"], "approval": approval}, ctx)["within_window"]
+    envelope = handler({**steps["commit_transition"], "approval": approval}, ctx)
+    assert envelope["ok"] is True, envelope
+    assert envelope["output"]["value"]["receipt"]["to_state"] == "withdrawn"
+    commit = {"commit": envelope}
+    assert handler({**steps["invalidate_projections"], **commit}, ctx)["status"] == "complete"
+    assert handler({**steps["destroy_keys"], **commit}, ctx)["status"] == "complete"
+    assert world.engine.store.outbox_pending(10) == []
+
+
+def test_a_declined_approval_fails_the_task(world: World) -> None:
+    steps = withdraw_events(world)
+    parked = world.workflow.handler(steps["await_approval"], _Context())
+    assert post(world, parked["approval_id"], False)["statusCode"] == 200
+    name, call = world.sfn.calls[-1]
+    assert name == "SendTaskFailure" and call["error"] == "ApprovalDeclined"
+
+
+def test_a_late_approval_expires_the_window(world: World) -> None:
+    steps = withdraw_events(world)
+    approval = approve(world, steps)
+    world.clock.advance(30_001)
+    with pytest.raises(ApprovalWindowExpired):
+        world.workflow.handler({**steps["check_window"], "approval": approval}, _Context())
+    with pytest.raises(ApprovalWindowExpired):
+        world.workflow.handler({**steps["commit_transition"], "approval": approval}, _Context())
+
+
+def test_an_approval_is_answered_once(world: World) -> None:
+    steps = withdraw_events(world)
+    approval = approve(world, steps)
+    assert post(world, approval["approval_id"], True)["statusCode"] == 410
+    assert post(world, approval["approval_id"], False)["statusCode"] == 410
+    assert post(world, "apr_" + "f" * 32, True)["statusCode"] == 404
+    assert len(world.sfn.calls) == 1
+
+
+def test_the_same_ledger_key_starts_one_execution(world: World) -> None:
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    definition = (ROOT / "infra/statemachines/withdraw.asl.json").read_text(encoding="utf-8")
+    definition = definition.replace(
+        "${WorkflowStepFunctionArn}",
+        "arn:aws:lambda:us-east-1:123456789012:function:engram-dev-workflow",
+    )
+    arn = sfn.create_state_machine(
+        name="engram-dev-withdraw",
+        definition=definition,
+        roleArn="arn:aws:iam::123456789012:role/engram-dev-withdraw",
+    )["stateMachineArn"]
+    request = WorkflowRequest.model_validate(load("workflow_await_approval")["request"])
+    key = "dev#ws-research-0001#agent-alice#withdraw-2026-12-02-0001"
+
+    first = start_confirmed_execution(sfn, arn, ledger_key=key, request=request)
+    again = start_confirmed_execution(sfn, arn, ledger_key=key, request=request)
+
+    assert first == again
+    executions = sfn.list_executions(stateMachineArn=arn)["executions"]
+    assert [e["name"] for e in executions] == [execution_name("withdraw", key)]
+    assert len(executions[0]["name"]) <= 80
