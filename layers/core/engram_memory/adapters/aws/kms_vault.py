@@ -24,7 +24,6 @@ bytes or ciphertext, and the vault logs nothing.
 
 from __future__ import annotations
 
-import io
 import re
 import secrets
 import threading
@@ -45,6 +44,7 @@ from aws_encryption_sdk import Algorithm, CommitmentPolicy
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from engram_memory.adapters.sealing import KEY_NAMESPACE, decrypt_message, encryption_context
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
     KeyDestroyed,
@@ -59,8 +59,6 @@ if TYPE_CHECKING:
 
 __all__ = ["KEY_NAMESPACE", "KmsVault", "create_key_table"]
 
-KEY_NAMESPACE: Final = "engram-memory/candidate"
-"""Raw AES keyring namespace of every candidate data key (the same as the embedded vault's)."""
 
 _KEY_BYTES: Final = 32
 _ALGORITHM: Final = Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY
@@ -157,7 +155,7 @@ class KmsVault:
             ciphertext, _header = self._esdk.encrypt(
                 source=plaintext,
                 keyring=self._raw_keyring(key_ref, data_key),
-                encryption_context=_encryption_context(scope, candidate_id),
+                encryption_context=encryption_context(scope, candidate_id),
                 algorithm=_ALGORITHM,
             )
         except Exception as exc:
@@ -203,8 +201,8 @@ class KmsVault:
         if not isinstance(wrapped, bytes):
             raise SealIntegrityError(f"data key {blob.key_ref} is malformed")
         data_key = self._unwrap(wrapped, _wrap_context(blob.key_ref, scope, candidate_id))
-        expected = _encryption_context(scope, candidate_id)
-        plaintext, context, algorithm = _decrypt(
+        expected = encryption_context(scope, candidate_id)
+        plaintext, context, algorithm = decrypt_message(
             self._esdk, self._raw_keyring(blob.key_ref, data_key), blob.ciphertext, expected
         )
         if dict(context) != expected or algorithm != _ALGORITHM:
@@ -258,7 +256,7 @@ class KmsVault:
         keyring, recorder = self._kms()
         recorder.reset()
         try:
-            data_key, found, algorithm = _decrypt(self._esdk, keyring, wrapped, context)
+            data_key, found, algorithm = decrypt_message(self._esdk, keyring, wrapped, context)
         except SealIntegrityError:
             kms_error = recorder.last_error()
             if kms_error is not None and _is_transient(kms_error):
@@ -394,47 +392,5 @@ def _is_transient(exc: BaseException) -> bool:
     return True
 
 
-def _decrypt(
-    esdk: Any, keyring: Any, ciphertext: bytes, expected: Mapping[str, str]
-) -> tuple[bytes, Mapping[str, str], Any]:
-    # The streaming decryptor is driven by hand rather than through ``client.decrypt``: the
-    # latter's ``with`` block logs an ERROR traceback ("Error on closing") for every failed
-    # decrypt. "decrypt-unsigned" additionally refuses messages using a signing suite.
-    source = io.BytesIO(ciphertext)
-    decryptor: Any = None
-    try:
-        decryptor = esdk.stream(
-            mode="decrypt-unsigned",
-            source=source,
-            keyring=keyring,
-            encryption_context=dict(expected),
-        )
-        plaintext = decryptor.read()
-        header = decryptor.header
-        decryptor.close()
-        context = header.encryption_context
-        algorithm = header.algorithm
-    # The message is untrusted input and the SDK raises an open-ended set of types for malformed
-    # messages (its own errors, InvalidTag, struct and Unicode errors, MPL errors).
-    except Exception as exc:
-        if decryptor is not None:
-            # Mark the half-read stream closed without the footer check, so its finalizer does
-            # not raise again.
-            io.IOBase.close(decryptor)
-        raise SealIntegrityError("sealed message failed authentication") from exc
-    # The SDK stops at the end of the message; trailing bytes mean the message was altered.
-    if source.read(1) or not isinstance(plaintext, bytes) or not isinstance(context, dict):
-        raise SealIntegrityError("sealed message failed authentication")
-    return plaintext, context, algorithm
-
-
-def _encryption_context(scope: Scope, candidate_id: str) -> dict[str, str]:
-    return {
-        "engram:tenant": scope.tenant_id,
-        "engram:workspace": scope.workspace_id,
-        "engram:candidate": candidate_id,
-    }
-
-
 def _wrap_context(key_ref: str, scope: Scope, candidate_id: str) -> dict[str, str]:
-    return {**_encryption_context(scope, candidate_id), "engram:key_ref": key_ref}
+    return {**encryption_context(scope, candidate_id), "engram:key_ref": key_ref}

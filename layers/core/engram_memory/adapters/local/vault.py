@@ -12,13 +12,12 @@ in the file, and it must never be included in backups.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -34,6 +33,7 @@ from aws_encryption_sdk import Algorithm, CommitmentPolicy
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from engram_memory.adapters.sealing import KEY_NAMESPACE, decrypt_message, encryption_context
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
     KeyDestroyed,
@@ -44,8 +44,6 @@ from engram_memory.engine.ports import (
 
 __all__ = ["KEY_NAMESPACE", "LocalVault", "load_or_create_master_key"]
 
-KEY_NAMESPACE: Final = "engram-memory/candidate"
-"""Raw AES keyring namespace of every candidate data key (the key name is the ``key_ref``)."""
 
 _KEY_BYTES: Final = 32
 _NONCE_BYTES: Final = 12
@@ -103,7 +101,7 @@ class LocalVault:
             ciphertext, _header = self._esdk.encrypt(
                 source=plaintext,
                 keyring=self._keyring(key_ref, data_key),
-                encryption_context=_encryption_context(scope, candidate_id),
+                encryption_context=encryption_context(scope, candidate_id),
                 algorithm=Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY,
             )
         except Exception as exc:
@@ -146,9 +144,9 @@ class LocalVault:
             raise SealIntegrityError(
                 f"data key {blob.key_ref} does not belong to this candidate"
             ) from exc
-        expected = _encryption_context(scope, candidate_id)
-        plaintext, context, algorithm = self._decrypt(
-            self._keyring(blob.key_ref, data_key), blob.ciphertext, expected
+        expected = encryption_context(scope, candidate_id)
+        plaintext, context, algorithm = decrypt_message(
+            self._esdk, self._keyring(blob.key_ref, data_key), blob.ciphertext, expected
         )
         if dict(context) != expected or algorithm != Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY:
             raise SealIntegrityError("sealed blob does not belong to this candidate")
@@ -246,39 +244,6 @@ class LocalVault:
             )
         )
 
-    def _decrypt(
-        self, keyring: Any, ciphertext: bytes, expected: Mapping[str, str]
-    ) -> tuple[bytes, Mapping[str, str], Any]:
-        # The streaming decryptor is driven by hand rather than through ``client.decrypt``: the
-        # latter's ``with`` block logs an ERROR traceback ("Error on closing") for every failed
-        # decrypt. "decrypt-unsigned" additionally refuses messages using a signing suite.
-        source = io.BytesIO(ciphertext)
-        decryptor: Any = None
-        try:
-            decryptor = self._esdk.stream(
-                mode="decrypt-unsigned",
-                source=source,
-                keyring=keyring,
-                encryption_context=dict(expected),
-            )
-            plaintext = decryptor.read()
-            header = decryptor.header
-            decryptor.close()
-            context = header.encryption_context
-            algorithm = header.algorithm
-        # The blob is untrusted input and the SDK raises an open-ended set of types for malformed
-        # messages (its own errors, InvalidTag, struct and Unicode errors, MPL errors).
-        except Exception as exc:
-            if decryptor is not None:
-                # Mark the half-read stream closed without the footer check, so its finalizer
-                # does not raise again.
-                io.IOBase.close(decryptor)
-            raise SealIntegrityError("sealed blob failed authentication") from exc
-        # The SDK stops at the end of the message; trailing bytes mean the blob was altered.
-        if source.read(1) or not isinstance(plaintext, bytes) or not isinstance(context, dict):
-            raise SealIntegrityError("sealed blob failed authentication")
-        return plaintext, context, algorithm
-
 
 def load_or_create_master_key(path: Path) -> bytes:
     """Return the 32-byte master key stored at ``path``, creating it if missing.
@@ -314,14 +279,6 @@ def load_or_create_master_key(path: Path) -> bytes:
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _encryption_context(scope: Scope, candidate_id: str) -> dict[str, str]:
-    return {
-        "engram:tenant": scope.tenant_id,
-        "engram:workspace": scope.workspace_id,
-        "engram:candidate": candidate_id,
-    }
 
 
 def _wrap_aad(key_ref: str, scope: Scope, candidate_id: str) -> bytes:
