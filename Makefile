@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DATA_DIR ?= .engram
 
-.PHONY: help venv run test lint typecheck unit contract format clean conformance
+.PHONY: help venv run test lint typecheck unit contract format clean conformance sam-check
 
 help:
 	@echo "make run        = ./run   start Engram Memory on the embedded default (data in $(DATA_DIR)/)"
@@ -46,3 +46,8 @@ clean:
 # embedded server on loopback; needs Node >= 20 and npm. See conformance/README.md.
 conformance: venv
 	ENGRAM_BIN=$(BIN) bash conformance/run.sh
+
+# The SAM toolchain on template.yaml (sam validate --lint, sam build) from its own venv (.venv-sam/);
+# sam build needs python3.12 (found on PATH or under pyenv). See scripts/sam_check.sh.
+sam-check:
+	bash scripts/sam_check.sh
