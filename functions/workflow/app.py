@@ -20,6 +20,7 @@ from engram_memory.adapters.aws.step_functions import (
     GateFailed,
     StepFunctionsConfirmations,
     WorkflowRequest,
+    within_window,
 )
 from engram_memory.aws_composition import (
     LAMBDA_DEADLINE_MARGIN_MS,
@@ -113,7 +114,7 @@ class WorkflowHandler:
     @staticmethod
     def _timely(engine: Engine, event: Mapping[str, Any]) -> ApprovalRecord:
         record = ApprovalRecord.model_validate(event["approval"])
-        if not record.within_window(engine.clock.now_ms()):
+        if not within_window(record, engine.clock.now_ms()):
             raise ApprovalWindowExpired(record.approval_id)
         return record
 

@@ -16,6 +16,15 @@ APPROVAL_TTL_MS: Final = 300_000
 EXECUTION_WINDOW_MS: Final = 30_000
 
 
+def within_windows(issued_at_ms: int, approved_at_ms: int, now_ms: int) -> bool:
+    """Approved after it was asked, within 300 s of the asking and 30 s of the approval."""
+    return (
+        issued_at_ms <= approved_at_ms <= now_ms
+        and now_ms - issued_at_ms <= APPROVAL_TTL_MS
+        and now_ms - approved_at_ms <= EXECUTION_WINDOW_MS
+    )
+
+
 def check_approval(approval: Approval, request: ConfirmationRequest, now_ms: int) -> None:
     bound = (
         approval.tool == request.tool
@@ -24,10 +33,5 @@ def check_approval(approval: Approval, request: ConfirmationRequest, now_ms: int
         and approval.principal == request.principal
         and approval.scope == request.scope
     )
-    timely = (
-        approval.issued_at_ms <= approval.approved_at_ms <= now_ms
-        and now_ms - approval.issued_at_ms <= APPROVAL_TTL_MS
-        and now_ms - approval.approved_at_ms <= EXECUTION_WINDOW_MS
-    )
-    if not (bound and timely):
+    if not (bound and within_windows(approval.issued_at_ms, approval.approved_at_ms, now_ms)):
         raise EngramError(ErrorCode.GATE_FAILED)

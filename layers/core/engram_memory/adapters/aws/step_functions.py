@@ -24,15 +24,11 @@ import secrets
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from ...aws_composition import ToolInvocation
-from ...engine.context import Scope
-from ...engine.gate import APPROVAL_TTL_MS, EXECUTION_WINDOW_MS
+from ...aws_composition import CarriedConfirmations, InvocationApproval, ToolInvocation
+from ...engine.gate import APPROVAL_TTL_MS, within_windows
 from ...engine.ports import (
-    Approval,
-    ConfirmationPending,
-    ConfirmationRequest,
     StoreUnavailable,
 )
 
@@ -87,54 +83,16 @@ class WorkflowRequest(_Closed):
     reason_ref: Text | None = Field(default=None, description="The reason, by reference.")
 
 
-class ApprovalRecord(_Closed):
-    """The JSON sent with ``SendTaskSuccess``; the state machine stores it at ``$.approval``."""
-
-    approval_id: Annotated[StrictStr, Field(pattern=APPROVAL_ID_PATTERN)]
-    tool: Text
-    target: Text | None
-    operation_digest: Text
-    principal: Text
-    tenant: Text
-    workspace: Text
-    issued_at_ms: StrictInt = Field(ge=0)
-    approved_at_ms: StrictInt = Field(ge=0)
-
-    def to_approval(self) -> Approval:
-        return Approval(
-            approval_id=self.approval_id,
-            tool=self.tool,
-            target=self.target,
-            operation_digest=self.operation_digest,
-            principal=self.principal,
-            scope=Scope(self.tenant, self.workspace),
-            issued_at_ms=self.issued_at_ms,
-            approved_at_ms=self.approved_at_ms,
-        )
-
-    def within_window(self, now_ms: int) -> bool:
-        """The contract's windows: approved after issue, ≤ 300 s from issue, ≤ 30 s from approval."""
-        return (
-            self.issued_at_ms <= self.approved_at_ms <= now_ms
-            and now_ms - self.issued_at_ms <= APPROVAL_TTL_MS
-            and now_ms - self.approved_at_ms <= EXECUTION_WINDOW_MS
-        )
+# The approval the state machine delivers is the one a tool invocation carries.
+ApprovalRecord = InvocationApproval
+# With no approval yet the human has not answered (``ConfirmationPending``); whether the
+# approval binds this operation, in time, is the engine's gate's decision.
+StepFunctionsConfirmations = CarriedConfirmations
 
 
-class StepFunctionsConfirmations:
-    """The ``ConfirmationWorkflow`` of ``commit_transition``: the approval the machine delivered.
-
-    With no approval (``None``) the human has not answered yet: ``ConfirmationPending``. Whether
-    the approval binds this operation, in time, is the engine's gate's decision.
-    """
-
-    def __init__(self, approval: ApprovalRecord | None) -> None:
-        self._approval = approval
-
-    def request_approval(self, request: ConfirmationRequest) -> Approval:
-        if self._approval is None:
-            raise ConfirmationPending(request)
-        return self._approval.to_approval()
+def within_window(record: InvocationApproval, now_ms: int) -> bool:
+    """The contract's windows for a delivered approval (``engine.gate.within_windows``)."""
+    return within_windows(record.issued_at_ms, record.approved_at_ms, now_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +123,8 @@ class ParkedApproval:
             target=self.target,
             operation_digest=self.operation_digest,
             principal=self.principal,
-            tenant=self.tenant_id,
-            workspace=self.workspace_id,
+            tenant_id=self.tenant_id,
+            workspace_id=self.workspace_id,
             issued_at_ms=self.issued_at_ms,
             approved_at_ms=approved_at_ms,
         )
