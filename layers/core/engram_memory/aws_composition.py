@@ -427,27 +427,36 @@ def _admission_mode(env: Mapping[str, str]) -> Literal["auto", "manual"]:
     raise ConfigurationError("ENGRAM_ADMISSION_MODE must be 'auto' or 'manual'")
 
 
-def read_cursor_key(secrets_client: Any, secret_arn: str) -> bytes:
-    """The search cursor HMAC key: the secret's binary value, or its string value as UTF-8.
+def read_secret_bytes(
+    secrets_client: Any, secret_arn: str, *, name: str, variable: str, minimum: int
+) -> bytes:
+    """A Secrets Manager secret's binary value, or its string value as UTF-8.
 
-    Read once per cold start. Raises ``ConfigurationError`` when the secret cannot be read or is
-    shorter than 32 bytes (its value never appears in the message).
+    Raises ``ConfigurationError`` naming ``variable`` when the secret cannot be read or is shorter
+    than ``minimum`` bytes; the value never appears in the message.
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         response = secrets_client.get_secret_value(SecretId=secret_arn)
     except (BotoCoreError, ClientError) as exc:
-        raise ConfigurationError(
-            "the cursor secret (ENGRAM_CURSOR_SECRET_ARN) is unreadable"
-        ) from exc
+        raise ConfigurationError(f"the {name} secret ({variable}) is unreadable") from exc
     binary = response.get("SecretBinary")
-    key = bytes(binary) if binary is not None else str(response.get("SecretString", "")).encode()
-    if len(key) < MIN_CURSOR_KEY_BYTES:
-        raise ConfigurationError(
-            f"the cursor secret must hold at least {MIN_CURSOR_KEY_BYTES} bytes"
-        )
-    return key
+    value = bytes(binary) if binary is not None else str(response.get("SecretString", "")).encode()
+    if len(value) < minimum:
+        raise ConfigurationError(f"the {name} secret must hold at least {minimum} bytes")
+    return value
+
+
+def read_cursor_key(secrets_client: Any, secret_arn: str) -> bytes:
+    """The search cursor HMAC key, read once per cold start (see ``read_secret_bytes``)."""
+    return read_secret_bytes(
+        secrets_client,
+        secret_arn,
+        name="cursor",
+        variable="ENGRAM_CURSOR_SECRET_ARN",
+        minimum=MIN_CURSOR_KEY_BYTES,
+    )
 
 
 def build_engine(

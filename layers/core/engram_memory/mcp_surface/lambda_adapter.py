@@ -40,7 +40,7 @@ from pydantic import AnyHttpUrl, ValidationError
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from ..aws_composition import ConfigurationError, ToolInvocation, request_of
+from ..aws_composition import ConfigurationError, ToolInvocation, read_secret_bytes, request_of
 from ..contract.envelope import failure
 from ..contract.errors import (
     ErrorCode,
@@ -304,20 +304,13 @@ def fetch_jwks(issuer: str, *, timeout_s: float = JWKS_TIMEOUT_S) -> dict[str, A
 
 def request_state_key(secrets_client: Any, secret_arn: str) -> bytes:
     """The 32-byte request-state key: HKDF-SHA256 of the secret (binary, or string as UTF-8)."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        response = secrets_client.get_secret_value(SecretId=secret_arn)
-    except (BotoCoreError, ClientError) as exc:
-        raise ConfigurationError(
-            "the request-state secret (ENGRAM_REQUEST_STATE_SECRET_ARN) is unreadable"
-        ) from exc
-    binary = response.get("SecretBinary")
-    secret = bytes(binary) if binary is not None else str(response.get("SecretString", "")).encode()
-    if len(secret) < MIN_REQUEST_STATE_SECRET_BYTES:
-        raise ConfigurationError(
-            f"the request-state secret must hold at least {MIN_REQUEST_STATE_SECRET_BYTES} bytes"
-        )
+    secret = read_secret_bytes(
+        secrets_client,
+        secret_arn,
+        name="request-state",
+        variable="ENGRAM_REQUEST_STATE_SECRET_ARN",
+        minimum=MIN_REQUEST_STATE_SECRET_BYTES,
+    )
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(secret)
 
 
