@@ -124,12 +124,13 @@ _MOTO_LOCK = threading.RLock()
 
 
 @contextmanager
-def moto_aws() -> Iterator[None]:
+def moto_aws(*, execute_state_machines: bool = False) -> Iterator[None]:
     """moto with its requests serialized.
 
     moto applies a transaction item by item and rolls back by restoring a copy of the table, so
     two threads inside it at once can lose each other's writes; real DynamoDB transactions are
     serializable. One lock around moto's request dispatch restores that isolation.
+    ``execute_state_machines`` makes moto run the ASL of every execution (in its own thread).
     """
     original = BotocoreStubber.process_request
 
@@ -137,7 +138,8 @@ def moto_aws() -> Iterator[None]:
         with _MOTO_LOCK:
             return original(self, request)
 
-    with mock_aws(), mock.patch.object(BotocoreStubber, "process_request", serialized):
+    config: Any = {"stepfunctions": {"execute_state_machine": execute_state_machines}}
+    with mock_aws(config=config), mock.patch.object(BotocoreStubber, "process_request", serialized):
         yield
 
 

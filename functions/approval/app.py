@@ -20,6 +20,7 @@ from urllib.parse import parse_qs
 
 from engram_memory.adapters.aws.step_functions import ApprovalStore, ParkedApproval
 from engram_memory.aws_composition import ConfigurationError
+from engram_memory.observability import instrumented
 
 
 def _response(status: int, body: str, content_type: str = "application/json") -> dict[str, Any]:
@@ -74,6 +75,17 @@ def _answer(event: Mapping[str, Any]) -> bool | None:
     return answer if isinstance(answer, bool) else None
 
 
+def _agent_token(claims: Mapping[str, Any], env: Mapping[str, str]) -> bool:
+    """Does the token's ``aud`` include the MCP resource URI (an agent's token)?
+
+    API Gateway passes a list claim as one string, ``"[a b]"``; a single audience as ``"a"``.
+    """
+    resource = env.get("ENGRAM_RESOURCE_URI", "").strip()
+    raw = claims.get("aud", "")
+    audiences = raw if isinstance(raw, list) else str(raw).strip("[]").split()
+    return bool(resource) and resource in [str(a) for a in audiences]
+
+
 class ApprovalHandler:
     """The cold-start singletons (``approvals``, ``sfn``) and the two routes."""
 
@@ -88,6 +100,7 @@ class ApprovalHandler:
         self.now_ms = now_ms
         self._env = env
         self._lock = threading.Lock()
+        self._entry = instrumented(self._handle)
 
     def _ready(self) -> tuple[ApprovalStore, Any]:
         with self._lock:
@@ -102,6 +115,10 @@ class ApprovalHandler:
             return self.approvals, self.sfn
 
     def __call__(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = self._entry(event, context)
+        return answer
+
+    def _handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         approvals, sfn = self._ready()
         approval_id = str((event.get("pathParameters") or {}).get("approvalId", ""))
         method = str(event.get("requestContext", {}).get("http", {}).get("method", "GET"))
@@ -121,6 +138,10 @@ class ApprovalHandler:
             return _json(401, {"error": "sign in to answer"})
         if claims["sub"] != parked.principal:
             return _json(403, {"error": "not the principal of this operation"})
+        if _agent_token(claims, self._env):
+            # the JWT authorizer checks the approval audience; this is the second lock on the
+            # door: a token also valid for the MCP endpoint is an agent's, never a human's answer
+            return _json(403, {"error": "sign in to the approval page; agent tokens cannot answer"})
         approve = _answer(event)
         if approve is None:
             return _json(400, {"error": 'send {"approve": true} or {"approve": false}'})

@@ -37,6 +37,7 @@ from engram_memory.engine.ports import (
     VaultUnavailable,
 )
 from engram_memory.engine.service import Engine
+from engram_memory.observability import get_logger, instrumented, record_projection_lag
 
 _TRANSIENT = {
     ErrorCode.STORE_UNAVAILABLE.value: StoreUnavailable,
@@ -60,6 +61,7 @@ class WorkflowHandler:
         self._env = env
         self._build = build
         self._lock = threading.Lock()
+        self._entry = instrumented(self._handle)
 
     def _ready(self) -> tuple[Engine, ApprovalStore, HostBinding]:
         with self._lock:
@@ -77,8 +79,13 @@ class WorkflowHandler:
             return self.engine, self.approvals, self.binding
 
     def __call__(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = self._entry(event, context)
+        return answer
+
+    def _handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         engine, approvals, binding = self._ready()
         step = event.get("step")
+        get_logger().append_keys(step=str(step), execution_name=str(event.get("execution_name")))
         request = WorkflowRequest.model_validate(event["request"])
         if step == "await_approval":
             return self.await_approval(engine, approvals, event, request)
@@ -87,7 +94,13 @@ class WorkflowHandler:
         if step == "commit_transition":
             return self.commit_transition(engine, binding, event, request, context)
         if step == "invalidate_projections":
-            return self.drain(engine, request, "drop_projection", IndexUnavailable)
+            done = self.drain(engine, request, "drop_projection", IndexUnavailable)
+            committed_at = (event.get("commit") or {}).get("committed_at_ms")
+            if isinstance(committed_at, int):
+                record_projection_lag(
+                    str(event.get("workflow")), engine.clock.now_ms() - committed_at
+                )
+            return done
         if step == "destroy_keys":
             return self.drain(engine, request, "destroy_key", VaultUnavailable)
         raise ValueError(f"unknown step: {step!r}")
@@ -99,9 +112,8 @@ class WorkflowHandler:
         event: Mapping[str, Any],
         request: WorkflowRequest,
     ) -> dict[str, Any]:
-        approval_id = ApprovalStore.new_approval_id()
-        approvals.park(
-            approval_id=approval_id,
+        approval_id = approvals.park(
+            approval_id=ApprovalStore.new_approval_id(),
             task_token=str(event["task_token"]),
             execution_name=str(event["execution_name"]),
             workflow=str(event["workflow"]),
@@ -154,7 +166,8 @@ class WorkflowHandler:
             transient = _TRANSIENT.get(code)
             if transient is not None:
                 raise transient(code)
-        return envelope
+        # the envelope holds receipts and digests only (withdraw/forget outputs carry no content)
+        return {"envelope": envelope, "committed_at_ms": engine.clock.now_ms()}
 
     @staticmethod
     def drain(

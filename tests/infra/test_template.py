@@ -497,10 +497,22 @@ def test_only_the_metadata_and_the_approval_page_are_unauthenticated() -> None:
         ("GET", "/.well-known/oauth-protected-resource/mcp"),
         ("GET", "/approvals/{approvalId}"),
     }
-    # every other route keeps the default (JWT) authorizer
+    # the approval answer needs a human's token (the approval audience); every other route
+    # keeps the default (JWT, MCP audience) authorizer
+    answer = http_routes()[("POST", "/approvals/{approvalId}")][1]
+    assert answer["Auth"] == {"Authorizer": "EngramApprovalAuthorizer"}
     for key, (_, event_props) in http_routes().items():
-        if key not in public:
+        if key not in public and key != ("POST", "/approvals/{approvalId}"):
             assert "Auth" not in event_props, key
+
+
+def test_the_approval_answer_accepts_only_the_approval_audience() -> None:
+    authorizers = template()["Resources"]["HttpApi"]["Properties"]["Auth"]["Authorizers"]
+    approval = authorizers["EngramApprovalAuthorizer"]["JwtConfiguration"]
+    assert approval["audience"] == [{"Ref": "ApprovalAudience"}]
+    assert approval["issuer"] == {"Ref": "IssuerUrl"}
+    rule = template()["Rules"]["ApprovalsNeedTheirOwnAudience"]["Assertions"][0]["Assert"]
+    assert rule == {"Fn::Not": [{"Fn::Equals": [{"Ref": "ApprovalAudience"}, {"Ref": "Audience"}]}]}
 
 
 def test_cors_comes_from_the_allowed_origins_parameter() -> None:

@@ -99,6 +99,7 @@ def adapter(cloud: Cloud) -> Adapter:
     apps = {tool: load_app(tool) for tool in TOOLS}
     for app in apps.values():
         app.handler.engine = engine
+        app.handler.use_gate(None)  # withdraw/forget commit in the function (no state machine)
     lam = FakeLambdaClient(apps)
     key = Ed25519PrivateKey.generate()
     issuer = TokenIssuer(key, issuer=ISSUER, audience=RESOURCE, kid="k1")

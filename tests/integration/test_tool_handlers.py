@@ -15,6 +15,7 @@ import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -135,7 +136,16 @@ _SESSIONS: list[boto3.session.Session] = []
 
 @pytest.fixture
 def cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
-    with moto_aws():
+    with cloud_on_moto(monkeypatch) as resources:
+        yield resources
+
+
+@contextmanager
+def cloud_on_moto(
+    monkeypatch: pytest.MonkeyPatch, *, execute_state_machines: bool = False
+) -> Iterator[Cloud]:
+    """The tenant's resources on moto (``execute_state_machines``: moto runs the ASL)."""
+    with moto_aws(execute_state_machines=execute_state_machines):
         if not _SESSIONS:  # one session: building clients from it stays cheap
             _SESSIONS.append(boto3.session.Session(region_name=REGION))
         session = _SESSIONS[0]
@@ -200,6 +210,7 @@ def invoke(cloud: Cloud) -> Invoke:
     apps = {tool: load_app(tool) for tool in TOOLS}
     for app in apps.values():
         app.handler.engine = engine
+        app.handler.use_gate(None)  # withdraw/forget commit in the function (no state machine)
 
     def call(function: str, event: Any, **context: Any) -> dict[str, Any]:
         result: dict[str, Any] = apps[function].handler(
@@ -313,8 +324,17 @@ def with_approval(
     adapter would have obtained from the human (``changes`` doctor it)."""
     first = invoke(tool, ev)
     assert set(first) == {"confirmation_required"}, first
-    request = request_of(first)
-    approval = InvocationApproval.of(
+    approval = human_approval(first, issued_at_ms=now_ms, approved_at_ms=now_ms)
+    approval.update(changes)
+    return invoke(tool, {**ev, "approval": approval})
+
+
+def human_approval(
+    answer: dict[str, Any], *, issued_at_ms: int, approved_at_ms: int
+) -> dict[str, Any]:
+    """The approval the MCP adapter obtains from the human (form mode) for ``answer``'s request."""
+    request = request_of(answer)
+    return InvocationApproval.of(
         Approval(
             approval_id="rs_" + uuid.uuid4().hex,
             tool=request.tool,
@@ -322,12 +342,10 @@ def with_approval(
             operation_digest=request.operation_digest,
             principal=request.principal,
             scope=request.scope,
-            issued_at_ms=now_ms,
-            approved_at_ms=now_ms,
+            issued_at_ms=issued_at_ms,
+            approved_at_ms=approved_at_ms,
         )
     ).model_dump()
-    approval.update(changes)
-    return invoke(tool, {**ev, "approval": approval})
 
 
 def test_withdraw_and_forget_answer_receipts_once_a_human_confirmed(
@@ -353,6 +371,7 @@ def test_a_tool_function_never_asks_a_human_itself(cloud: Cloud) -> None:
     engine = cloud.engine(confirmations=None)  # the cloud default
     for app in apps.values():
         app.handler.engine = engine
+        app.handler.use_gate(None)  # withdraw/forget commit in the function (no state machine)
 
     def invoke(tool: str, ev: dict[str, Any]) -> dict[str, Any]:
         answer: dict[str, Any] = apps[tool].handler(ev, FakeLambdaContext())

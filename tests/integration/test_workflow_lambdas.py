@@ -81,6 +81,12 @@ class World:
 
 
 class _Context:
+    function_name = "engram-dev-workflow"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:engram-dev-workflow"
+    aws_request_id = "0f6e5d4c-3b2a-4190-8f7e-6d5c4b3a2910"
+
     def get_remaining_time_in_millis(self) -> int:
         return 60_000
 
@@ -177,7 +183,7 @@ def post(world: World, approval_id: str, approve: bool) -> dict[str, Any]:
     event = load("approval_post")
     event["pathParameters"]["approvalId"] = approval_id
     event["body"] = json.dumps({"approve": approve})
-    result: dict[str, Any] = world.approval.handler(event, None)
+    result: dict[str, Any] = world.approval.handler(event, _Context())
     return result
 
 
@@ -185,7 +191,7 @@ def approve(world: World, steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
     parked = world.workflow.handler(steps["await_approval"], _Context())
     page_event = load("approval_get")
     page_event["pathParameters"]["approvalId"] = parked["approval_id"]
-    page = world.approval.handler(page_event, None)
+    page = world.approval.handler(page_event, _Context())
     assert page["statusCode"] == 200 and "withdraw" in page["body"]
     assert "Draft note" not in page["body"]  # a summary, never content
     world.clock.advance(5_000)
@@ -204,10 +210,12 @@ def test_a_withdraw_runs_through_the_steps(world: World) -> None:
     handler, ctx = world.workflow.handler, _Context()
     world.clock.advance(2_000)
     assert handler({**steps["check_window"], "approval": approval}, ctx)["within_window"]
-    envelope = handler({**steps["commit_transition"], "approval": approval}, ctx)
+    committed = handler({**steps["commit_transition"], "approval": approval}, ctx)
+    envelope = committed["envelope"]
     assert envelope["ok"] is True, envelope
     assert envelope["output"]["value"]["receipt"]["to_state"] == "withdrawn"
-    commit = {"commit": envelope}
+    assert committed["committed_at_ms"] == world.clock.now_ms()
+    commit = {"commit": committed}
     assert handler({**steps["invalidate_projections"], **commit}, ctx)["status"] == "complete"
     assert handler({**steps["destroy_keys"], **commit}, ctx)["status"] == "complete"
     assert world.engine.store.outbox_pending(10) == []
@@ -262,3 +270,47 @@ def test_the_same_ledger_key_starts_one_execution(world: World) -> None:
     executions = sfn.list_executions(stateMachineArn=arn)["executions"]
     assert [e["name"] for e in executions] == [execution_name("withdraw", key)]
     assert len(executions[0]["name"]) <= 80
+
+
+def test_an_agent_token_cannot_answer_a_confirmation(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENGRAM_RESOURCE_URI", "https://memory.example.com/mcp")
+    steps = withdraw_events(world)
+    parked = world.workflow.handler(steps["await_approval"], _Context())
+    event = load("approval_post")
+    event["pathParameters"]["approvalId"] = parked["approval_id"]
+    event["body"] = json.dumps({"approve": True})
+    claims = event["requestContext"]["authorizer"]["jwt"]["claims"]
+    # API Gateway flattens a list claim to "[a b]": the agent's token is valid for /mcp too
+    claims["aud"] = "[https://memory.example.com/approvals https://memory.example.com/mcp]"
+
+    refused = world.approval.handler(event, _Context())
+
+    assert refused["statusCode"] == 403
+    assert world.sfn.calls == []  # the task token is untouched ...
+    assert post(world, parked["approval_id"], True)["statusCode"] == 200  # ... for the human
+
+
+def test_the_invalidation_step_reports_the_projection_lag(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    steps = withdraw_events(world)
+    committed_at = world.clock.now_ms()
+    world.clock.advance(1_500)
+    capsys.readouterr()
+
+    world.workflow.handler(
+        {**steps["invalidate_projections"], "commit": {"committed_at_ms": committed_at}},
+        _Context(),
+    )
+
+    documents = [
+        json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")
+    ]
+    lags = [d for d in documents if "ProjectionLagMs" in d]
+    assert len(lags) == 1, documents
+    (definition,) = lags[0]["_aws"]["CloudWatchMetrics"]
+    assert definition["Metrics"] == [{"Name": "ProjectionLagMs", "Unit": "Milliseconds"}]
+    assert lags[0]["ProjectionLagMs"] == [1500.0]
+    assert lags[0]["workflow"] == "withdraw"

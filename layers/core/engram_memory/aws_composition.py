@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
@@ -57,7 +56,7 @@ from .engine.ports import (
     Vault,
 )
 from .engine.service import Engine, EngineSettings, new_audit_id
-from .observability import count_admission_outcome, get_logger, get_metrics, get_tracer
+from .observability import count_admission_outcome, get_logger, get_tracer, instrumented
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Tracer
@@ -66,6 +65,7 @@ if TYPE_CHECKING:
     from mypy_boto3_kms.client import KMSClient
     from mypy_boto3_s3.client import S3Client
 
+    from .adapters.aws.execution_gate import ExecutionGate
     from .engine.ports import AdmissionPolicy
 
 __all__ = [
@@ -93,6 +93,8 @@ AUDIT_ID_PATTERN: Final = r"^aud_[0-9a-f]{32}$"  # what ``engine.service.new_aud
 DEFAULT_OPENSEARCH_INDEX: Final = "engram-records"
 DEFAULT_RETENTION_CEILING_S: Final = RetentionPolicy().max_expires_in_s
 MIN_CURSOR_KEY_BYTES: Final = 32
+# The tools whose human confirmation and commit run in a Step Functions execution.
+GATED_TOOLS: Final = frozenset({"withdraw", "forget"})
 # The engine stops starting work this long before the Lambda would be killed, so a call ends
 # with DEADLINE_EXCEEDED (retriable, nothing half-done) rather than a timeout mid-commit.
 LAMBDA_DEADLINE_MARGIN_MS: Final = 1_000
@@ -603,7 +605,11 @@ class ToolHandler:
     Created at import of the handler module (cheap: no client, no environment read). The first
     invocation builds the engine (``build(env)``) and the ``HostBinding`` and keeps them for
     the warm container: ``engine`` and ``binding`` are the cold-start singletons, and may be
-    set beforehand (tests). Each invocation: validate the event, refuse another tool's event
+    set beforehand (tests). withdraw and forget also build their ``ExecutionGate``
+    (``build_gate(tool, env)``, default ``build_execution_gate``): the confirmation and the
+    commit then run in the tool's state machine. A ``build_gate`` answering ``None`` composes
+    the function without one: it answers ``confirmation_required`` and commits itself when the
+    adapter calls again carrying the human's approval. Each invocation: validate the event, refuse another tool's event
     (-32602) or a malformed/foreign context (-32603) — both audited —, bound the call by the
     Lambda's remaining time, run ``engine.handle`` and return its envelope.
     """
@@ -614,30 +620,26 @@ class ToolHandler:
         *,
         env: Mapping[str, str] = os.environ,
         build: Callable[[Mapping[str, str]], Engine] = build_engine,
+        build_gate: Callable[[str, Mapping[str, str]], ExecutionGate | None] | None = None,
     ) -> None:
         if tool not in TOOLS:
             raise ValueError(f"not one of the six tools: {tool!r}")
         self.tool = tool
         self.engine: Engine | None = None
         self.binding: HostBinding | None = None
+        self.gate: ExecutionGate | None = None
+        self._gate_built = False
         self._env = env
         self._build = build
+        self._build_gate = build_gate or build_execution_gate
         self._lock = threading.Lock()
-        logger, tracer, metrics = get_logger(), get_tracer(), get_metrics()
-        self._logger: Logger = logger
-        self._tracer: Tracer = tracer
-        handle = metrics.log_metrics(capture_cold_start_metric=True)(self._handle)
-        handle = tracer.capture_lambda_handler(capture_response=False)(handle)
-        self._entry: Callable[[Any, Any], dict[str, Any]] = logger.inject_lambda_context(
-            log_event=False, clear_state=True
-        )(handle)
+        self._logger: Logger = get_logger()
+        self._tracer: Tracer = get_tracer()
+        self._entry = instrumented(self._handle)
 
     def __call__(self, event: Any, context: Any) -> dict[str, Any]:
-        with warnings.catch_warnings():
-            # The metrics are single metrics, emitted as they happen: the decorator's final
-            # flush is expected to find nothing left to publish.
-            warnings.filterwarnings("ignore", message="No application metrics to publish")
-            return self._entry(event, context)
+        answer: dict[str, Any] = self._entry(event, context)
+        return answer
 
     def _ready(self) -> tuple[Engine, HostBinding]:
         with self._lock:
@@ -646,6 +648,22 @@ class ToolHandler:
             if self.engine is None:
                 self.engine = self._build(self._env)
             return self.engine, self.binding
+
+    def use_gate(self, gate: ExecutionGate | None) -> None:
+        """Compose withdraw/forget with ``gate`` (``None``: no state machine) instead of the
+        environment's."""
+        with self._lock:
+            self.gate, self._gate_built = gate, True
+
+    def _gate(self) -> ExecutionGate | None:
+        """withdraw/forget's Step Functions gate, built on first use; ``None`` for other tools."""
+        if self.tool not in GATED_TOOLS:
+            return None
+        with self._lock:
+            if not self._gate_built:
+                self.gate = self._build_gate(self.tool, self._env)
+                self._gate_built = True
+            return self.gate
 
     def _refuse(
         self,
@@ -677,20 +695,55 @@ class ToolHandler:
         if invocation.tool != self.tool:
             return self._refuse(engine, UnknownTool(), "wrong_function", ctx.audit_id, ctx)
         ctx = _bounded_by_lambda(ctx, engine.clock, context)
+        gate = self._gate()
         try:
             envelope = engine.handle(
                 self.tool,
                 invocation.arguments,
                 ctx,
-                confirmations=CarriedConfirmations(invocation.approval),
+                # a gated tool with its state machine never commits here (see execution_gate)
+                confirmations=CarriedConfirmations(invocation.approval if gate is None else None),
             )
         except ProtocolRefusal as refusal:  # audited by the engine
             return protocol_error(refusal)
-        except ConfirmationPending as pending:  # the adapter asks the human, then calls again
-            return confirmation_required(pending.request)
+        except ConfirmationPending as pending:
+            if gate is not None:
+                return gate.run(engine, invocation, ctx, pending.request)
+            return confirmation_required(pending.request)  # the adapter asks, then calls again
         if self.tool == "request_admission" and envelope.get("ok"):
             count_admission_outcome(str(envelope["output"]["value"]["outcome"]["status"]))
         return envelope
+
+
+def build_execution_gate(tool: str, env: Mapping[str, str]) -> ExecutionGate:
+    """The gate of ``tool`` (withdraw | forget) from the environment the SAM template sets.
+
+    ``ENGRAM_WITHDRAW_STATE_MACHINE_ARN`` / ``ENGRAM_FORGET_STATE_MACHINE_ARN`` (the function's
+    own machine), ``ENGRAM_TABLE`` (parked approvals) and ``ENGRAM_APPROVAL_BASE_URL`` (the
+    approval page's origin, e.g. the HTTP API's URL); clients in ``AWS_REGION``.
+    """
+    import boto3
+    from botocore.config import Config
+
+    from .adapters.aws.execution_gate import ExecutionGate
+    from .adapters.aws.step_functions import ApprovalStore
+
+    machine = _required(env, f"ENGRAM_{tool.upper()}_STATE_MACHINE_ARN")
+    table = _required(env, "ENGRAM_TABLE")
+    base_url = _required(env, "ENGRAM_APPROVAL_BASE_URL")
+    if not base_url.startswith("https://"):
+        raise ConfigurationError("ENGRAM_APPROVAL_BASE_URL must be an https:// URL")
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise ConfigurationError("AWS_REGION must be set")
+    session = boto3.session.Session(region_name=region)
+    config = Config(connect_timeout=2, read_timeout=5, retries={"mode": "standard"})
+    return ExecutionGate(
+        sfn=session.client("stepfunctions", config=config),
+        approvals=ApprovalStore(session.client("dynamodb", config=config), table),
+        state_machine_arn=machine,
+        approval_base_url=base_url,
+    )
 
 
 def _bounded_by_lambda(ctx: TrustedContext, clock: Clock, context: Any) -> TrustedContext:

@@ -20,13 +20,20 @@ never mix):
 
 - ``ToolCalls`` — dimensions ``service``, ``tool``, ``code`` (``OK`` or the contract code);
 - ``GateFailed`` — dimensions ``service``, ``tool``: a confirmation gate failed;
-- ``AdmissionOutcome`` — dimensions ``service``, ``status``: one per answered admission request.
+- ``AdmissionOutcome`` — dimensions ``service``, ``status``: one per answered admission request;
+- ``ProjectionLagMs`` (Milliseconds) — dimensions ``service``, ``workflow``: from a withdraw/forget
+  commit to the end of its projection invalidation (the state machine's ``invalidate_projections``).
+
+``instrumented`` wraps every Lambda handler of the stack (tools, adapter, workflow, approval).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .contract.errors import ErrorCode
@@ -46,6 +53,8 @@ __all__ = [
     "get_logger",
     "get_metrics",
     "get_tracer",
+    "instrumented",
+    "record_projection_lag",
 ]
 
 DEFAULT_SERVICE: Final = "engram-memory"
@@ -108,6 +117,42 @@ def get_tracer() -> Tracer:
             _singletons["tracer"] = Tracer(service=_service(), patch_modules=_TRACED_MODULES)
         tracer: Tracer = _singletons["tracer"]
         return tracer
+
+
+def instrumented(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``handler`` as a Powertools Lambda handler: Lambda context in every log line (never the
+    event), an X-Ray segment (never the response), the cold-start metric, a metrics flush."""
+    logger, tracer, metrics = get_logger(), get_tracer(), get_metrics()
+    wrapped = metrics.log_metrics(capture_cold_start_metric=True)(handler)
+    wrapped = tracer.capture_lambda_handler(capture_response=False)(wrapped)
+    wrapped = logger.inject_lambda_context(log_event=False, clear_state=True)(wrapped)
+
+    @functools.wraps(handler)
+    def entry(event: Any, context: Any) -> Any:
+        with warnings.catch_warnings():
+            # The metrics are single metrics, emitted as they happen: the decorator's final
+            # flush is expected to find nothing left to publish.
+            warnings.filterwarnings("ignore", message="No application metrics to publish")
+            return wrapped(event, context)
+
+    return entry
+
+
+def record_projection_lag(workflow: str, lag_ms: int) -> None:
+    """Emit ``ProjectionLagMs``: from a transition's commit to its projections being dropped."""
+    from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+    with single_metric(
+        name="ProjectionLagMs",
+        unit=MetricUnit.Milliseconds,
+        value=max(0, lag_ms),
+        namespace=get_metrics().namespace,
+        default_dimensions={
+            "service": _service(),
+            "workflow": workflow if workflow in ("withdraw", "forget") else "unknown",
+        },
+    ):
+        pass
 
 
 def _count(name: str, dimensions: dict[str, str], namespace: str | None = None) -> None:

@@ -59,6 +59,7 @@ from ..engine.ports import (
 )
 from ..host.config import HostConfig, RetentionConfig
 from ..host.tokens import TokenVerifier
+from ..observability import instrumented
 from .request_state import RequestStateSealer
 from .server import EngramMcp, SurfaceRuntime
 from .transports import MCP_PATH, BearerVerifier, _issuer_url
@@ -649,6 +650,7 @@ class LambdaAdapter:
         self._lock = threading.Lock()
         self.surface: EngramMcp | None = None
         self.bridge: AsgiLambdaBridge | None = None
+        self._entry = instrumented(self._serve)
 
     def _ready(self) -> AsgiLambdaBridge:
         with self._lock:
@@ -662,4 +664,8 @@ class LambdaAdapter:
             return self.bridge
 
     def __call__(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = self._entry(event, context)
+        return answer
+
+    def _serve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         return self._ready()(event)

@@ -14,6 +14,10 @@ Parked token — pk ``APPROVAL_TOKEN#<approval_id>``, sk ``APPROVAL_TOKEN``: ``t
 lazy, so reads check the expiry themselves), ``used_at_ms`` N once answered. The token is
 consumed with one conditional ``UpdateItem`` (the approval function may not ``DeleteItem``):
 the answer is single use, and the marker left behind lets a replay be told from an unknown id.
+
+Execution pointer — pk ``APPROVAL_EXEC#<execution_name>``, sk ``APPROVAL_EXEC``: ``approval_id`` S,
+``ttl`` N. Written in the same transaction as the parked token, so the tool function that started
+the execution finds the approval page of its own run (``for_execution``) without a scan.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ APPROVAL_TOKEN_TTL_S: Final = APPROVAL_TTL_MS // 1000
 EXECUTION_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 APPROVAL_ID_PATTERN: Final = r"^apr_[0-9a-f]{32}$"
 _TOKEN_SK: Final = "APPROVAL_TOKEN"  # noqa: S105 - a sort key, not a secret
+_POINTER_SK: Final = "APPROVAL_EXEC"
 _MAX_TEXT: Final = 1_024
 
 
@@ -166,7 +171,8 @@ class ApprovalStore:
         workflow: str,
         request: WorkflowRequest,
         issued_at_ms: int,
-    ) -> None:
+    ) -> str:
+        """Park the token; the approval id of the execution (the existing one on a retry)."""
         ctx = request.invocation.context
         item: dict[str, Any] = {
             **self._key(approval_id),
@@ -186,29 +192,86 @@ class ApprovalStore:
             item["target"] = _s(request.target)
         if request.reason_ref is not None:
             item["reason_ref"] = _s(request.reason_ref)
+        pointer = {
+            **self._pointer_key(execution_name),
+            "approval_id": _s(approval_id),
+            "ttl": item["ttl"],
+        }
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            self._db.put_item(
-                TableName=self._table,
-                Item=item,
-                ConditionExpression="attribute_not_exists(pk)",
+            self._db.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": item,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self._table,
+                            "Item": pointer,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
             )
-        except (BotoCoreError, ClientError) as exc:
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                raise StoreUnavailable("could not park the task token") from exc
+            # A retried await_approval step: the execution already has its approval; hand it
+            # the new task token unless the human has answered already.
+            existing = self.for_execution(execution_name)
+            if existing is None:
+                raise StoreUnavailable("could not park the task token") from exc
+            self._refresh_token(existing.approval_id, task_token)
+            return existing.approval_id
+        except BotoCoreError as exc:
             raise StoreUnavailable("could not park the task token") from exc
+        return approval_id
+
+    def _refresh_token(self, approval_id: str, task_token: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key=self._key(approval_id),
+                UpdateExpression="SET task_token = :token",
+                ConditionExpression="attribute_exists(pk) AND attribute_not_exists(used_at_ms)",
+                ExpressionAttributeValues={":token": _s(task_token)},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return  # answered meanwhile: the answer went to the earlier token
+            raise StoreUnavailable("could not park the task token") from exc
+        except BotoCoreError as exc:
+            raise StoreUnavailable("could not park the task token") from exc
+
+    def _pointer_key(self, execution_name: str) -> dict[str, Any]:
+        return {"pk": _s(f"APPROVAL_EXEC#{execution_name}"), "sk": _s(_POINTER_SK)}
+
+    def for_execution(self, execution_name: str) -> ParkedApproval | None:
+        """The approval parked by ``execution_name``'s run, or ``None`` before it is parked."""
+        pointer = self._read(self._pointer_key(execution_name))
+        return None if pointer is None else self.get(str(pointer["approval_id"]["S"]))
 
     def get(self, approval_id: str) -> ParkedApproval | None:
         """The parked approval, used or not; ``None`` when unknown (or swept by TTL)."""
+        item = self._read(self._key(approval_id))
+        return None if item is None else self._parse(item)
+
+    def _read(self, key: dict[str, Any]) -> dict[str, Any] | None:
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            response = self._db.get_item(
-                TableName=self._table, Key=self._key(approval_id), ConsistentRead=True
-            )
+            response = self._db.get_item(TableName=self._table, Key=key, ConsistentRead=True)
         except (BotoCoreError, ClientError) as exc:
             raise StoreUnavailable("could not read the parked approval") from exc
-        item = response.get("Item")
-        return None if item is None else self._parse(item)
+        item: dict[str, Any] | None = response.get("Item")
+        return item
 
     def take(self, approval_id: str, now_ms: int) -> ParkedApproval | None:
         """Consume the token (conditional, single use); ``None`` when unknown or already used."""

@@ -1,0 +1,390 @@
+"""The withdraw and forget state machines, executed: moto runs the ASL of ``infra/statemachines``.
+
+moto's Step Functions interpreter runs each execution in its own thread; its Lambda tasks reach
+``functions/workflow/app.py`` in-process (moto cannot run a Lambda without Docker), the tool
+functions start and follow the executions through ``ExecutionGate``, and the approval page
+answers the parked task token. Everything else — DynamoDB, KMS, S3, Step Functions — is moto.
+
+The machines are the template's definitions with only ``${WorkflowStepFunctionArn}`` substituted,
+except in the timeout test, which shortens the 300 s approval wait to 2 s.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from aws_testing import TABLE
+from test_tool_handlers import (
+    Cloud,
+    FakeLambdaContext,
+    capture_event,
+    cloud_on_moto,
+    event,
+    human_approval,
+    load_app,
+    remember,
+    value_of,
+)
+
+from engram_memory.adapters.aws.execution_gate import ExecutionGate
+from engram_memory.adapters.aws.step_functions import ApprovalStore
+from engram_memory.engine.context import TOOLS
+
+ROOT = Path(__file__).resolve().parents[2]
+MACHINES = ROOT / "infra" / "statemachines"
+WORKFLOW_ARN = "arn:aws:lambda:us-east-1:123456789012:function:engram-dev-workflow"
+APPROVAL_BASE = "https://memory.example.com"
+PRINCIPAL = "agent-alice"  # the sample events' principal
+
+
+class RealClock:
+    """Wall-clock time (moto's executions run in real time), shiftable per test."""
+
+    def __init__(self) -> None:
+        self.offset_ms = 0
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000 + self.offset_ms
+
+
+class InProcessLambda:
+    """The Lambda service as moto's interpreter sees it: ``Invoke`` runs the workflow handler.
+
+    A raised exception becomes a function error whose ``errorType`` is the class name, which is
+    what the machines' Retry and Catch match on (as the Python runtime reports it).
+    """
+
+    def __init__(self, handler: Callable[[Any, Any], Any]) -> None:
+        self.handler = handler
+        self.steps: list[str] = []
+        self.lock = threading.Lock()
+
+    def invoke(self, *, FunctionName: str, Payload: bytes = b"{}", **_: Any) -> dict[str, Any]:
+        assert FunctionName == WORKFLOW_ARN
+        payload = json.loads(Payload)
+        with self.lock:
+            self.steps.append(str(payload.get("step")))
+        try:
+            result = self.handler(payload, FakeLambdaContext(remaining_ms=60_000))
+        except Exception as exc:  # the Lambda runtime's error shape
+            body = {"errorType": type(exc).__name__, "errorMessage": str(exc)}
+            return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": _body(body)}
+        return {"StatusCode": 200, "Payload": _body(result)}
+
+
+def _body(value: Any) -> io.BytesIO:
+    return io.BytesIO(json.dumps(value).encode("utf-8"))
+
+
+@dataclass
+class Stack:
+    cloud: Cloud
+    clock: RealClock
+    sfn: Any
+    machines: dict[str, str]
+    lam: InProcessLambda
+    tools: dict[str, Any]
+    approval: Any
+
+    def invoke(self, tool: str, ev: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = self.tools[tool].handler(
+            ev, FakeLambdaContext(remaining_ms=20_000)
+        )
+        json.dumps(answer)
+        return answer
+
+    def executions(self, tool: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.sfn.list_executions(stateMachineArn=self.machines[tool])[
+            "executions"
+        ]
+        return found
+
+    def wait_done(self, tool: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        """The one execution of ``tool``, once it has ended."""
+        until = time.monotonic() + timeout_s
+        while True:
+            (execution,) = self.executions(tool)
+            described: dict[str, Any] = self.sfn.describe_execution(
+                executionArn=execution["executionArn"]
+            )
+            if described["status"] != "RUNNING" or time.monotonic() > until:
+                return described
+            time.sleep(0.1)
+
+    def answer_page(self, url: str, approve: bool, sub: str = PRINCIPAL) -> dict[str, Any]:
+        approval_id = url.rsplit("/", 1)[1]
+        response: dict[str, Any] = self.approval.handler(
+            {
+                "pathParameters": {"approvalId": approval_id},
+                "requestContext": {
+                    "http": {"method": "POST"},
+                    "authorizer": {"jwt": {"claims": {"sub": sub}}},
+                },
+                "headers": {"content-type": "application/json"},
+                "body": json.dumps({"approve": approve}),
+            },
+            FakeLambdaContext(),
+        )
+        return response
+
+
+def _definition(tool: str, approval_wait_s: int) -> str:
+    text = (MACHINES / f"{tool}.asl.json").read_text(encoding="utf-8")
+    text = text.replace("${WorkflowStepFunctionArn}", WORKFLOW_ARN)
+    definition = json.loads(text)
+    definition["States"]["AwaitApproval"]["TimeoutSeconds"] = approval_wait_s
+    return json.dumps(definition)
+
+
+@pytest.fixture
+def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Stack]]:
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+    with cloud_on_moto(monkeypatch, execute_state_machines=True) as cloud:
+        original = lambda_eval_utils.boto_client_for
+
+        def build(approval_wait_s: int = 300) -> Stack:
+            clock = RealClock()
+            engine = cloud.engine(clock=clock, confirmations=None)
+            dynamodb = cloud.clients["dynamodb"]
+            sfn = cloud.session.client("stepfunctions")
+            approvals = ApprovalStore(dynamodb, TABLE)
+            machines = {
+                tool: sfn.create_state_machine(
+                    name=f"engram-dev-{tool}",
+                    definition=_definition(tool, approval_wait_s),
+                    roleArn="arn:aws:iam::123456789012:role/engram-dev-workflow-machine",
+                    type="STANDARD",
+                )["stateMachineArn"]
+                for tool in ("withdraw", "forget")
+            }
+            workflow = load_app("workflow")
+            workflow.handler.engine = engine
+            workflow.handler.approvals = approvals
+            lam = InProcessLambda(workflow.handler)
+            tools = {tool: load_app(tool) for tool in TOOLS}
+            for tool, app in tools.items():
+                app.handler.engine = engine
+                if tool in machines:
+                    app.handler.use_gate(
+                        ExecutionGate(
+                            sfn=sfn,
+                            approvals=approvals,
+                            state_machine_arn=machines[tool],
+                            approval_base_url=APPROVAL_BASE,
+                            poll_interval_s=0.05,
+                        )
+                    )
+            approval = load_app("approval")
+            approval.handler.approvals = approvals
+            approval.handler.sfn = sfn
+            approval.handler.now_ms = clock.now_ms
+            return Stack(cloud, clock, sfn, machines, lam, tools, approval)
+
+        stacks: list[Stack] = []
+
+        def routed(region: str, service: str, state_credentials: Any = None) -> Any:
+            if service == "lambda" and stacks:
+                return stacks[-1].lam
+            return original(region, service, state_credentials)
+
+        def factory(**kwargs: Any) -> Stack:
+            stacks.append(build(**kwargs))
+            return stacks[-1]
+
+        with mock.patch.object(lambda_eval_utils, "boto_client_for", routed):
+            yield factory
+
+
+@pytest.fixture
+def stack(stack_factory: Callable[..., Stack]) -> Stack:
+    return stack_factory()
+
+
+def carried_approval(
+    answer: dict[str, Any], *, approved_ago_ms: int, now_ms: int
+) -> dict[str, Any]:
+    """The approval the MCP adapter obtains from the human (form mode) for this request."""
+    approved_at = now_ms - approved_ago_ms
+    return human_approval(answer, issued_at_ms=approved_at - 1_000, approved_at_ms=approved_at)
+
+
+def _record(stack: Stack, text: str) -> str:
+    return remember(stack.invoke, text, "key-" + uuid.uuid4().hex[:12])[1]
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def test_url_mode_approval_runs_the_forget_to_complete(stack: Stack) -> None:
+    record_id = _record(stack, "The nightly backup runs at 02:00 UTC from the replica.")
+    forget = event("forget", record_id=record_id, idempotency_key="forget-url-000001")
+
+    asked = stack.invoke("forget", forget)
+
+    # the first call starts the run and answers with this run's approval page
+    needed = asked["confirmation_required"]
+    assert needed["tool"] == "forget" and needed["target"] == record_id
+    assert needed["approval_url"] == f"{APPROVAL_BASE}/approvals/{needed['approval_id']}"
+    assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True  # nothing yet
+    assert stack.answer_page(needed["approval_url"], approve=True)["statusCode"] == 200
+
+    done = stack.wait_done("forget")
+    retried = value_of(
+        "forget", stack.invoke("forget", {**forget, "audit_id": event("get")["audit_id"]})
+    )
+
+    assert done["status"] == "SUCCEEDED", done
+    output = json.loads(done["output"])
+    assert output["commit"]["result"]["envelope"]["ok"] is True
+    assert output["projections"]["result"] == {"kind": "drop_projection", "status": "complete"}
+    assert retried["replayed"] is True  # the run committed it; the retry reads its receipt
+    assert retried["receipt"]["to_state"] == "tombstoned"
+    assert retried["projection_invalidation"] == "complete"
+    assert stack.invoke("get", event("get", record_id=record_id))["error"]["code"] == "NOT_FOUND"
+    assert stack.lam.steps == [
+        "await_approval",
+        "check_window",
+        "commit_transition",
+        "invalidate_projections",
+        "destroy_keys",
+    ]
+
+
+def test_form_mode_approval_carried_by_the_adapter_commits_in_the_run(stack: Stack) -> None:
+    captured = value_of(
+        "capture",
+        stack.invoke("capture", capture_event("Draft: rotate the signing keys.", "c" * 16)),
+    )
+    withdraw = event("withdraw", candidate_id=captured["candidate_id"], idempotency_key="w" * 16)
+    asked = stack.invoke("withdraw", withdraw)
+    approval = carried_approval(asked, approved_ago_ms=0, now_ms=stack.clock.now_ms())
+
+    answered = value_of("withdraw", stack.invoke("withdraw", {**withdraw, "approval": approval}))
+
+    assert answered["replayed"] is False  # this call brought the approval that committed it
+    assert answered["receipt"]["to_state"] == "withdrawn"
+    done = stack.wait_done("withdraw")
+    assert done["status"] == "SUCCEEDED"
+    assert json.loads(done["output"])["keys"]["result"] == {
+        "kind": "destroy_key",
+        "status": "complete",
+    }
+    assert value_of("withdraw", stack.invoke("withdraw", withdraw))["key_destruction"] == "complete"
+
+
+def test_a_declined_approval_ends_the_run_and_the_call_answers_gate_failed(stack: Stack) -> None:
+    record_id = _record(stack, "Deploys freeze on Fridays after 15:00.")
+    forget = event("forget", record_id=record_id, idempotency_key="forget-declined-1")
+    url = stack.invoke("forget", forget)["confirmation_required"]["approval_url"]
+
+    assert stack.answer_page(url, approve=False)["statusCode"] == 200
+    done = stack.wait_done("forget")
+
+    assert done["status"] == "SUCCEEDED"  # a human decision, not a failed execution
+    assert json.loads(done["output"])["outcome"] == "not_approved"
+    assert stack.invoke("forget", forget)["error"]["code"] == "gate_failed"
+    assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True
+    assert "commit_transition" not in stack.lam.steps
+
+
+def test_an_approval_that_never_comes_times_out_to_gate_failed(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(approval_wait_s=2)
+    record_id = _record(stack, "The on-call rotation changes on Mondays.")
+    forget = event("forget", record_id=record_id, idempotency_key="forget-timeout-1")
+    assert "confirmation_required" in stack.invoke("forget", forget)
+
+    done = stack.wait_done("forget")
+
+    assert done["status"] == "SUCCEEDED"
+    output = json.loads(done["output"])
+    assert output["outcome"] == "not_approved"
+    assert output["error"]["Error"] == "States.Timeout"
+    assert stack.invoke("forget", forget)["error"]["code"] == "gate_failed"
+    assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True
+
+
+def test_an_execution_started_past_the_30_s_window_is_gate_failed(stack: Stack) -> None:
+    record_id = _record(stack, "Staging certificates are renewed by the cert bot.")
+    forget = event("forget", record_id=record_id, idempotency_key="forget-late-0001")
+    asked = stack.invoke("forget", forget)
+    stale = carried_approval(asked, approved_ago_ms=31_000, now_ms=stack.clock.now_ms())
+
+    answered = stack.invoke("forget", {**forget, "approval": stale})
+
+    assert answered["error"]["code"] == "gate_failed"
+    done = stack.wait_done("forget")
+    assert json.loads(done["output"])["error"]["Error"] == "ApprovalWindowExpired"
+    assert "commit_transition" not in stack.lam.steps
+    assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True
+
+
+def test_a_retried_call_never_starts_a_second_run(stack: Stack) -> None:
+    record_id = _record(stack, "Feature flags are cleaned up every quarter.")
+    forget = event("forget", record_id=record_id, idempotency_key="forget-retry-0001")
+
+    first = stack.invoke("forget", forget)["confirmation_required"]
+    again = stack.invoke("forget", {**forget, "audit_id": event("get")["audit_id"]})[
+        "confirmation_required"
+    ]
+
+    assert again["approval_id"] == first["approval_id"]  # the same run, the same page
+    assert len(stack.executions("forget")) == 1
+    stack.answer_page(first["approval_url"], approve=True)
+    stack.wait_done("forget")
+
+    # two racing retries after the commit: both read the one committed receipt
+    results: list[dict[str, Any]] = []
+    racers = [
+        threading.Thread(target=lambda: results.append(stack.invoke("forget", forget)))
+        for _ in range(2)
+    ]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert [value_of("forget", r)["receipt"]["cursor"] for r in results] == [
+        results[0]["output"]["value"]["receipt"]["cursor"]
+    ] * 2
+    assert len(stack.executions("forget")) == 1
+    assert stack.lam.steps.count("commit_transition") == 1
+
+
+def test_the_same_key_for_other_arguments_is_a_digest_conflict(stack: Stack) -> None:
+    first = _record(stack, "Use the EU region for customer data.")
+    second = _record(stack, "Keep audit logs for seven years.")
+    stack.invoke("forget", event("forget", record_id=first, idempotency_key="forget-conflict1"))
+
+    answered = stack.invoke(
+        "forget", event("forget", record_id=second, idempotency_key="forget-conflict1")
+    )
+
+    assert answered["error"]["code"] == "DIGEST_CONFLICT"
+    assert len(stack.executions("forget")) == 1
+
+
+def test_only_the_principal_may_answer_the_page(stack: Stack) -> None:
+    record_id = _record(stack, "Backups are encrypted with the vault key.")
+    url = stack.invoke("forget", event("forget", record_id=record_id))["confirmation_required"][
+        "approval_url"
+    ]
+
+    assert stack.answer_page(url, approve=True, sub="agent-mallory")["statusCode"] == 403
+    assert (
+        stack.sfn.describe_execution(executionArn=stack.executions("forget")[0]["executionArn"])[
+            "status"
+        ]
+        == "RUNNING"
+    )
