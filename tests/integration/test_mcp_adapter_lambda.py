@@ -100,6 +100,11 @@ def adapter(cloud: Cloud) -> Adapter:
     for app in apps.values():
         app.handler.engine = engine
         app.handler.use_gate(None)  # withdraw/forget commit in the function (no state machine)
+    return adapter_over(cloud, apps)
+
+
+def adapter_over(cloud: Cloud, apps: dict[str, Any], clock: Any = None) -> Adapter:
+    """The MCP adapter Lambda in front of the tool functions ``apps`` (invoked in process)."""
     lam = FakeLambdaClient(apps)
     key = Ed25519PrivateKey.generate()
     issuer = TokenIssuer(key, issuer=ISSUER, audience=RESOURCE, kid="k1")
@@ -128,7 +133,7 @@ def adapter(cloud: Cloud) -> Adapter:
             dynamodb_client=cloud.clients["dynamodb"],
             secrets_client=cloud.clients["secretsmanager"],
             jwks_fetcher=lambda url: issuer.public_jwks(),
-            clock=cloud.clock,
+            clock=clock or cloud.clock,
         )
 
     return Adapter(LambdaAdapter(env=env, build=build), lam, issuer, builds)
@@ -283,7 +288,14 @@ def test_a_2026_07_28_call_is_served_statelessly(adapter: Adapter) -> None:
     assert result["structuredContent"]["ok"] is True, result
 
 
-def _modern_call(adapter: Adapter, tool: str, arguments: dict[str, Any], **extra: Any) -> Any:
+def modern_call(
+    adapter: Adapter,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    elicitation: dict[str, Any] | None = None,
+    **extra: Any,
+) -> Any:
     event: dict[str, Any] = json.loads((EVENTS / "mcp_adapter_tools_call.json").read_text())
     event["headers"]["authorization"] = f"Bearer {adapter.token()}"
     event["headers"]["mcp-protocol-version"] = "2026-07-28"
@@ -294,7 +306,9 @@ def _modern_call(adapter: Adapter, tool: str, arguments: dict[str, Any], **extra
         "arguments": arguments,
         "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+            "io.modelcontextprotocol/clientCapabilities": {
+                "elicitation": elicitation if elicitation is not None else {"form": {}}
+            },
         },
         **extra,
     }
@@ -324,10 +338,10 @@ def test_a_forget_is_confirmed_through_the_adapter_and_the_approval_reaches_the_
         "reason_ref": "reason:obsolete",
     }
 
-    asked = _modern_call(adapter, "forget", forget)
+    asked = modern_call(adapter, "forget", forget)
     assert "requestState" in asked and "engram_confirmation" in asked["inputRequests"], asked
     approve = {"engram_confirmation": {"action": "accept", "content": {"approve": True}}}
-    done = _modern_call(
+    done = modern_call(
         adapter, "forget", forget, inputResponses=approve, requestState=asked["requestState"]
     )
     assert done["structuredContent"]["ok"] is True, done
@@ -335,7 +349,7 @@ def test_a_forget_is_confirmed_through_the_adapter_and_the_approval_reaches_the_
     carried = [c["payload"].get("approval") for c in adapter.lam.calls if "forget" in c["function"]]
     assert carried[0] is None and carried[-1]["approval_id"].startswith("rs_")
 
-    replay = _modern_call(
+    replay = modern_call(
         adapter,
         "forget",
         {**forget, "idempotency_key": "forget-adapter-0010"},
@@ -360,8 +374,8 @@ def test_a_declined_forget_is_gate_failed_and_the_record_stays(adapter: Adapter)
         "idempotency_key": "forget-adapter-0011",
         "reason_ref": "reason:obsolete",
     }
-    asked = _modern_call(adapter, "forget", forget)
-    declined = _modern_call(
+    asked = modern_call(adapter, "forget", forget)
+    declined = modern_call(
         adapter,
         "forget",
         forget,

@@ -24,6 +24,7 @@ from unittest import mock
 
 import pytest
 from aws_testing import TABLE
+from test_mcp_adapter_lambda import Adapter, adapter_over, modern_call
 from test_tool_handlers import (
     Cloud,
     FakeLambdaContext,
@@ -388,3 +389,90 @@ def test_only_the_principal_may_answer_the_page(stack: Stack) -> None:
         ]
         == "RUNNING"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Through the MCP adapter: the confirmation as the agent's client sees it
+# --------------------------------------------------------------------------------------------
+
+
+def _forget_through(adapter: Adapter, text: str, key: str) -> tuple[str, dict[str, Any]]:
+    captured = adapter.call("capture", capture_event(text, f"capture-{key}-0000000")["arguments"])
+    candidate_id = captured["result"]["structuredContent"]["output"]["value"]["candidate_id"]
+    admitted = adapter.call(
+        "request_admission",
+        event("request_admission", candidate_id=candidate_id, idempotency_key=f"admit-{key}-00000000")[
+            "arguments"
+        ],
+    )["result"]["structuredContent"]["output"]["value"]["outcome"]
+    forget = {
+        "record_id": admitted["record_id"],
+        "idempotency_key": f"forget-{key}-0000000",
+        "reason_ref": "reason:obsolete",
+    }
+    return admitted["record_id"], forget
+
+
+def test_a_2025_11_25_client_gets_a_url_elicitation_and_its_retry_the_receipt(
+    stack: Stack,
+) -> None:
+    adapter = adapter_over(stack.cloud, stack.tools, clock=stack.clock)
+    record_id, forget = _forget_through(adapter, "The VPN config lives in the ops repo.", "url-a")
+
+    asked = adapter.call("forget", forget)
+
+    error = asked["error"]
+    assert error["code"] == -32042, asked  # URL elicitation required
+    (elicitation,) = error["data"]["elicitations"]
+    assert elicitation["mode"] == "url"
+    assert elicitation["url"].startswith(f"{APPROVAL_BASE}/approvals/apr_")
+    assert elicitation["elicitationId"] == elicitation["url"].rsplit("/", 1)[1]
+    assert "forget" in elicitation["message"] and record_id in elicitation["message"]
+    assert stack.answer_page(elicitation["url"], approve=True)["statusCode"] == 200
+    stack.wait_done("forget")
+
+    done = adapter.call("forget", forget)["result"]["structuredContent"]
+
+    assert done["ok"] is True, done
+    assert done["output"]["value"]["receipt"]["to_state"] == "tombstoned"
+    assert done["output"]["value"]["projection_invalidation"] == "complete"
+    gone = adapter.call("get", {"record_id": record_id, "purpose_ref": "purpose:general"})
+    assert gone["result"]["structuredContent"]["error"]["code"] == "NOT_FOUND"
+
+
+def test_a_2026_07_28_client_that_opens_urls_gets_the_page_as_input_required(
+    stack: Stack,
+) -> None:
+    adapter = adapter_over(stack.cloud, stack.tools, clock=stack.clock)
+    _, forget = _forget_through(adapter, "Rotate the webhook secret yearly.", "url-b")
+    both = {"form": {}, "url": {}}
+
+    asked = modern_call(adapter, "forget", forget, elicitation=both)
+
+    request = asked["inputRequests"]["engram_confirmation"]
+    assert request["method"] == "elicitation/create"
+    assert request["params"]["mode"] == "url"
+    url = request["params"]["url"]
+    stack.answer_page(url, approve=True)
+    stack.wait_done("forget")
+    accepted = {"engram_confirmation": {"action": "accept"}}  # the user opened the page
+    done = modern_call(adapter, "forget", forget, elicitation=both, inputResponses=accepted)
+    assert done["structuredContent"]["ok"] is True, done
+    assert done["structuredContent"]["output"]["value"]["receipt"]["to_state"] == "tombstoned"
+
+
+def test_a_form_only_client_confirms_in_a_round_trip_and_the_run_commits(stack: Stack) -> None:
+    adapter = adapter_over(stack.cloud, stack.tools, clock=stack.clock)
+    _, forget = _forget_through(adapter, "Archive the 2024 incident reports.", "form-c")
+
+    asked = modern_call(adapter, "forget", forget)
+    assert asked["inputRequests"]["engram_confirmation"]["params"].get("mode", "form") == "form"
+    approve = {"engram_confirmation": {"action": "accept", "content": {"approve": True}}}
+    done = modern_call(
+        adapter, "forget", forget, inputResponses=approve, requestState=asked["requestState"]
+    )
+
+    value = done["structuredContent"]["output"]["value"]
+    assert value["receipt"]["to_state"] == "tombstoned" and value["replayed"] is False
+    assert stack.wait_done("forget")["status"] == "SUCCEEDED"
+    assert stack.lam.steps.count("commit_transition") == 1

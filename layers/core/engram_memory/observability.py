@@ -122,6 +122,10 @@ def get_tracer() -> Tracer:
 def instrumented(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     """``handler`` as a Powertools Lambda handler: Lambda context in every log line (never the
     event), an X-Ray segment (never the response), the cold-start metric, a metrics flush."""
+    # The metrics are single metrics, emitted as they happen: the decorator's final flush is
+    # expected to find nothing left to publish. One process-wide filter for that one message
+    # (catch_warnings per call is not thread-safe).
+    warnings.filterwarnings("ignore", message="No application metrics to publish")
     logger, tracer, metrics = get_logger(), get_tracer(), get_metrics()
     wrapped = metrics.log_metrics(capture_cold_start_metric=True)(handler)
     wrapped = tracer.capture_lambda_handler(capture_response=False)(wrapped)
@@ -129,11 +133,7 @@ def instrumented(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any
 
     @functools.wraps(handler)
     def entry(event: Any, context: Any) -> Any:
-        with warnings.catch_warnings():
-            # The metrics are single metrics, emitted as they happen: the decorator's final
-            # flush is expected to find nothing left to publish.
-            warnings.filterwarnings("ignore", message="No application metrics to publish")
-            return wrapped(event, context)
+        return wrapped(event, context)
 
     return entry
 

@@ -6,6 +6,9 @@
   ``Approval`` (or a refusal) for the engine to check.
 - 2025-11-25: ``StreamConfirmations`` sends ``elicitation/create`` on the request's own stream and
   waits for the answer (the engine runs in a worker thread; the elicitation runs on the event loop).
+- URL mode (cloud): withdraw/forget run in a Step Functions execution with its own approval page;
+  when the client can open URLs, the adapter raises ``UrlConfirmationRequired`` and the surface
+  answers with a URL elicitation instead of a form.
 """
 
 from __future__ import annotations
@@ -52,6 +55,36 @@ def can_elicit(capabilities: types.ClientCapabilities | None) -> bool:
     return capabilities is not None and capabilities.elicitation is not None
 
 
+def can_open_url(capabilities: types.ClientCapabilities | None) -> bool:
+    """Did the client declare URL-mode elicitation (2025-11-25 and later)?"""
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    return elicitation is not None and elicitation.url is not None
+
+
+class UrlConfirmationRequired(Exception):
+    """The confirmation happens on an approval page the human signs in to (cloud, URL mode).
+
+    Raised by the cloud adapter's engine when the tool function answered with the page of its
+    run and the client can open URLs; the surface answers with a URL elicitation (an
+    ``InputRequiredResult`` on 2026-07-28, the -32042 error on 2025-11-25). Once the human has
+    answered on the page, the client's retry of the same call gets the committed receipt.
+    """
+
+    def __init__(self, request: ConfirmationRequest, url: str, elicitation_id: str) -> None:
+        super().__init__("confirmation by URL required")
+        self.request = request
+        self.url = url
+        self.elicitation_id = elicitation_id
+
+    def params(self) -> types.ElicitRequestURLParams:
+        return types.ElicitRequestURLParams(
+            message=elicitation_message(self.request)
+            + "\n\nOpen the approval page, sign in, and answer; then retry the same call.",
+            url=self.url,
+            elicitation_id=self.elicitation_id,
+        )
+
+
 def state_for(request: ConfirmationRequest, issued_at_ms: int) -> ConfirmationState:
     return ConfirmationState(
         nonce="rs_" + uuid.uuid4().hex,
@@ -80,6 +113,10 @@ class RoundTripConfirmations:
         self._capabilities = capabilities
         self._state = state
         self._answer = answer
+
+    def opens_urls(self) -> bool:
+        """URL mode is preferred where the host offers it: the human signs in on the page."""
+        return can_open_url(self._capabilities)
 
     def request_approval(self, request: ConfirmationRequest) -> Approval:
         if not can_elicit(self._capabilities):
@@ -116,6 +153,13 @@ class StreamConfirmations:
         self._clock = clock
         self._session = session
         self._request_id = request_id
+
+    def opens_urls(self) -> bool:
+        """A client that declared URL elicitation; also a stateless 2025-11-25 request, which
+        declares nothing (no ``initialize`` on this connection): the -32042 answer is the one
+        way such a client can reach the human, and one that cannot open it sees an error."""
+        capabilities = self._session.client_capabilities
+        return capabilities is None or can_open_url(capabilities)
 
     def request_approval(self, request: ConfirmationRequest) -> Approval:
         if not can_elicit(self._session.client_capabilities) or not self._session.can_send_request:

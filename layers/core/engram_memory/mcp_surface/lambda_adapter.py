@@ -60,6 +60,7 @@ from ..engine.ports import (
 from ..host.config import HostConfig, RetentionConfig
 from ..host.tokens import TokenVerifier
 from ..observability import instrumented
+from .confirmations import UrlConfirmationRequired
 from .request_state import RequestStateSealer
 from .server import EngramMcp, SurfaceRuntime
 from .transports import MCP_PATH, BearerVerifier, _issuer_url
@@ -151,10 +152,12 @@ class LambdaToolEngine:
     ) -> dict[str, Any]:
         """Run ``tool`` in its function; the envelope, or a ``ProtocolRefusal``.
 
-        A call that needs a human approval comes back as ``confirmation_required``: the
-        surface's ``confirmations`` obtain it (raising ``ConfirmationPending`` to ask the human
-        first), and the function is invoked again carrying the approval, which its engine
-        checks and consumes like any other.
+        A call that needs a human approval comes back as ``confirmation_required``. With an
+        ``approval_url`` (withdraw/forget: the page of their Step Functions run) and a client
+        that opens URLs, ``UrlConfirmationRequired`` sends the human there. Otherwise the
+        surface's ``confirmations`` obtain the approval (raising ``ConfirmationPending`` to ask
+        the human first), and the function is invoked again carrying it: the function's engine
+        (or the run it hands it to) checks and consumes it like any other.
         """
         if tool not in TOOLS or tool not in ctx.grants:
             self._audit(tool, ctx, ctx.audit_id, "PROTOCOL_UNKNOWN_TOOL")
@@ -178,6 +181,11 @@ class LambdaToolEngine:
                 raise TrustedContextUnavailable() from None
             if confirmations is None:
                 raise TrustedContextUnavailable()
+            url = answer["confirmation_required"].get("approval_url")
+            opens_urls = getattr(confirmations, "opens_urls", None)
+            if isinstance(url, str) and opens_urls is not None and opens_urls():
+                elicitation_id = str(answer["confirmation_required"].get("approval_id", ""))
+                raise UrlConfirmationRequired(request, url, elicitation_id)
             try:
                 approval = confirmations.request_approval(request)
             except ConfirmationDeclined:

@@ -11,7 +11,7 @@ import anyio.to_thread
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
@@ -34,6 +34,7 @@ from .confirmations import (
     APPROVAL_SCHEMA,
     RoundTripConfirmations,
     StreamConfirmations,
+    UrlConfirmationRequired,
     elicitation_message,
     state_for,
 )
@@ -214,6 +215,12 @@ class EngramMcp:
             )
         except ProtocolRefusal as refusal:
             raise _refusal(refusal) from None
+        except UrlConfirmationRequired as needed:
+            if modern:
+                return types.InputRequiredResult(
+                    input_requests={ANSWER_KEY: types.ElicitRequest(params=needed.params())}
+                )
+            raise UrlElicitationRequiredError([needed.params()]) from None
         except ConfirmationPending as pending:
             state = state_for(pending.request, self.runtime.clock.now_ms())
             return types.InputRequiredResult(
