@@ -401,9 +401,9 @@ def _forget_through(adapter: Adapter, text: str, key: str) -> tuple[str, dict[st
     candidate_id = captured["result"]["structuredContent"]["output"]["value"]["candidate_id"]
     admitted = adapter.call(
         "request_admission",
-        event("request_admission", candidate_id=candidate_id, idempotency_key=f"admit-{key}-00000000")[
-            "arguments"
-        ],
+        event(
+            "request_admission", candidate_id=candidate_id, idempotency_key=f"admit-{key}-00000000"
+        )["arguments"],
     )["result"]["structuredContent"]["output"]["value"]["outcome"]
     forget = {
         "record_id": admitted["record_id"],

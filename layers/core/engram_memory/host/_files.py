@@ -7,7 +7,7 @@ import os
 import secrets
 from pathlib import Path
 
-from ..adapters.local.vault import _fsync_dir, _make_private_dirs, _write_all
+from ..adapters.local.private_files import fsync_dir, make_private_dirs, write_all
 
 
 def write_private_file(path: Path, data: bytes, *, replace: bool) -> bool:
@@ -18,14 +18,14 @@ def write_private_file(path: Path, data: bytes, *, replace: bool) -> bool:
     is ``False``; otherwise the file is written (``os.replace``) and the result is ``True``.
     """
     path = Path(path)
-    _make_private_dirs(path.parent)
+    make_private_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     written = True
     try:
         try:
             os.fchmod(fd, 0o600)
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -39,5 +39,5 @@ def write_private_file(path: Path, data: bytes, *, replace: bool) -> bool:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return written

@@ -33,6 +33,7 @@ from aws_encryption_sdk import Algorithm, CommitmentPolicy
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from engram_memory.adapters.local.private_files import fsync_dir, make_private_dirs, write_all
 from engram_memory.adapters.sealing import KEY_NAMESPACE, decrypt_message, encryption_context
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
@@ -197,7 +198,7 @@ class LocalVault:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            _make_private_dirs(self._path.parent)
+            make_private_dirs(self._path.parent)
             _create_private_file(self._path)
         except OSError as exc:
             raise VaultUnavailable("the local vault key file cannot be created") from exc
@@ -257,13 +258,13 @@ def load_or_create_master_key(path: Path) -> bytes:
         return _read_master_key(path)
     except FileNotFoundError:
         pass
-    _make_private_dirs(path.parent)
+    make_private_dirs(path.parent)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         try:
             os.fchmod(fd, 0o600)
-            _write_all(fd, secrets.token_bytes(_KEY_BYTES))
+            write_all(fd, secrets.token_bytes(_KEY_BYTES))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -272,7 +273,7 @@ def load_or_create_master_key(path: Path) -> bytes:
             os.link(tmp, path)
     finally:
         os.unlink(tmp)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return _read_master_key(path)
 
 
@@ -298,40 +299,9 @@ def _read_master_key(path: Path) -> bytes:
     return key
 
 
-def _make_private_dirs(directory: Path) -> None:
-    missing: list[Path] = []
-    current = directory
-    while not current.exists():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for path in reversed(missing):
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
-
-
 def _create_private_file(path: Path) -> None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
     finally:
         os.close(fd)
