@@ -880,6 +880,26 @@ def test_every_name_the_dashboard_substitutes_exists_in_the_template() -> None:
             assert name in known, name
 
 
+# The dimension sets the code emits (pinned by the EMF tests in tests/integration: ToolCalls and
+# GateFailed in test_tool_handlers, ProjectionLagMs in test_workflow_lambdas). A CloudWatch
+# SCHEMA() query matches only metrics with exactly its dimension set.
+EMITTED_DIMENSIONS = {
+    "ToolCalls": {"service", "tool", "code"},
+    "GateFailed": {"service", "tool"},
+    "AdmissionOutcome": {"service", "status"},
+    "ProjectionLagMs": {"service", "workflow"},
+}
+SCHEMA_QUERY = re.compile(r'SELECT \w+\((\w+)\) FROM SCHEMA\("EngramMemory", ([\w, ]+)\)')
+
+
+def test_every_dashboard_query_matches_the_dimensions_the_code_emits() -> None:
+    body = dashboard_path().read_text(encoding="utf-8")
+    queries = SCHEMA_QUERY.findall(body.replace('\\"', '"'))
+    assert {metric for metric, _ in queries} == set(EMITTED_DIMENSIONS)
+    for metric, dimensions in queries:
+        assert {d.strip() for d in dimensions.split(",")} == EMITTED_DIMENSIONS[metric], metric
+
+
 def test_every_function_has_an_errors_alarm_on_the_alarm_topic() -> None:
     alarmed = {
         ref_target(a["Properties"]["Dimensions"][0]["Value"])
