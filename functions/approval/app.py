@@ -75,6 +75,10 @@ def _answer(event: Mapping[str, Any]) -> bool | None:
     return answer if isinstance(answer, bool) else None
 
 
+# What Step Functions answers for a task token nobody waits on any more.
+_ENDED_WAIT = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
+
+
 def _agent_token(claims: Mapping[str, Any], env: Mapping[str, str]) -> bool:
     """Does the token's ``aud`` include the MCP resource URI (an agent's token)?
 
@@ -149,16 +153,25 @@ class ApprovalHandler:
         taken = approvals.take(approval_id, now)
         if taken is None or taken.task_token is None:
             return _json(410, {"error": "approval already answered"})
-        if approve:
-            record = taken.record(approved_at_ms=now)
-            sfn.send_task_success(taskToken=taken.task_token, output=record.model_dump_json())
-            return _json(200, {"approval_id": approval_id, "status": "approved"})
-        sfn.send_task_failure(
-            taskToken=taken.task_token,
-            error="ApprovalDeclined",
-            cause="The human declined the operation.",
-        )
-        return _json(200, {"approval_id": approval_id, "status": "declined"})
+        from botocore.exceptions import ClientError
+
+        try:
+            if approve:
+                record = taken.record(approved_at_ms=now)
+                sfn.send_task_success(taskToken=taken.task_token, output=record.model_dump_json())
+            else:
+                sfn.send_task_failure(
+                    taskToken=taken.task_token,
+                    error="ApprovalDeclined",
+                    cause="The human declined the operation.",
+                )
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in _ENDED_WAIT:  # the run stopped waiting (its 300 s ran out, or it ended)
+                return _json(410, {"error": "approval expired"})
+            raise
+        status = "approved" if approve else "declined"
+        return _json(200, {"approval_id": approval_id, "status": status})
 
 
 handler = ApprovalHandler()

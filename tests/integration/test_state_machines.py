@@ -122,6 +122,14 @@ class Stack:
                 return described
             time.sleep(0.1)
 
+    def parked_approval_id(self) -> str:
+        """The approval id the (one) forget run parked."""
+        (execution,) = self.executions("forget")
+        approvals = ApprovalStore(self.cloud.clients["dynamodb"], TABLE)
+        parked = approvals.for_execution(execution["name"])
+        assert parked is not None
+        return parked.approval_id
+
     def answer_page(self, url: str, approve: bool, sub: str = PRINCIPAL) -> dict[str, Any]:
         approval_id = url.rsplit("/", 1)[1]
         response: dict[str, Any] = self.approval.handler(
@@ -314,6 +322,10 @@ def test_an_approval_that_never_comes_times_out_to_gate_failed(
     assert output["outcome"] == "not_approved"
     assert output["error"]["Error"] == "States.Timeout"
     assert stack.invoke("forget", forget)["error"]["code"] == "gate_failed"
+    assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True
+    # a human who answers after the run stopped waiting is told so, and nothing happens
+    url = f"{APPROVAL_BASE}/approvals/{stack.parked_approval_id()}"
+    assert stack.answer_page(url, approve=True)["statusCode"] == 410
     assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True
 
 
