@@ -38,6 +38,7 @@ from engram_memory.aws_composition import (
     ToolInvocation,
     ToolName,
     build_engine,
+    build_execution_gate,
     context_from_event,
     request_of,
 )
@@ -675,6 +676,55 @@ def test_an_invalid_variable_is_a_configuration_error(cloud: Cloud, name: str, v
 
     with pytest.raises(ConfigurationError, match=name):
         build_engine(env, secrets_client=cloud.clients["secretsmanager"])
+
+
+GATE_ENV = {
+    "ENGRAM_FORGET_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:engram-dev-forget",
+    "ENGRAM_WITHDRAW_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:engram-dev-withdraw",
+    "ENGRAM_APPROVAL_BASE_URL": "https://memory.example.com",
+}
+
+
+@pytest.mark.parametrize("tool", ["withdraw", "forget"])
+def test_a_gated_function_wires_its_own_state_machine(cloud: Cloud, tool: str) -> None:
+    gate = build_execution_gate(tool, {**cloud.env, **GATE_ENV})
+
+    assert gate.state_machine_arn == GATE_ENV[f"ENGRAM_{tool.upper()}_STATE_MACHINE_ARN"]
+    assert gate.approval_base_url == "https://memory.example.com"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("ENGRAM_FORGET_STATE_MACHINE_ARN", None),
+        ("ENGRAM_APPROVAL_BASE_URL", None),
+        ("ENGRAM_APPROVAL_BASE_URL", "http://memory.example.com"),
+    ],
+)
+def test_a_gate_without_its_variables_is_a_configuration_error(
+    cloud: Cloud, name: str, value: str | None
+) -> None:
+    env = {**cloud.env, **GATE_ENV}
+    if value is None:
+        del env[name]
+    else:
+        env[name] = value
+
+    with pytest.raises(ConfigurationError, match=name):
+        build_execution_gate("forget", env)
+    # and the handler fails the invocation (a Lambda error), never answering without its gate
+    app = load_app("forget")
+    app.handler.engine = cloud.engine()
+    app.handler._env = env
+    with pytest.raises(ConfigurationError, match=name):
+        app.handler(event("forget"), FakeLambdaContext())
+
+
+def test_only_withdraw_and_forget_have_a_gate(cloud: Cloud) -> None:
+    for tool in ("search", "get", "capture", "request_admission"):
+        app = load_app(tool)
+        app.handler.engine = cloud.engine()
+        assert app.handler._gate() is None
 
 
 def test_a_short_or_unreadable_cursor_secret_is_a_configuration_error(cloud: Cloud) -> None:
