@@ -25,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
         help="call the tools through the embedded MCP HTTP endpoint instead of Engine.handle",
     )
     parser.add_argument(
+        "--fusion",
+        choices=["minmax", "rrf"],
+        default="minmax",
+        help="how hybrid fuses the two lists (the host's search.fusion; default minmax)",
+    )
+    parser.add_argument(
         "--data-dir", type=Path, help="keep the engine's data here (default: a temporary folder)"
     )
     args = parser.parse_args(argv)
@@ -32,7 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     if not conversations:
         parser.error(f"no *.json conversation in {args.directory}")
     profiles = list(PROFILES) if args.profile == "all" else [args.profile]
-    result = run_benchmark(conversations, profiles, via_mcp=args.via_mcp, data_dir=args.data_dir)
+    result = run_benchmark(
+        conversations,
+        profiles,
+        via_mcp=args.via_mcp,
+        data_dir=args.data_dir,
+        fusion=args.fusion,
+    )
     print(table(result))
     if args.json_path is not None:
         args.json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

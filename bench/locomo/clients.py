@@ -16,6 +16,7 @@ from typing import Any
 from engram_memory.bootstrap import open_embedded
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.service import Engine, new_audit_id
+from engram_memory.host.config import HostConfig
 
 from .runner import PRINCIPAL, PURPOSE, TENANT
 
@@ -39,26 +40,41 @@ class EngineClient:
         return self.engine.handle(tool, arguments, ctx)
 
 
-@contextmanager
-def open_clients(
-    data_dir: Path, profiles: Sequence[str], via_mcp: bool
-) -> Iterator[dict[str, Any]]:
-    if via_mcp:
-        raise SystemExit("--via-mcp is not implemented yet")
+def engine_options(profiles: Sequence[str], fusion: str) -> dict[str, dict[str, Any]]:
+    """``open_embedded`` options per profile; one local embedder shared by the semantic ones."""
+    config = HostConfig.model_validate({"search": {"fusion": fusion}})
     embedder = None
     if any(p in SEMANTIC_MODES for p in profiles):
         from engram_memory.adapters.local.embedder import load_local_embedder
 
         embedder = load_local_embedder()
+    return {
+        profile: {"config": config}
+        | (
+            {"embedder": embedder, "semantic_mode": SEMANTIC_MODES[profile]}
+            if profile in SEMANTIC_MODES
+            else {}
+        )
+        for profile in profiles
+    }
+
+
+@contextmanager
+def open_clients(
+    data_dir: Path, profiles: Sequence[str], via_mcp: bool, fusion: str = "minmax"
+) -> Iterator[dict[str, Any]]:
+    options = engine_options(profiles, fusion)
+    if via_mcp:
+        from .mcp_client import open_mcp_clients
+
+        with open_mcp_clients(data_dir, options) as mcp_clients:
+            yield dict(mcp_clients)
+        return
+    data_dir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         clients: dict[str, Any] = {}
         for profile in profiles:
-            if profile in SEMANTIC_MODES:
-                host = open_embedded(
-                    data_dir, embedder=embedder, semantic_mode=SEMANTIC_MODES[profile]
-                )
-            else:
-                host = open_embedded(data_dir)
+            host = open_embedded(data_dir, **options[profile])
             stack.callback(host.close)
             clients[profile] = EngineClient(host.engine)
         yield clients

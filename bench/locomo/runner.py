@@ -190,12 +190,16 @@ def run_benchmark(
     *,
     via_mcp: bool = False,
     data_dir: Path | None = None,
+    fusion: str = "minmax",
 ) -> dict[str, Any]:
     """Ingest every conversation once, then ask every question under each profile."""
     from .clients import open_clients  # the engram_memory imports happen here, not at import
 
     run = Run()
-    with _data_dir(data_dir) as directory, open_clients(directory, profiles, via_mcp) as clients:
+    with (
+        _data_dir(data_dir) as directory,
+        open_clients(directory, profiles, via_mcp, fusion) as clients,
+    ):
         # Ingest once, through an engine that also writes vectors when a profile needs them.
         ingest_client = clients[
             next((p for p in ("hybrid", "semantic") if p in profiles), profiles[0])
@@ -205,7 +209,9 @@ def run_benchmark(
         for profile in profiles:
             for conversation in conversations:
                 ask(clients[profile], profile, conversation, run)
-    return report(run, conversations, "mcp-http" if via_mcp else "engine")
+    result = report(run, conversations, "mcp-http" if via_mcp else "engine")
+    result["fusion"] = fusion
+    return result
 
 
 @contextmanager

