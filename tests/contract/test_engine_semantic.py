@@ -102,21 +102,45 @@ def test_a_forgotten_record_vector_is_gone_from_the_vector_index(
     assert search(semantic_harness, "kitten rug")["records"] == []
 
 
-def test_an_embedder_failure_is_ranking_unavailable_never_a_lexical_fallback(
+def test_an_embedder_failure_is_ranking_unavailable_when_semantic_is_required(
     semantic_harness: Harness,
 ) -> None:
-    semantic_harness.remember("The cat sleeps on the mat by the door.")
+    record_id = semantic_harness.remember("The cat sleeps on the mat by the door.")
     embedder = semantic_harness.engine.embedder
     assert isinstance(embedder, HashingEmbedder)
     embedder.unavailable = True
     args = {"query": "cat", "purpose_ref": PURPOSE}
-    assert semantic_harness.error("search", args) == "RANKING_UNAVAILABLE"
-    assert (
-        semantic_harness.error(
-            "search", {**args, "capability_policy": BOTH["lexical_and_semantic"]}
-        )
-        == "RANKING_UNAVAILABLE"
-    )
+    required = {**args, "capability_policy": BOTH["lexical_and_semantic"]}
+    assert semantic_harness.error("search", required) == "RANKING_UNAVAILABLE"
+    # Only lexical required: the lexical ranking, and the receipt says so (no silent downgrade).
+    value = semantic_harness.ok("search", args)
+    assert ids(value) == [record_id]
+    assert value["rank_receipt"]["profile"] == "offline_lexical_v1"
+    assert value["rank_receipt"]["profile_config_digest"] == lexical.PROFILE_CONFIG_DIGEST
+
+
+def test_a_vector_index_failure_is_ranking_unavailable_when_semantic_is_required(
+    tmp_path: Path,
+) -> None:
+    from engram_memory.engine.ports import IndexUnavailable
+
+    h = embedded_harness(tmp_path, embedder=HashingEmbedder())
+    try:
+        h.remember("The cat sleeps on the mat by the door.")
+        vectors: Any = h.engine.vectors
+
+        def down(*_: Any) -> list[IndexHit]:
+            raise IndexUnavailable("down")
+
+        vectors.nearest = down
+        required = {
+            "query": "cat",
+            "purpose_ref": PURPOSE,
+            **{"capability_policy": BOTH["lexical_and_semantic"]},
+        }
+        assert h.error("search", required) == "RANKING_UNAVAILABLE"
+    finally:
+        h.close()
 
 
 def test_without_an_embedder_lexical_and_semantic_is_ranking_unavailable(

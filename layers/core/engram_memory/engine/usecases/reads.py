@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ...contract.canonical import canonical_bytes, digest, digest_without
@@ -25,6 +26,8 @@ from ..records import (
     scope_ref,
 )
 from ..redaction import redact
+
+log = logging.getLogger(__name__)
 
 
 def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
@@ -51,7 +54,8 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
     )
     head = k.read(lambda: k.store.head(call.scope))
 
-    hits, ranked, rows, profile = _rank(k, call, args.query, now)
+    require_semantic = args.capability_policy.minimum_channels == "lexical_and_semantic"
+    hits, ranked, rows, profile = _rank(k, call, args.query, now, require_semantic)
     ordered_ids = [h.record_id for h in ranked]
     ordered_digest = digest("ordered-ids", ordered_ids)
 
@@ -132,31 +136,42 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
 
 
 def _rank(
-    k: Kernel, call: Call, query: str, now: int
+    k: Kernel, call: Call, query: str, now: int, require_semantic: bool
 ) -> tuple[list[IndexHit], list[IndexHit], dict[str, RecordRow], dict[str, str]]:
     """Query the channels, revalidate each list against the store, fuse.
 
     Returns every index hit (the candidates), the eligible records in rank order, their rows,
     and the rank receipt's profile fields (``profile``, version, config digest, formula).
+
+    When the semantic channel fails (embedder or vector index down): ``RANKING_UNAVAILABLE`` if
+    the caller required ``lexical_and_semantic`` (or the host ranks by vectors alone), else the
+    lexical ranking, and the receipt names the profile that ran (``offline_lexical_v1``).
     """
-    lexical_on = not k.semantic_available or k.settings.semantic_mode == "hybrid"
+    semantic_on = k.semantic_available
+    lexical_on = not semantic_on or k.settings.semantic_mode == "hybrid"
     depth = k.settings.rank_depth
     terms = lexical.query_terms(query) if lexical_on else []
     try:
         lexical_hits = k.lexical.search(call.scope, terms, depth) if terms else []
-        semantic_hits: list[IndexHit] = []
-        if k.embedder is not None and k.vectors is not None:
+    except IndexUnavailable:
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
+    semantic_hits: list[IndexHit] = []
+    if k.embedder is not None and k.vectors is not None:
+        try:
             (vector,) = k.embedder.embed([query])
             semantic_hits = k.vectors.nearest(call.scope, vector, depth)
-    except (IndexUnavailable, EmbedderUnavailable):
-        raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
+        except (IndexUnavailable, EmbedderUnavailable):
+            if require_semantic or not lexical_on:
+                raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
+            log.warning("semantic channel down: lexical ranking only")
+            semantic_on = False
     hits = list({h.record_id: h for h in [*lexical_hits, *semantic_hits]}.values())
     rows = k.read(lambda: k.store.records_get(call.scope, [h.record_id for h in hits]))
 
     def eligible(channel: list[IndexHit]) -> list[IndexHit]:
         return [h for h in channel if h.record_id in rows and k.eligible(rows[h.record_id], now)]
 
-    if k.embedder is None or k.vectors is None:
+    if not semantic_on or k.embedder is None or k.vectors is None:
         profile = {
             "profile": lexical.PROFILE,
             "profile_version": lexical.PROFILE_VERSION,
