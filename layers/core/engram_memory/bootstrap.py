@@ -16,6 +16,7 @@ Backups copy ``engram.db`` only, so destroying a candidate key shreds every copy
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -27,7 +28,16 @@ from .adapters.local.clock import SystemClock
 from .adapters.local.confirmation import AskHuman, InProcessConfirmations
 from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore, SqliteVectorIndex
 from .adapters.local.vault import LocalVault, load_or_create_master_key
-from .engine.ports import AdmissionPolicy, AuditSink, Clock, ConfirmationWorkflow, Embedder
+from .engine import lexical, semantic
+from .engine.ports import (
+    AdmissionPolicy,
+    AuditSink,
+    Clock,
+    ConfirmationWorkflow,
+    Embedder,
+    EmbedderUnavailable,
+)
+from .engine.records import decode
 from .engine.service import Engine, EngineSettings
 from .host.config import (
     HostConfig,
@@ -117,8 +127,28 @@ def open_embedded(
         embedder=embedder,
         vector_index=SqliteVectorIndex(store) if embedder is not None else None,
     )
+    _refresh_projections(store, embedder)
     return EmbeddedHost(
         data_dir=data_dir, engine=engine, store=store, vault=vault, audit=audit, config=config
+    )
+
+
+def _refresh_projections(store: SqliteStore, embedder: Embedder | None) -> None:
+    """Re-index what an analyzer change or a newly enabled embedder made stale (usually nothing:
+    a check of one row). The records' bodies in the store are the source."""
+
+    def fields_of(body: bytes) -> Mapping[str, str]:
+        return lexical.projection_fields(decode(body))
+
+    def vector_of(body: bytes) -> tuple[float, ...] | None:
+        assert embedder is not None
+        try:
+            return semantic.record_vector(embedder, decode(body))
+        except EmbedderUnavailable:
+            return None
+
+    store.refresh_projections(
+        lexical.PROFILE_CONFIG_DIGEST, fields_of, vector_of if embedder is not None else None
     )
 
 

@@ -22,7 +22,7 @@ import sqlite3
 import sys
 import threading
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
@@ -42,6 +42,7 @@ from ...engine.ports import (
     LedgerEntry,
     OutboxItem,
     ProjectionChange,
+    ProjectionDoc,
     RecordRow,
     StoreUnavailable,
 )
@@ -98,6 +99,8 @@ CREATE TABLE IF NOT EXISTS used_nonces (
 CREATE TABLE IF NOT EXISTS outbox (
     item_id TEXT PRIMARY KEY, kind TEXT NOT NULL, tenant_id TEXT NOT NULL,
     workspace_id TEXT NOT NULL, target TEXT NOT NULL, surface TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS store_meta (
+    key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS lexical_tables (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, table_name TEXT NOT NULL UNIQUE,
     PRIMARY KEY (tenant_id, workspace_id)) WITHOUT ROWID;
@@ -704,6 +707,70 @@ class SqliteStore:
                 (record_id,),
             ).fetchone()
         return row is not None
+
+    # -- keeping projections current across analyzer and embedder changes -----------------------
+
+    def refresh_projections(
+        self,
+        lexical_version: str,
+        fields_of: Callable[[bytes], Mapping[str, str]],
+        vector_of: Callable[[bytes], tuple[float, ...] | None] | None = None,
+    ) -> int:
+        """Re-project the records whose projection is stale; return how many were re-projected.
+
+        Every projected record when the lexical analyzer's version differs from the one this
+        database was indexed with (a database from before versions were recorded counts as
+        stale); with ``vector_of`` (a semantic host), every projected record without a vector.
+        A record's vector is kept when only its lexical fields are rebuilt. Each record is
+        re-projected in its own transaction, from the record body in the canonical store.
+        """
+        with self._guard():
+            conn = self._conn()
+            row = conn.execute(
+                "SELECT value FROM store_meta WHERE key = 'lexical_version'"
+            ).fetchone()
+            projected = conn.execute(
+                "SELECT tenant_id, workspace_id, record_id, body FROM records "
+                "WHERE lex_rowid IS NOT NULL AND body IS NOT NULL ORDER BY tenant_id, "
+                "workspace_id, record_id"
+            ).fetchall()
+        stale_lexical = (row is None and bool(projected)) or (
+            row is not None and row[0] != lexical_version
+        )
+        done = 0
+        for tenant_id, workspace_id, record_id, raw in projected:
+            if not stale_lexical and vector_of is None:
+                break
+            scope, body = Scope(tenant_id, workspace_id), _as_bytes(raw)
+            vector = self.vector_get(scope, record_id)
+            if vector is None and vector_of is not None:
+                vector = vector_of(body)
+            elif not stale_lexical:
+                continue
+            doc = ProjectionDoc(record_id, fields_of(body), vector)
+            self.lexical_apply(scope, ProjectionChange(upsert=doc))
+            done += 1
+        with self._guard():
+            self._conn().execute(
+                "INSERT INTO store_meta VALUES ('lexical_version', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (lexical_version,),
+            )
+        return done
+
+    def vector_get(self, scope: Scope, record_id: str) -> tuple[float, ...] | None:
+        with self._guard():
+            conn = self._conn()
+            table = self._vector_table(conn, scope, create=False)
+            row = (
+                conn.execute(
+                    f"SELECT vector FROM {table} WHERE record_id = ?",  # noqa: S608
+                    (record_id,),
+                ).fetchone()
+                if table is not None
+                else None
+            )
+        return None if row is None else tuple(_unpack(_as_bytes(row[0])))
 
     # -- inspection for operators and tests ------------------------------------------------------
 
