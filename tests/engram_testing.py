@@ -14,8 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from engram_memory.adapters.local.audit import MemoryAuditLog
-from engram_memory.adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore
+from engram_memory.adapters.local.sqlite_store import (
+    SqliteLexicalIndex,
+    SqliteStore,
+    SqliteVectorIndex,
+)
 from engram_memory.adapters.local.vault import LocalVault
+from engram_memory.engine import lexical
 from engram_memory.engine.context import TOOLS, RetentionPolicy, TrustedContext
 from engram_memory.engine.ports import (
     AdmissionRequest,
@@ -23,6 +28,7 @@ from engram_memory.engine.ports import (
     ConfirmationChannelUnavailable,
     ConfirmationDeclined,
     ConfirmationRequest,
+    EmbedderUnavailable,
     PolicyDecision,
     PolicyUnavailable,
 )
@@ -110,6 +116,38 @@ class ScriptedPolicy:
         if self.move_version_during_decide:
             self.version_value += "+"
         return PolicyDecision(self.decision, "scripted")  # type: ignore[arg-type]
+
+
+class HashingEmbedder:
+    """A deterministic fake embedder: the analyzed terms hashed into 64 signed buckets, unit length.
+
+    Texts that share terms are close, texts that share none are orthogonal (up to collisions);
+    ``synonyms`` maps a term to another so a test can make two texts similar without a shared
+    word. ``unavailable = True`` makes ``embed`` raise ``EmbedderUnavailable``.
+    """
+
+    model_id = "test-hashing-embedder/64"
+    dimensions = 64
+
+    def __init__(self, synonyms: dict[str, str] | None = None) -> None:
+        self.synonyms = synonyms or {}
+        self.unavailable = False
+        self.calls = 0
+
+    def embed(self, texts: Any) -> list[tuple[float, ...]]:
+        if self.unavailable:
+            raise EmbedderUnavailable("the fake embedder is down")
+        self.calls += 1
+        vectors = []
+        for text in texts:
+            vector = [0.0] * self.dimensions
+            for term in lexical.analyze(text):
+                term = self.synonyms.get(term, term)
+                h = hashlib.sha256(term.encode()).digest()
+                vector[h[0] % self.dimensions] += 1.0 if h[1] % 2 else -1.0
+            norm = sum(x * x for x in vector) ** 0.5 or 1.0
+            vectors.append(tuple(x / norm for x in vector))
+        return vectors
 
 
 def context(
@@ -285,7 +323,9 @@ class Harness:
         )
 
 
-def embedded_harness(tmp_path: Path, *, fault_hook: Any = None) -> Harness:
+def embedded_harness(
+    tmp_path: Path, *, fault_hook: Any = None, embedder: Any = None, **settings: Any
+) -> Harness:
     from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
     clock = FakeClock()
@@ -303,7 +343,9 @@ def embedded_harness(tmp_path: Path, *, fault_hook: Any = None) -> Harness:
         confirmations=confirmations,
         clock=clock,
         audit=audit,
-        settings=EngineSettings(cursor_key=b"\x01" * 32),
+        settings=EngineSettings(cursor_key=b"\x01" * 32, **settings),
+        embedder=embedder,
+        vector_index=SqliteVectorIndex(store) if embedder is not None else None,
     )
 
     def held_keys() -> list[bytes]:
@@ -350,11 +392,11 @@ def embedded_harness(tmp_path: Path, *, fault_hook: Any = None) -> Harness:
     )
 
 
-def aws_harness(tmp_path: Path) -> Harness:
+def aws_harness(tmp_path: Path, *, embedder: Any = None) -> Harness:
     """DynamoDB and S3 on moto (imported on first use: see ``aws_testing``)."""
     from aws_testing import aws_harness as build
 
-    return build(tmp_path)
+    return build(tmp_path, embedder=embedder)
 
 
 # Adapter sets the behavioural suite runs over.

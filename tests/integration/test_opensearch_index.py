@@ -33,6 +33,7 @@ from opensearchpy.exceptions import ConnectionTimeout
 from engram_memory.adapters.aws import opensearch_index
 from engram_memory.adapters.aws.opensearch_index import (
     DEFAULT_INDEX,
+    EMBEDDING_DIMENSIONS,
     INDEX_BODY,
     MAX_RESULT_WINDOW,
     OpenSearchLexicalIndex,
@@ -295,7 +296,16 @@ def test_the_mapping_indexes_the_engine_terms_as_they_are() -> None:
     properties = mappings["properties"]
     for name in ("tenant_id", "workspace_id", "record_id"):
         assert properties[name] == {"type": "keyword"}
-    assert set(properties) == {"tenant_id", "workspace_id", "record_id", *lexical.FIELD_WEIGHTS}
+    assert set(properties) == {
+        "tenant_id",
+        "workspace_id",
+        "record_id",
+        *lexical.FIELD_WEIGHTS,
+        "embedding",
+        "has_embedding",
+    }
+    assert properties["embedding"] == {"type": "knn_vector", "dimension": EMBEDDING_DIMENSIONS}
+    assert mappings["_source"]["excludes"] == [*lexical.FIELD_WEIGHTS, "embedding"]
     for name in lexical.FIELD_WEIGHTS:
         assert properties[name]["type"] == "text"
         assert properties[name]["analyzer"] == properties[name]["search_analyzer"] == "engram_terms"
@@ -873,3 +883,73 @@ def test_live_isolation_and_ordering_match_the_reference(live: OpenSearchLexical
     assert live.contains(SCOPE, "rec-1") and not live.contains(OTHER, "rec-1")
     assert [hit.record_id for hit in live.search(SCOPE, ["alpha"], 10)] == expected
     assert "rec-1" not in [hit.record_id for hit in live.search(OTHER, ["alpha"], 10)]
+
+
+# --------------------------------------------------------------------------------------------
+# The semantic channel: vectors in the same document, exact k-NN by scoring script
+# --------------------------------------------------------------------------------------------
+
+
+def test_an_upsert_with_a_vector_stores_it_in_the_same_document(
+    index: OpenSearchLexicalIndex, cluster: FakeCluster
+) -> None:
+    index.ensure_index()
+    cluster.requests.clear()
+    vector = (0.6, 0.8)
+    index.apply(SCOPE, ProjectionChange(upsert=ProjectionDoc("mem_a", FIELDS, vector)))
+    [put] = cluster.requests
+    assert put.body["embedding"] == [0.6, 0.8]
+    assert put.body["has_embedding"] is True
+    assert put.body["record_id"] == "mem_a" and put.body["primary"] == FIELDS["primary"]
+
+
+def test_nearest_is_an_exact_cosine_script_score_within_the_scope(
+    index: OpenSearchLexicalIndex, cluster: FakeCluster
+) -> None:
+    cluster.answer(
+        "POST", r"/engram-records/_search", _hits_response(("mem_b", 1.5), ("mem_a", 1.5))
+    )
+    hits = index.nearest(SCOPE, [0.6, 0.8], 10)
+    assert hits == [IndexHit("mem_a", 0.5), IndexHit("mem_b", 0.5)]  # 1 + cos → cos; ties by id
+    [request] = cluster.requests
+    assert request.params == {"preference": request.params["preference"]}
+    body = request.body
+    assert body == OpenSearchLexicalIndex.nearest_body(SCOPE, [0.6, 0.8], 10)
+    script_score = body["query"]["script_score"]
+    assert script_score["query"]["bool"]["filter"] == [
+        {"term": {"tenant_id": SCOPE.tenant_id}},
+        {"term": {"workspace_id": SCOPE.workspace_id}},
+        {"term": {"has_embedding": True}},
+    ]
+    assert script_score["script"] == {
+        "source": "knn_score",
+        "lang": "knn",
+        "params": {"field": "embedding", "query_value": [0.6, 0.8], "space_type": "cosinesimil"},
+    }
+    assert body["sort"] == [{"_score": {"order": "desc"}}, {"record_id": {"order": "asc"}}]
+    assert index.nearest(SCOPE, [0.6, 0.8], 0) == []
+
+
+def test_has_vector_reads_the_document_in_realtime(
+    index: OpenSearchLexicalIndex, cluster: FakeCluster
+) -> None:
+    status, found = _found(SCOPE, "mem_a")
+    cluster.answer("GET", r"/engram-records/_doc/.*", (status, found))
+    assert index.has_vector(SCOPE, "mem_a") is False  # a lexical-only document
+    found["_source"]["has_embedding"] = True
+    assert index.has_vector(SCOPE, "mem_a") is True
+    assert cluster.requests[-1].params == {
+        "_source_includes": "tenant_id,workspace_id,record_id,has_embedding"
+    }
+    cluster.answer("GET", r"/engram-records/_doc/.*", (404, {"_id": "x", "found": False}))
+    assert index.has_vector(SCOPE, "mem_a") is False  # forgotten: the document is gone
+
+
+def test_a_failed_knn_search_is_unavailable(
+    index: OpenSearchLexicalIndex, cluster: FakeCluster
+) -> None:
+    cluster.answer(
+        "POST", r"/engram-records/_search", _hits_response(("mem_a", 1.0), timed_out=True)
+    )
+    with pytest.raises(IndexUnavailable):
+        index.nearest(SCOPE, [1.0, 0.0], 10)

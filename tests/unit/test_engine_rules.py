@@ -80,14 +80,19 @@ def test_redaction_keeps_the_allowlist_and_lists_the_rest_sorted() -> None:
 
 
 def test_the_analyzer_folds_case_and_splits_on_non_words() -> None:
-    assert lexical.analyze("Straße_WAL-mode, ÉTÉ 2026!") == [
-        "strasse",
-        "wal",
-        "mode",
-        "été",
-        "2026",
-    ]
+    assert lexical.tokens("Straße_WAL-mode, ÉTÉ 2026!") == ["strasse", "wal", "mode", "été", "2026"]
     assert lexical.query_terms("wal WAL Wal mode") == ["wal", "mode"]
+
+
+def test_the_analyzer_drops_english_stop_words_and_stems_what_remains() -> None:
+    assert lexical.analyze("When did she paint the sunsets? She's painting; he painted.") == [
+        "paint",
+        "sunset",
+        "paint",
+        "paint",
+    ]
+    assert lexical.query_terms("What is it?") == []  # only stop words: nothing to match
+    assert lexical.analyze("Straße 2026") == ["strass", "2026"]
 
 
 def test_projection_fields_put_the_primary_component_first() -> None:
@@ -102,9 +107,9 @@ def test_projection_fields_put_the_primary_component_first() -> None:
     }
     fields = lexical.projection_fields(record)
     assert fields == {
-        "primary": "primary words",
-        "decision": "other decision",
+        "primary": "primari word",
+        "decision": "decis",  # "other" is a stop word
         "evidence": "",
         "context": "background",
-        "citations": "source design doc",
+        "citations": "sourc design doc",
     }

@@ -16,17 +16,28 @@ Backups copy ``engram.db`` only, so destroying a candidate key shreds every copy
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
 from .adapters.local.audit import JsonlAuditLog
 from .adapters.local.clock import SystemClock
 from .adapters.local.confirmation import AskHuman, InProcessConfirmations
-from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore
+from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore, SqliteVectorIndex
 from .adapters.local.vault import LocalVault, load_or_create_master_key
-from .engine.ports import AdmissionPolicy, AuditSink, Clock, ConfirmationWorkflow
+from .engine import lexical, semantic
+from .engine.ports import (
+    AdmissionPolicy,
+    AuditSink,
+    Clock,
+    ConfirmationWorkflow,
+    Embedder,
+    EmbedderUnavailable,
+)
+from .engine.records import decode
 from .engine.service import Engine, EngineSettings
 from .host.config import (
     HostConfig,
@@ -77,15 +88,23 @@ def open_embedded(
     audit: AuditSink | None = None,
     store: SqliteStore | None = None,
     config: HostConfig | None = None,
+    embedder: Embedder | None = None,
+    semantic_mode: Literal["hybrid", "semantic_only"] = "hybrid",
 ) -> EmbeddedHost:
     """Open (creating if needed) the embedded engine in ``data_dir``.
 
     The host configuration is ``config`` when given, else ``<data_dir>/host.json`` (defaults when
     the file is missing; ``HostConfigError`` when it is invalid). The admission policy is
     ``policy`` when given, else the one the host configuration describes.
+
+    The semantic channel is on with ``embedder``, or when the configuration says
+    ``search.semantic = "local"`` (the local embedder; ``HostConfigError`` when the semantic
+    extra is not installed). Vectors live beside the FTS5 tables in ``engram.db``.
     """
     config = config if config is not None else load_host_config(data_dir)
     policy = policy if policy is not None else config.admission_policy()
+    if embedder is None and config.search.semantic == "local":
+        embedder = _local_embedder()
     prepare_data_dir(data_dir)
     clock = clock or SystemClock()
     keys = data_dir / KEYS_DIR
@@ -100,11 +119,46 @@ def open_embedded(
         confirmations=confirmations or InProcessConfirmations(ask_human, clock),
         clock=clock,
         audit=audit,
-        settings=EngineSettings(cursor_key=load_or_create_master_key(keys / "cursor.key")),
+        settings=EngineSettings(
+            cursor_key=load_or_create_master_key(keys / "cursor.key"),
+            fusion=config.search.fusion,
+            semantic_mode=semantic_mode,
+        ),
+        embedder=embedder,
+        vector_index=SqliteVectorIndex(store) if embedder is not None else None,
     )
+    _refresh_projections(store, embedder)
     return EmbeddedHost(
         data_dir=data_dir, engine=engine, store=store, vault=vault, audit=audit, config=config
     )
+
+
+def _refresh_projections(store: SqliteStore, embedder: Embedder | None) -> None:
+    """Re-index what an analyzer change or a newly enabled embedder made stale (usually nothing:
+    a check of one row). The records' bodies in the store are the source."""
+
+    def fields_of(body: bytes) -> Mapping[str, str]:
+        return lexical.projection_fields(decode(body))
+
+    def vector_of(body: bytes) -> tuple[float, ...] | None:
+        assert embedder is not None
+        try:
+            return semantic.record_vector(embedder, decode(body))
+        except EmbedderUnavailable:
+            return None
+
+    store.refresh_projections(
+        lexical.PROFILE_CONFIG_DIGEST, fields_of, vector_of if embedder is not None else None
+    )
+
+
+def _local_embedder() -> Embedder:
+    from .adapters.local.embedder import SemanticExtraMissing, load_local_embedder
+
+    try:
+        return load_local_embedder()
+    except SemanticExtraMissing as error:
+        raise HostConfigError(f"search.semantic is 'local' but {error}") from None
 
 
 def init_data_dir(data_dir: Path, *, resource: str | None = None) -> HostConfig:

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from ..contract.canonical import (
     digest,
@@ -28,6 +28,7 @@ from ..contract.models import (
     ClosedModel,
 )
 from ..contract.types import format_instant
+from . import lexical
 from .context import Scope, TrustedContext
 from .gate import check_approval
 from .ports import (
@@ -43,6 +44,8 @@ from .ports import (
     ConfirmationDeclined,
     ConfirmationRequest,
     ConfirmationWorkflow,
+    Embedder,
+    EmbedderUnavailable,
     IndexUnavailable,
     JournalHead,
     KeyDestroyed,
@@ -51,6 +54,8 @@ from .ports import (
     OutboxItem,
     PolicyUnavailable,
     ProjectionChange,
+    ProjectionDoc,
+    ProjectionSurface,
     RecordRow,
     SealedBlob,
     SealIntegrityError,
@@ -58,6 +63,7 @@ from .ports import (
     StoreUnavailable,
     Vault,
     VaultUnavailable,
+    VectorIndex,
 )
 from .records import (
     decode,
@@ -67,6 +73,7 @@ from .records import (
     scope_ref,
 )
 from .redaction import RedactionPolicy
+from .semantic import record_vector
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +93,10 @@ class EngineSettings:
     commit_attempts: int = 8
     # An envelope larger than this cannot cross the transport: RESULT_TOO_LARGE.
     transport_ceiling_bytes: int = TRANSPORT_CEILING_BYTES
+    # With a semantic channel: how the two lists are fused (engine/semantic.py), and whether
+    # search ranks by the semantic list alone (diagnostics and benchmarks).
+    fusion: Literal["minmax", "rrf"] = "minmax"
+    semantic_mode: Literal["hybrid", "semantic_only"] = "hybrid"
 
 
 def new_audit_id() -> str:
@@ -126,7 +137,9 @@ class Kernel:
         clock: Clock,
         audit: AuditSink,
         settings: EngineSettings,
-        extra_projections: Sequence[LexicalIndex] = (),
+        extra_projections: Sequence[ProjectionSurface] = (),
+        embedder: Embedder | None = None,
+        vector_index: VectorIndex | None = None,
     ) -> None:
         self.store = store
         self.vault = vault
@@ -136,12 +149,37 @@ class Kernel:
         self.clock = clock
         self.audit = audit
         self.settings = settings
+        # The semantic channel: an embedder and a vector index. An index that holds vectors in
+        # its own documents (OpenSearch) serves as both the lexical and the vector index.
+        if vector_index is None and embedder is not None and isinstance(lexical_index, VectorIndex):
+            vector_index = lexical_index
+        self.embedder = embedder
+        self.vectors = vector_index
         # Projection surfaces the engine must update itself after a commit (e.g. OpenSearch);
         # surfaces the store maintains inside its own transaction need nothing more.
-        self.surfaces: tuple[LexicalIndex, ...] = (lexical_index, *extra_projections)
-        self.semantic_available = False
+        surfaces: list[ProjectionSurface] = [lexical_index, *extra_projections]
+        if vector_index is not None and all(vector_index is not s for s in surfaces):
+            surfaces.append(vector_index)
+        self.surfaces: tuple[ProjectionSurface, ...] = tuple(surfaces)
         self._scope_locks: dict[Scope, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+
+    @property
+    def semantic_available(self) -> bool:
+        """Whether this host has a semantic channel (an embedder and a vector index)."""
+        return self.embedder is not None and self.vectors is not None
+
+    def projection_doc(self, record_id: str, record: Mapping[str, Any]) -> ProjectionDoc:
+        """What the projection surfaces index for an accepted record: the lexical fields and,
+        with a semantic channel, the record's vector. An embedder failure leaves the vector out
+        (logged): like a lagging index, the record is then only missing from semantic hits."""
+        vector = None
+        if self.embedder is not None:
+            try:
+                vector = record_vector(self.embedder, record)
+            except EmbedderUnavailable:
+                log.warning("record projected without a vector", extra={"record_id": record_id})
+        return ProjectionDoc(record_id, lexical.projection_fields(record), vector)
 
     @staticmethod
     def read(fetch: Callable[[], T]) -> T:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from .context import Scope
 
@@ -61,6 +61,10 @@ class SealIntegrityError(PortError):
 
 class IndexUnavailable(PortError):
     """A projection index could not be queried or updated right now."""
+
+
+class EmbedderUnavailable(PortError):
+    """The embedder could not embed right now (model missing, runtime failure)."""
 
 
 class PolicyUnavailable(PortError):
@@ -151,6 +155,8 @@ class ProjectionDoc:
 
     record_id: str
     fields: Mapping[str, str]  # field name -> space-joined analyzed terms
+    # The record's unit-length embedding when the host has a semantic channel (semantic.py).
+    vector: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +272,9 @@ class IndexHit:
     score: float
 
 
-class LexicalIndex(Protocol):
+class ProjectionSurface(Protocol):
+    """Something that holds a projection of records: dropped on forget like the record."""
+
     @property
     def name(self) -> str:
         """The projection surface's name, as reported in coverage receipts."""
@@ -282,13 +290,50 @@ class LexicalIndex(Protocol):
         """What this index's scores are, for the rank receipt (rankings differ by backend)."""
         ...
 
+    def apply(self, scope: Scope, change: ProjectionChange) -> None: ...
+
+    def contains(self, scope: Scope, record_id: str) -> bool: ...
+
+
+class LexicalIndex(ProjectionSurface, Protocol):
     def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
         """Hits ordered by score descending, then ``record_id`` ascending; at most ``depth``."""
         ...
 
-    def apply(self, scope: Scope, change: ProjectionChange) -> None: ...
 
-    def contains(self, scope: Scope, record_id: str) -> bool: ...
+@runtime_checkable
+class VectorIndex(ProjectionSurface, Protocol):
+    """Nearest records of a scope by cosine similarity of ``ProjectionDoc.vector``."""
+
+    @property
+    def vector_formula_ref(self) -> str:
+        """What ``nearest``'s scores are, for the rank receipt."""
+        ...
+
+    def nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
+        """Hits scored by cosine similarity, descending, then ``record_id`` ascending; at most
+        ``depth``. Records projected without a vector are not hits."""
+        ...
+
+    def has_vector(self, scope: Scope, record_id: str) -> bool:
+        """Whether the scope's vector for ``record_id`` is stored."""
+        ...
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-length vectors, locally (no network unless the host allows it)."""
+
+    @property
+    def model_id(self) -> str:
+        """The model and its version, pinned in the semantic profile's config digest."""
+        ...
+
+    @property
+    def dimensions(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        """One unit-length vector per text; raises ``EmbedderUnavailable``."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

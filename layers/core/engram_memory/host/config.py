@@ -27,6 +27,7 @@ __all__ = [
     "HostConfig",
     "HostConfigError",
     "RetentionConfig",
+    "SearchConfig",
     "host_config_path",
     "load_host_config",
     "save_host_config",
@@ -81,6 +82,23 @@ class RetentionConfig(_Closed):
     )
 
 
+class SearchConfig(_Closed):
+    """How search ranks (CONTRACT.md §7.1; engine/semantic.py)."""
+
+    semantic: Literal["off", "local"] = Field(
+        default="off",
+        description=(
+            "`local`: the semantic channel with the local embedder (needs the semantic extra:"
+            " pip install 'engram-memory[semantic]'); `off`: lexical only, and"
+            " `lexical_and_semantic` searches answer RANKING_UNAVAILABLE."
+        ),
+    )
+    fusion: Literal["minmax", "rrf"] = Field(
+        default="minmax",
+        description="How the lexical and semantic lists are fused: `minmax` (default) or `rrf`.",
+    )
+
+
 class HostConfig(_Closed):
     """The embedded host's configuration (closed and immutable; see the module docstring)."""
 
@@ -100,6 +118,7 @@ class HostConfig(_Closed):
     )
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
     reconcile_consent: bool = Field(
         default=False, description="Host consent to the reconciliation families."
     )

@@ -39,10 +39,15 @@ class EmbeddedServer:
         self.host.close()
 
 
-def open_server(data_dir: Path, *, stdio_token: str | None = None) -> EmbeddedServer:
-    """Wire the MCP surface over the embedded engine in ``data_dir`` (initializing it if needed)."""
+def open_server(
+    data_dir: Path, *, stdio_token: str | None = None, **engine_options: Any
+) -> EmbeddedServer:
+    """Wire the MCP surface over the embedded engine in ``data_dir`` (initializing it if needed).
+
+    ``engine_options`` go to ``open_embedded`` (e.g. ``embedder``, ``semantic_mode``).
+    """
     config = init_data_dir(data_dir)
-    embedded = open_embedded(data_dir)
+    embedded = open_embedded(data_dir, **engine_options)
     runtime = SurfaceRuntime(
         engine=embedded.engine,
         verifier=local_verifier(data_dir, config),

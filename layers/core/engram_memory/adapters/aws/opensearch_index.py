@@ -1,11 +1,23 @@
-"""The cloud lexical projection: the ``LexicalIndex`` port over Amazon OpenSearch Service.
+"""The cloud projection: the ``LexicalIndex`` and ``VectorIndex`` ports over Amazon OpenSearch.
 
 One index (default ``engram-records``) holds the projection documents of every scope of the
 deployment::
 
     _id  = hex SHA-256 of (tenant_id, workspace_id, record_id), length-prefixed
     body = {tenant_id, workspace_id, record_id (keyword),
-            primary, decision, evidence, context, citations (text)}
+            primary, decision, evidence, context, citations (text),
+            embedding (knn_vector, 384), has_embedding (boolean)   -- semantic channel only}
+
+**Semantic channel.** With an embedder, the record's vector (``ProjectionDoc.vector``) is stored
+in the same document, so it is written and deleted with the lexical fields (forget drops the
+whole document). ``nearest`` is an *exact* k-NN search with the k-NN plugin's scoring script
+(``script_score`` / ``knn_score``, ``space_type: cosinesimil``) over the scope's documents that
+have a vector: a brute-force scan, like the embedded index, so both rank the same (no
+approximate HNSW recall loss; per-tenant indexes are small). The script's score is
+``1 + cosine``; ``nearest`` reports ``score - 1``. Differences from the embedded scan: the
+cluster computes in 32-bit floats (the embedded index stores float32 and sums in float64), so
+near-equal similarities may tie or split differently (the ``record_id`` tie-break still holds).
+``has_embedding`` makes ``has_vector`` a realtime GET.
 
 The ``_id`` is scope-qualified, so a record id in one scope can never overwrite or delete the
 document of the same record id in another scope. The five text fields hold the terms the engine
@@ -100,10 +112,11 @@ from opensearchpy.helpers.signer import RequestsAWSV4SignerAuth
 
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
-from engram_memory.engine.ports import IndexHit, IndexUnavailable, ProjectionChange
+from engram_memory.engine.ports import IndexHit, IndexUnavailable, ProjectionChange, ProjectionDoc
 
 __all__ = [
     "DEFAULT_INDEX",
+    "EMBEDDING_DIMENSIONS",
     "INDEX_BODY",
     "MAX_RESULT_WINDOW",
     "OpenSearchLexicalIndex",
@@ -115,6 +128,8 @@ MAX_RESULT_WINDOW: Final = 10_000
 """OpenSearch's default ``index.max_result_window``: ``search`` never asks for more hits."""
 
 _FIELDS: Final = tuple(lexical.FIELD_WEIGHTS)
+EMBEDDING_DIMENSIONS: Final = 384
+"""The local embedder's vector size (all-MiniLM-L6-v2); the mapping fixes it."""
 _ANALYZER: Final = "engram_terms"
 _SIMILARITY: Final = "engram_bm25"
 _MAX_TOKEN_CHARS: Final = 8191  # 4 bytes a character at most: below Lucene's 32,766-byte terms
@@ -152,12 +167,14 @@ INDEX_BODY: Final[Mapping[str, Any]] = {
     },
     "mappings": {
         "dynamic": "strict",
-        "_source": {"excludes": list(_FIELDS)},
+        "_source": {"excludes": [*_FIELDS, "embedding"]},
         "properties": {
             "tenant_id": {"type": "keyword"},
             "workspace_id": {"type": "keyword"},
             "record_id": {"type": "keyword"},
             **{name: _text_field() for name in _FIELDS},
+            "embedding": {"type": "knn_vector", "dimension": EMBEDDING_DIMENSIONS},
+            "has_embedding": {"type": "boolean"},
         },
     },
 }
@@ -225,6 +242,7 @@ class OpenSearchLexicalIndex:
         "opensearch-bm25:k1=1.2,b=0.75;per-field-sum;boosts=primary:3,decision:2,evidence:1.5,"
         "context:1,citations:0.5;dfs_query_then_fetch"
     )
+    vector_formula_ref: Final = "opensearch-knn-script:cosinesimil,exact,float32"
 
     def __init__(
         self,
@@ -380,6 +398,62 @@ class OpenSearchLexicalIndex:
             "_source": ["record_id"],
         }
 
+    def nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
+        """The scope's records by exact cosine similarity (module docstring), at most ``depth``."""
+        size = min(depth, MAX_RESULT_WINDOW)
+        if size <= 0:
+            return []
+        body = self.nearest_body(scope, vector, size)
+        try:
+            response = self._call(
+                "knn search",
+                lambda c: c.search(index=self.index_name, body=body, preference=_preference(scope)),
+            )
+        except NotFoundError as exc:
+            raise _unavailable("knn search", exc) from exc
+        hits = self._hits(response, size)
+        return [IndexHit(h.record_id, h.score - 1.0) for h in hits]
+
+    @staticmethod
+    def nearest_body(scope: Scope, vector: Sequence[float], size: int) -> dict[str, Any]:
+        """The request body ``nearest`` sends (exposed for tests and operators)."""
+        return {
+            "size": size,
+            "query": {
+                "script_score": {
+                    "query": {
+                        "bool": {
+                            "filter": [
+                                {"term": {"tenant_id": scope.tenant_id}},
+                                {"term": {"workspace_id": scope.workspace_id}},
+                                {"term": {"has_embedding": True}},
+                            ]
+                        }
+                    },
+                    "script": {
+                        "source": "knn_score",
+                        "lang": "knn",
+                        "params": {
+                            "field": "embedding",
+                            "query_value": [float(x) for x in vector],
+                            "space_type": "cosinesimil",
+                        },
+                    },
+                }
+            },
+            "sort": [{"_score": {"order": "desc"}}, {"record_id": {"order": "asc"}}],
+            "track_scores": True,
+            "track_total_hits": False,
+            "_source": ["record_id"],
+        }
+
+    def has_vector(self, scope: Scope, record_id: str) -> bool:
+        """Whether the scope's document for ``record_id`` holds a vector (a realtime GET)."""
+        source = self._get_source(
+            scope, record_id, "tenant_id,workspace_id,record_id,has_embedding"
+        )
+        return source is not None and source.get("has_embedding") is True
+
     @staticmethod
     def _hits(response: Mapping[str, Any], size: int) -> list[IndexHit]:
         if response.get("timed_out"):
@@ -404,7 +478,7 @@ class OpenSearchLexicalIndex:
         if change.upsert is not None:
             self._ensure_once()
             doc_id = document_id(scope, change.upsert.record_id)
-            source = self.document(scope, change.upsert.record_id, change.upsert.fields)
+            source = self.document(scope, change.upsert)
             self._call(
                 "index",
                 lambda c: c.index(index=self.index_name, id=doc_id, body=source, refresh="false"),
@@ -450,7 +524,7 @@ class OpenSearchLexicalIndex:
             if change.upsert is not None:
                 doc = change.upsert
                 meta = {"_index": self.index_name, "_id": document_id(scope, doc.record_id)}
-                yield {"index": meta}, self.document(scope, doc.record_id, doc.fields)
+                yield {"index": meta}, self.document(scope, doc)
             if change.delete_record_id is not None:
                 meta = {
                     "_index": self.index_name,
@@ -478,35 +552,41 @@ class OpenSearchLexicalIndex:
 
     def contains(self, scope: Scope, record_id: str) -> bool:
         """Whether the scope's document for ``record_id`` exists (a realtime GET by ``_id``)."""
+        return self._get_source(scope, record_id, "tenant_id,workspace_id,record_id") is not None
+
+    def _get_source(self, scope: Scope, record_id: str, fields: str) -> dict[str, Any] | None:
+        """The scope's document's ``fields`` (a realtime GET by ``_id``); None when absent."""
         try:
             doc_id = document_id(scope, record_id)
             response = self._call(
                 "get",
-                lambda c: c.get(
-                    index=self.index_name,
-                    id=doc_id,
-                    _source_includes="tenant_id,workspace_id,record_id",
-                ),
+                lambda c: c.get(index=self.index_name, id=doc_id, _source_includes=fields),
             )
         except NotFoundError as exc:
             if _error_type(exc):  # index_not_found_exception: the surface is not there
                 raise _unavailable("get", exc) from exc
-            return False
+            return None
         source = response.get("_source") or {}
-        return bool(response.get("found")) and (
+        found = bool(response.get("found")) and (
             source.get("tenant_id"),
             source.get("workspace_id"),
             source.get("record_id"),
         ) == (scope.tenant_id, scope.workspace_id, record_id)
+        return dict(source) if found else None
 
     # -- documents -----------------------------------------------------------------------------
 
     @staticmethod
-    def document(scope: Scope, record_id: str, fields: Mapping[str, str]) -> dict[str, str]:
-        """The indexed document: the scope, the record id and the five analyzed fields."""
-        return {
+    def document(scope: Scope, doc: ProjectionDoc) -> dict[str, Any]:
+        """The indexed document: the scope, the record id, the five analyzed fields and, with a
+        semantic channel, the record's vector."""
+        source: dict[str, Any] = {
             "tenant_id": scope.tenant_id,
             "workspace_id": scope.workspace_id,
-            "record_id": record_id,
-            **{name: fields.get(name, "") for name in _FIELDS},
+            "record_id": doc.record_id,
+            **{name: doc.fields.get(name, "") for name in _FIELDS},
         }
+        if doc.vector is not None:
+            source["embedding"] = list(doc.vector)
+            source["has_embedding"] = True
+        return source

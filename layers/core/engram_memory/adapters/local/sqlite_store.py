@@ -5,18 +5,27 @@ the tombstone index, used approvals, the outbox and the FTS5 lexical projection,
 is either wholly there or not at all. Each scope's lexical projection is its own FTS5 table:
 a query can only ever read its own scope's rows, never scans another's, and BM25 statistics
 (document counts, lengths, term frequencies) are exactly those of the scope.
+
+With a semantic channel, each scope also has a vector table beside its FTS5 table
+(``vec_<scope hash>``: record id → float32 little-endian vector). It is written and deleted by
+the same projection change, in the same transaction, so a forgotten record's vector goes with
+its lexical projection. ``nearest`` is an exact scan of the scope's vectors (dot products of unit
+vectors = cosine similarity).
 """
 
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import sqlite3
+import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from ...contract.canonical import GENESIS_HASH
 from ...engine import lexical
@@ -33,11 +42,17 @@ from ...engine.ports import (
     LedgerEntry,
     OutboxItem,
     ProjectionChange,
+    ProjectionDoc,
     RecordRow,
     StoreUnavailable,
 )
 
 FaultHook = Callable[[str], None]
+
+
+class _TableFinder(Protocol):
+    def __call__(self, conn: sqlite3.Connection, scope: Scope, *, create: bool) -> str | None: ...
+
 
 _FIELDS: Final = tuple(lexical.FIELD_WEIGHTS)
 # FTS5 column per weighted field ("primary" is an SQL keyword, hence the prefix).
@@ -84,6 +99,8 @@ CREATE TABLE IF NOT EXISTS used_nonces (
 CREATE TABLE IF NOT EXISTS outbox (
     item_id TEXT PRIMARY KEY, kind TEXT NOT NULL, tenant_id TEXT NOT NULL,
     workspace_id TEXT NOT NULL, target TEXT NOT NULL, surface TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS store_meta (
+    key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS lexical_tables (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, table_name TEXT NOT NULL UNIQUE,
     PRIMARY KEY (tenant_id, workspace_id)) WITHOUT ROWID;
@@ -134,6 +151,25 @@ def _record_row(row: tuple[Any, ...]) -> RecordRow:
 def lexical_table_name(scope: Scope) -> str:
     scope_hash = hashlib.sha256(f"{scope.tenant_id}\x00{scope.workspace_id}".encode()).hexdigest()
     return "lex_" + scope_hash[:32]
+
+
+def vector_table_name(scope: Scope) -> str:
+    return "vec_" + lexical_table_name(scope)[4:]
+
+
+def _pack(vector: Sequence[float]) -> bytes:
+    packed = array("f", vector)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(blob: bytes) -> array[float]:
+    vector = array("f")
+    vector.frombytes(blob)
+    if sys.byteorder == "big":
+        vector.byteswap()
+    return vector
 
 
 class SqliteStore:
@@ -569,10 +605,32 @@ class SqliteStore:
                 "UPDATE records SET lex_rowid = ? WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
                 (cursor.lastrowid, t, w, doc.record_id),
             )
+            if doc.vector is not None:
+                vectors = self._vector_table(conn, scope, create=True)
+                conn.execute(
+                    f"INSERT INTO {vectors} VALUES (?, ?)",  # noqa: S608 - internal name
+                    (doc.record_id, _pack(doc.vector)),
+                )
         if change.delete_record_id is not None:
             self._unproject(conn, scope, change.delete_record_id)
 
+    def _vector_table(self, conn: sqlite3.Connection, scope: Scope, *, create: bool) -> str | None:
+        name = vector_table_name(scope)
+        if create:
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {name} "
+                "(record_id TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID"
+            )
+            return name
+        row = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+        return name if row is not None else None
+
     def _unproject(self, conn: sqlite3.Connection, scope: Scope, record_id: str) -> None:
+        vectors = self._vector_table(conn, scope, create=False)
+        if vectors is not None:
+            conn.execute(f"DELETE FROM {vectors} WHERE record_id = ?", (record_id,))  # noqa: S608
         row = conn.execute(
             "SELECT lex_rowid FROM records WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
             (scope.tenant_id, scope.workspace_id, record_id),
@@ -603,6 +661,26 @@ class SqliteStore:
             ).fetchall()
         return [IndexHit(str(record_id), float(score)) for record_id, score in rows]
 
+    def vector_nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
+        if depth <= 0:
+            return []
+        with self._guard():
+            conn = self._conn()
+            table = self._vector_table(conn, scope, create=False)
+            if table is None:
+                return []
+            rows = conn.execute(f"SELECT record_id, vector FROM {table}").fetchall()  # noqa: S608
+        query = array("d", vector)
+        hits = [
+            IndexHit(str(record_id), sum(map(operator.mul, query, _unpack(_as_bytes(blob)))))
+            for record_id, blob in rows
+        ]
+        hits.sort(key=lambda hit: (-hit.score, hit.record_id))
+        return hits[:depth]
+
+    def vector_contains(self, scope: Scope, record_id: str) -> bool:
+        return self._projected(self._vector_table, scope, record_id)
+
     def lexical_apply(self, scope: Scope, change: ProjectionChange) -> None:
         with self._guard():
             conn = self._conn()
@@ -615,9 +693,13 @@ class SqliteStore:
             conn.execute("COMMIT")
 
     def lexical_contains(self, scope: Scope, record_id: str) -> bool:
+        return self._projected(self._lexical_table, scope, record_id)
+
+    def _projected(self, find: _TableFinder, scope: Scope, record_id: str) -> bool:
+        """Whether the scope's projection table ``find`` names holds a row for ``record_id``."""
         with self._guard():
             conn = self._conn()
-            table = self._lexical_table(conn, scope, create=False)
+            table = find(conn, scope, create=False)
             if table is None:
                 return False
             row = conn.execute(
@@ -625,6 +707,70 @@ class SqliteStore:
                 (record_id,),
             ).fetchone()
         return row is not None
+
+    # -- keeping projections current across analyzer and embedder changes -----------------------
+
+    def refresh_projections(
+        self,
+        lexical_version: str,
+        fields_of: Callable[[bytes], Mapping[str, str]],
+        vector_of: Callable[[bytes], tuple[float, ...] | None] | None = None,
+    ) -> int:
+        """Re-project the records whose projection is stale; return how many were re-projected.
+
+        Every projected record when the lexical analyzer's version differs from the one this
+        database was indexed with (a database from before versions were recorded counts as
+        stale); with ``vector_of`` (a semantic host), every projected record without a vector.
+        A record's vector is kept when only its lexical fields are rebuilt. Each record is
+        re-projected in its own transaction, from the record body in the canonical store.
+        """
+        with self._guard():
+            conn = self._conn()
+            row = conn.execute(
+                "SELECT value FROM store_meta WHERE key = 'lexical_version'"
+            ).fetchone()
+            projected = conn.execute(
+                "SELECT tenant_id, workspace_id, record_id, body FROM records "
+                "WHERE lex_rowid IS NOT NULL AND body IS NOT NULL ORDER BY tenant_id, "
+                "workspace_id, record_id"
+            ).fetchall()
+        stale_lexical = (row is None and bool(projected)) or (
+            row is not None and row[0] != lexical_version
+        )
+        done = 0
+        for tenant_id, workspace_id, record_id, raw in projected:
+            if not stale_lexical and vector_of is None:
+                break
+            scope, body = Scope(tenant_id, workspace_id), _as_bytes(raw)
+            vector = self.vector_get(scope, record_id)
+            if vector is None and vector_of is not None:
+                vector = vector_of(body)
+            elif not stale_lexical:
+                continue
+            doc = ProjectionDoc(record_id, fields_of(body), vector)
+            self.lexical_apply(scope, ProjectionChange(upsert=doc))
+            done += 1
+        with self._guard():
+            self._conn().execute(
+                "INSERT INTO store_meta VALUES ('lexical_version', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (lexical_version,),
+            )
+        return done
+
+    def vector_get(self, scope: Scope, record_id: str) -> tuple[float, ...] | None:
+        with self._guard():
+            conn = self._conn()
+            table = self._vector_table(conn, scope, create=False)
+            row = (
+                conn.execute(
+                    f"SELECT vector FROM {table} WHERE record_id = ?",  # noqa: S608
+                    (record_id,),
+                ).fetchone()
+                if table is not None
+                else None
+            )
+        return None if row is None else tuple(_unpack(_as_bytes(row[0])))
 
     # -- inspection for operators and tests ------------------------------------------------------
 
@@ -649,30 +795,59 @@ class SqliteStore:
         return snapshot
 
 
-class SqliteLexicalIndex:
-    """The ``LexicalIndex`` port over the store's per-scope FTS5 tables."""
+class _StoreSurface:
+    """A projection surface inside the store: applied in the store's own commit."""
 
-    name: Final = "lexical"
+    name: str
     maintained_by_store: Final = True
-    scoring_formula_ref: Final = lexical.SCORING_FORMULA_REF  # FTS5 bm25() with column weights
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
 
-    def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
-        try:
-            return self._store.lexical_search(scope, terms, depth)
-        except StoreUnavailable as exc:
-            raise IndexUnavailable("lexical index unavailable") from exc
+    def _unavailable(self) -> IndexUnavailable:
+        return IndexUnavailable(f"{self.name} index unavailable")
 
     def apply(self, scope: Scope, change: ProjectionChange) -> None:
         try:
             self._store.lexical_apply(scope, change)
         except StoreUnavailable as exc:
-            raise IndexUnavailable("lexical index unavailable") from exc
+            raise self._unavailable() from exc
+
+
+class SqliteLexicalIndex(_StoreSurface):
+    """The ``LexicalIndex`` port over the store's per-scope FTS5 tables."""
+
+    name: Final = "lexical"
+    scoring_formula_ref: Final = lexical.SCORING_FORMULA_REF  # FTS5 bm25() with column weights
+
+    def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
+        try:
+            return self._store.lexical_search(scope, terms, depth)
+        except StoreUnavailable as exc:
+            raise self._unavailable() from exc
 
     def contains(self, scope: Scope, record_id: str) -> bool:
         return self._store.lexical_contains(scope, record_id)
+
+
+class SqliteVectorIndex(_StoreSurface):
+    """The ``VectorIndex`` port over the store's per-scope vector tables (exact cosine scan)."""
+
+    name: Final = "semantic"
+    scoring_formula_ref: Final = "cosine:exact-scan,float32"
+    vector_formula_ref: Final = scoring_formula_ref
+
+    def nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
+        try:
+            return self._store.vector_nearest(scope, vector, depth)
+        except StoreUnavailable as exc:
+            raise self._unavailable() from exc
+
+    def contains(self, scope: Scope, record_id: str) -> bool:
+        return self._store.vector_contains(scope, record_id)
+
+    def has_vector(self, scope: Scope, record_id: str) -> bool:
+        return self._store.vector_contains(scope, record_id)
 
 
 CommitStep = Literal[

@@ -10,7 +10,6 @@ from ...contract.models import (
     RequestAdmissionInput,
 )
 from ...contract.types import format_instant, parse_instant
-from .. import lexical
 from ..journal import build_event
 from ..kernel import Call, Kernel
 from ..ports import (
@@ -21,7 +20,6 @@ from ..ports import (
     OutboxItem,
     PolicyUnavailable,
     ProjectionChange,
-    ProjectionDoc,
     RecordRow,
     StateTransition,
 )
@@ -195,9 +193,7 @@ def settle(
                 accepted_cursor=cursor,
                 body=encode(record),
             )
-            projection = ProjectionChange(
-                upsert=ProjectionDoc(candidate.record_id, lexical.projection_fields(record))
-            )
+            projection = ProjectionChange(upsert=k.projection_doc(candidate.record_id, record))
         return ChangeSet(
             scope=call.scope,
             expected_head=head,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ...contract.canonical import canonical_bytes, digest, digest_without
@@ -11,17 +12,22 @@ from ...contract.models import (
     SearchInput,
 )
 from ...contract.types import format_instant
-from .. import lexical
+from .. import lexical, semantic
 from ..kernel import Call, Kernel
 from ..paging import PageState, decode_cursor, encode_cursor
 from ..ports import (
+    EmbedderUnavailable,
+    IndexHit,
     IndexUnavailable,
+    RecordRow,
 )
 from ..records import (
     receipt,
     scope_ref,
 )
 from ..redaction import redact
+
+log = logging.getLogger(__name__)
 
 
 def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
@@ -48,13 +54,8 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
     )
     head = k.read(lambda: k.store.head(call.scope))
 
-    terms = lexical.query_terms(args.query)
-    try:
-        hits = k.lexical.search(call.scope, terms, k.settings.rank_depth) if terms else []
-    except IndexUnavailable:
-        raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
-    rows = k.read(lambda: k.store.records_get(call.scope, [h.record_id for h in hits]))
-    ranked = [h for h in hits if h.record_id in rows and k.eligible(rows[h.record_id], now)]
+    require_semantic = args.capability_policy.minimum_channels == "lexical_and_semantic"
+    hits, ranked, rows, profile = _rank(k, call, args.query, now, require_semantic)
     ordered_ids = [h.record_id for h in ranked]
     ordered_digest = digest("ordered-ids", ordered_ids)
 
@@ -106,15 +107,12 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
         "rank-receipt",
         {
             "request_digest": request_digest,
-            "profile": lexical.PROFILE,
-            "profile_version": lexical.PROFILE_VERSION,
-            "profile_config_digest": lexical.PROFILE_CONFIG_DIGEST,
+            **profile,
             "valid_as_of": valid_as_of,
             "system_as_of": system_as_of,
             "candidate_count": len(hits),
             "candidate_ids_digest": digest("candidate-ids", sorted(h.record_id for h in hits)),
             "ordered_ids_digest": ordered_digest,
-            "scoring_formula_ref": k.lexical.scoring_formula_ref,
             "revalidation_receipt_digest": revalidation,
             "issued_at": format_instant(now),
         },
@@ -135,6 +133,71 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
         )
     value["response_digest"] = digest_without("search-response", value, "response_digest")
     return value
+
+
+def _rank(
+    k: Kernel, call: Call, query: str, now: int, require_semantic: bool
+) -> tuple[list[IndexHit], list[IndexHit], dict[str, RecordRow], dict[str, str]]:
+    """Query the channels, revalidate each list against the store, fuse.
+
+    Returns every index hit (the candidates), the eligible records in rank order, their rows,
+    and the rank receipt's profile fields (``profile``, version, config digest, formula).
+
+    When the semantic channel fails (embedder or vector index down): ``RANKING_UNAVAILABLE`` if
+    the caller required ``lexical_and_semantic`` (or the host ranks by vectors alone), else the
+    lexical ranking, and the receipt names the profile that ran (``offline_lexical_v1``).
+    """
+    semantic_on = k.semantic_available
+    lexical_on = not semantic_on or k.settings.semantic_mode == "hybrid"
+    depth = k.settings.rank_depth
+    terms = lexical.query_terms(query) if lexical_on else []
+    try:
+        lexical_hits = k.lexical.search(call.scope, terms, depth) if terms else []
+    except IndexUnavailable:
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
+    semantic_hits: list[IndexHit] = []
+    if k.embedder is not None and k.vectors is not None:
+        try:
+            (vector,) = k.embedder.embed([query])
+            semantic_hits = k.vectors.nearest(call.scope, vector, depth)
+        except (IndexUnavailable, EmbedderUnavailable):
+            if require_semantic or not lexical_on:
+                raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
+            log.warning("semantic channel down: lexical ranking only")
+            semantic_on = False
+    hits = list({h.record_id: h for h in [*lexical_hits, *semantic_hits]}.values())
+    rows = k.read(lambda: k.store.records_get(call.scope, [h.record_id for h in hits]))
+
+    def eligible(channel: list[IndexHit]) -> list[IndexHit]:
+        return [h for h in channel if h.record_id in rows and k.eligible(rows[h.record_id], now)]
+
+    if not semantic_on or k.embedder is None or k.vectors is None:
+        profile = {
+            "profile": lexical.PROFILE,
+            "profile_version": lexical.PROFILE_VERSION,
+            "profile_config_digest": lexical.PROFILE_CONFIG_DIGEST,
+            "scoring_formula_ref": k.lexical.scoring_formula_ref,
+        }
+        return hits, eligible(lexical_hits), rows, profile
+    mode, fusion = k.settings.semantic_mode, k.settings.fusion
+    profile = {
+        "profile": semantic.PROFILE,
+        "profile_version": semantic.PROFILE_VERSION,
+        "profile_config_digest": semantic.profile_config_digest(k.embedder.model_id, mode, fusion),
+        "scoring_formula_ref": (
+            f"{k.vectors.vector_formula_ref}"
+            if mode == "semantic_only"
+            else f"{fusion}({k.lexical.scoring_formula_ref}|{k.vectors.vector_formula_ref})"
+        ),
+    }
+    if mode == "semantic_only":
+        return hits, eligible(semantic_hits), rows, profile
+    return (
+        hits,
+        semantic.fuse(eligible(lexical_hits), eligible(semantic_hits), fusion),
+        rows,
+        profile,
+    )
 
 
 def get(k: Kernel, call: Call, args: GetInput) -> dict[str, Any]:

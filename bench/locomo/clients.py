@@ -1,0 +1,80 @@
+"""How the benchmark reaches the tools: ``Engine.handle`` in process, or the MCP HTTP endpoint.
+
+One engine per profile over the same data directory: ``lexical`` has no embedder (the
+``offline_lexical_v1`` profile); ``semantic`` and ``hybrid`` share one local embedder and differ
+in the engine's ``semantic_mode`` (``semantic_only`` / ``hybrid``, both ``semantic_v1``, told
+apart by the rank receipt's ``profile_config_digest``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from engram_memory.bootstrap import open_embedded
+from engram_memory.engine.context import TrustedContext
+from engram_memory.engine.service import Engine, new_audit_id
+from engram_memory.host.config import HostConfig
+
+from .runner import PRINCIPAL, PURPOSE, TENANT
+
+SEMANTIC_MODES = {"semantic": "semantic_only", "hybrid": "hybrid"}
+
+
+class EngineClient:
+    """Calls ``Engine.handle`` with the trusted context the host would bind for the workspace."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def call(self, workspace: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        ctx = TrustedContext(
+            tenant_id=TENANT,
+            workspace_id=workspace,
+            principal=PRINCIPAL,
+            purpose_ref=PURPOSE,
+            audit_id=new_audit_id(),
+        )
+        return self.engine.handle(tool, arguments, ctx)
+
+
+def engine_options(profiles: Sequence[str], fusion: str) -> dict[str, dict[str, Any]]:
+    """``open_embedded`` options per profile; one local embedder shared by the semantic ones."""
+    config = HostConfig.model_validate({"search": {"fusion": fusion}})
+    embedder = None
+    if any(p in SEMANTIC_MODES for p in profiles):
+        from engram_memory.adapters.local.embedder import load_local_embedder
+
+        embedder = load_local_embedder()
+    return {
+        profile: {"config": config}
+        | (
+            {"embedder": embedder, "semantic_mode": SEMANTIC_MODES[profile]}
+            if profile in SEMANTIC_MODES
+            else {}
+        )
+        for profile in profiles
+    }
+
+
+@contextmanager
+def open_clients(
+    data_dir: Path, profiles: Sequence[str], via_mcp: bool, fusion: str = "minmax"
+) -> Iterator[dict[str, Any]]:
+    options = engine_options(profiles, fusion)
+    if via_mcp:
+        from .mcp_client import open_mcp_clients
+
+        with open_mcp_clients(data_dir, options) as mcp_clients:
+            yield dict(mcp_clients)
+        return
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        clients: dict[str, Any] = {}
+        for profile in profiles:
+            host = open_embedded(data_dir, **options[profile])
+            stack.callback(host.close)
+            clients[profile] = EngineClient(host.engine)
+        yield clients

@@ -1,0 +1,132 @@
+"""The semantic channel and hybrid ranking profile ``semantic_v1`` (CONTRACT.md §7.1).
+
+**Record vectors.** A record's vector is the field-weighted mean of its components' embeddings,
+with the lexical channel's field weights (primary 3.0, decision 2.0, evidence 1.5, context 1.0),
+scaled to unit length: ``v = normalize(Σ w_field(c) · embed(c.text))``. The primary component
+dominates as it does in BM25F, and context still pulls the vector toward what surrounds the
+memory. Citations are left out: source refs are opaque identifiers, not language. The vector is
+computed at admission and stored with the record's projection (``ProjectionDoc.vector``), so it is
+removed with it on forget.
+
+**Query.** The raw query text is embedded (no analyzer) and the vector index returns the scope's
+records by cosine similarity, exactly (no approximate search), ties by ``record_id``.
+
+**Fusion** (``EngineSettings.fusion``), over the two revalidated lists:
+
+- ``minmax`` (the default): each channel's scores are min-max normalized over that channel's list
+  (a record absent from a list scores 0 there; a list whose scores are all equal scores 1) and
+  the record's score is their mean, ``0.5 · lexical + 0.5 · semantic``. This is the convex
+  combination of normalized scores that Bruch, Gai and Ingber ("An Analysis of Fusion Functions
+  for Hybrid Retrieval", 2023) found better than RRF: it keeps how far apart the scores are, where
+  RRF keeps only their order, so a strong lexical match is not pulled down by a weak semantic
+  rank. Equal weights, not tuned.
+- ``rrf``: the contract's reciprocal rank fusion, ``Σ 1 / (60 + rank)``.
+
+With ``semantic_mode = "semantic_only"`` (diagnostics and benchmarks) the semantic list alone is
+ranked. Every choice here (model, record text weights, fusion, its constants, mode) is in
+``profile_config`` and so in the rank receipt's ``profile_config_digest``. Ties always break by
+``record_id`` ascending, so the order is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+from ..contract.canonical import digest
+from . import lexical
+from .ports import Embedder, IndexHit
+
+PROFILE: Final = "semantic_v1"
+PROFILE_VERSION: Final = "1.0.0"
+RRF_K: Final = 60
+MINMAX_WEIGHTS: Final = (0.5, 0.5)  # lexical, semantic
+RECORD_TEXT_WEIGHTS: Final[Mapping[str, float]] = {
+    name: weight for name, weight in lexical.FIELD_WEIGHTS.items() if name != "citations"
+}
+
+Fusion = Literal["minmax", "rrf"]
+SemanticMode = Literal["hybrid", "semantic_only"]
+
+
+def record_texts(record: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """Each component's text with its field weight (primary, else its kind)."""
+    primary_id = record["primary_component_id"]
+    return [
+        (
+            component["text"],
+            RECORD_TEXT_WEIGHTS[
+                "primary" if component["component_id"] == primary_id else component["kind"]
+            ],
+        )
+        for component in record["components"]
+    ]
+
+
+def unit(vector: Sequence[float]) -> tuple[float, ...]:
+    norm = math.sqrt(math.fsum(x * x for x in vector))
+    return tuple(x / norm for x in vector) if norm > 0 else tuple(float(x) for x in vector)
+
+
+def record_vector(embedder: Embedder, record: Mapping[str, Any]) -> tuple[float, ...]:
+    """The record's unit-length vector (module docstring); raises ``EmbedderUnavailable``."""
+    weighted = record_texts(record)
+    vectors = embedder.embed([text for text, _ in weighted])
+    total = [0.0] * embedder.dimensions
+    for (_, weight), vector in zip(weighted, vectors, strict=True):
+        for i, x in enumerate(vector):
+            total[i] += weight * x
+    return unit(total)
+
+
+def _minmax(hits: Sequence[IndexHit]) -> dict[str, float]:
+    if not hits:
+        return {}
+    low = min(h.score for h in hits)
+    high = max(h.score for h in hits)
+    span = high - low
+    return {h.record_id: (h.score - low) / span if span > 0 else 1.0 for h in hits}
+
+
+def fuse(
+    lexical_hits: Sequence[IndexHit],
+    semantic_hits: Sequence[IndexHit],
+    fusion: Fusion,
+) -> list[IndexHit]:
+    """One ranked list from the two channels' lists (module docstring); ties by ``record_id``."""
+    scores: dict[str, float] = {}
+    if fusion == "rrf":
+        for hits in (lexical_hits, semantic_hits):
+            for rank, hit in enumerate(hits, 1):
+                scores[hit.record_id] = scores.get(hit.record_id, 0.0) + 1.0 / (RRF_K + rank)
+    else:
+        for weight, hits in zip(MINMAX_WEIGHTS, (lexical_hits, semantic_hits), strict=True):
+            for record_id, value in _minmax(hits).items():
+                scores[record_id] = scores.get(record_id, 0.0) + weight * value
+    fused = [IndexHit(record_id, score) for record_id, score in scores.items()]
+    fused.sort(key=lambda hit: (-hit.score, hit.record_id))
+    return fused
+
+
+def profile_config(model_id: str, mode: SemanticMode, fusion: Fusion) -> dict[str, Any]:
+    return {
+        "profile": PROFILE,
+        "profile_version": PROFILE_VERSION,
+        "lexical_profile_config_digest": lexical.PROFILE_CONFIG_DIGEST,
+        "embedder": model_id,
+        "record_vector": "normalized-weighted-mean-of-component-embeddings",
+        "record_text_weights": {name: str(w) for name, w in RECORD_TEXT_WEIGHTS.items()},
+        "similarity": "cosine-exact",
+        "mode": mode,
+        "fusion": (
+            {"method": "rrf", "k": RRF_K}
+            if fusion == "rrf"
+            else {"method": "minmax-convex", "weights": [str(w) for w in MINMAX_WEIGHTS]}
+        ),
+        "ties": "record_id_ascending",
+    }
+
+
+def profile_config_digest(model_id: str, mode: SemanticMode, fusion: Fusion) -> str:
+    return digest("rank-profile", profile_config(model_id, mode, fusion))
