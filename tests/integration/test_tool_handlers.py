@@ -118,7 +118,7 @@ class Cloud:
     index: MemoryLexicalIndex
     confirmations: ScriptedConfirmations
 
-    def engine(self, **overrides: Any) -> Engine:
+    def engine(self, env: dict[str, str] | None = None, **overrides: Any) -> Engine:
         options: dict[str, Any] = {
             "dynamodb_client": self.clients["dynamodb"],
             "s3_client": self.clients["s3"],
@@ -129,7 +129,7 @@ class Cloud:
             "confirmations": self.confirmations,
             **overrides,
         }
-        return build_engine(self.env, **options)
+        return build_engine(self.env if env is None else env, **options)
 
 
 _SESSIONS: list[boto3.session.Session] = []
@@ -669,6 +669,8 @@ def test_a_missing_variable_is_a_configuration_error_naming_it(cloud: Cloud, mis
         ("ENGRAM_DATA_KEY_ARN", "alias/engram"),
         ("ENGRAM_OPENSEARCH_ENDPOINT", "http://plaintext.example"),
         ("ENGRAM_OPENSEARCH_SERVICE", "solr"),
+        ("ENGRAM_SEMANTIC", "remote"),
+        ("ENGRAM_FUSION", "max"),
     ],
 )
 def test_an_invalid_variable_is_a_configuration_error(cloud: Cloud, name: str, value: str) -> None:
@@ -757,3 +759,32 @@ def test_manual_admission_mode_holds_candidates_for_an_operator(cloud: Cloud) ->
     )
 
     assert value_of("request_admission", answer)["outcome"]["status"] == "pending_adjudication"
+
+
+def test_the_semantic_channel_is_opt_in_in_the_cloud(cloud: Cloud) -> None:
+    pytest.importorskip("onnxruntime", reason="the semantic extra is not installed")
+    apps = {tool: load_app(tool) for tool in ("capture", "request_admission", "search")}
+    lexical_only, semantic = (
+        cloud.engine(),
+        cloud.engine(env={**cloud.env, "ENGRAM_SEMANTIC": "local"}),
+    )
+    for app in apps.values():
+        app.handler.engine = semantic
+
+    def invoke(tool: str, ev: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = apps[tool].handler(ev, FakeLambdaContext())
+        return answer
+
+    _, record_id = remember(invoke, "The espresso machine is descaled every month.", "s" * 16)
+    ask = event(
+        "search",
+        query="coffee maker cleaning schedule",
+        capability_policy={"minimum_channels": "lexical_and_semantic", "network": "forbid"},
+    )
+    found = value_of("search", invoke("search", ask))
+    apps["search"].handler.engine = lexical_only
+    refused = invoke("search", ask)
+
+    assert [p["record"]["record_id"] for p in found["records"]] == [record_id]
+    assert found["rank_receipt"]["profile"] == "semantic_v1"
+    assert refused["error"]["code"] == "RANKING_UNAVAILABLE"

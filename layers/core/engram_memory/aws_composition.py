@@ -27,7 +27,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -51,9 +51,11 @@ from .engine.ports import (
     ConfirmationPending,
     ConfirmationRequest,
     ConfirmationWorkflow,
+    Embedder,
     LexicalIndex,
     Store,
     Vault,
+    VectorIndex,
 )
 from .engine.service import Engine, EngineSettings, new_audit_id
 from .observability import count_admission_outcome, get_logger, get_tracer, instrumented
@@ -477,6 +479,7 @@ def build_engine(
     confirmations: ConfirmationWorkflow | None = None,
     clock: Clock | None = None,
     audit: AuditSink | None = None,
+    embedder: Embedder | None = None,
 ) -> Engine:
     """The cloud engine of one tenant, from the environment the SAM template sets.
 
@@ -491,6 +494,10 @@ def build_engine(
     - admission policy: ``BuiltinAdmissionPolicy(ENGRAM_ADMISSION_MODE)`` (``auto`` | ``manual``,
       default ``auto``);
     - search cursor key: the secret ``ENGRAM_CURSOR_SECRET_ARN``, read once, here;
+    - semantic channel (off by default): ``ENGRAM_SEMANTIC=local`` loads the local embedder (the
+      ``semantic`` extra must be in the layer; ``ConfigurationError`` otherwise), or pass
+      ``embedder``; the vectors live in the lexical index's documents (OpenSearch k-NN), which
+      must then also be a ``VectorIndex``. ``ENGRAM_FUSION`` = ``minmax`` (default) | ``rrf``;
     - clock: the system clock; audit: ``PowertoolsAuditSink``; confirmations:
       ``NoConfirmationChannel``; clients: from ``session`` (default: a boto3 session in
       ``AWS_REGION``), created on first use.
@@ -582,6 +589,19 @@ def build_engine(
         from .observability import PowertoolsAuditSink
 
         audit = PowertoolsAuditSink()
+    fusion = _fusion(env)
+    if embedder is None and _semantic(env):
+        from .adapters.local.embedder import SemanticExtraMissing, load_local_embedder
+
+        try:
+            embedder = load_local_embedder()
+        except SemanticExtraMissing as exc:
+            raise ConfigurationError(f"ENGRAM_SEMANTIC is 'local' but {exc}") from None
+    vector_index: VectorIndex | None = None
+    if embedder is not None:
+        if not callable(getattr(lexical_index, "nearest", None)):
+            raise ConfigurationError("ENGRAM_SEMANTIC needs an index that stores vectors")
+        vector_index = cast("VectorIndex", lexical_index)
     return Engine(
         store=store,
         vault=vault,
@@ -590,8 +610,26 @@ def build_engine(
         confirmations=confirmations or NoConfirmationChannel(),
         clock=clock,
         audit=audit,
-        settings=EngineSettings(cursor_key=cursor_key),
+        settings=EngineSettings(cursor_key=cursor_key, fusion=fusion),
+        embedder=embedder,
+        vector_index=vector_index,
     )
+
+
+def _semantic(env: Mapping[str, str]) -> bool:
+    value = env.get("ENGRAM_SEMANTIC", "").strip() or "off"
+    if value not in ("off", "local"):
+        raise ConfigurationError("ENGRAM_SEMANTIC must be 'off' or 'local'")
+    return value == "local"
+
+
+def _fusion(env: Mapping[str, str]) -> Literal["minmax", "rrf"]:
+    value = env.get("ENGRAM_FUSION", "").strip() or "minmax"
+    if value == "minmax":
+        return "minmax"
+    if value == "rrf":
+        return "rrf"
+    raise ConfigurationError("ENGRAM_FUSION must be 'minmax' or 'rrf'")
 
 
 # --------------------------------------------------------------------------------------------
