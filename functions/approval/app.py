@@ -18,7 +18,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from engram_memory.adapters.aws.step_functions import ApprovalStore, ParkedApproval
+from engram_memory.adapters.aws.step_functions import (
+    ENDED_WAIT_ERRORS,
+    ApprovalStore,
+    ParkedApproval,
+)
 from engram_memory.aws_composition import ConfigurationError
 from engram_memory.observability import instrumented
 
@@ -73,10 +77,6 @@ def _answer(event: Mapping[str, Any]) -> bool | None:
         return None
     answer = decoded.get("approve") if isinstance(decoded, dict) else None
     return answer if isinstance(answer, bool) else None
-
-
-# What Step Functions answers for a task token nobody waits on any more.
-_ENDED_WAIT = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
 
 
 def _agent_token(claims: Mapping[str, Any], env: Mapping[str, str]) -> bool:
@@ -167,7 +167,9 @@ class ApprovalHandler:
                 )
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
-            if code in _ENDED_WAIT:  # the run stopped waiting (its 300 s ran out, or it ended)
+            if (
+                code in ENDED_WAIT_ERRORS
+            ):  # the run stopped waiting (its 300 s ran out, or it ended)
                 return _json(410, {"error": "approval expired"})
             raise
         status = "approved" if approve else "declined"

@@ -329,6 +329,22 @@ def test_an_approval_that_never_comes_times_out_to_gate_failed(
     assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True
 
 
+def test_a_form_approval_after_the_wait_timed_out_is_gate_failed(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    stack = stack_factory(approval_wait_s=1)
+    record_id = _record(stack, "Release notes are drafted by the release captain.")
+    forget = event("forget", record_id=record_id, idempotency_key="forget-too-late-01")
+    asked = stack.invoke("forget", forget)
+    assert stack.wait_done("forget")["status"] == "SUCCEEDED"  # not_approved: nobody answered
+    approval = carried_approval(asked, approved_ago_ms=0, now_ms=stack.clock.now_ms())
+
+    answered = stack.invoke("forget", {**forget, "approval": approval})
+
+    assert answered["error"]["code"] == "gate_failed"
+    assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True
+
+
 def test_an_execution_started_past_the_30_s_window_is_gate_failed(stack: Stack) -> None:
     record_id = _record(stack, "Staging certificates are renewed by the cert bot.")
     forget = event("forget", record_id=record_id, idempotency_key="forget-late-0001")

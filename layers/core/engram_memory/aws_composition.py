@@ -422,13 +422,28 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
+def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
+    """``name``'s value, one of ``allowed`` (the first is the default when unset)."""
+    value = env.get(name, "").strip() or allowed[0]
+    if value not in allowed:
+        raise ConfigurationError(f"{name} must be " + " or ".join(f"'{a}'" for a in allowed))
+    return value
+
+
 def _admission_mode(env: Mapping[str, str]) -> Literal["auto", "manual"]:
-    mode = env.get("ENGRAM_ADMISSION_MODE", "").strip() or "auto"
-    if mode == "auto":
-        return "auto"
-    if mode == "manual":
-        return "manual"
-    raise ConfigurationError("ENGRAM_ADMISSION_MODE must be 'auto' or 'manual'")
+    return (
+        "manual"
+        if _choice(env, "ENGRAM_ADMISSION_MODE", ("auto", "manual")) == "manual"
+        else "auto"
+    )
+
+
+def _fusion(env: Mapping[str, str]) -> Literal["minmax", "rrf"]:
+    return "rrf" if _choice(env, "ENGRAM_FUSION", ("minmax", "rrf")) == "rrf" else "minmax"
+
+
+def _semantic(env: Mapping[str, str]) -> bool:
+    return _choice(env, "ENGRAM_SEMANTIC", ("off", "local")) == "local"
 
 
 def read_secret_bytes(
@@ -614,22 +629,6 @@ def build_engine(
         embedder=embedder,
         vector_index=vector_index,
     )
-
-
-def _semantic(env: Mapping[str, str]) -> bool:
-    value = env.get("ENGRAM_SEMANTIC", "").strip() or "off"
-    if value not in ("off", "local"):
-        raise ConfigurationError("ENGRAM_SEMANTIC must be 'off' or 'local'")
-    return value == "local"
-
-
-def _fusion(env: Mapping[str, str]) -> Literal["minmax", "rrf"]:
-    value = env.get("ENGRAM_FUSION", "").strip() or "minmax"
-    if value == "minmax":
-        return "minmax"
-    if value == "rrf":
-        return "rrf"
-    raise ConfigurationError("ENGRAM_FUSION must be 'minmax' or 'rrf'")
 
 
 # --------------------------------------------------------------------------------------------

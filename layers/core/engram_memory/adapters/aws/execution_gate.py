@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ...contract.errors import ErrorCode
 from ...engine.ports import ConfirmationPending, ConfirmationRequest, StoreUnavailable
 from .step_functions import (
+    ENDED_WAIT_ERRORS,
     ApprovalStore,
     ParkedApproval,
     WorkflowRequest,
@@ -161,9 +162,16 @@ class ExecutionGate:
         taken = self.approvals.take(parked.approval_id, engine.clock.now_ms())
         if taken is None or taken.task_token is None:
             return False  # answered meanwhile (e.g. on the approval page): wait for that run
-        self.sfn.send_task_success(
-            taskToken=taken.task_token, output=invocation.approval.model_dump_json()
-        )
+        from botocore.exceptions import ClientError
+
+        try:
+            self.sfn.send_task_success(
+                taskToken=taken.task_token, output=invocation.approval.model_dump_json()
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ENDED_WAIT_ERRORS:
+                raise
+            return False  # the run stopped waiting: no commit will come (gate_failed below)
         return True
 
     @staticmethod

@@ -38,6 +38,7 @@ from ...engine.ports import (
 
 __all__ = [
     "APPROVAL_TOKEN_TTL_S",
+    "ENDED_WAIT_ERRORS",
     "EXECUTION_NAME_PATTERN",
     "ApprovalRecord",
     "ApprovalStore",
@@ -51,6 +52,9 @@ __all__ = [
 ]
 
 APPROVAL_TOKEN_TTL_S: Final = APPROVAL_TTL_MS // 1000
+# What Step Functions answers for a task token nobody waits on any more (the wait timed out, or
+# the run ended).
+ENDED_WAIT_ERRORS: Final = frozenset({"TaskTimedOut", "TaskDoesNotExist", "InvalidToken"})
 EXECUTION_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 APPROVAL_ID_PATTERN: Final = r"^apr_[0-9a-f]{32}$"
 _TOKEN_SK: Final = "APPROVAL_TOKEN"  # noqa: S105 - a sort key, not a secret
