@@ -320,23 +320,30 @@ def modern_call(
     return json.loads(response["body"])["result"]
 
 
-def test_a_forget_is_confirmed_through_the_adapter_and_the_approval_reaches_the_function(
-    adapter: Adapter,
-) -> None:
-    text = "The adapter carries the human's approval to the forget function."
-    captured = adapter.call("capture", capture_event(text, "adapter-key-000009")["arguments"])
+def remembered_then_forget(adapter: Adapter, text: str, key: str) -> tuple[str, dict[str, Any]]:
+    """Capture and admit ``text`` through the adapter; its record id and forget arguments."""
+    captured = adapter.call("capture", capture_event(text, f"capture-{key}-0000000")["arguments"])
     candidate_id = captured["result"]["structuredContent"]["output"]["value"]["candidate_id"]
     admitted = adapter.call(
         "request_admission",
-        event("request_admission", candidate_id=candidate_id, idempotency_key="admit-adapter-09")[
-            "arguments"
-        ],
+        event(
+            "request_admission", candidate_id=candidate_id, idempotency_key=f"admit-{key}-00000000"
+        )["arguments"],
     )["result"]["structuredContent"]["output"]["value"]["outcome"]
     forget = {
         "record_id": admitted["record_id"],
-        "idempotency_key": "forget-adapter-0009",
+        "idempotency_key": f"forget-{key}-0000000",
         "reason_ref": "reason:obsolete",
     }
+    return admitted["record_id"], forget
+
+
+def test_a_forget_is_confirmed_through_the_adapter_and_the_approval_reaches_the_function(
+    adapter: Adapter,
+) -> None:
+    _, forget = remembered_then_forget(
+        adapter, "The adapter carries the human's approval to the forget function.", "adapter-09"
+    )
 
     asked = modern_call(adapter, "forget", forget)
     assert "requestState" in asked and "engram_confirmation" in asked["inputRequests"], asked
@@ -360,20 +367,9 @@ def test_a_forget_is_confirmed_through_the_adapter_and_the_approval_reaches_the_
 
 
 def test_a_declined_forget_is_gate_failed_and_the_record_stays(adapter: Adapter) -> None:
-    text = "A declined confirmation leaves this record in place."
-    captured = adapter.call("capture", capture_event(text, "adapter-key-000011")["arguments"])
-    candidate_id = captured["result"]["structuredContent"]["output"]["value"]["candidate_id"]
-    record_id = adapter.call(
-        "request_admission",
-        event("request_admission", candidate_id=candidate_id, idempotency_key="admit-adapter-11")[
-            "arguments"
-        ],
-    )["result"]["structuredContent"]["output"]["value"]["outcome"]["record_id"]
-    forget = {
-        "record_id": record_id,
-        "idempotency_key": "forget-adapter-0011",
-        "reason_ref": "reason:obsolete",
-    }
+    record_id, forget = remembered_then_forget(
+        adapter, "A declined confirmation leaves this record in place.", "adapter-11"
+    )
     asked = modern_call(adapter, "forget", forget)
     declined = modern_call(
         adapter,

@@ -24,7 +24,7 @@ from unittest import mock
 
 import pytest
 from aws_testing import TABLE
-from test_mcp_adapter_lambda import Adapter, adapter_over, modern_call
+from test_mcp_adapter_lambda import adapter_over, modern_call, remembered_then_forget
 from test_tool_handlers import (
     Cloud,
     FakeLambdaContext,
@@ -424,28 +424,13 @@ def test_only_the_principal_may_answer_the_page(stack: Stack) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _forget_through(adapter: Adapter, text: str, key: str) -> tuple[str, dict[str, Any]]:
-    captured = adapter.call("capture", capture_event(text, f"capture-{key}-0000000")["arguments"])
-    candidate_id = captured["result"]["structuredContent"]["output"]["value"]["candidate_id"]
-    admitted = adapter.call(
-        "request_admission",
-        event(
-            "request_admission", candidate_id=candidate_id, idempotency_key=f"admit-{key}-00000000"
-        )["arguments"],
-    )["result"]["structuredContent"]["output"]["value"]["outcome"]
-    forget = {
-        "record_id": admitted["record_id"],
-        "idempotency_key": f"forget-{key}-0000000",
-        "reason_ref": "reason:obsolete",
-    }
-    return admitted["record_id"], forget
-
-
 def test_a_2025_11_25_client_gets_a_url_elicitation_and_its_retry_the_receipt(
     stack: Stack,
 ) -> None:
     adapter = adapter_over(stack.cloud, stack.tools, clock=stack.clock)
-    record_id, forget = _forget_through(adapter, "The VPN config lives in the ops repo.", "url-a")
+    record_id, forget = remembered_then_forget(
+        adapter, "The VPN config lives in the ops repo.", "url-a"
+    )
 
     asked = adapter.call("forget", forget)
 
@@ -472,7 +457,7 @@ def test_a_2026_07_28_client_that_opens_urls_gets_the_page_as_input_required(
     stack: Stack,
 ) -> None:
     adapter = adapter_over(stack.cloud, stack.tools, clock=stack.clock)
-    _, forget = _forget_through(adapter, "Rotate the webhook secret yearly.", "url-b")
+    _, forget = remembered_then_forget(adapter, "Rotate the webhook secret yearly.", "url-b")
     both = {"form": {}, "url": {}}
 
     asked = modern_call(adapter, "forget", forget, elicitation=both)
@@ -491,7 +476,7 @@ def test_a_2026_07_28_client_that_opens_urls_gets_the_page_as_input_required(
 
 def test_a_form_only_client_confirms_in_a_round_trip_and_the_run_commits(stack: Stack) -> None:
     adapter = adapter_over(stack.cloud, stack.tools, clock=stack.clock)
-    _, forget = _forget_through(adapter, "Archive the 2024 incident reports.", "form-c")
+    _, forget = remembered_then_forget(adapter, "Archive the 2024 incident reports.", "form-c")
 
     asked = modern_call(adapter, "forget", forget)
     assert asked["inputRequests"]["engram_confirmation"]["params"].get("mode", "form") == "form"
