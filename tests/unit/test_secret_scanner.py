@@ -289,25 +289,55 @@ def test_first_stops_at_the_first_finding_and_is_none_for_clean_text(
     assert scanner.first([]) is None
 
 
-def test_a_64_kib_text_scans_well_under_a_second(scanner: SecretScanner) -> None:
+def _cpu_seconds(scanner: SecretScanner, text: str) -> float:
+    """The least process CPU time of three scans (CPU time, and the least, to damp the noise of
+    a shared machine; the absolute cost is measured by ``python -m bench.secrets``)."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        scanner.scan([text])
+        best = min(best, time.process_time() - started)
+    return best
+
+
+def _assert_scan_cost_grows_linearly(scanner: SecretScanner, unit: str) -> None:
+    # Quadrupling the text quadruples a linear scan's cost and multiplies a quadratic one by 16.
+    small = (unit * (16384 // len(unit) + 1))[:16384]
+    large = (unit * (65536 // len(unit) + 1))[:65536]
+    assert _cpu_seconds(scanner, large) < 8 * _cpu_seconds(scanner, small) + 0.05
+
+
+def test_a_64_kib_ordinary_text_is_clean_and_scanned_in_linear_time(
+    scanner: SecretScanner,
+) -> None:
     line = "On Sunday D1:3 we met at 2026-08-16T12:34:56.789Z; digest sha256:" + "ab" * 32 + "\n"
     text = (line * (65536 // len(line) + 1))[:65536]
-    started = time.perf_counter()
     assert scanner.scan([text]) == []
-    assert time.perf_counter() - started < 1.0
+    _assert_scan_cost_grows_linearly(scanner, line)
 
 
 @pytest.mark.parametrize(
     "unit",
-    ["/", "eyJ", "eyJa.", "sk-", "sk-T3BlbkFJ", "//a/:_authToken=/", "password: a b ", "x"],
+    [
+        "/",
+        "eyJ",
+        "eyJa.",
+        "sk-",
+        "sk-T3BlbkFJ",
+        "//a/:_authToken=/",
+        "password: a b ",
+        "x",
+        "-",
+        "A ",
+        "ab-",
+        "key=",
+        "aGVsbG8gd29ybGQh",
+    ],
 )
-def test_texts_built_to_make_patterns_backtrack_still_scan_quickly(
+def test_texts_built_to_make_patterns_backtrack_scan_in_linear_time(
     scanner: SecretScanner, unit: str
 ) -> None:
-    text = (unit * (65536 // len(unit) + 1))[:65536]
-    started = time.perf_counter()
-    scanner.scan([text])
-    assert time.perf_counter() - started < 1.0
+    _assert_scan_cost_grows_linearly(scanner, unit)
 
 
 def test_one_scanner_can_be_shared_between_threads(scanner: SecretScanner) -> None:
@@ -330,3 +360,134 @@ def test_the_fingerprint_names_the_library_version_and_our_rules(scanner: Secret
     assert "HighEntropy" not in scanner.fingerprint
     assert scanner.fingerprint == SecretScanner().fingerprint
     assert "Secret Keyword" in scanner.kinds
+
+
+# --------------------------------------------------------------------------------------------
+# Obfuscated presentations (issue 13, item 4): each form the gate used to miss, as a table
+# --------------------------------------------------------------------------------------------
+
+_BASE32 = string.ascii_uppercase + "234567"
+
+
+def _aws_key_id() -> str:
+    return "AKIA" + _random(16, _BASE32, seed=13)
+
+
+def _github_token() -> str:
+    return "gh" + "p_" + _random(36, seed=14)
+
+
+def _spaced(token: str) -> str:
+    return " ".join(token)
+
+
+def _hyphenated(token: str) -> str:
+    return "-".join(token[i : i + 4] for i in range(0, len(token), 4))
+
+
+def _zero_width_joined(token: str) -> str:
+    return "\u200b".join(token)
+
+
+def _fullwidth(token: str) -> str:
+    return "".join(chr(ord(char) + 0xFEE0) for char in token)
+
+
+def _split(token: str) -> str:
+    return token[: len(token) // 2] + "\n" + token[len(token) // 2 :]
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _obfuscated_cases() -> list[tuple[str, str]]:
+    akia, ghp, jwt = _aws_key_id(), _github_token(), _jwt()
+    pem_lower = _pem(_kw("RSA PRIVATE", " KEY")).replace("BEGIN", "begin").replace("RSA", "rsa")
+    pem_lower = pem_lower.replace("PRIVATE KEY", "private key")
+    dot = jwt.index(".")
+    return [
+        ("aws key id lower-cased", f"the key is {akia.lower()} ok"),
+        ("aws key id spaced", f"key: {_spaced(akia)}"),
+        ("aws key id hyphenated", f"key {_hyphenated(akia)} here"),
+        ("aws key id zero-width joined", f"key {_zero_width_joined(akia)}"),
+        ("aws key id base64 encoded", _b64(f"deploy with {akia} today")),
+        ("aws key id split across lines", f"key:\n{_split(akia)}\nend"),
+        ("aws key id in full-width characters", f"key {_fullwidth(akia)}"),
+        ("bare 40-character aws secret key", _aws_secret_key()),
+        ("github token spaced", f"token {_spaced(ghp)}"),
+        ("github token reversed", f"token {ghp[::-1]}"),
+        ("github token zero-width joined", _zero_width_joined(ghp)),
+        ("pem block with a lower-case header", pem_lower),
+        ("jwt split over two lines", f"{jwt[: dot + 1]}\n{jwt[dot + 1 :]}"),
+        (
+            "password stated in prose",
+            f"my gmail {PASSWORD} is Kestrel{_random(2, string.digits)}!gEx",
+        ),
+        ("password in prose, portuguese", f"minha senha do banco é Velvet{_random(3)}#9"),
+        (
+            "password after 'for the ... is'",
+            f"the {PASSWORD} for the router is Quasar7{_random(4)}!",
+        ),
+        (
+            "password attribute in a .net config",
+            f'<add key="Smtp{PASSWORD}" value="S3cr{_random(6)}" />',
+        ),
+        ("hex-encoded sentence with a key", f"deploy with {akia} today".encode().hex()),
+    ]
+
+
+OBFUSCATED_CASES = _obfuscated_cases()
+
+
+@pytest.mark.parametrize(
+    "text", [case[1] for case in OBFUSCATED_CASES], ids=[case[0] for case in OBFUSCATED_CASES]
+)
+def test_obfuscated_secrets_are_found_without_echoing_them(
+    scanner: SecretScanner, text: str
+) -> None:
+    findings = scanner.scan([text])
+    assert findings
+    assert scanner.first([text]) == findings[0]
+    assert all(finding.kind in scanner.kinds for finding in findings)
+    shown = repr(findings)
+    assert _aws_key_id() not in shown and _github_token() not in shown and text not in shown
+
+
+LOOK_ALIKES = [
+    "sha1 of the file is " + _random(40, "0123456789abcdef"),
+    "fixed in commit " + _random(40, "0123456789abcdef", seed=3) + " on main",
+    _random(40, "0123456789abcdef", seed=4).upper(),
+    " ".join(_random(7, "0123456789abcdef", seed=n) for n in range(6)),
+    "request 3f2b9c1e-8d4a-4b6f-9e2d-7a1c5b3e9f00 failed",
+    "The AWS docs use AKIA" + "IOSFODNN7" + "EXAMPLE as a sample key id.",
+    "e.g. the example secret wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY",
+    _b64("I went to the park with my kids on Sunday and we talked about school."),
+    b"I went to the park with my kids on Sunday".hex(),
+    "upgraded to 2.0.0-rc.1+build.5 and node v22.11.0",
+    "Slovakia and Wallachia were on the itinerary.",
+    "my " + PASSWORD + " is incorrect, so the login failed twice",
+    "the " + PASSWORD + " is in the vault under 'bank'",
+    PASSWORD.capitalize() + "s must be at least 12 characters long.",
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI" + _random(43, _ALNUM + "+/") + " ana@laptop",
+    _pem("PUBLIC KEY"),
+    "getUserAccountSettingsForTenantById2024x is the handler name",
+    "N A S A and the U S A",
+    "emoji family 👨\u200d👩\u200d👧 and the word café",
+    "ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ １２３",
+    "Dear Ana,\nthanks for the\nlovely dinner.\nBest, Bo",
+]
+
+
+@pytest.mark.parametrize("text", LOOK_ALIKES)
+def test_look_alikes_of_secrets_are_not_flagged(scanner: SecretScanner, text: str) -> None:
+    assert scanner.scan([text]) == []
+
+
+def test_documented_placeholders_are_recognised_by_their_marker_only(
+    scanner: SecretScanner,
+) -> None:
+    placeholder = "AKIA" + "IOSFODNN7" + "EXAMPLE"
+    assert scanner.scan([f"sample key {placeholder}"]) == []
+    # A real key written next to the marker is still a key: only the matched key is examined.
+    assert scanner.scan([f"sample key {_aws_key_id()} EXAMPLE"]) != []

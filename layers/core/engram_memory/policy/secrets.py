@@ -10,14 +10,25 @@ A finding carries the detector's type name only. The secret value, its position,
 text and any hash of them are dropped as soon as a detector answers, so nothing derived from the
 content can leak through a finding, its ``repr``, a log line or a receipt.
 
+Views
+-----
+Every text is examined as given and then through de-obfuscated views (``views.py``), lazily, so
+``first`` stops at the first view with a finding: normalized (NFKC, format characters removed),
+joined (spaced or line-split tokens), dehyphenated, reversed, decoded (base64/base64url/hex blobs
+that decode to text). The text itself and the full views (normalized, decoded) get every
+detector; the format views (joined, dehyphenated, reversed) only the detectors of a token's own
+shape, because gluing or reversing words would make up context for the keyword rules.
+
 Detectors
 ---------
 From ``detect-secrets``, run over the whole text (their patterns describe single-line tokens, so
 a multi-line PEM block is found by its header line): AWS access key ids and quoted secret keys,
 Azure storage keys, Basic-Auth credentials in URLs (a user and a password before the host, as in
 ``postgres://`` or ``mongodb+srv://`` connection strings), Cloudant, Discord, GitHub (classic),
-GitLab, IBM Cloud IAM, IBM COS HMAC, JWTs, Mailchimp, npm, OpenAI, PEM/PuTTY private keys, PyPI,
-SendGrid, Slack, SoftLayer, Square, Stripe, Twilio.
+GitLab, IBM Cloud IAM, IBM COS HMAC, JWTs, Mailchimp, npm, PEM/PuTTY private keys, PyPI,
+SendGrid, Slack, SoftLayer, Square, Stripe, Twilio. The costly context plugins (IBM, Cloudant,
+SoftLayer, Mailchimp, keyword) run only when the text holds a word every one of their matches
+contains (``_Gated``).
 
 The library's keyword detector (``password = ...``, ``secret: ...``, ``api_key = ...``,
 ``DATABASE_PASSWORD=...``, ``export AWS_SECRET_ACCESS_KEY=...``) is driven with the library's own
@@ -28,22 +39,34 @@ Left off, on purpose:
 
 - ``Base64HighEntropyString`` / ``HexHighEntropyString``: they flag every ``sha256:`` digest,
   record/candidate id and base64 blob a memory legitimately holds. The credential shapes they
-  would catch are covered by the specific detectors and the keyword rules.
+  would catch are covered by the specific detectors, the keyword rules and the bare AWS secret
+  rule (which adds checks a digest fails).
 - ``IPPublicDetector``: an IP address is not a secret, and it matches dotted version numbers.
 - ``ArtifactoryDetector``: matches ordinary upper-case model or part names (``APEX12345678``).
 - ``TelegramBotTokenDetector``: unanchored ``\\d{8,10}:[\\w-]{35}`` matches references built from
   a millisecond timestamp and a slug (``1755350096789:some-long-locator-slug...``).
+- ``OpenAIDetector``: quadratic on long runs of ``sk-``; replaced by a linear rule that widens it.
 
-Rules of our own, only where the library has no detector (each documented at its definition):
-encrypted/other PEM private-key headers, URL credentials the library's pattern misses, ``.env``
-token/credential lines whose names the keyword list lacks (``*_TOKEN``, ``*_CREDENTIALS``...),
-session cookies, HTTP authorization headers, and three well-known token prefixes (GitHub
-fine-grained, Anthropic, Google API keys).
+Rules of our own, only where the library has no detector or misses a presentation (each
+documented at its definition): PEM private-key headers in any case and label, URL credentials the
+library's pattern misses, ``.env`` token/credential lines whose names the keyword list lacks
+(``*_TOKEN``, ``*_CREDENTIALS``...), session cookies, HTTP authorization headers, configuration
+elements naming a credential (``<add key="...Password" value="..."/>``), passwords stated in
+prose, a bare 40-character AWS secret key, and provider token formats matched in any letter case
+and with their prefix hyphens optional (AWS, GitHub classic and fine-grained, GitLab, Slack,
+Stripe, OpenAI, Anthropic, Google, Twilio, SendGrid, npm, PyPI).
+
+AWS's documentation placeholders (keys holding the marker ``EXAMPLE``) are not findings: they
+grant nothing, and a real key cannot hold the marker (see ``_not_a_documented_placeholder``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import math
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -77,11 +100,13 @@ from detect_secrets.plugins.square_oauth import SquareOAuthDetector
 from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
+from .views import derived_views
+
 __all__ = ["SecretFinding", "SecretScanner"]
 
 # Bumped whenever a rule of ours, a guard or the plugin selection changes: it feeds the
 # fingerprint, and through it the admission policy's version.
-RULES_VERSION: Final = "engram-secrets-1"
+RULES_VERSION: Final = "engram-secrets-2"
 
 # detect-secrets regex plugins run as shipped (JWT and keyword have drivers of their own below),
 # in this order, which only fixes the order of findings: the first finding, and hence the rule
@@ -95,7 +120,6 @@ _LIBRARY_PLUGINS: Final[tuple[type[Any], ...]] = (
     GitLabTokenDetector,
     SlackDetector,
     StripeDetector,
-    OpenAIDetector,
     NpmDetector,
     PypiTokenDetector,
     SendGridDetector,
@@ -110,14 +134,47 @@ _LIBRARY_PLUGINS: Final[tuple[type[Any], ...]] = (
 )
 
 
+# Plugins that read a keyword or an assignment around the secret (IBM, Cloudant, SoftLayer, npm's
+# `.npmrc` line) or whose pattern is a bare character class (Mailchimp's 32 `[0-9a-z]`): they run
+# on full views only, never on the joined, dehyphenated or reversed ones.
+_LIBRARY_CONTEXT_PLUGINS: Final[frozenset[type[Any]]] = frozenset(
+    {
+        NpmDetector,
+        MailchimpDetector,
+        IbmCloudIamDetector,
+        IbmCosHmacDetector,
+        CloudantDetector,
+        SoftlayerDetector,
+    }
+)
+
+
 # Plugins whose pattern backtracks quadratically, with a literal every match contains and how far
 # a match can reach on either side of it. npm's `//.+/:_authToken=` took 12 s on a 64 KiB line of
-# slashes, OpenAI's `sk-[\w-]*[A-Za-z0-9]{20}T3BlbkFJ...` 8 s on a text of `sk-`. These plugins
-# run only on windows around the literal (see `_PluginDetector`). 256 characters is well beyond a
-# real registry URL or OpenAI key prefix (~80 characters before the literal).
+# slashes. These plugins run only on windows around the literal (see `_PluginDetector`). 256
+# characters is well beyond a real registry URL. (OpenAI's plugin, quadratic too, is replaced by
+# a linear rule of ours: see `_FORMAT_RULES`.)
 _PLUGIN_ANCHORS: Final[dict[type[Any], tuple[str, int]]] = {
     NpmDetector: ("_authToken", 256),
-    OpenAIDetector: ("T3BlbkFJ", 256),
+}
+
+
+def _not_a_documented_placeholder(value: str) -> bool:
+    """False for AWS's documented placeholder keys (``AKIA`` + 9 characters + ``EXAMPLE``...).
+
+    AWS writes every example key of its documentation with the marker ``EXAMPLE`` inside the key
+    itself; a real key id (16 random base-32 characters) or secret (40 random base-64 characters)
+    holds that 7-letter word with a probability below 1e-9. A placeholder grants nothing, and a
+    note about one is legitimate memory. Only the matched key is examined, so a real key written
+    next to the word ``EXAMPLE`` is still a key.
+    """
+    folded = value.upper()
+    return "EXAMPLE" not in folded and "ELPMAXE" not in folded  # also as the reversed view reads
+
+
+# Plugins whose found values are filtered before they count.
+_PLUGIN_VALUE_FILTERS: Final[dict[type[Any], Callable[[str], bool]]] = {
+    AWSKeyDetector: _not_a_documented_placeholder,
 }
 
 
@@ -147,6 +204,8 @@ class _PluginDetector:
     JWT well-formedness test); unlike ``analyze_line`` it never reads the global settings nor
     triggers the plugin's network verification.
 
+    ``accept``, when given, filters the values the plugin found (see ``_PLUGIN_VALUE_FILTERS``).
+
     Without an anchor the plugin runs over the whole text (the selected patterns describe
     single-line tokens, so this finds what a line-by-line scan would). With an anchor ``(literal, reach)`` it runs only on windows around the
     occurrences of ``literal``: each window spans ``reach`` characters before the literal and
@@ -155,16 +214,24 @@ class _PluginDetector:
     pattern costs ``O(len(text) * reach)`` instead of ``O(len(text) ** 2)``.
     """
 
-    __slots__ = ("_anchor", "_plugin", "kind")
+    __slots__ = ("_accept", "_anchor", "_plugin", "kind")
 
-    def __init__(self, plugin: Any, anchor: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        plugin: Any,
+        anchor: tuple[str, int] | None = None,
+        accept: Callable[[str], bool] | None = None,
+    ) -> None:
         self._plugin = plugin
         self._anchor = anchor
+        self._accept = accept
         self.kind: str = str(plugin.secret_type)
 
     def _hit(self, text: str) -> bool:
         values: Iterator[str] = iter(self._plugin.analyze_string(text))
-        return next(values, None) is not None
+        if self._accept is None:
+            return next(values, None) is not None
+        return any(self._accept(value) for value in values)
 
     def found(self, text: str) -> bool:
         if self._anchor is None:
@@ -180,6 +247,45 @@ class _PluginDetector:
                 covered_to = at + reach
             at = text.find(literal, at + 1)
         return False
+
+
+class _Gated:
+    """A detector run only when the lower-cased text holds one of the literals every match needs.
+
+    Several detectors are costly on long ordinary text (case-insensitive alternations tried at
+    every position: ~0.5-1.5 ms per 4 KiB each) although each of their matches must contain one
+    of a few words (``key``, ``pass``, ``cookie``...). Looking for those words first is a fast
+    substring scan and skips the detector on text that cannot match, without changing what it
+    finds: each gate below lists literals that every match of its detector contains.
+    """
+
+    __slots__ = ("_detector", "_literals", "kind")
+
+    def __init__(self, detector: _Detector, literals: tuple[str, ...]) -> None:
+        self._detector = detector
+        self._literals = literals
+        self.kind = detector.kind
+
+    def found(self, text: str) -> bool:
+        folded = text.lower()
+        if not any(literal in folded for literal in self._literals):
+            return False
+        return self._detector.found(text)
+
+
+# The words every match of these detectors contains (read off their patterns): the IBM, Cloudant
+# and SoftLayer assignment patterns need a `key|pw|pwd|pass|password|token` name (or, for their
+# URL forms, the service's host name); Mailchimp keys end in `-us<n>`; the keyword list's entries
+# all contain `key`, `pass`, `pwd`, `secret` or `contrase`.
+_CREDENTIAL_NAME_WORDS: Final = ("key", "pw", "pass", "token", "cloudant", "softlayer")
+_PLUGIN_GATES: Final[dict[type[Any], tuple[str, ...]]] = {
+    IbmCloudIamDetector: _CREDENTIAL_NAME_WORDS,
+    IbmCosHmacDetector: _CREDENTIAL_NAME_WORDS,
+    CloudantDetector: _CREDENTIAL_NAME_WORDS,
+    SoftlayerDetector: _CREDENTIAL_NAME_WORDS,
+    MailchimpDetector: ("-us",),
+}
+_KEYWORD_GATE: Final = ("key", "pass", "pwd", "secret", "contrase")
 
 
 class _JwtDetector:
@@ -350,11 +456,18 @@ def _is_assigned_value(match: re.Match[str], group: int, colon_form: bool) -> bo
 # --------------------------------------------------------------------------------------------
 
 # PEM private keys whose header the library's fixed list misses: PKCS#8
-# `-----BEGIN ENCRYPTED PRIVATE KEY-----` and any other `<ALG> PRIVATE KEY` label; PuTTY keys of
-# format 3 (the library knows the format 2 header only). Reported as the library's kind.
+# `-----BEGIN ENCRYPTED PRIVATE KEY-----` and any other `<ALG> PRIVATE KEY` label, in any letter
+# case and with the spaces optional (a lower-cased header, or one whose spaces a joined view
+# removed); PuTTY keys of any format version (the library knows the format 2 header only).
+# Public keys and certificates (`BEGIN PUBLIC KEY`, `BEGIN CERTIFICATE`) do not match. Reported as
+# the library's kind.
 _PRIVATE_KEY_RULE: Final = _RegexRule(
     str(PrivateKeyDetector.secret_type),
-    re.compile(r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-\d+:"),
+    re.compile(
+        r"---[ \t]*BEGIN[ A-Z0-9]{0,40}?PRIVATE ?KEY(?: ?BLOCK)?[ \t]*---"
+        r"|PuTTY-User-Key-File-\d+:",
+        re.IGNORECASE,
+    ),
 )
 
 # Credentials in a URL's userinfo that the library's Basic-Auth pattern misses: an empty user
@@ -451,26 +564,235 @@ _AUTHORIZATION_RULE: Final = _RegexRule(
     ),
 )
 
-# Token formats with a distinctive prefix that detect-secrets 1.5 does not know:
-# GitHub fine-grained personal access tokens, Anthropic API keys, Google API keys.
-_GITHUB_FINE_GRAINED_RULE: Final = _RegexRule(
-    str(GitHubTokenDetector.secret_type), re.compile(r"github_pat_[A-Za-z0-9_]{22,}")
-)
-_ANTHROPIC_RULE: Final = _RegexRule(
-    "Anthropic API Key", re.compile(r"sk-ant-[a-z]+\d{2}-[A-Za-z0-9_-]{20,}")
-)
-_GOOGLE_API_KEY_RULE: Final = _RegexRule("Google API Key", re.compile(r"AIza[0-9A-Za-z_-]{35}"))
 
-_OWN_RULES: Final[tuple[_RegexRule, ...]] = (
+# Token formats with a distinctive prefix, written to also accept the presentations the
+# de-obfuscated views produce (see `views.py`): any letter case (a token pasted lower-cased), and
+# the hyphens of a prefix optional (the dehyphenated view removes them). Where detect-secrets 1.5
+# has the format, these only widen it and report its kind; GitHub fine-grained tokens, npm tokens
+# outside `.npmrc`, Anthropic and Google API keys are formats it does not know. A match must not
+# follow a letter or digit, and the fixed-length formats must not be followed by one, so a longer
+# identifier that merely contains a prefix does not match.
+class _FoldedRule:
+    """A lower-case pattern matched against the lower-cased text.
+
+    Folding the text once instead of compiling with ``re.IGNORECASE`` keeps the pattern's leading
+    literal, which the regex engine searches for with a fast scan (~5 us per 4 KiB instead of
+    ~300 us); the left boundary is checked after the fact for the same reason.
+    """
+
+    __slots__ = ("_accept", "_pattern", "kind")
+
+    def __init__(
+        self, kind: str, pattern: str, accept: Callable[[str], bool] | None = None
+    ) -> None:
+        self.kind = kind
+        self._pattern = re.compile(pattern)
+        self._accept = accept
+
+    def found(self, text: str) -> bool:
+        folded = text.lower()
+        for match in self._pattern.finditer(folded):
+            start = match.start()
+            if start and folded[start - 1].isascii() and folded[start - 1].isalnum():
+                continue
+            if self._accept is None or self._accept(match.group(0)):
+                return True
+        return False
+
+
+_FORMAT_RULES: Final[tuple[_FoldedRule, ...]] = (
+    _FoldedRule(
+        str(AWSKeyDetector.secret_type),
+        r"(?:akia|asia|abia|acca|a3t[a-z0-9])[a-z0-9]{16}(?![a-z0-9])",
+        _not_a_documented_placeholder,
+    ),
+    _FoldedRule(str(GitHubTokenDetector.secret_type), r"gh[pousr]_[a-z0-9]{36}(?![a-z0-9])"),
+    _FoldedRule(str(GitHubTokenDetector.secret_type), r"github_pat_[a-z0-9]{22}_[a-z0-9]{59}"),
+    _FoldedRule(
+        str(GitLabTokenDetector.secret_type), r"gl(?:pat|dt|ft|soat|rt|cbt|ptt|oas)-?[a-z0-9_-]{17}"
+    ),
+    # Slack tokens whose hyphens the dehyphenated view removed (the library has the hyphenated).
+    _FoldedRule(str(SlackDetector.secret_type), r"xox[abposr][0-9]{8,40}[a-z0-9]{8}"),
+    _FoldedRule(str(StripeDetector.secret_type), r"[rs]k_live_[a-z0-9]{24}"),
+    # An OpenAI key is one run of token characters starting `sk` and holding `T3BlbkFJ` (base64 of
+    # "OpenAI"). This replaces the library's plugin (`sk-[\w-]*[A-Za-z0-9]{20}T3BlbkFJ...`, which
+    # it widens): that pattern is quadratic, and even run on windows around the literal it took
+    # 0.7 s on a 64 KiB run of `sk-T3BlbkFJ`. Matching the run possessively is linear.
+    _FoldedRule(
+        str(OpenAIDetector.secret_type),
+        r"sk(?<![a-z0-9]sk)[a-z0-9_-]*+",
+        lambda run: "t3blbkfj" in run.lower() and len(run) >= 30,
+    ),
+    _FoldedRule("Anthropic API Key", r"sk-?ant-?[a-z]{3,8}[0-9]{2}-?[a-z0-9_-]{20}"),
+    _FoldedRule("Google API Key", r"aiza[a-z0-9_-]{30}"),
+    _FoldedRule(str(TwilioKeyDetector.secret_type), r"(?:sk|ac)[0-9a-f]{32}(?![a-z0-9])"),
+    _FoldedRule(str(SendGridDetector.secret_type), r"sg\.[a-z0-9_-]{16,32}\.[a-z0-9_-]{30}"),
+    _FoldedRule(str(NpmDetector.secret_type), r"npm_[a-z0-9]{36}(?![a-z0-9])"),
+    _FoldedRule(
+        str(PypiTokenDetector.secret_type),
+        r"pypi-?(?:ageichlwas5vcmc|agendgvzdc5wexbplm9yzw)[a-z0-9_-]{50}",
+    ),
+)
+
+
+# A bare AWS secret access key: 40 characters of the base64 alphabet standing alone, which the
+# library finds only when quoted after an `aws...key` name. Forty random base64 characters are
+# told apart from the 40-character strings a memory holds for other reasons by:
+# - a letter and a digit (a random key lacks either with probability < 1e-3);
+# - not hexadecimal (git commit and SHA-1 digests are 40 hex digits);
+# - Shannon entropy >= 3.7 bits per character (random keys: >= 4.1, lower-cased >= 3.78 in 10^5
+#   draws; `aaaa...1111` strings fall below);
+# - not reading as words: when 24+ of the 40 characters are words (`[A-Z]?[a-z]{3,}`), it is a
+#   camelCase identifier (`getUserAccountSettingsForTenantById2024x`: 28); a random key reaches
+#   24 with probability 1e-3 (2 * 10^5 draws). A lower-cased key is all words by that measure, so
+#   the check applies only to strings that have upper-case letters;
+# - not base64 of printable text (30 bytes of text encode to exactly 40 characters; the decoded
+#   view examines that text itself);
+# - not one of AWS's documented placeholders (`..EXAMPLEKEY`).
+_BARE_AWS_SECRET: Final = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_HEX_ONLY: Final = re.compile(r"[0-9A-Fa-f]+")
+_WORD: Final = re.compile(r"[A-Z]?[a-z]{3,}")
+_WORDY_CHARACTERS: Final = 24
+
+
+def _shannon_bits(value: str) -> float:
+    length = len(value)
+    return -sum(count / length * math.log2(count / length) for count in Counter(value).values())
+
+
+def _is_bare_aws_secret(match: re.Match[str]) -> bool:
+    value = match.group(0)
+    digits = sum(char.isdigit() for char in value)
+    if digits == 0 or digits == len(value) or _HEX_ONLY.fullmatch(value):
+        return False
+    if not any(char.isalpha() for char in value) or _shannon_bits(value) < 3.7:
+        return False
+    if not value.islower() and sum(map(len, _WORD.findall(value))) >= _WORDY_CHARACTERS:
+        return False
+    if not _not_a_documented_placeholder(value):
+        return False
+    try:
+        decoded = base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return True
+    return not decoded.isprintable()
+
+
+_BARE_AWS_SECRET_RULE: Final = _RegexRule(
+    str(AWSKeyDetector.secret_type), _BARE_AWS_SECRET, _is_bare_aws_secret
+)
+
+
+# A password stated in prose: "my gmail password is Kestrel24!gEx", "the password for the router
+# is ...", "password for the VPN = ...", "minha senha do banco é ...", "Login: ana / password X".
+# After each password word (English, Portuguese, Spanish, German, French), up to six words are
+# read on the same line; the value is the word after a copula (`is`, `was`, `to`, `=`, `:`, `é`,
+# `ist`...), or the very next word when it is strongly password-like. A value counts only when it
+# looks like a password rather than a word: 6 to 64 characters, a digit or a symbol, and at least
+# two character classes (three without a copula); digits alone count after a copula
+# ("the PIN is 4821" is too short; "the password is 48213377" is not). "My password is
+# something I never share" and "the password is in the vault" pass.
+# Matched in the lower-cased text (see `_FoldedRule` for why); the left boundary is checked after.
+_PASSWORD_WORD: Final = re.compile(
+    r"(?:pass(?:word|phrase|code)|passwd|pwd|senha|contrase[ñn]a|passwort|mot de passe)s?(?!\w)"
+)
+_COPULAS: Final = frozenset(
+    {"is", "was", "are", "were", "be", "to", "=", ":", "->", "é", "era", "es", "ist", "war", "est"}
+)
+_PROSE_WINDOW: Final = 160
+_PROSE_WORDS: Final = 6
+_QUOTES: Final = "\"'`“”‘’«»"
+
+
+def _password_like(word: str, after_copula: bool) -> bool:
+    value = word.strip(_QUOTES).rstrip(".,;)").strip(_QUOTES)
+    if not 6 <= len(value) <= 64 or "://" in value:
+        return False
+    if is_templated_secret(value) or is_prefixed_with_dollar_sign(value) or value[0] in "<{%":
+        return False  # `${DB_PASSWORD}`, `<password>`, `{{ secret }}`, `%(password)s`
+    if value.isdigit():
+        return after_copula
+    classes = (
+        any(char.islower() for char in value),
+        any(char.isupper() for char in value),
+        any(char.isdigit() for char in value),
+        any(not char.isalnum() for char in value),
+    )
+    if not (classes[2] or classes[3]):
+        return False
+    return sum(classes) >= (2 if after_copula else 3)
+
+
+class _ProsePasswordDetector:
+    """A password stated in a sentence (see the comment above ``_PASSWORD_WORD``)."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self) -> None:
+        self.kind = "Password In Prose"
+
+    def found(self, text: str) -> bool:
+        folded = text.lower()
+        if len(folded) != len(text):  # a rare letter whose lower case is longer: keep indices
+            text = folded
+        for keyword in _PASSWORD_WORD.finditer(folded):
+            if keyword.start() and folded[keyword.start() - 1].isalnum():
+                continue
+            window = text[keyword.end() : keyword.end() + _PROSE_WINDOW].split("\n", 1)[0]
+            if _stated_value(window):
+                return True
+        return False
+
+
+def _stated_value(window: str) -> bool:
+    rest = window.lstrip()
+    if rest[:1] in (":", "="):  # `password: X`, `password=X`
+        words = rest[1:].split()
+        return bool(words) and _password_like(words[0], after_copula=True)
+    words = rest.split()[: _PROSE_WORDS + 1]
+    if words and _password_like(words[0], after_copula=False):
+        return True
+    for index, word in enumerate(words[:-1]):
+        if word.lower() in _COPULAS or word.endswith(":"):
+            if _password_like(words[index + 1], after_copula=True):
+                return True
+        elif word[-1] in ".;!?":  # the sentence ended before any value was stated
+            return False
+    return False
+
+
+# Key/value configuration elements naming a credential (.NET `<add key="SmtpPassword"
+# value="..."/>`, `<param name="apiToken" value="..."/>`): the keyword detector reads `key = value`
+# shapes, not a name attribute followed by a value attribute.
+_CONFIG_ATTRIBUTE_RULE: Final = _RegexRule(
+    str(_ds_keyword.KeywordDetector.secret_type),
+    re.compile(
+        r"(?:key|name)[ \t]*=[ \t]*[\"'][^\"'\n]{0,64}?(?:password|passwd|pwd|secret|token|api_?key)"
+        r"[^\"'\n]{0,32}[\"'][ \t]+value[ \t]*=[ \t]*[\"'](?![$<{])[^\"'\n]{4,256}[\"']",
+        re.IGNORECASE,
+    ),
+)
+
+# Rules that read context (a keyword, a header name, a sentence): full views only.
+# Gated like the costly library plugins (see `_Gated`): every cookie header names `cookie`, every
+# well-known session cookie name contains `sess` or `sid`, and every authorization pattern needs
+# one of the header words listed.
+_CONTEXT_RULES: Final[tuple[_Detector, ...]] = (
+    _ENV_RULE,
+    _Gated(_COOKIE_HEADER_RULE, ("cookie",)),
+    _Gated(_BARE_COOKIE_RULE, ("sess", "sid")),
+    _Gated(
+        _AUTHORIZATION_RULE,
+        ("authorization", "api-key", "auth-token", "access-token", "security-token", "bearer"),
+    ),
+    _Gated(_CONFIG_ATTRIBUTE_RULE, ("value",)),
+)
+# Rules of a token's own shape: every view.
+_SHAPE_RULES: Final[tuple[_Detector, ...]] = (
     _PRIVATE_KEY_RULE,
     _URL_USERINFO_RULE,
-    _ENV_RULE,
-    _COOKIE_HEADER_RULE,
-    _BARE_COOKIE_RULE,
-    _AUTHORIZATION_RULE,
-    _GITHUB_FINE_GRAINED_RULE,
-    _ANTHROPIC_RULE,
-    _GOOGLE_API_KEY_RULE,
+    *_FORMAT_RULES,
+    _BARE_AWS_SECRET_RULE,
 )
 
 
@@ -490,18 +812,39 @@ class SecretScanner:
 
     def __init__(self) -> None:
         # Library detectors first, then ours; the order only fixes the order of findings.
-        detectors: list[_Detector] = [
-            _PluginDetector(plugin(), _PLUGIN_ANCHORS.get(plugin)) for plugin in _LIBRARY_PLUGINS
+        shape: list[_Detector] = [
+            _PluginDetector(
+                plugin(), _PLUGIN_ANCHORS.get(plugin), _PLUGIN_VALUE_FILTERS.get(plugin)
+            )
+            for plugin in _LIBRARY_PLUGINS
+            if plugin not in _LIBRARY_CONTEXT_PLUGINS
         ]
-        detectors.append(_JwtDetector())
-        detectors.append(_KeywordDetector())
-        detectors.extend(_OWN_RULES)
-        self._detectors: tuple[_Detector, ...] = tuple(detectors)
+        shape.append(_JwtDetector())
+        shape.extend(_SHAPE_RULES)
+        context: list[_Detector] = []
+        for plugin in _LIBRARY_PLUGINS:
+            if plugin in _LIBRARY_CONTEXT_PLUGINS:
+                detector: _Detector = _PluginDetector(plugin(), _PLUGIN_ANCHORS.get(plugin))
+                gate = _PLUGIN_GATES.get(plugin)
+                context.append(detector if gate is None else _Gated(detector, gate))
+        context.append(_Gated(_KeywordDetector(), _KEYWORD_GATE))
+        context.append(_ProsePasswordDetector())
+        context.extend(_CONTEXT_RULES)
+        # Full views get every detector; format views (joined, dehyphenated, reversed) only the
+        # detectors of a token's own shape (see `views.py`).
+        self._shape_detectors: tuple[_Detector, ...] = tuple(shape)
+        self._detectors: tuple[_Detector, ...] = (*shape, *context)
         library_plugins = [plugin.__name__ for plugin in _LIBRARY_PLUGINS]
         library_plugins += ["JwtTokenDetector", "KeywordDetector"]
         self._fingerprint = "|".join(
             (f"detect-secrets=={_library_version()}", ",".join(library_plugins), RULES_VERSION)
         )
+
+    def _examinations(self, text: str) -> Iterator[tuple[str, tuple[_Detector, ...]]]:
+        """The text and its derived views, each with the detectors that apply to it, lazily."""
+        yield text, self._detectors
+        for view in derived_views(text):
+            yield view.text, self._detectors if view.full else self._shape_detectors
 
     @property
     def fingerprint(self) -> str:
@@ -524,15 +867,17 @@ class SecretScanner:
         """
         seen: dict[str, SecretFinding] = {}
         for text in texts:
-            for detector in self._detectors:
-                if detector.kind not in seen and detector.found(text):
-                    seen[detector.kind] = SecretFinding(detector.kind)
+            for view, detectors in self._examinations(text):
+                for detector in detectors:
+                    if detector.kind not in seen and detector.found(view):
+                        seen[detector.kind] = SecretFinding(detector.kind)
         return list(seen.values())
 
     def first(self, texts: Iterable[str]) -> SecretFinding | None:
         """The first finding ``scan`` would return, stopping as soon as one is found."""
         for text in texts:
-            for detector in self._detectors:
-                if detector.found(text):
-                    return SecretFinding(detector.kind)
+            for view, detectors in self._examinations(text):
+                for detector in detectors:
+                    if detector.found(view):
+                        return SecretFinding(detector.kind)
         return None
