@@ -1,0 +1,1 @@
+"""The secret-gate benchmark (see ``evaluate``; run ``python -m bench.secrets``)."""
