@@ -688,9 +688,10 @@ _BARE_AWS_SECRET_RULE: Final = _RegexRule(
 # After each password word (English, Portuguese, Spanish, German, French), up to six words are
 # read on the same line; the value is the word after a copula (`is`, `was`, `to`, `=`, `:`, `é`,
 # `ist`...), or the very next word when it is strongly password-like. A value counts only when it
-# looks like a password rather than a word: 6 to 64 characters, a digit or a symbol, and at least
-# two character classes (three without a copula); digits alone count after a copula
-# ("the PIN is 4821" is too short; "the password is 48213377" is not). "My password is
+# looks like a password rather than a word: 6 to 64 characters and, after a copula, a digit and
+# another character class or three classes (three and a digit or symbol without a copula, see
+# `_password_like`); digits alone count after a copula
+# ("the password is 4821" is too short; "the password is 48213377" is not). "My password is
 # something I never share" and "the password is in the vault" pass.
 # Matched in the lower-cased text (see `_FoldedRule` for why); the left boundary is checked after.
 _PASSWORD_WORD: Final = re.compile(
@@ -718,9 +719,11 @@ def _password_like(word: str, after_copula: bool) -> bool:
         any(char.isdigit() for char in value),
         any(not char.isalnum() for char in value),
     )
-    if not (classes[2] or classes[3]):
-        return False
-    return sum(classes) >= (2 if after_copula else 3)
+    # After a copula: a digit and another class (`hunter2`), or three classes (`P@ssword`); a word
+    # with a hyphen (`min-length`) is not enough. Without one, three classes and a digit or symbol.
+    if after_copula:
+        return (classes[2] and sum(classes) >= 2) or sum(classes) >= 3
+    return (classes[2] or classes[3]) and sum(classes) >= 3
 
 
 class _ProsePasswordDetector:
