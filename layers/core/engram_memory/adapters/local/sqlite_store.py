@@ -16,6 +16,7 @@ vectors = cosine similarity).
 from __future__ import annotations
 
 import hashlib
+import logging
 import operator
 import os
 import sqlite3
@@ -48,6 +49,7 @@ from ...engine.ports import (
 )
 
 FaultHook = Callable[[str], None]
+log = logging.getLogger(__name__)
 
 
 class _TableFinder(Protocol):
@@ -173,6 +175,10 @@ def _unpack(blob: bytes) -> array[float]:
 
 
 DEFAULT_POOL_SIZE: Final = 8
+
+
+def _drops_projection(change: ProjectionChange | None) -> bool:
+    return change is not None and change.delete_record_id is not None
 
 
 class _ConnectionPool:
@@ -311,7 +317,15 @@ class SqliteStore:
             raise StoreUnavailable("sqlite store error") from exc
 
     def close(self) -> None:
-        """Close every pooled connection. The store stays usable: later calls open new ones."""
+        """Checkpoint and truncate the WAL, then close every pooled connection.
+
+        The store stays usable: later calls open new connections.
+        """
+        try:
+            with self._pool.connection() as conn:
+                self._scrub_wal(conn)
+        except (sqlite3.Error, StoreUnavailable):
+            log.warning("could not truncate the WAL on close")
         self._pool.close()
 
     def open_connections(self) -> int:
@@ -450,6 +464,8 @@ class SqliteStore:
                     raise CommitOutcomeUnknown("commit outcome unknown") from exc
                 committed = True
                 self._fault("after_commit")
+                if changes.shred_record_body or _drops_projection(changes.projection):
+                    self._scrub_wal(conn)
         except (CommitConflict, CommitOutcomeUnknown):
             raise
         except sqlite3.Error as exc:
@@ -662,6 +678,12 @@ class SqliteStore:
                 )
         if change.delete_record_id is not None:
             self._unproject(conn, scope, change.delete_record_id)
+            table = self._lexical_table(conn, scope, create=False)
+            if table is not None:
+                # FTS5 only marks a deleted row's terms as deleted in its index segments; merging
+                # the scope's segments into one rewrites them without the row's terms, and
+                # secure_delete zeroes the pages of the old segments.
+                conn.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")  # noqa: S608
 
     def _vector_table(self, conn: sqlite3.Connection, scope: Scope, *, create: bool) -> str | None:
         name = vector_table_name(scope)
@@ -737,6 +759,26 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+            if _drops_projection(change):
+                self._scrub_wal(conn)
+
+    def _scrub_wal(self, conn: sqlite3.Connection) -> None:
+        """Copy the WAL into the database and truncate it to zero bytes.
+
+        The WAL keeps earlier images of every page a transaction wrote, so a forgotten record's
+        body and index terms would stay readable in ``engram.db-wal`` until later writes recycle
+        it. Called after a commit that shredded something: ``secure_delete`` has already zeroed
+        the freed cells and pages in the new images; the checkpoint writes those over the old
+        ones in the database file, and the truncation drops the old images. It waits (busy
+        timeout) for readers still on an older snapshot; when it cannot finish it is logged and
+        the next shredding commit or ``close`` finishes it.
+        """
+        try:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error:
+            busy = 1
+        if busy:
+            log.warning("could not truncate the WAL after a shredding commit; retried later")
 
     def lexical_contains(self, scope: Scope, record_id: str) -> bool:
         return self._projected(self._lexical_table, scope, record_id)
