@@ -25,9 +25,9 @@ benchmark (``bench/locomo``), they lift lexical recall@10 from 0.667 to 0.722.
 from __future__ import annotations
 
 import re
+import threading
 import unicodedata
 from collections.abc import Callable, Mapping
-from functools import cache
 from typing import Any, Final
 
 from ..contract.canonical import digest
@@ -67,12 +67,24 @@ yours yourself yourselves
 STOP_WORDS: Final = frozenset(_STOP_WORDS_TEXT.split())
 
 
-@cache
-def _stemmer() -> Callable[[list[str]], list[str]]:
-    # Imported on first use: the stemmer package loads every language's tables.
-    from snowballstemmer import stemmer
+class _PerThreadStemmer(threading.local):
+    # A Snowball stemmer keeps the word being stemmed in its own attributes, so one shared by
+    # the server's worker threads raises IndexError or returns another thread's stem. Each
+    # thread gets its own: as cheap as a lock around a shared one (bench/lexical_threads.py)
+    # and it never makes one thread's stemming wait for another's.
+    stem_words: Callable[[list[str]], list[str]] | None = None
 
-    stem: Callable[[list[str]], list[str]] = stemmer("english").stemWords
+
+_thread_stemmer: Final = _PerThreadStemmer()
+
+
+def _stemmer() -> Callable[[list[str]], list[str]]:
+    stem = _thread_stemmer.stem_words
+    if stem is None:
+        # Imported on first use: the stemmer package loads every language's tables.
+        from snowballstemmer import stemmer
+
+        stem = _thread_stemmer.stem_words = stemmer("english").stemWords
     return stem
 
 

@@ -16,6 +16,7 @@ vectors = cosine similarity).
 from __future__ import annotations
 
 import hashlib
+import logging
 import operator
 import os
 import sqlite3
@@ -48,6 +49,7 @@ from ...engine.ports import (
 )
 
 FaultHook = Callable[[str], None]
+log = logging.getLogger(__name__)
 
 
 class _TableFinder(Protocol):
@@ -172,9 +174,101 @@ def _unpack(blob: bytes) -> array[float]:
     return vector
 
 
+DEFAULT_POOL_SIZE: Final = 8
+
+
+def _drops_projection(change: ProjectionChange | None) -> bool:
+    return change is not None and change.delete_record_id is not None
+
+
+class _ConnectionPool:
+    """SQLite connections checked out for one operation and then returned.
+
+    At most ``size`` connections are open at once, however many threads call (the server's
+    worker threads come and go: connections kept per thread leaked one per thread, with its file
+    handles and page cache). A caller finding all of them in use waits up to ``wait_s`` for one.
+    A thread already holding a connection gets the same one back, so nested use never waits on
+    itself. ``close`` closes the idle connections now and those in use when they come back.
+    """
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], size: int, wait_s: float) -> None:
+        if size < 1:
+            raise ValueError("the pool needs at least one connection")
+        self._connect = connect
+        self._size = size
+        self._wait_s = wait_s
+        self._idle: list[sqlite3.Connection] = []
+        self._open = 0
+        self._generation = 0  # bumped by close(): connections of an older one are not kept
+        self._available = threading.Condition()
+        self._held = threading.local()
+
+    @property
+    def open_count(self) -> int:
+        with self._available:
+            return self._open
+
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        held: sqlite3.Connection | None = getattr(self._held, "conn", None)
+        if held is not None:
+            yield held
+            return
+        conn, generation = self._check_out()
+        self._held.conn = conn
+        try:
+            yield conn
+        finally:
+            self._held.conn = None
+            self._check_in(conn, generation)
+
+    def _check_out(self) -> tuple[sqlite3.Connection, int]:
+        with self._available:
+            if not self._available.wait_for(
+                lambda: self._idle or self._open < self._size, timeout=self._wait_s
+            ):
+                raise StoreUnavailable("no sqlite connection became free in time")
+            if self._idle:
+                return self._idle.pop(), self._generation
+            self._open += 1
+            generation = self._generation
+        try:
+            return self._connect(), generation
+        except BaseException:
+            with self._available:
+                self._open -= 1
+                self._available.notify()
+            raise
+
+    def _check_in(self, conn: sqlite3.Connection, generation: int) -> None:
+        keep = True
+        if conn.in_transaction:  # a failure left it mid-transaction: never hand that on
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                keep = False
+        with self._available:
+            if keep and generation == self._generation:
+                self._idle.append(conn)
+                self._available.notify()
+                return
+            self._open -= 1
+            self._available.notify()
+        conn.close()
+
+    def close(self) -> None:
+        with self._available:
+            idle, self._idle = self._idle, []
+            self._open -= len(idle)
+            self._generation += 1
+            self._available.notify_all()
+        for conn in idle:
+            conn.close()
+
+
 class SqliteStore:
-    """The ``Store`` port on SQLite. Thread-safe: one connection per thread, writers serialized
-    by ``BEGIN IMMEDIATE``.
+    """The ``Store`` port on SQLite. Thread-safe: each operation checks a connection out of a
+    bounded pool (``pool_size``) and returns it; writers are serialized by ``BEGIN IMMEDIATE``.
 
     ``fault_hook`` is a test seam: it is called with the name of each step of a commit
     (``begin``, ``head``, ``ledger``, ``event``, ``candidate``, ``record``, ``tombstone``,
@@ -188,6 +282,7 @@ class SqliteStore:
         *,
         fault_hook: FaultHook | None = None,
         busy_timeout_ms: int = 10_000,
+        pool_size: int = DEFAULT_POOL_SIZE,
     ):
         self._path = str(path)
         if self._path != ":memory:" and not os.path.exists(self._path):
@@ -195,27 +290,23 @@ class SqliteStore:
             os.close(os.open(self._path, os.O_CREAT | os.O_WRONLY, 0o600))
         self._fault_hook = fault_hook
         self._busy_timeout_ms = busy_timeout_ms
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._connections_lock = threading.Lock()
-        with self._guard():
-            conn = self._conn()
+        self._pool = _ConnectionPool(self._connect, pool_size, busy_timeout_ms / 1000)
+        with self._guard(), self._pool.connection() as conn:
             conn.executescript(_SCHEMA)
 
     # -- connections ---------------------------------------------------------------------------
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA secure_delete = ON")  # shredded bodies are overwritten on disk
             conn.execute("PRAGMA foreign_keys = ON")
-            self._local.conn = conn
-            with self._connections_lock:
-                self._connections.append(conn)
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     @contextmanager
@@ -226,11 +317,20 @@ class SqliteStore:
             raise StoreUnavailable("sqlite store error") from exc
 
     def close(self) -> None:
-        with self._connections_lock:
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
-        self._local = threading.local()
+        """Checkpoint and truncate the WAL, then close every pooled connection.
+
+        The store stays usable: later calls open new connections.
+        """
+        try:
+            with self._pool.connection() as conn:
+                self._scrub_wal(conn)
+        except (sqlite3.Error, StoreUnavailable):
+            log.warning("could not truncate the WAL on close")
+        self._pool.close()
+
+    def open_connections(self) -> int:
+        """How many SQLite connections the store holds open now (idle and in use)."""
+        return self._pool.open_count
 
     def set_fault_hook(self, hook: FaultHook | None) -> None:
         self._fault_hook = hook
@@ -242,61 +342,44 @@ class SqliteStore:
     # -- reads -----------------------------------------------------------------------------------
 
     def head(self, scope: Scope) -> JournalHead:
-        with self._guard():
-            row = (
-                self._conn()
-                .execute(
-                    "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
-                    (scope.tenant_id, scope.workspace_id),
-                )
-                .fetchone()
-            )
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
+                (scope.tenant_id, scope.workspace_id),
+            ).fetchone()
         return JournalHead(row[0], row[1]) if row else JournalHead(0, GENESIS_HASH)
 
     def ledger_get(self, scope: Scope, principal: str, idempotency_key: str) -> LedgerEntry | None:
-        with self._guard():
-            row = (
-                self._conn()
-                .execute(
-                    "SELECT principal, idempotency_key, tool, target, intent_hash, output, cursor FROM ledger "
-                    "WHERE tenant_id = ? AND workspace_id = ? AND principal = ? AND idempotency_key = ?",
-                    (scope.tenant_id, scope.workspace_id, principal, idempotency_key),
-                )
-                .fetchone()
-            )
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT principal, idempotency_key, tool, target, intent_hash, output, cursor FROM ledger "
+                "WHERE tenant_id = ? AND workspace_id = ? AND principal = ? AND idempotency_key = ?",
+                (scope.tenant_id, scope.workspace_id, principal, idempotency_key),
+            ).fetchone()
         return LedgerEntry(*row) if row else None
 
     def candidate_get(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
-        with self._guard():
-            row = (
-                self._conn()
-                .execute(
-                    f"SELECT {_CANDIDATE_COLUMNS} FROM candidates "  # noqa: S608 - constant column list
-                    "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ?",
-                    (scope.tenant_id, scope.workspace_id, candidate_id),
-                )
-                .fetchone()
-            )
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute(
+                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates "  # noqa: S608 - constant column list
+                "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ?",
+                (scope.tenant_id, scope.workspace_id, candidate_id),
+            ).fetchone()
         return CandidateRow(*row) if row else None
 
     def record_get(self, scope: Scope, record_id: str) -> RecordRow | None:
-        with self._guard():
-            row = (
-                self._conn()
-                .execute(
-                    f"SELECT {_RECORD_COLUMNS} FROM records "  # noqa: S608 - constant column list
-                    "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
-                    (scope.tenant_id, scope.workspace_id, record_id),
-                )
-                .fetchone()
-            )
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM records "  # noqa: S608 - constant column list
+                "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
+                (scope.tenant_id, scope.workspace_id, record_id),
+            ).fetchone()
         return _record_row(row) if row else None
 
     def records_get(self, scope: Scope, record_ids: Sequence[str]) -> dict[str, RecordRow]:
         found: dict[str, RecordRow] = {}
         ids = list(dict.fromkeys(record_ids))
-        with self._guard():
-            conn = self._conn()
+        with self._guard(), self._pool.connection() as conn:
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
                 marks = ",".join("?" * len(chunk))
@@ -310,72 +393,52 @@ class SqliteStore:
         return found
 
     def payload_tombstoned(self, scope: Scope, payload_digest: str) -> bool:
-        with self._guard():
-            row = (
-                self._conn()
-                .execute(
-                    "SELECT 1 FROM tombstones WHERE tenant_id = ? AND workspace_id = ? AND payload_digest = ? LIMIT 1",
-                    (scope.tenant_id, scope.workspace_id, payload_digest),
-                )
-                .fetchone()
-            )
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM tombstones WHERE tenant_id = ? AND workspace_id = ? AND payload_digest = ? LIMIT 1",
+                (scope.tenant_id, scope.workspace_id, payload_digest),
+            ).fetchone()
         return row is not None
 
     def events(self, scope: Scope, after_cursor: int, limit: int) -> list[JournalEvent]:
-        with self._guard():
-            rows = (
-                self._conn()
-                .execute(
-                    "SELECT cursor, event_hash, body FROM journal_events "
-                    "WHERE tenant_id = ? AND workspace_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
-                    (scope.tenant_id, scope.workspace_id, after_cursor, limit),
-                )
-                .fetchall()
-            )
+        with self._guard(), self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT cursor, event_hash, body FROM journal_events "
+                "WHERE tenant_id = ? AND workspace_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
+                (scope.tenant_id, scope.workspace_id, after_cursor, limit),
+            ).fetchall()
         return [
             JournalEvent(cursor, event_hash, _as_bytes(body)) for cursor, event_hash, body in rows
         ]
 
     def claim_nonce(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
-        with self._guard():
-            inserted = (
-                self._conn()
-                .execute(
-                    "INSERT OR IGNORE INTO used_nonces VALUES (?, ?, ?, ?)",
-                    (nonce, scope.tenant_id, scope.workspace_id, expires_at_ms),
-                )
-                .rowcount
-            )
+        with self._guard(), self._pool.connection() as conn:
+            inserted = conn.execute(
+                "INSERT OR IGNORE INTO used_nonces VALUES (?, ?, ?, ?)",
+                (nonce, scope.tenant_id, scope.workspace_id, expires_at_ms),
+            ).rowcount
         return inserted == 1
 
     def outbox_pending(self, limit: int) -> list[OutboxItem]:
-        with self._guard():
-            rows = (
-                self._conn()
-                .execute(
-                    "SELECT item_id, kind, tenant_id, workspace_id, target, surface FROM outbox ORDER BY item_id LIMIT ?",
-                    (limit,),
-                )
-                .fetchall()
-            )
+        with self._guard(), self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT item_id, kind, tenant_id, workspace_id, target, surface FROM outbox ORDER BY item_id LIMIT ?",
+                (limit,),
+            ).fetchall()
         return [
             OutboxItem(i, k, Scope(t, w), target, surface) for i, k, t, w, target, surface in rows
         ]
 
     def outbox_done(self, item_id: str) -> None:
-        with self._guard():
-            self._conn().execute("DELETE FROM outbox WHERE item_id = ?", (item_id,))
+        with self._guard(), self._pool.connection() as conn:
+            conn.execute("DELETE FROM outbox WHERE item_id = ?", (item_id,))
 
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool:
-        with self._guard():
-            row = (
-                self._conn()
-                .execute(
-                    "SELECT 1 FROM outbox WHERE tenant_id = ? AND workspace_id = ? AND kind = ? AND target = ? LIMIT 1",
-                    (scope.tenant_id, scope.workspace_id, kind, target),
-                )
-                .fetchone()
-            )
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM outbox WHERE tenant_id = ? AND workspace_id = ? AND kind = ? AND target = ? LIMIT 1",
+                (scope.tenant_id, scope.workspace_id, kind, target),
+            ).fetchone()
         return row is not None
 
     # -- the commit ----------------------------------------------------------------------------
@@ -383,24 +446,26 @@ class SqliteStore:
     def commit(self, changes: ChangeSet) -> None:
         committed = False
         try:
-            conn = self._conn()
-            self._fault("begin")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._apply(conn, changes)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            try:
-                self._fault("commit")
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                # A failed COMMIT (I/O error, timeout) may or may not have reached the disk.
-                if conn.in_transaction:
+            with self._pool.connection() as conn:
+                self._fault("begin")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._apply(conn, changes)
+                except BaseException:
                     conn.execute("ROLLBACK")
-                raise CommitOutcomeUnknown("commit outcome unknown") from exc
-            committed = True
-            self._fault("after_commit")
+                    raise
+                try:
+                    self._fault("commit")
+                    conn.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    # A failed COMMIT (I/O error, timeout) may or may not have reached the disk.
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise CommitOutcomeUnknown("commit outcome unknown") from exc
+                committed = True
+                self._fault("after_commit")
+                if changes.shred_record_body or _drops_projection(changes.projection):
+                    self._scrub_wal(conn)
         except (CommitConflict, CommitOutcomeUnknown):
             raise
         except sqlite3.Error as exc:
@@ -613,6 +678,12 @@ class SqliteStore:
                 )
         if change.delete_record_id is not None:
             self._unproject(conn, scope, change.delete_record_id)
+            table = self._lexical_table(conn, scope, create=False)
+            if table is not None:
+                # FTS5 only marks a deleted row's terms as deleted in its index segments; merging
+                # the scope's segments into one rewrites them without the row's terms, and
+                # secure_delete zeroes the pages of the old segments.
+                conn.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")  # noqa: S608
 
     def _vector_table(self, conn: sqlite3.Connection, scope: Scope, *, create: bool) -> str | None:
         name = vector_table_name(scope)
@@ -649,8 +720,7 @@ class SqliteStore:
         if not terms:
             return []
         match = " OR ".join(f'"{term}"' for term in terms)
-        with self._guard():
-            conn = self._conn()
+        with self._guard(), self._pool.connection() as conn:
             table = self._lexical_table(conn, scope, create=False)
             if table is None:
                 return []
@@ -664,8 +734,7 @@ class SqliteStore:
     def vector_nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
         if depth <= 0:
             return []
-        with self._guard():
-            conn = self._conn()
+        with self._guard(), self._pool.connection() as conn:
             table = self._vector_table(conn, scope, create=False)
             if table is None:
                 return []
@@ -682,8 +751,7 @@ class SqliteStore:
         return self._projected(self._vector_table, scope, record_id)
 
     def lexical_apply(self, scope: Scope, change: ProjectionChange) -> None:
-        with self._guard():
-            conn = self._conn()
+        with self._guard(), self._pool.connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._project(conn, scope, change)
@@ -691,14 +759,33 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+            if _drops_projection(change):
+                self._scrub_wal(conn)
+
+    def _scrub_wal(self, conn: sqlite3.Connection) -> None:
+        """Copy the WAL into the database and truncate it to zero bytes.
+
+        The WAL keeps earlier images of every page a transaction wrote, so a forgotten record's
+        body and index terms would stay readable in ``engram.db-wal`` until later writes recycle
+        it. Called after a commit that shredded something: ``secure_delete`` has already zeroed
+        the freed cells and pages in the new images; the checkpoint writes those over the old
+        ones in the database file, and the truncation drops the old images. It waits (busy
+        timeout) for readers still on an older snapshot; when it cannot finish it is logged and
+        the next shredding commit or ``close`` finishes it.
+        """
+        try:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error:
+            busy = 1
+        if busy:
+            log.warning("could not truncate the WAL after a shredding commit; retried later")
 
     def lexical_contains(self, scope: Scope, record_id: str) -> bool:
         return self._projected(self._lexical_table, scope, record_id)
 
     def _projected(self, find: _TableFinder, scope: Scope, record_id: str) -> bool:
         """Whether the scope's projection table ``find`` names holds a row for ``record_id``."""
-        with self._guard():
-            conn = self._conn()
+        with self._guard(), self._pool.connection() as conn:
             table = find(conn, scope, create=False)
             if table is None:
                 return False
@@ -724,8 +811,7 @@ class SqliteStore:
         A record's vector is kept when only its lexical fields are rebuilt. Each record is
         re-projected in its own transaction, from the record body in the canonical store.
         """
-        with self._guard():
-            conn = self._conn()
+        with self._guard(), self._pool.connection() as conn:
             row = conn.execute(
                 "SELECT value FROM store_meta WHERE key = 'lexical_version'"
             ).fetchone()
@@ -750,8 +836,8 @@ class SqliteStore:
             doc = ProjectionDoc(record_id, fields_of(body), vector)
             self.lexical_apply(scope, ProjectionChange(upsert=doc))
             done += 1
-        with self._guard():
-            self._conn().execute(
+        with self._guard(), self._pool.connection() as conn:
+            conn.execute(
                 "INSERT INTO store_meta VALUES ('lexical_version', ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (lexical_version,),
@@ -759,8 +845,7 @@ class SqliteStore:
         return done
 
     def vector_get(self, scope: Scope, record_id: str) -> tuple[float, ...] | None:
-        with self._guard():
-            conn = self._conn()
+        with self._guard(), self._pool.connection() as conn:
             table = self._vector_table(conn, scope, create=False)
             row = (
                 conn.execute(
@@ -777,8 +862,7 @@ class SqliteStore:
     def table_snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row of every table (including the FTS5 projections), for fault-injection tests."""
         snapshot: dict[str, list[tuple[Any, ...]]] = {}
-        with self._guard():
-            conn = self._conn()
+        with self._guard(), self._pool.connection() as conn:
             names = [
                 r[0]
                 for r in conn.execute(
