@@ -122,9 +122,7 @@ def measure(runs: int) -> list[Figure]:
         token = _token(data_dir)
         return [
             _figure("python -c pass", lambda: _timed_process([sys.executable, "-c", "pass"]), runs),
-            _figure(
-                "engram-memory --help", lambda: _timed_process([engram_cli(), "--help"]), runs
-            ),
+            _figure("engram-memory --help", lambda: _timed_process([engram_cli(), "--help"]), runs),
             _figure("stdio initialize", lambda: _stdio_initialize(data_dir, token), runs),
         ]
 

@@ -29,6 +29,7 @@ __all__ = [
     "RetentionConfig",
     "SearchConfig",
     "host_config_path",
+    "host_matches",
     "load_host_config",
     "save_host_config",
 ]
@@ -193,6 +194,22 @@ class HostConfig(_Closed):
             if allowed[2] == "*" or (allowed[2] or _DEFAULT_PORTS[scheme]) == port:
                 return True
         return False
+
+
+def host_matches(host: str, patterns: list[str]) -> bool:
+    """Whether a request's ``Host`` header value names one of ``patterns`` (``host[:port]``, port
+    ``*`` = any port, and none). Exact: host and port are parsed and compared whole, so
+    ``localhost:80.evil.example`` or ``127.0.0.1:8765@evil.example`` match nothing."""
+    parsed = _split_origin("http://" + host, wildcard=False)
+    if parsed is None:
+        return False
+    for pattern in patterns:
+        allowed = _split_origin("http://" + pattern, wildcard=True)
+        if allowed is None or allowed[1] != parsed[1]:
+            continue
+        if allowed[2] == "*" or allowed[2] == parsed[2]:
+            return True
+    return False
 
 
 def _split_origin(value: str, *, wildcard: bool) -> tuple[str, str, str | None] | None:
