@@ -19,9 +19,11 @@ import anyio
 import httpx2
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
+from test_mcp_refusals import answer, approval, ask
 
 from e2e_support import (
     CALL_DEADLINE_S,
+    CAPTURE,
     FORGET,
     MODERN,
     PURPOSE,
@@ -39,7 +41,7 @@ from e2e_support import (
     ok_value,
     protocol_error,
 )
-from test_mcp_refusals import answer, approval, ask
+from engram_testing import capture_args
 
 pytestmark = pytest.mark.anyio
 
@@ -148,10 +150,10 @@ def _stdio_command(home: StdioHome) -> list[str]:
 
 
 async def _stdio_exchange(
-    home: StdioHome, token: str, lines: list[bytes], last_id: int
+    home: StdioHome, token: str, lines: list[bytes], last_id: int, awaited: int = 0
 ) -> tuple[list[dict[str, Any]], bytes]:
     """Send ``initialize`` then ``lines`` then a ping with ``last_id``; every reply until the
-    ping's, and what the server wrote on stderr."""
+    ping's and those of ids 1..``awaited``, and what the server wrote on stderr."""
     initialize = {
         "jsonrpc": "2.0",
         "id": 0,
@@ -175,7 +177,8 @@ async def _stdio_exchange(
             payload = [json.dumps(initialize).encode(), json.dumps(initialized).encode()]
             payload += [*lines, json.dumps(ping).encode()]
             await proc.stdin.send(b"\n".join(payload) + b"\n")
-            while not replies or replies[-1].get("id") != last_id:
+            expected = {0, last_id, *range(1, awaited + 1)}
+            while not expected <= {reply.get("id") for reply in replies}:
                 replies.append(json.loads(await stdout.receive_until(b"\n", 4 * 1024 * 1024)))
             await proc.stdin.aclose()
             assert await proc.wait() == 0
@@ -186,7 +189,7 @@ async def _stdio_exchange(
                     errors += await stderr.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 pass
-    return replies[1:], errors
+    return [reply for reply in replies if reply.get("id") != 0], errors
 
 
 async def test_stdio_answers_a_line_that_is_not_one_json_rpc_object_with_invalid_request(
@@ -206,21 +209,21 @@ async def test_stdio_answers_a_line_that_is_not_one_json_rpc_object_with_invalid
 
 # -- 8. JSON the contract refuses: duplicate keys, -0, lone surrogates ------------------------------
 
-SEARCH_TEXT = '{"query": "staging", "purpose_ref": "%s"%s}' % (PURPOSE, "%s")
+SEARCH_TEXT = '{"query": "staging", "purpose_ref": "' + PURPOSE + '"%s}'
 REFUSED_JSON = {
     "duplicate-key": SEARCH_TEXT % ', "limit": 5, "limit": 7',
     "duplicate-nested-key": SEARCH_TEXT % ', "filters": {"kinds": ["decision"], "kinds": []}',
     "minus-zero": SEARCH_TEXT % ', "limit": -0',
     "minus-zero-float": SEARCH_TEXT % ', "limit": -0.0',
-    "lone-surrogate": '{"query": "staging \\ud800", "purpose_ref": "%s"}' % PURPOSE,
+    "lone-surrogate": '{"query": "staging \\ud800", "purpose_ref": "' + PURPOSE + '"}',
     "lone-low-surrogate-key": SEARCH_TEXT % ', "\\udc00": 1',
 }
 
 
 def tools_call_body(arguments_text: str, request_id: int = 1) -> bytes:
     return (
-        '{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": {"name": "%s",'
-        ' "arguments": %s}}' % (request_id, SEARCH, arguments_text)
+        f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {{"name":'
+        f' "{SEARCH}", "arguments": {arguments_text}}}}}'
     ).encode()
 
 
@@ -236,32 +239,84 @@ def _sse_message(response: httpx2.Response) -> dict[str, Any]:
     raise AssertionError(response.text)
 
 
-@pytest.mark.parametrize("kind", sorted(REFUSED_JSON))
-async def test_arguments_with_duplicate_keys_minus_zero_or_lone_surrogates_are_invalid_schema(
-    http_service: HttpService, kind: str
-) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
-    async with http_client(http_service.url, token, MODERN) as client:
-        await Agent(client).remember(NOTE)  # something a search could have found
+def capture_text(key: str) -> str:
+    """A capture's arguments as JSON text, valid at epoch 0 (so ``0`` is an accepted value)."""
+    return json.dumps(
+        capture_args("Fact: epoch zero is 1970-01-01.", key=key, valid_from=0, purpose=PURPOSE)
+    )
+
+
+CAPTURE_DEFECTS = {
+    "duplicate-key": ('"schema_version": 2', '"schema_version": 2, "schema_version": 2'),
+    "minus-zero": ('"t": 0', '"t": -0'),
+    "minus-zero-float": ('"t": 0', '"t": -0.0'),
+    "lone-surrogate": ("epoch zero", "epoch \\ud800zero"),
+}
+
+
+async def _legacy_session(service: HttpService, token: str) -> dict[str, str]:
+    """Headers of an initialized 2025-11-25 session, opened by hand."""
     headers = {
-        "MCP-Protocol-Version": "2026-07-28",
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": SEARCH,
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
         "Authorization": f"Bearer {token}",
     }
-    meta = '"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",'
-    meta += ' "io.modelcontextprotocol/clientCapabilities": {}}, '
-    body = tools_call_body(REFUSED_JSON[kind]).replace(
-        b'"params": {', b'"params": {' + meta.encode()
-    )
-    response = httpx2.post(http_service.url, content=body, headers=headers, timeout=10)
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw-e2e", "version": "1"},
+        },
+    }
+    async with httpx2.AsyncClient(timeout=10) as http:
+        opened = await http.post(service.url, json=init, headers=headers)
+        session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+        session["MCP-Protocol-Version"] = "2025-11-25"
+        done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await http.post(service.url, json=done, headers=session)
+    return session
+
+
+@pytest.mark.parametrize("revision", sorted(HEADERS))
+@pytest.mark.parametrize("kind", [*sorted(CAPTURE_DEFECTS), "none"])
+async def test_arguments_with_duplicate_keys_minus_zero_or_lone_surrogates_are_invalid_schema(
+    http_service: HttpService, kind: str, revision: str
+) -> None:
+    workspace = new_workspace()
+    token = http_service.tokens.mint(workspace=workspace)
+    text = capture_text("capture-key-" + kind + "-" + workspace)
+    if kind != "none":
+        before, after = CAPTURE_DEFECTS[kind]
+        assert before in text
+        text = text.replace(before, after, 1)
+    params = f'"name": "{CAPTURE}", "arguments": {text}'
+    if revision == "2025-11-25":
+        headers = await _legacy_session(http_service, token)
+    else:
+        headers = {
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": CAPTURE,
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {token}",
+        }
+        params += ', "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",'
+        params += ' "io.modelcontextprotocol/clientCapabilities": {}}'
+    body = '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {' + params + "}}"
+    response = httpx2.post(http_service.url, content=body.encode(), headers=headers, timeout=30)
     message = _sse_message(response)
     assert message["id"] == 1, message
     result = message["result"]["structuredContent"]
-    assert result["ok"] is False and result["error"]["code"] == "INVALID_SCHEMA", message
+    if kind == "none":  # the same call without the defect is accepted
+        assert result["ok"] is True, result
+        assert http_service.journal_cursor(workspace) == 1
+    else:
+        assert result["ok"] is False and result["error"]["code"] == "INVALID_SCHEMA", message
+        assert http_service.journal_cursor(workspace) == 0
 
 
 async def test_stdio_refuses_duplicate_keys_minus_zero_and_lone_surrogates_as_invalid_schema(
@@ -271,7 +326,7 @@ async def test_stdio_refuses_duplicate_keys_minus_zero_and_lone_surrogates_as_in
     kinds = sorted(REFUSED_JSON)
     lines = [tools_call_body(REFUSED_JSON[kind], i + 1) for i, kind in enumerate(kinds)]
     good = tools_call_body(SEARCH_TEXT % "", len(kinds) + 1)
-    replies, _ = await _stdio_exchange(stdio_home, token, [*lines, good], 99)
+    replies, _ = await _stdio_exchange(stdio_home, token, [*lines, good], 99, len(kinds) + 1)
     by_id = {reply["id"]: reply for reply in replies}
     for i, kind in enumerate(kinds):
         envelope = by_id[i + 1]["result"]["structuredContent"]

@@ -4,7 +4,9 @@ checks) and stdio (with the token from the environment)."""
 from __future__ import annotations
 
 import io
+import json
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -12,13 +14,11 @@ from typing import Any, Final, cast
 from urllib.parse import urlparse
 
 import anyio
-import mcp.types as types
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.routes import cors_middleware
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.message import SessionMessage
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
@@ -215,38 +215,38 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
 
 
 async def serve_stdio(surface: EngramMcp) -> None:
-    """Serve on stdin/stdout; every line is screened (``wire.screen``) before the SDK reads it,
-    and a refused line is answered with its constant JSON-RPC error."""
-    rejected_send, rejected_receive = anyio.create_memory_object_stream[dict[str, Any]](16)
-    stdin = anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
-
-    async def screened_lines() -> AsyncIterator[str]:
-        async with rejected_send:
-            async for line in stdin:
-                if not line.strip():
-                    continue
-                screened = screen(line)
-                if screened.error is not None:
-                    await rejected_send.send(screened.error)
-                elif screened.text is not None:
-                    yield screened.text
-
-    lines = cast("anyio.AsyncFile[str]", _Lines(screened_lines()))
-    async with stdio_server(stdin=lines) as (read_stream, write_stream):
-
-        async def answer_rejected() -> None:
-            async with rejected_receive:
-                async for error in rejected_receive:
-                    await write_stream.send(
-                        SessionMessage(types.jsonrpc_message_adapter.validate_python(error))
-                    )
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(answer_rejected)
-            await surface.server.run(
-                read_stream, write_stream, surface.server.create_initialization_options()
+    """Serve on stdin/stdout. Every line is screened (``wire.screen``) before the SDK reads it; a
+    refused line is answered with its constant JSON-RPC error. While serving, file descriptor 1
+    points at stderr so that nothing but the protocol reaches the client (as the SDK does)."""
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with os.fdopen(protocol_fd, "w", encoding="utf-8", closefd=True) as protocol_out:
+            out = _LineWriter(anyio.wrap_file(protocol_out))
+            stdin = anyio.wrap_file(
+                io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
             )
-            group.cancel_scope.cancel()
+
+            async def screened_lines() -> AsyncIterator[str]:
+                async for line in stdin:
+                    if not line.strip():
+                        continue
+                    screened = screen(line)
+                    if screened.error is not None:
+                        await out.write(json.dumps(screened.error) + "\n")
+                        await out.flush()
+                    elif screened.text is not None:
+                        yield screened.text
+
+            lines = cast("anyio.AsyncFile[str]", _Lines(screened_lines()))
+            async with stdio_server(
+                stdin=lines, stdout=cast("anyio.AsyncFile[str]", out)
+            ) as (read_stream, write_stream):
+                await surface.server.run(
+                    read_stream, write_stream, surface.server.create_initialization_options()
+                )
+    finally:
+        os.dup2(2, 1)
 
 
 @dataclass
@@ -257,6 +257,22 @@ class _Lines:
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self.lines
+
+
+class _LineWriter:
+    """The protocol's stdout, shared by the SDK and the screen: one whole line per write."""
+
+    def __init__(self, file: anyio.AsyncFile[str]) -> None:
+        self._file = file
+        self._lock = anyio.Lock()
+
+    async def write(self, text: str) -> int:
+        async with self._lock:
+            return await self._file.write(text)
+
+    async def flush(self) -> None:
+        async with self._lock:
+            await self._file.flush()
 
 
 __all__: list[Any] = [
