@@ -239,9 +239,10 @@ async def serve_stdio(surface: EngramMcp) -> None:
                         yield screened.text
 
             lines = cast("anyio.AsyncFile[str]", _Lines(screened_lines()))
-            async with stdio_server(
-                stdin=lines, stdout=cast("anyio.AsyncFile[str]", out)
-            ) as (read_stream, write_stream):
+            async with stdio_server(stdin=lines, stdout=cast("anyio.AsyncFile[str]", out)) as (
+                read_stream,
+                write_stream,
+            ):
                 await surface.server.run(
                     read_stream, write_stream, surface.server.create_initialization_options()
                 )
