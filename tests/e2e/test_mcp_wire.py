@@ -25,6 +25,7 @@ from e2e_support import (
     CALL_DEADLINE_S,
     CAPTURE,
     FORGET,
+    LEGACY,
     MODERN,
     PURPOSE,
     REVISIONS,
@@ -40,6 +41,7 @@ from e2e_support import (
     new_workspace,
     ok_value,
     protocol_error,
+    stdio_client_for,
 )
 from engram_testing import capture_args
 
@@ -443,3 +445,30 @@ async def test_a_mismatched_confirmation_attempt_leaves_the_state_for_the_legiti
             "ALREADY_TERMINAL",
         )
         assert ok_value(await owner.get(other_id))["record"]["record_id"] == other_id
+
+
+# -- 9. an agent learns the purpose its token binds ------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", REVISIONS)
+async def test_tools_list_tells_the_connection_the_purpose_its_token_binds(
+    http_service: HttpService, mode: str
+) -> None:
+    purpose = "purpose:release-notes"
+    token = http_service.tokens.mint(workspace=new_workspace(), purpose=purpose)
+    async with http_client(http_service.url, token, mode) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        for name in (SEARCH, "engram_memory_get"):
+            assert tools[name].input_schema["properties"]["purpose_ref"]["const"] == purpose
+        assert f'"const": "{purpose}"' in json.dumps(tools[CAPTURE].input_schema)  # the payload's
+        assert "purpose_ref" not in json.dumps(tools[FORGET].input_schema)
+        assert ok_value(await Agent(client, purpose=purpose).search("anything"))["records"] == []
+
+
+async def test_a_stdio_connection_is_told_its_purpose_in_the_instructions(
+    stdio_home: StdioHome,
+) -> None:
+    token = stdio_home.tokens.mint(workspace=new_workspace(), purpose="purpose:on-call")
+    async with stdio_client_for(stdio_home, token, LEGACY) as client:
+        assert client.instructions is not None
+        assert "purpose_ref = 'purpose:on-call'" in client.instructions

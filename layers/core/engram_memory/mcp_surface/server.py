@@ -23,12 +23,11 @@ from ..contract.errors import (
     TrustedContextUnavailable,
     UnknownTool,
 )
-from ..engine.context import Scope, TrustedContext
+from ..engine.context import Scope, TrustedContext, new_audit_id
 from ..engine.ports import Clock, ConfirmationPending, ConfirmationWorkflow
-from ..engine.service import new_audit_id
 from ..host.config import HostConfig
 from ..host.tokens import InvalidToken, TokenVerifier, context_from_claims
-from .catalog import GRANT_OF, INSTRUCTIONS, build_tools
+from .catalog import GRANT_OF, INSTRUCTIONS, build_tools, for_purpose
 from .confirmations import (
     ANSWER_KEY,
     APPROVAL_SCHEMA,
@@ -95,18 +94,22 @@ def _refusal(error: ProtocolRefusal) -> MCPError:
 class EngramMcp:
     """Builds and serves the ``mcp`` low-level ``Server`` for one runtime."""
 
-    def __init__(self, runtime: SurfaceRuntime) -> None:
+    def __init__(self, runtime: SurfaceRuntime, *, instructions: str = INSTRUCTIONS) -> None:
         self.runtime = runtime
-        self.tools = build_tools()
         self.server: Server[Any] = Server(
             CONNECTOR,
             version=SERVER_VERSION,
-            instructions=INSTRUCTIONS,
+            instructions=instructions,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
             get_tool_input_schema=self._input_schema,
         )
         self.server.middleware.append(self._internal_errors)
+
+    @functools.cached_property
+    def tools(self) -> dict[str, types.Tool]:
+        """The six tools, built on first use (schema generation is not start-up work)."""
+        return build_tools()
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         grant = GRANT_OF.get(name)
@@ -153,7 +156,11 @@ class EngramMcp:
         except TrustedContextUnavailable:
             return types.ListToolsResult(tools=[])  # memory is off unless the host grants it
         return types.ListToolsResult(
-            tools=[tool for grant, tool in self.tools.items() if grant in trusted.grants]
+            tools=[
+                for_purpose(tool, trusted.purpose_ref)
+                for grant, tool in self.tools.items()
+                if grant in trusted.grants
+            ]
         )
 
     async def call_tool(
