@@ -83,7 +83,7 @@ def exec_(args: list[str]) -> None:
     os.chdir(ROOT)
     if os.name == "nt":  # no exec on Windows: wait for the child and pass its status on
         sys.exit(subprocess.run(args).returncode)
-    os.execv(args[0], args)
+    os.execv(args[0], args)  # noqa: S606 - our own console script in .venv
 
 
 TEST_EXTRAS = ("dev", "semantic")  # ./test: the tools, and the real local embedding model
