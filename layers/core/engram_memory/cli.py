@@ -111,7 +111,7 @@ def _capture_args(text: str, key: str, now_ms: int) -> dict[str, Any]:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from .bootstrap import AUDIT_FILE, DATABASE_FILE, init_data_dir
-    from .host.config import host_config_path
+    from .host.config import DEFAULT_RESOURCE, host_config_path
     from .host.tokens import issuer_key_path
 
     data_dir = Path(args.data_dir)
@@ -119,7 +119,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     root = data_dir.resolve()
     print(f"Engram Memory data directory ready: {root}")
     print(f"  host configuration   {host_config_path(root)}")
-    print(f"  resource (audience)  {config.resource}")
+    follows = " (follows `serve --port`)" if config.resource == DEFAULT_RESOURCE else ""
+    print(f"  resource (audience)  {config.resource}{follows}")
     print(f"  issuer, tenant       {config.issuer}, {config.tenant_id}")
     print(f"  issuer key           {issuer_key_path(root)}")
     print(f"  database             {root / DATABASE_FILE}")

@@ -23,7 +23,7 @@ from ..contract.errors import ErrorCode, TrustedContextUnavailable
 from ..engine.context import TOOLS, Scope, TrustedContext
 from ..engine.ports import ConfirmationWorkflow
 from ..host._files import write_private_file
-from ..host.config import DEFAULT_PORT, host_config_path, load_host_config
+from ..host.config import DEFAULT_PORT, HostConfig, host_config_path, load_host_config
 from ..host.tokens import (
     InvalidToken,
     TokenIssuer,
@@ -127,21 +127,25 @@ def open_server(
     stdio_token: str | None = None,
     port: int | None = None,
     bind_host: str = "127.0.0.1",
+    config: HostConfig | None = None,
     **engine_options: Any,
 ) -> EmbeddedServer:
     """Wire the MCP surface over the embedded engine in ``data_dir`` (initializing it if needed).
 
     ``port``: the port served on; the resource URI (the tokens' audience) follows it unless
-    ``host.json`` sets one explicitly. ``engine_options`` go to ``open_embedded`` (e.g.
+    ``host.json`` sets one explicitly. ``config``: the host configuration to use instead of
+    ``host.json``. ``engine_options`` go to ``open_embedded`` (e.g.
     ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``).
     """
     from ..bootstrap import init_data_dir, prepare_data_dir
 
     if _initialised(data_dir):
         prepare_data_dir(data_dir)  # a read-only data directory is one line now, not later
-        stored = load_host_config(data_dir)
+        stored = config or load_host_config(data_dir)
     else:
-        stored = init_data_dir(data_dir)
+        stored = config or init_data_dir(data_dir)
+        if config is not None:
+            init_data_dir(data_dir)
     config = stored.serving_on(bind_host, port) if port is not None else stored
 
     def open_engine() -> EmbeddedHost:
