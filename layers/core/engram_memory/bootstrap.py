@@ -15,20 +15,16 @@ Backups copy ``engram.db`` only, so destroying a candidate key shreds every copy
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import ValidationError
 
-from .adapters.local.audit import JsonlAuditLog
-from .adapters.local.clock import SystemClock
-from .adapters.local.confirmation import AskHuman, InProcessConfirmations
-from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore, SqliteVectorIndex
-from .adapters.local.vault import LocalVault, load_or_create_master_key
-from .engine import lexical, semantic
 from .engine.ports import (
     AdmissionPolicy,
     AuditSink,
@@ -37,8 +33,6 @@ from .engine.ports import (
     Embedder,
     EmbedderUnavailable,
 )
-from .engine.records import decode
-from .engine.service import Engine, EngineSettings
 from .host.config import (
     HostConfig,
     HostConfigError,
@@ -48,6 +42,12 @@ from .host.config import (
     save_host_config,
 )
 from .host.tokens import issuer_key_path, load_or_create_issuer_key
+
+if TYPE_CHECKING:  # the engine and its adapters (the encryption SDK) load in open_embedded
+    from .adapters.local.confirmation import AskHuman
+    from .adapters.local.sqlite_store import SqliteStore
+    from .adapters.local.vault import LocalVault
+    from .engine.service import Engine
 
 DATABASE_FILE = "engram.db"
 AUDIT_FILE = "audit.log"
@@ -72,10 +72,22 @@ class EmbeddedHost:
 
 
 def prepare_data_dir(data_dir: Path) -> None:
+    """Create the data and keys directories (0700). An existing directory is only ever made
+    stricter (group and other bits dropped), never writable: a read-only one is refused."""
+    for directory in (data_dir, data_dir / KEYS_DIR):
+        if directory.is_dir() and not os.stat(directory).st_mode & stat.S_IWUSR:
+            raise PermissionError(
+                errno.EACCES,
+                "the data directory is read-only: make it writable (chmod u+w)"
+                " or choose another with --data-dir",
+                str(directory),
+            )
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     (data_dir / KEYS_DIR).mkdir(mode=0o700, exist_ok=True)
-    os.chmod(data_dir, 0o700)
-    os.chmod(data_dir / KEYS_DIR, 0o700)
+    for directory in (data_dir, data_dir / KEYS_DIR):
+        mode = stat.S_IMODE(os.stat(directory).st_mode)
+        if mode & 0o077:
+            os.chmod(directory, mode & 0o700)
 
 
 def open_embedded(
@@ -101,6 +113,13 @@ def open_embedded(
     ``search.semantic = "local"`` (the local embedder; ``HostConfigError`` when the semantic
     extra is not installed). Vectors live beside the FTS5 tables in ``engram.db``.
     """
+    from .adapters.local.audit import JsonlAuditLog
+    from .adapters.local.clock import SystemClock
+    from .adapters.local.confirmation import InProcessConfirmations
+    from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore, SqliteVectorIndex
+    from .adapters.local.vault import LocalVault, load_or_create_master_key
+    from .engine.service import Engine, EngineSettings
+
     config = config if config is not None else load_host_config(data_dir)
     policy = policy if policy is not None else config.admission_policy()
     if embedder is None and config.search.semantic == "local":
@@ -136,6 +155,8 @@ def open_embedded(
 def _refresh_projections(store: SqliteStore, embedder: Embedder | None) -> None:
     """Re-index what an analyzer change or a newly enabled embedder made stale (usually nothing:
     a check of one row). The records' bodies in the store are the source."""
+    from .engine import lexical, semantic
+    from .engine.records import decode
 
     def fields_of(body: bytes) -> Mapping[str, str]:
         return lexical.projection_fields(decode(body))

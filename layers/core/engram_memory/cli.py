@@ -32,22 +32,13 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from .bootstrap import AUDIT_FILE, DATABASE_FILE, init_data_dir, open_embedded
-from .contract.errors import EngramError
-from .engine.context import TOOLS, TrustedContext
-from .engine.journal import verify_journal
-from .engine.ports import ConfirmationRequest
-from .engine.service import new_audit_id
-from .host.config import (
-    HostConfig,
-    HostConfigError,
-    host_config_path,
-    load_host_config,
-    save_host_config,
-)
-from .host.tokens import issuer_key_path, local_issuer
+from .engine.context import TOOLS, TrustedContext, new_audit_id
+from .host.errors import HostConfigError
+
+if TYPE_CHECKING:  # the commands import what they use: `--help` stays light
+    from .engine.ports import ConfirmationRequest
 
 TOUR_TENANT = "local"
 TOUR_WORKSPACE = "default"
@@ -119,12 +110,17 @@ def _capture_args(text: str, key: str, now_ms: int) -> dict[str, Any]:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from .bootstrap import AUDIT_FILE, DATABASE_FILE, init_data_dir
+    from .host.config import DEFAULT_RESOURCE, host_config_path
+    from .host.tokens import issuer_key_path
+
     data_dir = Path(args.data_dir)
     config = init_data_dir(data_dir, resource=args.resource)
     root = data_dir.resolve()
     print(f"Engram Memory data directory ready: {root}")
     print(f"  host configuration   {host_config_path(root)}")
-    print(f"  resource (audience)  {config.resource}")
+    follows = " (follows `serve --port`)" if config.resource == DEFAULT_RESOURCE else ""
+    print(f"  resource (audience)  {config.resource}{follows}")
     print(f"  issuer, tenant       {config.issuer}, {config.tenant_id}")
     print(f"  issuer key           {issuer_key_path(root)}")
     print(f"  database             {root / DATABASE_FILE}")
@@ -138,6 +134,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_tour(args: argparse.Namespace) -> int:
+    from .bootstrap import open_embedded
+
     data_dir = Path(args.data_dir)
     host = open_embedded(data_dir, ask_human=(lambda _request: True) if args.yes else _ask_terminal)
     engine = host.engine
@@ -230,7 +228,10 @@ def cmd_tour(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from .bootstrap import open_embedded
+    from .contract.errors import EngramError
     from .engine.context import Scope
+    from .engine.journal import verify_journal
 
     host = open_embedded(Path(args.data_dir))
     try:
@@ -286,8 +287,11 @@ def _tool_list(text: str, option: str) -> list[str]:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
+    from .host.config import load_host_config
+    from .host.tokens import local_issuer
+
     data_dir = _data_dir(args)
-    config = load_host_config(data_dir)
+    config = load_host_config(data_dir).serving_on(args.host, args.port)
     tools = _tool_list(args.tools, "--tools")
     if not tools:
         raise CliError(f"--tools needs at least one of {','.join(TOOLS)}")
@@ -333,6 +337,8 @@ def _cell(value: object) -> str:
 
 
 def cmd_admin_audit(args: argparse.Namespace) -> int:
+    from .bootstrap import AUDIT_FILE
+
     data_dir = _data_dir(args)
     if args.limit < 1:
         raise CliError("--limit must be at least 1")
@@ -370,6 +376,8 @@ def cmd_admin_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_policy_show(args: argparse.Namespace) -> int:
+    from .host.config import host_config_path, load_host_config
+
     data_dir = _data_dir(args)
     config = load_host_config(data_dir)
     path = host_config_path(data_dir)
@@ -395,6 +403,8 @@ def cmd_admin_policy_show(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_policy_set(args: argparse.Namespace) -> int:
+    from .host.config import HostConfig, load_host_config, save_host_config
+
     data_dir = _data_dir(args)
     config = load_host_config(data_dir)
     previous = config.admission.mode
@@ -408,8 +418,11 @@ def cmd_admin_policy_set(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
+    from .bootstrap import open_embedded
+    from .contract.errors import EngramError
     from .engine.context import Scope
     from .engine.operations import adjudicate
+    from .host.config import load_host_config
 
     data_dir = _data_dir(args)
     config = load_host_config(data_dir)
@@ -485,6 +498,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--expires-in", type=int, metavar="SECONDS", help="lifetime (default: host.json's)"
     )
     token.add_argument("--agent-id", help="agent identifier for the audit log (no authority)")
+    token.add_argument("--host", default="127.0.0.1", help="the address `serve` binds")
+    token.add_argument(
+        "--port",
+        type=int,
+        default=8765,
+        help="the port `serve` listens on: the token's audience follows it unless host.json"
+        " sets a resource",
+    )
     token.set_defaults(func=cmd_token)
 
     serve = sub.add_parser("serve", help="serve MCP on the embedded default (HTTP, or --stdio)")
@@ -530,12 +551,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .mcp_surface.embedded import serve
+    from .mcp_surface.embedded import ServeError, serve
 
     try:
         serve(Path(args.data_dir), bind_host=args.host, port=args.port, stdio=args.stdio)
     except KeyboardInterrupt:
         return 0
+    except ServeError as error:
+        _fail(str(error))
+        return 1
     return 0
 
 

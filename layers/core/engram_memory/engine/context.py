@@ -5,6 +5,7 @@ The MCP surface fills it from verified token claims; nothing in it ever comes fr
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -66,3 +67,8 @@ class TrustedContext:
 
     def needs_confirmation(self, tool: str) -> bool:
         return tool in ALWAYS_CONFIRMED or tool in self.confirm_required
+
+
+def new_audit_id() -> str:
+    """A fresh audit id (``aud_`` + 32 hex): minted by the server for every call."""
+    return "aud_" + uuid.uuid4().hex

@@ -11,7 +11,6 @@ import logging
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
@@ -97,10 +96,6 @@ class EngineSettings:
     # search ranks by the semantic list alone (diagnostics and benchmarks).
     fusion: Literal["minmax", "rrf"] = "minmax"
     semantic_mode: Literal["hybrid", "semantic_only"] = "hybrid"
-
-
-def new_audit_id() -> str:
-    return "aud_" + uuid.uuid4().hex
 
 
 class StateMoved(Exception):

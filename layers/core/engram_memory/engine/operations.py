@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from ..contract.canonical import digest
 from ..contract.errors import EngramError, ErrorCode
-from .context import TOOLS, Scope, TrustedContext
-from .kernel import Call, Kernel, new_audit_id
+from .context import TOOLS, Scope, TrustedContext, new_audit_id
+from .kernel import Call, Kernel
 from .records import decode, scope_ref
 from .usecases.admission import settle
 

@@ -29,8 +29,8 @@ from ..contract.models import (
     WithdrawInput,
 )
 from ..contract.types import INVALID_DIGEST_ERROR, MAX_ARGUMENT_BYTES
-from .context import TOOLS, TrustedContext
-from .kernel import Call, EngineSettings, Kernel, new_audit_id
+from .context import TOOLS, TrustedContext, new_audit_id
+from .kernel import Call, EngineSettings, Kernel
 from .ports import AuditEvent, ConfirmationPending, ConfirmationWorkflow
 from .usecases.admission import request_admission
 from .usecases.capture import capture

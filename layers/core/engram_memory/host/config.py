@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..engine.context import RetentionPolicy
-from ..policy.builtin import BuiltinAdmissionPolicy, parse_host_rules
 from ._files import write_private_file
+from .errors import HostConfigError
+
+if TYPE_CHECKING:  # the policy (a secret scanner) loads only when a policy is needed
+    from ..policy.builtin import BuiltinAdmissionPolicy
 
 __all__ = [
     "DEFAULT_ALLOWED_ORIGINS",
+    "DEFAULT_PORT",
     "DEFAULT_RESOURCE",
     "HOST_CONFIG_FILE",
     "AdmissionConfig",
@@ -29,22 +33,17 @@ __all__ = [
     "RetentionConfig",
     "SearchConfig",
     "host_config_path",
+    "host_matches",
     "load_host_config",
     "save_host_config",
 ]
 
 HOST_CONFIG_FILE: Final = "host.json"
-DEFAULT_RESOURCE: Final = "http://127.0.0.1:8765/mcp"
+DEFAULT_PORT: Final = 8765
+DEFAULT_RESOURCE: Final = f"http://127.0.0.1:{DEFAULT_PORT}/mcp"
 DEFAULT_ALLOWED_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 _DEFAULT_PORTS: Final = {"http": "80", "https": "443"}
 _MAX_ERRORS_SHOWN: Final = 3
-
-
-class HostConfigError(ValueError):
-    """``host.json`` cannot be read or does not hold a valid host configuration.
-
-    The message is meant for a person: it names the file and what is wrong with it.
-    """
 
 
 class _Closed(BaseModel):
@@ -66,6 +65,10 @@ class AdmissionConfig(_Closed):
     @field_validator("host_rules")
     @classmethod
     def _valid_rules(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not value:
+            return value
+        from ..policy.builtin import parse_host_rules
+
         try:
             parse_host_rules(value)
         except ValidationError as error:
@@ -162,8 +165,20 @@ class HostConfig(_Closed):
                 )
         return value
 
+    def serving_on(self, bind_host: str, port: int) -> HostConfig:
+        """This configuration as served on ``bind_host:port``: the resource URI (the tokens'
+        audience, the RFC 9728 ``resource``) follows the port, unless ``host.json`` sets a
+        resource of its own (anything but the default)."""
+        if self.resource != DEFAULT_RESOURCE:
+            return self
+        host = "127.0.0.1" if bind_host in ("0.0.0.0", "::", "") else bind_host  # noqa: S104
+        host = f"[{host}]" if ":" in host else host
+        return self.model_copy(update={"resource": f"http://{host}:{port}/mcp"})
+
     def admission_policy(self) -> BuiltinAdmissionPolicy:
         """The built-in admission policy this configuration describes."""
+        from ..policy.builtin import BuiltinAdmissionPolicy, parse_host_rules
+
         return BuiltinAdmissionPolicy(
             mode=self.admission.mode, host_rules=parse_host_rules(self.admission.host_rules)
         )
@@ -193,6 +208,22 @@ class HostConfig(_Closed):
             if allowed[2] == "*" or (allowed[2] or _DEFAULT_PORTS[scheme]) == port:
                 return True
         return False
+
+
+def host_matches(host: str, patterns: list[str]) -> bool:
+    """Whether a request's ``Host`` header value names one of ``patterns`` (``host[:port]``, port
+    ``*`` = any port, and none). Exact: host and port are parsed and compared whole, so
+    ``localhost:80.evil.example`` or ``127.0.0.1:8765@evil.example`` match nothing."""
+    parsed = _split_origin("http://" + host, wildcard=False)
+    if parsed is None:
+        return False
+    for pattern in patterns:
+        allowed = _split_origin("http://" + pattern, wildcard=True)
+        if allowed is None or allowed[1] != parsed[1]:
+            continue
+        if allowed[2] == "*" or allowed[2] == parsed[2]:
+            return True
+    return False
 
 
 def _split_origin(value: str, *, wildcard: bool) -> tuple[str, str, str | None] | None:

@@ -102,7 +102,8 @@ class InvalidToken(Exception):
     """The bearer token is missing, malformed, badly signed, expired or not meant for us.
 
     ``reason`` is a short constant code (``malformed``, ``algorithm``, ``unknown_key``,
-    ``signature``, ``expired``, ``not_yet_valid``, ``audience``, ``issuer``, ``missing_claim``);
+    ``signature``, ``expired``, ``not_yet_valid``, ``audience``, ``issuer``, ``missing_claim``,
+    ``token_type``);
     the message is a constant sentence for a person. Neither ever holds the token.
     """
 
@@ -391,24 +392,45 @@ class TokenVerifier:
         *,
         issuer: str,
         audience: str,
+        token_type: str | None = None,
     ) -> None:
         if not keys:
             raise ValueError("a token verifier needs at least one key")
         self._keys = dict(keys)
         self.issuer = _nonempty("issuer", issuer)
         self.audience = _nonempty("audience", audience)
+        self.token_type = token_type
         self._jwt = jwt.PyJWT(options={"enforce_minimum_key_length": True})
 
     @classmethod
-    def from_public_key(cls, public_key: PublicKey, *, issuer: str, audience: str) -> TokenVerifier:
-        """A verifier trusting one key: Ed25519 (EdDSA), RSA >= 2048 bits (RS256) or P-256 (ES256)."""
+    def from_public_key(
+        cls,
+        public_key: PublicKey,
+        *,
+        issuer: str,
+        audience: str,
+        token_type: str | None = None,
+    ) -> TokenVerifier:
+        """A verifier trusting one key: Ed25519 (EdDSA), RSA >= 2048 bits (RS256) or P-256 (ES256).
+
+        ``token_type``: the header ``typ`` every token must carry (e.g. ``at+jwt``), or None."""
         algorithm = _algorithm_for(public_key)
         return cls(
-            {None: _VerificationKey(algorithm, public_key)}, issuer=issuer, audience=audience
+            {None: _VerificationKey(algorithm, public_key)},
+            issuer=issuer,
+            audience=audience,
+            token_type=token_type,
         )
 
     @classmethod
-    def from_jwks(cls, jwks: Mapping[str, Any], *, issuer: str, audience: str) -> TokenVerifier:
+    def from_jwks(
+        cls,
+        jwks: Mapping[str, Any],
+        *,
+        issuer: str,
+        audience: str,
+        token_type: str | None = None,
+    ) -> TokenVerifier:
         """A verifier trusting the signing keys of a JWKS (a dict the caller fetched or built).
 
         Keys without a ``kid``, with ``use`` other than ``sig``, or whose algorithm is not one of
@@ -435,7 +457,7 @@ class TokenVerifier:
             raise ValueError(
                 "the JWKS holds no usable signing key (EdDSA, RS256 or ES256, with a kid)"
             )
-        return cls(keys, issuer=issuer, audience=audience)
+        return cls(keys, issuer=issuer, audience=audience, token_type=token_type)
 
     def _key_for(self, kid: object) -> _VerificationKey:
         if None in self._keys:
@@ -455,6 +477,8 @@ class TokenVerifier:
         alg = header.get("alg")
         if alg not in ALLOWED_ALGORITHMS:
             raise InvalidToken("algorithm", "the bearer token's signing algorithm is not accepted")
+        if self.token_type is not None and not _is_type(header.get("typ"), self.token_type):
+            raise InvalidToken("token_type", "the bearer token is not an access token (typ)")
         kid = header.get("kid")
         key = self._key_for(kid)
         if alg != key.algorithm:
@@ -499,6 +523,14 @@ class TokenVerifier:
         if not isinstance(payload, dict):
             raise InvalidToken("malformed", "the bearer token is malformed")
         return payload
+
+
+def _is_type(typ: object, expected: str) -> bool:
+    """RFC 7515 §4.1.9: ``typ`` compares case-insensitively, ``application/`` may be omitted."""
+    if not isinstance(typ, str):
+        return False
+    typ = typ.lower()
+    return typ.removeprefix("application/") == expected.lower()
 
 
 def _numeric_date(payload: Mapping[str, Any], name: str) -> int | None:
@@ -688,8 +720,13 @@ def local_issuer(data_dir: Path, config: HostConfig) -> TokenIssuer:
 
 
 def local_verifier(data_dir: Path, config: HostConfig) -> TokenVerifier:
-    """A verifier for the tokens ``local_issuer`` mints (keyed by ``kid``)."""
+    """A verifier for the tokens ``local_issuer`` mints (keyed by ``kid``).
+
+    RFC 9068: the local issuer mints access tokens with ``typ: at+jwt`` and only those are
+    accepted, so no other JWT signed with the issuer key can stand in for one. (A cloud identity
+    provider's verifier does not require it: Cognito and Entra ID, for example, issue access
+    tokens without it; there the exact audience, our resource URI, keeps ID tokens out.)"""
     issuer = local_issuer(data_dir, config)
     return TokenVerifier.from_jwks(
-        issuer.public_jwks(), issuer=config.issuer, audience=config.resource
+        issuer.public_jwks(), issuer=config.issuer, audience=config.resource, token_type=JWT_TYP
     )

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Final
+import json
+from typing import Any, Final
 
 import mcp.types as types
-
-from ..contract.schemas import input_schema, output_envelope_schema
 
 # Grant names (token claims) -> MCP tool names (CONTRACT.md §7, §12).
 TOOL_NAMES: Final = {
@@ -102,8 +101,44 @@ def _annotations(grant: str) -> types.ToolAnnotations:
     )
 
 
+def instructions_for(purpose_ref: str | None) -> str:
+    """The server instructions, naming the connection's purpose when it is known (stdio)."""
+    if purpose_ref is None:
+        return INSTRUCTIONS
+    return (
+        INSTRUCTIONS + f"\nThe purpose bound to this connection: purpose_ref = {purpose_ref!r}.\n"
+    )
+
+
+def for_purpose(tool: types.Tool, purpose_ref: str) -> types.Tool:
+    """``tool`` as one connection sees it: every ``purpose_ref`` of its input schema (search and
+    get: an argument; capture: the payload's) fixed to the purpose the token binds, so an agent
+    can learn it (the argument must repeat it exactly)."""
+    if "purpose_ref" not in json.dumps(tool.input_schema):
+        return tool
+    return tool.model_copy(update={"input_schema": _bind_purpose(tool.input_schema, purpose_ref)})
+
+
+def _bind_purpose(schema: Any, purpose_ref: str) -> Any:
+    if isinstance(schema, list):
+        return [_bind_purpose(item, purpose_ref) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    bound = {key: _bind_purpose(value, purpose_ref) for key, value in schema.items()}
+    properties = bound.get("properties")
+    if isinstance(properties, dict) and isinstance(properties.get("purpose_ref"), dict):
+        properties["purpose_ref"] = {
+            **properties["purpose_ref"],
+            "const": purpose_ref,
+            "description": "The purpose your host bound to this connection: exactly this value.",
+        }
+    return bound
+
+
 def build_tools() -> dict[str, types.Tool]:
     """Every tool, keyed by grant name, with schemas generated from the contract models."""
+    from ..contract.schemas import input_schema, output_envelope_schema
+
     return {
         grant: types.Tool(
             name=name,
@@ -124,6 +159,9 @@ When to use it: for knowledge worth finding again in a later session or by anoth
 decisions with their reasons, verified facts about a system with a citable source, conventions,
 recurring pitfalls and their fixes, hand-off facts. When not to: temporary or in-progress state,
 chat transcripts, raw tool output, local task notes, speculation.
+
+Your purpose: search, get and capture take a purpose_ref that must equal the purpose your host
+bound to this connection; each of those tools' input schema gives it (purpose_ref "const").
 
 How: search before you capture; if an equivalent current record exists, cite its record_id.
 capture creates an encrypted PENDING candidate (not searchable yet); request_admission asks the

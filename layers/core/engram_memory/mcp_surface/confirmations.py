@@ -14,11 +14,13 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any, Final
 
 import anyio.from_thread
 import mcp.types as types
 
+from ..engine.gate import APPROVAL_TTL_MS
 from ..engine.ports import (
     Approval,
     Clock,
@@ -108,11 +110,13 @@ class RoundTripConfirmations:
         capabilities: types.ClientCapabilities | None,
         state: ConfirmationState | None,
         answer: types.ElicitResult | None,
+        claim: Callable[[str, int], bool] | None = None,
     ) -> None:
         self._clock = clock
         self._capabilities = capabilities
         self._state = state
         self._answer = answer
+        self._claim = claim
 
     def opens_urls(self) -> bool:
         """URL mode is preferred where the host offers it: the human signs in on the page."""
@@ -134,6 +138,11 @@ class RoundTripConfirmations:
         )
         if not bound or answer is None or not approved(answer):
             raise ConfirmationDeclined("declined, cancelled or not bound to this operation")
+        # Single use, enforced server-side; claimed only now, so an attempt for another
+        # operation (refused above) does not use up the state of the legitimate retry.
+        expires_at_ms = state.issued_at_ms + APPROVAL_TTL_MS
+        if self._claim is not None and not self._claim(state.nonce, expires_at_ms):
+            raise ConfirmationDeclined("this confirmation was already used")
         return Approval(
             approval_id=state.nonce,
             tool=request.tool,

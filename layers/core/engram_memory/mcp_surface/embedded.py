@@ -2,64 +2,195 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import secrets
 import shutil
+import signal
+import socket
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
-import uvicorn
 
 from ..adapters.local.clock import SystemClock
-from ..adapters.local.vault import load_or_create_master_key
-from ..bootstrap import EmbeddedHost, init_data_dir, open_embedded
-from ..engine.context import TOOLS
-from ..host.tokens import TokenIssuer, local_issuer, local_verifier
+from ..contract.errors import ErrorCode, TrustedContextUnavailable
+from ..engine.context import TOOLS, Scope, TrustedContext
+from ..engine.ports import ConfirmationWorkflow
+from ..host._files import write_private_file
+from ..host.config import DEFAULT_PORT, HostConfig, host_config_path, load_host_config
+from ..host.tokens import (
+    InvalidToken,
+    TokenIssuer,
+    context_from_claims,
+    issuer_key_path,
+    local_issuer,
+    local_verifier,
+)
+from .catalog import instructions_for
 from .request_state import RequestStateSealer
 from .server import EngramMcp, SurfaceRuntime
 from .transports import MCP_PATH, http_app, serve_stdio
+
+if TYPE_CHECKING:  # the engine (and the encryption SDK under it) loads when first needed
+    from ..bootstrap import EmbeddedHost
 
 DEFAULT_PRINCIPAL = "default-agent"
 DEFAULT_WORKSPACE = "default"
 DEFAULT_PURPOSE = "general"
 STDIO_TOKEN_ENV = "ENGRAM_TOKEN"  # noqa: S105 - the name of a variable, not a secret
 REQUEST_STATE_KEY_FILE = "request-state.key"
+REQUEST_STATE_KEY_BYTES = 32
+
+
+class EngineOnDemand:
+    """The embedded engine (SQLite store, vault, admission policy), opened on first use: a stdio
+    host answers ``initialize`` and ``tools/list`` without loading it. It is the surface's
+    ``SurfaceEngine``."""
+
+    def __init__(self, opener: Callable[[], EmbeddedHost]) -> None:
+        self._opener = opener
+        self._host: EmbeddedHost | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def host(self) -> EmbeddedHost:
+        with self._lock:
+            if self._host is None:
+                self._host = self._opener()
+            return self._host
+
+    @property
+    def opened(self) -> bool:
+        return self._host is not None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._host is not None:
+                self._host.close()
+
+    def handle(
+        self,
+        tool: str,
+        arguments: Any,
+        ctx: TrustedContext,
+        *,
+        confirmations: ConfirmationWorkflow | None = None,
+    ) -> dict[str, Any]:
+        return self.host.engine.handle(tool, arguments, ctx, confirmations=confirmations)
+
+    def refuse(
+        self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str
+    ) -> dict[str, Any]:
+        return self.host.engine.refuse(tool, ctx, audit_id, code)
+
+    def claim_request_state(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
+        return self.host.engine.claim_request_state(scope, nonce, expires_at_ms)
 
 
 @dataclass
 class EmbeddedServer:
     surface: EngramMcp
-    host: EmbeddedHost
     issuer: TokenIssuer
+    engine: EngineOnDemand
+
+    @property
+    def host(self) -> EmbeddedHost:
+        """The opened embedded host (opening it now if needed)."""
+        return self.engine.host
 
     def close(self) -> None:
-        self.host.close()
+        self.engine.close()
+
+
+def _request_state_key(path: Path) -> bytes:
+    """The 32-byte request-state key, created (0600) on first use; concurrent starts agree."""
+    write_private_file(path, secrets.token_bytes(REQUEST_STATE_KEY_BYTES), replace=False)
+    key = path.read_bytes()
+    if len(key) != REQUEST_STATE_KEY_BYTES:
+        raise ValueError(f"{path} does not hold a {REQUEST_STATE_KEY_BYTES}-byte key")
+    return key
+
+
+def _initialised(data_dir: Path) -> bool:
+    return host_config_path(data_dir).exists() and issuer_key_path(data_dir).exists()
 
 
 def open_server(
-    data_dir: Path, *, stdio_token: str | None = None, **engine_options: Any
+    data_dir: Path,
+    *,
+    stdio_token: str | None = None,
+    port: int | None = None,
+    bind_host: str = "127.0.0.1",
+    config: HostConfig | None = None,
+    **engine_options: Any,
 ) -> EmbeddedServer:
     """Wire the MCP surface over the embedded engine in ``data_dir`` (initializing it if needed).
 
-    ``engine_options`` go to ``open_embedded`` (e.g. ``embedder``, ``semantic_mode``).
+    ``port``: the port served on; the resource URI (the tokens' audience) follows it unless
+    ``host.json`` sets one explicitly. ``config``: the host configuration to use instead of
+    ``host.json``. ``engine_options`` go to ``open_embedded`` (e.g.
+    ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``).
     """
-    config = init_data_dir(data_dir)
-    embedded = open_embedded(data_dir, **engine_options)
+    from ..bootstrap import init_data_dir, prepare_data_dir
+
+    if _initialised(data_dir):
+        prepare_data_dir(data_dir)  # a read-only data directory is one line now, not later
+        stored = config or load_host_config(data_dir)
+    else:
+        stored = config or init_data_dir(data_dir)
+        if config is not None:
+            init_data_dir(data_dir)
+    config = stored.serving_on(bind_host, port) if port is not None else stored
+
+    def open_engine() -> EmbeddedHost:
+        from ..bootstrap import open_embedded
+
+        return open_embedded(data_dir, config=config, **engine_options)
+
+    engine = EngineOnDemand(open_engine)
     runtime = SurfaceRuntime(
-        engine=embedded.engine,
+        engine=engine,
         verifier=local_verifier(data_dir, config),
         host=config,
-        sealer=RequestStateSealer(
-            load_or_create_master_key(data_dir / "keys" / REQUEST_STATE_KEY_FILE)
-        ),
+        sealer=RequestStateSealer(_request_state_key(data_dir / "keys" / REQUEST_STATE_KEY_FILE)),
         clock=SystemClock(),
         stdio_token=stdio_token,
     )
-    issuer = local_issuer(data_dir, config)
-    return EmbeddedServer(surface=EngramMcp(runtime), host=embedded, issuer=issuer)
+    binding = stdio_binding(runtime) if stdio_token else None
+    purpose = binding.purpose_ref if isinstance(binding, TrustedContext) else None
+    return EmbeddedServer(
+        surface=EngramMcp(runtime, instructions=instructions_for(purpose)),
+        issuer=local_issuer(data_dir, config),
+        engine=engine,
+    )
+
+
+def stdio_binding(runtime: SurfaceRuntime) -> TrustedContext | str:
+    """The context the stdio token binds, or what is wrong with it (one line for stderr)."""
+    token = runtime.stdio_token
+    mint = (
+        "mint one with `engram-memory token --data-dir DIR --principal P --workspace W"
+        " --purpose REF --tools search,get,...`"
+    )
+    refused = "no tools are listed and every call is refused (-32603)"
+    if not token:
+        return f"{STDIO_TOKEN_ENV} is not set: {refused}; {mint}."
+    try:
+        claims = runtime.verifier.verify(token)
+        return context_from_claims(claims, audit_id="aud_start", host=runtime.host)
+    except InvalidToken as error:
+        return f"{STDIO_TOKEN_ENV} is refused ({error}): {refused}; {mint}."
+    except TrustedContextUnavailable:
+        return (
+            f"{STDIO_TOKEN_ENV} binds no usable context on this host (its tenant, claims or a"
+            f" maintenance grant): {refused}; {mint}."
+        )
 
 
 def default_token(server: EmbeddedServer) -> str:
@@ -82,8 +213,14 @@ def _command_path() -> str:
     return shutil.which("engram-memory") or "engram-memory"
 
 
-def client_configuration(url: str, token: str, data_dir: Path) -> dict[str, Any]:
+INSPECTOR = "npx @modelcontextprotocol/inspector@2.12.0"  # needs Node >= 22
+
+
+def client_configuration(url: str, token: str, data_dir: Path, port: int) -> dict[str, Any]:
     """Ready-to-paste configurations for a desktop MCP host (HTTP or stdio) and the Inspector."""
+    stdio_args = ["serve", "--stdio", "--data-dir", str(data_dir.resolve())]
+    if port != DEFAULT_PORT:  # the token's audience follows the port: so must the stdio server's
+        stdio_args += ["--port", str(port)]
     return {
         "mcpServers": {
             "engram-memory": {
@@ -93,15 +230,15 @@ def client_configuration(url: str, token: str, data_dir: Path) -> dict[str, Any]
             },
             "engram-memory-stdio": {
                 "command": _command_path(),
-                "args": ["serve", "--stdio", "--data-dir", str(data_dir.resolve())],
+                "args": stdio_args,
                 "env": {STDIO_TOKEN_ENV: token},
             },
         }
     }
 
 
-def print_banner(out: TextIO, *, url: str, token: str, data_dir: Path) -> None:
-    config = client_configuration(url, token, data_dir)
+def print_banner(out: TextIO, *, url: str, token: str, data_dir: Path, port: int) -> None:
+    config = client_configuration(url, token, data_dir, port)
     print("Engram Memory is serving MCP at " + url, file=out)
     print(f"Data directory: {data_dir.resolve()}", file=out)
     print(
@@ -111,7 +248,7 @@ def print_banner(out: TextIO, *, url: str, token: str, data_dir: Path) -> None:
     )
     print(json.dumps(config, indent=2), file=out)
     print(
-        "\nMCP Inspector: npx @modelcontextprotocol/inspector, transport 'Streamable HTTP', URL "
+        f"\nMCP Inspector (Node >= 22): {INSPECTOR}, transport 'Streamable HTTP', URL "
         f"{url}, header 'Authorization: Bearer <the token above>'.",
         file=out,
     )
@@ -122,42 +259,97 @@ def print_banner(out: TextIO, *, url: str, token: str, data_dir: Path) -> None:
     )
 
 
+class ServeError(Exception):
+    """The server cannot start; the message is one line for a person."""
+
+
 def _drain_loop(server: EmbeddedServer, stop: threading.Event) -> None:
     """Completes queued key destructions and projection drops without further calls."""
     while not stop.wait(5.0):
-        server.host.engine.drain_outbox()
+        if server.engine.opened:
+            server.host.engine.drain_outbox()
+
+
+def _listening_socket(bind_host: str, port: int) -> socket.socket:
+    """The bound socket to serve on, before anything is printed: a port in use is one line."""
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((bind_host, port))
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise ServeError(
+                f"port {port} on {bind_host} is already in use (another engram-memory?);"
+                f" choose another with --port, e.g. --port {port + 1}"
+            ) from None
+        raise ServeError(f"cannot listen on {bind_host}:{port}: {error.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops the server like Ctrl-C (the store is closed on the way out)."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
-    import os
+    """Serve MCP over stdio or HTTP until stopped (Ctrl-C, SIGTERM, or stdin closed on stdio).
 
-    stdio_token = os.environ.get(STDIO_TOKEN_ENV) if stdio else None
-    server = open_server(data_dir, stdio_token=stdio_token)
+    Raises ``ServeError`` (one line) when the port is taken or cannot be bound."""
+    _stop_on_sigterm()
+    if stdio:
+        stdio_token = os.environ.get(STDIO_TOKEN_ENV)
+        server = open_server(data_dir, stdio_token=stdio_token, port=port, bind_host=bind_host)
+        binding = stdio_binding(server.surface.runtime)
+        if isinstance(binding, str):
+            print(f"engram-memory: {binding}", file=sys.stderr, flush=True)
+        _serve(server, lambda: anyio.run(serve_stdio, server.surface))
+        return
+    sock = _listening_socket(bind_host, port)
+    try:
+        server = open_server(data_dir, port=port, bind_host=bind_host)
+        server.host  # noqa: B018 - open the engine now: a broken data directory fails before the banner
+    except BaseException:
+        sock.close()
+        raise
+    url = f"http://{bind_host}:{port}{MCP_PATH}"
+    print_banner(sys.stdout, url=url, token=default_token(server), data_dir=data_dir, port=port)
+    resource = server.surface.runtime.host.resource
+    if resource != url:
+        print(
+            f"\nNote: host.json sets the service's resource URI (the tokens' audience) to"
+            f" {resource}; clients are told to use it.",
+            file=sys.stderr,
+            flush=True,
+        )
+    _serve(server, lambda: _run_uvicorn(server, bind_host, sock))
+
+
+def _run_uvicorn(server: EmbeddedServer, bind_host: str, sock: socket.socket) -> None:
+    import uvicorn
+
+    from .http_server import uvicorn_config
+
+    app = http_app(server.surface, bind_host=bind_host)
+    try:
+        uvicorn.Server(uvicorn_config(app)).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _serve(server: EmbeddedServer, run: Callable[[], None]) -> None:
     stop = threading.Event()
     drainer = threading.Thread(target=_drain_loop, args=(server, stop), daemon=True)
     drainer.start()
     try:
-        if stdio:
-            if not stdio_token:
-                print(
-                    f"{STDIO_TOKEN_ENV} is not set: every tool call will be refused (-32603). "
-                    "Mint one with `engram-memory token`.",
-                    file=sys.stderr,
-                )
-            anyio.run(serve_stdio, server.surface)
-            return
-        url = f"http://{bind_host}:{port}{MCP_PATH}"
-        print_banner(sys.stdout, url=url, token=default_token(server), data_dir=data_dir)
-        resource = server.surface.runtime.host.resource
-        if resource != url:
-            print(
-                f"\nNote: the service's resource URI (the tokens' audience) stays {resource}; "
-                f"to advertise {url} instead, run `engram-memory init --resource {url}` first.",
-                file=sys.stderr,
-                flush=True,
-            )
-        app = http_app(server.surface, bind_host=bind_host)
-        uvicorn.Server(uvicorn.Config(app, host=bind_host, port=port, log_level="warning")).run()
+        run()
     finally:
         stop.set()
         server.close()

@@ -31,14 +31,7 @@ from urllib.parse import urlparse
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from mcp.server.auth.handlers.metadata import ProtectedResourceMetadataHandler
-from mcp.server.auth.routes import cors_middleware
-from mcp.server.auth.settings import AuthSettings
-from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.auth import ProtectedResourceMetadata
-from pydantic import AnyHttpUrl, ValidationError
-from starlette.applications import Starlette
-from starlette.routing import Route
+from pydantic import ValidationError
 
 from ..aws_composition import ConfigurationError, ToolInvocation, read_secret_bytes, request_of
 from ..contract.envelope import failure
@@ -63,7 +56,7 @@ from ..observability import instrumented
 from .confirmations import UrlConfirmationRequired
 from .request_state import RequestStateSealer
 from .server import EngramMcp, SurfaceRuntime
-from .transports import MCP_PATH, BearerVerifier, _issuer_url
+from .transports import McpGate, streamable_app
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -440,42 +433,15 @@ def build_adapter(
     return EngramMcp(runtime)
 
 
-def stateless_app(surface: EngramMcp, *, extra_hosts: list[str] | None = None) -> Starlette:
+def stateless_app(surface: EngramMcp, *, extra_hosts: list[str] | None = None) -> McpGate:
     """``transports.http_app`` for a Lambda: stateless, JSON responses, the resource's host."""
-    host = surface.runtime.host
-    issuer_url = _issuer_url(host.issuer, host.resource)
-    metadata = ProtectedResourceMetadata(
-        resource=AnyHttpUrl(host.resource),
-        authorization_servers=[AnyHttpUrl(issuer_url)],
-        resource_name="Engram Memory",
+    resource = urlparse(surface.runtime.host.resource)
+    return streamable_app(
+        surface,
+        stateless=True,
+        allowed_hosts=sorted({resource.netloc, *(extra_hosts or [])}),
+        bind_host=resource.hostname or "localhost",
     )
-    root_metadata = Route(
-        "/.well-known/oauth-protected-resource",
-        endpoint=cors_middleware(
-            ProtectedResourceMetadataHandler(metadata).handle, ["GET", "OPTIONS"]
-        ),
-        methods=["GET", "OPTIONS"],
-    )
-    hosts = sorted({urlparse(host.resource).netloc, *(extra_hosts or [])})
-    app: Starlette = surface.server.streamable_http_app(
-        streamable_http_path=MCP_PATH,
-        stateless_http=True,
-        json_response=True,
-        token_verifier=BearerVerifier(surface.runtime.verifier),
-        auth=AuthSettings(
-            issuer_url=AnyHttpUrl(issuer_url),
-            resource_server_url=AnyHttpUrl(host.resource),
-            validate_token_resource=False,
-        ),
-        transport_security=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=hosts,
-            allowed_origins=list(host.allowed_origins),
-        ),
-        host=urlparse(host.resource).hostname or "localhost",
-        custom_starlette_routes=[root_metadata],
-    )
-    return app
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,14 +21,13 @@ from ..contract.errors import (
     ErrorCode,
     ProtocolRefusal,
     TrustedContextUnavailable,
+    UnknownTool,
 )
-from ..engine.context import Scope, TrustedContext
-from ..engine.gate import APPROVAL_TTL_MS
+from ..engine.context import Scope, TrustedContext, new_audit_id
 from ..engine.ports import Clock, ConfirmationPending, ConfirmationWorkflow
-from ..engine.service import new_audit_id
 from ..host.config import HostConfig
 from ..host.tokens import InvalidToken, TokenVerifier, context_from_claims
-from .catalog import GRANT_OF, INSTRUCTIONS, build_tools
+from .catalog import GRANT_OF, INSTRUCTIONS, build_tools, for_purpose
 from .confirmations import (
     ANSWER_KEY,
     APPROVAL_SCHEMA,
@@ -39,10 +38,12 @@ from .confirmations import (
     state_for,
 )
 from .request_state import RequestStateInvalid, RequestStateSealer
+from .wire import INVALID_ARGUMENTS_META
 
 log = logging.getLogger(__name__)
 
 SERVER_VERSION = "0.1.0"
+UNKNOWN_NAME = "unknown"  # the audit log's tool for a name that is not one of the six
 
 
 class SurfaceEngine(Protocol):
@@ -93,18 +94,22 @@ def _refusal(error: ProtocolRefusal) -> MCPError:
 class EngramMcp:
     """Builds and serves the ``mcp`` low-level ``Server`` for one runtime."""
 
-    def __init__(self, runtime: SurfaceRuntime) -> None:
+    def __init__(self, runtime: SurfaceRuntime, *, instructions: str = INSTRUCTIONS) -> None:
         self.runtime = runtime
-        self.tools = build_tools()
         self.server: Server[Any] = Server(
             CONNECTOR,
             version=SERVER_VERSION,
-            instructions=INSTRUCTIONS,
+            instructions=instructions,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
             get_tool_input_schema=self._input_schema,
         )
         self.server.middleware.append(self._internal_errors)
+
+    @functools.cached_property
+    def tools(self) -> dict[str, types.Tool]:
+        """The six tools, built on first use (schema generation is not start-up work)."""
+        return build_tools()
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         grant = GRANT_OF.get(name)
@@ -151,7 +156,11 @@ class EngramMcp:
         except TrustedContextUnavailable:
             return types.ListToolsResult(tools=[])  # memory is off unless the host grants it
         return types.ListToolsResult(
-            tools=[tool for grant, tool in self.tools.items() if grant in trusted.grants]
+            tools=[
+                for_purpose(tool, trusted.purpose_ref)
+                for grant, tool in self.tools.items()
+                if grant in trusted.grants
+            ]
         )
 
     async def call_tool(
@@ -159,12 +168,16 @@ class EngramMcp:
     ) -> types.CallToolResult | types.InputRequiredResult:
         engine = self.runtime.engine
         audit_id = new_audit_id()
-        grant = GRANT_OF.get(params.name, params.name)
+        grant = GRANT_OF.get(params.name)
+        audited = grant or UNKNOWN_NAME  # never the caller's text in the audit log
         try:
             trusted = self._trusted(audit_id)
         except TrustedContextUnavailable as refusal:
-            engine.refuse(grant, None, audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
+            engine.refuse(audited, None, audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
             raise _refusal(refusal) from None
+        if grant is None:  # only the six engram_memory_* names name a tool (CONTRACT.md §1)
+            engine.refuse(audited, trusted, audit_id, "PROTOCOL_UNKNOWN_TOOL")
+            raise _refusal(UnknownTool())
 
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         workflow: ConfirmationWorkflow
@@ -184,34 +197,26 @@ class EngramMcp:
                     return envelope_result(
                         engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
                     )
-                fresh = await anyio.to_thread.run_sync(
-                    functools.partial(
-                        engine.claim_request_state,
-                        trusted.scope,
-                        state.nonce,
-                        state.issued_at_ms + APPROVAL_TTL_MS,
-                    )
-                )
-                if not fresh:  # a replayed requestState: single use, enforced here
-                    return envelope_result(
-                        engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
-                    )
             workflow = RoundTripConfirmations(
                 self.runtime.clock,
                 capabilities=ctx.session.client_capabilities,
                 state=state,
                 answer=_answer(params.input_responses),
+                # single use, claimed only once the state is known to bind this very operation
+                claim=functools.partial(engine.claim_request_state, trusted.scope),
             )
         else:
             workflow = StreamConfirmations(
                 self.runtime.clock, session=ctx.session, request_id=ctx.request_id
             )
 
+        # Arguments the wire screen refused (duplicate keys, -0, a lone surrogate) reach the
+        # engine as something that is not an object: INVALID_SCHEMA, audited like any other.
+        meta = params.meta or {}
+        arguments: Any = [] if meta.get(INVALID_ARGUMENTS_META) else params.arguments or {}
         try:
             envelope = await anyio.to_thread.run_sync(
-                functools.partial(
-                    engine.handle, grant, params.arguments or {}, trusted, confirmations=workflow
-                )
+                functools.partial(engine.handle, grant, arguments, trusted, confirmations=workflow)
             )
         except ProtocolRefusal as refusal:
             raise _refusal(refusal) from None

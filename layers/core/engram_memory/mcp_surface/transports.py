@@ -3,24 +3,42 @@ checks) and stdio (with the token from the environment)."""
 
 from __future__ import annotations
 
-from typing import Any
+import io
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Final, cast
 from urllib.parse import urlparse
 
-from mcp.server.auth.handlers.metadata import ProtectedResourceMetadataHandler
+import anyio
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.routes import cors_middleware
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.auth import ProtectedResourceMetadata
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
 
-from ..host.tokens import InvalidToken, TokenVerifier
+from ..host.config import host_matches
+from ..host.tokens import LEEWAY_S, InvalidToken, TokenVerifier
 from .server import EngramMcp
+from .wire import PARSE_ERROR, Screened, error_body, screen
 
-MCP_PATH = "/mcp"
+log = logging.getLogger(__name__)
+
+MCP_PATH: Final = "/mcp"
+WELL_KNOWN: Final = "/.well-known/oauth-protected-resource"
+MAX_BODY_BYTES: Final = (
+    4 * 1024 * 1024
+)  # the SDK's own limit; the contract's arguments are <= 1 MiB
 
 
 class BearerVerifier:
@@ -38,7 +56,9 @@ class BearerVerifier:
             token=token,
             client_id=claims.subject,
             scopes=[],
-            expires_at=claims.expires_at,
+            # The SDK refuses a token once ``expires_at`` is past: give it the verifier's leeway,
+            # which has already judged the expiry.
+            expires_at=claims.expires_at + LEEWAY_S,
             resource=claims.audience,
             subject=claims.subject,
             claims={"iss": claims.issuer},
@@ -53,52 +73,215 @@ def _issuer_url(issuer: str, resource: str) -> str:
     return f"{resource_url.scheme}://{resource_url.netloc}"  # a local issuer has no URL of its own
 
 
-def http_app(surface: EngramMcp, *, bind_host: str) -> Starlette:
-    """The ASGI app serving ``/mcp`` and the protected-resource metadata."""
+def authorization_servers(issuer: str) -> list[str]:
+    """The authorization servers to advertise (RFC 9728): the issuer when it is a URL (a cloud
+    identity provider serving its own metadata), none for the embedded host's local issuer —
+    it mints tokens from the command line and serves no OAuth metadata, so naming it would send
+    clients into an OAuth flow that cannot succeed."""
+    parsed = urlparse(issuer)
+    return [issuer] if parsed.scheme in ("http", "https") and parsed.netloc else []
+
+
+def _metadata_routes(resource: str, issuer: str) -> list[Route]:
+    """RFC 9728 protected-resource metadata at the root and the path-specific well-known URI."""
+    document: dict[str, Any] = {"resource": resource}
+    servers = authorization_servers(issuer)
+    if servers:
+        document["authorization_servers"] = servers
+    document |= {"bearer_methods_supported": ["header"], "resource_name": "Engram Memory"}
+
+    async def metadata(_request: Request) -> Response:
+        return JSONResponse(document, headers={"Cache-Control": "public, max-age=3600"})
+
+    endpoint = cors_middleware(metadata, ["GET", "OPTIONS"])
+    path = urlparse(resource).path.rstrip("/")
+    return [
+        Route(WELL_KNOWN + suffix, endpoint=endpoint, methods=["GET", "OPTIONS"])
+        for suffix in dict.fromkeys(["", path])
+    ]
+
+
+def streamable_app(
+    surface: EngramMcp, *, stateless: bool, allowed_hosts: list[str], bind_host: str
+) -> McpGate:
+    """The SDK's Streamable HTTP app behind the gate: bearer auth, RFC 9728 metadata (ours,
+    served before the SDK's own), exact Host and Origin checks, screened JSON-RPC bodies."""
     host = surface.runtime.host
-    issuer_url = _issuer_url(host.issuer, host.resource)
-    metadata = ProtectedResourceMetadata(
-        resource=AnyHttpUrl(host.resource),
-        authorization_servers=[AnyHttpUrl(issuer_url)],
-        resource_name="Engram Memory",
-    )
-    # RFC 9728 path-specific metadata is served by the SDK; the contract also wants the root.
-    root_metadata = Route(
-        "/.well-known/oauth-protected-resource",
-        endpoint=cors_middleware(
-            ProtectedResourceMetadataHandler(metadata).handle, ["GET", "OPTIONS"]
-        ),
-        methods=["GET", "OPTIONS"],
-    )
-    hosts = sorted(
-        {f"{bind_host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*", urlparse(host.resource).netloc}
-    )
     app: Starlette = surface.server.streamable_http_app(
         streamable_http_path=MCP_PATH,
-        stateless_http=False,  # 2025-11-25 needs the session's stream for elicitation/create
-        json_response=False,
+        stateless_http=stateless,
+        json_response=stateless,
         token_verifier=BearerVerifier(surface.runtime.verifier),
         auth=AuthSettings(
-            issuer_url=AnyHttpUrl(issuer_url),
+            issuer_url=AnyHttpUrl(_issuer_url(host.issuer, host.resource)),
             resource_server_url=AnyHttpUrl(host.resource),
             validate_token_resource=False,  # the verifier checks the audience itself
         ),
-        transport_security=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=hosts,
-            allowed_origins=list(host.allowed_origins),
-        ),
+        # Host and Origin are checked by the gate, exactly (the SDK matches patterns by prefix).
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         host=bind_host,
-        custom_starlette_routes=[root_metadata],
     )
-    return app
+    app.router.routes[:0] = _metadata_routes(host.resource, host.issuer)
+    return McpGate(app, allowed_hosts=allowed_hosts, origin_allowed=host.origin_allowed)
+
+
+def http_app(surface: EngramMcp, *, bind_host: str) -> McpGate:
+    """The ASGI app serving ``/mcp`` and the protected-resource metadata (embedded host)."""
+    resource_host = urlparse(surface.runtime.host.resource).netloc
+    hosts = sorted({f"{bind_host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*", resource_host})
+    # 2025-11-25 needs the session's stream for elicitation/create: not stateless.
+    return streamable_app(surface, stateless=False, allowed_hosts=hosts, bind_host=bind_host)
+
+
+class McpGate:
+    """ASGI middleware in front of the SDK's app, for the MCP endpoint:
+
+    - ``Host`` must name an allowed host exactly (else 421) and ``Origin``, when sent, an allowed
+      origin exactly (else 403): host and port parsed and compared whole, never by prefix.
+    - A POSTed JSON body is screened (``wire.screen``): one JSON-RPC object in JSON the contract
+      accepts, or a 400 with a constant JSON-RPC error.
+    """
+
+    def __init__(
+        self, app: Any, *, allowed_hosts: list[str], origin_allowed: Callable[[str], bool]
+    ) -> None:
+        self.app = app
+        self.allowed_hosts = allowed_hosts
+        self.origin_allowed = origin_allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].rstrip("/") != MCP_PATH:
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if not host_matches(headers.get("host", ""), self.allowed_hosts):
+            log.warning("refused a request addressed to a foreign Host")
+            await PlainTextResponse("Invalid Host header", 421)(scope, receive, send)
+            return
+        origin = headers.get("origin")
+        if origin is not None and not self.origin_allowed(origin):
+            log.warning("refused a request from a foreign Origin")
+            await PlainTextResponse("Invalid Origin header", 403)(scope, receive, send)
+            return
+        content_type = headers.get("content-type", "").lower()
+        if scope["method"] != "POST" or not content_type.startswith("application/json"):
+            await self.app(scope, receive, send)
+            return
+        body = await _read_body(receive, MAX_BODY_BYTES)
+        if body is None:
+            await PlainTextResponse("Request body too large", 413)(scope, receive, send)
+            return
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        screened = Screened(error=error_body(PARSE_ERROR)) if text is None else screen(text)
+        if screened.error is not None or screened.text is None:
+            await JSONResponse(screened.error, 400)(scope, receive, send)
+            return
+        replay = body if screened.text is text else screened.text.encode("utf-8")
+        await self.app(scope, _replaying(replay, receive), send)
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None when it is larger than ``limit`` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def serve_stdio(surface: EngramMcp) -> None:
-    async with stdio_server() as (read_stream, write_stream):
-        await surface.server.run(
-            read_stream, write_stream, surface.server.create_initialization_options()
-        )
+    """Serve on stdin/stdout. Every line is screened (``wire.screen``) before the SDK reads it; a
+    refused line is answered with its constant JSON-RPC error. While serving, file descriptor 1
+    points at stderr so that nothing but the protocol reaches the client (as the SDK does)."""
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with os.fdopen(protocol_fd, "w", encoding="utf-8", closefd=True) as protocol_out:
+            out = _LineWriter(anyio.wrap_file(protocol_out))
+            stdin = anyio.wrap_file(
+                io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+            )
+
+            async def screened_lines() -> AsyncIterator[str]:
+                async for line in stdin:
+                    if not line.strip():
+                        continue
+                    screened = screen(line)
+                    if screened.error is not None:
+                        await out.write(json.dumps(screened.error) + "\n")
+                        await out.flush()
+                    elif screened.text is not None:
+                        yield screened.text
+
+            lines = cast("anyio.AsyncFile[str]", _Lines(screened_lines()))
+            async with stdio_server(stdin=lines, stdout=cast("anyio.AsyncFile[str]", out)) as (
+                read_stream,
+                write_stream,
+            ):
+                await surface.server.run(
+                    read_stream, write_stream, surface.server.create_initialization_options()
+                )
+    finally:
+        os.dup2(2, 1)
 
 
-__all__: list[Any] = ["MCP_PATH", "BearerVerifier", "http_app", "serve_stdio"]
+@dataclass
+class _Lines:
+    """An async iterable of lines, as ``stdio_server`` reads its ``stdin``."""
+
+    lines: AsyncIterator[str]
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self.lines
+
+
+class _LineWriter:
+    """The protocol's stdout, shared by the SDK and the screen: one whole line per write."""
+
+    def __init__(self, file: anyio.AsyncFile[str]) -> None:
+        self._file = file
+        self._lock = anyio.Lock()
+
+    async def write(self, text: str) -> int:
+        async with self._lock:
+            return await self._file.write(text)
+
+    async def flush(self) -> None:
+        async with self._lock:
+            await self._file.flush()
+
+
+__all__: list[Any] = [
+    "MCP_PATH",
+    "BearerVerifier",
+    "McpGate",
+    "authorization_servers",
+    "http_app",
+    "serve_stdio",
+    "streamable_app",
+]

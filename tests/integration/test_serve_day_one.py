@@ -1,0 +1,291 @@
+"""`engram-memory serve` as a person meets it on day one, as real processes: another port, a
+port already taken, a read-only data directory, a wrong stdio token, SIGTERM, and what loads
+before it is needed.
+"""
+
+from __future__ import annotations
+
+# ruff: noqa: S603 - every subprocess runs this environment's own engram-memory or python
+import contextlib
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_S = 60.0
+
+
+def engram() -> str:
+    return str(Path(sys.executable).with_name("engram-memory"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_until(condition: object, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting: {what}")
+        time.sleep(0.1)
+
+
+def init(data_dir: Path, *extra: str) -> None:
+    subprocess.run(
+        [engram(), "init", "--data-dir", str(data_dir), *extra], check=True, capture_output=True
+    )
+
+
+def token(data_dir: Path, *extra: str) -> str:
+    done = subprocess.run(
+        [
+            engram(),
+            "token",
+            "--data-dir",
+            str(data_dir),
+            "--principal",
+            "day-one",
+            "--workspace",
+            "default",
+            "--purpose",
+            "general",
+            "--tools",
+            "search,get",
+            *extra,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def serving(argv: list[str], port: int) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        wait_until(lambda: listening(port) or process.poll() is not None, "the server listens")
+        assert process.poll() is None, process.communicate()
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def initialize(port: int, bearer: str | None) -> httpx2.Response:
+    headers = {"Accept": "application/json, text/event-stream"}
+    if bearer is not None:
+        headers["Authorization"] = f"Bearer {bearer}"
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "day-one", "version": "1"},
+        },
+    }
+    return httpx2.post(
+        f"http://127.0.0.1:{port}/mcp", json=body, headers=headers, timeout=DEADLINE_S
+    )
+
+
+# -- another port -------------------------------------------------------------------------------
+
+
+def test_serving_on_another_port_advertises_that_port_and_no_authorization_server(
+    tmp_path: Path,
+) -> None:
+    data, port = tmp_path / "data", free_port()
+    with serving([engram(), "serve", "--data-dir", str(data), "--port", str(port)], port):
+        resource = f"http://127.0.0.1:{port}/mcp"
+        for path in (
+            "/.well-known/oauth-protected-resource",
+            "/.well-known/oauth-protected-resource/mcp",
+        ):
+            metadata = httpx2.get(f"http://127.0.0.1:{port}{path}", timeout=DEADLINE_S).json()
+            assert metadata["resource"] == resource
+            assert "authorization_servers" not in metadata  # the local issuer serves no OAuth
+        challenge = initialize(port, None).headers["WWW-Authenticate"]
+        assert f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp" in challenge
+        # a token minted for that port (as the banner's, or `token --port`) is served
+        assert initialize(port, token(data, "--port", str(port))).status_code == 200
+        assert initialize(port, token(data)).status_code == 401  # minted for 8765
+
+
+def test_a_resource_set_in_host_json_is_kept_whatever_the_port(tmp_path: Path) -> None:
+    data, port = tmp_path / "data", free_port()
+    resource = "https://memory.example.com/mcp"
+    init(data, "--resource", resource)
+    with serving([engram(), "serve", "--data-dir", str(data), "--port", str(port)], port):
+        metadata = httpx2.get(
+            f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource", timeout=DEADLINE_S
+        )
+        assert metadata.json()["resource"] == resource
+
+
+# -- a port already in use ----------------------------------------------------------------------
+
+
+def test_a_port_in_use_is_one_line_suggesting_another_before_any_banner_or_token(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [engram(), "serve", "--data-dir", str(tmp_path / "data"), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
+    assert done.returncode == 1
+    assert done.stdout == ""  # no "serving", no token
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "already in use" in lines[0] and "--port" in lines[0], lines
+
+
+# -- a read-only data directory -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stdio", [False, True], ids=["http", "stdio"])
+def test_a_read_only_data_directory_is_one_clear_line_and_is_left_as_it_was(
+    tmp_path: Path, stdio: bool
+) -> None:
+    data = tmp_path / "data"
+    init(data)
+    data.chmod(0o500)
+    try:
+        argv = [engram(), "serve", "--data-dir", str(data), "--port", str(free_port())]
+        done = subprocess.run(
+            [*argv, "--stdio"] if stdio else argv,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+            input="",
+        )
+        assert stat.S_IMODE(data.stat().st_mode) == 0o500  # never chmodded behind our back
+    finally:
+        data.chmod(0o700)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "read-only" in lines[0], lines
+
+
+# -- a stdio token that binds nothing -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["expired", "garbage", "other-port"])
+def test_a_wrong_stdio_token_is_said_on_stderr_in_one_line(tmp_path: Path, kind: str) -> None:
+    data = tmp_path / "data"
+    init(data)
+    bad = {
+        "expired": lambda: token(data, "--expires-in", "1"),
+        "garbage": lambda: "not-a-token",
+        "other-port": lambda: token(data, "--port", "9999"),
+    }[kind]()
+    if kind == "expired":
+        time.sleep(32)  # past the 30 s leeway
+    done = subprocess.run(
+        [engram(), "serve", "--stdio", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+        input="",
+        env={**os.environ, "ENGRAM_TOKEN": bad},
+    )
+    assert done.returncode == 0 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "ENGRAM_TOKEN is refused" in lines[0] and "engram-memory token" in lines[0]
+    assert bad not in done.stderr
+
+
+# -- SIGTERM --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("launcher", ["serve", "./run"])
+def test_sigterm_stops_the_server_and_frees_its_port(tmp_path: Path, launcher: str) -> None:
+    data, port = tmp_path / "data", free_port()
+    argv = ([engram(), "serve"] if launcher == "serve" else [sys.executable, str(ROOT / "run")]) + [
+        "--data-dir",
+        str(data),
+        "--port",
+        str(port),
+    ]
+    with serving(argv, port) as process:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=DEADLINE_S) == 0
+        wait_until(lambda: not listening(port), "the port is free again")
+
+
+# -- what loads before it is needed ------------------------------------------------------------
+
+HEAVY = ("aws_encryption_sdk", "boto3", "botocore", "detect_secrets", "opensearchpy", "onnxruntime")
+
+
+def _loaded_after(code: str) -> set[str]:
+    probe = (
+        code
+        + "\nimport sys, json; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=DEADLINE_S,
+    )
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_help_loads_neither_the_engine_nor_the_mcp_sdk() -> None:
+    loaded = _loaded_after(
+        "from engram_memory.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass"
+    )
+    assert not set(HEAVY) & loaded
+    assert not {"mcp", "pydantic", "uvicorn", "jwt"} & loaded
+
+
+def test_a_stdio_server_starts_without_the_engine(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    init(data)
+    bearer = token(data)
+    loaded = _loaded_after(
+        "from pathlib import Path\n"
+        "from engram_memory.mcp_surface.embedded import open_server, stdio_binding\n"
+        f"server = open_server(Path({str(data)!r}), stdio_token={bearer!r})\n"
+        "assert stdio_binding(server.surface.runtime).purpose_ref == 'general'\n"
+        "assert not server.engine.opened\n"
+    )
+    assert not set(HEAVY) & loaded
