@@ -10,6 +10,7 @@ from pathlib import Path
 from .corpus import Corpus
 from .report import table
 from .runner import Counts, PeerUnavailable, run
+from .stores import LEXICAL, PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
@@ -36,6 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, help="timed searches per session (default 100)")
     parser.add_argument("--gets", type=int, help="timed gets per session (default 100)")
     parser.add_argument("--writes", type=int, help="timed writes per session (default 30)")
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=LEXICAL,
+        help="our search profile: the host default (lexical) or hybrid (needs the semantic extra)",
+    )
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO, help="LoCoMo folder")
     parser.add_argument(
         "--store-cache", type=Path, default=DEFAULT_CACHE, help="where seeded stores are kept"
@@ -59,7 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     corpus = Corpus.load(args.locomo)
     try:
         report = run(
-            corpus, sizes, counts, cache_root=args.store_cache, with_peer=not args.without_peer
+            corpus,
+            sizes,
+            counts,
+            cache_root=args.store_cache,
+            profile=args.profile,
+            with_peer=not args.without_peer,
         )
     except PeerUnavailable as error:
         parser.error(f"{error} (or pass --without-peer)")

@@ -50,7 +50,8 @@ def table(report: dict[str, Any]) -> str:
         reps = len(found["repetitions"])
         lines += [
             "",
-            f"{size} records, one workspace — median [range] of {reps} interleaved repetitions",
+            f"{size} records, one workspace, {report['profile']} search — median [range] of "
+            f"{reps} interleaved repetitions",
             head,
         ]
         for label, metric, ratio_metric in ROWS:

@@ -20,7 +20,7 @@ from bench.locomo.runner import percentile
 
 from .corpus import Corpus
 from .sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER, PEER_PACKAGE, Plan, Session, run_session
-from .stores import SeededStore, directory_bytes, seeded_store
+from .stores import LEXICAL, SeededStore, directory_bytes, seeded_store
 
 OURS = (ENGRAM_STDIO, ENGRAM_HTTP)
 # metric -> True when higher is better (ratios are always ours / peer)
@@ -119,6 +119,7 @@ def session_metrics(session: Session) -> dict[str, Any]:
         "get_p99_ms": round(percentile(session.get_ms, 99), 3),
         "pairs_per_s": round(len(session.write_pair_ms) / pair_s, 3) if pair_s else 0.0,
         "single_writes_per_s": round(len(session.first_write_ms) / first_s, 3) if first_s else 0.0,
+        "rank_profiles": sorted(session.rank_profiles),
         "searches": len(session.search_ms),
         "gets": len(session.get_ms),
         "writes": len(session.write_pair_ms),
@@ -217,6 +218,7 @@ def run(
     counts: Counts,
     *,
     cache_root: Path,
+    profile: str = LEXICAL,
     with_peer: bool = True,
     log: Any = sys.stderr,
 ) -> dict[str, Any]:
@@ -226,6 +228,7 @@ def run(
     report: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "load_average_before": os.getloadavg()},
         "calibration": calibration(with_peer),
+        "profile": profile,
         "counts": counts.__dict__,
         "servers": servers,
         "peer": {
@@ -240,7 +243,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="hotpath-") as tmp:
         for size in sizes:
             print(f"store of {size} records", file=log, flush=True)
-            store = seeded_store(cache_root, corpus, size, log)
+            store = seeded_store(cache_root, corpus, size, profile, log)
             repetitions = []
             for repetition in range(counts.repetitions):
                 plan = plan_for(corpus, size, counts, repetition)

@@ -73,6 +73,7 @@ class Session:
     write_pair_ms: list[float] = field(default_factory=list)
     first_write_ms: list[float] = field(default_factory=list)  # capture / create_entities alone
     envelope: dict[str, int] = field(default_factory=dict)
+    rank_profiles: set[str] = field(default_factory=set)  # what our searches' receipts say ran
 
 
 def engram_cli() -> str:
@@ -122,6 +123,12 @@ class Server:
 
     name: str
 
+    def __init__(self) -> None:
+        self.rank_profiles: set[str] = set()  # the profiles our searches' rank receipts name
+
+    def prepare(self, workdir: Path) -> None:
+        """What the client side does before the start + connect clock runs (tokens, paths)."""
+
     def connect(
         self, workdir: Path, store: SeededStore
     ) -> contextlib.AbstractAsyncContextManager[Client]:
@@ -163,6 +170,10 @@ def record_text_bytes(record: dict[str, Any]) -> int:
 
 
 class Engram(Server):
+    def prepare(self, workdir: Path) -> None:
+        self.command = engram_cli()
+        self.token = mint_token(workdir / DATA)
+
     async def write(self, client: Client, memory: Memory, run_id: str) -> float:
         from engram_memory.mcp_surface.catalog import TOOL_NAMES
 
@@ -185,7 +196,9 @@ class Engram(Server):
 
         arguments = {"query": query, "purpose_ref": PURPOSE, "limit": SEARCH_LIMIT}
         result = await client.call_tool(TOOL_NAMES["search"], arguments)
-        return result, len(_ok_value(result, "search")["records"])
+        found = _ok_value(result, "search")
+        self.rank_profiles.add(found["rank_receipt"]["profile"])
+        return result, len(found["records"])
 
     async def get(self, client: Client, memory: Memory, record_id: str) -> CallToolResult:
         from engram_memory.mcp_surface.catalog import TOOL_NAMES
@@ -209,11 +222,10 @@ class EngramStdio(Engram):
 
     @contextlib.asynccontextmanager
     async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
-        data_dir = workdir / DATA
         params = StdioServerParameters(
-            command=engram_cli(),
-            args=["serve", "--stdio", "--data-dir", str(data_dir)],
-            env={"ENGRAM_TOKEN": mint_token(data_dir)},
+            command=self.command,
+            args=["serve", "--stdio", "--data-dir", str(workdir / DATA)],
+            env={"ENGRAM_TOKEN": self.token},
         )
         with (workdir / "stderr.log").open("w", encoding="utf-8") as log:
             async with Client(stdio_client(params, errlog=log), mode="legacy") as client:
@@ -225,18 +237,16 @@ class EngramHttp(Engram):
 
     @contextlib.asynccontextmanager
     async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
-        data_dir = workdir / DATA
-        token = mint_token(data_dir)
         port = _free_port()
         with (workdir / "server.log").open("w", encoding="utf-8") as log:
             process = subprocess.Popen(  # noqa: S603 - this environment's own console script
-                [engram_cli(), "serve", "--port", str(port), "--data-dir", str(data_dir)],
+                [self.command, "serve", "--port", str(port), "--data-dir", str(workdir / DATA)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
             try:
                 await _wait_for_port(port, process)
-                headers = {"Authorization": f"Bearer {token}"}
+                headers = {"Authorization": f"Bearer {self.token}"}
                 async with (
                     httpx2.AsyncClient(
                         headers=headers, timeout=httpx2.Timeout(CALL_DEADLINE_S)
@@ -254,10 +264,13 @@ class EngramHttp(Engram):
 class ServerMemory(Server):
     name = PEER
 
+    def prepare(self, workdir: Path) -> None:
+        self.node = shutil.which("node") or "node"
+
     @contextlib.asynccontextmanager
     async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
         params = StdioServerParameters(
-            command=shutil.which("node") or "node",
+            command=self.node,
             args=[str(PEER_PACKAGE / "dist" / "index.js")],
             env={"MEMORY_FILE_PATH": str(workdir / PEER_FILE)},
         )
@@ -365,6 +378,7 @@ def run_session(server_name: str, workdir: Path, store: SeededStore, plan: Plan)
 async def _measure(server: Server, workdir: Path, store: SeededStore, plan: Plan) -> Session:
     session = Session(server.name)
     ids = store.record_ids
+    server.prepare(workdir)
     started = time.perf_counter()
     with anyio.fail_after(START_DEADLINE_S + CALL_DEADLINE_S * 10):
         async with server.connect(workdir, store) as client:
@@ -386,6 +400,7 @@ async def _measure(server: Server, workdir: Path, store: SeededStore, plan: Plan
                 session.search_results.append(count)
                 if ten is None and count == SEARCH_LIMIT:
                     ten = result
+            session.rank_profiles = server.rank_profiles
             for memory in plan.gets:
                 begun = time.perf_counter()
                 await server.get(client, memory, ids[memory.index])

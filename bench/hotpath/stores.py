@@ -5,8 +5,8 @@ memory, the calls the MCP tools make), not through MCP: only the measured writes
 The engine seeds on a tmpfs scratch folder when the machine has one (its ``fsync``s are then
 free; what is stored is the same), and the finished directory is moved to the cache on disk.
 
-Seeded stores are cached under ``cache_root/<fingerprint>/n<size>/``; the fingerprint covers the
-product's source and the data, so a changed store format or mapping reseeds. A larger store is
+Seeded stores are cached under ``cache_root/<profile>-<fingerprint>/n<size>/``; the fingerprint
+covers the product's source and the data, so a changed store format or mapping reseeds. A larger store is
 grown from the largest smaller one already cached (1k is the first 1,000 records of 10k).
 Every measured session works on a fresh copy of the cached store.
 """
@@ -33,6 +33,9 @@ SEED_FORMAT = "hotpath-seed-1"
 PEER_FILE = "memory.jsonl"
 MANIFEST = "manifest.json"
 DATA = "data"
+LEXICAL = "lexical"  # the host's default: no embedder, profile offline_lexical_v1
+HYBRID = "hybrid"  # host.json search.semantic = "local": profile semantic_v1, hybrid fusion
+PROFILES = (LEXICAL, HYBRID)
 _SCRATCH = Path("/dev/shm")  # noqa: S108 - only as the parent of a private TemporaryDirectory
 
 
@@ -73,9 +76,11 @@ def directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def seeded_store(cache_root: Path, corpus: Corpus, size: int, log: Any = sys.stderr) -> SeededStore:
+def seeded_store(
+    cache_root: Path, corpus: Corpus, size: int, profile: str = LEXICAL, log: Any = sys.stderr
+) -> SeededStore:
     """The cached store of ``size`` records, seeding (or growing a smaller one) when missing."""
-    family = cache_root / fingerprint(corpus)
+    family = cache_root / f"{profile}-{fingerprint(corpus)}"
     target = family / f"n{size}"
     if (target / MANIFEST).exists():
         return _load(target)
@@ -97,7 +102,7 @@ def seeded_store(cache_root: Path, corpus: Corpus, size: int, log: Any = sys.std
         else:
             work.mkdir()
         started = time.perf_counter()
-        record_ids += _seed_engine(work / DATA, corpus, start, size, log)
+        record_ids += _seed_engine(work / DATA, corpus, start, size, profile, log)
         seconds = time.perf_counter() - started
         _write_peer_file(work / PEER_FILE, corpus, size)
         manifest = {
@@ -131,12 +136,21 @@ def _load(root: Path) -> SeededStore:
     )
 
 
-def _seed_engine(data_dir: Path, corpus: Corpus, start: int, stop: int, log: Any) -> list[str]:
+def _seed_engine(
+    data_dir: Path, corpus: Corpus, start: int, stop: int, profile: str, log: Any
+) -> list[str]:
     """Capture and admit memories ``start .. stop-1`` through ``Engine.handle``; their record ids."""
+    from engram_memory.bootstrap import prepare_data_dir
     from engram_memory.engine.context import TrustedContext
     from engram_memory.engine.service import new_audit_id
+    from engram_memory.host.config import HostConfig, host_config_path, save_host_config
     from engram_memory.mcp_surface.embedded import open_server
 
+    if profile == HYBRID and not host_config_path(data_dir).exists():
+        # The host's own switch: the seeding engine and every server on the copies then embed
+        # with the local model and search with the hybrid profile.
+        prepare_data_dir(data_dir)
+        save_host_config(data_dir, HostConfig.model_validate({"search": {"semantic": "local"}}))
     server = open_server(data_dir)
     tenant = server.surface.runtime.host.tenant_id
 

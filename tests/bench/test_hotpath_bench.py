@@ -11,7 +11,13 @@ import pytest
 
 from bench.hotpath.__main__ import main
 from bench.hotpath.corpus import Corpus
-from bench.hotpath.runner import PEER_SINGLE_WRITE, RATIO_METRICS, repetition_ratios, spread
+from bench.hotpath.runner import (
+    PEER_SINGLE_WRITE,
+    RATIO_METRICS,
+    pinned_peer_version,
+    repetition_ratios,
+    spread,
+)
 from bench.hotpath.sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER
 from bench.locomo.dataset import load
 
@@ -114,6 +120,8 @@ def test_a_tiny_run_beside_server_memory(locomo: Path, tmp_path: Path, capsys: A
         assert metrics["pairs_per_s"] > 0
         assert metrics["envelope"]["response_bytes"] > metrics["envelope"]["text_bytes"] > 0
     assert measured[ENGRAM_STDIO]["search_mean_results"] == 10
+    assert measured[ENGRAM_HTTP]["rank_profiles"] == ["offline_lexical_v1"]
+    assert report["peer"]["version"] == pinned_peer_version()
     # The ratios are the report's own figures divided, ours over the peer.
     for ours in (ENGRAM_STDIO, ENGRAM_HTTP):
         for metric in RATIO_METRICS:
