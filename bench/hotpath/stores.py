@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.locomo.runner import PRINCIPAL, PURPOSE, value
+from bench.locomo.runner import value
 
 from .corpus import Corpus
 
@@ -140,9 +140,8 @@ def _seed_engine(
     data_dir: Path, corpus: Corpus, start: int, stop: int, profile: str, log: Any
 ) -> list[str]:
     """Capture and admit memories ``start .. stop-1`` through ``Engine.handle``; their record ids."""
+    from bench.locomo.clients import EngineClient  # imports the engine: only when seeding
     from engram_memory.bootstrap import prepare_data_dir
-    from engram_memory.engine.context import TrustedContext
-    from engram_memory.engine.service import new_audit_id
     from engram_memory.host.config import HostConfig, host_config_path, save_host_config
     from engram_memory.mcp_surface.embedded import open_server
 
@@ -152,17 +151,11 @@ def _seed_engine(
         prepare_data_dir(data_dir)
         save_host_config(data_dir, HostConfig.model_validate({"search": {"semantic": "local"}}))
     server = open_server(data_dir)
-    tenant = server.surface.runtime.host.tenant_id
+    # The host's tenant: the one the served copies' tokens carry.
+    client = EngineClient(server.host.engine, tenant=server.surface.runtime.host.tenant_id)
 
     def call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        ctx = TrustedContext(
-            tenant_id=tenant,
-            workspace_id=WORKSPACE,
-            principal=PRINCIPAL,
-            purpose_ref=PURPOSE,
-            audit_id=new_audit_id(),
-        )
-        return value(server.host.engine.handle(tool, arguments, ctx), tool)
+        return value(client.call(WORKSPACE, tool, arguments), tool)
 
     record_ids: list[str] = []
     started = time.perf_counter()
