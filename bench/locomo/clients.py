@@ -26,12 +26,13 @@ SEMANTIC_MODES = {"semantic": "semantic_only", "hybrid": "hybrid"}
 class EngineClient:
     """Calls ``Engine.handle`` with the trusted context the host would bind for the workspace."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, tenant: str = TENANT) -> None:
         self.engine = engine
+        self.tenant = tenant
 
     def call(self, workspace: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         ctx = TrustedContext(
-            tenant_id=TENANT,
+            tenant_id=self.tenant,
             workspace_id=workspace,
             principal=PRINCIPAL,
             purpose_ref=PURPOSE,

@@ -1,0 +1,88 @@
+"""``python -m bench.hotpath [--sizes 1000,10000] [--quick] [--json PATH]``: the hot-path benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .corpus import Corpus
+from .report import table
+from .runner import Counts, PeerUnavailable, run
+from .stores import LEXICAL, PROFILES
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
+DEFAULT_CACHE = REPO / "bench" / "results" / "hotpath-stores"
+QUICK = Counts(repetitions=3, pings=10, queries=20, gets=20, writes=5)
+QUICK_SIZES = "300"
+
+
+def _sizes(text: str) -> list[int]:
+    sizes = [int(part) for part in text.split(",") if part.strip()]
+    if not sizes or min(sizes) < 10:
+        raise argparse.ArgumentTypeError("sizes are comma-separated record counts, each ≥ 10")
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.hotpath",
+        description="Hot path through MCP (stdio and HTTP) beside @modelcontextprotocol/server-memory.",
+    )
+    parser.add_argument("--sizes", type=_sizes, help="store sizes (default 1000,10000)")
+    parser.add_argument("--quick", action="store_true", help=f"a small run (sizes {QUICK_SIZES})")
+    parser.add_argument("--repetitions", type=int, help="interleaved repetitions (default 3)")
+    parser.add_argument("--queries", type=int, help="timed searches per session (default 100)")
+    parser.add_argument("--gets", type=int, help="timed gets per session (default 100)")
+    parser.add_argument("--writes", type=int, help="timed writes per session (default 30)")
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=LEXICAL,
+        help="our search profile: the host default (lexical) or hybrid (needs the semantic extra)",
+    )
+    parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO, help="LoCoMo folder")
+    parser.add_argument(
+        "--store-cache", type=Path, default=DEFAULT_CACHE, help="where seeded stores are kept"
+    )
+    parser.add_argument(
+        "--without-peer",
+        action="store_true",
+        help="run without server-memory (no ratios); only for machines without node/npm",
+    )
+    parser.add_argument("--json", type=Path, dest="json_path", help="also write the report here")
+    args = parser.parse_args(argv)
+    base = QUICK if args.quick else Counts()
+    counts = Counts(
+        repetitions=args.repetitions or base.repetitions,
+        pings=base.pings,
+        queries=args.queries or base.queries,
+        gets=args.gets or base.gets,
+        writes=args.writes or base.writes,
+    )
+    sizes = args.sizes or _sizes(QUICK_SIZES if args.quick else "1000,10000")
+    corpus = Corpus.load(args.locomo)
+    try:
+        report = run(
+            corpus,
+            sizes,
+            counts,
+            cache_root=args.store_cache,
+            profile=args.profile,
+            with_peer=not args.without_peer,
+        )
+    except PeerUnavailable as error:
+        parser.error(f"{error} (or pass --without-peer)")
+    report["command"] = "python -m bench.hotpath " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    print(table(report))
+    if args.json_path is not None:
+        args.json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The human-readable table of a hot-path report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .runner import PEER_SINGLE_WRITE
+from .sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER
+
+ROWS = (  # (label, metric, ratio metric or None)
+    ("capture+admission pairs/s", "pairs_per_s", "pairs_per_s"),
+    ("  peer single writes/s", "single_writes_per_s", PEER_SINGLE_WRITE),
+    ("search p50 ms", "search_p50_ms", "search_p50_ms"),
+    ("search p99 ms", "search_p99_ms", "search_p99_ms"),
+    ("get p50 ms", "get_p50_ms", "get_p50_ms"),
+    ("get p99 ms", "get_p99_ms", "get_p99_ms"),
+    ("start + connect s", "start_connect_s", "start_connect_s"),
+    ("ping (empty round trip) ms", "ping_p50_ms", "ping_p50_ms"),
+    ("search results (mean)", "search_mean_results", None),
+)
+
+
+def _num(value: float) -> str:
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _spread(cell: dict[str, Any]) -> str:
+    return f"{_num(cell['median'])} [{_num(cell['min'])}–{_num(cell['max'])}]"
+
+
+def table(report: dict[str, Any]) -> str:
+    servers = report["servers"]
+    calibration = report["calibration"]
+    lines = [
+        "calibration: python -c pass "
+        f"{calibration['python_c_pass_ms']} ms"
+        + (f", node -e 0 {calibration['node_e_0_ms']} ms" if "node_e_0_ms" in calibration else "")
+        + f"; load average before {tuple(round(x, 1) for x in report['machine']['load_average_before'])}",
+    ]
+    head = f"{'':<28}" + "".join(f"{name:>22}" for name in servers)
+    if PEER in servers:
+        head += "".join(
+            f"{name.split('-')[1] + '/peer':>22}" for name in (ENGRAM_STDIO, ENGRAM_HTTP)
+        )
+    for size, found in report["sizes"].items():
+        reps = len(found["repetitions"])
+        lines += [
+            "",
+            f"{size} records, one workspace, {report['profile']} search — median [range] of "
+            f"{reps} interleaved repetitions",
+            head,
+        ]
+        for label, metric, ratio_metric in ROWS:
+            if metric == "single_writes_per_s" and PEER not in servers:
+                continue
+            row = f"{label:<28}"
+            for name in servers:
+                cell = found["summary"][name][metric]
+                shown = (
+                    "" if metric == "single_writes_per_s" and name != PEER else _num(cell["median"])
+                )
+                row += f"{shown:>22}"
+            if PEER in servers and ratio_metric is not None:
+                for ours in (ENGRAM_STDIO, ENGRAM_HTTP):
+                    row += f"{_spread(found['ratios'][ours][ratio_metric]):>22}"
+            lines.append(row)
+        disk = found["disk"]
+        lines.append(
+            f"disk per record (text {disk['text_bytes_per_record']:.0f} B): engram "
+            f"{disk['engram']['per_record']:.0f} B ({disk['engram']['beyond_text_per_record']:.0f} "
+            f"beyond text); server-memory {disk[PEER]['per_record']:.0f} B "
+            f"({disk[PEER]['beyond_text_per_record']:.0f} beyond text)"
+        )
+        envelopes = []
+        for name in servers:
+            envelope = found["repetitions"][0]["servers"][name].get("envelope")
+            if envelope:
+                envelopes.append(
+                    f"{name} {envelope['response_bytes']} B = {envelope['bytes_per_result']:.0f} "
+                    f"B/result, {envelope['times_text']}× its text"
+                )
+        if envelopes:
+            lines.append("10-record response: " + "; ".join(envelopes))
+        seed = found["seed"]
+        lines.append(
+            f"seeded in process: {seed['engine_pairs_per_s']} pairs/s "
+            f"(records {seed['grown_from']}..{size}, when the cached store was made)"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,296 @@
+"""The hot-path run: seeded stores per size, interleaved sessions per repetition, the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.locomo.runner import percentile
+
+from .corpus import Corpus
+from .sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER, PEER_PACKAGE, Plan, Session, run_session
+from .stores import LEXICAL, SeededStore, directory_bytes, seeded_store
+
+OURS = (ENGRAM_STDIO, ENGRAM_HTTP)
+# metric -> True when higher is better (ratios are always ours / peer)
+RATIO_METRICS = {
+    "search_p50_ms": False,
+    "search_p99_ms": False,
+    "get_p50_ms": False,
+    "get_p99_ms": False,
+    "start_connect_s": False,
+    "ping_p50_ms": False,
+    "pairs_per_s": True,
+}
+PEER_SINGLE_WRITE = "pairs_per_s_vs_peer_single_write"
+
+
+@dataclass(frozen=True)
+class Counts:
+    repetitions: int = 3
+    pings: int = 20
+    queries: int = 100
+    gets: int = 100
+    writes: int = 30
+
+
+class PeerUnavailable(RuntimeError):
+    """node or npm is missing, or the pinned server-memory could not be installed."""
+
+
+def ensure_peer() -> Path:
+    """The pinned ``@modelcontextprotocol/server-memory`` entry point (``npm ci`` when missing)."""
+    entry = PEER_PACKAGE / "dist" / "index.js"
+    if entry.exists() and installed_peer_version() == pinned_peer_version():
+        return entry
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        raise PeerUnavailable("node and npm are needed for @modelcontextprotocol/server-memory")
+    folder = Path(__file__).parent
+    done = subprocess.run(  # noqa: S603 - a fixed command on the pinned lock file
+        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=folder,
+        env={**os.environ, "NO_UPDATE_NOTIFIER": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0 or not entry.exists():
+        raise PeerUnavailable(f"npm ci failed in {folder}: {done.stderr.strip()[-500:]}")
+    return entry
+
+
+def pinned_peer_version() -> str:
+    lock = json.loads((Path(__file__).parent / "package-lock.json").read_text(encoding="utf-8"))
+    version: str = lock["packages"]["node_modules/@modelcontextprotocol/server-memory"]["version"]
+    return version
+
+
+def installed_peer_version() -> str | None:
+    manifest = PEER_PACKAGE / "package.json"
+    if not manifest.exists():
+        return None
+    version: str = json.loads(manifest.read_text(encoding="utf-8"))["version"]
+    return version
+
+
+# -- arithmetic ---------------------------------------------------------------------------------
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Median and range of per-repetition values."""
+    return {
+        "per_repetition": list(values),
+        "median": round(statistics.median(values), 4),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def ratio(ours: float, peer: float) -> float:
+    return round(ours / peer, 4) if peer else float("inf")
+
+
+def session_metrics(session: Session) -> dict[str, Any]:
+    """The figures of one session (rounded; ratios are computed from these)."""
+    pair_s = sum(session.write_pair_ms) / 1000
+    first_s = sum(session.first_write_ms) / 1000
+    metrics: dict[str, Any] = {
+        "start_connect_s": round(session.start_connect_s, 3),
+        "ping_p50_ms": round(percentile(session.ping_ms, 50), 3),
+        "search_p50_ms": round(percentile(session.search_ms, 50), 3),
+        "search_p99_ms": round(percentile(session.search_ms, 99), 3),
+        "search_mean_results": round(statistics.fmean(session.search_results), 2)
+        if session.search_results
+        else 0.0,
+        "get_p50_ms": round(percentile(session.get_ms, 50), 3),
+        "get_p99_ms": round(percentile(session.get_ms, 99), 3),
+        "pairs_per_s": round(len(session.write_pair_ms) / pair_s, 3) if pair_s else 0.0,
+        "single_writes_per_s": round(len(session.first_write_ms) / first_s, 3) if first_s else 0.0,
+        "rank_profiles": sorted(session.rank_profiles),
+        "searches": len(session.search_ms),
+        "gets": len(session.get_ms),
+        "writes": len(session.write_pair_ms),
+    }
+    if session.envelope:
+        sent, text = session.envelope["response_bytes"], session.envelope["text_bytes"]
+        metrics["envelope"] = {
+            "response_bytes": sent,
+            "text_bytes": text,
+            "bytes_per_result": round(sent / 10, 1),
+            "times_text": round(sent / text, 2) if text else None,
+        }
+    return metrics
+
+
+def repetition_ratios(servers: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """ours / peer for every ratio metric and each of our transports, in one repetition."""
+    peer = servers[PEER]
+    ratios: dict[str, dict[str, float]] = {}
+    for ours in OURS:
+        if ours not in servers:
+            continue
+        mine = servers[ours]
+        row = {name: ratio(mine[name], peer[name]) for name in RATIO_METRICS}
+        row[PEER_SINGLE_WRITE] = ratio(mine["pairs_per_s"], peer["single_writes_per_s"])
+        ratios[ours] = row
+    return ratios
+
+
+def disk_report(store: SeededStore, corpus: Corpus) -> dict[str, Any]:
+    """Bytes on disk per record: whole data directory / records, and beyond the memory text."""
+    text = sum(m.text_bytes for m in corpus.memories(0, store.size))
+    ours = directory_bytes(store.data_dir)
+    peer = directory_bytes(store.peer_file)
+    files = {
+        str(p.relative_to(store.data_dir)): p.stat().st_size
+        for p in sorted(store.data_dir.rglob("*"))
+        if p.is_file()
+    }
+    return {
+        "records": store.size,
+        "text_bytes_per_record": round(text / store.size, 1),
+        "engram": {
+            "bytes": ours,
+            "per_record": round(ours / store.size, 1),
+            "beyond_text_per_record": round((ours - text) / store.size, 1),
+            "files": files,
+        },
+        PEER: {
+            "bytes": peer,
+            "per_record": round(peer / store.size, 1),
+            "beyond_text_per_record": round((peer - text) / store.size, 1),
+        },
+    }
+
+
+# -- calibration --------------------------------------------------------------------------------
+
+
+def start_ms(command: Sequence[str], times: int = 5) -> float:
+    """Median wall time of running ``command`` to completion."""
+    samples = []
+    for _ in range(times):
+        started = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True)  # noqa: S603
+        samples.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(samples), 2)
+
+
+def calibration(with_peer: bool) -> dict[str, Any]:
+    found: dict[str, Any] = {"python_c_pass_ms": start_ms([sys.executable, "-c", "pass"])}
+    node = shutil.which("node")
+    if with_peer and node is not None:
+        found["node_e_0_ms"] = start_ms([node, "-e", "0"])
+    return found
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def plan_for(corpus: Corpus, size: int, counts: Counts, repetition: int) -> Plan:
+    chooser = random.Random(size)  # the same reads in every repetition and for every server
+    return Plan(
+        pings=counts.pings,
+        queries=[corpus.query(i) for i in range(counts.queries)],
+        gets=[corpus.memory(i) for i in chooser.sample(range(size), min(counts.gets, size))],
+        writes=corpus.memories(size, size + counts.writes),
+        ten=corpus.memories(0, min(10, size)),
+        run_id=f"r{repetition}",
+    )
+
+
+def run(
+    corpus: Corpus,
+    sizes: Sequence[int],
+    counts: Counts,
+    *,
+    cache_root: Path,
+    profile: str = LEXICAL,
+    with_peer: bool = True,
+    log: Any = sys.stderr,
+) -> dict[str, Any]:
+    servers = [*OURS, PEER] if with_peer else list(OURS)
+    if with_peer:
+        ensure_peer()
+    report: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "load_average_before": os.getloadavg()},
+        "calibration": calibration(with_peer),
+        "profile": profile,
+        "counts": counts.__dict__,
+        "servers": servers,
+        "peer": {
+            "package": "@modelcontextprotocol/server-memory",
+            "version": installed_peer_version(),
+        }
+        if with_peer
+        else None,
+        "dataset": {"conversations": corpus.names, "distinct_turns": corpus.distinct_turns},
+        "sizes": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="hotpath-") as tmp:
+        for size in sizes:
+            print(f"store of {size} records", file=log, flush=True)
+            store = seeded_store(cache_root, corpus, size, profile, log)
+            repetitions = []
+            for repetition in range(counts.repetitions):
+                plan = plan_for(corpus, size, counts, repetition)
+                turn = repetition % len(servers)
+                order = servers[turn:] + servers[:turn]  # interleaved: each leads in turn
+                measured = {}
+                for name in order:
+                    print(f"  repetition {repetition + 1}: {name}", file=log, flush=True)
+                    session = run_session(name, Path(tmp) / name, store, plan)
+                    measured[name] = session_metrics(session)
+                entry: dict[str, Any] = {"order": order, "servers": measured}
+                if with_peer:
+                    entry["ratios"] = repetition_ratios(measured)
+                repetitions.append(entry)
+            report["sizes"][str(size)] = _size_report(store, corpus, repetitions, servers)
+    report["machine"]["load_average_after"] = os.getloadavg()
+    return report
+
+
+def _size_report(
+    store: SeededStore, corpus: Corpus, repetitions: list[dict[str, Any]], servers: list[str]
+) -> dict[str, Any]:
+    summary = {
+        name: {
+            metric: spread([r["servers"][name][metric] for r in repetitions])
+            for metric in (*RATIO_METRICS, "single_writes_per_s", "search_mean_results")
+        }
+        for name in servers
+    }
+    found: dict[str, Any] = {
+        "seed": {
+            "seconds": store.seed_seconds,
+            "grown_from": store.seeded_from,
+            "engine_pairs_per_s": round((store.size - store.seeded_from) / store.seed_seconds, 2)
+            if store.seed_seconds
+            else None,
+        },
+        "disk": disk_report(store, corpus),
+        "repetitions": repetitions,
+        "summary": summary,
+    }
+    if PEER in servers:
+        found["ratios"] = {
+            ours: {
+                metric: spread([r["ratios"][ours][metric] for r in repetitions])
+                for metric in [*RATIO_METRICS, PEER_SINGLE_WRITE]
+            }
+            for ours in OURS
+        }
+    return found

@@ -1,0 +1,416 @@
+"""One measured session against one server: start + connect, then pings, searches, gets, writes.
+
+Three servers, each a separate process driven by the official ``mcp`` client (initialize
+handshake, revision 2025-11-25, on every one so the call paths compare):
+
+- ``engram-stdio``: ``engram-memory serve --stdio`` launched by the client, token in ENGRAM_TOKEN;
+- ``engram-http``: ``engram-memory serve --port P`` (Streamable HTTP on 127.0.0.1), bearer token;
+- ``server-memory``: ``node .../server-memory/dist/index.js`` launched by the client.
+
+Each session starts on a fresh copy of the seeded store, so every repetition sees the same data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from bench.locomo.runner import PRINCIPAL, PURPOSE
+
+from .corpus import Memory
+from .stores import DATA, PEER_FILE, WORKSPACE, SeededStore
+
+ENGRAM_STDIO = "engram-stdio"
+ENGRAM_HTTP = "engram-http"
+PEER = "server-memory"
+SEARCH_LIMIT = 10
+WARM_UP_CALLS = 2  # per tool, not timed: the first calls of a process pay its lazy imports
+START_DEADLINE_S = 120.0
+CALL_DEADLINE_S = 120.0
+PEER_PACKAGE = Path(__file__).parent / "node_modules/@modelcontextprotocol/server-memory"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one session does (identical for every server)."""
+
+    pings: int
+    queries: Sequence[str]
+    gets: Sequence[Memory]  # seeded memories to read back
+    writes: Sequence[Memory]  # new memories to write
+    ten: Sequence[Memory]  # 10 seeded memories: server-memory's 10-memory response (open_nodes)
+    run_id: str  # makes the writes' idempotency keys unique
+
+
+@dataclass
+class Session:
+    """The raw figures of one session (milliseconds unless named otherwise)."""
+
+    server: str
+    start_connect_s: float = 0.0
+    ping_ms: list[float] = field(default_factory=list)
+    search_ms: list[float] = field(default_factory=list)
+    search_results: list[int] = field(default_factory=list)
+    get_ms: list[float] = field(default_factory=list)
+    write_pair_ms: list[float] = field(default_factory=list)
+    first_write_ms: list[float] = field(default_factory=list)  # capture / create_entities alone
+    envelope: dict[str, int] = field(default_factory=dict)
+    rank_profiles: set[str] = field(default_factory=set)  # what our searches' receipts say ran
+
+
+def engram_cli() -> str:
+    beside = Path(sys.executable).parent / "engram-memory"
+    found = str(beside) if beside.exists() else shutil.which("engram-memory")
+    if found is None:
+        raise RuntimeError("the engram-memory console script is not installed in this environment")
+    return found
+
+
+def mint_token(data_dir: Path) -> str:
+    """A bearer token from the data directory's own issuer (as ``engram-memory token`` mints)."""
+    from engram_memory.engine.context import TOOLS
+    from engram_memory.host.config import load_host_config
+    from engram_memory.host.tokens import local_issuer
+
+    config = load_host_config(data_dir)
+    return local_issuer(data_dir, config).mint(
+        principal=PRINCIPAL,
+        tenant_id=config.tenant_id,
+        workspace_id=WORKSPACE,
+        purpose_ref=PURPOSE,
+        tools=TOOLS,
+        expires_in_s=86_400,
+    )
+
+
+def response_bytes(result: CallToolResult) -> int:
+    """Bytes of the JSON-RPC response that carried ``result`` (compact JSON, as both servers send)."""
+    message = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "result": result.model_dump(mode="json", by_alias=True, exclude_unset=True),
+    }
+    return len(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+# -- the servers --------------------------------------------------------------------------------
+
+
+class Server:
+    """How to reach one server and how its tools map to the benchmark's operations."""
+
+    name: str
+
+    def __init__(self) -> None:
+        self.rank_profiles: set[str] = set()  # the profiles our searches' rank receipts name
+
+    def prepare(self, workdir: Path) -> None:
+        """What the client side does before the start + connect clock runs (tokens, paths)."""
+
+    def connect(
+        self, workdir: Path, store: SeededStore
+    ) -> contextlib.AbstractAsyncContextManager[Client]:
+        raise NotImplementedError
+
+    async def write(self, client: Client, memory: Memory, run_id: str) -> float:
+        """Write one memory (two calls); returns the first call's milliseconds."""
+        raise NotImplementedError
+
+    async def search(self, client: Client, query: str) -> tuple[CallToolResult, int]:
+        """One search; the result and how many memories it returned."""
+        raise NotImplementedError
+
+    async def get(self, client: Client, memory: Memory, record_id: str) -> CallToolResult:
+        raise NotImplementedError
+
+    async def ten_records(
+        self, client: Client, search: CallToolResult | None, memories: Sequence[Memory]
+    ) -> tuple[CallToolResult, int] | None:
+        """A response carrying 10 memories and the memory text bytes it carries.
+
+        ``search`` is the first measured search that returned 10 records, if any; None when
+        there is no such response.
+        """
+        raise NotImplementedError
+
+
+def _ok_value(result: CallToolResult, what: str) -> dict[str, Any]:
+    envelope = result.structured_content
+    if not isinstance(envelope, dict) or not envelope.get("ok"):
+        code = envelope.get("error", {}).get("code") if isinstance(envelope, dict) else None
+        raise RuntimeError(f"{what} failed: {code or result.content}")
+    found: dict[str, Any] = envelope["output"]["value"]
+    return found
+
+
+def record_text_bytes(record: dict[str, Any]) -> int:
+    return sum(len(c.get("text", "").encode()) for c in record.get("components") or ())
+
+
+class Engram(Server):
+    def prepare(self, workdir: Path) -> None:
+        self.command = engram_cli()
+        self.token = mint_token(workdir / DATA)
+
+    async def write(self, client: Client, memory: Memory, run_id: str) -> float:
+        from engram_memory.mcp_surface.catalog import TOOL_NAMES
+
+        started = time.perf_counter()
+        captured = _ok_value(
+            await client.call_tool(TOOL_NAMES["capture"], memory.capture_arguments(run_id)),
+            "capture",
+        )
+        first = _ms_since(started)
+        admission = memory.admission_arguments(captured["candidate_id"], run_id)
+        admitted = _ok_value(
+            await client.call_tool(TOOL_NAMES["request_admission"], admission), "admission"
+        )
+        if admitted["outcome"]["status"] != "accepted":
+            raise RuntimeError(f"admission: {admitted['outcome']['status']}")
+        return first
+
+    async def search(self, client: Client, query: str) -> tuple[CallToolResult, int]:
+        from engram_memory.mcp_surface.catalog import TOOL_NAMES
+
+        arguments = {"query": query, "purpose_ref": PURPOSE, "limit": SEARCH_LIMIT}
+        result = await client.call_tool(TOOL_NAMES["search"], arguments)
+        found = _ok_value(result, "search")
+        self.rank_profiles.add(found["rank_receipt"]["profile"])
+        return result, len(found["records"])
+
+    async def get(self, client: Client, memory: Memory, record_id: str) -> CallToolResult:
+        from engram_memory.mcp_surface.catalog import TOOL_NAMES
+
+        arguments = {"record_id": record_id, "purpose_ref": PURPOSE}
+        result = await client.call_tool(TOOL_NAMES["get"], arguments)
+        _ok_value(result, "get")
+        return result
+
+    async def ten_records(
+        self, client: Client, search: CallToolResult | None, memories: Sequence[Memory]
+    ) -> tuple[CallToolResult, int] | None:
+        if search is None:
+            return None
+        packets = _ok_value(search, "search")["records"]
+        return search, sum(record_text_bytes(p["record"]) for p in packets)
+
+
+class EngramStdio(Engram):
+    name = ENGRAM_STDIO
+
+    @contextlib.asynccontextmanager
+    async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
+        params = StdioServerParameters(
+            command=self.command,
+            args=["serve", "--stdio", "--data-dir", str(workdir / DATA)],
+            env={"ENGRAM_TOKEN": self.token},
+        )
+        with (workdir / "stderr.log").open("w", encoding="utf-8") as log:
+            async with Client(stdio_client(params, errlog=log), mode="legacy") as client:
+                yield client
+
+
+class EngramHttp(Engram):
+    name = ENGRAM_HTTP
+
+    @contextlib.asynccontextmanager
+    async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
+        port = _free_port()
+        with (workdir / "server.log").open("w", encoding="utf-8") as log:
+            process = subprocess.Popen(  # noqa: S603 - this environment's own console script
+                [self.command, "serve", "--port", str(port), "--data-dir", str(workdir / DATA)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                await _wait_for_port(port, process)
+                headers = {"Authorization": f"Bearer {self.token}"}
+                async with (
+                    httpx2.AsyncClient(
+                        headers=headers, timeout=httpx2.Timeout(CALL_DEADLINE_S)
+                    ) as http,
+                    Client(
+                        streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),
+                        mode="legacy",
+                    ) as client,
+                ):
+                    yield client
+            finally:
+                _stop(process)
+
+
+class ServerMemory(Server):
+    name = PEER
+
+    def prepare(self, workdir: Path) -> None:
+        self.node = shutil.which("node") or "node"
+
+    @contextlib.asynccontextmanager
+    async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
+        params = StdioServerParameters(
+            command=self.node,
+            args=[str(PEER_PACKAGE / "dist" / "index.js")],
+            env={"MEMORY_FILE_PATH": str(workdir / PEER_FILE)},
+        )
+        with (workdir / "stderr.log").open("w", encoding="utf-8") as log:
+            async with Client(stdio_client(params, errlog=log), mode="legacy") as client:
+                yield client
+
+    async def write(self, client: Client, memory: Memory, run_id: str) -> float:
+        started = time.perf_counter()
+        _check(await client.call_tool("create_entities", {"entities": [memory.peer_entity()]}))
+        first = _ms_since(started)
+        observations = {"observations": [memory.peer_observation()]}
+        _check(await client.call_tool("add_observations", observations))
+        return first
+
+    async def search(self, client: Client, query: str) -> tuple[CallToolResult, int]:
+        result = _check(await client.call_tool("search_nodes", {"query": query}))
+        return result, len((result.structured_content or {}).get("entities", []))
+
+    async def get(self, client: Client, memory: Memory, record_id: str) -> CallToolResult:
+        result = _check(await client.call_tool("open_nodes", {"names": [memory.key]}))
+        if len((result.structured_content or {}).get("entities", [])) != 1:
+            raise RuntimeError(f"open_nodes did not find {memory.key}")
+        return result
+
+    async def ten_records(
+        self, client: Client, search: CallToolResult | None, memories: Sequence[Memory]
+    ) -> tuple[CallToolResult, int]:
+        # Its search matches a whole query as one substring: LoCoMo questions find nothing, so
+        # its 10-memory response is open_nodes of 10 names.
+        names = [m.key for m in memories[:SEARCH_LIMIT]]
+        result = _check(await client.call_tool("open_nodes", {"names": names}))
+        entities = (result.structured_content or {}).get("entities", [])
+        if len(entities) != SEARCH_LIMIT:
+            raise RuntimeError(f"open_nodes returned {len(entities)} entities")
+        return result, sum(len(o.encode()) for e in entities for o in e["observations"])
+
+
+def _check(result: CallToolResult) -> CallToolResult:
+    if result.is_error:
+        raise RuntimeError(f"server-memory call failed: {result.content}")
+    return result
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_DEADLINE_S
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"the HTTP server exited with {process.returncode} before serving")
+        try:
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the HTTP server did not start in time") from None
+            await anyio.sleep(0.01)
+            continue
+        await stream.aclose()
+        return
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT (the server closes its store cleanly on it), then kill if it lingers."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+SERVERS: dict[str, Callable[[], Server]] = {
+    ENGRAM_STDIO: EngramStdio,
+    ENGRAM_HTTP: EngramHttp,
+    PEER: ServerMemory,
+}
+
+
+# -- one session --------------------------------------------------------------------------------
+
+
+def prepare_workdir(workdir: Path, store: SeededStore, server: str) -> None:
+    """A fresh copy of the seeded store for one session."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    if server == PEER:
+        shutil.copy2(store.peer_file, workdir / PEER_FILE)
+    else:
+        shutil.copytree(store.data_dir, workdir / DATA)
+        os.chmod(workdir / DATA, 0o700)
+
+
+def run_session(server_name: str, workdir: Path, store: SeededStore, plan: Plan) -> Session:
+    prepare_workdir(workdir, store, server_name)
+    return anyio.run(_measure, SERVERS[server_name](), workdir, store, plan)
+
+
+async def _measure(server: Server, workdir: Path, store: SeededStore, plan: Plan) -> Session:
+    session = Session(server.name)
+    ids = store.record_ids
+    server.prepare(workdir)
+    started = time.perf_counter()
+    with anyio.fail_after(START_DEADLINE_S + CALL_DEADLINE_S * 10):
+        async with server.connect(workdir, store) as client:
+            await client.list_tools()
+            session.start_connect_s = time.perf_counter() - started
+            for _ in range(plan.pings):
+                begun = time.perf_counter()
+                await client.send_ping()
+                session.ping_ms.append(_ms_since(begun))
+            for query in plan.queries[:WARM_UP_CALLS]:
+                await server.search(client, query)
+            for memory in plan.gets[:WARM_UP_CALLS]:
+                await server.get(client, memory, ids[memory.index])
+            ten: CallToolResult | None = None
+            for query in plan.queries:
+                begun = time.perf_counter()
+                result, count = await server.search(client, query)
+                session.search_ms.append(_ms_since(begun))
+                session.search_results.append(count)
+                if ten is None and count == SEARCH_LIMIT:
+                    ten = result
+            session.rank_profiles = server.rank_profiles
+            for memory in plan.gets:
+                begun = time.perf_counter()
+                await server.get(client, memory, ids[memory.index])
+                session.get_ms.append(_ms_since(begun))
+            carried = await server.ten_records(client, ten, plan.ten)
+            if carried is not None:
+                carrier, text = carried
+                session.envelope = {"response_bytes": response_bytes(carrier), "text_bytes": text}
+            for memory in plan.writes:
+                begun = time.perf_counter()
+                session.first_write_ms.append(await server.write(client, memory, plan.run_id))
+                session.write_pair_ms.append(_ms_since(begun))
+    return session

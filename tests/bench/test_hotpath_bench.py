@@ -1,0 +1,137 @@
+"""The hot-path benchmark: its arithmetic, and one tiny real run beside server-memory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.hotpath.__main__ import main
+from bench.hotpath.corpus import Corpus
+from bench.hotpath.runner import (
+    PEER_SINGLE_WRITE,
+    RATIO_METRICS,
+    pinned_peer_version,
+    repetition_ratios,
+    spread,
+)
+from bench.hotpath.sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER
+from bench.locomo.dataset import load
+
+NODE_AND_NPM = shutil.which("node") is not None and shutil.which("npm") is not None
+
+
+def conversation(turns: int) -> dict[str, Any]:
+    """Every turn mentions the kitten, so a kitten question finds 10 records."""
+    return {
+        "speaker_a": "Ana",
+        "speaker_b": "Bo",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {
+                "speaker": "Ana" if i % 2 else "Bo",
+                "dia_id": f"D1:{i}",
+                "text": f"The kitten did thing number {i} today.",
+            }
+            for i in range(1, turns + 1)
+        ],
+        "qa": [
+            {
+                "question": "What did the kitten do?",
+                "answer": "x",
+                "evidence": ["D1:1"],
+                "category": 4,
+            },
+            {
+                "question": "Which thing did the kitten do?",
+                "answer": "x",
+                "evidence": ["D1:2"],
+                "category": 1,
+            },
+        ],
+    }
+
+
+@pytest.fixture
+def locomo(tmp_path: Path) -> Path:
+    folder = tmp_path / "locomo"
+    folder.mkdir()
+    (folder / "conv-1.json").write_text(json.dumps(conversation(8)))
+    return folder
+
+
+def test_memories_cycle_the_turns_under_their_own_keys(locomo: Path) -> None:
+    corpus = Corpus([load(locomo / "conv-1.json")])
+    first, again = corpus.memory(0), corpus.memory(8)
+    assert corpus.distinct_turns == 8
+    assert first.turn == again.turn
+    assert first.key != again.key
+    assert (
+        first.capture_arguments()["idempotency_key"] != again.capture_arguments()["idempotency_key"]
+    )
+    assert (
+        first.capture_arguments("r0")["idempotency_key"]
+        != first.capture_arguments("r1")["idempotency_key"]
+    )
+    assert first.peer_entity()["observations"] == [first.turn.primary]
+    assert first.peer_observation()["contents"] == [first.turn.context]
+    assert first.text_bytes == len(first.turn.primary.encode()) + len(first.turn.context.encode())
+    assert corpus.query(2) == corpus.query(0)
+
+
+def test_ratios_are_ours_over_the_peer_per_repetition() -> None:
+    def server(scale: float) -> dict[str, float]:
+        return {name: scale * (i + 1) for i, name in enumerate(RATIO_METRICS)} | {
+            "single_writes_per_s": scale * 40
+        }
+
+    ratios = repetition_ratios(
+        {ENGRAM_STDIO: server(6.0), ENGRAM_HTTP: server(3.0), PEER: server(2.0)}
+    )
+    assert ratios[ENGRAM_STDIO]["search_p50_ms"] == 3.0
+    assert ratios[ENGRAM_HTTP]["get_p99_ms"] == 1.5
+    # pairs/s of ours against the peer's single writes/s: 6 * 7 / (2 * 40)
+    assert ratios[ENGRAM_STDIO][PEER_SINGLE_WRITE] == pytest.approx(42 / 80)
+    summary = spread([0.5, 3.0, 1.0])
+    assert (summary["median"], summary["min"], summary["max"]) == (1.0, 0.5, 3.0)
+    assert summary["per_repetition"] == [0.5, 3.0, 1.0]
+
+
+@pytest.mark.skipif(not NODE_AND_NPM, reason="server-memory needs node and npm on PATH")
+def test_a_tiny_run_beside_server_memory(locomo: Path, tmp_path: Path, capsys: Any) -> None:
+    (locomo / "conv-2.json").write_text(json.dumps(conversation(6)))  # 14 distinct turns
+    out = tmp_path / "hotpath.json"
+    arguments = ["--sizes", "12", "--repetitions", "1", "--queries", "2", "--gets", "2"]
+    arguments += ["--writes", "1", "--locomo", str(locomo), "--store-cache", str(tmp_path / "c")]
+    assert main([*arguments, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["servers"] == [ENGRAM_STDIO, ENGRAM_HTTP, PEER]
+    assert report["calibration"]["python_c_pass_ms"] > 0
+    found = report["sizes"]["12"]
+    (repetition,) = found["repetitions"]
+    measured = repetition["servers"]
+    for name in report["servers"]:
+        metrics = measured[name]
+        assert (metrics["searches"], metrics["gets"], metrics["writes"]) == (2, 2, 1)
+        assert metrics["start_connect_s"] > 0
+        assert metrics["pairs_per_s"] > 0
+        assert metrics["envelope"]["response_bytes"] > metrics["envelope"]["text_bytes"] > 0
+    assert measured[ENGRAM_STDIO]["search_mean_results"] == 10
+    assert measured[ENGRAM_HTTP]["rank_profiles"] == ["offline_lexical_v1"]
+    assert report["peer"]["version"] == pinned_peer_version()
+    # The ratios are the report's own figures divided, ours over the peer.
+    for ours in (ENGRAM_STDIO, ENGRAM_HTTP):
+        for metric in RATIO_METRICS:
+            expected = measured[ours][metric] / measured[PEER][metric]
+            assert repetition["ratios"][ours][metric] == pytest.approx(expected, rel=1e-3)
+            assert found["ratios"][ours][metric]["median"] == pytest.approx(expected, rel=1e-3)
+    disk = found["disk"]
+    assert disk["records"] == 12
+    assert disk["engram"]["per_record"] * 12 == pytest.approx(disk["engram"]["bytes"], abs=1)
+    assert disk[PEER]["beyond_text_per_record"] < disk[PEER]["per_record"]
+    table = capsys.readouterr().out
+    assert "search p50 ms" in table
+    assert "stdio/peer" in table
