@@ -256,6 +256,23 @@ def aws_harness(
     )
 
 
+def another_engine(harness: Harness, **settings: Any) -> Engine:
+    """A second engine over the harness's tables: another Lambda instance of the stack (its
+    in-process scope lock does not serialize it against the first)."""
+    from engram_memory.policy.builtin import BuiltinAdmissionPolicy
+
+    return Engine(
+        store=harness.store,
+        vault=harness.vault,
+        lexical_index=harness.index,
+        admission_policy=BuiltinAdmissionPolicy(),
+        confirmations=harness.confirmations,
+        clock=harness.clock,
+        audit=harness.audit,
+        settings=EngineSettings(cursor_key=b"\x01" * 32, **settings),
+    )
+
+
 def _held_kms_keys(store: DynamoStore, vault: KmsVault, dynamodb: Any) -> list[bytes]:
     """Every key the cloud system holds: each wrapped item, and each data key KMS will unwrap."""
     from engram_memory.adapters.aws.kms_vault import _wrap_context

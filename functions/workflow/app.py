@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,6 +24,7 @@ from engram_memory.adapters.aws.step_functions import (
 from engram_memory.aws_composition import (
     LAMBDA_DEADLINE_MARGIN_MS,
     ConfigurationError,
+    EngineHandler,
     HostBinding,
     build_engine,
 )
@@ -37,7 +37,7 @@ from engram_memory.engine.ports import (
     VaultUnavailable,
 )
 from engram_memory.engine.service import Engine
-from engram_memory.observability import get_logger, instrumented, record_projection_lag
+from engram_memory.observability import get_logger, record_projection_lag
 
 _TRANSIENT = {
     ErrorCode.STORE_UNAVAILABLE.value: StoreUnavailable,
@@ -46,7 +46,7 @@ _TRANSIENT = {
 }
 
 
-class WorkflowHandler:
+class WorkflowHandler(EngineHandler):
     """The cold-start singletons (``engine``, ``approvals``, ``binding``) and the steps."""
 
     def __init__(
@@ -55,20 +55,12 @@ class WorkflowHandler:
         env: Mapping[str, str] = os.environ,
         build: Callable[[Mapping[str, str]], Engine] = build_engine,
     ) -> None:
-        self.engine: Engine | None = None
         self.approvals: ApprovalStore | None = None
-        self.binding: HostBinding | None = None
-        self._env = env
-        self._build = build
-        self._lock = threading.Lock()
-        self._entry = instrumented(self._handle)
+        super().__init__(env=env, build=build)
 
-    def _ready(self) -> tuple[Engine, ApprovalStore, HostBinding]:
+    def _ready_steps(self) -> tuple[Engine, ApprovalStore, HostBinding]:
         with self._lock:
-            if self.binding is None:
-                self.binding = HostBinding.from_env(self._env)
-            if self.engine is None:
-                self.engine = self._build(self._env)
+            engine, binding = self._ready_locked()
             if self.approvals is None:
                 import boto3
 
@@ -76,14 +68,10 @@ class WorkflowHandler:
                 if not table:
                     raise ConfigurationError("ENGRAM_TABLE must be set")
                 self.approvals = ApprovalStore(boto3.client("dynamodb"), table)
-            return self.engine, self.approvals, self.binding
-
-    def __call__(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        answer: dict[str, Any] = self._entry(event, context)
-        return answer
+            return engine, self.approvals, binding
 
     def _handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        engine, approvals, binding = self._ready()
+        engine, approvals, binding = self._ready_steps()
         step = event.get("step")
         get_logger().append_keys(step=str(step), execution_name=str(event.get("execution_name")))
         request = WorkflowRequest.model_validate(event["request"])
@@ -173,16 +161,11 @@ class WorkflowHandler:
     def drain(
         engine: Engine, request: WorkflowRequest, kind: str, error: type[Exception]
     ) -> dict[str, Any]:
-        engine.drain_outbox()
+        """Run the scope's own pending items of ``kind`` (never other scopes' queue)."""
         ctx = request.invocation.context
-        scope = Scope(ctx.tenant_id, ctx.workspace_id)
-        remaining = [
-            item
-            for item in engine.store.outbox_pending(100)
-            if item.kind == kind and item.scope == scope
-        ]
+        remaining = engine.drain_scope(Scope(ctx.tenant_id, ctx.workspace_id), kind)
         if remaining:
-            raise error(f"{len(remaining)} {kind} item(s) still pending")
+            raise error(f"{remaining} {kind} item(s) still pending")
         return {"kind": kind, "status": "complete"}
 
 

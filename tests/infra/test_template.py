@@ -39,6 +39,7 @@ FUNCTION_FOLDERS: Final = {
     "ForgetFunction": "forget",
     "WorkflowStepFunction": "workflow",
     "ApprovalFunction": "approval",
+    "OutboxDrainerFunction": "outbox_drainer",
 }
 TOOL_FUNCTIONS: Final = {
     "search": "SearchFunction",
@@ -92,6 +93,7 @@ DASHBOARD_WIDGETS: Final = (
     "OpenSearch cluster health",
     "State machine failures",
     "Projection lag (ms)",
+    "Outbox age (s) and pending items",
 )
 # Actions that have no resource-level permissions and so may name Resource "*".
 STAR_RESOURCE_ACTIONS: Final = frozenset({"xray:PutTraceSegments", "xray:PutTelemetryRecords"})
@@ -347,7 +349,7 @@ def test_each_state_machine_definition_passes_cfn_lint_asl_validation(machine: s
 # --------------------------------------------------------------------------------------------
 
 
-def test_the_template_defines_exactly_the_nine_functions() -> None:
+def test_the_template_defines_exactly_the_ten_functions() -> None:
     assert set(resources("AWS::Serverless::Function")) == set(FUNCTION_FOLDERS)
 
 
@@ -679,8 +681,10 @@ def test_key_table_access_is_limited_to_the_functions_that_seal_open_or_shred() 
         "RequestAdmissionFunction",
         "WithdrawFunction",
         "WorkflowStepFunction",
+        "OutboxDrainerFunction",
     }
     assert users["CaptureFunction"] == {"dynamodb:PutItem", "dynamodb:DeleteItem"}
+    assert users["OutboxDrainerFunction"] == {"dynamodb:GetItem", "dynamodb:DeleteItem"}
     for function in ("RequestAdmissionFunction", "WithdrawFunction", "WorkflowStepFunction"):
         assert "dynamodb:DeleteItem" in users[function]
 
@@ -740,6 +744,7 @@ def test_the_opensearch_index_is_reachable_only_by_the_functions_that_use_it() -
         "RequestAdmissionFunction",
         "ForgetFunction",
         "WorkflowStepFunction",
+        "OutboxDrainerFunction",
     }
     assert users == expected
     statements = props("OpenSearchDomain")["AccessPolicies"]["Statement"]
@@ -888,6 +893,8 @@ EMITTED_DIMENSIONS = {
     "GateFailed": {"service", "tool"},
     "AdmissionOutcome": {"service", "status"},
     "ProjectionLagMs": {"service", "workflow"},
+    "OutboxOldestAgeSeconds": {"service"},
+    "OutboxPending": {"service"},
 }
 SCHEMA_QUERY = re.compile(r'SELECT \w+\((\w+)\) FROM SCHEMA\("EngramMemory", ([\w, ]+)\)')
 
@@ -924,6 +931,104 @@ def test_throttles_of_both_tables_and_failures_of_both_machines_raise_alarms() -
     assert metric_alarm_targets("ReadThrottleEvents") == {"EngramTable", "EngramKeyTable"}
     assert metric_alarm_targets("WriteThrottleEvents") == {"EngramTable", "EngramKeyTable"}
     assert metric_alarm_targets("ExecutionsFailed") == set(MACHINES)
+
+
+def test_throttles_of_every_function_raise_alarms() -> None:
+    assert metric_alarm_targets("Throttles") == set(FUNCTION_FOLDERS)
+
+
+def alarm_on(metric_name: str) -> dict[str, Any]:
+    (alarm,) = [
+        a["Properties"] | {"Condition": a.get("Condition")}
+        for a in resources("AWS::CloudWatch::Alarm").values()
+        if a["Properties"].get("MetricName") == metric_name
+    ]
+    assert [ref_target(a) for a in alarm["AlarmActions"]] == ["AlarmTopic"]
+    return alarm
+
+
+def test_http_api_5xx_raises_an_alarm() -> None:
+    alarm = alarm_on("5xx")
+    assert alarm["Namespace"] == "AWS/ApiGateway"
+    dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+    assert ref_target(dimensions["ApiId"]) == "HttpApi" and dimensions["Stage"] == "$default"
+
+
+@pytest.mark.parametrize(
+    ("metric", "operator", "threshold"),
+    [
+        ("ClusterStatus.red", "GreaterThanOrEqualToThreshold", 1),
+        ("ClusterIndexWritesBlocked", "GreaterThanOrEqualToThreshold", 1),
+        (
+            "FreeStorageSpace",
+            "LessThanOrEqualToThreshold",
+            {"Ref": "OpenSearchFreeStorageAlarmMiB"},
+        ),
+    ],
+)
+def test_the_created_opensearch_domain_has_health_alarms(
+    metric: str, operator: str, threshold: Any
+) -> None:
+    alarm = alarm_on(metric)
+    assert alarm["Namespace"] == "AWS/ES" and alarm["Condition"] == "CreateOpenSearch"
+    dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+    assert ref_target(dimensions["DomainName"]) == "OpenSearchDomain"
+    assert dimensions["ClientId"] == {"Ref": "AWS::AccountId"}
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == (operator, threshold)
+
+
+def test_the_outbox_age_alarm_reads_the_metric_the_drainer_emits() -> None:
+    alarm = alarm_on("OutboxOldestAgeSeconds")
+    environment = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert alarm["Namespace"] == environment["POWERTOOLS_METRICS_NAMESPACE"]
+    assert alarm["Dimensions"] == [
+        {"Name": "service", "Value": environment["POWERTOOLS_SERVICE_NAME"]}
+    ]
+    assert alarm["Threshold"] == {"Ref": "OutboxAgeAlarmSeconds"}
+    assert alarm["TreatMissingData"] == "breaching"  # a drainer that stopped reporting alarms
+
+
+def test_the_drainer_runs_every_minute_and_has_its_event_samples() -> None:
+    events = function_props("OutboxDrainerFunction")["Events"]
+    assert [e["Properties"]["Schedule"] for e in events.values() if e["Type"] == "Schedule"] == [
+        "rate(1 minute)"
+    ]
+    for sample in ("outbox_drainer.json", "outbox_drainer_reindex.json"):
+        assert (ROOT / "events" / sample).is_file()
+
+
+@pytest.mark.parametrize(
+    ("parameter", "functions"),
+    [
+        ("ToolReservedConcurrency", sorted(TOOL_FUNCTIONS.values())),
+        ("AdapterReservedConcurrency", ["McpAdapterFunction"]),
+    ],
+)
+def test_reserved_concurrency_is_a_parameter_where_zero_or_empty_means_unreserved(
+    parameter: str, functions: list[str]
+) -> None:
+    declared = template()["Parameters"][parameter]
+    assert declared["Default"] == "" and declared["AllowedPattern"] == "^[0-9]*$"
+    conditions = {
+        name
+        for name, body in template()["Conditions"].items()
+        if body
+        == {
+            "Fn::Not": [
+                {
+                    "Fn::Or": [
+                        {"Fn::Equals": [{"Ref": parameter}, ""]},
+                        {"Fn::Equals": [{"Ref": parameter}, "0"]},
+                    ]
+                }
+            ]
+        }
+    }
+    (condition,) = conditions
+    for function in functions:
+        assert function_props(function)["ReservedConcurrentExecutions"] == {
+            "Fn::If": [condition, {"Ref": parameter}, {"Ref": "AWS::NoValue"}]
+        }
 
 
 def test_the_alarm_email_subscription_is_optional() -> None:

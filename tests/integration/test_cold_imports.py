@@ -38,7 +38,9 @@ def test_importtime_lines_are_parsed_with_their_depth() -> None:
 
 
 def test_every_function_folder_is_benchmarked() -> None:
-    assert functions() == sorted([*TOOL_FUNCTIONS, "approval", "mcp_adapter", "workflow"])
+    assert functions() == sorted(
+        [*TOOL_FUNCTIONS, "approval", "mcp_adapter", "outbox_drainer", "workflow"]
+    )
 
 
 @pytest.mark.parametrize("function", ["search", "forget"])

@@ -22,7 +22,7 @@ from aws_testing import (
     KEY_TABLE,
     REGION,
     MemoryLexicalIndex,
-    aws_harness,
+    another_engine,
     inject,
     moto_aws,
     provision,
@@ -50,8 +50,6 @@ from engram_memory.engine.ports import (
     StateTransition,
     StoreUnavailable,
 )
-from engram_memory.engine.service import Engine, EngineSettings
-from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
 from engram_testing import Harness, capture_args, context
 
@@ -63,15 +61,6 @@ MIB = 1_048_576
 def store() -> Iterator[DynamoStore]:
     with moto_aws():
         yield provision()
-
-
-@pytest.fixture
-def aws(tmp_path: Path) -> Iterator[Harness]:
-    harness = aws_harness(tmp_path)
-    try:
-        yield harness
-    finally:
-        harness.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -466,23 +455,42 @@ def test_a_refused_transaction_is_store_unavailable_and_applies_nothing(
     assert store.table_snapshot() == before
 
 
-def test_a_transaction_cancelled_for_a_conflict_or_throttling_is_store_unavailable(
-    store: DynamoStore,
-) -> None:
-    cancelled = ClientError(
+def cancellation(*codes: str) -> ClientError:
+    return ClientError(
         {
             "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
-            "CancellationReasons": [
-                {"Code": "None"},
-                {"Code": "TransactionConflict"},
-                {"Code": "ThrottlingError"},
-            ],
+            "CancellationReasons": [{"Code": code} for code in codes],
         },
         "TransactWriteItems",
     )
-    inject(store.dynamodb, "before-call.dynamodb.TransactWriteItems", fail_with(cancelled))
-    with pytest.raises(StoreUnavailable):
+
+
+def test_a_transaction_cancelled_for_throttling_is_store_unavailable(store: DynamoStore) -> None:
+    for codes in (("None", "TransactionConflict", "ThrottlingError"), ("ThrottlingError",)):
+        remove = inject(
+            store.dynamodb,
+            "before-call.dynamodb.TransactWriteItems",
+            fail_with(cancellation(*codes)),
+        )
+        with pytest.raises(StoreUnavailable):
+            store.commit(change(store, "capture-key-000001"))
+        remove()
+
+
+def test_a_transaction_cancelled_for_a_transaction_conflict_is_a_head_conflict(
+    store: DynamoStore,
+) -> None:
+    """Another transaction was writing one of the items (the head): retried like a moved head."""
+    before = store.table_snapshot()
+    inject(
+        store.dynamodb,
+        "before-call.dynamodb.TransactWriteItems",
+        fail_with(cancellation("TransactionConflict", "None", "None")),
+    )
+    with pytest.raises(CommitConflict) as conflict:
         store.commit(change(store, "capture-key-000001"))
+    assert conflict.value.reason == "head"
+    assert store.table_snapshot() == before
 
 
 def test_cancellation_reasons_are_read_from_the_message_when_not_structured(
@@ -624,6 +632,31 @@ def test_the_outbox_queues_until_done_and_answers_by_scope_kind_and_target(
     assert store.outbox_pending(10) == [items[0]]
 
 
+def test_a_scope_reads_its_own_outbox_by_kind_without_other_scopes_items(
+    store: DynamoStore,
+) -> None:
+    other = Scope(SCOPE.tenant_id, "other")
+    mine = (
+        OutboxItem("destroy_key:key_1", "destroy_key", SCOPE, "key_1", "", 1_000),
+        OutboxItem(
+            "upsert_projection:lexical:mem_a", "upsert_projection", SCOPE, "mem_a", "lexical"
+        ),
+    )
+    theirs = OutboxItem(
+        "upsert_projection:lexical:mem_b", "upsert_projection", other, "mem_b", "lexical"
+    )
+    store.commit(change(store, "admit-key-000001", outbox=mine))
+    store.commit(change(store, "admit-key-000002", other, outbox=(theirs,)))
+    assert store.outbox_pending_in(SCOPE, None, 10) == list(mine)
+    assert store.outbox_pending_in(SCOPE, "upsert_projection", 10) == [mine[1]]
+    assert store.outbox_pending_in(other, "upsert_projection", 10) == [theirs]
+    assert store.outbox_pending_in(SCOPE, "drop_projection", 10) == []
+    assert store.outbox_pending_in(SCOPE, None, 1) == [mine[0]]
+    store.outbox_done(mine[1].item_id)
+    assert store.outbox_pending_in(SCOPE, "upsert_projection", 10) == []
+    assert store.outbox_pending_in(other, "upsert_projection", 10) == [theirs]
+
+
 # --------------------------------------------------------------------------------------------
 # The engine over the AWS adapter set
 # --------------------------------------------------------------------------------------------
@@ -643,17 +676,7 @@ def test_no_request_path_scans_the_table(aws: Harness) -> None:
 
 def test_two_engines_over_one_store_keep_cursors_dense(aws: Harness) -> None:
     """Two processes' engines: the in-process scope lock no longer serializes them."""
-    other = Engine(
-        store=aws.store,
-        vault=aws.vault,
-        lexical_index=aws.index,
-        admission_policy=BuiltinAdmissionPolicy(),
-        confirmations=aws.confirmations,
-        clock=aws.clock,
-        audit=aws.audit,
-        settings=EngineSettings(cursor_key=b"\x01" * 32),
-    )
-    engines = [aws.engine, other]
+    engines = [aws.engine, another_engine(aws)]
 
     def capture(i: int) -> dict[str, Any]:
         args = capture_args(f"parallel note {i}", key=f"parallel-key-{i:06d}")

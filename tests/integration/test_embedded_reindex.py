@@ -1,33 +1,41 @@
-"""The embedded host re-indexes what an analyzer change or a newly enabled embedder made stale."""
+"""The embedded host re-indexes what an analyzer change or a newly enabled embedder made stale,
+and an operator rebuilds a workspace's index with ``engram-memory admin reindex``."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from engram_memory.bootstrap import open_embedded
+from engram_memory.cli import main
 from engram_memory.engine import lexical
+from engram_memory.engine.context import TrustedContext
+from engram_memory.engine.ports import ProjectionChange
+from engram_memory.host.config import load_host_config
 
-from engram_testing import PURPOSE, HashingEmbedder, capture_args, context
+from engram_testing import PURPOSE, HashingEmbedder, ScriptedConfirmations, capture_args, context
 
 
-def remember(engine: Any, text: str, key: str) -> str:
-    captured = engine.handle("capture", capture_args(text, key=key), context())
+def remember(engine: Any, text: str, key: str, ctx: TrustedContext | None = None) -> str:
+    captured = engine.handle("capture", capture_args(text, key=key), ctx or context())
     admitted = engine.handle(
         "request_admission",
         {
             "candidate_id": captured["output"]["value"]["candidate_id"],
             "idempotency_key": key + "-a",
         },
-        context(),
+        ctx or context(),
     )
     record_id: str = admitted["output"]["value"]["outcome"]["record_id"]
     return record_id
 
 
-def found(engine: Any, query: str) -> list[str]:
-    value = engine.handle("search", {"query": query, "purpose_ref": PURPOSE}, context())
+def found(engine: Any, query: str, ctx: TrustedContext | None = None) -> list[str]:
+    value = engine.handle("search", {"query": query, "purpose_ref": PURPOSE}, ctx or context())
     return [p["record"]["record_id"] for p in value["output"]["value"]["records"]]
 
 
@@ -69,5 +77,41 @@ def test_enabling_the_semantic_channel_backfills_vectors_and_disabling_it_keeps_
     try:
         assert host.store.vector_contains(context().scope, record_id)
         assert found(host.engine, "cat") == [record_id]
+    finally:
+        host.close()
+
+
+def test_admin_reindex_rebuilds_a_workspace_index_from_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    assert main(["init", "--data-dir", str(data)]) == 0
+    config = load_host_config(data)
+    ctx = context(tenant=config.tenant_id, workspace="ws-cli")
+    host = open_embedded(data, config=config)
+    try:
+        kept = remember(
+            host.engine, "The billing cron runs at midnight UTC.", "cli-reindex-key-0001", ctx
+        )
+        gone = remember(
+            host.engine, "The billing password is in the vault.", "cli-reindex-key-0002", ctx
+        )
+        forget = {"record_id": gone, "idempotency_key": "cli-reindex-key-0003", "reason_ref": "r:x"}
+        approve = ScriptedConfirmations(host.engine.clock)  # type: ignore[arg-type]
+        assert host.engine.handle("forget", forget, ctx, confirmations=approve)["ok"]
+        for record_id in (kept, gone):  # the index is lost
+            host.engine.lexical.apply(ctx.scope, ProjectionChange(delete_record_id=record_id))
+        assert found(host.engine, "billing", ctx) == []
+    finally:
+        host.close()
+    capsys.readouterr()
+
+    assert main(["admin", "reindex", "--data-dir", str(data), "--workspace", "ws-cli"]) == 0
+
+    report = json.loads(capsys.readouterr().out)
+    assert report == {"workspace": "ws-cli", "indexed": 1, "dropped": 1, "pending_upserts": 0}
+    host = open_embedded(data, config=config)
+    try:
+        assert found(host.engine, "billing", ctx) == [kept]
     finally:
         host.close()

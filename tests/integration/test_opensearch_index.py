@@ -377,7 +377,7 @@ def test_document_ids_are_scope_qualified() -> None:
     assert document_id(Scope("a", "b"), "c\x00d") != document_id(Scope("a", "b\x00c"), "d")
 
 
-def test_upsert_indexes_the_scoped_document_without_refresh(
+def test_upsert_indexes_the_scoped_document_and_waits_until_it_is_searchable(
     index: OpenSearchLexicalIndex, cluster: FakeCluster
 ) -> None:
     index.ensure_index()
@@ -386,7 +386,7 @@ def test_upsert_indexes_the_scoped_document_without_refresh(
     [put] = cluster.requests
     assert put.method == "PUT"
     assert put.path == f"/engram-records/_doc/{document_id(SCOPE, 'mem_a')}"
-    assert put.params == {"refresh": "false"}
+    assert put.params == {"refresh": "wait_for"}
     assert put.body == {
         "tenant_id": SCOPE.tenant_id,
         "workspace_id": SCOPE.workspace_id,

@@ -1,4 +1,5 @@
-"""The workflow steps and the approval page, invoked like the state machine / HTTP API would.
+"""The workflow steps, the approval page and the outbox drainer, invoked like the state machine,
+the HTTP API or the EventBridge schedule would.
 
 moto does not run the ASL: the steps are called in the machine's order with the
 ``events/workflow_*.json`` events, ``SendTaskSuccess``/``SendTaskFailure`` go to a recording
@@ -31,7 +32,15 @@ from engram_memory.adapters.aws.step_functions import (
     start_confirmed_execution,
 )
 from engram_memory.aws_composition import HostBinding, ToolInvocation, build_engine
-from engram_memory.engine.ports import ConfirmationPending
+from engram_memory.engine.context import Scope, TrustedContext
+from engram_memory.engine.ports import (
+    ChangeSet,
+    ConfirmationPending,
+    IndexUnavailable,
+    LedgerEntry,
+    OutboxItem,
+    ProjectionChange,
+)
 from engram_memory.engine.service import Engine, new_audit_id
 
 from engram_testing import FakeClock, sha
@@ -78,6 +87,8 @@ class World:
     workflow: Any
     approval: Any
     sfn: FakeSfn
+    drainer: Any
+    index: MemoryLexicalIndex
 
 
 class _Context:
@@ -113,13 +124,14 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         clock = FakeClock()
+        index = MemoryLexicalIndex()
         engine = build_engine(
             env,
             dynamodb_client=clients["dynamodb"],
             s3_client=clients["s3"],
             kms_client=clients["kms"],
             secrets_client=clients["secretsmanager"],
-            lexical_index=MemoryLexicalIndex(),
+            lexical_index=index,
             clock=clock,
         )
         store = ApprovalStore(clients["dynamodb"], TABLE)
@@ -129,18 +141,19 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         approval.handler.approvals = store
         approval.handler.sfn = sfn
         approval.handler.now_ms = clock.now_ms
-        yield World(engine, clock, clients["dynamodb"], workflow, approval, sfn)
+        drainer = load_app("outbox_drainer")
+        drainer.handler.engine = engine
+        yield World(engine, clock, clients["dynamodb"], workflow, approval, sfn, drainer, index)
 
 
-def pending_candidate(world: World) -> str:
+def pending_candidate(world: World, text: str = "Draft note captured by mistake.") -> str:
     sample = json.loads((EVENTS / "capture.json").read_text(encoding="utf-8"))
     sample["audit_id"] = new_audit_id()
-    text = "Draft note captured by mistake."
     payload = copy.deepcopy(sample["arguments"]["payload"])
     payload["components"][0]["text"] = text
     payload["citations"][0]["content_digest"] = sha(text)
     sample["arguments"].update(
-        idempotency_key="w" * 16,
+        idempotency_key=sha(text)[-16:],
         payload=payload,
         evidence={**sample["arguments"]["evidence"], "evidence_digest": sha("evidence:" + text)},
     )
@@ -314,3 +327,114 @@ def test_the_invalidation_step_reports_the_projection_lag(
     assert definition["Metrics"] == [{"Name": "ProjectionLagMs", "Unit": "Milliseconds"}]
     assert lags[0]["ProjectionLagMs"] == [1500.0]
     assert lags[0]["workflow"] == "withdraw"
+
+
+# --------------------------------------------------------------------------------------------
+# The outbox: the workflow's drain is the scope's own; the scheduled drainer; reindex
+# --------------------------------------------------------------------------------------------
+
+SAMPLE_SCOPE = Scope(TENANT, "ws-research-0001")  # the scope of the events/ samples
+
+
+def sample_context() -> TrustedContext:
+    sample = load("capture")
+    sample["audit_id"] = new_audit_id()
+    return ToolInvocation.model_validate(sample).trusted_context(HostBinding(TENANT))
+
+
+def admitted_record(world: World, text: str) -> str:
+    candidate_id = pending_candidate(world, text)
+    envelope = world.engine.handle(
+        "request_admission",
+        {"candidate_id": candidate_id, "idempotency_key": sha(text)[-20:]},
+        sample_context(),
+    )
+    assert envelope["ok"], envelope
+    record_id: str = envelope["output"]["value"]["outcome"]["record_id"]
+    return record_id
+
+
+def search_ids(world: World, query: str) -> list[str]:
+    envelope = world.engine.handle(
+        "search", {"query": query, "purpose_ref": "purpose:general"}, sample_context()
+    )
+    assert envelope["ok"], envelope
+    return [p["record"]["record_id"] for p in envelope["output"]["value"]["records"]]
+
+
+def queue_other_scopes_items(world: World, count: int) -> None:
+    """``count`` key destructions of another workspace, queued ahead of (sorting before) any
+    projection item: more than the first page of the global outbox."""
+    other = Scope(TENANT, "ws-other-0001")
+    for batch in range(0, count, 25):
+        items = tuple(
+            OutboxItem(f"destroy_key:aaa-{i:05d}", "destroy_key", other, f"aaa-{i:05d}")
+            for i in range(batch, min(batch + 25, count))
+        )
+        world.engine.store.commit(
+            ChangeSet(
+                scope=other,
+                expected_head=world.engine.store.head(other),
+                ledger=LedgerEntry("operator", f"seed-{batch:05d}", "seed", None, "h", b"{}", 0),
+                outbox=items,
+            )
+        )
+
+
+def test_the_invalidation_step_checks_its_own_scope_not_the_first_page_of_the_queue(
+    world: World,
+) -> None:
+    queue_other_scopes_items(world, 120)
+    record_id = admitted_record(world, "The billing cron runs at midnight UTC.")
+    own = world.engine.deferred_projections(SAMPLE_SCOPE, record_id, "drop_projection", 0)
+    world.engine.store.commit(
+        ChangeSet(
+            scope=SAMPLE_SCOPE,
+            expected_head=world.engine.store.head(SAMPLE_SCOPE),
+            ledger=LedgerEntry("operator", "seed-own-drop", "seed", None, "h", b"{}", 0),
+            outbox=tuple(own),
+        )
+    )
+    step = load("workflow_invalidate_projections")
+    world.index.available = False
+    with pytest.raises(IndexUnavailable):  # the Step Functions Retry catches it
+        world.workflow.handler(step, _Context())
+    world.index.available = True
+    assert world.workflow.handler(step, _Context())["status"] == "complete"
+    assert not world.index.contains(SAMPLE_SCOPE, record_id)
+    # the other workspace's queue is the drainer's business, not this execution's
+    assert len(world.engine.store.outbox_pending(200)) == 120
+
+
+def test_the_drainer_runs_what_the_commit_path_left_and_reports_the_outbox_age(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world.index.available = False
+    record_id = admitted_record(world, "The VPN gateway lives in eu-west-1.")
+    world.clock.advance(90_000)
+    schedule = load("outbox_drainer")
+    capsys.readouterr()
+    stuck = world.drainer.handler(schedule, _Context())
+    assert stuck == {"drained": 0, "pending": 1, "oldest_age_s": 90.0}
+    documents = [
+        json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")
+    ]
+    ages = [d["OutboxOldestAgeSeconds"] for d in documents if "OutboxOldestAgeSeconds" in d]
+    assert ages == [[90.0]], documents
+
+    world.index.available = True
+    assert world.drainer.handler(schedule, _Context()) == {
+        "drained": 1,
+        "pending": 0,
+        "oldest_age_s": 0.0,
+    }
+    assert search_ids(world, "VPN gateway") == [record_id]
+
+
+def test_the_drainer_reindexes_a_workspace_for_an_operator(world: World) -> None:
+    record_id = admitted_record(world, "The staging deploy needs the blue flag.")
+    world.index.apply(SAMPLE_SCOPE, ProjectionChange(delete_record_id=record_id))  # index lost
+    assert search_ids(world, "staging deploy") == []
+    report = world.drainer.handler(load("outbox_drainer_reindex"), _Context())
+    assert report == {"operation": "reindex", "indexed": 1, "dropped": 0, "pending_upserts": 0}
+    assert search_ids(world, "staging deploy") == [record_id]

@@ -77,6 +77,7 @@ __all__ = [
     "LAMBDA_DEADLINE_MARGIN_MS",
     "MIN_CURSOR_KEY_BYTES",
     "ConfigurationError",
+    "EngineHandler",
     "HostBinding",
     "InvocationContext",
     "InvocationRetention",
@@ -636,7 +637,48 @@ def build_engine(
 # --------------------------------------------------------------------------------------------
 
 
-class ToolHandler:
+class EngineHandler:
+    """A Lambda handler whose cold-start singletons are the ``engine`` and the ``HostBinding``.
+
+    Created at import of the handler module (cheap: no client, no environment read); the first
+    invocation builds both (``build(env)``, ``HostBinding.from_env``) and keeps them for the
+    warm container; tests may set them beforehand. Subclasses implement ``_handle``, which runs
+    instrumented (``observability.instrumented``).
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] = os.environ,
+        build: Callable[[Mapping[str, str]], Engine] = build_engine,
+    ) -> None:
+        self.engine: Engine | None = None
+        self.binding: HostBinding | None = None
+        self._env = env
+        self._build = build
+        self._lock = threading.Lock()
+        self._entry = instrumented(self._handle)
+
+    def __call__(self, event: Any, context: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = self._entry(event, context)
+        return answer
+
+    def _ready(self) -> tuple[Engine, HostBinding]:
+        with self._lock:
+            return self._ready_locked()
+
+    def _ready_locked(self) -> tuple[Engine, HostBinding]:
+        if self.binding is None:
+            self.binding = HostBinding.from_env(self._env)
+        if self.engine is None:
+            self.engine = self._build(self._env)
+        return self.engine, self.binding
+
+    def _handle(self, event: Any, context: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class ToolHandler(EngineHandler):
     """The Lambda handler of the function serving ``tool`` (``functions/<tool>/app.py``).
 
     Created at import of the handler module (cheap: no client, no environment read). The first
@@ -662,29 +704,12 @@ class ToolHandler:
         if tool not in TOOLS:
             raise ValueError(f"not one of the six tools: {tool!r}")
         self.tool = tool
-        self.engine: Engine | None = None
-        self.binding: HostBinding | None = None
         self.gate: ExecutionGate | None = None
         self._gate_built = False
-        self._env = env
-        self._build = build
         self._build_gate = build_gate or build_execution_gate
-        self._lock = threading.Lock()
         self._logger: Logger = get_logger()
         self._tracer: Tracer = get_tracer()
-        self._entry = instrumented(self._handle)
-
-    def __call__(self, event: Any, context: Any) -> dict[str, Any]:
-        answer: dict[str, Any] = self._entry(event, context)
-        return answer
-
-    def _ready(self) -> tuple[Engine, HostBinding]:
-        with self._lock:
-            if self.binding is None:
-                self.binding = HostBinding.from_env(self._env)
-            if self.engine is None:
-                self.engine = self._build(self._env)
-            return self.engine, self.binding
+        super().__init__(env=env, build=build)
 
     def use_gate(self, gate: ExecutionGate | None) -> None:
         """Compose withdraw/forget with ``gate`` (``None``: no state machine) instead of the

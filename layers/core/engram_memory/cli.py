@@ -19,6 +19,8 @@
 - ``engram-memory admin adjudicate [--data-dir DIR] [--workspace W] [--operator O] CANDIDATE
   accept|reject``
       operations plane: resolve a candidate held as ``pending_adjudication``.
+- ``engram-memory admin reindex [--data-dir DIR] [--workspace W]``
+      operations plane: rebuild a workspace's search index from the canonical store.
 
 Bad input exits with code 2 and one line on stderr; a failed operation exits with code 1.
 """
@@ -451,6 +453,28 @@ def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_admin_reindex(args: argparse.Namespace) -> int:
+    from .engine.context import Scope
+    from .engine.operations import reindex
+
+    data_dir = _data_dir(args)
+    config = load_host_config(data_dir)
+    host = open_embedded(data_dir, config=config)
+    try:
+        report = reindex(host.engine, Scope(config.tenant_id, args.workspace))
+    except EngramError as error:
+        print(
+            f"engram-memory: reindex of {_cell(args.workspace)} failed:"
+            f" {error.code.value}: {error.message}",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        host.close()
+    print(json.dumps({"workspace": args.workspace, **report.as_dict()}, indent=2))
+    return 0
+
+
 def _default_operator() -> str:
     try:
         return getpass.getuser()
@@ -547,6 +571,13 @@ def build_parser() -> argparse.ArgumentParser:
     adjudicate.add_argument("candidate", metavar="CANDIDATE", help="the candidate id")
     adjudicate.add_argument("decision", choices=("accept", "reject"))
     adjudicate.set_defaults(func=cmd_admin_adjudicate)
+
+    rebuild = admin_sub.add_parser(
+        "reindex", help="rebuild a workspace's search index from the canonical store"
+    )
+    rebuild.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    rebuild.add_argument("--workspace", default=TOUR_WORKSPACE)
+    rebuild.set_defaults(func=cmd_admin_reindex)
     return parser
 
 

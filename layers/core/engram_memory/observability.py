@@ -23,6 +23,9 @@ never mix):
 - ``AdmissionOutcome`` — dimensions ``service``, ``status``: one per answered admission request;
 - ``ProjectionLagMs`` (Milliseconds) — dimensions ``service``, ``workflow``: from a withdraw/forget
   commit to the end of its projection invalidation (the state machine's ``invalidate_projections``).
+- ``OutboxOldestAgeSeconds`` (Seconds), ``OutboxPending`` and ``OutboxDrained`` (Count) —
+  dimension ``service``: emitted by each run of the scheduled outbox drainer (``drainer.py``);
+  the age is that of the oldest item still pending after the run (0 when none is).
 
 ``instrumented`` wraps every Lambda handler of the stack (tools, adapter, workflow, approval).
 """
@@ -54,6 +57,7 @@ __all__ = [
     "get_metrics",
     "get_tracer",
     "instrumented",
+    "record_outbox_state",
     "record_projection_lag",
 ]
 
@@ -138,34 +142,37 @@ def instrumented(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any
     return entry
 
 
-def record_projection_lag(workflow: str, lag_ms: int) -> None:
-    """Emit ``ProjectionLagMs``: from a transition's commit to its projections being dropped."""
-    from aws_lambda_powertools.metrics import MetricUnit, single_metric
-
-    with single_metric(
-        name="ProjectionLagMs",
-        unit=MetricUnit.Milliseconds,
-        value=max(0, lag_ms),
-        namespace=get_metrics().namespace,
-        default_dimensions={
-            "service": _service(),
-            "workflow": workflow if workflow in ("withdraw", "forget") else "unknown",
-        },
-    ):
-        pass
-
-
-def _count(name: str, dimensions: dict[str, str], namespace: str | None = None) -> None:
+def _emit(
+    name: str, unit: str, value: float, dimensions: dict[str, str], namespace: str | None = None
+) -> None:
+    """One metric, emitted at once as its own EMF document."""
     from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
     with single_metric(
         name=name,
-        unit=MetricUnit.Count,
-        value=1,
+        unit=MetricUnit(unit),
+        value=value,
         namespace=namespace or get_metrics().namespace,
         default_dimensions={"service": _service(), **dimensions},
     ):
         pass
+
+
+def record_projection_lag(workflow: str, lag_ms: int) -> None:
+    """Emit ``ProjectionLagMs``: from a transition's commit to its projections being dropped."""
+    label = workflow if workflow in ("withdraw", "forget") else "unknown"
+    _emit("ProjectionLagMs", "Milliseconds", max(0, lag_ms), {"workflow": label})
+
+
+def record_outbox_state(*, oldest_age_s: float, pending: int, drained: int) -> None:
+    """Emit the outbox drainer's metrics (see the module docstring)."""
+    _emit("OutboxOldestAgeSeconds", "Seconds", max(0.0, oldest_age_s), {})
+    _emit("OutboxPending", "Count", max(0, pending), {})
+    _emit("OutboxDrained", "Count", max(0, drained), {})
+
+
+def _count(name: str, dimensions: dict[str, str], namespace: str | None = None) -> None:
+    _emit(name, "Count", 1, dimensions, namespace)
 
 
 def _tool_label(tool: str) -> str:

@@ -89,7 +89,14 @@ class EngineSettings:
     cursor_key: bytes  # authenticates search page cursors; shared by every instance of a host
     redaction: RedactionPolicy = field(default_factory=RedactionPolicy.from_allowlist)
     rank_depth: int = 1000  # how many index hits a search ranks and revalidates
+    # How often a use case re-runs when the state it read moved under it (a ledger, state or
+    # approval conflict): it then replays or refuses, so a few attempts suffice.
     commit_attempts: int = 8
+    # Writers of one scope in other processes (a moved journal head, a DynamoDB
+    # TransactionConflict) are waited out with jittered backoff until the call's deadline
+    # (DEADLINE_EXCEEDED); a call without a deadline waits this long at most (FENCE_LOST).
+    contention_budget_ms: int = 30_000
+    contention_backoff_cap_ms: int = 250
     # An envelope larger than this cannot cross the transport: RESULT_TOO_LARGE.
     transport_ceiling_bytes: int = TRANSPORT_CEILING_BYTES
     # With a semantic channel: how the two lists are fused (engine/semantic.py), and whether
@@ -276,15 +283,15 @@ class Kernel:
         """Build and commit a change set against the current head, retrying when the head moved.
 
         Writers of one scope in this process queue on a lock, so the optimistic head check only
-        has to absorb writers in other processes (retried with jittered backoff).
+        has to absorb writers in other processes: retried with jittered backoff for as long as
+        the call may run (``_Contention``), so contention queues instead of failing.
         """
         with self._scope_lock(call.scope):
             return self._commit_locked(call, build)
 
     def _commit_locked(self, call: Call, build: Callable[[JournalHead], ChangeSet]) -> ChangeSet:
-        for attempt in range(self.settings.commit_attempts):
-            if attempt:
-                time.sleep(random.uniform(0, 0.005 * 2**attempt))  # noqa: S311 - jitter, not crypto
+        contention = _Contention(self, call)
+        while True:
             self.check_live(call)
             head = self.read(lambda: self.store.head(call.scope))
             changes = build(head)
@@ -292,6 +299,7 @@ class Kernel:
                 self.store.commit(changes)
             except CommitConflict as conflict:
                 if conflict.reason == "head":
+                    contention.back_off()
                     continue
                 if conflict.reason == "approval":
                     raise EngramError(ErrorCode.GATE_FAILED) from None
@@ -301,7 +309,6 @@ class Kernel:
             except CommitOutcomeUnknown:
                 raise EngramError(ErrorCode.MUTATION_OUTCOME_UNKNOWN) from None
             return changes
-        raise EngramError(ErrorCode.FENCE_LOST)
 
     def ledger_entry(
         self,
@@ -360,25 +367,74 @@ class Kernel:
             },
         )
 
-    def run_outbox(self, items: Sequence[OutboxItem]) -> bool:
-        """Try each item now; return True when all completed."""
+    def run_outbox(
+        self, items: Sequence[OutboxItem], docs: Mapping[str, ProjectionDoc] | None = None
+    ) -> bool:
+        """Try each item now; return True when all completed.
+
+        ``docs`` holds projection documents the caller already built (by record id), so the
+        commit path does not rebuild what it just committed; otherwise an upsert rebuilds its
+        document from the record in the canonical store.
+        """
         done = True
         for item in items:
             try:
                 if item.kind == "destroy_key":
                     self.vault.destroy(item.target)
+                elif item.kind == "upsert_projection":
+                    known = None if docs is None else docs.get(item.target)
+                    self._upsert_projection(item, known)
                 else:
-                    surface = next(s for s in self.surfaces if s.name == item.surface)
+                    surface = self._surface(item.surface)
                     surface.apply(item.scope, ProjectionChange(delete_record_id=item.target))
                 self.store.outbox_done(item.item_id)
             except (VaultUnavailable, IndexUnavailable, StoreUnavailable):
                 done = False
         return done
 
-    def drain_outbox(self, limit: int = 100) -> int:
-        """Complete pending key destructions and projection drops; return how many completed.
+    def _surface(self, name: str) -> ProjectionSurface:
+        return next(s for s in self.surfaces if s.name == name)
 
-        The embedded server runs this periodically, so ``pending`` completes without calls.
+    def _upsert_projection(self, item: OutboxItem, known: ProjectionDoc | None) -> None:
+        row = self.store.record_get(item.scope, item.target)
+        self.project(item.scope, item.target, row, [self._surface(item.surface)], known)
+
+    def project(
+        self,
+        scope: Scope,
+        record_id: str,
+        row: RecordRow | None,
+        surfaces: Sequence[ProjectionSurface],
+        known: ProjectionDoc | None = None,
+    ) -> bool:
+        """Make ``surfaces`` match the record as ``row`` shows it: project it, or drop it when it
+        is gone or forgotten (no body). Returns whether it was projected.
+
+        The record is read again after an upsert: a forget that committed and dropped the
+        document while the upsert was on its way would otherwise leave the forgotten record's
+        terms in the index, so the document is dropped again.
+        """
+        drop = ProjectionChange(delete_record_id=record_id)
+        if row is None or row.body is None:
+            for surface in surfaces:
+                surface.apply(scope, drop)
+            return False
+        upsert = ProjectionChange(upsert=known or self.projection_doc(record_id, decode(row.body)))
+        for surface in surfaces:
+            surface.apply(scope, upsert)
+        after = self.store.record_get(scope, record_id)
+        if after is None or after.body is None:
+            for surface in surfaces:
+                surface.apply(scope, drop)
+            return False
+        return True
+
+    def drain_outbox(self, limit: int = 100) -> int:
+        """Complete pending key destructions and projection upserts and drops (every scope, at
+        most ``limit`` items); return how many completed.
+
+        The embedded server runs this periodically, the cloud's scheduled drainer function too,
+        so ``pending`` completes without calls.
         """
         try:
             items = self.store.outbox_pending(limit)
@@ -390,29 +446,61 @@ class Kernel:
                 completed += 1
         return completed
 
-    def deferred_drops(self, scope: Scope, record_id: str) -> list[OutboxItem]:
-        """Outbox items dropping ``record_id`` from the surfaces the store does not maintain."""
+    def drain_scope(self, scope: Scope, kind: str, limit: int = 100) -> int:
+        """Run ``scope``'s own pending items of ``kind``; return how many are still pending.
+
+        Raises ``StoreUnavailable`` when the scope's outbox cannot be read.
+        """
+        self.run_outbox(self.store.outbox_pending_in(scope, kind, limit))
+        return len(self.store.outbox_pending_in(scope, kind, limit))
+
+    def deferred_projections(
+        self,
+        scope: Scope,
+        record_id: str,
+        kind: Literal["drop_projection", "upsert_projection"],
+        now_ms: int,
+    ) -> list[OutboxItem]:
+        """Outbox items projecting (``upsert_projection``) or dropping ``record_id`` on the
+        surfaces the store does not maintain, to be written in the same commit."""
         return [
             OutboxItem(
-                item_id=f"drop_projection:{surface.name}:{record_id}",
-                kind="drop_projection",
+                item_id=f"{kind}:{surface.name}:{record_id}",
+                kind=kind,
                 scope=scope,
                 target=record_id,
                 surface=surface.name,
+                enqueued_at_ms=now_ms,
             )
             for surface in self.surfaces
             if not surface.maintained_by_store
         ]
 
-    def apply_upsert(self, scope: Scope, change: ProjectionChange) -> None:
-        for surface in self.surfaces:
-            if surface.maintained_by_store:
-                continue
-            try:
-                surface.apply(scope, change)
-            except IndexUnavailable:
-                # Search revalidates against the store; a lagging index only misses hits.
-                log.warning("projection upsert deferred", extra={"surface": surface.name})
+    def retry_pending_upsert(self, scope: Scope, record_id: str, now_ms: int) -> None:
+        """Run ``record_id``'s projection upsert now if it is still pending. The outbox item
+        written with the commit already guarantees the drainer does it; this does it sooner."""
+        items = self.deferred_projections(scope, record_id, "upsert_projection", now_ms)
+        if not items:
+            return
+        pending: bool = self.read(
+            lambda: self.store.outbox_has(scope, "upsert_projection", record_id)
+        )
+        if pending:
+            self.run_outbox(items)
+
+    @property
+    def projects_in_store(self) -> bool:
+        """Whether some surface is maintained inside the store's commit (``ChangeSet.projection``)."""
+        return any(surface.maintained_by_store for surface in self.surfaces)
+
+    def check_projection_current(self, scope: Scope) -> None:
+        """``PROJECTION_STALE`` while an upsert of the scope is pending: a search would miss the
+        record, and a silent miss is not an answer (CONTRACT.md: retriable)."""
+        if all(surface.maintained_by_store for surface in self.surfaces):
+            return
+        pending = self.read(lambda: self.store.outbox_pending_in(scope, "upsert_projection", 1))
+        if pending:
+            raise EngramError(ErrorCode.PROJECTION_STALE)
 
     def shred_unused(self, keys: Sequence[str], keep: Sequence[str]) -> None:
         for key_ref in keys:
@@ -509,6 +597,39 @@ class Kernel:
         if not record_digest_matches(record) or record["record_digest"] != row.record_digest:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT)
         return dict(record)
+
+
+class _Contention:
+    """Backoff for commits refused because another writer of the scope got there first.
+
+    Full jitter (a random sleep below a cap doubling from 5 ms to ``contention_backoff_cap_ms``),
+    for as long as the call may run: until its deadline (then ``DEADLINE_EXCEEDED``), or, for a
+    call without one, ``contention_budget_ms`` (then ``FENCE_LOST``). The wait is measured on the
+    monotonic clock, so an engine clock that does not move (a test's) still ends it.
+    """
+
+    def __init__(self, kernel: Kernel, call: Call) -> None:
+        settings = kernel.settings
+        deadline_ms = call.ctx.deadline_ms
+        self._bounded_by_deadline = deadline_ms is not None
+        budget_ms = (
+            settings.contention_budget_ms
+            if deadline_ms is None
+            else max(0, deadline_ms - kernel.clock.now_ms())
+        )
+        self._ends = time.monotonic() + budget_ms / 1000
+        self._cap_s = settings.contention_backoff_cap_ms / 1000
+        self._attempt = 0
+
+    def back_off(self) -> None:
+        self._attempt += 1
+        left = self._ends - time.monotonic()
+        if left <= 0:
+            if self._bounded_by_deadline:
+                raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
+            raise EngramError(ErrorCode.FENCE_LOST)
+        ceiling = min(self._cap_s, 0.005 * 2 ** min(self._attempt, 16))
+        time.sleep(min(left, random.uniform(0, ceiling)))  # noqa: S311 - jitter, not crypto
 
 
 def _summary(call: Call, target: str | None, reason_ref: str | None) -> str:

@@ -5,12 +5,14 @@ Only the host's operator CLI calls these; nothing here is reachable through ``/m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..contract.canonical import digest
 from ..contract.errors import EngramError, ErrorCode
 from .context import TOOLS, Scope, TrustedContext, new_audit_id
 from .kernel import Call, Kernel
+from .ports import IndexUnavailable, StoreUnavailable
 from .records import decode, scope_ref
 from .usecases.admission import settle
 
@@ -84,3 +86,66 @@ def adjudicate(
     result = engine.mutation(call, run)
     outcome: dict[str, Any] = result["outcome"]
     return outcome
+
+
+_REINDEX_PAGE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ReindexReport:
+    """What ``reindex`` did: records projected, forgotten records dropped, outbox items left."""
+
+    indexed: int
+    dropped: int
+    pending_upserts: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "indexed": self.indexed,
+            "dropped": self.dropped,
+            "pending_upserts": self.pending_upserts,
+        }
+
+
+def reindex(engine: Kernel, scope: Scope) -> ReindexReport:
+    """Rebuild ``scope``'s projections (lexical, and vectors with a semantic channel) from the
+    canonical store: after a lost or corrupted index, or to repair one an operator distrusts.
+
+    Walks the scope's journal: every admitted candidate's record is projected again from its
+    body in the store (an upsert, idempotent), and every record without a body (forgotten) is
+    dropped, so nothing forgotten survives in the index. Then the scope's pending projection
+    upserts run, which they now can. Safe beside live traffic: admissions during the walk
+    project themselves, and a forget racing an upsert is caught by its re-check. Raises
+    ``STORE_UNAVAILABLE`` or ``RANKING_UNAVAILABLE`` (an index that cannot be written); running
+    it again after a failure is safe.
+    """
+    indexed = dropped = 0
+    after = 0
+    try:
+        while True:
+            events = engine.store.events(scope, after, _REINDEX_PAGE)
+            if not events:
+                break
+            after = events[-1].cursor
+            admitted = [
+                body["target"]
+                for body in (decode(event.body) for event in events)
+                if body.get("operation") == "admit"
+            ]
+            record_ids = []
+            for candidate_id in admitted:
+                candidate = engine.store.candidate_get(scope, candidate_id)
+                if candidate is not None:
+                    record_ids.append(candidate.record_id)
+            rows = engine.store.records_get(scope, record_ids)
+            for record_id in record_ids:
+                if engine.project(scope, record_id, rows.get(record_id), engine.surfaces):
+                    indexed += 1
+                else:
+                    dropped += 1
+        pending = engine.drain_scope(scope, "upsert_projection")
+    except StoreUnavailable:
+        raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+    except IndexUnavailable:
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
+    return ReindexReport(indexed=indexed, dropped=dropped, pending_upserts=pending)

@@ -172,15 +172,24 @@ class StateTransition:
     to_state: str
 
 
+OutboxKind = Literal["destroy_key", "drop_projection", "upsert_projection"]
+OUTBOX_KINDS: tuple[OutboxKind, ...] = ("destroy_key", "drop_projection", "upsert_projection")
+
+
 @dataclass(frozen=True, slots=True)
 class OutboxItem:
-    """Work that must complete after a commit without further calls (key shredding, projections)."""
+    """Work that must complete after a commit without further calls (key shredding, projections).
+
+    ``upsert_projection`` carries no document: it is rebuilt from the record in the canonical
+    store when the item runs, so the outbox never holds record content.
+    """
 
     item_id: str
-    kind: Literal["destroy_key", "drop_projection"]
+    kind: OutboxKind
     scope: Scope
-    target: str  # key_ref for destroy_key, record_id for drop_projection
-    surface: str = ""  # projection surface name for drop_projection
+    target: str  # key_ref for destroy_key, record_id for the projection kinds
+    surface: str = ""  # projection surface name for the projection kinds
+    enqueued_at_ms: int = 0  # when the committing call ran (0: unknown); for the outbox-age metric
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +243,13 @@ class Store(Protocol):
         """Record a single-use nonce (e.g. a confirmation ``requestState``); False if seen before."""
         ...
 
-    def outbox_pending(self, limit: int) -> list[OutboxItem]: ...
+    def outbox_pending(self, limit: int) -> list[OutboxItem]:
+        """Pending items of every scope, at most ``limit`` (a drainer's page)."""
+        ...
+
+    def outbox_pending_in(self, scope: Scope, kind: str | None, limit: int) -> list[OutboxItem]:
+        """Pending items of ``scope`` (of ``kind`` when given), at most ``limit``."""
+        ...
 
     def outbox_done(self, item_id: str) -> None: ...
 

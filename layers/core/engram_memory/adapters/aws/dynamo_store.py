@@ -36,13 +36,18 @@ every scoped item also ``tenant_id`` and ``workspace_id``.
   ``outbox_kind``, ``target``, ``surface`` and the scope.
 - outbox index entry — pk ``<scope>#OUTBOX#q(kind)#q(target)``, sk ``q(item_id)``: the same
   attributes, written and deleted with the queue entry (it answers ``outbox_has``).
+- outbox scope entry — pk ``<scope>#OUTBOX``, sk ``q(item_id)``: the same attributes, written
+  and deleted with the queue entry (it answers ``outbox_pending_in``: a scope's own items, by
+  kind with a sort-key prefix, without reading other scopes' queue). Items also carry
+  ``enqueued_at_ms`` N (for the outbox-age metric).
 - shredded blob marker — pk ``BLOB_GC`` (one fixed partition), sk the S3 key: a shredded
   record body whose S3 object is still to be deleted.
 
 Access paths: every read is a consistent ``GetItem`` / ``BatchGetItem`` / ``Query``
 (``events`` is a Query over ``<scope>#EVENTS`` with ``sk > cursor``; ``payload_tombstoned`` a
 Query with ``Limit 1``; ``outbox_pending`` a Query of the ``OUTBOX`` partition; ``outbox_has`` a
-Query of the scope's outbox index partition). Nothing on a request path Scans;
+Query of the scope's outbox index partition; ``outbox_pending_in`` a Query of the scope's outbox
+partition). Nothing on a request path Scans;
 ``table_snapshot`` (operators and tests only) does.
 
 The commit
@@ -58,8 +63,11 @@ the event (``attribute_not_exists``), the candidate put (``attribute_not_exists`
 first ``ConditionalCheckFailed`` cancellation reason, by the index of the failing item, to
 ``CommitConflict``: head/event → ``head``; ledger and a taken candidate id → ``ledger``;
 candidate and record transitions and a taken record id → ``state``; approval → ``approval``
-(the same reasons as the SQLite store). Cancellations for any other reason
-(``TransactionConflict``, throttling, validation), throttling
+(the same reasons as the SQLite store). A cancellation whose only reason is
+``TransactionConflict`` (another transaction was writing one of the
+items, typically the workspace's head) is ``CommitConflict("head")`` too: nothing was applied
+and the engine re-reads the head and retries with backoff, exactly as for a moved head.
+Cancellations for any other reason (throttling, validation), throttling
 (``ProvisionedThroughputExceeded``, ``Throttling``, ``RequestLimitExceeded``), a 503, and a
 connection that was never established raise ``StoreUnavailable``: nothing was applied. A read
 timeout, a dropped connection, a 500 ``InternalServerError`` or an in-progress duplicate request
@@ -117,6 +125,7 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from ...contract.canonical import GENESIS_HASH
 from ...engine.context import Scope
 from ...engine.ports import (
+    OUTBOX_KINDS,
     CandidateRow,
     CandidateState,
     ChangeSet,
@@ -252,6 +261,20 @@ def _nonce_key(nonce: str) -> Item:
 
 def _outbox_index_pk(scope: Scope, kind: str, target: str) -> str:
     return f"{scope_key(scope)}#OUTBOX#{_q(kind)}#{_q(target)}"
+
+
+def _outbox_scope_pk(scope: Scope) -> str:
+    return f"{scope_key(scope)}#OUTBOX"
+
+
+def _outbox_keys(item: OutboxItem) -> tuple[Item, Item, Item]:
+    """The queue entry, the per-target index entry and the scope entry of one outbox item."""
+    sk = _q(item.item_id)
+    return (
+        _key(_OUTBOX_PK, sk),
+        _key(_outbox_index_pk(item.scope, item.kind, item.target), sk),
+        _key(_outbox_scope_pk(item.scope), sk),
+    )
 
 
 def _s(value: str) -> AttributeValueTypeDef:
@@ -641,15 +664,17 @@ class DynamoStore:
 
     @staticmethod
     def _outbox_item(item: Mapping[str, AttributeValueTypeDef]) -> OutboxItem:
-        kind: Literal["destroy_key", "drop_projection"] = (
-            "destroy_key" if _get_s(item, "outbox_kind") == "destroy_key" else "drop_projection"
-        )
+        stored = _get_s(item, "outbox_kind")
+        kind = next((k for k in OUTBOX_KINDS if k == stored), None)
+        if kind is None:
+            raise StoreUnavailable("an outbox item of an unknown kind")
         return OutboxItem(
             item_id=_get_s(item, "item_id"),
             kind=kind,
             scope=Scope(_get_s(item, "tenant_id"), _get_s(item, "workspace_id")),
             target=_get_s(item, "target"),
             surface=_get_s(item, "surface"),
+            enqueued_at_ms=_opt_n(item, "enqueued_at_ms") or 0,
         )
 
     def outbox_pending(self, limit: int) -> list[OutboxItem]:
@@ -657,22 +682,23 @@ class DynamoStore:
             return []
         return [self._outbox_item(i) for i in self._query(pk=_OUTBOX_PK, limit=limit)]
 
+    def outbox_pending_in(self, scope: Scope, kind: str | None, limit: int) -> list[OutboxItem]:
+        if limit <= 0:
+            return []
+        prefix = None if kind is None else _q(f"{kind}:")
+        items = self._query(pk=_outbox_scope_pk(scope), limit=limit, sk_prefix=prefix)
+        return [self._outbox_item(i) for i in items]
+
     def outbox_done(self, item_id: str) -> None:
         queued = self._get(_key(_OUTBOX_PK, _q(item_id)))
         if queued is None:
             return
-        item = self._outbox_item(queued)
-        index = _key(_outbox_index_pk(item.scope, item.kind, item.target), _q(item_id))
+        queue, index, in_scope = _outbox_keys(self._outbox_item(queued))
         self._read(
             lambda: self.dynamodb.transact_write_items(
                 TransactItems=[
-                    {"Delete": {"TableName": self.table_name, "Key": index}},
-                    {
-                        "Delete": {
-                            "TableName": self.table_name,
-                            "Key": _key(_OUTBOX_PK, _q(item_id)),
-                        }
-                    },
+                    {"Delete": {"TableName": self.table_name, "Key": key}}
+                    for key in (index, in_scope, queue)
                 ]
             )
         )
@@ -902,7 +928,8 @@ class DynamoStore:
         plan.add(_put_new(self.table_name, item), "approval")
 
     def _plan_outbox(self, plan: _Plan, changes: ChangeSet) -> None:
-        """Each outbox item: a queue entry in the fixed partition, and its per-target index."""
+        """Each outbox item: a queue entry in the fixed partition, its per-target index entry
+        and its scope entry."""
         for outbox in {i.item_id: i for i in changes.outbox}.values():
             fields: Item = {
                 **_scoped(outbox.scope, "outbox"),
@@ -910,11 +937,13 @@ class DynamoStore:
                 "outbox_kind": _s(outbox.kind),
                 "target": _s(outbox.target),
                 "surface": _s(outbox.surface),
+                "enqueued_at_ms": _n(outbox.enqueued_at_ms),
             }
-            index_pk = _outbox_index_pk(outbox.scope, outbox.kind, outbox.target)
+            queue, index, in_scope = _outbox_keys(outbox)
             for item in (
-                {**_key(_OUTBOX_PK, _q(outbox.item_id)), **fields},
-                {**_key(index_pk, _q(outbox.item_id)), **fields, "kind": _s("outbox_index")},
+                {**queue, **fields},
+                {**index, **fields, "kind": _s("outbox_index")},
+                {**in_scope, **fields, "kind": _s("outbox_scope")},
             ):
                 plan.add({"Put": {"TableName": self.table_name, "Item": item}}, "state")
 
@@ -1025,7 +1054,8 @@ def _transition(
 def _conflict_reason(
     response: Mapping[str, Any], message: str, reasons: Sequence[ConflictReason]
 ) -> ConflictReason | None:
-    """The conflict reason of the first item whose condition failed, or None if none did."""
+    """The conflict reason of the first item whose condition failed; ``head`` when none failed
+    but a concurrent transaction conflicted; None otherwise (throttling, validation...)."""
     codes: list[str]
     cancellation = response.get("CancellationReasons")
     if isinstance(cancellation, list):
@@ -1037,7 +1067,9 @@ def _conflict_reason(
     for index, code in enumerate(codes):
         if code == "ConditionalCheckFailed" and index < len(reasons):
             return reasons[index]
-    return None
+    if "TransactionConflict" in codes and set(codes) <= {"None", "TransactionConflict"}:
+        return "head"  # a concurrent writer of the same items: retried like a moved head
+    return None  # throttling, validation...: refused, not contended
 
 
 # --------------------------------------------------------------------------------------------

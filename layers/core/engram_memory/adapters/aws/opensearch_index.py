@@ -28,10 +28,14 @@ is strict: no dynamic fields, and the text fields are left out of ``_source`` (t
 only what search needs; the canonical store holds the text).
 
 The adapter is **not** maintained by the store (``maintained_by_store = False``): the engine
-applies upserts after the commit and drains deferred drops through its outbox. Writes do not
-refresh (``refresh=false``): a new document becomes searchable within the index's refresh
-interval (near-real-time), while ``contains`` (a realtime GET) sees it at once. Search results
-are revalidated against the canonical store by the engine, so a lagging index only misses hits.
+runs upserts and drops through its outbox (written in the commit's transaction). An upsert
+returns only once a refresh made the document searchable (``refresh=wait_for``, at most the
+index's refresh interval, 1 s by default): the engine marks the outbox item done after it, and a
+search answers ``PROJECTION_STALE`` while an upsert of its scope is pending, so an admitted
+record is never silently missing. Deletes and ``bulk_apply`` (reindexing) do not refresh
+(``refresh=false``); ``contains`` (a realtime GET) sees writes at once. Search results are
+revalidated against the canonical store by the engine, so a lagging delete never serves a
+forgotten record.
 
 Search is a ``bool`` query whose ``filter`` holds term queries on ``tenant_id`` and
 ``workspace_id`` (the scope is part of the query, never applied to its results) and whose
@@ -474,14 +478,17 @@ class OpenSearchLexicalIndex:
         return hits[:size]
 
     def apply(self, scope: Scope, change: ProjectionChange) -> None:
-        """Upsert (index, no refresh) then delete (404 is success), as the change asks."""
+        """Upsert (index, returning once a refresh made it searchable) then delete (no refresh;
+        404 is success), as the change asks."""
         if change.upsert is not None:
             self._ensure_once()
             doc_id = document_id(scope, change.upsert.record_id)
             source = self.document(scope, change.upsert)
             self._call(
                 "index",
-                lambda c: c.index(index=self.index_name, id=doc_id, body=source, refresh="false"),
+                lambda c: c.index(
+                    index=self.index_name, id=doc_id, body=source, refresh="wait_for"
+                ),
             )
         if change.delete_record_id is not None:
             gone_id = document_id(scope, change.delete_record_id)

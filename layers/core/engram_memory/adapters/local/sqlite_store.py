@@ -429,6 +429,22 @@ class SqliteStore:
             OutboxItem(i, k, Scope(t, w), target, surface) for i, k, t, w, target, surface in rows
         ]
 
+    def outbox_pending_in(self, scope: Scope, kind: str | None, limit: int) -> list[OutboxItem]:
+        query = (
+            "SELECT item_id, kind, tenant_id, workspace_id, target, surface FROM outbox "
+            "WHERE tenant_id = ? AND workspace_id = ? AND (? IS NULL OR kind = ?) "
+            "ORDER BY item_id LIMIT ?"
+        )
+        with self._guard():
+            rows = (
+                self._conn()
+                .execute(query, (scope.tenant_id, scope.workspace_id, kind, kind, limit))
+                .fetchall()
+            )
+        return [
+            OutboxItem(i, k, Scope(t, w), target, surface) for i, k, t, w, target, surface in rows
+        ]
+
     def outbox_done(self, item_id: str) -> None:
         with self._guard(), self._pool.connection() as conn:
             conn.execute("DELETE FROM outbox WHERE item_id = ?", (item_id,))

@@ -38,6 +38,10 @@ def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dic
     replay = k.ledger(call, args.idempotency_key, candidate_id, intent)
     if replay is not None:
         stored = decode(replay.output)
+        outcome = stored["outcome"]
+        if outcome.get("status") == "accepted":
+            # The first call's commit landed but its answer (and maybe its upsert) was lost.
+            k.retry_pending_upsert(call.scope, outcome["record_id"], call.now_ms)
         return {**stored, "replayed": True}
 
     candidate = k.pending_candidate(call, candidate_id)
@@ -97,8 +101,10 @@ def settle(
 ) -> dict[str, Any]:
     """Issue the decision envelope and apply it: hold (nothing written), accept or reject.
 
-    Acceptance promotes atomically — record, journal event, lexical projection, ledger, and the
+    Acceptance promotes atomically — record, journal event, ledger, the projection (inside the
+    commit for a store-maintained index, else as an ``upsert_projection`` outbox item) and the
     queued key destruction in one commit; rejection ends the candidate and shreds it the same way.
+    After the commit the outbox items run at once; what fails is left to the drainer.
     """
     candidate_id = candidate.candidate_id
     envelope = receipt(
@@ -144,6 +150,13 @@ def settle(
         kind="destroy_key",
         scope=call.scope,
         target=candidate.key_ref,
+        enqueued_at_ms=call.now_ms,
+    )
+    doc = k.projection_doc(candidate.record_id, record) if accepted else None
+    upserts = (
+        k.deferred_projections(call.scope, candidate.record_id, "upsert_projection", call.now_ms)
+        if accepted
+        else []
     )
 
     def build(head: JournalHead) -> ChangeSet:
@@ -193,7 +206,8 @@ def settle(
                 accepted_cursor=cursor,
                 body=encode(record),
             )
-            projection = ProjectionChange(upsert=k.projection_doc(candidate.record_id, record))
+            if k.projects_in_store:
+                projection = ProjectionChange(upsert=doc)
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
@@ -205,11 +219,9 @@ def settle(
             new_record=new_record,
             projection=projection,
             approval_id=call.approval.approval_id if call.approval else None,
-            outbox=(destroy,),
+            outbox=(*upserts, destroy),
         )
 
     changes = k.commit(call, build)
-    if accepted and changes.projection is not None:
-        k.apply_upsert(call.scope, changes.projection)
-    k.run_outbox(changes.outbox)
+    k.run_outbox(changes.outbox, {candidate.record_id: doc} if doc is not None else None)
     return output

@@ -53,6 +53,9 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
         "page-binding", {"scope_ref": scope_ref(call.scope), "principal": call.ctx.principal}
     )
     head = k.read(lambda: k.store.head(call.scope))
+    # After the head: every admission this search's receipt covers has its upsert either done
+    # (and searchable) or still in the outbox, which makes the answer PROJECTION_STALE.
+    k.check_projection_current(call.scope)
 
     require_semantic = args.capability_policy.minimum_channels == "lexical_and_semantic"
     hits, ranked, rows, profile = _rank(k, call, args.query, now, require_semantic)

@@ -45,6 +45,7 @@ def withdraw(k: Kernel, call: Call, args: WithdrawInput) -> dict[str, Any]:
         kind="destroy_key",
         scope=call.scope,
         target=candidate.key_ref,
+        enqueued_at_ms=call.now_ms,
     )
     output: dict[str, Any] = {}
 
@@ -112,7 +113,7 @@ def forget(k: Kernel, call: Call, args: ForgetInput) -> dict[str, Any]:
     authorization = k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref})
     call.digests.update(record_digest=row.record_digest)
     drop = ProjectionChange(delete_record_id=record_id)
-    outbox = k.deferred_drops(call.scope, record_id)
+    outbox = k.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms)
     output: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:
@@ -163,5 +164,7 @@ def forget(k: Kernel, call: Call, args: ForgetInput) -> dict[str, Any]:
 
     changes = k.commit(call, build)
     k.run_outbox(changes.outbox)
+    # An upsert still pending for the record now only drops it (it reads the tombstone).
+    k.retry_pending_upsert(call.scope, record_id, call.now_ms)
     cursor = int(output["receipt"]["cursor"])
     return {**output, **k.invalidation_progress(call.scope, record_id, cursor)}
