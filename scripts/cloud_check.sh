@@ -17,7 +17,8 @@
 #     the state machines executed on moto — scripts/cloud_run.py.
 #
 # The tools (cfn-lint, samtranslator, checkov, moto server, pyjwt) live in .venv-cloud/ (pinned in
-# scripts/cloud-tools.txt; created on first use, reused while that file is unchanged); the SAM CLI
+# scripts/cloud-tools.txt and, every dependency, scripts/cloud-tools.constraints.txt; created on
+# first use, reused while those files are unchanged); the SAM CLI
 # in .venv-sam/ (scripts/sam_check.sh). Neither is the project venv, and no handler ever sees one.
 #
 # Usage: bash scripts/cloud_check.sh   (or: make cloud-check)
@@ -26,6 +27,7 @@ cd "$(dirname "$0")/.."
 
 TOOLS_VENV="${CLOUD_TOOLS_VENV:-.venv-cloud}"
 TOOLS_FILE="scripts/cloud-tools.txt"
+TOOLS_CONSTRAINTS="scripts/cloud-tools.constraints.txt"
 # The runtime's boto3/botocore, as /var/runtime provides them to a python3.12 function.
 LAMBDA_RUNTIME_BOTO3="boto3==1.40.4"
 INSTALL_TIMEOUT_S=1200
@@ -56,7 +58,7 @@ host_template=".cloud-check.template.yaml"
 trap 'rm -rf "$work_dir" "$host_template"' EXIT
 
 # --- the tool venv ---------------------------------------------------------------------------------
-stamp="$(sha256sum "$TOOLS_FILE" | cut -c1-16)-$(echo "$LAMBDA_RUNTIME_BOTO3" | sha256sum | cut -c1-8)"
+stamp="$(cat "$TOOLS_FILE" "$TOOLS_CONSTRAINTS" | sha256sum | cut -c1-16)-$(echo "$LAMBDA_RUNTIME_BOTO3" | sha256sum | cut -c1-8)"
 if [[ -f "$TOOLS_VENV/.stamp" && "$(cat "$TOOLS_VENV/.stamp")" == "$stamp" ]]; then
   echo "cloud-check: reusing $TOOLS_VENV"
 else
@@ -65,7 +67,7 @@ else
   rm -rf "$TOOLS_VENV"
   python3 -m venv "$TOOLS_VENV"
   if timeout "$INSTALL_TIMEOUT_S" "$TOOLS_VENV/bin/python" -m pip install --quiet \
-    --disable-pip-version-check -r "$TOOLS_FILE" &&
+    --disable-pip-version-check -r "$TOOLS_FILE" -c "$TOOLS_CONSTRAINTS" &&
     timeout "$INSTALL_TIMEOUT_S" "$TOOLS_VENV/bin/python" -m pip install --quiet \
       --disable-pip-version-check --target "$TOOLS_VENV/lambda-runtime" "$LAMBDA_RUNTIME_BOTO3"; then
     echo "$stamp" >"$TOOLS_VENV/.stamp"

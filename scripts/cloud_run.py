@@ -752,6 +752,16 @@ class Harness:
                 stop()
 
     def start_workers(self) -> bool:
+        version = subprocess.run(
+            [self.args.python312, "-I", "-S", "-c", "import sys; print(sys.version.split()[0])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        if not self.report.check(
+            version.startswith("3.12."), f"the workers run Python {version or '?'} (-I -S)"
+        ):
+            return False
         layer_dirs = {
             name: self.build / name / "python"
             for name in self.stack.of_type("AWS::Serverless::LayerVersion")
