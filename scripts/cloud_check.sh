@@ -69,7 +69,8 @@ else
   if timeout "$INSTALL_TIMEOUT_S" "$TOOLS_VENV/bin/python" -m pip install --quiet \
     --disable-pip-version-check -r "$TOOLS_FILE" -c "$TOOLS_CONSTRAINTS" &&
     timeout "$INSTALL_TIMEOUT_S" "$TOOLS_VENV/bin/python" -m pip install --quiet \
-      --disable-pip-version-check --target "$TOOLS_VENV/lambda-runtime" "$LAMBDA_RUNTIME_BOTO3"; then
+      --disable-pip-version-check --no-warn-conflicts --target "$TOOLS_VENV/lambda-runtime" \
+      "$LAMBDA_RUNTIME_BOTO3"; then
     echo "$stamp" >"$TOOLS_VENV/.stamp"
     pass "install the gate's tools ($((SECONDS - start))s)"
   else
