@@ -6,12 +6,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DATA_DIR ?= .engram
 
-.PHONY: help venv run test lint typecheck unit contract format clean conformance sam-check
+.PHONY: help venv run test lint typecheck unit contract format clean conformance sam-check cloud-check
 
 help:
 	@echo "make run        = ./run   start Engram Memory on the embedded default (data in $(DATA_DIR)/)"
 	@echo "make test       = ./test  lint, type-check and run every test tier"
 	@echo "make unit | contract | lint | typecheck | format | clean"
+	@echo "make cloud-check    the AWS stack as built: translated template (cfn-lint, checkov), sam build,"
+	@echo "                    every function run from the build on python3.12 against moto"
 
 venv:
 	@python3 scripts/devenv.py
@@ -51,3 +53,10 @@ conformance: venv
 # sam build needs python3.12 (found on PATH or under pyenv). See scripts/sam_check.sh.
 sam-check:
 	bash scripts/sam_check.sh
+
+# The cloud gate on the artifact (includes sam-check): the SAM-translated template through cfn-lint
+# (no cycle) and checkov (infra/accepted-findings.yaml), sam build, then every function run from
+# .aws-sam-style build folders on python3.12 -I against moto out of process, and the end-to-end
+# MCP flow. Tools in .venv-cloud/ and .venv-sam/. See scripts/cloud_check.sh.
+cloud-check:
+	bash scripts/cloud_check.sh

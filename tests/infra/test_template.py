@@ -620,6 +620,68 @@ def test_the_data_key_policy_lets_capture_only_seal_and_admission_only_open() ->
     }
 
 
+ROOT_PRINCIPAL: Final = json.dumps(
+    {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}, sort_keys=True
+)
+
+
+def test_no_account_principal_can_use_or_grant_the_data_key() -> None:
+    # The account root in a key policy hands the key to every IAM policy of the account, and
+    # kms:CreateGrant (or kms:Create*) would let a principal grant itself Decrypt.
+    for action, principals, _ in key_policy_grants("EngramDataKey"):
+        assert ROOT_PRINCIPAL not in principals, action
+        assert action not in ("kms:*", "kms:Create*", "kms:CreateGrant"), action
+
+
+def test_only_the_named_key_admin_administers_the_keys_without_using_them() -> None:
+    for key in ("EngramDataKey", "EngramTableKey"):
+        admin = [
+            action
+            for action, principals, _ in key_policy_grants(key)
+            if principals == {"KeyAdminRoleArn"}
+        ]
+        assert "kms:PutKeyPolicy" in admin and "kms:ScheduleKeyDeletion" in admin, key
+        using = [a for a in admin if a.startswith(USAGE_ACTIONS) or a == "kms:CreateGrant"]
+        assert not using, key
+        assert not [a for a in admin if a.endswith("*") and not a.startswith("kms:List")], key
+
+
+def test_grants_on_the_table_key_are_only_for_aws_resources() -> None:
+    for action, _, statement in key_policy_grants("EngramTableKey"):
+        if action in ("kms:CreateGrant", "kms:Create*", "kms:*"):
+            assert action == "kms:CreateGrant"
+            assert statement["Condition"]["Bool"]["kms:GrantIsForAWSResource"] == "true"
+
+
+def test_no_function_environment_references_the_http_api() -> None:
+    # The API's generated definition references the functions: a !Ref HttpApi in any function's
+    # environment is a dependency cycle CloudFormation refuses (cfn-lint E3004 after the transform).
+    for name, function in functions().items():
+        variables = function.get("Environment", {}).get("Variables", {})
+        refs = {target for kind, target in intrinsic_references(variables) if kind == "ref"}
+        assert "HttpApi" not in refs, name
+
+
+def test_the_created_domain_publishes_slow_and_error_logs_to_retained_log_groups() -> None:
+    options = props("OpenSearchDomain")["LogPublishingOptions"]
+    assert set(options) == {"SEARCH_SLOW_LOGS", "INDEX_SLOW_LOGS", "ES_APPLICATION_LOGS"}
+    groups = set()
+    for option in options.values():
+        assert option["Enabled"] is True
+        group = ref_target(option["CloudWatchLogsLogGroupArn"])
+        assert group is not None
+        assert template()["Resources"][group]["Condition"] == "CreateOpenSearch"
+        assert props(group)["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+        groups.add(group)
+    policy = props("OpenSearchLogsResourcePolicy")["PolicyDocument"]["Fn::Sub"]
+    for group in groups:
+        assert "${" + group + ".Arn}" in policy
+    assert '"es.amazonaws.com"' in policy and "aws:SourceAccount" in policy
+    assert (
+        template()["Resources"]["OpenSearchDomain"]["DependsOn"] == "OpenSearchLogsResourcePolicy"
+    )
+
+
 def test_the_table_key_is_usable_only_through_dynamodb_and_s3() -> None:
     for action, _, statement in key_policy_grants("EngramTableKey"):
         if action.startswith(USAGE_ACTIONS):

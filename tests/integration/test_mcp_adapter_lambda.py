@@ -21,7 +21,7 @@ from test_tool_handlers import Cloud, FakeLambdaContext, capture_event, cloud, e
 
 from engram_memory.engine.context import TOOLS
 from engram_memory.host.tokens import TokenIssuer
-from engram_memory.mcp_surface.lambda_adapter import LambdaAdapter, build_adapter
+from engram_memory.mcp_surface.lambda_adapter import LambdaAdapter, build_adapter, execute_api_host
 
 __all__ = ["cloud"]  # the fixture, re-used
 
@@ -416,3 +416,68 @@ def test_the_host_header_is_matched_exactly(adapter: Adapter) -> None:
     host = event["headers"].get("host") or event["requestContext"]["domainName"]
     event["headers"]["host"] = host + ".evil.example"
     assert adapter.handler(event, FakeLambdaContext())["statusCode"] == 421
+
+
+# --------------------------------------------------------------------------------------------
+# Hosts: the resource URI's, and the API's default endpoint as API Gateway names it
+# --------------------------------------------------------------------------------------------
+
+API_HOST = "abcd1234.execute-api.us-east-1.amazonaws.com"  # the sample events' apiId
+
+
+def _initialize_through(adapter: Adapter, host: str, domain_name: str) -> dict[str, Any]:
+    event: dict[str, Any] = json.loads((EVENTS / "mcp_adapter_initialize.json").read_text())
+    event["headers"]["authorization"] = f"Bearer {adapter.token()}"
+    event["headers"]["host"] = host
+    event["requestContext"]["domainName"] = domain_name
+    response: dict[str, Any] = adapter.handler(event, FakeLambdaContext())
+    return response
+
+
+def test_the_api_default_endpoint_is_accepted_from_the_request_context(adapter: Adapter) -> None:
+    assert _initialize_through(adapter, API_HOST, API_HOST)["statusCode"] == 200
+    # and the resource URI's host still is
+    assert (
+        _initialize_through(adapter, "memory.example.com", "memory.example.com")["statusCode"]
+        == 200
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "domain_name"),
+    [
+        ("evil.example.net", "evil.example.net"),  # a custom domain nobody configured
+        ("zzzz9999.execute-api.us-east-1.amazonaws.com",) * 2,  # another API's endpoint
+        ("abcd1234.execute-api.eu-west-1.amazonaws.com",) * 2,  # another region's
+        (API_HOST, "memory.example.com"),  # a Host the request context does not vouch for
+    ],
+)
+def test_any_other_host_is_refused(adapter: Adapter, host: str, domain_name: str) -> None:
+    assert _initialize_through(adapter, host, domain_name)["statusCode"] == 421
+
+
+@pytest.mark.parametrize(
+    ("context", "region", "expected"),
+    [
+        ({"apiId": "abcd1234", "domainName": API_HOST}, "us-east-1", API_HOST),
+        (
+            {"apiId": "abcd1234", "domainName": "abcd1234.execute-api.cn-north-1.amazonaws.com.cn"},
+            "cn-north-1",
+            "abcd1234.execute-api.cn-north-1.amazonaws.com.cn",
+        ),
+        ({"apiId": "abcd1234", "domainName": API_HOST}, "eu-west-1", None),
+        ({"apiId": "abcd1234", "domainName": "memory.example.com"}, "us-east-1", None),
+        ({"apiId": "abcd1234", "domainName": API_HOST + ".evil.net"}, "us-east-1", None),
+        (
+            {"apiId": "ab.cd", "domainName": "ab.cd.execute-api.us-east-1.amazonaws.com"},
+            "us-east-1",
+            None,
+        ),
+        ({"domainName": API_HOST}, "us-east-1", None),
+        ({"apiId": "abcd1234", "domainName": API_HOST}, "", None),
+    ],
+)
+def test_execute_api_host_is_only_this_api_in_this_region(
+    context: dict[str, Any], region: str, expected: str | None
+) -> None:
+    assert execute_api_host({"requestContext": context}, region) == expected

@@ -454,8 +454,11 @@ def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_reindex(args: argparse.Namespace) -> int:
+    from .bootstrap import open_embedded
+    from .contract.errors import EngramError
     from .engine.context import Scope
     from .engine.operations import reindex
+    from .host.config import load_host_config
 
     data_dir = _data_dir(args)
     config = load_host_config(data_dir)

@@ -13,7 +13,13 @@ Environment (the SAM template's): ``ENGRAM_TOOL_FUNCTIONS`` (JSON object tool â†
 request-state key is HKDF-SHA256 of the secret), ``ENGRAM_TENANT_ID``, ``ENGRAM_TABLE`` (used
 nonces of the confirmation round trip), ``ENGRAM_RETENTION_CEILING_S`` (optional), and
 ``ENGRAM_ALLOWED_HOSTS`` (optional, comma-separated extra ``Host`` values besides the resource
-URI's host, e.g. the ``execute-api`` domain).
+URI's host, e.g. a second custom domain).
+
+The API's own default endpoint (``<api-id>.execute-api.<region>.<suffix>``) is accepted too, but
+it is learned from the request, not configured: API Gateway names it in ``requestContext``
+(``apiId``, ``domainName``), and the function's ``AWS_REGION`` pins the region. A template that
+put ``!Ref HttpApi`` in the functions' environment would be a dependency cycle (the API's
+definition references the functions).
 """
 
 from __future__ import annotations
@@ -444,6 +450,30 @@ def stateless_app(surface: EngramMcp, *, extra_hosts: list[str] | None = None) -
     )
 
 
+def execute_api_host(event: Mapping[str, Any], region: str) -> str | None:
+    """The API's default endpoint when API Gateway says the request came through it.
+
+    ``requestContext`` is written by API Gateway, not by the client: ``domainName`` is the
+    domain the request reached and ``apiId`` the API that routed it. Only the default endpoint
+    of that API in this function's region qualifies (``<apiId>.execute-api.<region>.`` and a
+    partition suffix); a custom domain must be the resource URI's host or in
+    ``ENGRAM_ALLOWED_HOSTS``.
+    """
+    context = event.get("requestContext")
+    if not isinstance(context, Mapping) or not region:
+        return None
+    api_id, domain = context.get("apiId"), context.get("domainName")
+    if not isinstance(api_id, str) or not isinstance(domain, str) or not api_id.isalnum():
+        return None
+    prefix = f"{api_id}.execute-api.{region}."
+    suffix = domain[len(prefix) :]
+    if domain.lower() != domain or not domain.startswith(prefix):
+        return None
+    if suffix not in ("amazonaws.com", "amazonaws.com.cn"):
+        return None
+    return domain
+
+
 # --------------------------------------------------------------------------------------------
 # ASGI over Lambda (API Gateway HTTP API, payload format 2.0)
 # --------------------------------------------------------------------------------------------
@@ -624,17 +654,23 @@ class LambdaAdapter:
         self._lock = threading.Lock()
         self.surface: EngramMcp | None = None
         self.bridge: AsgiLambdaBridge | None = None
+        self.gate: McpGate | None = None
         self._entry = instrumented(self._serve)
 
-    def _ready(self) -> AsgiLambdaBridge:
+    def _ready(self, event: Mapping[str, Any]) -> AsgiLambdaBridge:
         with self._lock:
             if self.bridge is None:
                 if self.surface is None:
                     self.surface = self._build(self._env)
-                app = stateless_app(
+                self.gate = stateless_app(
                     self.surface, extra_hosts=_csv(self._env, "ENGRAM_ALLOWED_HOSTS")
                 )
-                self.bridge = AsgiLambdaBridge(app)
+                self.bridge = AsgiLambdaBridge(self.gate)
+            assert self.gate is not None
+            # The API's default endpoint, when API Gateway's request context vouches for it.
+            default_host = execute_api_host(event, self._env.get("AWS_REGION", ""))
+            if default_host is not None and default_host not in self.gate.allowed_hosts:
+                self.gate.allowed_hosts.append(default_host)
             return self.bridge
 
     def __call__(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
@@ -642,4 +678,4 @@ class LambdaAdapter:
         return answer
 
     def _serve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        return self._ready()(event)
+        return self._ready(event)(event)

@@ -435,12 +435,10 @@ class SqliteStore:
             "WHERE tenant_id = ? AND workspace_id = ? AND (? IS NULL OR kind = ?) "
             "ORDER BY item_id LIMIT ?"
         )
-        with self._guard():
-            rows = (
-                self._conn()
-                .execute(query, (scope.tenant_id, scope.workspace_id, kind, kind, limit))
-                .fetchall()
-            )
+        with self._guard(), self._pool.connection() as conn:
+            rows = conn.execute(
+                query, (scope.tenant_id, scope.workspace_id, kind, kind, limit)
+            ).fetchall()
         return [
             OutboxItem(i, k, Scope(t, w), target, surface) for i, k, t, w, target, surface in rows
         ]
