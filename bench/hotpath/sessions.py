@@ -84,13 +84,16 @@ def engram_cli() -> str:
     return found
 
 
-def mint_token(data_dir: Path) -> str:
-    """A bearer token from the data directory's own issuer (as ``engram-memory token`` mints)."""
+def mint_token(data_dir: Path, port: int | None = None) -> str:
+    """A bearer token from the data directory's own issuer (as ``engram-memory token`` mints);
+    with ``port``, for the resource the server serves on that port (its audience follows it)."""
     from engram_memory.engine.context import TOOLS
     from engram_memory.host.config import load_host_config
     from engram_memory.host.tokens import local_issuer
 
     config = load_host_config(data_dir)
+    if port is not None:
+        config = config.serving_on("127.0.0.1", port)
     return local_issuer(data_dir, config).mint(
         principal=PRINCIPAL,
         tenant_id=config.tenant_id,
@@ -235,9 +238,14 @@ class EngramStdio(Engram):
 class EngramHttp(Engram):
     name = ENGRAM_HTTP
 
+    def prepare(self, workdir: Path) -> None:
+        self.command = engram_cli()
+        self.port = _free_port()
+        self.token = mint_token(workdir / DATA, self.port)
+
     @contextlib.asynccontextmanager
     async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
-        port = _free_port()
+        port = self.port
         with (workdir / "server.log").open("w", encoding="utf-8") as log:
             process = subprocess.Popen(  # noqa: S603 - this environment's own console script
                 [self.command, "serve", "--port", str(port), "--data-dir", str(workdir / DATA)],

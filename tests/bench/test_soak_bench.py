@@ -42,8 +42,10 @@ def test_a_short_soak_stops_by_itself_and_reports_consistent_figures(
     assert server["middle"] in samples
     for sample in samples:
         assert set(sample) == SAMPLE_KEYS
-        assert sample["fds"] >= sample["database_fds"] >= 1
+        assert sample["fds"] >= sample["database_fds"] >= 0
         assert sample["rss_mb"] > 0 and sample["threads"] >= 1
+    # The host opens its store on the first call (lazily), so the start may hold no handle yet.
+    assert server["end"]["database_fds"] >= 1
 
 
 def test_the_report_counts_latencies_outcomes_and_broken_sessions() -> None:
