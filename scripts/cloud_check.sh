@@ -108,16 +108,17 @@ source scripts/python312.sh
 deployed_build="$work_dir/build-arm64"
 counted env SAM_BUILD_DIR="$deployed_build" bash scripts/sam_check.sh
 if [[ -d "$deployed_build" ]]; then
-  echo "cloud-check: built sizes (unzipped, du -sm) as deployed (arm64):"
+  echo "cloud-check: built sizes (unzipped, du -sm, rounded up; du -sk in brackets) as deployed (arm64):"
   layer_mb="$(du -sm "$deployed_build/CoreLayer" | cut -f1)"
   for dir in "$deployed_build"/*/; do
     name="$(basename "$dir")"
     size="$(du -sm "$dir" | cut -f1)"
+    size_kb="$(du -sk "$dir" | cut -f1)"
     if [[ "$name" == CoreLayer ]]; then
-      echo "       ${name}: ${size} MB"
+      echo "       ${name}: ${size} MB [${size_kb} KB]"
     else
       total=$((size + layer_mb))
-      echo "       ${name}: ${size} MB (+ CoreLayer = ${total} MB)"
+      echo "       ${name}: ${size} MB [${size_kb} KB] (+ CoreLayer = ${total} MB)"
       if [[ "$total" -lt "$LAMBDA_UNZIPPED_LIMIT_MB" ]]; then
         pass "$name + CoreLayer unzipped ${total} MB < ${LAMBDA_UNZIPPED_LIMIT_MB} MB"
       else

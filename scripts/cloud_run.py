@@ -11,8 +11,9 @@ The harness (this process, the tool venv) holds everything that is not the produ
   it for its Lambda tasks. Each invocation goes to the function's **worker**: a
   ``python3.12 -I -S scripts/lambda_worker.py`` process whose ``sys.path`` is only
   ``.aws-sam/build/<Function>``, the built layer's ``python/`` and a runtime boto3 directory.
-- **the identity provider**: an Ed25519 issuer whose JWKS is served over HTTPS (a throw-away CA
-  the workers trust through ``SSL_CERT_FILE``/``REQUESTS_CA_BUNDLE``).
+- **the identity provider**: an Ed25519 issuer whose OIDC discovery document and JWKS are served
+  over HTTPS (a throw-away CA the workers trust through ``SSL_CERT_FILE``/``REQUESTS_CA_BUNDLE``);
+  the adapter finds the JWKS through the discovery document, as it does in AWS.
 - **OpenSearch**: a fake that answers the subset of the REST API the index adapter sends (signed,
   gzip-compressed requests from opensearch-py, over HTTPS): create index, index/get/delete a
   document, ``_bulk``, ``_search`` (term filters, ``match`` clauses by field boost, a plain
@@ -198,6 +199,7 @@ class Issuer:
 BOOST_RE: Final = re.compile(r"^[a-z_]+$")
 
 
+JWKS_PATH: Final = "/.well-known/jwks.json"
 SECURITY_API_RE: Final = re.compile(
     r"^/_plugins/_security/api/(roles/[a-z_]+|rolesmapping/[a-z_]+|audit/config)$"
 )
@@ -360,7 +362,10 @@ def https_server(
             body = self.rfile.read(length) if length else b""
             if self.headers.get("content-encoding") == "gzip":
                 body = gzip.decompress(body)
-            if self.path == "/.well-known/jwks.json":
+            if self.path == "/.well-known/openid-configuration":  # the issuer is this server
+                issuer = f"https://127.0.0.1:{self.server.server_address[1]}"
+                status, answer = 200, {"issuer": issuer, "jwks_uri": issuer + JWKS_PATH}
+            elif self.path == JWKS_PATH:
                 status, answer = 200, jwks
             elif self.command == "PUT" and self.path.startswith(CloudFormationAnswers.PREFIX):
                 cloudformation.record(self.path, body)
