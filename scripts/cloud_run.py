@@ -914,7 +914,8 @@ class Harness:
                         got.get("Status") == "SUCCESS"
                         and got.get("RequestId") == event["RequestId"],
                         f"{name}: events/{sample.name} answered CloudFormation's ResponseURL: "
-                        f"{got.get('Status') or 'nothing'} {got.get('Reason') or ''}".rstrip(),
+                        f"{got.get('Status') or 'nothing'}"
+                        + (f" ({got.get('Reason')})" if got.get("Status") == "FAILED" else ""),
                     )
             for resource in served:
                 if self.stack.resource(resource)["Type"] == "Custom::OpenSearchSecurityConfig":
