@@ -230,12 +230,12 @@ def cmd_tour(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .bootstrap import open_embedded
+    from .bootstrap import open_existing
     from .contract.errors import EngramError
     from .engine.context import Scope
     from .engine.journal import verify_journal
 
-    host = open_embedded(Path(args.data_dir))
+    host = open_existing(Path(args.data_dir))
     try:
         head = verify_journal(host.store, Scope(args.tenant, args.workspace))
     except EngramError as error:
@@ -420,7 +420,7 @@ def cmd_admin_policy_set(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
-    from .bootstrap import open_embedded
+    from .bootstrap import open_existing
     from .contract.errors import EngramError
     from .engine.context import Scope
     from .engine.operations import adjudicate
@@ -430,7 +430,7 @@ def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
     config = load_host_config(data_dir)
     if not args.operator or not args.operator.strip():
         raise CliError("--operator must not be empty")
-    host = open_embedded(data_dir, config=config)
+    host = open_existing(data_dir, config=config)
     try:
         outcome = adjudicate(
             host.engine,
@@ -454,7 +454,7 @@ def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_reindex(args: argparse.Namespace) -> int:
-    from .bootstrap import open_embedded
+    from .bootstrap import open_existing
     from .contract.errors import EngramError
     from .engine.context import Scope
     from .engine.operations import reindex
@@ -462,7 +462,7 @@ def cmd_admin_reindex(args: argparse.Namespace) -> int:
 
     data_dir = _data_dir(args)
     config = load_host_config(data_dir)
-    host = open_embedded(data_dir, config=config)
+    host = open_existing(data_dir, config=config)
     try:
         report = reindex(host.engine, Scope(config.tenant_id, args.workspace))
     except EngramError as error:

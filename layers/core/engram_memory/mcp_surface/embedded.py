@@ -137,8 +137,9 @@ def open_server(
     ``host.json``. ``engine_options`` go to ``open_embedded`` (e.g.
     ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``).
     """
-    from ..bootstrap import init_data_dir, prepare_data_dir
+    from ..bootstrap import check_key_store, init_data_dir, prepare_data_dir
 
+    check_key_store(data_dir)  # memories without their keys: refused before anything is made
     if _initialised(data_dir):
         prepare_data_dir(data_dir)  # a read-only data directory is one line now, not later
         stored = config or load_host_config(data_dir)
