@@ -232,10 +232,34 @@ def open_embedded(
         embedder=embedder,
         vector_index=SqliteVectorIndex(store) if embedder is not None else None,
     )
+    _check_key_store_belongs(data_dir, store, vault)
     _refresh_projections(store, embedder)
     return EmbeddedHost(
         data_dir=data_dir, engine=engine, store=store, vault=vault, audit=audit, config=config
     )
+
+
+KEY_STORE_META = "key_store_id"
+
+
+def _check_key_store_belongs(data_dir: Path, store: SqliteStore, vault: LocalVault) -> None:
+    """The database records the identity of the key store it was written with; a database
+    beside another key store (keys/ from another data directory, or regenerated) is refused
+    rather than used with keys that open none of its candidates."""
+    ours = vault.key_store_id()
+    recorded = store.meta_get(KEY_STORE_META)
+    if recorded == ours:
+        return
+    if recorded is None or not store.scopes():  # nothing written under another key store yet
+        store.meta_set(KEY_STORE_META, ours)
+    else:
+        store.close()
+        vault.close()
+        raise DataDirectoryRefused(
+            f"the key store in {Path(data_dir) / KEYS_DIR} does not belong to the database"
+            f" {Path(data_dir) / DATABASE_FILE} (it was written with key store {recorded}, these"
+            f" keys are {ours}); nothing was changed. Put that database's own keys/ folder back"
+        )
 
 
 def _refresh_projections(store: SqliteStore, embedder: Embedder | None) -> None:

@@ -700,6 +700,8 @@ def context_from_claims(
         session_id=session_id,
         deadline_ms=deadline_ms,
         host_facts=(raw_token,) if raw_token else (),
+        credential_id=claims.token_id,
+        credential_issued_at_ms=claims.issued_at * 1000,
     )
 
 

@@ -58,6 +58,14 @@ CREATE TABLE IF NOT EXISTS data_keys (
     created_at_ms INTEGER NOT NULL
 )
 """
+# The key store's identity: a random id, made once, that the database it serves records too, so
+# a database restored beside a key store that is not its own is refused (RESTORE_REFUSED).
+_IDENTITY_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS key_store (
+    name TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+)
+"""
 
 _T = TypeVar("_T")
 
@@ -160,6 +168,18 @@ class LocalVault:
             lambda conn: conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (key_ref,)),
         )
 
+    def key_store_id(self) -> str:
+        """This key store's identity (``ks_`` + 32 hex), made on first use and never changed."""
+
+        def identity(conn: sqlite3.Connection) -> str:
+            conn.execute(
+                "INSERT OR IGNORE INTO key_store VALUES ('id', ?)", ("ks_" + secrets.token_hex(16),)
+            )
+            (value,) = conn.execute("SELECT value FROM key_store WHERE name = 'id'").fetchone()
+            return str(value)
+
+        return self._run("key_store_id", identity)
+
     def key_exists(self, key_ref: str) -> bool:
         """Whether the data key ``key_ref`` is still held."""
         row = self._run(
@@ -218,6 +238,7 @@ class LocalVault:
             (secure_delete,) = conn.execute("PRAGMA secure_delete=ON").fetchone()
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(_SCHEMA)
+            conn.execute(_IDENTITY_SCHEMA)
         except sqlite3.Error as exc:
             conn.close()
             raise VaultUnavailable("the local vault key file cannot be opened") from exc
