@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 
 from engram_memory.bootstrap import open_embedded
@@ -449,3 +450,54 @@ def test_the_banner_shows_the_token_lifetime_from_host_json(tmp_path: Path) -> N
     )
     assert "The token expires in 1 h 30 min (default_token_ttl_s in" in out.getvalue()
     assert describe_lifetime(86_400) == "1 d" and describe_lifetime(45) == "45 s"
+
+
+# -- keys rotate ---------------------------------------------------------------------------------
+
+
+def test_keys_rotate_keeps_old_tokens_until_they_expire_and_rewraps_data_keys(
+    data: Path, capsys: Capture
+) -> None:
+    before = _mint(data, capsys, "agent-alice")
+    pending = _captured(data, "Rotation: a pending note.", "operator-cli-key-0070", admit=False)
+    master_before = (data / "keys" / "master.key").read_bytes()
+    report = _admin(capsys, data, "keys", "rotate")
+    assert report["data_keys_rewrapped"] == 1 and report["data_keys_unbound"] == 0
+    assert (data / "keys" / "master.key").read_bytes() != master_before
+    assert not (data / "keys" / "master.key.next").exists()
+    after = _mint(data, capsys, "agent-alice")
+    kid = jwt.get_unverified_header
+    assert kid(before)["kid"] == report["issuer_key"]["previous_kid"]
+    assert kid(after)["kid"] == report["issuer_key"]["kid"] != kid(before)["kid"]
+    assert _search_with(data, before)["ok"] and _search_with(data, after)["ok"]
+    shown = _admin(capsys, data, "pending", "show", pending)
+    assert shown["record"]["components"][0]["text"] == "Rotation: a pending note."
+    assert "master.key" not in json.dumps(report) and master_before.hex() not in json.dumps(report)
+
+
+def test_a_rotation_stopped_half_way_is_finished_on_the_next_open(
+    data: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pending = _captured(data, "Half-way: a pending note.", "operator-cli-key-0080", admit=False)
+
+    def crash(_staged: Path, _master: Path) -> None:
+        raise OSError(5, "simulated crash before the new master key is in place")
+
+    monkeypatch.setattr("engram_memory.rotation._install", crash)
+    assert main(["admin", "keys", "rotate", "--data-dir", str(data)]) == 1
+    capsys.readouterr()
+    assert (data / "keys" / "master.key.next").exists()
+    monkeypatch.undo()
+    shown = _admin(capsys, data, "pending", "show", pending)  # the open finishes the rotation
+    assert shown["record"]["components"][0]["text"] == "Half-way: a pending note."
+    assert not (data / "keys" / "master.key.next").exists()
+
+
+def test_a_staged_master_key_the_key_file_never_adopted_is_discarded(
+    data: Path, capsys: Capture
+) -> None:
+    pending = _captured(data, "Discarded: a pending note.", "operator-cli-key-0090", admit=False)
+    (data / "keys" / "master.key.next").write_bytes(b"\x01" * 32)
+    shown = _admin(capsys, data, "pending", "show", pending)
+    assert shown["record"]["components"][0]["text"] == "Discarded: a pending note."
+    assert not (data / "keys" / "master.key.next").exists()

@@ -200,7 +200,11 @@ def open_embedded(
     from .adapters.local.clock import SystemClock
     from .adapters.local.confirmation import InProcessConfirmations
     from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore, SqliteVectorIndex
-    from .adapters.local.vault import LocalVault, load_or_create_master_key
+    from .adapters.local.vault import (
+        LocalVault,
+        finish_master_rotation,
+        load_or_create_master_key,
+    )
     from .engine.service import Engine, EngineSettings
 
     check_key_store(data_dir)
@@ -212,6 +216,7 @@ def open_embedded(
     clock = clock or SystemClock()
     keys = data_dir / KEYS_DIR
     store = store or SqliteStore(data_dir / DATABASE_FILE)
+    finish_master_rotation(keys / CANDIDATE_KEYS_FILE, keys / MASTER_KEY_FILE)
     vault = LocalVault(
         keys / CANDIDATE_KEYS_FILE, load_or_create_master_key(keys / MASTER_KEY_FILE)
     )

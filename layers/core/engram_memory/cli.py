@@ -16,9 +16,15 @@
       operations plane: the audit log as a table (ids, principal, tool, outcome; never content).
 - ``engram-memory admin policy show|set [--data-dir DIR] [--mode auto|manual]``
       operations plane: the admission policy of ``host.json``.
-- ``engram-memory admin adjudicate [--data-dir DIR] [--workspace W] [--operator O] CANDIDATE
-  accept|reject``
-      operations plane: resolve a candidate held as ``pending_adjudication``.
+- ``engram-memory admin adjudicate CANDIDATE accept|reject [--reason R]``
+- ``engram-memory admin pending list|show CANDIDATE|withdraw CANDIDATE --reason R``
+- ``engram-memory admin records list|show|history|dispute|resolve|supersede|expire|
+  trust-invalidate|forget RECORD``
+- ``engram-memory admin status``, ``admin export [--output FILE]``, ``admin backup FILE``,
+  ``admin restore FILE [--new-keys]``, ``admin tokens revoke``, ``admin keys rotate``
+      operations plane (``engine.operations``): every one audited under ``operator:<--operator>``;
+      each takes ``--data-dir``, ``--workspace`` and ``--operator``; none creates a data
+      directory but ``restore`` (its target).
 - ``engram-memory admin reindex [--data-dir DIR] [--workspace W]``
       operations plane: rebuild a workspace's search index from the canonical store.
 
@@ -671,6 +677,13 @@ def cmd_admin_tokens_revoke(args: argparse.Namespace) -> int:
     return _host_operation("revocation", run)
 
 
+def cmd_admin_keys_rotate(args: argparse.Namespace) -> int:
+    from .rotation import rotate_keys
+
+    data_dir = _data_dir(args)
+    return _host_operation("key rotation", lambda: rotate_keys(data_dir, args.operator))
+
+
 def _token_id_of(token: str) -> str:
     """The ``jti`` of a token, read without checking it: revoking needs only the id, and an
     expired or foreign token revoked by mistake harms nothing."""
@@ -897,6 +910,16 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--token-id", help="the token's id (its jti claim)")
     which.add_argument("--principal", help="every token of this principal issued until now")
     revoke.set_defaults(func=cmd_admin_tokens_revoke)
+
+    keys = admin_sub.add_parser("keys", help="the key store: rotate")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
+    rotate = _operation(
+        keys_sub,
+        "rotate",
+        "new issuer (signing) and master keys; data keys re-wrapped; previous tokens stay valid"
+        " until they expire (stop the server first)",
+    )
+    rotate.set_defaults(func=cmd_admin_keys_rotate)
 
     rebuild = admin_sub.add_parser(
         "reindex", help="rebuild a workspace's search index from the canonical store"
