@@ -60,6 +60,10 @@ class TrustedContext:
     cancellation: Cancellation | None = None
     # Host binding facts that must never be stored (e.g. the bearer token the call came with).
     host_facts: tuple[str, ...] = ()
+    # The credential the call came with (a token's ``jti`` and issue time), checked against the
+    # operator's revocations on every call; None for contexts that no credential carries.
+    credential_id: str | None = None
+    credential_issued_at_ms: int | None = None
 
     @property
     def scope(self) -> Scope:

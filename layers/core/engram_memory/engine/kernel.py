@@ -201,6 +201,20 @@ class Kernel:
         if ctx.deadline_ms is not None and self.clock.now_ms() >= ctx.deadline_ms:
             raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
 
+    def check_revoked(self, call: Call) -> None:
+        """``AUTHORIZATION_REVOKED`` once an operator revoked the call's token or its principal's
+        tokens (``operations.revoke_credentials``), in every composition."""
+        ctx = call.ctx
+        if ctx.credential_issued_at_ms is None:
+            return
+        issued_at_ms = ctx.credential_issued_at_ms
+        if self.read(
+            lambda: self.store.credential_revoked(
+                ctx.tenant_id, ctx.credential_id, ctx.principal, issued_at_ms
+            )
+        ):
+            raise EngramError(ErrorCode.AUTHORIZATION_REVOKED)
+
     @staticmethod
     def check_purpose(call: Call, purpose_ref: str) -> None:
         if purpose_ref != call.ctx.purpose_ref:
@@ -408,22 +422,24 @@ class Kernel:
         known: ProjectionDoc | None = None,
     ) -> bool:
         """Make ``surfaces`` match the record as ``row`` shows it: project it, or drop it when it
-        is gone or forgotten (no body). Returns whether it was projected.
+        is gone, forgotten (no body) or not current (disputed, historical, expired, trust-invalid:
+        never ranked). Returns whether it was projected.
 
-        The record is read again after an upsert: a forget that committed and dropped the
-        document while the upsert was on its way would otherwise leave the forgotten record's
-        terms in the index, so the document is dropped again.
+        The record is read again after an upsert: a forget or an operator's transition that
+        committed and dropped the document while the upsert was on its way would otherwise leave
+        the record's terms in the index, so the document is dropped again.
         """
         drop = ProjectionChange(delete_record_id=record_id)
-        if row is None or row.body is None:
+        body = _projected_body(row)
+        if body is None:
             for surface in surfaces:
                 surface.apply(scope, drop)
             return False
-        upsert = ProjectionChange(upsert=known or self.projection_doc(record_id, decode(row.body)))
+        upsert = ProjectionChange(upsert=known or self.projection_doc(record_id, decode(body)))
         for surface in surfaces:
             surface.apply(scope, upsert)
         after = self.store.record_get(scope, record_id)
-        if after is None or after.body is None:
+        if _projected_body(after) is None:
             for surface in surfaces:
                 surface.apply(scope, drop)
             return False
@@ -597,6 +613,11 @@ class Kernel:
         if not record_digest_matches(record) or record["record_digest"] != row.record_digest:
             raise EngramError(ErrorCode.JOURNAL_CORRUPT)
         return dict(record)
+
+
+def _projected_body(row: RecordRow | None) -> bytes | None:
+    """The body to project when a record belongs in the projections (current, not shredded)."""
+    return row.body if row is not None and row.state == "accepted_current" else None
 
 
 class _Contention:

@@ -59,7 +59,9 @@ __all__ = [
     "load_or_create_issuer_key",
     "local_issuer",
     "local_verifier",
+    "previous_issuer_keys",
     "public_jwks",
+    "rotate_issuer_key",
 ]
 
 ISSUER_KEY_FILE: Final = "issuer-ed25519.pem"
@@ -737,6 +739,8 @@ def context_from_claims(
         session_id=session_id,
         deadline_ms=deadline_ms,
         host_facts=(raw_token,) if raw_token else (),
+        credential_id=claims.token_id,
+        credential_issued_at_ms=claims.issued_at * 1000,
     )
 
 
@@ -756,14 +760,67 @@ def local_issuer(data_dir: Path, config: HostConfig) -> TokenIssuer:
     )
 
 
+PREVIOUS_ISSUER_KEYS_FILE: Final = "issuer-previous.jwks.json"
+
+
+def previous_issuer_keys_path(data_dir: Path) -> Path:
+    """The public keys of the issuer keys ``keys rotate`` retired: their tokens stay valid until
+    they expire."""
+    return Path(data_dir) / "keys" / PREVIOUS_ISSUER_KEYS_FILE
+
+
+def previous_issuer_keys(data_dir: Path) -> list[dict[str, Any]]:
+    """The retired issuer keys' public JWKs (none when no rotation happened)."""
+    path = previous_issuer_keys_path(data_dir)
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    keys = stored.get("keys") if isinstance(stored, dict) else None
+    if not isinstance(keys, list):
+        raise ValueError(f"{path} does not hold a JWKS")
+    return [key for key in keys if isinstance(key, dict)]
+
+
+def rotate_issuer_key(data_dir: Path) -> tuple[str, str]:
+    """Replace the local issuer key with a new one, keeping the old one's public key among the
+    previous keys (its tokens verify until they expire). Returns ``(old kid, new kid)``."""
+    path = issuer_key_path(data_dir)
+    old = _read_issuer_key(path)
+    old_kid = key_id(old.public_key())
+    retired = [k for k in previous_issuer_keys(data_dir) if k.get("kid") != old_kid]
+    retired += public_jwks(old, old_kid)["keys"]
+    write_private_file(
+        previous_issuer_keys_path(data_dir),
+        json.dumps({"keys": retired}, indent=2).encode("utf-8"),
+        replace=True,
+    )
+    new = Ed25519PrivateKey.generate()
+    pem = new.private_bytes(
+        encoding=serialization.Encoding.PEM,
+        format=serialization.PrivateFormat.PKCS8,
+        encryption_algorithm=serialization.NoEncryption(),
+    )
+    write_private_file(path, pem, replace=True)
+    return old_kid, key_id(new.public_key())
+
+
 def local_verifier(data_dir: Path, config: HostConfig) -> TokenVerifier:
     """A verifier for the tokens ``local_issuer`` mints (keyed by ``kid``).
 
     RFC 9068: the local issuer mints access tokens with ``typ: at+jwt`` and only those are
     accepted, so no other JWT signed with the issuer key can stand in for one. (A cloud identity
     provider's verifier does not require it: Cognito and Entra ID, for example, issue access
-    tokens without it; there the exact audience, our resource URI, keeps ID tokens out.)"""
+    tokens without it; there the exact audience, our resource URI, keeps ID tokens out.)
+
+    The issuer keys ``keys rotate`` retired are trusted too: tokens they signed are accepted
+    until they expire (or are revoked)."""
     issuer = local_issuer(data_dir, config)
+    current = issuer.public_jwks()["keys"]
+    retired = [key for key in previous_issuer_keys(data_dir) if key.get("kid") != issuer.kid]
     return TokenVerifier.from_jwks(
-        issuer.public_jwks(), issuer=config.issuer, audience=config.resource, token_type=JWT_TYP
+        {"keys": current + retired},
+        issuer=config.issuer,
+        audience=config.resource,
+        token_type=JWT_TYP,
     )

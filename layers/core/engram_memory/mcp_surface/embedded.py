@@ -137,8 +137,9 @@ def open_server(
     ``host.json``. ``engine_options`` go to ``open_embedded`` (e.g.
     ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``).
     """
-    from ..bootstrap import init_data_dir, prepare_data_dir
+    from ..bootstrap import check_key_store, init_data_dir, prepare_data_dir
 
+    check_key_store(data_dir)  # memories without their keys: refused before anything is made
     if _initialised(data_dir):
         prepare_data_dir(data_dir)  # a read-only data directory is one line now, not later
         stored = config or load_host_config(data_dir)
@@ -237,7 +238,25 @@ def client_configuration(url: str, token: str, data_dir: Path, port: int) -> dic
     }
 
 
-def print_banner(out: TextIO, *, url: str, token: str, data_dir: Path, port: int) -> None:
+def describe_lifetime(seconds: int) -> str:
+    """A token lifetime for people: ``24 h``, ``90 min``, ``45 s``, ``2 d 3 h``."""
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days} d" if days else "", f"{hours} h" if hours else ""]
+    parts += [f"{minutes} min" if minutes else "", f"{secs} s" if secs else ""]
+    return " ".join(part for part in parts if part) or "0 s"
+
+
+def print_banner(
+    out: TextIO,
+    *,
+    url: str,
+    token: str,
+    data_dir: Path,
+    port: int,
+    token_ttl_s: int | None = None,
+) -> None:
     config = client_configuration(url, token, data_dir, port)
     print("Engram Memory is serving MCP at " + url, file=out)
     print(f"Data directory: {data_dir.resolve()}", file=out)
@@ -247,6 +266,13 @@ def print_banner(out: TextIO, *, url: str, token: str, data_dir: Path, port: int
         file=out,
     )
     print(json.dumps(config, indent=2), file=out)
+    if token_ttl_s is not None:
+        print(
+            f"\nThe token expires in {describe_lifetime(token_ttl_s)} (default_token_ttl_s in"
+            f" {host_config_path(data_dir)}); revoke it sooner with"
+            " `engram-memory admin tokens revoke --token <token>`.",
+            file=out,
+        )
     print(
         f"\nMCP Inspector (Node >= 22): {INSPECTOR}, transport 'Streamable HTTP', URL "
         f"{url}, header 'Authorization: Bearer <the token above>'.",
@@ -320,7 +346,14 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
         sock.close()
         raise
     url = f"http://{bind_host}:{port}{MCP_PATH}"
-    print_banner(sys.stdout, url=url, token=default_token(server), data_dir=data_dir, port=port)
+    print_banner(
+        sys.stdout,
+        url=url,
+        token=default_token(server),
+        data_dir=data_dir,
+        port=port,
+        token_ttl_s=server.surface.runtime.host.default_token_ttl_s,
+    )
     resource = server.surface.runtime.host.resource
     if resource != url:
         print(

@@ -103,6 +103,10 @@ CREATE TABLE IF NOT EXISTS outbox (
     workspace_id TEXT NOT NULL, target TEXT NOT NULL, surface TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS store_meta (
     key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS revocations (
+    tenant_id TEXT NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL,
+    revoked_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, kind, value)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS lexical_tables (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, table_name TEXT NOT NULL UNIQUE,
     PRIMARY KEY (tenant_id, workspace_id)) WITHOUT ROWID;
@@ -454,6 +458,122 @@ class SqliteStore:
                 (scope.tenant_id, scope.workspace_id, kind, target),
             ).fetchone()
         return row is not None
+
+    # -- the operations plane (operators only) ---------------------------------------------------
+
+    def scopes(self) -> list[Scope]:
+        with self._guard(), self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT tenant_id, workspace_id FROM journal_heads ORDER BY tenant_id, workspace_id"
+            ).fetchall()
+        return [Scope(tenant_id, workspace_id) for tenant_id, workspace_id in rows]
+
+    def candidates_list(
+        self, scope: Scope, state: str | None, after: str, limit: int
+    ) -> list[CandidateRow]:
+        with self._guard(), self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates "  # noqa: S608 - constant columns
+                "WHERE tenant_id = ? AND workspace_id = ? AND (? IS NULL OR state = ?) "
+                "AND candidate_id > ? ORDER BY candidate_id LIMIT ?",
+                (scope.tenant_id, scope.workspace_id, state, state, after, limit),
+            ).fetchall()
+        return [CandidateRow(*row) for row in rows]
+
+    def records_list(
+        self, scope: Scope, state: str | None, after: str, limit: int
+    ) -> list[RecordRow]:
+        with self._guard(), self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM records "  # noqa: S608 - constant columns
+                "WHERE tenant_id = ? AND workspace_id = ? AND (? IS NULL OR state = ?) "
+                "AND record_id > ? ORDER BY record_id LIMIT ?",
+                (scope.tenant_id, scope.workspace_id, state, state, after, limit),
+            ).fetchall()
+        return [_record_row(row) for row in rows]
+
+    def state_counts(self, scope: Scope) -> dict[str, int]:
+        where = "WHERE tenant_id = ? AND workspace_id = ?"
+        counts: dict[str, int] = {}
+        with self._guard(), self._pool.connection() as conn:
+            for prefix, table, column in (
+                ("candidate", "candidates", "state"),
+                ("record", "records", "state"),
+                ("outbox", "outbox", "kind"),
+            ):
+                for value, count in conn.execute(
+                    f"SELECT {column}, COUNT(*) FROM {table} {where} GROUP BY {column}",  # noqa: S608
+                    (scope.tenant_id, scope.workspace_id),
+                ):
+                    counts[f"{prefix}:{value}"] = int(count)
+        return counts
+
+    def revoke_credentials(self, tenant_id: str, kind: str, value: str, at_ms: int) -> None:
+        with self._guard(), self._pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO revocations VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, kind, value) "
+                "DO UPDATE SET revoked_at_ms = MAX(revoked_at_ms, excluded.revoked_at_ms)",
+                (tenant_id, kind, value, at_ms),
+            )
+
+    def credential_revoked(
+        self, tenant_id: str, token_id: str | None, principal: str, issued_at_ms: int
+    ) -> bool:
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM revocations WHERE tenant_id = ? AND ("
+                "(kind = 'token' AND value = ?) OR "
+                "(kind = 'principal' AND value = ? AND revoked_at_ms >= ?)) LIMIT 1",
+                (tenant_id, token_id, principal, issued_at_ms),
+            ).fetchone()
+        return row is not None
+
+    def meta_get(self, key: str) -> str | None:
+        """A value of the store's own bookkeeping (``store_meta``), or None."""
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def meta_set(self, key: str, value: str) -> None:
+        with self._guard(), self._pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO store_meta VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def backup_to(self, target: Path) -> None:
+        """A consistent copy of the canonical store at ``target`` (which must not exist), made
+        with SQLite's online backup API beside live traffic, without its projections: the
+        per-scope FTS5 and vector tables are dropped from the copy (they are derived data, rebuilt
+        on restore), the copy's projection outbox items with them, and the copy is vacuumed so no
+        page of theirs survives in the file."""
+        target = Path(target)
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+        copy = sqlite3.connect(str(target), isolation_level=None)
+        try:
+            with self._guard(), self._pool.connection() as conn:
+                conn.backup(copy)
+            copy.execute("PRAGMA journal_mode = DELETE")
+            copy.execute("PRAGMA secure_delete = ON")
+            for (lexical_table,) in copy.execute(
+                "SELECT table_name FROM lexical_tables"
+            ).fetchall():
+                copy.execute(f"DROP TABLE IF EXISTS {lexical_table}")
+                copy.execute(f"DROP TABLE IF EXISTS vec_{lexical_table[4:]}")
+            copy.execute("DELETE FROM lexical_tables")
+            copy.execute("UPDATE records SET lex_rowid = NULL WHERE lex_rowid IS NOT NULL")
+            copy.execute(
+                "DELETE FROM outbox WHERE kind IN ('upsert_projection', 'drop_projection')"
+            )
+            copy.execute("DELETE FROM store_meta WHERE key = 'lexical_version'")
+            copy.execute("VACUUM")
+        except sqlite3.Error as exc:
+            copy.close()
+            target.unlink(missing_ok=True)
+            raise StoreUnavailable("the backup could not be written") from exc
+        copy.close()
 
     # -- the commit ----------------------------------------------------------------------------
 
