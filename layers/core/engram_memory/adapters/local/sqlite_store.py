@@ -560,10 +560,14 @@ class SqliteStore:
                 raise CommitConflict("ledger") from None
         if changes.candidate_transition is not None:
             move = changes.candidate_transition
+            # A candidate leaving ``pending`` (admitted, rejected, withdrawn) is never opened
+            # again and its key's destruction is queued in this same commit: its ciphertext is
+            # dead weight (2-3 KB a record), dropped here and zeroed by secure_delete.
             updated = conn.execute(
-                "UPDATE candidates SET state = ? WHERE tenant_id = ? AND workspace_id = ? "
+                "UPDATE candidates SET state = ?, sealed = CASE WHEN ? = 'pending' THEN sealed "
+                "ELSE X'' END WHERE tenant_id = ? AND workspace_id = ? "
                 "AND candidate_id = ? AND state = ?",
-                (move.to_state, t, w, move.target_id, move.from_state),
+                (move.to_state, move.to_state, t, w, move.target_id, move.from_state),
             ).rowcount
             if updated != 1:
                 raise CommitConflict("state")
