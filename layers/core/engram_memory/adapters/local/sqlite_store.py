@@ -9,15 +9,15 @@ a query can only ever read its own scope's rows, never scans another's, and BM25
 With a semantic channel, each scope also has a vector table beside its FTS5 table
 (``vec_<scope hash>``: record id → float32 little-endian vector). It is written and deleted by
 the same projection change, in the same transaction, so a forgotten record's vector goes with
-its lexical projection. ``nearest`` is an exact scan of the scope's vectors (dot products of unit
-vectors = cosine similarity).
+its lexical projection. ``nearest`` is exact (dot products of unit vectors = cosine similarity)
+over an in-memory matrix of the scope's vectors (``vector_matrix``), reloaded when the table's
+generation, bumped in the transaction of every vector write or delete, moved.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import operator
 import os
 import sqlite3
 import sys
@@ -47,6 +47,7 @@ from ...engine.ports import (
     RecordRow,
     StoreUnavailable,
 )
+from .vector_matrix import VectorMatrices
 
 FaultHook = Callable[[str], None]
 log = logging.getLogger(__name__)
@@ -103,6 +104,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     workspace_id TEXT NOT NULL, target TEXT NOT NULL, surface TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS store_meta (
     key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS vector_generations (
+    table_name TEXT PRIMARY KEY, generation INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS lexical_tables (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, table_name TEXT NOT NULL UNIQUE,
     PRIMARY KEY (tenant_id, workspace_id)) WITHOUT ROWID;
@@ -291,6 +294,7 @@ class SqliteStore:
         self._fault_hook = fault_hook
         self._busy_timeout_ms = busy_timeout_ms
         self._pool = _ConnectionPool(self._connect, pool_size, busy_timeout_ms / 1000)
+        self._matrices = VectorMatrices()
         with self._guard(), self._pool.connection() as conn:
             conn.executescript(_SCHEMA)
 
@@ -694,6 +698,7 @@ class SqliteStore:
                     f"INSERT INTO {vectors} VALUES (?, ?)",  # noqa: S608 - internal name
                     (doc.record_id, _pack(doc.vector)),
                 )
+                self._vectors_changed(conn, vector_table_name(scope))
         if change.delete_record_id is not None:
             self._unproject(conn, scope, change.delete_record_id)
             table = self._lexical_table(conn, scope, create=False)
@@ -719,7 +724,12 @@ class SqliteStore:
     def _unproject(self, conn: sqlite3.Connection, scope: Scope, record_id: str) -> None:
         vectors = self._vector_table(conn, scope, create=False)
         if vectors is not None:
-            conn.execute(f"DELETE FROM {vectors} WHERE record_id = ?", (record_id,))  # noqa: S608
+            deleted = conn.execute(
+                f"DELETE FROM {vectors} WHERE record_id = ?",  # noqa: S608
+                (record_id,),
+            ).rowcount
+            if deleted:
+                self._vectors_changed(conn, vectors)
         row = conn.execute(
             "SELECT lex_rowid FROM records WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
             (scope.tenant_id, scope.workspace_id, record_id),
@@ -756,14 +766,27 @@ class SqliteStore:
             table = self._vector_table(conn, scope, create=False)
             if table is None:
                 return []
-            rows = conn.execute(f"SELECT record_id, vector FROM {table}").fetchall()  # noqa: S608
-        query = array("d", vector)
-        hits = [
-            IndexHit(str(record_id), sum(map(operator.mul, query, _unpack(_as_bytes(blob)))))
-            for record_id, blob in rows
-        ]
-        hits.sort(key=lambda hit: (-hit.score, hit.record_id))
-        return hits[:depth]
+
+            def load() -> list[tuple[str, bytes]]:
+                rows = conn.execute(f"SELECT record_id, vector FROM {table}").fetchall()  # noqa: S608
+                return [(str(record_id), _as_bytes(blob)) for record_id, blob in rows]
+
+            conn.execute("BEGIN")  # the generation and the rows it counts: one snapshot
+            try:
+                row = conn.execute(
+                    "SELECT generation FROM vector_generations WHERE table_name = ?", (table,)
+                ).fetchone()
+                return self._matrices.nearest(table, row[0] if row else 0, load, vector, depth)
+            finally:
+                conn.execute("COMMIT")
+
+    @staticmethod
+    def _vectors_changed(conn: sqlite3.Connection, table: str) -> None:
+        conn.execute(
+            "INSERT INTO vector_generations VALUES (?, 1) ON CONFLICT (table_name) "
+            "DO UPDATE SET generation = generation + 1",
+            (table,),
+        )
 
     def vector_contains(self, scope: Scope, record_id: str) -> bool:
         return self._projected(self._vector_table, scope, record_id)
