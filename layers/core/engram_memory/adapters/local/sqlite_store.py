@@ -178,6 +178,8 @@ def _unpack(blob: bytes) -> array[float]:
 
 
 DEFAULT_POOL_SIZE: Final = 8
+# How far past the depth a lexical query ranks by score alone (``_top_by_score``).
+_TIE_SLACK: Final = 64
 
 
 def _drops_projection(change: ProjectionChange | None) -> bool:
@@ -747,17 +749,58 @@ class SqliteStore:
     def lexical_search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
         if not terms:
             return []
+        if depth <= 0:
+            return []
         match = " OR ".join(f'"{term}"' for term in terms)
         with self._guard(), self._pool.connection() as conn:
             table = self._lexical_table(conn, scope, create=False)
             if table is None:
                 return []
+            conn.execute("BEGIN")  # both queries read one snapshot
+            try:
+                return self._top_by_score(conn, table, match, depth)
+            finally:
+                conn.execute("COMMIT")
+
+    @staticmethod
+    def _top_by_score(
+        conn: sqlite3.Connection, table: str, match: str, depth: int
+    ) -> list[IndexHit]:
+        """The ``depth`` best matches by score, ties by ``record_id``: exactly what ``ORDER BY
+        score DESC, record_id ASC LIMIT depth`` returns, without reading every match's
+        ``record_id`` (half the query's time at 10k records).
+
+        The matches are ranked by score alone, ``_TIE_SLACK`` past the depth; when the last one
+        scores below the depth-th, every match tied with the depth-th is among them, so ordering
+        just these by ``(score, record_id)`` is exact. Otherwise (a tie wider than the slack) the
+        plain query runs.
+        """
+        scored = conn.execute(
+            f"SELECT rowid, -bm25({table}, {_BM25_ARGS}) AS score FROM {table} "  # noqa: S608
+            f"WHERE {table} MATCH ? ORDER BY score DESC LIMIT ?",
+            (match, depth + _TIE_SLACK),
+        ).fetchall()
+        if len(scored) == depth + _TIE_SLACK and scored[-1][1] >= scored[depth - 1][1]:
             rows = conn.execute(
                 f"SELECT record_id, -bm25({table}, {_BM25_ARGS}) AS score FROM {table} "  # noqa: S608
                 f"WHERE {table} MATCH ? ORDER BY score DESC, record_id ASC LIMIT ?",
                 (match, depth),
             ).fetchall()
-        return [IndexHit(str(record_id), float(score)) for record_id, score in rows]
+            return [IndexHit(str(record_id), float(score)) for record_id, score in rows]
+        ids: dict[int, str] = {}
+        rowids = [rowid for rowid, _ in scored]
+        for start in range(0, len(rowids), 500):
+            chunk = rowids[start : start + 500]
+            ids.update(
+                conn.execute(
+                    f"SELECT rowid, record_id FROM {table} "  # noqa: S608 - placeholders only
+                    f"WHERE rowid IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+            )
+        hits = [IndexHit(str(ids[rowid]), float(score)) for rowid, score in scored]
+        hits.sort(key=lambda hit: (-hit.score, hit.record_id))
+        return hits[:depth]
 
     def vector_nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
         if depth <= 0:
