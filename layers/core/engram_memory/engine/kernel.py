@@ -70,6 +70,7 @@ from .records import (
     receipt,
     record_digest_matches,
     scope_ref,
+    stored_body_matches,
 )
 from .redaction import RedactionPolicy
 from .semantic import record_vector
@@ -88,7 +89,12 @@ T = TypeVar("T")
 class EngineSettings:
     cursor_key: bytes  # authenticates search page cursors; shared by every instance of a host
     redaction: RedactionPolicy = field(default_factory=RedactionPolicy.from_allowlist)
-    rank_depth: int = 1000  # how many index hits a search ranks and revalidates
+    # How many index hits a search ranks and revalidates: ``rank_pages`` pages of the request's
+    # ``limit`` (so paging reaches that many pages), at least ``min_rank_depth`` and at most
+    # ``rank_depth``. Every hit ranked is revalidated, so the depth is the read cost of a search.
+    rank_depth: int = 1000
+    rank_pages: int = 10
+    min_rank_depth: int = 100
     # How often a use case re-runs when the state it read moved under it (a ledger, state or
     # approval conflict): it then replays or refuses, so a few attempts suffice.
     commit_attempts: int = 8
@@ -165,6 +171,11 @@ class Kernel:
         self.surfaces: tuple[ProjectionSurface, ...] = tuple(surfaces)
         self._scope_locks: dict[Scope, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+
+    def search_depth(self, limit: int) -> int:
+        """How many hits a search with page size ``limit`` ranks (``EngineSettings.rank_depth``)."""
+        settings = self.settings
+        return min(settings.rank_depth, max(settings.min_rank_depth, limit * settings.rank_pages))
 
     @property
     def semantic_available(self) -> bool:
@@ -610,9 +621,16 @@ class Kernel:
         if row.body is None:
             raise EngramError(ErrorCode.BLOB_MISSING)
         record: dict[str, Any] = decode(row.body)
-        if not record_digest_matches(record) or record["record_digest"] != row.record_digest:
-            raise EngramError(ErrorCode.JOURNAL_CORRUPT)
-        return dict(record)
+        if stored_body_matches(row.body, row.record_digest):
+            # The bytes hash to the row's digest; the decoded record must carry it at its top.
+            if (
+                record.get("record_digest") == row.record_digest
+                and record.get("record_id") == row.record_id
+            ):
+                return record
+        elif record_digest_matches(record) and record["record_digest"] == row.record_digest:
+            return dict(record)
+        raise EngramError(ErrorCode.JOURNAL_CORRUPT)
 
 
 def _projected_body(row: RecordRow | None) -> bytes | None:

@@ -5,8 +5,9 @@ Encryption SDK (raw AES keyring, committing algorithm suite without signatures, 
 context binding tenant, workspace and candidate). The data key itself is stored only in the key
 file, wrapped under the master key with AES-256-GCM. Destroying the key row crypto-shreds the
 blob: the ciphertext, including any copy in a backup of the main database, can never be opened
-again. The key file is opened with ``secure_delete`` so a destroyed key's bytes are overwritten
-in the file, and it must never be included in backups.
+again. The key file is opened with ``secure_delete`` and checkpointed after every destroy so a
+destroyed key's bytes are overwritten in the file and gone from its -wal, and it must never be
+included in backups.
 """
 
 from __future__ import annotations
@@ -170,11 +171,21 @@ class LocalVault:
         return plaintext
 
     def destroy(self, key_ref: str) -> None:
-        """Durably delete the data key; idempotent (destroying a missing key is not an error)."""
-        self._run(
-            "destroy",
-            lambda conn: conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (key_ref,)),
-        )
+        """Durably delete the data key; idempotent (destroying a missing key is not an error).
+
+        Returns once the key's bytes are gone from the key file and its -wal; raises
+        ``VaultUnavailable`` when the -wal could not be truncated (a reader of an older snapshot
+        in another process): the deletion is then durable but not yet scrubbed, and a retry
+        finishes it.
+        """
+
+        def delete_and_scrub(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (key_ref,))
+            (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy:
+                raise sqlite3.OperationalError("the key file's -wal could not be truncated")
+
+        self._run("destroy", delete_and_scrub)
 
     def key_store_id(self) -> str:
         """This key store's identity (``ks_`` + 32 hex), made on first use and never changed."""
@@ -289,9 +300,13 @@ class LocalVault:
         except sqlite3.Error as exc:
             raise VaultUnavailable("the local vault key file cannot be opened") from exc
         try:
-            # DELETE keeps the key bytes in the one file that secure_delete scrubs (WAL would
-            # leave copies of deleted pages in the -wal file until a checkpoint).
-            (journal_mode,) = conn.execute("PRAGMA journal_mode=DELETE").fetchone()
+            # WAL, as the store: a key written at capture costs one append and one fsync of the
+            # -wal file (synchronous=FULL, so a committed key survives a power cut), where a
+            # rollback journal cost three fsyncs and a file deletion. The -wal keeps images of
+            # the pages a destroy changed, so ``destroy`` checkpoints and truncates it before it
+            # returns: secure_delete has zeroed the key's bytes in the new page images, the
+            # checkpoint writes them over the database file, the truncation drops the old images.
+            (journal_mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
             (secure_delete,) = conn.execute("PRAGMA secure_delete=ON").fetchone()
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(_SCHEMA)
@@ -299,7 +314,7 @@ class LocalVault:
         except sqlite3.Error as exc:
             conn.close()
             raise VaultUnavailable("the local vault key file cannot be opened") from exc
-        if str(journal_mode).lower() != "delete" or secure_delete != 1:
+        if str(journal_mode).lower() != "wal" or secure_delete != 1:
             conn.close()
             raise VaultUnavailable("the local vault key file cannot guarantee key deletion")
         return conn
