@@ -311,7 +311,7 @@ class Human:
         assert isinstance(params, types.ElicitRequestFormParams)
         self.asked.append(params.message)
         if self.action == "accept":
-            return types.ElicitResult(action="accept", content={"approve": True})
+            return types.ElicitResult(action="accept", content={"decision": "approve"})
         return types.ElicitResult(action=self.action)
 
 

@@ -29,7 +29,7 @@ REQUEST = ConfirmationRequest(
     summary="Tool: forget",
 )
 ELICIT = types.ClientCapabilities(elicitation=types.ElicitationCapability())
-APPROVE = types.ElicitResult(action="accept", content={"approve": True})
+APPROVE = types.ElicitResult(action="accept", content={"decision": "approve"})
 
 
 class Clock:
@@ -117,7 +117,8 @@ def test_a_state_minted_for_another_operation_is_declined(change: dict[str, str]
     [
         types.ElicitResult(action="decline"),
         types.ElicitResult(action="cancel"),
-        types.ElicitResult(action="accept", content={"approve": False}),
+        types.ElicitResult(action="accept", content={"decision": "decline"}),
+        types.ElicitResult(action="accept", content={"approve": True}),  # the old checkbox
         None,
     ],
 )

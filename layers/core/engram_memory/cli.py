@@ -12,6 +12,8 @@
       forget ask you for confirmation at the terminal (``--yes`` approves for you).
 - ``engram-memory verify [--data-dir DIR] --tenant T --workspace W``
       operations plane: check a scope's journal (dense cursors, unbroken hash chain).
+- ``engram-memory approvals list|approve|decline [--data-dir DIR] [APPROVAL_ID]``
+      answer the confirmations agents wait for, from a terminal (``cli_approvals``).
 - ``engram-memory admin audit [--data-dir DIR] [--limit N]``
       operations plane: the audit log as a table (ids, principal, tool, outcome; never content).
 - ``engram-memory admin policy show|set [--data-dir DIR] [--mode auto|manual]``
@@ -36,6 +38,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
+from .cli_approvals import add_approvals_parser
 from .engine.context import TOOLS, TrustedContext, new_audit_id
 from .host.errors import HostConfigError
 
@@ -581,6 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     rebuild.add_argument("--workspace", default=TOUR_WORKSPACE)
     rebuild.set_defaults(func=cmd_admin_reindex)
+    add_approvals_parser(sub, DEFAULT_DATA_DIR)
     return parser
 
 

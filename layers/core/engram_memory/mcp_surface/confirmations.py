@@ -32,16 +32,22 @@ from ..engine.ports import (
 from .request_state import ConfirmationState
 
 ANSWER_KEY: Final = "engram_confirmation"
+DECISION_FIELD: Final = "decision"
+# An explicit choice, not a checkbox: "accept" with nothing chosen is not an approval.
 APPROVAL_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "approve": {
-            "type": "boolean",
-            "title": "Approve",
-            "description": "Approve this memory operation on behalf of the agent?",
+        DECISION_FIELD: {
+            "type": "string",
+            "title": "Your answer",
+            "description": "Approve or decline this memory operation on behalf of the agent.",
+            "oneOf": [
+                {"const": "approve", "title": "Approve"},
+                {"const": "decline", "title": "Decline"},
+            ],
         }
     },
-    "required": ["approve"],
+    "required": [DECISION_FIELD],
 }
 
 
@@ -50,7 +56,7 @@ def elicitation_message(request: ConfirmationRequest) -> str:
 
 
 def approved(result: types.ElicitResult) -> bool:
-    return result.action == "accept" and (result.content or {}).get("approve") is True
+    return result.action == "accept" and (result.content or {}).get(DECISION_FIELD) == "approve"
 
 
 def can_elicit(capabilities: types.ClientCapabilities | None) -> bool:
@@ -63,7 +69,7 @@ def can_open_url(capabilities: types.ClientCapabilities | None) -> bool:
     return elicitation is not None and elicitation.url is not None
 
 
-class UrlConfirmationRequired(Exception):
+class UrlConfirmationRequired(ConfirmationPending):
     """The confirmation happens on an approval page the human signs in to (cloud, URL mode).
 
     Raised by the cloud adapter's engine when the tool function answered with the page of its
@@ -72,16 +78,25 @@ class UrlConfirmationRequired(Exception):
     answered on the page, the client's retry of the same call gets the committed receipt.
     """
 
-    def __init__(self, request: ConfirmationRequest, url: str, elicitation_id: str) -> None:
-        super().__init__("confirmation by URL required")
-        self.request = request
+    def __init__(
+        self,
+        request: ConfirmationRequest,
+        url: str,
+        elicitation_id: str,
+        *,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(request)
         self.url = url
         self.elicitation_id = elicitation_id
+        self.message = message or (
+            elicitation_message(request)
+            + "\n\nOpen the approval page, sign in, and answer; then retry the same call."
+        )
 
     def params(self) -> types.ElicitRequestURLParams:
         return types.ElicitRequestURLParams(
-            message=elicitation_message(self.request)
-            + "\n\nOpen the approval page, sign in, and answer; then retry the same call.",
+            message=self.message,
             url=self.url,
             elicitation_id=self.elicitation_id,
         )

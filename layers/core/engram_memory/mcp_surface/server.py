@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio.to_thread
 import mcp.types as types
@@ -39,6 +39,9 @@ from .confirmations import (
 )
 from .request_state import RequestStateInvalid, RequestStateSealer
 from .wire import INVALID_ARGUMENTS_META
+
+if TYPE_CHECKING:
+    from .embedded_approvals import EmbeddedApprovals
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,8 @@ class SurfaceRuntime:
     sealer: RequestStateSealer
     clock: Clock
     stdio_token: str | None = None  # stdio: the token the host started the process with
+    # The embedded host's approval page and book (None in the cloud, whose adapter has its own).
+    approvals: EmbeddedApprovals | None = None
 
 
 def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
@@ -209,6 +214,18 @@ class EngramMcp:
             workflow = StreamConfirmations(
                 self.runtime.clock, session=ctx.session, request_id=ctx.request_id
             )
+        approvals = self.runtime.approvals
+        if approvals is not None:
+            from .embedded_approvals import EmbeddedConfirmations
+
+            workflow = EmbeddedConfirmations(
+                approvals,
+                trusted,
+                capabilities=ctx.session.client_capabilities,
+                form=workflow if modern else None,
+                session=ctx.session,
+                request_id=ctx.request_id,
+            )
 
         # Arguments the wire screen refused (duplicate keys, -0, a lone surrogate) reach the
         # engine as something that is not an object: INVALID_SCHEMA, audited like any other.
@@ -228,11 +245,18 @@ class EngramMcp:
             raise UrlElicitationRequiredError([needed.params()]) from None
         except ConfirmationPending as pending:
             state = state_for(pending.request, self.runtime.clock.now_ms())
+            asked = pending.request
+            message = elicitation_message(asked)
+            if approvals is not None:  # the page's summary, and the row the page can answer
+                desk = approvals
+                message = await anyio.to_thread.run_sync(
+                    lambda: desk.message(desk.ask(asked, trusted), mode="form")
+                )
             return types.InputRequiredResult(
                 input_requests={
                     ANSWER_KEY: types.ElicitRequest(
                         params=types.ElicitRequestFormParams(
-                            message=elicitation_message(pending.request),
+                            message=message,
                             requested_schema=APPROVAL_SCHEMA,
                         )
                     )
