@@ -229,11 +229,14 @@ def _free_socket() -> socket.socket:
 
 @contextlib.contextmanager
 def serve_http(data_dir: Path) -> Iterator[HttpService]:
-    """``open_server(data_dir)`` behind uvicorn on a free 127.0.0.1 port, in a background thread."""
-    embedded = open_server(data_dir)
-    app = http_app(embedded.surface, bind_host="127.0.0.1")
+    """``open_server(data_dir)`` behind uvicorn on a free 127.0.0.1 port, in a background thread.
+
+    As ``engram-memory serve`` does, the resource URI (the tokens' audience, the approval
+    links' origin) follows the port."""
     sock = _free_socket()
     port = sock.getsockname()[1]
+    embedded = open_server(data_dir, port=port)
+    app = http_app(embedded.surface, bind_host="127.0.0.1")
     server = uvicorn.Server(
         uvicorn.Config(
             app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3

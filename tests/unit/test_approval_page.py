@@ -59,7 +59,7 @@ LONG_ID = "mem_" + "a" * 52
 def a_view(**changes: object) -> ApprovalView:
     view = ApprovalView(
         approval_id="apr_" + "0" * 32,
-        tool="engram_memory_forget",
+        tool="forget",
         target=LONG_ID,
         principal="alice",
         agent_id="agent-7",
@@ -288,6 +288,20 @@ def test_a_post_from_another_origin_is_refused_even_with_the_token() -> None:
         allowed_origin=ORIGIN,
     )
     assert refused.status == 403 and desk.answers == []
+
+
+def test_a_cross_site_fetch_is_refused_and_a_null_origin_needs_the_token_only() -> None:
+    desk = FakeDesk(a_view())
+    form = {
+        "csrf_token": desk.csrf_token(desk.shown.approval_id, desk.secret),
+        "decision": "decline",
+    }
+    cross = request(desk, "POST", form=form, origin="null", fetch_site="cross-site")
+    assert handle_page(desk, cross, now_ms=NOW, allowed_origin=ORIGIN).status == 403
+    assert desk.answers == []
+    same = request(desk, "POST", form=form, origin="null", fetch_site="same-origin")
+    assert handle_page(desk, same, now_ms=NOW, allowed_origin=ORIGIN).status == 200
+    assert desk.answers == [Decision.DECLINE]
 
 
 def test_a_post_without_a_decision_changes_nothing() -> None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .approval_page.view import ACTIONS
+from .approval_page.view import action_of
 
 
 def _book(args: argparse.Namespace) -> Any:
@@ -48,7 +48,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     now = _now_ms()
     for row in rows:
-        action = ACTIONS.get(row.tool, ("", row.tool))[1]
+        action = action_of(row.tool)[1]
         left = max(0, (row.expires_at_ms - now) // 1000)
         print(f"{row.approval_id}  {left // 60}:{left % 60:02d} left")
         print(f"  {action}: {row.target or '(new memory)'}")
@@ -75,7 +75,7 @@ def _answer(args: argparse.Namespace, approve: bool) -> int:
             file=sys.stderr,
         )
         return 1
-    action = ACTIONS.get(answered.tool, ("", answered.tool))[1]
+    action = action_of(answered.tool)[1]
     if approve:
         print(
             f"approved: {action} {answered.target or ''} for {answered.principal}. The agent's"

@@ -56,6 +56,7 @@ class PageRequest:
     action_url: str  # where the form posts back (this very page)
     form: Mapping[str, str] = field(default_factory=dict)
     origin: str | None = None  # the POST's Origin header, when the browser sent one
+    fetch_site: str | None = None  # its Sec-Fetch-Site header, when the browser sent one
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,15 @@ def _error(error: PageError) -> PageResponse:
     return PageResponse(status, html)
 
 
+def _same_origin(request: PageRequest, allowed_origin: str | None) -> bool:
+    """No sign of another site: ``Sec-Fetch-Site`` same-origin (or none: typed, bookmarked) and
+    an ``Origin`` that is this page's. A page sent with ``Referrer-Policy: no-referrer`` posts
+    ``Origin: null``, which says nothing either way; the CSRF token still has to match."""
+    if request.fetch_site is not None and request.fetch_site not in ("same-origin", "none"):
+        return False
+    return request.origin in (None, "null", allowed_origin)
+
+
 def handle_page(
     desk: ApprovalDesk, request: PageRequest, *, now_ms: int, allowed_origin: str | None
 ) -> PageResponse:
@@ -92,7 +102,7 @@ def handle_page(
             shown, now_ms=now_ms, action_url=request.action_url, csrf_token=expected
         )
         return PageResponse(200, html)
-    if request.origin is not None and request.origin != allowed_origin:
+    if not _same_origin(request, allowed_origin):
         return _error(PageError.CSRF)
     sent = request.form.get(CSRF_FIELD, "")
     if not sent or not hmac.compare_digest(sent.encode(), expected.encode()):

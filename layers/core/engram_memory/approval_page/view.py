@@ -9,18 +9,25 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+# by the engine's tool (grant) name; the MCP names add the "engram_memory_" prefix
 ACTIONS: Final = {
-    "engram_memory_forget": ("Forget this memory?", "permanently forget this memory record"),
-    "engram_memory_withdraw": (
+    "forget": ("Forget this memory?", "permanently forget this memory record"),
+    "withdraw": (
         "Withdraw this pending memory?",
         "withdraw this pending memory candidate (it will never be admitted)",
     ),
-    "engram_memory_capture": ("Capture a new memory?", "capture a new pending memory"),
-    "engram_memory_request_admission": (
+    "capture": ("Capture a new memory?", "capture a new pending memory"),
+    "request_admission": (
         "Request admission of this memory?",
         "ask the admission policy to decide on this pending memory",
     ),
 }
+
+
+def action_of(tool: str) -> tuple[str, str]:
+    """The page's title and the sentence for a tool (``forget`` or ``engram_memory_forget``)."""
+    grant = tool.removeprefix("engram_memory_")
+    return ACTIONS.get(grant, ("Approve this memory operation?", f"run {grant}"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +119,11 @@ class ApprovalView:
 
     @property
     def title(self) -> str:
-        return ACTIONS.get(self.tool, ("Approve this memory operation?", ""))[0]
+        return action_of(self.tool)[0]
 
     @property
     def action(self) -> str:
-        return ACTIONS.get(self.tool, ("", f"run {self.tool}"))[1]
+        return action_of(self.tool)[1]
 
     def time_left(self, now_ms: int) -> str:
         """``4 min 05 s left (until 13:45:02 UTC)``, or ``expired``."""

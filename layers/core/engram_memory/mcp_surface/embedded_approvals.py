@@ -287,6 +287,7 @@ def approval_routes(approvals: EmbeddedApprovals, allowed_hosts: list[str]) -> l
             action_url=str(request.url.path) + "?" + str(request.url.query),
             form=form,
             origin=request.headers.get("origin"),
+            fetch_site=request.headers.get("sec-fetch-site"),
         )
         own_origin = f"{request.url.scheme}://{request.headers.get('host', '')}"
         response = await anyio.to_thread.run_sync(

@@ -108,7 +108,7 @@ class ApprovalBook:
     """The open confirmations of one data directory (see the module docstring)."""
 
     def __init__(self, data_dir: Path) -> None:
-        path = data_dir / FILE_NAME
+        self.path = path = data_dir / FILE_NAME
         os.close(
             os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
         )  # owner-only before SQLite opens it

@@ -34,12 +34,12 @@ def approval_subject(
     if target is None:
         return None
     try:
-        if tool == "engram_memory_forget":
+        if tool == "forget":
             row = k.read(lambda: k.store.record_get(ctx.scope, target))
             if row is None or row.body is None:
                 return None
             return ApprovalSubject(dict(decode(row.body)), row.record_digest, None)
-        if tool == "engram_memory_withdraw":
+        if tool == "withdraw":
             call = Call(tool=tool, ctx=ctx, now_ms=now_ms, workflow=k.confirmations)
             candidate = k.pending_candidate(call, target)  # NOT_FOUND for another principal
             content = k.open_candidate(call, candidate)
