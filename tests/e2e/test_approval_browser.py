@@ -9,21 +9,15 @@ page at phone width (320 px) with screenshots (``ENGRAM_SCREENSHOTS=DIR`` keeps 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import anyio
 import httpx2
 import mcp.types as types
 import pytest
-from mcp import Client
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -39,7 +33,6 @@ from browser_support import (
     text_of,
 )
 from e2e_support import (
-    CALL_DEADLINE_S,
     FORGET,
     LEGACY,
     MODERN,
@@ -47,17 +40,19 @@ from e2e_support import (
     WITHDRAW,
     Agent,
     HttpService,
+    age_approval,
+    approval_id_of,
     envelope,
     error_code,
+    link_of,
     new_key,
     new_workspace,
     ok_value,
-    protocol_error,
+    url_only_client,
 )
 
 pytestmark = pytest.mark.anyio
 
-URL_ELICITATION_REQUIRED = -32042
 NOTE = "Decision: release branches are cut on Tuesdays after the freeze review."
 DRAFT = "A draft: the staging flag ENGRAM_FAST is only for load tests."
 
@@ -74,28 +69,6 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
         Path(kept).mkdir(parents=True, exist_ok=True)
         return Path(kept)
     return tmp_path_factory.mktemp("approval-screenshots")
-
-
-# -- a client that declares URL-only elicitation ------------------------------------------------
-
-
-class UrlOnlySession(ClientSession):
-    """The SDK's session, declaring URL-mode elicitation and not form mode."""
-
-    def _build_capabilities(self, version: str) -> types.ClientCapabilities:
-        declared = super()._build_capabilities(version)
-        return declared.model_copy(
-            update={
-                "elicitation": types.ElicitationCapability(url=types.UrlElicitationCapability())
-            }
-        )
-
-
-class UrlOnlyClient(Client):
-    async def _build_session(self, exit_stack: contextlib.AsyncExitStack) -> ClientSession:
-        session = await super()._build_session(exit_stack)
-        session.__class__ = UrlOnlySession
-        return session
 
 
 class Person:
@@ -127,34 +100,6 @@ class Person:
         return types.ElicitResult(action="accept")  # "I opened the page": the retry follows
 
 
-@contextlib.asynccontextmanager
-async def url_only_client(
-    service: HttpService, token: str, mode: str, person: Person
-) -> AsyncIterator[Client]:
-    with anyio.fail_after(CALL_DEADLINE_S):
-        async with httpx2.AsyncClient(
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx2.Timeout(30, read=CALL_DEADLINE_S),
-        ) as http:
-            transport = streamable_http_client(service.url, http_client=http)
-            async with UrlOnlyClient(transport, mode=mode, elicitation_callback=person) as client:
-                caps = client.session._build_capabilities("2025-11-25")
-                assert caps.elicitation is not None and caps.elicitation.form is None
-                yield client
-
-
-async def link_of(attempt: Any) -> str:
-    """The 2025-11-25 answer to a gated call: -32042 with one URL elicitation; its link."""
-    error = await protocol_error(attempt)
-    assert error.code == URL_ELICITATION_REQUIRED, error
-    data = error.error.data
-    assert isinstance(data, dict), error
-    (elicitation,) = data["elicitations"]
-    assert elicitation["mode"] == "url"
-    link: str = elicitation["url"]
-    return link
-
-
 async def gated(
     agent: Agent, person: Person, mode: str, tool: str, arguments: dict[str, Any]
 ) -> types.CallToolResult:
@@ -168,23 +113,6 @@ async def gated(
     return await call()
 
 
-def approvals_db(service: HttpService) -> Path:
-    return service.server.approvals.book.path
-
-
-def age(service: HttpService, approval_id: str, ms: int) -> None:
-    """Move a request's issue time ``ms`` into the past (the server's clock is the real one)."""
-    with contextlib.closing(sqlite3.connect(approvals_db(service))) as db, db:
-        db.execute(
-            "UPDATE approvals SET issued_at_ms = issued_at_ms - ? WHERE approval_id = ?",
-            (ms, approval_id),
-        )
-
-
-def approval_id_of(link: str) -> str:
-    return urlparse(link).path.rsplit("/", 1)[-1]
-
-
 # -- the flows ----------------------------------------------------------------------------------
 
 
@@ -194,7 +122,7 @@ async def test_approving_on_the_page_lets_the_retry_forget_the_record(
 ) -> None:
     token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser, "Approve")
-    async with url_only_client(http_service, token, mode, person) as client:
+    async with url_only_client(http_service.url, token, mode, person) as client:
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id, new_key("forget"))
@@ -213,7 +141,7 @@ async def test_declining_on_the_page_fails_the_retry_and_keeps_the_candidate(
 ) -> None:
     token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser, "Decline")
-    async with url_only_client(http_service, token, mode, person) as client:
+    async with url_only_client(http_service.url, token, mode, person) as client:
         agent = Agent(client)
         candidate_id = await agent.captured(DRAFT)
         arguments = agent.withdraw_arguments(candidate_id, new_key("withdraw"))
@@ -228,13 +156,13 @@ async def test_an_expired_request_shows_an_error_page_and_the_retry_asks_anew(
 ) -> None:
     token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser)
-    async with url_only_client(http_service, token, LEGACY, person) as client:
+    async with url_only_client(http_service.url, token, LEGACY, person) as client:
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
         call = lambda: client.call_tool(FORGET, arguments)  # noqa: E731
         first = await link_of(call)
-        age(http_service, approval_id_of(first), 301_000)
+        age_approval(http_service, approval_id_of(first), 301_000)
         browser.get(first)
         error = browser.find_element(By.ID, "error")
         assert error.get_attribute("data-error") == "expired"
@@ -250,7 +178,7 @@ async def test_a_post_without_the_page_csrf_token_is_refused_and_changes_nothing
 ) -> None:
     token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser)
-    async with url_only_client(http_service, token, LEGACY, person) as client:
+    async with url_only_client(http_service.url, token, LEGACY, person) as client:
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
@@ -277,7 +205,7 @@ async def test_the_page_reads_at_phone_width_and_on_a_desktop(
 ) -> None:
     token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser)
-    async with url_only_client(http_service, token, LEGACY, person) as client:
+    async with url_only_client(http_service.url, token, LEGACY, person) as client:
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
         link = await link_of(lambda: client.call_tool(FORGET, agent.forget_arguments(record_id)))
