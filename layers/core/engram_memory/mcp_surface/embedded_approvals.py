@@ -143,7 +143,10 @@ class EmbeddedApprovals:
         """The elicitation's text: the page's summary, and where else it can be answered."""
         summary = plain_summary(self.view_of(row), self.clock.now_ms())
         if mode == "url":
-            return summary + "\n\nOpen the approval page to answer; then retry the same call."
+            return (
+                f"{summary}\n\nOpen the approval page to answer (or, on this machine, run"
+                f" `engram-memory approvals approve {row.approval_id}`); then retry the same call."
+            )
         return (
             f"{summary}\n\nYou can also answer on the approval page ({self.link(row)}) or with"
             f" `engram-memory approvals approve {row.approval_id}`."
