@@ -33,6 +33,7 @@ from e2e_support import (
     link_of,
     new_key,
     new_workspace,
+    now_ms,
     ok_value,
     protocol_error,
     url_only_client,
@@ -100,7 +101,8 @@ async def test_an_approval_older_than_30_s_is_not_used_and_the_retry_asks_anew(
 async def test_the_form_shows_the_memory_and_asks_for_an_explicit_choice(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
+    workspace = new_workspace()
+    token = http_service.tokens.mint(workspace=workspace)
     asked: list[types.ElicitRequestFormParams] = []
 
     async def human(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -114,6 +116,9 @@ async def test_the_form_shows_the_memory_and_asks_for_an_explicit_choice(
     async with http_client(http_service.url, token, mode, human=human) as client:
         forgotten = ok_value(await Agent(client).forget(record_id))
     assert forgotten["receipt"]["to_state"] == "tombstoned"
+    book = http_service.server.approvals.book
+    # answered in the client: nothing is left waiting in the terminal's list
+    assert [r for r in book.pending(now_ms()) if r.workspace_id == workspace] == []
     (form,) = asked
     lines = form.message.splitlines()
     assert "Forget this memory?" in lines[0]

@@ -164,6 +164,14 @@ class EmbeddedApprovals:
             raise ConfirmationDeclined("declined on the approval page or the terminal")
         return row.approval() if row.usable_at(now) else None
 
+    def settle(self, request: ConfirmationRequest) -> None:
+        """The client answered the form of a round trip: its row is closed (it leaves the
+        terminal's list and its link stops working). Never marked approved: the round trip's
+        approval has its own single-use id, and a second id would approve a second call."""
+        row = self.book.for_operation(request, self.clock.now_ms())
+        if row is not None and row.state == "pending":
+            self.book.forget_question(row.approval_id)
+
     # -- the page's desk (approval_page.ApprovalDesk) ------------------------------------------
 
     def _row(self, approval_id: str, credential: str) -> OpenApproval | PageError:
@@ -238,8 +246,15 @@ class EmbeddedConfirmations:
                 row.approval_id,
                 message=self._approvals.message(row, mode="url"),
             )
-        if self._form is not None:
-            return self._form.request_approval(request)
+        if self._form is not None:  # 2026-07-28: the answer came back with the retry
+            # ConfirmationPending (the first call) passes through: its row stays open.
+            try:
+                approval = self._form.request_approval(request)
+            except ConfirmationDeclined:
+                self._approvals.settle(request)
+                raise
+            self._approvals.settle(request)
+            return approval
         return self._ask_on_stream(request)
 
     def _ask_on_stream(self, request: ConfirmationRequest) -> Approval:

@@ -227,6 +227,11 @@ class ApprovalBook:
                 (approval_id,),
             )
 
+    def forget_question(self, approval_id: str) -> None:
+        """Remove a question answered elsewhere (the client's own round trip)."""
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM approvals WHERE approval_id = ?", (approval_id,))
+
     def pending(self, now_ms: int) -> list[OpenApproval]:
         """The questions waiting for a human, oldest first."""
         with self._lock:
