@@ -23,19 +23,22 @@ from ..contract.errors import (
     TrustedContextUnavailable,
     UnknownTool,
 )
-from ..engine.context import Scope, TrustedContext, new_audit_id
-from ..engine.ports import Clock, ConfirmationPending, ConfirmationWorkflow
+from ..engine.context import TrustedContext, new_audit_id
+from ..engine.gate import Approval, ConfirmationNeeded
+from ..engine.ports import Clock
 from ..host.config import HostConfig
 from ..host.tokens import InvalidToken, TokenVerifier, context_from_claims
 from .catalog import GRANT_OF, INSTRUCTIONS, build_tools, for_purpose
 from .confirmations import (
     ANSWER_KEY,
-    APPROVAL_SCHEMA,
-    RoundTripConfirmations,
-    StreamConfirmations,
-    UrlConfirmationRequired,
-    elicitation_message,
+    approval_of_state,
+    approved,
+    can_elicit,
+    elicit_on_stream,
+    form_params,
+    opens_urls,
     state_for,
+    url_params,
 )
 from .request_state import RequestStateInvalid, RequestStateSealer
 from .wire import INVALID_ARGUMENTS_META
@@ -51,19 +54,12 @@ class SurfaceEngine(Protocol):
     ``LambdaToolEngine`` that invokes one Lambda per tool."""
 
     def handle(
-        self,
-        tool: str,
-        arguments: Any,
-        ctx: TrustedContext,
-        *,
-        confirmations: ConfirmationWorkflow | None = None,
-    ) -> dict[str, Any]: ...
+        self, tool: str, arguments: Any, ctx: TrustedContext, approval: Approval | None = None
+    ) -> dict[str, Any] | ConfirmationNeeded: ...
 
     def refuse(
         self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str
     ) -> dict[str, Any]: ...
-
-    def claim_request_state(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool: ...
 
 
 @dataclass
@@ -180,66 +176,88 @@ class EngramMcp:
             raise _refusal(UnknownTool())
 
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        workflow: ConfirmationWorkflow
-        if modern:
-            state = None
-            # A requestState only means something to a call that is waiting for a confirmation.
-            if params.request_state is not None and trusted.needs_confirmation(grant):
-                try:
-                    state = self.runtime.sealer.open(params.request_state)
-                except RequestStateInvalid:
-                    return envelope_result(
-                        engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
-                    )
-                owner = (state.principal, state.tenant_id, state.workspace_id)
-                if owner != (trusted.principal, trusted.tenant_id, trusted.workspace_id):
-                    # someone else's state: refuse it without using it up
-                    return envelope_result(
-                        engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
-                    )
-            workflow = RoundTripConfirmations(
-                self.runtime.clock,
-                capabilities=ctx.session.client_capabilities,
-                state=state,
-                answer=_answer(params.input_responses),
-                # single use, claimed only once the state is known to bind this very operation
-                claim=functools.partial(engine.claim_request_state, trusted.scope),
-            )
-        else:
-            workflow = StreamConfirmations(
-                self.runtime.clock, session=ctx.session, request_id=ctx.request_id
-            )
+        approval: Approval | None = None
+        # A requestState only means something to a call that is waiting for a confirmation.
+        if modern and params.request_state is not None and trusted.needs_confirmation(grant):
+            try:
+                state = self.runtime.sealer.open(params.request_state)
+            except RequestStateInvalid:
+                return envelope_result(
+                    engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
+                )
+            owner = (state.principal, state.tenant_id, state.workspace_id)
+            if owner != (trusted.principal, trusted.tenant_id, trusted.workspace_id):
+                return envelope_result(
+                    engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
+                )
+            if not approved(_answer(params.input_responses)):
+                return envelope_result(
+                    engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
+                )
+            approval = approval_of_state(state, self.runtime.clock.now_ms())
 
         # Arguments the wire screen refused (duplicate keys, -0, a lone surrogate) reach the
         # engine as something that is not an object: INVALID_SCHEMA, audited like any other.
         meta = params.meta or {}
         arguments: Any = [] if meta.get(INVALID_ARGUMENTS_META) else params.arguments or {}
+        answer = await self._handle(grant, arguments, trusted, approval)
+        if isinstance(answer, ConfirmationNeeded):
+            return await self._confirm(ctx, grant, arguments, trusted, answer, modern=modern)
+        return envelope_result(answer)
+
+    async def _handle(
+        self, grant: str, arguments: Any, trusted: TrustedContext, approval: Approval | None
+    ) -> dict[str, Any] | ConfirmationNeeded:
         try:
-            envelope = await anyio.to_thread.run_sync(
-                functools.partial(engine.handle, grant, arguments, trusted, confirmations=workflow)
+            return await anyio.to_thread.run_sync(
+                functools.partial(self.runtime.engine.handle, grant, arguments, trusted, approval)
             )
         except ProtocolRefusal as refusal:
             raise _refusal(refusal) from None
-        except UrlConfirmationRequired as needed:
+
+    async def _confirm(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        grant: str,
+        arguments: Any,
+        trusted: TrustedContext,
+        needed: ConfirmationNeeded,
+        *,
+        modern: bool,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """Ask the human for the approval the engine needs (module ``confirmations``)."""
+        engine = self.runtime.engine
+        capabilities = ctx.session.client_capabilities
+        if needed.url is not None and opens_urls(capabilities, modern=modern):
             if modern:
                 return types.InputRequiredResult(
-                    input_requests={ANSWER_KEY: types.ElicitRequest(params=needed.params())}
+                    input_requests={ANSWER_KEY: types.ElicitRequest(params=url_params(needed))}
                 )
-            raise UrlElicitationRequiredError([needed.params()]) from None
-        except ConfirmationPending as pending:
-            state = state_for(pending.request, self.runtime.clock.now_ms())
+            raise UrlElicitationRequiredError([url_params(needed)]) from None
+        if not can_elicit(capabilities) or not (modern or ctx.session.can_send_request):
+            engine.refuse(grant, trusted, trusted.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
+            raise _refusal(TrustedContextUnavailable())
+        if modern:
+            state = state_for(needed.request, self.runtime.clock.now_ms())
             return types.InputRequiredResult(
                 input_requests={
-                    ANSWER_KEY: types.ElicitRequest(
-                        params=types.ElicitRequestFormParams(
-                            message=elicitation_message(pending.request),
-                            requested_schema=APPROVAL_SCHEMA,
-                        )
-                    )
+                    ANSWER_KEY: types.ElicitRequest(params=form_params(needed.request))
                 },
                 request_state=self.runtime.sealer.seal(state),
             )
-        return envelope_result(envelope)
+        approval = await elicit_on_stream(
+            ctx.session, ctx.request_id, needed.request, self.runtime.clock
+        )
+        if approval is None:
+            return envelope_result(
+                engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.GATE_FAILED)
+            )
+        answer = await self._handle(grant, arguments, trusted, approval)
+        if isinstance(answer, ConfirmationNeeded):  # a transport that ignored the approval
+            return envelope_result(
+                engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.GATE_FAILED)
+            )
+        return envelope_result(answer)
 
 
 def _answer(responses: dict[str, Any] | None) -> types.ElicitResult | None:
