@@ -12,8 +12,12 @@ import pytest
 from engram_memory.adapters.local.approvals import FILE_NAME, ApprovalBook
 from engram_memory.cli import main
 from engram_memory.engine.context import Scope
-from engram_memory.engine.gate import APPROVAL_TTL_MS, EXECUTION_WINDOW_MS, check_approval
-from engram_memory.engine.ports import ConfirmationRequest
+from engram_memory.engine.gate import (
+    APPROVAL_TTL_MS,
+    EXECUTION_WINDOW_MS,
+    ConfirmationRequest,
+    check_approval,
+)
 from engram_memory.mcp_surface.embedded_approvals import confirmation_mode
 
 T0 = 1_790_000_000_000

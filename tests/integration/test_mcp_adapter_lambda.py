@@ -130,7 +130,6 @@ def adapter_over(cloud: Cloud, apps: dict[str, Any], clock: Any = None) -> Adapt
             environment,
             session=cloud.session,
             lambda_client=lam,
-            dynamodb_client=cloud.clients["dynamodb"],
             secrets_client=cloud.clients["secretsmanager"],
             jwks_fetcher=lambda url: issuer.public_jwks(),
             clock=clock or cloud.clock,

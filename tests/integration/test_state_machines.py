@@ -164,7 +164,7 @@ def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sta
 
         def build(approval_wait_s: int = 300) -> Stack:
             clock = RealClock()
-            engine = cloud.engine(clock=clock, confirmations=None)
+            engine = cloud.engine(clock=clock)
             dynamodb = cloud.clients["dynamodb"]
             sfn = cloud.session.client("stepfunctions")
             approvals = ApprovalStore(dynamodb, TABLE)

@@ -21,7 +21,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
@@ -29,7 +29,6 @@ from .engine.ports import (
     AdmissionPolicy,
     AuditSink,
     Clock,
-    ConfirmationWorkflow,
     Embedder,
     EmbedderUnavailable,
 )
@@ -44,10 +43,11 @@ from .host.config import (
 from .host.tokens import issuer_key_path, load_or_create_issuer_key
 
 if TYPE_CHECKING:  # the engine and its adapters (the encryption SDK) load in open_embedded
-    from .adapters.local.confirmation import AskHuman
     from .adapters.local.sqlite_store import SqliteStore
     from .adapters.local.vault import LocalVault
+    from .engine.context import TrustedContext
     from .engine.service import Engine
+    from .in_process import AskHuman
 
 DATABASE_FILE = "engram.db"
 AUDIT_FILE = "audit.log"
@@ -65,6 +65,14 @@ class EmbeddedHost:
     audit: AuditSink
     closers: list[object] = field(default_factory=list)
     config: HostConfig = field(default_factory=HostConfig)
+    ask_human: AskHuman | None = None
+
+    def call(self, tool: str, arguments: Any, ctx: TrustedContext) -> dict[str, Any]:
+        """One tool call in this process, asking ``ask_human`` when it needs an approval."""
+        from .in_process import ask_approval, call_in_process
+
+        obtain = ask_approval(self.ask_human, self.engine.clock) if self.ask_human else None
+        return call_in_process(self.engine, tool, arguments, ctx, obtain)
 
     def close(self) -> None:
         self.store.close()
@@ -95,7 +103,6 @@ def open_embedded(
     *,
     policy: AdmissionPolicy | None = None,
     ask_human: AskHuman | None = None,
-    confirmations: ConfirmationWorkflow | None = None,
     clock: Clock | None = None,
     audit: AuditSink | None = None,
     store: SqliteStore | None = None,
@@ -115,7 +122,6 @@ def open_embedded(
     """
     from .adapters.local.audit import JsonlAuditLog
     from .adapters.local.clock import SystemClock
-    from .adapters.local.confirmation import InProcessConfirmations
     from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore, SqliteVectorIndex
     from .adapters.local.vault import LocalVault, load_or_create_master_key
     from .engine.service import Engine, EngineSettings
@@ -135,7 +141,6 @@ def open_embedded(
         vault=vault,
         lexical_index=SqliteLexicalIndex(store),
         admission_policy=policy,
-        confirmations=confirmations or InProcessConfirmations(ask_human, clock),
         clock=clock,
         audit=audit,
         settings=EngineSettings(
@@ -148,7 +153,13 @@ def open_embedded(
     )
     _refresh_projections(store, embedder)
     return EmbeddedHost(
-        data_dir=data_dir, engine=engine, store=store, vault=vault, audit=audit, config=config
+        data_dir=data_dir,
+        engine=engine,
+        store=store,
+        vault=vault,
+        audit=audit,
+        config=config,
+        ask_human=ask_human,
     )
 
 

@@ -43,7 +43,7 @@ from .engine.context import TOOLS, TrustedContext, new_audit_id
 from .host.errors import HostConfigError
 
 if TYPE_CHECKING:  # the commands import what they use: `--help` stays light
-    from .engine.ports import ConfirmationRequest
+    from .engine.gate import ConfirmationRequest
 
 TOUR_TENANT = "local"
 TOUR_WORKSPACE = "default"
@@ -143,27 +143,24 @@ def cmd_tour(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir)
     host = open_embedded(data_dir, ask_human=(lambda _request: True) if args.yes else _ask_terminal)
-    engine = host.engine
     run = f"{int(time.time())}"
     now_ms = int(time.time() * 1000)
     try:
         text = f"Tour {run}: the embedded store runs SQLite in WAL mode so readers never block the writer."
         captured = _show(
             "capture (a sealed, pending candidate)",
-            engine.handle(
-                "capture", _capture_args(text, f"tour-capture-{run}", now_ms), _context()
-            ),
+            host.call("capture", _capture_args(text, f"tour-capture-{run}", now_ms), _context()),
         )
         candidate_id = captured["output"]["value"]["candidate_id"]
         _show(
             "search before admission (pending memories are never returned)",
-            engine.handle(
+            host.call(
                 "search", {"query": "WAL readers writer", "purpose_ref": TOUR_PURPOSE}, _context()
             ),
         )
         admitted = _show(
             "request_admission (the host policy decides)",
-            engine.handle(
+            host.call(
                 "request_admission",
                 {"candidate_id": candidate_id, "idempotency_key": f"tour-admit-{run}"},
                 _context(),
@@ -172,7 +169,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
         record_id = admitted["output"]["value"]["outcome"].get("record_id")
         _show(
             "search",
-            engine.handle(
+            host.call(
                 "search",
                 {"query": "WAL readers writer", "purpose_ref": TOUR_PURPOSE, "limit": 3},
                 _context(),
@@ -181,13 +178,11 @@ def cmd_tour(args: argparse.Namespace) -> int:
         if record_id:
             _show(
                 "get",
-                engine.handle(
-                    "get", {"record_id": record_id, "purpose_ref": TOUR_PURPOSE}, _context()
-                ),
+                host.call("get", {"record_id": record_id, "purpose_ref": TOUR_PURPOSE}, _context()),
             )
         draft = _show(
             "capture a draft to withdraw",
-            engine.handle(
+            host.call(
                 "capture",
                 _capture_args(
                     f"Tour {run}: a draft that should not be kept.", f"tour-draft-{run}", now_ms
@@ -197,7 +192,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
         )
         _show(
             "withdraw (needs your confirmation; crypto-shreds the candidate)",
-            engine.handle(
+            host.call(
                 "withdraw",
                 {
                     "candidate_id": draft["output"]["value"]["candidate_id"],
@@ -210,7 +205,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
         if record_id:
             _show(
                 "forget (needs your confirmation; the record becomes permanently ineligible)",
-                engine.handle(
+                host.call(
                     "forget",
                     {
                         "record_id": record_id,
@@ -222,9 +217,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
             )
             _show(
                 "get after forget",
-                engine.handle(
-                    "get", {"record_id": record_id, "purpose_ref": TOUR_PURPOSE}, _context()
-                ),
+                host.call("get", {"record_id": record_id, "purpose_ref": TOUR_PURPOSE}, _context()),
             )
         print(f"\nAudit log: {(data_dir / 'audit.log').resolve()}")
     finally:

@@ -47,7 +47,6 @@ def adjudicate(
         tool="request_admission",
         ctx=ctx,
         now_ms=engine.clock.now_ms(),
-        workflow=engine.confirmations,
         target=candidate_id,
     )
     key = f"adjudicate:{candidate_id}"

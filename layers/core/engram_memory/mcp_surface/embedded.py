@@ -23,8 +23,8 @@ import anyio
 from ..adapters.local.approvals import ApprovalBook
 from ..adapters.local.clock import SystemClock
 from ..contract.errors import ErrorCode, TrustedContextUnavailable
-from ..engine.context import TOOLS, Scope, TrustedContext
-from ..engine.ports import ConfirmationWorkflow
+from ..engine.context import TOOLS, TrustedContext
+from ..engine.gate import Approval, ConfirmationNeeded
 from ..host._files import write_private_file
 from ..host.config import DEFAULT_PORT, HostConfig, host_config_path, load_host_config
 from ..host.tokens import (
@@ -79,22 +79,14 @@ class EngineOnDemand:
                 self._host.close()
 
     def handle(
-        self,
-        tool: str,
-        arguments: Any,
-        ctx: TrustedContext,
-        *,
-        confirmations: ConfirmationWorkflow | None = None,
-    ) -> dict[str, Any]:
-        return self.host.engine.handle(tool, arguments, ctx, confirmations=confirmations)
+        self, tool: str, arguments: Any, ctx: TrustedContext, approval: Approval | None = None
+    ) -> dict[str, Any] | ConfirmationNeeded:
+        return self.host.engine.handle(tool, arguments, ctx, approval)
 
     def refuse(
         self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str
     ) -> dict[str, Any]:
         return self.host.engine.refuse(tool, ctx, audit_id, code)
-
-    def claim_request_state(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
-        return self.host.engine.claim_request_state(scope, nonce, expires_at_ms)
 
 
 @dataclass

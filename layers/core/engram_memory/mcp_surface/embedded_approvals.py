@@ -9,24 +9,23 @@ client gets, and approvals that outlive the request that asked for them (CONTRAC
 - A call for an operation whose row is answered takes that answer: the client's retry with the
   same key commits with an approval given after it stopped waiting (within 300 s of the asking
   and 30 s of the approval), or gets ``gate_failed`` after a decline, and never asks twice.
+  The server (``EngramMcp._confirm_embedded``) asks ``given`` first, then asks the human.
 """
 
 from __future__ import annotations
 
-import functools
 import hmac
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import parse_qsl
 
-import anyio.from_thread
 import anyio.to_thread
 import mcp.types as types
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from ..adapters.local.approvals import ApprovalBook, OpenApproval
+from ..adapters.local.approvals import ApprovalBook, Bound, OpenApproval
 from ..approval_page import (
     PAGE_HEADERS,
     ApprovalView,
@@ -41,17 +40,11 @@ from ..approval_page import (
     render_error,
 )
 from ..engine.context import TrustedContext, new_audit_id
-from ..engine.ports import (
-    Approval,
-    Clock,
-    ConfirmationChannelUnavailable,
-    ConfirmationDeclined,
-    ConfirmationRequest,
-    ConfirmationWorkflow,
-)
+from ..engine.gate import Approval, ConfirmationRequest
+from ..engine.ports import Clock
 from ..engine.usecases.approval_subject import approval_subject
 from ..host.config import host_matches
-from .confirmations import APPROVAL_SCHEMA, UrlConfirmationRequired, approved
+from .confirmations import APPROVAL_SCHEMA, approved
 
 if TYPE_CHECKING:
     from ..engine.kernel import Kernel
@@ -152,19 +145,32 @@ class EmbeddedApprovals:
             f" `engram-memory approvals approve {row.approval_id}`."
         )
 
-    def answered(self, request: ConfirmationRequest) -> Approval | None:
-        """The human's answer to this operation, if given: an approval still usable, or
-        ``ConfirmationDeclined`` after a decline (reported once; the next call asks anew)."""
+    def given(self, request: ConfirmationRequest) -> Approval | Literal["declined"] | None:
+        """The human's answer to this operation, if given already (on the page, at the terminal,
+        or in a form whose request the client stopped waiting for): an approval still usable, or
+        ``"declined"`` (reported once: the next call asks anew), or None."""
         now = self.clock.now_ms()
         row = self.book.for_operation(request, now)
         if row is None:
             return None
         if row.state == "declined":
             self.book.close_declined(row.approval_id)
-            raise ConfirmationDeclined("declined on the approval page or the terminal")
+            return "declined"
         return row.approval() if row.usable_at(now) else None
 
-    def settle(self, request: ConfirmationRequest) -> None:
+    def record(self, row: OpenApproval, approve: bool) -> Approval | None:
+        """The client's form answered ``row``: the approval, or None after a decline. The first
+        answer wins (the page or the terminal may have answered while the form was open)."""
+        recorded = self.book.answer(
+            row.approval_id, approve, now_ms=self.clock.now_ms(), by="client"
+        )
+        final = recorded or self.book.get(row.approval_id)
+        if final is None or final.state != "approved":
+            self.book.close_declined(row.approval_id)
+            return None
+        return final.approval()
+
+    def settle(self, request: Bound) -> None:
         """The client answered the form of a round trip: its row is closed (it leaves the
         terminal's list and its link stops working). Never marked approved: the round trip's
         approval has its own single-use id, and a second id would approve a second call."""
@@ -203,84 +209,12 @@ class EmbeddedApprovals:
         return DeskAnswer(self.view_of(answered), decision)
 
 
-class EmbeddedConfirmations:
-    """The confirmation workflow of one embedded call (either revision).
-
-    An answer already given for the operation wins; then URL mode raises the link for the
-    client to open (``UrlConfirmationRequired``), and form mode asks through ``form`` (the
-    2026-07-28 round trip) or, when ``form`` is None, on the 2025-11-25 request's stream.
-    """
-
-    def __init__(
-        self,
-        approvals: EmbeddedApprovals,
-        ctx: TrustedContext,
-        *,
-        capabilities: types.ClientCapabilities | None,
-        form: ConfirmationWorkflow | None = None,
-        session: Any = None,
-        request_id: Any = None,
-    ) -> None:
-        self._approvals = approvals
-        self._ctx = ctx
-        self._capabilities = capabilities
-        self._form = form
-        self._session = session
-        self._request_id = request_id
-
-    def opens_urls(self) -> bool:
-        return confirmation_mode(self._capabilities) == "url"
-
-    def request_approval(self, request: ConfirmationRequest) -> Approval:
-        mode = confirmation_mode(self._capabilities)
-        if mode is None:
-            raise ConfirmationChannelUnavailable("client declared no elicitation capability")
-        approval = self._approvals.answered(request)
-        if approval is not None:
-            return approval
-        if mode == "url":
-            row = self._approvals.ask(request, self._ctx)
-            raise UrlConfirmationRequired(
-                request,
-                self._approvals.link(row),
-                row.approval_id,
-                message=self._approvals.message(row, mode="url"),
-            )
-        if self._form is not None:  # 2026-07-28: the answer came back with the retry
-            # ConfirmationPending (the first call) passes through: its row stays open.
-            try:
-                approval = self._form.request_approval(request)
-            except ConfirmationDeclined:
-                self._approvals.settle(request)
-                raise
-            self._approvals.settle(request)
-            return approval
-        return self._ask_on_stream(request)
-
-    def _ask_on_stream(self, request: ConfirmationRequest) -> Approval:
-        if self._session is None or not self._session.can_send_request:
-            raise ConfirmationChannelUnavailable("no way to ask the human on this connection")
-        approvals = self._approvals
-        row = approvals.ask(request, self._ctx)
-        # If the client stops waiting, the row stays open: the page or the terminal can still
-        # answer it, and the retry takes that answer.
-        result: types.ElicitResult = anyio.from_thread.run(
-            functools.partial(self._elicit, approvals.message(row, mode="form"))
-        )
-        recorded = approvals.book.answer(
-            row.approval_id, approved(result), now_ms=approvals.clock.now_ms(), by="client"
-        )
-        final = recorded or approvals.book.get(row.approval_id)  # another channel was first
-        if final is None or final.state != "approved":
-            approvals.book.close_declined(row.approval_id)
-            raise ConfirmationDeclined("declined or cancelled")
-        return final.approval()
-
-    async def _elicit(self, message: str) -> types.ElicitResult:
-        result: types.ElicitResult = await self._session.elicit_form(
-            message, APPROVAL_SCHEMA, related_request_id=self._request_id
-        )
-        return result
+async def elicit_form(session: Any, request_id: Any, message: str) -> types.ElicitResult:
+    """2025-11-25: the form on the request's own stream (the answer comes back on it)."""
+    result: types.ElicitResult = await session.elicit_form(
+        message, APPROVAL_SCHEMA, related_request_id=request_id
+    )
+    return result
 
 
 def approval_routes(approvals: EmbeddedApprovals, allowed_hosts: list[str]) -> list[Route]:
@@ -324,7 +258,8 @@ def approval_routes(approvals: EmbeddedApprovals, allowed_hosts: list[str]) -> l
 __all__ = [
     "APPROVALS_PATH",
     "EmbeddedApprovals",
-    "EmbeddedConfirmations",
     "approval_routes",
+    "approved",
     "confirmation_mode",
+    "elicit_form",
 ]

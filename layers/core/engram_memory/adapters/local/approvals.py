@@ -21,16 +21,36 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from ...engine.context import Scope
-from ...engine.gate import APPROVAL_TTL_MS, EXECUTION_WINDOW_MS
-from ...engine.ports import Approval, ConfirmationRequest
+from ...engine.gate import APPROVAL_TTL_MS, EXECUTION_WINDOW_MS, Approval
 
 FILE_NAME: Final = "approvals.sqlite3"
 KEEP_ANSWERED_MS: Final = 3_600_000  # rows are pruned an hour after they expired
 State = Literal["pending", "approved", "declined"]
 Answerer = Literal["page", "terminal", "client"]
+
+
+class Bound(Protocol):
+    """What an approval is bound to: a ``ConfirmationRequest`` or an ``Approval``."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def target(self) -> str | None: ...
+    @property
+    def operation_digest(self) -> str: ...
+    @property
+    def principal(self) -> str: ...
+    @property
+    def scope(self) -> Scope: ...
+
+
+class Asked(Bound, Protocol):
+    @property
+    def reason_ref(self) -> str | None: ...
+
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS approvals (
@@ -130,7 +150,7 @@ class ApprovalBook:
             rows = self._rows("approval_id = ?", (approval_id,))
         return rows[0] if rows else None
 
-    def for_operation(self, request: ConfirmationRequest, now_ms: int) -> OpenApproval | None:
+    def for_operation(self, request: Bound, now_ms: int) -> OpenApproval | None:
         """The newest live row bound to this very operation (pending, or answered and usable)."""
         with self._lock:
             rows = self._rows(
@@ -152,7 +172,7 @@ class ApprovalBook:
 
     def open(
         self,
-        request: ConfirmationRequest,
+        request: Asked,
         *,
         agent_id: str | None,
         session_id: str | None,

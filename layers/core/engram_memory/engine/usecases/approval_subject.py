@@ -40,7 +40,7 @@ def approval_subject(
                 return None
             return ApprovalSubject(dict(decode(row.body)), row.record_digest, None)
         if tool == "withdraw":
-            call = Call(tool=tool, ctx=ctx, now_ms=now_ms, workflow=k.confirmations)
+            call = Call(tool=tool, ctx=ctx, now_ms=now_ms)
             candidate = k.pending_candidate(call, target)  # NOT_FOUND for another principal
             content = k.open_candidate(call, candidate)
             k.audit.record(
