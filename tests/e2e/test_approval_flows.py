@@ -11,10 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import anyio
 import httpx2
 import mcp.types as types
 import pytest
 from bs4 import BeautifulSoup, Tag
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from engram_memory.cli import main
 
@@ -152,3 +155,52 @@ async def test_a_form_the_client_could_not_show_is_answered_from_the_terminal_wi
         assert withdrawn["receipt"]["to_state"] == "withdrawn"
         assert len(asked) == 1  # the retry took the terminal's answer: nobody was asked twice
         assert error_code(await Agent(client).admit(candidate_id, new_key("admit"))) == "NOT_FOUND"
+
+
+async def test_a_form_answered_after_the_client_gave_up_waiting_is_kept_for_its_retry(
+    http_service: HttpService,
+) -> None:
+    """The client's request times out while its person is still on the form (the TypeScript
+    SDK gives up after 60 s); the person approves anyway; the retry commits without asking."""
+    token = http_service.tokens.mint(workspace=new_workspace())
+    asked: list[str] = []
+
+    async def slow_person(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        await anyio.sleep(4)  # longer than the client waits for the call
+        return types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    async with http_client(http_service.url, token, LEGACY, human=Human()) as client:
+        agent = Agent(client)
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+    async with httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30)
+    ) as http:
+        impatient = Client(
+            streamable_http_client(http_service.url, http_client=http),
+            mode=LEGACY,
+            elicitation_callback=slow_person,
+            read_timeout_seconds=1.5,
+        )
+        async with impatient as client:
+            with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK's timeout, whatever its type
+                await client.call_tool(FORGET, arguments)
+            book = http_service.server.approvals.book
+            with anyio.fail_after(20):  # the person's late answer reaches the book
+                while not any(r.state == "approved" and r.target == record_id for r in _rows(book)):
+                    await anyio.sleep(0.2)
+    async with http_client(http_service.url, token, LEGACY, human=Human()) as client:
+        forgotten = ok_value(await client.call_tool(FORGET, arguments))
+        assert forgotten["receipt"]["to_state"] == "tombstoned"
+    assert len(asked) == 1  # the retry took the late answer; nobody was asked twice
+
+
+def _rows(book: Any) -> list[Any]:
+    import contextlib
+    import sqlite3
+
+    from engram_memory.adapters.local.approvals import OpenApproval
+
+    with contextlib.closing(sqlite3.connect(book.path)) as db:
+        return [OpenApproval(*row) for row in db.execute("SELECT * FROM approvals")]

@@ -326,10 +326,15 @@ class EngramMcp:
                 },
                 request_state=self.runtime.sealer.seal(state),
             )
-        # If the client stops waiting here, the row stays open: the page or the terminal can
-        # still answer it, and the retry takes that answer (``given``).
-        result = await elicit_form(ctx.session, ctx.request_id, message)
-        approval = await anyio.to_thread.run_sync(approvals.record, row, approved(result))
+        # The client may stop waiting for this call (a timeout, a cancel) while its person is
+        # still answering the form: the wait is shielded, for as long as the question lives, so
+        # that answer is still written to the book and the client's retry takes it (``given``).
+        # Unanswered, the row stays open for the page and the terminal.
+        approval: Approval | None = None
+        left_s = (row.expires_at_ms - self.runtime.clock.now_ms()) / 1000
+        with anyio.CancelScope(shield=True), anyio.move_on_after(max(left_s, 0)):
+            result = await elicit_form(ctx.session, ctx.request_id, message)
+            approval = await anyio.to_thread.run_sync(approvals.record, row, approved(result))
         return await self._approved(grant, arguments, trusted, approval)
 
 
