@@ -103,7 +103,7 @@ class EmbeddedServer:
 
     def close(self) -> None:
         self.engine.close()
-        self.approvals.book.close()
+        self.approvals.close()
 
 
 def _request_state_key(path: Path) -> bytes:
@@ -155,7 +155,7 @@ def open_server(
     state_key = _request_state_key(data_dir / "keys" / REQUEST_STATE_KEY_FILE)
     clock = SystemClock()
     approvals = EmbeddedApprovals(
-        ApprovalBook(data_dir),
+        lambda: ApprovalBook(data_dir),
         lambda: engine.host.engine,
         base_url=_origin(config.resource),
         csrf_key=hashlib.sha256(b"engram-memory/approval-csrf/v1" + state_key).digest(),

@@ -15,6 +15,7 @@ client gets, and approvals that outlive the request that asked for them (CONTRAC
 from __future__ import annotations
 
 import hmac
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import parse_qsl
@@ -42,7 +43,6 @@ from ..approval_page import (
 from ..engine.context import TrustedContext, new_audit_id
 from ..engine.gate import Approval, ConfirmationRequest
 from ..engine.ports import Clock
-from ..engine.usecases.approval_subject import approval_subject
 from ..host.config import host_matches
 from .confirmations import APPROVAL_SCHEMA, approved
 
@@ -75,24 +75,42 @@ class EmbeddedApprovals:
 
     def __init__(
         self,
-        book: ApprovalBook,
+        book: Callable[[], ApprovalBook],
         kernel: Callable[[], Kernel],
         *,
         base_url: str,
         csrf_key: bytes,
         clock: Clock,
     ) -> None:
-        self.book = book
+        self._open_book = book
+        self._book: ApprovalBook | None = None
+        self._book_lock = threading.Lock()
         self._kernel = kernel
         self._base_url = base_url.rstrip("/")
         self._csrf_key = csrf_key
         self.clock = clock
+
+    @property
+    def book(self) -> ApprovalBook:
+        """The data directory's approval book, opened on first use (not at start-up)."""
+        with self._book_lock:
+            if self._book is None:
+                self._book = self._open_book()
+            return self._book
+
+    def close(self) -> None:
+        with self._book_lock:
+            if self._book is not None:
+                self._book.close()
 
     def link(self, row: OpenApproval) -> str:
         return f"{self._base_url}{APPROVALS_PATH}/{row.approval_id}?{SECRET_PARAM}={row.secret}"
 
     def view_of(self, row: OpenApproval) -> ApprovalView:
         """The row as the approver sees it, with the memory it acts on (when it can be shown)."""
+        # the engine's modules load with the engine, on first use, not when a server starts
+        from ..engine.usecases.approval_subject import approval_subject
+
         ctx = TrustedContext(
             tenant_id=row.tenant_id,
             workspace_id=row.workspace_id,
