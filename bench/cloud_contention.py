@@ -49,7 +49,7 @@ from engram_memory.adapters.local.audit import MemoryAuditLog
 from engram_memory.adapters.local.clock import SystemClock
 from engram_memory.cli import TOUR_PURPOSE, _capture_args
 from engram_memory.engine.context import TrustedContext
-from engram_memory.engine.ports import ChangeSet, CommitConflict, ConfirmationRequest
+from engram_memory.engine.ports import ChangeSet, CommitConflict
 from engram_memory.engine.service import Engine, EngineSettings, new_audit_id
 from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
@@ -97,13 +97,6 @@ class CountingStore:
         return getattr(self._store, name)
 
 
-class NoConfirmations:
-    """capture and request_admission need no human here (nothing asks for confirmation)."""
-
-    def request_approval(self, request: ConfirmationRequest) -> Any:
-        raise AssertionError(f"unexpected confirmation for {request.tool}")
-
-
 @dataclass
 class Row:
     writers: int
@@ -134,7 +127,6 @@ def run_writers(
             vault=vault,
             lexical_index=_NullIndex(),
             admission_policy=BuiltinAdmissionPolicy(),
-            confirmations=NoConfirmations(),
             clock=clock,
             audit=MemoryAuditLog(),
             settings=EngineSettings(cursor_key=b"\x01" * 32),

@@ -1153,7 +1153,7 @@ class Harness:
         ):
             print(f"       {json.dumps(asked)[:400]}")
             return
-        approve = {"engram_confirmation": {"action": "accept", "content": {"approve": True}}}
+        approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
         status, done = self.modern_call(
             "withdraw", withdraw, inputResponses=approve, requestState=asked["requestState"]
         )

@@ -22,17 +22,15 @@ from engram_memory.adapters.local.sqlite_store import (
 from engram_memory.adapters.local.vault import LocalVault
 from engram_memory.engine import lexical
 from engram_memory.engine.context import TOOLS, RetentionPolicy, TrustedContext
+from engram_memory.engine.gate import Approval, ConfirmationRequest
 from engram_memory.engine.ports import (
     AdmissionRequest,
-    Approval,
-    ConfirmationChannelUnavailable,
-    ConfirmationDeclined,
-    ConfirmationRequest,
     EmbedderUnavailable,
     PolicyDecision,
     PolicyUnavailable,
 )
 from engram_memory.engine.service import Engine, EngineSettings, new_audit_id
+from engram_memory.in_process import call_in_process
 
 TENANT = "tenant-acme-0001"
 WORKSPACE = "ws-research-0001"
@@ -58,7 +56,11 @@ class FakeClock:
 
 
 class ScriptedConfirmations:
-    """A confirmation workflow whose human approves, declines, or hands back a doctored approval."""
+    """A scripted human who approves, declines, or hands back a doctored approval.
+
+    ``obtain`` is what the in-process transport asks (``in_process.call_in_process``); in
+    ``no_channel`` mode there is nobody to ask (``channel`` is ``None``).
+    """
 
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
@@ -68,12 +70,14 @@ class ScriptedConfirmations:
         self.doctor: Callable[[Approval], Approval] | None = None
         self.last: Approval | None = None
 
-    def request_approval(self, request: ConfirmationRequest) -> Approval:
+    @property
+    def channel(self) -> Callable[[ConfirmationRequest], Approval | None] | None:
+        return None if self.mode == "no_channel" else self.obtain
+
+    def obtain(self, request: ConfirmationRequest) -> Approval | None:
         self.requests.append(request)
         if self.mode == "decline":
-            raise ConfirmationDeclined("declined")
-        if self.mode == "no_channel":
-            raise ConfirmationChannelUnavailable("no channel")
+            return None
         if self.fixed is not None:
             return self.fixed
         approval = Approval(
@@ -240,7 +244,10 @@ class Harness:
     # -- calls ---------------------------------------------------------------------------------
 
     def call(self, tool: str, arguments: Any, ctx: TrustedContext | None = None) -> dict[str, Any]:
-        return self.engine.handle(tool, arguments, ctx or context())
+        """One call through the in-process transport, the scripted human in the loop."""
+        return call_in_process(
+            self.engine, tool, arguments, ctx or context(), self.confirmations.channel
+        )
 
     def ok(self, tool: str, arguments: Any, ctx: TrustedContext | None = None) -> dict[str, Any]:
         envelope = self.call(tool, arguments, ctx)
@@ -340,7 +347,6 @@ def embedded_harness(
         vault=vault,
         lexical_index=index,
         admission_policy=BuiltinAdmissionPolicy(),
-        confirmations=confirmations,
         clock=clock,
         audit=audit,
         settings=EngineSettings(cursor_key=b"\x01" * 32, **settings),

@@ -17,7 +17,6 @@ from engram_memory.adapters.aws.step_functions import (
     ApprovalStore,
     ApprovalWindowExpired,
     GateFailed,
-    StepFunctionsConfirmations,
     WorkflowRequest,
     within_window,
 )
@@ -30,6 +29,7 @@ from engram_memory.aws_composition import (
 )
 from engram_memory.contract.errors import ErrorCode
 from engram_memory.engine.context import Scope
+from engram_memory.engine.gate import ConfirmationNeeded
 from engram_memory.engine.ports import (
     CommitOutcomeUnknown,
     IndexUnavailable,
@@ -141,12 +141,9 @@ class WorkflowHandler(EngineHandler):
             else engine.clock.now_ms() + int(remaining()) - LAMBDA_DEADLINE_MARGIN_MS
         )
         ctx = dataclasses.replace(ctx, deadline_ms=deadline)
-        envelope = engine.handle(
-            invocation.tool,
-            invocation.arguments,
-            ctx,
-            confirmations=StepFunctionsConfirmations(record),
-        )
+        envelope = engine.handle(invocation.tool, invocation.arguments, ctx, record.approval())
+        if isinstance(envelope, ConfirmationNeeded):  # unreachable: an approval was given
+            raise GateFailed(record.approval_id)
         if not envelope.get("ok"):
             code = str(envelope["error"]["code"])
             if code == ErrorCode.GATE_FAILED.value:

@@ -10,6 +10,7 @@ from aws_encryption_sdk.exceptions import AWSEncryptionSDKClientError
 
 from engram_memory.contract.errors import TrustedContextUnavailable
 from engram_memory.contract.outputs import ForgetOutput, WithdrawOutput
+from engram_memory.engine.gate import Approval, ConfirmationNeeded
 from engram_memory.engine.ports import KeyDestroyed
 
 from engram_testing import Harness, ScriptedPolicy, capture_args, context
@@ -220,3 +221,75 @@ def _assert_undecryptable_by_any_held_key(harness: Harness, ciphertext: bytes) -
             )
             with pytest.raises(AWSEncryptionSDKClientError):
                 client.decrypt(source=ciphertext, keyring=keyring)
+
+
+def test_without_an_approval_the_engine_answers_what_to_approve_and_writes_nothing(
+    harness: Harness,
+) -> None:
+    record_id = harness.remember("The nightly export writes to the archive bucket.")
+    arguments = {
+        "record_id": record_id,
+        "idempotency_key": "forget-as-data-0001",
+        "reason_ref": "reason:obsolete",
+    }
+    head = harness.store.head(context().scope)
+
+    needed = harness.engine.handle("forget", arguments, context())
+
+    assert isinstance(needed, ConfirmationNeeded)
+    assert (needed.request.tool, needed.request.target) == ("forget", record_id)
+    assert harness.store.head(context().scope) == head  # nothing written
+    assert harness.get(record_id)["ok"] is True
+    approval = Approval.of(
+        needed.request,
+        approval_id="apr_" + "a" * 32,
+        issued_at_ms=harness.clock.now_ms(),
+        approved_at_ms=harness.clock.now_ms(),
+    )
+    committed = harness.engine.handle("forget", arguments, context(), approval)
+    assert not isinstance(committed, ConfirmationNeeded)
+    assert committed["output"]["value"]["receipt"]["to_state"] == "tombstoned"
+    assert committed["output"]["value"]["replayed"] is False
+
+
+def test_an_approval_past_the_execution_window_is_gate_failed(harness: Harness) -> None:
+    record_id = harness.remember("The audit trail is kept for seven years.")
+    arguments = {
+        "record_id": record_id,
+        "idempotency_key": "forget-late-00001",
+        "reason_ref": "reason:obsolete",
+    }
+    needed = harness.engine.handle("forget", arguments, context())
+    assert isinstance(needed, ConfirmationNeeded)
+    now = harness.clock.now_ms()
+    approval = Approval.of(
+        needed.request, approval_id="apr_" + "b" * 32, issued_at_ms=now, approved_at_ms=now
+    )
+    harness.clock.advance(30_001)
+
+    late = harness.engine.handle("forget", arguments, context(), approval)
+
+    assert not isinstance(late, ConfirmationNeeded)
+    assert late["error"]["code"] == "gate_failed"
+    assert harness.get(record_id)["ok"] is True
+
+
+def test_an_approval_given_to_a_call_that_needs_none_authorizes_nothing(
+    harness: Harness,
+) -> None:
+    record_id = harness.remember("The on-call rotation changes on Mondays.")
+    forget = {"record_id": record_id, "idempotency_key": "forget-key-unused", "reason_ref": "r:x"}
+    needed = harness.engine.handle("forget", forget, context())
+    assert isinstance(needed, ConfirmationNeeded)
+    now = harness.clock.now_ms()
+    approval = Approval.of(
+        needed.request, approval_id="apr_" + "c" * 32, issued_at_ms=now, approved_at_ms=now
+    )
+    # a capture needs no approval here: the one given is ignored, not consumed
+    captured = harness.engine.handle(
+        "capture", capture_args("Unrelated note.", key="capture-with-approval"), context(), approval
+    )
+    assert not isinstance(captured, ConfirmationNeeded) and captured["ok"]
+    forgotten = harness.engine.handle("forget", forget, context(), approval)
+    assert not isinstance(forgotten, ConfirmationNeeded)
+    assert forgotten["output"]["value"]["receipt"]["to_state"] == "tombstoned"

@@ -671,7 +671,6 @@ def test_no_request_path_scans_the_table(aws: Harness) -> None:
     assert aws.withdraw(captured["candidate_id"])["ok"]
     assert aws.forget(record_id)["output"]["value"]["projection_invalidation"] == "complete"
     assert aws.engine.drain_outbox() == 0
-    assert aws.engine.claim_request_state(context().scope, "nonce-00000001", 1)
 
 
 def test_two_engines_over_one_store_keep_cursors_dense(aws: Harness) -> None:

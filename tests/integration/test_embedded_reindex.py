@@ -16,6 +16,7 @@ from engram_memory.engine import lexical
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.ports import ProjectionChange
 from engram_memory.host.config import load_host_config
+from engram_memory.in_process import call_in_process
 
 from engram_testing import PURPOSE, HashingEmbedder, ScriptedConfirmations, capture_args, context
 
@@ -100,7 +101,7 @@ def test_admin_reindex_rebuilds_a_workspace_index_from_the_store(
         )
         forget = {"record_id": gone, "idempotency_key": "cli-reindex-key-0003", "reason_ref": "r:x"}
         approve = ScriptedConfirmations(host.engine.clock)  # type: ignore[arg-type]
-        assert host.engine.handle("forget", forget, ctx, confirmations=approve)["ok"]
+        assert call_in_process(host.engine, "forget", forget, ctx, approve.obtain)["ok"]
         for record_id in (kept, gone):  # the index is lost
             host.engine.lexical.apply(ctx.scope, ProjectionChange(delete_record_id=record_id))
         assert found(host.engine, "billing", ctx) == []

@@ -15,7 +15,7 @@ import pytest
 from engram_memory.bootstrap import EmbeddedHost, open_embedded
 from engram_memory.engine import lexical
 
-from engram_testing import FakeClock, ScriptedConfirmations, capture_args, context
+from engram_testing import FakeClock, capture_args, context
 
 # Each word is its own Snowball stem, so the lexical index would hold the same bytes.
 DISTINCTIVE = ("quokka", "zanzibar", "marmalad", "periwinkl")
@@ -44,12 +44,12 @@ class Host:
     def __init__(self, data_dir: Path) -> None:
         self.clock = FakeClock()
         self.embedded: EmbeddedHost = open_embedded(
-            data_dir, confirmations=ScriptedConfirmations(self.clock), clock=self.clock
+            data_dir, ask_human=lambda _request: True, clock=self.clock
         )
         self.keys = 0
 
     def ok(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        envelope = self.embedded.engine.handle(tool, arguments, context())
+        envelope = self.embedded.call(tool, arguments, context())
         assert envelope["ok"], envelope
         value: dict[str, Any] = envelope["output"]["value"]
         return value

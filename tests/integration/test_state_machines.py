@@ -164,7 +164,7 @@ def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sta
 
         def build(approval_wait_s: int = 300) -> Stack:
             clock = RealClock()
-            engine = cloud.engine(clock=clock, confirmations=None)
+            engine = cloud.engine(clock=clock)
             dynamodb = cloud.clients["dynamodb"]
             sfn = cloud.session.client("stepfunctions")
             approvals = ApprovalStore(dynamodb, TABLE)
@@ -480,7 +480,7 @@ def test_a_form_only_client_confirms_in_a_round_trip_and_the_run_commits(stack: 
 
     asked = modern_call(adapter, "forget", forget)
     assert asked["inputRequests"]["engram_confirmation"]["params"].get("mode", "form") == "form"
-    approve = {"engram_confirmation": {"action": "accept", "content": {"approve": True}}}
+    approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
     done = modern_call(
         adapter, "forget", forget, inputResponses=approve, requestState=asked["requestState"]
     )

@@ -45,11 +45,11 @@ from engram_memory.aws_composition import (
 from engram_memory.contract.errors import TrustedContextUnavailable
 from engram_memory.contract.outputs import OUTPUT_MODELS
 from engram_memory.engine.context import CONFIRMABLE, TOOLS, RetentionPolicy
-from engram_memory.engine.ports import Approval
+from engram_memory.engine.gate import Approval
 from engram_memory.engine.service import Engine, new_audit_id
 from engram_memory.observability import AUDIT_MESSAGE, get_logger
 
-from engram_testing import FakeClock, ScriptedConfirmations, context, sha
+from engram_testing import FakeClock, context, sha
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "events"
@@ -116,7 +116,6 @@ class Cloud:
     clients: dict[str, Any]
     clock: FakeClock
     index: MemoryLexicalIndex
-    confirmations: ScriptedConfirmations
 
     def engine(self, env: dict[str, str] | None = None, **overrides: Any) -> Engine:
         options: dict[str, Any] = {
@@ -126,7 +125,6 @@ class Cloud:
             "secrets_client": self.clients["secretsmanager"],
             "lexical_index": self.index,
             "clock": self.clock,
-            "confirmations": self.confirmations,
             **overrides,
         }
         return build_engine(self.env if env is None else env, **options)
@@ -182,7 +180,6 @@ def cloud_on_moto(
             clients=clients,
             clock=clock,
             index=MemoryLexicalIndex(),
-            confirmations=ScriptedConfirmations(clock),
         )
 
 
@@ -369,7 +366,7 @@ def test_withdraw_and_forget_answer_receipts_once_a_human_confirmed(
 
 def test_a_tool_function_never_asks_a_human_itself(cloud: Cloud) -> None:
     apps = {tool: load_app(tool) for tool in TOOLS}
-    engine = cloud.engine(confirmations=None)  # the cloud default
+    engine = cloud.engine()
     for app in apps.values():
         app.handler.engine = engine
         app.handler.use_gate(None)  # withdraw/forget commit in the function (no state machine)

@@ -26,16 +26,15 @@ from engram_memory.adapters.aws.kms_vault import create_key_table
 from engram_memory.adapters.aws.step_functions import (
     ApprovalStore,
     ApprovalWindowExpired,
-    StepFunctionsConfirmations,
     WorkflowRequest,
     execution_name,
     start_confirmed_execution,
 )
 from engram_memory.aws_composition import HostBinding, ToolInvocation, build_engine
 from engram_memory.engine.context import Scope, TrustedContext
+from engram_memory.engine.gate import ConfirmationNeeded
 from engram_memory.engine.ports import (
     ChangeSet,
-    ConfirmationPending,
     IndexUnavailable,
     LedgerEntry,
     OutboxItem,
@@ -175,14 +174,11 @@ def withdraw_events(world: World) -> dict[str, dict[str, Any]]:
     request["target"] = candidate_id
     # The operation digest the tool function computed: the engine's own, via a pending round.
     invocation = WorkflowRequest.model_validate(request).invocation
-    with pytest.raises(ConfirmationPending) as pending:
-        world.engine.handle(
-            "withdraw",
-            invocation.arguments,
-            invocation.trusted_context(HostBinding(TENANT)),
-            confirmations=StepFunctionsConfirmations(None),
-        )
-    request["operation_digest"] = pending.value.request.operation_digest
+    pending = world.engine.handle(
+        "withdraw", invocation.arguments, invocation.trusted_context(HostBinding(TENANT))
+    )
+    assert isinstance(pending, ConfirmationNeeded)
+    request["operation_digest"] = pending.request.operation_digest
     steps = {}
     for step in ("await_approval", "check_window", "commit_transition"):
         steps[step] = {**load(f"workflow_{step}"), "request": request}

@@ -9,9 +9,14 @@ import pytest
 from engram_memory.contract.errors import EngramError
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
-from engram_memory.engine.gate import APPROVAL_TTL_MS, EXECUTION_WINDOW_MS, check_approval
+from engram_memory.engine.gate import (
+    APPROVAL_TTL_MS,
+    EXECUTION_WINDOW_MS,
+    Approval,
+    ConfirmationRequest,
+    check_approval,
+)
 from engram_memory.engine.paging import PageState, decode_cursor, encode_cursor
-from engram_memory.engine.ports import Approval, ConfirmationRequest
 from engram_memory.engine.redaction import DEFAULT_ALLOWLIST, RedactionPolicy, redact
 
 SCOPE = Scope("t", "w")

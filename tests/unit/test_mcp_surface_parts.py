@@ -7,15 +7,16 @@ import dataclasses
 import mcp.types as types
 import pytest
 
+from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.engine.context import TOOLS, Scope
-from engram_memory.engine.ports import (
-    ConfirmationChannelUnavailable,
-    ConfirmationDeclined,
-    ConfirmationPending,
-    ConfirmationRequest,
-)
+from engram_memory.engine.gate import Approval, ConfirmationRequest, check_approval
 from engram_memory.mcp_surface.catalog import GRANT_OF, INSTRUCTIONS, TOOL_NAMES, build_tools
-from engram_memory.mcp_surface.confirmations import RoundTripConfirmations, state_for
+from engram_memory.mcp_surface.confirmations import (
+    approval_of_state,
+    approved,
+    can_elicit,
+    state_for,
+)
 from engram_memory.mcp_surface.request_state import RequestStateInvalid, RequestStateSealer
 from engram_memory.mcp_surface.server import envelope_result
 
@@ -29,15 +30,7 @@ REQUEST = ConfirmationRequest(
     summary="Tool: forget",
 )
 ELICIT = types.ClientCapabilities(elicitation=types.ElicitationCapability())
-APPROVE = types.ElicitResult(action="accept", content={"approve": True})
-
-
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def now_ms(self) -> int:
-        return self.now
+APPROVE = types.ElicitResult(action="accept", content={"decision": "approve"})
 
 
 def test_every_tool_is_published_with_contract_annotations_and_closed_schemas() -> None:
@@ -77,21 +70,13 @@ def test_a_sealed_state_opens_only_untouched_and_under_its_key() -> None:
         sealer.open("not-a-state")
 
 
-def test_the_first_round_asks_and_the_retry_approves() -> None:
-    clock = Clock(5_000)
-    first = RoundTripConfirmations(clock, capabilities=ELICIT, state=None, answer=None)
-    with pytest.raises(ConfirmationPending) as pending:
-        first.request_approval(REQUEST)
-    assert pending.value.request == REQUEST
+def test_the_retry_brings_back_an_approval_of_exactly_the_state_s_operation() -> None:
     state = state_for(REQUEST, 4_000)
-    approval = RoundTripConfirmations(
-        clock, capabilities=ELICIT, state=state, answer=APPROVE
-    ).request_approval(REQUEST)
-    assert (approval.approval_id, approval.issued_at_ms, approval.approved_at_ms) == (
-        state.nonce,
-        4_000,
-        5_000,
+    approval = approval_of_state(state, 5_000)
+    assert approval == Approval.of(
+        REQUEST, approval_id=state.nonce, issued_at_ms=4_000, approved_at_ms=5_000
     )
+    check_approval(approval, REQUEST, 5_000)  # the engine's gate accepts it
 
 
 @pytest.mark.parametrize(
@@ -104,12 +89,11 @@ def test_the_first_round_asks_and_the_retry_approves() -> None:
         {"workspace_id": "w2"},
     ],
 )
-def test_a_state_minted_for_another_operation_is_declined(change: dict[str, str]) -> None:
+def test_a_state_minted_for_another_operation_fails_the_gate(change: dict[str, str]) -> None:
     state = dataclasses.replace(state_for(REQUEST, 1_000), **change)
-    with pytest.raises(ConfirmationDeclined):
-        RoundTripConfirmations(
-            Clock(2_000), capabilities=ELICIT, state=state, answer=APPROVE
-        ).request_approval(REQUEST)
+    with pytest.raises(EngramError) as refused:
+        check_approval(approval_of_state(state, 2_000), REQUEST, 2_000)
+    assert refused.value.code is ErrorCode.GATE_FAILED
 
 
 @pytest.mark.parametrize(
@@ -117,23 +101,21 @@ def test_a_state_minted_for_another_operation_is_declined(change: dict[str, str]
     [
         types.ElicitResult(action="decline"),
         types.ElicitResult(action="cancel"),
-        types.ElicitResult(action="accept", content={"approve": False}),
+        types.ElicitResult(action="accept", content={"decision": "decline"}),
+        types.ElicitResult(action="accept", content={"approve": True}),  # the old checkbox
         None,
     ],
 )
-def test_anything_but_an_explicit_approval_is_declined(answer: types.ElicitResult | None) -> None:
-    state = state_for(REQUEST, 1_000)
-    with pytest.raises(ConfirmationDeclined):
-        RoundTripConfirmations(
-            Clock(2_000), capabilities=ELICIT, state=state, answer=answer
-        ).request_approval(REQUEST)
+def test_anything_but_an_explicit_approval_is_no_approval(
+    answer: types.ElicitResult | None,
+) -> None:
+    assert approved(APPROVE)
+    assert not approved(answer)
 
 
 def test_a_client_without_elicitation_has_no_confirmation_channel() -> None:
-    with pytest.raises(ConfirmationChannelUnavailable):
-        RoundTripConfirmations(
-            Clock(0), capabilities=types.ClientCapabilities(), state=None, answer=None
-        ).request_approval(REQUEST)
+    assert can_elicit(ELICIT)
+    assert not can_elicit(types.ClientCapabilities())
 
 
 def test_the_text_content_is_the_envelope_byte_for_byte() -> None:

@@ -43,14 +43,10 @@ from pydantic import (
 
 from .contract.errors import ProtocolRefusal, TrustedContextUnavailable, UnknownTool
 from .engine.context import CONFIRMABLE, TOOLS, RetentionPolicy, Scope, TrustedContext
+from .engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
 from .engine.ports import (
-    Approval,
     AuditSink,
     Clock,
-    ConfirmationChannelUnavailable,
-    ConfirmationPending,
-    ConfirmationRequest,
-    ConfirmationWorkflow,
     Embedder,
     LexicalIndex,
     Store,
@@ -81,7 +77,6 @@ __all__ = [
     "HostBinding",
     "InvocationContext",
     "InvocationRetention",
-    "NoConfirmationChannel",
     "ToolHandler",
     "ToolInvocation",
     "build_engine",
@@ -232,18 +227,6 @@ class InvocationApproval(_EventModel):
             issued_at_ms=self.issued_at_ms,
             approved_at_ms=self.approved_at_ms,
         )
-
-
-class CarriedConfirmations:
-    """The tool function's workflow: the approval the adapter sent, or a request for one."""
-
-    def __init__(self, carried: InvocationApproval | None) -> None:
-        self._carried = carried
-
-    def request_approval(self, request: ConfirmationRequest) -> Approval:
-        if self._carried is None:
-            raise ConfirmationPending(request)
-        return self._carried.approval()
 
 
 def confirmation_required(request: ConfirmationRequest) -> dict[str, Any]:
@@ -405,17 +388,6 @@ def protocol_error(refusal: ProtocolRefusal) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-class NoConfirmationChannel:
-    """The tool functions never ask a human themselves.
-
-    Confirmations reach the engine through the MCP adapter / the Step Functions workflow; a
-    call that needs one here is refused (``ConfirmationChannelUnavailable`` → -32603).
-    """
-
-    def request_approval(self, request: ConfirmationRequest) -> Approval:
-        raise ConfirmationChannelUnavailable("tool functions cannot ask a human for confirmation")
-
-
 def _required(env: Mapping[str, str], name: str) -> str:
     value = env.get(name, "").strip()
     if not value:
@@ -492,7 +464,6 @@ def build_engine(
     vault: Vault | None = None,
     lexical_index: LexicalIndex | None = None,
     admission_policy: AdmissionPolicy | None = None,
-    confirmations: ConfirmationWorkflow | None = None,
     clock: Clock | None = None,
     audit: AuditSink | None = None,
     embedder: Embedder | None = None,
@@ -514,8 +485,7 @@ def build_engine(
       ``semantic`` extra must be in the layer; ``ConfigurationError`` otherwise), or pass
       ``embedder``; the vectors live in the lexical index's documents (OpenSearch k-NN), which
       must then also be a ``VectorIndex``. ``ENGRAM_FUSION`` = ``minmax`` (default) | ``rrf``;
-    - clock: the system clock; audit: ``PowertoolsAuditSink``; confirmations:
-      ``NoConfirmationChannel``; clients: from ``session`` (default: a boto3 session in
+    - clock: the system clock; audit: ``PowertoolsAuditSink``; clients: from ``session`` (default: a boto3 session in
       ``AWS_REGION``), created on first use.
 
     Every dependency may be passed instead (tests, local endpoints); a variable is only required
@@ -623,7 +593,6 @@ def build_engine(
         vault=vault,
         lexical_index=lexical_index,
         admission_policy=admission_policy,
-        confirmations=confirmations or NoConfirmationChannel(),
         clock=clock,
         audit=audit,
         settings=EngineSettings(cursor_key=cursor_key, fusion=fusion),
@@ -758,20 +727,19 @@ class ToolHandler(EngineHandler):
             return self._refuse(engine, UnknownTool(), "wrong_function", ctx.audit_id, ctx)
         ctx = _bounded_by_lambda(ctx, engine.clock, context)
         gate = self._gate()
+        carried = invocation.approval.approval() if invocation.approval is not None else None
         try:
-            envelope = engine.handle(
-                self.tool,
-                invocation.arguments,
-                ctx,
-                # a gated tool with its state machine never commits here (see execution_gate)
-                confirmations=CarriedConfirmations(invocation.approval if gate is None else None),
+            # a gated tool with its state machine never commits here (see execution_gate)
+            answer = engine.handle(
+                self.tool, invocation.arguments, ctx, None if gate is not None else carried
             )
         except ProtocolRefusal as refusal:  # audited by the engine
             return protocol_error(refusal)
-        except ConfirmationPending as pending:
+        if isinstance(answer, ConfirmationNeeded):
             if gate is not None:
-                return gate.run(engine, invocation, ctx, pending.request)
-            return confirmation_required(pending.request)  # the adapter asks, then calls again
+                return gate.run(engine, invocation, ctx, answer.request)
+            return confirmation_required(answer.request)  # the adapter asks, then calls again
+        envelope = answer
         if self.tool == "request_admission" and envelope.get("ok"):
             count_admission_outcome(str(envelope["output"]["value"]["outcome"]["status"]))
         return envelope

@@ -30,7 +30,6 @@ from .engine.ports import (
     AdmissionPolicy,
     AuditSink,
     Clock,
-    ConfirmationWorkflow,
     Embedder,
     EmbedderUnavailable,
 )
@@ -46,10 +45,11 @@ from .host.errors import DataDirectoryRefused
 from .host.tokens import issuer_key_path, load_or_create_issuer_key
 
 if TYPE_CHECKING:  # the engine and its adapters (the encryption SDK) load in open_embedded
-    from .adapters.local.confirmation import AskHuman
     from .adapters.local.sqlite_store import SqliteStore
     from .adapters.local.vault import LocalVault
+    from .engine.context import TrustedContext
     from .engine.service import Engine
+    from .in_process import AskHuman
 
 DATABASE_FILE = "engram.db"
 AUDIT_FILE = "audit.log"
@@ -74,6 +74,14 @@ class EmbeddedHost:
     audit: AuditSink
     closers: list[object] = field(default_factory=list)
     config: HostConfig = field(default_factory=HostConfig)
+    ask_human: AskHuman | None = None
+
+    def call(self, tool: str, arguments: Any, ctx: TrustedContext) -> dict[str, Any]:
+        """One tool call in this process, asking ``ask_human`` when it needs an approval."""
+        from .in_process import ask_approval, call_in_process
+
+        obtain = ask_approval(self.ask_human, self.engine.clock) if self.ask_human else None
+        return call_in_process(self.engine, tool, arguments, ctx, obtain)
 
     def close(self) -> None:
         self.store.close()
@@ -178,7 +186,6 @@ def open_embedded(
     *,
     policy: AdmissionPolicy | None = None,
     ask_human: AskHuman | None = None,
-    confirmations: ConfirmationWorkflow | None = None,
     clock: Clock | None = None,
     audit: AuditSink | None = None,
     store: SqliteStore | None = None,
@@ -198,7 +205,6 @@ def open_embedded(
     """
     from .adapters.local.audit import JsonlAuditLog
     from .adapters.local.clock import SystemClock
-    from .adapters.local.confirmation import InProcessConfirmations
     from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore, SqliteVectorIndex
     from .adapters.local.vault import (
         LocalVault,
@@ -226,7 +232,6 @@ def open_embedded(
         vault=vault,
         lexical_index=SqliteLexicalIndex(store),
         admission_policy=policy,
-        confirmations=confirmations or InProcessConfirmations(ask_human, clock),
         clock=clock,
         audit=audit,
         settings=EngineSettings(
@@ -240,7 +245,13 @@ def open_embedded(
     _check_key_store_belongs(data_dir, store, vault)
     _refresh_projections(store, embedder)
     return EmbeddedHost(
-        data_dir=data_dir, engine=engine, store=store, vault=vault, audit=audit, config=config
+        data_dir=data_dir,
+        engine=engine,
+        store=store,
+        vault=vault,
+        audit=audit,
+        config=config,
+        ask_human=ask_human,
     )
 
 

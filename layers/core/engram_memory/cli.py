@@ -12,6 +12,8 @@
       forget ask you for confirmation at the terminal (``--yes`` approves for you).
 - ``engram-memory verify [--data-dir DIR] --tenant T --workspace W``
       operations plane: check a scope's journal (dense cursors, unbroken hash chain).
+- ``engram-memory approvals list|approve|decline [--data-dir DIR] [APPROVAL_ID]``
+      answer the confirmations agents wait for, from a terminal (``cli_approvals``).
 - ``engram-memory admin audit [--data-dir DIR] [--limit N]``
       operations plane: the audit log as a table (ids, principal, tool, outcome; never content).
 - ``engram-memory admin policy show|set [--data-dir DIR] [--mode auto|manual]``
@@ -43,11 +45,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
+from .cli_approvals import add_approvals_parser
 from .engine.context import TOOLS, TrustedContext, new_audit_id
 from .host.errors import HostConfigError
 
 if TYPE_CHECKING:  # the commands import what they use: `--help` stays light
-    from .engine.ports import ConfirmationRequest
+    from .engine.gate import ConfirmationRequest
 
 TOUR_TENANT = "local"
 TOUR_WORKSPACE = "default"
@@ -147,27 +150,24 @@ def cmd_tour(args: argparse.Namespace) -> int:
 
     data_dir = Path(args.data_dir)
     host = open_embedded(data_dir, ask_human=(lambda _request: True) if args.yes else _ask_terminal)
-    engine = host.engine
     run = f"{int(time.time())}"
     now_ms = int(time.time() * 1000)
     try:
         text = f"Tour {run}: the embedded store runs SQLite in WAL mode so readers never block the writer."
         captured = _show(
             "capture (a sealed, pending candidate)",
-            engine.handle(
-                "capture", _capture_args(text, f"tour-capture-{run}", now_ms), _context()
-            ),
+            host.call("capture", _capture_args(text, f"tour-capture-{run}", now_ms), _context()),
         )
         candidate_id = captured["output"]["value"]["candidate_id"]
         _show(
             "search before admission (pending memories are never returned)",
-            engine.handle(
+            host.call(
                 "search", {"query": "WAL readers writer", "purpose_ref": TOUR_PURPOSE}, _context()
             ),
         )
         admitted = _show(
             "request_admission (the host policy decides)",
-            engine.handle(
+            host.call(
                 "request_admission",
                 {"candidate_id": candidate_id, "idempotency_key": f"tour-admit-{run}"},
                 _context(),
@@ -176,7 +176,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
         record_id = admitted["output"]["value"]["outcome"].get("record_id")
         _show(
             "search",
-            engine.handle(
+            host.call(
                 "search",
                 {"query": "WAL readers writer", "purpose_ref": TOUR_PURPOSE, "limit": 3},
                 _context(),
@@ -185,13 +185,11 @@ def cmd_tour(args: argparse.Namespace) -> int:
         if record_id:
             _show(
                 "get",
-                engine.handle(
-                    "get", {"record_id": record_id, "purpose_ref": TOUR_PURPOSE}, _context()
-                ),
+                host.call("get", {"record_id": record_id, "purpose_ref": TOUR_PURPOSE}, _context()),
             )
         draft = _show(
             "capture a draft to withdraw",
-            engine.handle(
+            host.call(
                 "capture",
                 _capture_args(
                     f"Tour {run}: a draft that should not be kept.", f"tour-draft-{run}", now_ms
@@ -201,7 +199,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
         )
         _show(
             "withdraw (needs your confirmation; crypto-shreds the candidate)",
-            engine.handle(
+            host.call(
                 "withdraw",
                 {
                     "candidate_id": draft["output"]["value"]["candidate_id"],
@@ -214,7 +212,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
         if record_id:
             _show(
                 "forget (needs your confirmation; the record becomes permanently ineligible)",
-                engine.handle(
+                host.call(
                     "forget",
                     {
                         "record_id": record_id,
@@ -226,9 +224,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
             )
             _show(
                 "get after forget",
-                engine.handle(
-                    "get", {"record_id": record_id, "purpose_ref": TOUR_PURPOSE}, _context()
-                ),
+                host.call("get", {"record_id": record_id, "purpose_ref": TOUR_PURPOSE}, _context()),
             )
         print(f"\nAudit log: {(data_dir / 'audit.log').resolve()}")
     finally:
@@ -927,6 +923,7 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     rebuild.add_argument("--workspace", default=TOUR_WORKSPACE)
     rebuild.set_defaults(func=cmd_admin_reindex)
+    add_approvals_parser(sub, DEFAULT_DATA_DIR)
     return parser
 
 

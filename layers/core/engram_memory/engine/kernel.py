@@ -29,20 +29,15 @@ from ..contract.models import (
 from ..contract.types import format_instant
 from . import lexical
 from .context import Scope, TrustedContext
-from .gate import check_approval
+from .gate import Approval, ConfirmationRequest, approval_conflict, check_approval
 from .ports import (
     AdmissionPolicy,
-    Approval,
     AuditSink,
     CandidateRow,
     ChangeSet,
     Clock,
     CommitConflict,
     CommitOutcomeUnknown,
-    ConfirmationChannelUnavailable,
-    ConfirmationDeclined,
-    ConfirmationRequest,
-    ConfirmationWorkflow,
     Embedder,
     EmbedderUnavailable,
     IndexUnavailable,
@@ -115,16 +110,25 @@ class StateMoved(Exception):
     """A commit condition on the target's state or the ledger failed: re-run the use case."""
 
 
+class ApprovalNeeded(Exception):
+    """The use case needs a human approval the call was not given (before any write).
+
+    ``Engine.handle`` turns it into its ``ConfirmationNeeded`` answer.
+    """
+
+    def __init__(self, request: ConfirmationRequest) -> None:
+        super().__init__("approval needed")
+        self.request = request
+
+
 @dataclass(slots=True)
 class Call:
     tool: str
     ctx: TrustedContext
     now_ms: int
-    workflow: ConfirmationWorkflow
+    approval: Approval | None = None  # the human's approval the transport obtained, if any
     target: str | None = None
     digests: dict[str, str] = field(default_factory=dict)
-    approval: Approval | None = None
-    approval_request: ConfirmationRequest | None = None
 
     @property
     def scope(self) -> Scope:
@@ -141,7 +145,6 @@ class Kernel:
         vault: Vault,
         lexical_index: LexicalIndex,
         admission_policy: AdmissionPolicy,
-        confirmations: ConfirmationWorkflow,
         clock: Clock,
         audit: AuditSink,
         settings: EngineSettings,
@@ -153,7 +156,6 @@ class Kernel:
         self.vault = vault
         self.lexical = lexical_index
         self.policy = admission_policy
-        self.confirmations = confirmations
         self.clock = clock
         self.audit = audit
         self.settings = settings
@@ -200,10 +202,6 @@ class Kernel:
             return fetch()
         except StoreUnavailable:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
-
-    def claim_request_state(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
-        """Claim a confirmation round's nonce; False when it was already used (a replay)."""
-        return self.read(lambda: self.store.claim_nonce(scope, nonce, expires_at_ms))
 
     def check_live(self, call: Call) -> None:
         ctx = call.ctx
@@ -265,8 +263,13 @@ class Kernel:
     def confirm(
         self, call: Call, model: ClosedModel, target: str | None, reason_ref: str | None
     ) -> Approval | None:
-        """Obtain and check a human approval when the tool needs one (before any write)."""
+        """Check the call's approval when the tool needs one (before any write).
+
+        Without one the use case stops here (``ApprovalNeeded``): the transport asks the human
+        and calls again with the answer (``engine.gate``).
+        """
         if not call.ctx.needs_confirmation(call.tool):
+            call.approval = None  # an approval nobody asked for authorizes nothing
             return None
         arguments = model.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
         operation_digest = digest(
@@ -288,14 +291,8 @@ class Kernel:
             reason_ref=reason_ref,
             summary=_summary(call, target, reason_ref),
         )
-        if call.approval is None or call.approval_request != request:
-            try:
-                call.approval = call.workflow.request_approval(request)
-            except ConfirmationDeclined:
-                raise EngramError(ErrorCode.GATE_FAILED) from None
-            except ConfirmationChannelUnavailable:
-                raise TrustedContextUnavailable() from None
-            call.approval_request = request
+        if call.approval is None:
+            raise ApprovalNeeded(request)
         check_approval(call.approval, request, self.clock.now_ms())
         call.digests["operation_digest"] = operation_digest
         return call.approval
@@ -327,7 +324,7 @@ class Kernel:
                     contention.back_off()
                     continue
                 if conflict.reason == "approval":
-                    raise EngramError(ErrorCode.GATE_FAILED) from None
+                    raise approval_conflict() from None
                 raise StateMoved() from None
             except StoreUnavailable:
                 raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None

@@ -97,7 +97,6 @@ def audited(
         tool=operation,
         ctx=ctx,
         now_ms=engine.clock.now_ms(),
-        workflow=engine.confirmations,
         target=target,
     )
     code = "OK"

@@ -71,26 +71,6 @@ class PolicyUnavailable(PortError):
     """An external admission decision hook is down."""
 
 
-class ConfirmationDeclined(PortError):
-    """The human declined, cancelled, or the confirmation round failed (tampered, expired...)."""
-
-
-class ConfirmationPending(PortError):
-    """The workflow needs another round trip with the human before it can answer.
-
-    The MCP surface catches it, asks the human (elicitation), and calls the engine again with a
-    workflow that holds the answer. It carries the request so the surface can describe it.
-    """
-
-    def __init__(self, request: ConfirmationRequest) -> None:
-        super().__init__("confirmation pending")
-        self.request = request
-
-
-class ConfirmationChannelUnavailable(PortError):
-    """There is no way to ask a human (e.g. the client declares no elicitation capability)."""
-
-
 # --------------------------------------------------------------------------------------------
 # Store
 # --------------------------------------------------------------------------------------------
@@ -414,36 +394,6 @@ class AdmissionPolicy(Protocol):
     def version(self) -> str: ...
 
     def decide(self, request: AdmissionRequest) -> PolicyDecision: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ConfirmationRequest:
-    tool: str
-    target: str | None
-    operation_digest: str
-    principal: str
-    scope: Scope
-    reason_ref: str | None
-    summary: str  # human-readable: tool, target, reason, scope
-
-
-@dataclass(frozen=True, slots=True)
-class Approval:
-    approval_id: str
-    tool: str
-    target: str | None
-    operation_digest: str
-    principal: str
-    scope: Scope
-    issued_at_ms: int  # when the confirmation was requested
-    approved_at_ms: int  # when the human approved
-
-
-class ConfirmationWorkflow(Protocol):
-    def request_approval(self, request: ConfirmationRequest) -> Approval:
-        """Return the human's approval; raise ``ConfirmationDeclined``, ``ConfirmationPending``
-        or ``ConfirmationChannelUnavailable``."""
-        ...
 
 
 class Clock(Protocol):

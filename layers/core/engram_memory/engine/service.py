@@ -1,10 +1,12 @@
 """The engine: the six use cases of CONTRACT.md §4–§10 against the ports.
 
-``Engine.handle(tool, arguments, context)`` is the single entry point the MCP surface and the
-Lambdas call. It validates the raw arguments against the closed models, runs the use case,
-writes one audit event, and returns the result envelope. Protocol refusals (``-32602`` /
-``-32603``) are raised as ``ProtocolRefusal``; a confirmation that needs another round trip with
-the human is raised as ``ConfirmationPending``. Every other outcome is an envelope.
+``Engine.handle(tool, arguments, context, approval=None)`` is the single entry point the MCP
+surface and the Lambdas call. It validates the raw arguments against the closed models, runs the
+use case, writes one audit event, and returns the result envelope. Protocol refusals (``-32602``
+/ ``-32603``) are raised as ``ProtocolRefusal``. A call that needs a human approval it was not
+given answers ``ConfirmationNeeded(request)`` (nothing written); the transport obtains the
+human's answer and calls again with ``approval=`` (``engine.gate``). Every other outcome is an
+envelope.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from ..contract.models import (
 )
 from ..contract.types import INVALID_DIGEST_ERROR, MAX_ARGUMENT_BYTES
 from .context import TOOLS, TrustedContext, new_audit_id
-from .kernel import Call, EngineSettings, Kernel
-from .ports import AuditEvent, ConfirmationPending, ConfirmationWorkflow
+from .gate import Approval, ConfirmationNeeded
+from .kernel import ApprovalNeeded, Call, EngineSettings, Kernel
+from .ports import AuditEvent
 from .usecases.admission import request_admission
 from .usecases.capture import capture
 from .usecases.reads import get, search
@@ -39,7 +42,7 @@ from .usecases.transitions import forget, withdraw
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Engine", "EngineSettings", "new_audit_id"]
+__all__ = ["Approval", "ConfirmationNeeded", "Engine", "EngineSettings", "new_audit_id"]
 
 
 class Engine(Kernel):
@@ -50,16 +53,10 @@ class Engine(Kernel):
         tool: str,
         arguments: Any,
         ctx: TrustedContext,
-        *,
-        confirmations: ConfirmationWorkflow | None = None,
-    ) -> dict[str, Any]:
-        """Run one tool call and return its envelope (see the module docstring)."""
-        call = Call(
-            tool=tool,
-            ctx=ctx,
-            now_ms=self.clock.now_ms(),
-            workflow=confirmations or self.confirmations,
-        )
+        approval: Approval | None = None,
+    ) -> dict[str, Any] | ConfirmationNeeded:
+        """Run one tool call: its envelope, or ``ConfirmationNeeded`` (module docstring)."""
+        call = Call(tool=tool, ctx=ctx, now_ms=self.clock.now_ms(), approval=approval)
         if tool not in TOOLS or tool not in ctx.grants:
             self._audit(call, ok=False, code="PROTOCOL_UNKNOWN_TOOL")
             raise UnknownTool()
@@ -77,9 +74,9 @@ class Engine(Kernel):
         except ProtocolRefusal:
             self._audit(call, ok=False, code="PROTOCOL_CONTEXT_UNAVAILABLE")
             raise
-        except ConfirmationPending:
+        except ApprovalNeeded as needed:
             self._audit(call, ok=False, code="CONFIRMATION_PENDING")
-            raise
+            return ConfirmationNeeded(needed.request)
         self._audit(call, ok=True, code="OK")
         return envelope
 
@@ -94,7 +91,7 @@ class Engine(Kernel):
         bound = ctx or TrustedContext(
             tenant_id="", workspace_id="", principal="", purpose_ref="", audit_id=audit_id
         )
-        call = Call(tool=tool, ctx=bound, now_ms=self.clock.now_ms(), workflow=self.confirmations)
+        call = Call(tool=tool, ctx=bound, now_ms=self.clock.now_ms())
         label = code.value if isinstance(code, ErrorCode) else code
         self._audit(call, ok=False, code=label)
         return failure(code, audit_id) if isinstance(code, ErrorCode) else {}

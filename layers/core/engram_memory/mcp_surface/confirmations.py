@@ -1,47 +1,47 @@
-"""Confirmation workflows that ask the human through MCP elicitation (CONTRACT.md §8).
+"""How the MCP surface obtains a human's approval (CONTRACT.md §8).
 
-- 2026-07-28 (stateless): the first call raises ``ConfirmationPending``; the surface answers with an
-  ``InputRequiredResult`` carrying a form elicitation and a sealed ``requestState``. The client's
-  retry brings the human's answer and the state back; ``RoundTripConfirmations`` turns them into an
-  ``Approval`` (or a refusal) for the engine to check.
-- 2025-11-25: ``StreamConfirmations`` sends ``elicitation/create`` on the request's own stream and
-  waits for the answer (the engine runs in a worker thread; the elicitation runs on the event loop).
-- URL mode (cloud): withdraw/forget run in a Step Functions execution with its own approval page;
-  when the client can open URLs, the adapter raises ``UrlConfirmationRequired`` and the surface
-  answers with a URL elicitation instead of a form.
+The engine answers ``ConfirmationNeeded`` for a call that needs an approval it was not given;
+the surface asks the human and calls again with the ``Approval``:
+
+- 2026-07-28 (stateless): an ``InputRequiredResult`` carrying a form elicitation and a sealed
+  ``requestState``; the client's retry brings the human's answer and the state back, and
+  ``approval_of_state`` turns them into the approval (the state's nonce is its id).
+- 2025-11-25: ``elicitation/create`` on the request's own stream (``elicit_on_stream``), then
+  the engine runs again in the same request.
+- URL mode: a ``ConfirmationNeeded`` with a ``url`` (the approval page of a cloud run) goes to a
+  client that opens URLs as a URL elicitation; once the human has answered there, the client's
+  retry of the same call gets the committed receipt.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import Any, Final
 
-import anyio.from_thread
 import mcp.types as types
 
-from ..engine.gate import APPROVAL_TTL_MS
-from ..engine.ports import (
-    Approval,
-    Clock,
-    ConfirmationChannelUnavailable,
-    ConfirmationDeclined,
-    ConfirmationPending,
-    ConfirmationRequest,
-)
+from ..engine.context import Scope
+from ..engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
+from ..engine.ports import Clock
 from .request_state import ConfirmationState
 
 ANSWER_KEY: Final = "engram_confirmation"
+DECISION_FIELD: Final = "decision"
+# An explicit choice, not a checkbox: "accept" with nothing chosen is not an approval.
 APPROVAL_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "approve": {
-            "type": "boolean",
-            "title": "Approve",
-            "description": "Approve this memory operation on behalf of the agent?",
+        DECISION_FIELD: {
+            "type": "string",
+            "title": "Your answer",
+            "description": "Approve or decline this memory operation on behalf of the agent.",
+            "oneOf": [
+                {"const": "approve", "title": "Approve"},
+                {"const": "decline", "title": "Decline"},
+            ],
         }
     },
-    "required": ["approve"],
+    "required": [DECISION_FIELD],
 }
 
 
@@ -49,8 +49,12 @@ def elicitation_message(request: ConfirmationRequest) -> str:
     return "An agent asks to change governed memory. Approve?\n\n" + request.summary
 
 
-def approved(result: types.ElicitResult) -> bool:
-    return result.action == "accept" and (result.content or {}).get("approve") is True
+def approved(result: types.ElicitResult | None) -> bool:
+    return (
+        result is not None
+        and result.action == "accept"
+        and (result.content or {}).get(DECISION_FIELD) == "approve"
+    )
 
 
 def can_elicit(capabilities: types.ClientCapabilities | None) -> bool:
@@ -63,28 +67,33 @@ def can_open_url(capabilities: types.ClientCapabilities | None) -> bool:
     return elicitation is not None and elicitation.url is not None
 
 
-class UrlConfirmationRequired(Exception):
-    """The confirmation happens on an approval page the human signs in to (cloud, URL mode).
+def opens_urls(capabilities: types.ClientCapabilities | None, *, modern: bool) -> bool:
+    """URL mode is preferred where the host offers a page: the human signs in there.
 
-    Raised by the cloud adapter's engine when the tool function answered with the page of its
-    run and the client can open URLs; the surface answers with a URL elicitation (an
-    ``InputRequiredResult`` on 2026-07-28, the -32042 error on 2025-11-25). Once the human has
-    answered on the page, the client's retry of the same call gets the committed receipt.
+    A stateless 2025-11-25 request declares nothing (no ``initialize`` on this connection): the
+    -32042 answer is the one way such a client can reach the human, and one that cannot open it
+    sees an error.
     """
+    return can_open_url(capabilities) or (not modern and capabilities is None)
 
-    def __init__(self, request: ConfirmationRequest, url: str, elicitation_id: str) -> None:
-        super().__init__("confirmation by URL required")
-        self.request = request
-        self.url = url
-        self.elicitation_id = elicitation_id
 
-    def params(self) -> types.ElicitRequestURLParams:
-        return types.ElicitRequestURLParams(
-            message=elicitation_message(self.request)
-            + "\n\nOpen the approval page, sign in, and answer; then retry the same call.",
-            url=self.url,
-            elicitation_id=self.elicitation_id,
-        )
+def url_params(needed: ConfirmationNeeded) -> types.ElicitRequestURLParams:
+    assert needed.url is not None
+    return types.ElicitRequestURLParams(
+        message=elicitation_message(needed.request)
+        + "\n\nOpen the approval page, sign in, and answer; then retry the same call.",
+        url=needed.url,
+        elicitation_id=needed.elicitation_id or "",
+    )
+
+
+def form_params(
+    request: ConfirmationRequest, message: str | None = None
+) -> types.ElicitRequestFormParams:
+    """The form: the summary (``message``, or the request's own) and an explicit choice."""
+    return types.ElicitRequestFormParams(
+        message=message or elicitation_message(request), requested_schema=APPROVAL_SCHEMA
+    )
 
 
 def state_for(request: ConfirmationRequest, issued_at_ms: int) -> ConfirmationState:
@@ -100,98 +109,32 @@ def state_for(request: ConfirmationRequest, issued_at_ms: int) -> ConfirmationSt
     )
 
 
-class RoundTripConfirmations:
-    """2026-07-28: the answer arrives with the retry, next to the state that asked for it."""
+def approval_of_state(state: ConfirmationState, approved_at_ms: int) -> Approval:
+    """The approval the human gave on the retry that brought ``state`` back.
 
-    def __init__(
-        self,
-        clock: Clock,
-        *,
-        capabilities: types.ClientCapabilities | None,
-        state: ConfirmationState | None,
-        answer: types.ElicitResult | None,
-        claim: Callable[[str, int], bool] | None = None,
-    ) -> None:
-        self._clock = clock
-        self._capabilities = capabilities
-        self._state = state
-        self._answer = answer
-        self._claim = claim
-
-    def opens_urls(self) -> bool:
-        """URL mode is preferred where the host offers it: the human signs in on the page."""
-        return can_open_url(self._capabilities)
-
-    def request_approval(self, request: ConfirmationRequest) -> Approval:
-        if not can_elicit(self._capabilities):
-            raise ConfirmationChannelUnavailable("client declared no elicitation capability")
-        state, answer = self._state, self._answer
-        if state is None:
-            raise ConfirmationPending(request)
-        bound = (
-            state.principal == request.principal
-            and state.tenant_id == request.scope.tenant_id
-            and state.workspace_id == request.scope.workspace_id
-            and state.tool == request.tool
-            and state.target == (request.target or "")
-            and state.operation_digest == request.operation_digest
-        )
-        if not bound or answer is None or not approved(answer):
-            raise ConfirmationDeclined("declined, cancelled or not bound to this operation")
-        # Single use, enforced server-side; claimed only now, so an attempt for another
-        # operation (refused above) does not use up the state of the legitimate retry.
-        expires_at_ms = state.issued_at_ms + APPROVAL_TTL_MS
-        if self._claim is not None and not self._claim(state.nonce, expires_at_ms):
-            raise ConfirmationDeclined("this confirmation was already used")
-        return Approval(
-            approval_id=state.nonce,
-            tool=request.tool,
-            target=request.target,
-            operation_digest=request.operation_digest,
-            principal=request.principal,
-            scope=request.scope,
-            issued_at_ms=state.issued_at_ms,
-            approved_at_ms=self._clock.now_ms(),
-        )
+    It binds what the state names; the engine's gate checks that this is the operation of the
+    retried call, and the windows. The nonce is the approval id: the commit consumes it.
+    """
+    return Approval(
+        approval_id=state.nonce,
+        tool=state.tool,
+        target=state.target or None,
+        operation_digest=state.operation_digest,
+        principal=state.principal,
+        scope=Scope(state.tenant_id, state.workspace_id),
+        issued_at_ms=state.issued_at_ms,
+        approved_at_ms=approved_at_ms,
+    )
 
 
-class StreamConfirmations:
-    """2025-11-25: ask with ``elicitation/create`` on the request's stream and wait."""
-
-    def __init__(self, clock: Clock, *, session: Any, request_id: Any) -> None:
-        self._clock = clock
-        self._session = session
-        self._request_id = request_id
-
-    def opens_urls(self) -> bool:
-        """A client that declared URL elicitation; also a stateless 2025-11-25 request, which
-        declares nothing (no ``initialize`` on this connection): the -32042 answer is the one
-        way such a client can reach the human, and one that cannot open it sees an error."""
-        capabilities = self._session.client_capabilities
-        return capabilities is None or can_open_url(capabilities)
-
-    def request_approval(self, request: ConfirmationRequest) -> Approval:
-        if not can_elicit(self._session.client_capabilities) or not self._session.can_send_request:
-            raise ConfirmationChannelUnavailable("no way to ask the human on this connection")
-        issued_at = self._clock.now_ms()
-        result: types.ElicitResult = anyio.from_thread.run(
-            self._elicit, elicitation_message(request)
-        )
-        if not approved(result):
-            raise ConfirmationDeclined("declined or cancelled")
-        return Approval(
-            approval_id="apr_" + uuid.uuid4().hex,
-            tool=request.tool,
-            target=request.target,
-            operation_digest=request.operation_digest,
-            principal=request.principal,
-            scope=request.scope,
-            issued_at_ms=issued_at,
-            approved_at_ms=self._clock.now_ms(),
-        )
-
-    async def _elicit(self, message: str) -> types.ElicitResult:
-        result: types.ElicitResult = await self._session.elicit_form(
-            message, APPROVAL_SCHEMA, related_request_id=self._request_id
-        )
-        return result
+async def elicit_on_stream(
+    session: Any, request_id: Any, request: ConfirmationRequest, clock: Clock
+) -> Approval | None:
+    """2025-11-25: ask on the request's stream and wait; ``None`` when declined or cancelled."""
+    issued_at = clock.now_ms()
+    result: types.ElicitResult = await session.elicit_form(
+        elicitation_message(request), APPROVAL_SCHEMA, related_request_id=request_id
+    )
+    if not approved(result):
+        return None
+    return Approval.fresh(request, issued_at_ms=issued_at, approved_at_ms=clock.now_ms())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -15,13 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlparse
 
 import anyio
 
+from ..adapters.local.approvals import ApprovalBook
 from ..adapters.local.clock import SystemClock
 from ..contract.errors import ErrorCode, TrustedContextUnavailable
-from ..engine.context import TOOLS, Scope, TrustedContext
-from ..engine.ports import ConfirmationWorkflow
+from ..engine.context import TOOLS, TrustedContext
+from ..engine.gate import Approval, ConfirmationNeeded
 from ..host._files import write_private_file
 from ..host.config import DEFAULT_PORT, HostConfig, host_config_path, load_host_config
 from ..host.tokens import (
@@ -33,6 +36,7 @@ from ..host.tokens import (
     local_verifier,
 )
 from .catalog import instructions_for
+from .embedded_approvals import EmbeddedApprovals
 from .request_state import RequestStateSealer
 from .server import EngramMcp, SurfaceRuntime
 from .transports import MCP_PATH, http_app, serve_stdio
@@ -75,22 +79,14 @@ class EngineOnDemand:
                 self._host.close()
 
     def handle(
-        self,
-        tool: str,
-        arguments: Any,
-        ctx: TrustedContext,
-        *,
-        confirmations: ConfirmationWorkflow | None = None,
-    ) -> dict[str, Any]:
-        return self.host.engine.handle(tool, arguments, ctx, confirmations=confirmations)
+        self, tool: str, arguments: Any, ctx: TrustedContext, approval: Approval | None = None
+    ) -> dict[str, Any] | ConfirmationNeeded:
+        return self.host.engine.handle(tool, arguments, ctx, approval)
 
     def refuse(
         self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str
     ) -> dict[str, Any]:
         return self.host.engine.refuse(tool, ctx, audit_id, code)
-
-    def claim_request_state(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
-        return self.host.engine.claim_request_state(scope, nonce, expires_at_ms)
 
 
 @dataclass
@@ -98,6 +94,7 @@ class EmbeddedServer:
     surface: EngramMcp
     issuer: TokenIssuer
     engine: EngineOnDemand
+    approvals: EmbeddedApprovals
 
     @property
     def host(self) -> EmbeddedHost:
@@ -106,6 +103,7 @@ class EmbeddedServer:
 
     def close(self) -> None:
         self.engine.close()
+        self.approvals.close()
 
 
 def _request_state_key(path: Path) -> bytes:
@@ -155,13 +153,23 @@ def open_server(
         return open_embedded(data_dir, config=config, **engine_options)
 
     engine = EngineOnDemand(open_engine)
+    state_key = _request_state_key(data_dir / "keys" / REQUEST_STATE_KEY_FILE)
+    clock = SystemClock()
+    approvals = EmbeddedApprovals(
+        lambda: ApprovalBook(data_dir),
+        lambda: engine.host.engine,
+        base_url=_origin(config.resource),
+        csrf_key=hashlib.sha256(b"engram-memory/approval-csrf/v1" + state_key).digest(),
+        clock=clock,
+    )
     runtime = SurfaceRuntime(
         engine=engine,
         verifier=local_verifier(data_dir, config),
         host=config,
-        sealer=RequestStateSealer(_request_state_key(data_dir / "keys" / REQUEST_STATE_KEY_FILE)),
-        clock=SystemClock(),
+        sealer=RequestStateSealer(state_key),
+        clock=clock,
         stdio_token=stdio_token,
+        approvals=approvals,
     )
     binding = stdio_binding(runtime) if stdio_token else None
     purpose = binding.purpose_ref if isinstance(binding, TrustedContext) else None
@@ -169,7 +177,14 @@ def open_server(
         surface=EngramMcp(runtime, instructions=instructions_for(purpose)),
         issuer=local_issuer(data_dir, config),
         engine=engine,
+        approvals=approvals,
     )
+
+
+def _origin(resource: str) -> str:
+    """The approval page's origin: the MCP resource's scheme and authority (loopback)."""
+    parsed = urlparse(resource)
+    return f"{parsed.scheme}://{parsed.netloc}"
 
 
 def stdio_binding(runtime: SurfaceRuntime) -> TrustedContext | str:

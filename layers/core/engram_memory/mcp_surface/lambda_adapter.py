@@ -11,8 +11,8 @@ Environment (the SAM template's): ``ENGRAM_TOOL_FUNCTIONS`` (JSON object tool â†
 ``ENGRAM_RESOURCE_URI``, ``ENGRAM_ISSUER`` (its OIDC discovery document names the JWKS:
 ``host/oidc.py``),
 ``ENGRAM_ALLOWED_ORIGINS`` (comma-separated), ``ENGRAM_REQUEST_STATE_SECRET_ARN`` (the
-request-state key is HKDF-SHA256 of the secret), ``ENGRAM_TENANT_ID``, ``ENGRAM_TABLE`` (used
-nonces of the confirmation round trip), ``ENGRAM_RETENTION_CEILING_S`` (optional), and
+request-state key is HKDF-SHA256 of the secret), ``ENGRAM_TENANT_ID``,
+``ENGRAM_RETENTION_CEILING_S`` (optional), and
 ``ENGRAM_ALLOWED_HOSTS`` (optional, comma-separated extra ``Host`` values besides the resource
 URI's host, e.g. a second custom domain).
 
@@ -48,19 +48,12 @@ from ..contract.errors import (
     UnknownTool,
 )
 from ..engine.context import TOOLS, TrustedContext
-from ..engine.ports import (
-    AuditEvent,
-    AuditSink,
-    Clock,
-    ConfirmationChannelUnavailable,
-    ConfirmationDeclined,
-    ConfirmationWorkflow,
-)
+from ..engine.gate import Approval, ConfirmationNeeded
+from ..engine.ports import AuditEvent, AuditSink, Clock
 from ..host.config import HostConfig, RetentionConfig
 from ..host.oidc import IssuerKeysUnavailable, oidc_verifier
 from ..host.tokens import TokenVerifier
 from ..observability import instrumented
-from .confirmations import UrlConfirmationRequired
 from .request_state import RequestStateSealer
 from .server import EngramMcp, SurfaceRuntime
 from .transports import McpGate, streamable_app
@@ -95,8 +88,7 @@ class LambdaToolEngine:
     ``handle`` invokes the tool's function and returns its envelope; a ``protocol_error`` answer
     becomes the matching ``ProtocolRefusal``; a function error or a transport failure is a
     generic -32603 (``TrustedContextUnavailable``) whose text never reaches the client.
-    ``refuse`` audits a call the surface refused itself; ``claim_request_state`` claims a
-    confirmation nonce in the canonical table (single use of a ``requestState``).
+    ``refuse`` audits a call the surface refused itself.
     """
 
     def __init__(
@@ -106,17 +98,13 @@ class LambdaToolEngine:
         clock: Clock,
         audit: AuditSink,
         lambda_client: Any = None,
-        nonce_store: Any = None,
         client_factory: Callable[[], Any] | None = None,
-        nonce_store_factory: Callable[[], Any] | None = None,
     ) -> None:
         self.functions = dict(functions)
         self.clock = clock
         self.audit = audit
         self._lambda = lambda_client
-        self._nonces = nonce_store
         self._client_factory = client_factory
-        self._nonce_store_factory = nonce_store_factory
         self._lock = threading.Lock()
 
     # -- clients (created on first use) ---------------------------------------------------------
@@ -129,32 +117,17 @@ class LambdaToolEngine:
                 self._lambda = self._client_factory()
             return self._lambda
 
-    def _nonce_store(self) -> Any:
-        with self._lock:
-            if self._nonces is None:
-                if self._nonce_store_factory is None:
-                    raise ConfigurationError("no nonce store")
-                self._nonces = self._nonce_store_factory()
-            return self._nonces
-
     # -- the engine surface -------------------------------------------------------------------
 
     def handle(
-        self,
-        tool: str,
-        arguments: Any,
-        ctx: TrustedContext,
-        *,
-        confirmations: ConfirmationWorkflow | None = None,
-    ) -> dict[str, Any]:
-        """Run ``tool`` in its function; the envelope, or a ``ProtocolRefusal``.
+        self, tool: str, arguments: Any, ctx: TrustedContext, approval: Approval | None = None
+    ) -> dict[str, Any] | ConfirmationNeeded:
+        """Run ``tool`` in its function: the envelope, ``ConfirmationNeeded``, or a refusal.
 
-        A call that needs a human approval comes back as ``confirmation_required``. With an
-        ``approval_url`` (withdraw/forget: the page of their Step Functions run) and a client
-        that opens URLs, ``UrlConfirmationRequired`` sends the human there. Otherwise the
-        surface's ``confirmations`` obtain the approval (raising ``ConfirmationPending`` to ask
-        the human first), and the function is invoked again carrying it: the function's engine
-        (or the run it hands it to) checks and consumes it like any other.
+        ``approval`` (the human's, obtained by the surface) travels with the invocation; the
+        function's engine (or the run it hands it to) checks and consumes it. A function that
+        needs one it was not given answers ``confirmation_required`` â€” with the approval page
+        of its run for withdraw/forget (``url``).
         """
         if tool not in TOOLS or tool not in ctx.grants:
             self._audit(tool, ctx, ctx.audit_id, "PROTOCOL_UNKNOWN_TOOL")
@@ -164,7 +137,7 @@ class LambdaToolEngine:
             log.error("no function configured for a granted tool", extra={"tool": tool})
             raise TrustedContextUnavailable()
         try:
-            payload = ToolInvocation.from_trusted(tool, arguments, ctx).to_event()
+            payload = ToolInvocation.from_trusted(tool, arguments, ctx, approval).to_event()
         except ValidationError:
             # the arguments or context cannot be sent (e.g. not JSON): the function would
             # refuse it as malformed
@@ -176,21 +149,13 @@ class LambdaToolEngine:
                 request = request_of(answer)
             except (KeyError, TypeError):
                 raise TrustedContextUnavailable() from None
-            if confirmations is None:
-                raise TrustedContextUnavailable()
-            url = answer["confirmation_required"].get("approval_url")
-            opens_urls = getattr(confirmations, "opens_urls", None)
-            if isinstance(url, str) and opens_urls is not None and opens_urls():
-                elicitation_id = str(answer["confirmation_required"].get("approval_id", ""))
-                raise UrlConfirmationRequired(request, url, elicitation_id)
-            try:
-                approval = confirmations.request_approval(request)
-            except ConfirmationDeclined:
-                return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.GATE_FAILED)
-            except ConfirmationChannelUnavailable:
-                raise TrustedContextUnavailable() from None
-            payload = ToolInvocation.from_trusted(tool, arguments, ctx, approval).to_event()
-            answer = self._invoke(function, payload, ctx.audit_id)
+            page = answer["confirmation_required"]
+            url = page.get("approval_url")
+            return ConfirmationNeeded(
+                request,
+                url=url if isinstance(url, str) else None,
+                elicitation_id=str(page.get("approval_id", "")) or None,
+            )
         if not isinstance(answer, dict):
             raise TrustedContextUnavailable()
         if "protocol_error" in answer:
@@ -250,10 +215,6 @@ class LambdaToolEngine:
             self.audit.record(event)
         except Exception:
             log.exception("audit sink failed", extra={"audit_id": audit_id})
-
-    def claim_request_state(self, scope: Any, nonce: str, expires_at_ms: int) -> bool:
-        """Claim a ``requestState`` nonce: True the first time, False for a replay."""
-        return bool(self._nonce_store().claim_nonce(scope, nonce, expires_at_ms))
 
 
 def _refusal_of(error: Any) -> ProtocolRefusal:
@@ -330,11 +291,9 @@ def build_adapter(
     *,
     session: Session | None = None,
     lambda_client: Any = None,
-    dynamodb_client: Any = None,
     secrets_client: Any = None,
     jwks: Mapping[str, Any] | None = None,
     jwks_fetcher: Callable[[str], dict[str, Any]] | None = None,
-    nonce_store: Any = None,
     clock: Clock | None = None,
     audit: AuditSink | None = None,
 ) -> EngramMcp:
@@ -342,7 +301,7 @@ def build_adapter(
 
     Reads the issuer's discovery document and JWKS (``jwks`` / ``jwks_fetcher`` pin a static
     JWKS instead; call this once per cold start) and the request-state secret; the
-    Lambda and DynamoDB clients are created on first use. Raises ``ConfigurationError``.
+    Lambda client is created on first use. Raises ``ConfigurationError``.
     """
     sessions: list[Session] = [session] if session is not None else []
 
@@ -363,7 +322,6 @@ def build_adapter(
 
     host = _host_config(env)
     functions = tool_functions(env)
-    table = _required(env, "ENGRAM_TABLE")
     secret_arn = _required(env, "ENGRAM_REQUEST_STATE_SECRET_ARN")
     try:
         if jwks is None and jwks_fetcher is not None:
@@ -395,25 +353,12 @@ def build_adapter(
         config = Config(connect_timeout=2, read_timeout=28, retries={"max_attempts": 1})
         return aws_session().client("lambda", config=config)
 
-    def new_nonce_store() -> Any:
-        from ..adapters.aws.dynamo_store import DynamoStore
-
-        # only ``claim_nonce`` is used: no blob is ever read or written here
-        return DynamoStore(
-            table_name=table,
-            bucket="",
-            dynamodb=dynamodb_client or aws_session().client("dynamodb", config=client_config()),
-            session=aws_session() if dynamodb_client is None else session,
-        )
-
     engine = LambdaToolEngine(
         functions,
         clock=clock,
         audit=audit,
         lambda_client=lambda_client,
-        nonce_store=nonce_store,
         client_factory=new_lambda_client,
-        nonce_store_factory=new_nonce_store,
     )
     runtime = SurfaceRuntime(
         engine=engine,

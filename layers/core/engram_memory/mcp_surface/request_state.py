@@ -4,7 +4,7 @@ The state travels through the client between the first call (which asks the huma
 (which carries the human's answer). It is sealed with AES-256-GCM under the host's request-state
 key, so the client can neither read nor alter it, and it binds the principal, scope, tool, target,
 operation digest and issue time; the engine re-checks the binding and the 300 s / 30 s windows.
-Single use is enforced server-side by claiming the state's nonce in the store.
+The state's nonce becomes the approval id, which the commit it authorizes consumes (single use).
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ...contract.errors import ErrorCode
-from ...engine.ports import ConfirmationPending, ConfirmationRequest, StoreUnavailable
+from ...engine.gate import ConfirmationNeeded, ConfirmationRequest
+from ...engine.ports import StoreUnavailable
 from .step_functions import (
     ENDED_WAIT_ERRORS,
     ApprovalStore,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from ...engine.context import TrustedContext
     from ...engine.service import Engine
 
-__all__ = ["ExecutionGate", "PendingOnly", "ledger_key"]
+__all__ = ["ExecutionGate", "ledger_key"]
 
 # How long a call waits for a fresh execution to park its task token when it has no deadline.
 PARK_WAIT_MS: Final = 5_000
@@ -58,13 +59,6 @@ def ledger_key(tenant_id: str, workspace_id: str, principal: str, idempotency_ke
         ensure_ascii=False,
         separators=(",", ":"),
     )
-
-
-class PendingOnly:
-    """The tool function's workflow for a gated tool: never an approval, always a request."""
-
-    def request_approval(self, request: ConfirmationRequest) -> Any:
-        raise ConfirmationPending(request)
 
 
 class ExecutionGate:
@@ -179,12 +173,8 @@ class ExecutionGate:
         engine: Engine, invocation: ToolInvocation, ctx: TrustedContext
     ) -> dict[str, Any] | None:
         """The replay of the ledger key once the execution committed it; ``None`` before."""
-        try:
-            return engine.handle(
-                invocation.tool, invocation.arguments, ctx, confirmations=PendingOnly()
-            )
-        except ConfirmationPending:
-            return None
+        answer = engine.handle(invocation.tool, invocation.arguments, ctx)
+        return None if isinstance(answer, ConfirmationNeeded) else answer
 
     def _poll(
         self, engine: Engine, probe: Callable[[], Any], until_ms: int, execution_arn: str

@@ -3,9 +3,8 @@
 A confirmation-gated tool (withdraw, forget) starts a Standard execution whose first Task
 (``await_approval``) parks its task token in the canonical table (``ApprovalStore``); the
 approval page answers it with ``SendTaskSuccess`` carrying an ``ApprovalRecord``, which the
-state machine hands to ``commit_transition``; there ``StepFunctionsConfirmations`` gives the
-engine that approval, and the engine's gate (``engine.gate.check_approval``) checks it as it
-checks every other workflow's approval.
+state machine hands to ``commit_transition``, which gives the engine that approval; the
+engine's gate (``engine.gate.check_approval``) checks it as it checks every other approval.
 
 Parked token — pk ``APPROVAL_TOKEN#<approval_id>``, sk ``APPROVAL_TOKEN``: ``task_token`` S
 (removed once used), ``execution_name``, ``workflow``, ``tool``, ``target``,
@@ -30,7 +29,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from ...aws_composition import CarriedConfirmations, InvocationApproval, ToolInvocation
+from ...aws_composition import InvocationApproval, ToolInvocation
 from ...engine.gate import APPROVAL_TTL_MS, within_windows
 from ...engine.ports import (
     StoreUnavailable,
@@ -45,7 +44,6 @@ __all__ = [
     "ApprovalWindowExpired",
     "GateFailed",
     "ParkedApproval",
-    "StepFunctionsConfirmations",
     "WorkflowRequest",
     "execution_name",
     "start_confirmed_execution",
@@ -92,11 +90,9 @@ class WorkflowRequest(_Closed):
     reason_ref: Text | None = Field(default=None, description="The reason, by reference.")
 
 
-# The approval the state machine delivers is the one a tool invocation carries.
+# The approval the state machine delivers is the one a tool invocation carries; whether it binds
+# this operation, in time, is the engine's gate's decision.
 ApprovalRecord = InvocationApproval
-# With no approval yet the human has not answered (``ConfirmationPending``); whether the
-# approval binds this operation, in time, is the engine's gate's decision.
-StepFunctionsConfirmations = CarriedConfirmations
 
 
 def within_window(record: InvocationApproval, now_ms: int) -> bool:

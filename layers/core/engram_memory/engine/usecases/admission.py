@@ -47,8 +47,7 @@ def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dic
     candidate = k.pending_candidate(call, candidate_id)
     if candidate.state != "pending":
         raise EngramError(ErrorCode.NOT_FOUND)
-    approval = k.confirm(call, args, candidate_id, None)
-    del approval  # consumed in the commit; the decision receipt carries the decision
+    k.confirm(call, args, candidate_id, None)  # call.approval: consumed in the commit
     content = k.open_candidate(call, candidate)
     record: dict[str, Any] = content["record"]
 
