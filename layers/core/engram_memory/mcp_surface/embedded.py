@@ -23,6 +23,7 @@ from ..contract.errors import ErrorCode, TrustedContextUnavailable
 from ..engine.context import TOOLS, Scope, TrustedContext
 from ..engine.ports import ConfirmationWorkflow
 from ..host._files import write_private_file
+from ..host.allocator import cap_malloc_arenas
 from ..host.config import DEFAULT_PORT, HostConfig, host_config_path, load_host_config
 from ..host.tokens import (
     InvalidToken,
@@ -303,6 +304,7 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
     """Serve MCP over stdio or HTTP until stopped (Ctrl-C, SIGTERM, or stdin closed on stdio).
 
     Raises ``ServeError`` (one line) when the port is taken or cannot be bound."""
+    cap_malloc_arenas()  # before any worker thread exists: see host.allocator
     _stop_on_sigterm()
     if stdio:
         stdio_token = os.environ.get(STDIO_TOKEN_ENV)
