@@ -136,17 +136,18 @@ def open_server(
     ``port``: the port served on; the resource URI (the tokens' audience) follows it unless
     ``host.json`` sets one explicitly. ``config``: the host configuration to use instead of
     ``host.json``. ``engine_options`` go to ``open_embedded`` (e.g.
-    ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``).
+    ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``),
+    or here when the data directory is new: initializing it is that one open.
     """
-    from ..bootstrap import init_data_dir, prepare_data_dir
+    from ..bootstrap import init_host_files, prepare_data_dir
 
-    if _initialised(data_dir):
+    new = not _initialised(data_dir)
+    if new:
+        written = init_host_files(data_dir)
+        stored = config or written
+    else:
         prepare_data_dir(data_dir)  # a read-only data directory is one line now, not later
         stored = config or load_host_config(data_dir)
-    else:
-        stored = config or init_data_dir(data_dir)
-        if config is not None:
-            init_data_dir(data_dir)
     config = stored.serving_on(bind_host, port) if port is not None else stored
 
     def open_engine() -> EmbeddedHost:
@@ -155,6 +156,8 @@ def open_server(
         return open_embedded(data_dir, config=config, **engine_options)
 
     engine = EngineOnDemand(open_engine)
+    if new:
+        engine.host  # noqa: B018 - a new data directory is whole (database, keys) once this returns
     runtime = SurfaceRuntime(
         engine=engine,
         verifier=local_verifier(data_dir, config),
