@@ -29,7 +29,7 @@ from engram_memory.engine.context import TOOLS
 from engram_memory.host.config import load_host_config
 from engram_memory.host.tokens import local_issuer
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from engram_memory.mcp_surface.transports import MCP_PATH
+from engram_memory.mcp_surface.transports import MCP_PATH, WELL_KNOWN
 
 from ..locomo.runner import percentile
 
@@ -150,7 +150,7 @@ def running_server(
             env={**os.environ, **(env or {})},
         )
     try:
-        _wait_until_listening(process, port)
+        _wait_until_serving(process, port)
         yield Server(url=url, process=process, data_dir=data_dir)
     finally:
         process.send_signal(signal.SIGTERM)
@@ -161,15 +161,20 @@ def running_server(
             process.wait()
 
 
-def _wait_until_listening(process: subprocess.Popen[bytes], port: int) -> None:
+def _wait_until_serving(process: subprocess.Popen[bytes], port: int) -> None:
+    """Until the server answers HTTP. Its socket listens before the host has opened (so that a
+    port in use fails first), and a busy machine can take seconds to open it: connecting alone
+    would start the clock, and the first samples, on a server still starting."""
     deadline = time.monotonic() + START_DEADLINE_S
+    metadata = f"http://127.0.0.1:{port}{WELL_KNOWN}"
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode} before listening")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-            return
+            raise RuntimeError(f"the server exited with {process.returncode} before serving")
+        with contextlib.suppress(httpx2.HTTPError):
+            if httpx2.get(metadata, timeout=2.0).status_code == 200:
+                return
         time.sleep(0.2)
-    raise RuntimeError("the server did not listen in time")
+    raise RuntimeError("the server did not serve in time")
 
 
 # -- one client's traffic -----------------------------------------------------------------------

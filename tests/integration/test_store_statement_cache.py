@@ -53,3 +53,23 @@ def test_records_are_found_by_any_number_of_ids_in_their_own_scope_only(tmp_path
         assert harness.store.records_get(home, []) == {}
     finally:
         harness.close()
+
+
+def test_searches_of_every_depth_and_result_size_keep_the_statements_few(tmp_path: Path) -> None:
+    """Through the engine: whatever a search's limit and however many records match, the same
+    few statements serve it (a statement per result size would grow with the store)."""
+    harness = embedded_harness(tmp_path)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
+    try:
+        for n in range(30):
+            harness.remember(" ".join(words[: 1 + n % len(words)]) + f" note {n}")
+        for word in words[:2]:
+            harness.search(word, limit=3)
+            harness.get("rec_unknown")
+        before = live_statements()
+        for limit in range(1, 26):
+            for word in words:
+                harness.search(word, limit=limit)
+        assert live_statements() - before <= 2
+    finally:
+        harness.close()
