@@ -1,6 +1,7 @@
 """Soak benchmark: many MCP clients for minutes of mixed traffic against the real HTTP server.
 
     python -m bench.soak [--minutes 10] [--clients 32] [--json PATH]
+        [--revision legacy|2026-07-28|both] [--tools T,...] [--trace-memory DIR]
 
 What it does:
 
@@ -18,6 +19,13 @@ What it does:
   SIGTERM (a clean stop), and prints a JSON report: throughput, calls / ok / p50 / p99 per tool,
   errors by code (the envelope's error code, ``jsonrpc:<code>`` for a JSON-RPC error, or the
   exception's type for a transport failure), and the resource samples at start, middle and end.
+
+Isolating a leak: ``--revision legacy|2026-07-28`` runs every client on one protocol revision,
+``--tools search,get`` narrows the mix, and ``--trace-memory DIR`` has the server write its
+memory figures there at intervals (``--trace-every`` seconds; ``--trace-frames 0`` keeps only the
+cheap ones: RSS, malloc's bytes in use and free, SQLite's bytes, objects by type; above 0 it also
+takes tracemalloc snapshots, which slow the server a lot). ``python -m bench.soak.memory DIR``
+then prints what grew (``engram_memory.host.memory_trace`` describes the files).
 
 Every request goes to 127.0.0.1; the loops are bounded by the deadline.
 """

@@ -7,7 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from .runner import run_soak, table
+from engram_memory.host.memory_trace import TRACE_DIR_ENV, TRACE_EVERY_ENV, TRACE_FRAMES_ENV
+
+from .runner import MIX, REVISIONS, Traffic, run_soak, table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,11 +22,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--json", type=Path, help="also write the full report here")
+    parser.add_argument(
+        "--revision",
+        choices=[*REVISIONS, "both"],
+        default="both",
+        help="the clients' protocol revision (default both, half each)",
+    )
+    parser.add_argument(
+        "--tools",
+        help="comma-separated tools to call, with their usual weights (default all six)",
+    )
+    parser.add_argument(
+        "--trace-memory",
+        type=Path,
+        metavar="DIR",
+        help="have the server write tracemalloc snapshots to DIR (a diagnostic: slower)",
+    )
+    parser.add_argument("--trace-every", type=float, default=60.0, help="seconds between snapshots")
+    parser.add_argument(
+        "--trace-frames",
+        type=int,
+        default=1,
+        help="tracemalloc frames per allocation; 0: no tracemalloc, only RSS, malloc, SQLite"
+        " and object counts (default 1)",
+    )
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else args.minutes * 60
     if seconds <= 0 or args.clients < 1:
         parser.error("the duration and the number of clients must be positive")
-    result = run_soak(seconds=seconds, clients=args.clients, seed=args.seed)
+    tools = args.tools.split(",") if args.tools else list(MIX)
+    if not tools or not set(tools) <= set(MIX):
+        parser.error(f"--tools takes names among {', '.join(MIX)}")
+    revisions = REVISIONS if args.revision == "both" else (args.revision,)
+    traffic = Traffic(revisions=revisions, mix={tool: MIX[tool] for tool in tools})
+    env = None
+    if args.trace_memory is not None:
+        env = {
+            TRACE_DIR_ENV: str(args.trace_memory.resolve()),
+            TRACE_EVERY_ENV: str(args.trace_every),
+            TRACE_FRAMES_ENV: str(args.trace_frames),
+        }
+    result = run_soak(
+        seconds=seconds, clients=args.clients, seed=args.seed, traffic=traffic, server_env=env
+    )
     print(table(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

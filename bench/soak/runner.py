@@ -29,7 +29,7 @@ from engram_memory.engine.context import TOOLS
 from engram_memory.host.config import load_host_config
 from engram_memory.host.tokens import local_issuer
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from engram_memory.mcp_surface.transports import MCP_PATH
+from engram_memory.mcp_surface.transports import MCP_PATH, WELL_KNOWN
 
 from ..locomo.runner import percentile
 
@@ -131,8 +131,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(data_dir: Path, log_dir: Path) -> Iterator[Server]:
-    """``engram-memory serve`` on a free loopback port; SIGTERM (a clean stop) on the way out."""
+def running_server(
+    data_dir: Path, log_dir: Path, *, env: dict[str, str] | None = None
+) -> Iterator[Server]:
+    """``engram-memory serve`` on a free loopback port; SIGTERM (a clean stop) on the way out.
+    ``env``: extra environment variables for the server (e.g. the memory-trace diagnostic)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}{MCP_PATH}"
     init_data_dir(data_dir, resource=url)
@@ -140,10 +143,14 @@ def running_server(data_dir: Path, log_dir: Path) -> Iterator[Server]:
     command += ["--host", "127.0.0.1", "--port", str(port)]
     with (log_dir / "server.out").open("wb") as out, (log_dir / "server.err").open("wb") as err:
         process = subprocess.Popen(  # noqa: S603 - this interpreter, fixed arguments
-            command, stdout=out, stderr=err, stdin=subprocess.DEVNULL
+            command,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
         )
     try:
-        _wait_until_listening(process, port)
+        _wait_until_serving(process, port)
         yield Server(url=url, process=process, data_dir=data_dir)
     finally:
         process.send_signal(signal.SIGTERM)
@@ -154,15 +161,20 @@ def running_server(data_dir: Path, log_dir: Path) -> Iterator[Server]:
             process.wait()
 
 
-def _wait_until_listening(process: subprocess.Popen[bytes], port: int) -> None:
+def _wait_until_serving(process: subprocess.Popen[bytes], port: int) -> None:
+    """Until the server answers HTTP. Its socket listens before the host has opened (so that a
+    port in use fails first), and a busy machine can take seconds to open it: connecting alone
+    would start the clock, and the first samples, on a server still starting."""
     deadline = time.monotonic() + START_DEADLINE_S
+    metadata = f"http://127.0.0.1:{port}{WELL_KNOWN}"
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode} before listening")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-            return
+            raise RuntimeError(f"the server exited with {process.returncode} before serving")
+        with contextlib.suppress(httpx2.HTTPError):
+            if httpx2.get(metadata, timeout=2.0).status_code == 200:
+                return
         time.sleep(0.2)
-    raise RuntimeError("the server did not listen in time")
+    raise RuntimeError("the server did not serve in time")
 
 
 # -- one client's traffic -----------------------------------------------------------------------
@@ -229,6 +241,7 @@ class Agent:
 
     number: int
     rng: random.Random
+    mix: dict[str, int] = field(default_factory=lambda: dict(MIX))
     pending: list[str] = field(default_factory=list)
     records: list[str] = field(default_factory=list)
     calls: int = 0
@@ -238,7 +251,7 @@ class Agent:
         return f"soak-{prefix}-{self.number:03d}-{self.calls:09d}-{self.rng.getrandbits(32):08x}"
 
     def next_call(self) -> tuple[str, dict[str, Any]]:
-        tool = self.rng.choices(list(MIX), weights=list(MIX.values()))[0]
+        tool = self.rng.choices(list(self.mix), weights=list(self.mix.values()))[0]
         if tool in ("request_admission", "withdraw") and not self.pending:
             tool = "capture"
         if tool in ("get", "forget") and not self.records:
@@ -359,8 +372,17 @@ async def _sampler(
         await anyio.sleep(min(every_s, max(0.0, deadline - now)))
 
 
+@dataclass(frozen=True)
+class Traffic:
+    """What the clients send: the protocol revisions (client ``number`` uses
+    ``revisions[number % len(revisions)]``) and the tool mix's weights."""
+
+    revisions: tuple[str, ...] = REVISIONS
+    mix: dict[str, int] = field(default_factory=lambda: dict(MIX))
+
+
 async def drive(
-    server: Server, tokens: Sequence[str], seconds: float, seed: int
+    server: Server, tokens: Sequence[str], seconds: float, seed: int, traffic: Traffic
 ) -> tuple[Tally, list[dict[str, Any]], float]:
     tally = Tally()
     samples: list[dict[str, Any]] = []
@@ -370,20 +392,27 @@ async def drive(
     async with anyio.create_task_group() as group:
         group.start_soon(_sampler, server, began, deadline, every_s, samples)
         for number, token in enumerate(tokens):
-            agent = Agent(number, random.Random(seed * 1000 + number))
-            mode = REVISIONS[number % len(REVISIONS)]
+            agent = Agent(number, random.Random(seed * 1000 + number), mix=dict(traffic.mix))
+            mode = traffic.revisions[number % len(traffic.revisions)]
             group.start_soon(client_loop, server.url, token, mode, agent, deadline, tally)
     return tally, samples, time.monotonic() - began
 
 
 def run_soak(
-    *, seconds: float, clients: int, seed: int = 13, data_dir: Path | None = None
+    *,
+    seconds: float,
+    clients: int,
+    seed: int = 13,
+    data_dir: Path | None = None,
+    traffic: Traffic | None = None,
+    server_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run the soak and return its report (``report`` describes the fields)."""
+    """Run the soak and return its report (``report`` describes the fields). ``traffic`` narrows
+    the revisions or tools (to isolate one); ``server_env`` goes to the server's environment."""
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="engram-soak-")))
         data = data_dir or scratch / "data"
-        server = stack.enter_context(running_server(data, scratch))
+        server = stack.enter_context(running_server(data, scratch, env=server_env))
         config = load_host_config(data)
         issuer = local_issuer(data, config)
         tokens = [
@@ -398,7 +427,9 @@ def run_soak(
             )
             for number in range(clients)
         ]
-        tally, samples, elapsed = anyio.run(drive, server, tokens, seconds, seed)
+        tally, samples, elapsed = anyio.run(
+            drive, server, tokens, seconds, seed, traffic or Traffic()
+        )
     return report(tally, samples, elapsed, clients)
 
 

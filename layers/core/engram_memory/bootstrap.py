@@ -317,6 +317,16 @@ def init_data_dir(data_dir: Path, *, resource: str | None = None) -> HostConfig:
     replaced. Raises ``HostConfigError`` for an invalid ``host.json`` or ``resource``, before
     anything is created.
     """
+    config = init_host_files(data_dir, resource=resource)
+    open_embedded(data_dir, config=config).close()
+    return config
+
+
+def init_host_files(data_dir: Path, *, resource: str | None = None) -> HostConfig:
+    """What ``init_data_dir`` creates before it opens the host: the data and keys directories,
+    ``host.json`` and the issuer key. The first ``open_embedded`` creates the rest (database, key
+    table, master and cursor keys, audit log), so a caller about to open the host anyway
+    (``open_server``) opens it once instead of opening it here too."""
     data_dir = Path(data_dir)
     check_key_store(data_dir)
     path = host_config_path(data_dir)
@@ -334,5 +344,4 @@ def init_data_dir(data_dir: Path, *, resource: str | None = None) -> HostConfig:
     if changed:
         save_host_config(data_dir, config)
     load_or_create_issuer_key(issuer_key_path(data_dir))
-    open_embedded(data_dir, config=config).close()
     return config

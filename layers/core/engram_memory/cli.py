@@ -928,8 +928,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from .host.memory_trace import start_from_environment
     from .mcp_surface.embedded import ServeError, serve
 
+    start_from_environment()  # an opt-in leak diagnostic (ENGRAM_MEMORY_TRACE_DIR)
     try:
         serve(Path(args.data_dir), bind_host=args.host, port=args.port, stdio=args.stdio)
     except KeyboardInterrupt:

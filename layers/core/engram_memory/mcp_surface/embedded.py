@@ -26,6 +26,7 @@ from ..contract.errors import ErrorCode, TrustedContextUnavailable
 from ..engine.context import TOOLS, TrustedContext
 from ..engine.gate import Approval, ConfirmationNeeded
 from ..host._files import write_private_file
+from ..host.allocator import cap_malloc_arenas
 from ..host.config import DEFAULT_PORT, HostConfig, host_config_path, load_host_config
 from ..host.tokens import (
     InvalidToken,
@@ -133,18 +134,19 @@ def open_server(
     ``port``: the port served on; the resource URI (the tokens' audience) follows it unless
     ``host.json`` sets one explicitly. ``config``: the host configuration to use instead of
     ``host.json``. ``engine_options`` go to ``open_embedded`` (e.g.
-    ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``).
+    ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``),
+    or here when the data directory is new: initializing it is that one open.
     """
-    from ..bootstrap import check_key_store, init_data_dir, prepare_data_dir
+    from ..bootstrap import check_key_store, init_host_files, prepare_data_dir
 
     check_key_store(data_dir)  # memories without their keys: refused before anything is made
-    if _initialised(data_dir):
+    new = not _initialised(data_dir)
+    if new:
+        written = init_host_files(data_dir)
+        stored = config or written
+    else:
         prepare_data_dir(data_dir)  # a read-only data directory is one line now, not later
         stored = config or load_host_config(data_dir)
-    else:
-        stored = config or init_data_dir(data_dir)
-        if config is not None:
-            init_data_dir(data_dir)
     config = stored.serving_on(bind_host, port) if port is not None else stored
 
     def open_engine() -> EmbeddedHost:
@@ -153,6 +155,8 @@ def open_server(
         return open_embedded(data_dir, config=config, **engine_options)
 
     engine = EngineOnDemand(open_engine)
+    if new:
+        engine.host  # noqa: B018 - a new data directory is whole (database, keys) once this returns
     state_key = _request_state_key(data_dir / "keys" / REQUEST_STATE_KEY_FILE)
     clock = SystemClock()
     approvals = EmbeddedApprovals(
@@ -344,6 +348,7 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
     """Serve MCP over stdio or HTTP until stopped (Ctrl-C, SIGTERM, or stdin closed on stdio).
 
     Raises ``ServeError`` (one line) when the port is taken or cannot be bound."""
+    cap_malloc_arenas()  # before any worker thread exists: see host.allocator
     _stop_on_sigterm()
     if stdio:
         stdio_token = os.environ.get(STDIO_TOKEN_ENV)
