@@ -912,17 +912,15 @@ class SqliteStore:
                 (match, depth),
             ).fetchall()
             return [IndexHit(str(record_id), float(score)) for record_id, score in rows]
-        ids: dict[int, str] = {}
-        rowids = [rowid for rowid, _ in scored]
-        for start in range(0, len(rowids), 500):
-            chunk = rowids[start : start + 500]
-            ids.update(
-                conn.execute(
-                    f"SELECT rowid, record_id FROM {table} "  # noqa: S608 - placeholders only
-                    f"WHERE rowid IN ({','.join('?' * len(chunk))})",
-                    chunk,
-                ).fetchall()
-            )
+        # One statement text whatever the count (a text per count would fill each connection's
+        # statement cache with one-off statements: tests/integration/test_store_statement_cache).
+        ids: dict[int, str] = dict(
+            conn.execute(
+                f"SELECT rowid, record_id FROM {table} "  # noqa: S608 - the table name is ours
+                "WHERE rowid IN (SELECT value FROM json_each(?))",
+                (json.dumps([rowid for rowid, _ in scored]),),
+            ).fetchall()
+        )
         hits = [IndexHit(str(ids[rowid]), float(score)) for rowid, score in scored]
         hits.sort(key=lambda hit: (-hit.score, hit.record_id))
         return hits[:depth]
