@@ -8,7 +8,12 @@ The MCP adapter Lambda verifies the caller and invokes one tool function per cal
                  "grants": [...], "confirm_required": [...],
                  "retention": {"allow_retain": false, "max_expires_in_s": 2592000},
                  "reconcile_consent": false, "agent_id"?: ..., "session_id"?: ...,
-                 "deadline_ms"?: <epoch ms>, "host_facts"?: [...]}}
+                 "deadline_ms"?: <epoch ms>,
+                 "host_fact_digests"?: {"key": <64 hex>, "digests": [<64 hex>, ...]}}}
+
+No credential crosses this boundary: the bearer token the adapter verified travels only as a
+keyed digest (``engine.context.HostFactDigests``), which the admission policy can match a
+memory's text against and nobody can present as a token.
 
 The function answers with the contract envelope, or with
 ``{"protocol_error": {"code": -32602 | -32603, "message": ...}}`` for a protocol refusal (the
@@ -42,7 +47,14 @@ from pydantic import (
 )
 
 from .contract.errors import ProtocolRefusal, TrustedContextUnavailable, UnknownTool
-from .engine.context import CONFIRMABLE, TOOLS, RetentionPolicy, Scope, TrustedContext
+from .engine.context import (
+    CONFIRMABLE,
+    TOOLS,
+    HostFactDigests,
+    RetentionPolicy,
+    Scope,
+    TrustedContext,
+)
 from .engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
 from .engine.ports import (
     AuditSink,
@@ -98,7 +110,6 @@ GATED_TOOLS: Final = frozenset({"withdraw", "forget"})
 LAMBDA_DEADLINE_MARGIN_MS: Final = 1_000
 _MAX_ID_CHARS: Final = 1_024
 _MAX_HOST_FACTS: Final = 8
-_MAX_HOST_FACT_CHARS: Final = 16_384
 
 
 class ConfigurationError(RuntimeError):
@@ -141,6 +152,23 @@ class InvocationRetention(_EventModel):
     max_expires_in_s: StrictInt = Field(ge=0, description="Ceiling of a requested expiry, s.")
 
 
+Hex64 = Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class InvocationHostFacts(_EventModel):
+    """``HostFactDigests`` on the wire: the per-call key and the HMAC-SHA256 digests."""
+
+    key: Hex64 = Field(description="The call's random HMAC key, hex.")
+    digests: list[Hex64] = Field(max_length=_MAX_HOST_FACTS, description="One per host fact.")
+
+    @classmethod
+    def of(cls, facts: HostFactDigests) -> InvocationHostFacts:
+        return cls(key=facts.key.hex(), digests=sorted(facts.digests))
+
+    def host_fact_digests(self) -> HostFactDigests:
+        return HostFactDigests(bytes.fromhex(self.key), frozenset(self.digests))
+
+
 class InvocationContext(_EventModel):
     """The trusted context the MCP adapter derived from the verified token (never arguments)."""
 
@@ -159,12 +187,9 @@ class InvocationContext(_EventModel):
     deadline_ms: StrictInt | None = Field(
         default=None, ge=0, description="Absolute deadline of the call, epoch milliseconds."
     )
-    host_facts: list[Annotated[StrictStr, Field(min_length=1, max_length=_MAX_HOST_FACT_CHARS)]] = (
-        Field(
-            default_factory=list,
-            max_length=_MAX_HOST_FACTS,
-            description="Host binding facts no memory may contain (e.g. the bearer token).",
-        )
+    host_fact_digests: InvocationHostFacts | None = Field(
+        default=None,
+        description="Keyed digests of the host binding facts no memory may contain (the token).",
     )
 
     _check_ids = field_validator(
@@ -305,7 +330,7 @@ class ToolInvocation(_EventModel):
                     "agent_id": ctx.agent_id,
                     "session_id": ctx.session_id,
                     "deadline_ms": ctx.deadline_ms,
-                    "host_facts": list(ctx.host_facts),
+                    "host_fact_digests": _digests_of(ctx),
                 },
             }
         )
@@ -338,8 +363,18 @@ class ToolInvocation(_EventModel):
             agent_id=ctx.agent_id,
             session_id=ctx.session_id,
             deadline_ms=ctx.deadline_ms,
-            host_facts=tuple(ctx.host_facts),
+            host_fact_digests=(
+                ctx.host_fact_digests.host_fact_digests()
+                if ctx.host_fact_digests is not None
+                else None
+            ),
         )
+
+
+def _digests_of(ctx: TrustedContext) -> dict[str, Any] | None:
+    """The context's host facts as keyed digests: the facts themselves never leave."""
+    digests = HostFactDigests.of(ctx.host_facts) if ctx.host_facts else ctx.host_fact_digests
+    return InvocationHostFacts.of(digests).model_dump() if digests is not None else None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
