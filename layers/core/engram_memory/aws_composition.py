@@ -774,7 +774,7 @@ class ToolHandler(EngineHandler):
             if gate is not None:
                 return gate.run(engine, invocation, ctx, answer.request)
             return confirmation_required(answer.request)  # the adapter asks, then calls again
-        envelope = answer
+        envelope = answer if gate is None else gate.reported(engine, invocation, ctx, answer)
         if self.tool == "request_admission" and envelope.get("ok"):
             count_admission_outcome(str(envelope["output"]["value"]["outcome"]["status"]))
         return envelope

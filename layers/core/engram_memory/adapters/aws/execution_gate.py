@@ -2,22 +2,23 @@
 
 The tool function never commits a confirmation-gated transition itself. It runs the engine up to
 the gate — validation, ``NOT_FOUND``, state checks and the replay of a committed key all happen
-first, so nobody is asked to approve an operation that cannot run — and then ``ExecutionGate``:
+first, so nobody is asked to approve an operation that cannot run — and then ``ExecutionGate``,
+once per MCP request (the adapter attaches the approval it holds up front):
 
-1. starts (or finds) the Standard execution named from the ledger key (scope, principal,
-   idempotency key): a retried call can never start a second run;
-2. waits for the execution's ``await_approval`` step to park its task token (``ApprovalStore``);
-3. form mode — the call carries the human's approval, obtained by the MCP adapter through an
-   elicitation round trip: hands it to the execution (``SendTaskSuccess``) and waits for the
-   commit; URL mode — no approval yet: answers ``confirmation_required`` with the approval page
-   of this run (``approval_url``), where the signed-in human answers the task token;
-4. once the execution has committed the transition, answers with the engine's stored output (the
-   replay of the ledger key, with the current ``projection_invalidation``/``key_destruction``).
+1. finds the Standard execution named from the ledger key (scope, principal, idempotency key)
+   through its parked approval, or starts it and waits for its ``await_approval`` step to park
+   the task token (``ApprovalStore``): a retried call never starts a second run;
+2. with the human's approval (form mode: the adapter's elicitation round trip) hands it to the
+   execution (``SendTaskSuccess``); without one, and nobody has answered yet, answers
+   ``confirmation_required`` with the approval page of this run (``approval_url``);
+3. waits — a ledger read per poll, no use case — until the execution's commit step has run the
+   use case once with the approval, and answers with that commit's output. The first success the
+   agent sees reports ``replayed: false`` in either mode (``ApprovalStore.first_report``).
 
 An execution that ended without a commit (declined, no answer within 300 s, approved but started
 past the 30 s window, failed) answers ``gate_failed``: the ledger key is spent on that run, so the
-agent asks again with a new key. A run still going at the call's deadline answers the retriable
-``DEADLINE_EXCEEDED``; the retry finds the same run.
+agent asks again with a new key. Every wait is bounded by the call's deadline: a run still going
+then answers the retriable ``DEADLINE_EXCEEDED``, and the retry finds the same run.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ...contract.errors import ErrorCode
-from ...engine.gate import ConfirmationNeeded, ConfirmationRequest
+from ...engine.gate import ConfirmationRequest
 from ...engine.ports import StoreUnavailable
 from .step_functions import (
     ENDED_WAIT_ERRORS,
@@ -46,10 +47,14 @@ if TYPE_CHECKING:
 
 __all__ = ["ExecutionGate", "ledger_key"]
 
-# How long a call waits for a fresh execution to park its task token when it has no deadline.
+# How long a call without a deadline waits for a step of its execution (parking, committing).
 PARK_WAIT_MS: Final = 5_000
 POLL_INTERVAL_S: Final = 0.2
 _DEADLINE_MARGIN_MS: Final = 300
+
+
+class _NotStarted(Exception):
+    """Step Functions refused or could not be reached: no execution was started."""
 
 
 def ledger_key(tenant_id: str, workspace_id: str, principal: str, idempotency_key: str) -> str:
@@ -91,12 +96,88 @@ class ExecutionGate:
         """The function's answer: an envelope, or ``confirmation_required`` with the page URL."""
         from ...aws_composition import confirmation_required
 
+        key = self._key(invocation, ctx)
+        name = execution_name(invocation.tool, key)
+        deadline = self._deadline(ctx, engine.clock.now_ms())
+        try:
+            parked = self.approvals.for_execution(name)
+            if parked is None:
+                parked = self._start(engine, invocation, request, key, name, deadline)
+        except _NotStarted:
+            return engine.refuse(invocation.tool, ctx, ctx.audit_id, ErrorCode.STORE_UNAVAILABLE)
+        except StoreUnavailable:
+            return engine.refuse(invocation.tool, ctx, ctx.audit_id, ErrorCode.STORE_UNAVAILABLE)
+        execution_arn = self._execution_arn(name)
+        if parked is None:
+            return self._unfinished(engine, invocation, ctx, execution_arn)
+        if parked.operation_digest != request.operation_digest:
+            # the same key started a run for other arguments: a conflicting retry
+            return engine.refuse(invocation.tool, ctx, ctx.audit_id, ErrorCode.DIGEST_CONFLICT)
+        if not parked.used:
+            if invocation.approval is not None:
+                self._deliver(engine, parked, invocation)
+            elif parked.expired(engine.clock.now_ms()) or not self._running(execution_arn):
+                # nobody answered in time: the run has ended (or is about to) without a commit
+                return self._unfinished(engine, invocation, ctx, execution_arn)
+            else:
+                answer = confirmation_required(request)
+                answer["confirmation_required"]["approval_id"] = parked.approval_id
+                answer["confirmation_required"]["approval_url"] = (
+                    f"{self.approval_base_url}/approvals/{parked.approval_id}"
+                )
+                return answer
+        idempotency_key = str(cast("dict[str, Any]", invocation.arguments)["idempotency_key"])
+        envelope: dict[str, Any] | None = self._poll(
+            engine,
+            lambda: engine.committed(invocation.tool, ctx, idempotency_key),
+            deadline,
+            execution_arn,
+        )
+        if envelope is None:
+            return self._unfinished(engine, invocation, ctx, execution_arn)
+        return self._as_reported(engine, parked.approval_id, envelope)
+
+    def reported(
+        self,
+        engine: Engine,
+        invocation: ToolInvocation,
+        ctx: TrustedContext,
+        envelope: dict[str, Any],
+    ) -> dict[str, Any]:
+        """A replay the engine answered: the first report of its run's commit is no replay."""
+        value = envelope.get("output", {}).get("value", {}) if envelope.get("ok") else {}
+        if value.get("replayed") is not True:
+            return envelope
+        try:
+            parked = self.approvals.for_execution(
+                execution_name(invocation.tool, self._key(invocation, ctx))
+            )
+            if parked is None:
+                return envelope
+            return self._as_reported(engine, parked.approval_id, envelope)
+        except StoreUnavailable:
+            return envelope  # a replay is a truthful answer; only the first-report mark is lost
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _key(invocation: ToolInvocation, ctx: TrustedContext) -> str:
         arguments = invocation.arguments
-        assert isinstance(arguments, dict)  # the engine validated them before asking
-        key = ledger_key(
+        assert isinstance(arguments, dict)  # the engine validated them before this
+        return ledger_key(
             ctx.tenant_id, ctx.workspace_id, ctx.principal, str(arguments["idempotency_key"])
         )
-        name = execution_name(invocation.tool, key)
+
+    def _start(
+        self,
+        engine: Engine,
+        invocation: ToolInvocation,
+        request: ConfirmationRequest,
+        key: str,
+        name: str,
+        deadline: int,
+    ) -> ParkedApproval | None:
+        """Start the execution of ``key`` and wait (bounded) for it to park its task token."""
         workflow_request = WorkflowRequest(
             invocation=invocation.model_copy(update={"approval": None}),
             target=request.target,
@@ -107,55 +188,31 @@ class ExecutionGate:
             execution_arn = start_confirmed_execution(
                 self.sfn, self.state_machine_arn, ledger_key=key, request=workflow_request
             )
-        except Exception:  # the service refused or is unreachable: nothing started
-            return engine.refuse(invocation.tool, ctx, ctx.audit_id, ErrorCode.STORE_UNAVAILABLE)
-        now = engine.clock.now_ms()
-        deadline = self._deadline(ctx, now)
-        try:
-            parked = self._poll(
-                engine,
-                lambda: self.approvals.for_execution(name),
-                min(deadline, now + PARK_WAIT_MS),
-                execution_arn,
-            )
-        except StoreUnavailable:
-            return engine.refuse(invocation.tool, ctx, ctx.audit_id, ErrorCode.STORE_UNAVAILABLE)
-        if parked is None:
-            return self._unfinished(engine, invocation, ctx, execution_arn)
-        if parked.operation_digest != request.operation_digest:
-            # the same key started a run for other arguments: a conflicting retry
-            return engine.refuse(invocation.tool, ctx, ctx.audit_id, ErrorCode.DIGEST_CONFLICT)
-        delivered = False
-        if invocation.approval is not None and not parked.used:
-            delivered = self._deliver(engine, parked, invocation)
-        elif not parked.used:
-            if parked.expired(engine.clock.now_ms()) or not self._running(execution_arn):
-                # nobody answered in time: the run has ended (or is about to) without a commit
-                return self._unfinished(engine, invocation, ctx, execution_arn)
-            answer = confirmation_required(request)
-            answer["confirmation_required"]["approval_id"] = parked.approval_id
-            answer["confirmation_required"]["approval_url"] = (
-                f"{self.approval_base_url}/approvals/{parked.approval_id}"
-            )
-            return answer
-        envelope: dict[str, Any] | None = self._poll(
-            engine, lambda: self._committed(engine, invocation, ctx), deadline, execution_arn
+        except Exception as exc:  # the service refused or is unreachable: nothing started
+            raise _NotStarted() from exc
+        parked: ParkedApproval | None = self._poll(
+            engine, lambda: self.approvals.for_execution(name), deadline, execution_arn
         )
-        if envelope is None:
-            return self._unfinished(engine, invocation, ctx, execution_arn)
-        if delivered and envelope.get("ok"):
-            # this call brought the approval that committed it: for the agent it is no replay
-            envelope["output"]["value"]["replayed"] = False
+        return parked
+
+    def _execution_arn(self, name: str) -> str:
+        machine = self.state_machine_arn.split(":stateMachine:", 1)
+        return f"{machine[0]}:execution:{machine[1]}:{name}"
+
+    def _as_reported(
+        self, engine: Engine, approval_id: str, envelope: dict[str, Any]
+    ) -> dict[str, Any]:
+        if envelope.get("ok"):
+            first = self.approvals.first_report(approval_id, engine.clock.now_ms())
+            envelope["output"]["value"]["replayed"] = not first
         return envelope
 
-    # -- steps ------------------------------------------------------------------------------------
-
-    def _deliver(self, engine: Engine, parked: ParkedApproval, invocation: ToolInvocation) -> bool:
+    def _deliver(self, engine: Engine, parked: ParkedApproval, invocation: ToolInvocation) -> None:
         """Hand the carried approval to the waiting execution (single use of the token)."""
         assert invocation.approval is not None
         taken = self.approvals.take(parked.approval_id, engine.clock.now_ms())
         if taken is None or taken.task_token is None:
-            return False  # answered meanwhile (e.g. on the approval page): wait for that run
+            return  # answered meanwhile (e.g. on the approval page): wait for that run
         from botocore.exceptions import ClientError
 
         try:
@@ -165,16 +222,7 @@ class ExecutionGate:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") not in ENDED_WAIT_ERRORS:
                 raise
-            return False  # the run stopped waiting: no commit will come (gate_failed below)
-        return True
-
-    @staticmethod
-    def _committed(
-        engine: Engine, invocation: ToolInvocation, ctx: TrustedContext
-    ) -> dict[str, Any] | None:
-        """The replay of the ledger key once the execution committed it; ``None`` before."""
-        answer = engine.handle(invocation.tool, invocation.arguments, ctx)
-        return None if isinstance(answer, ConfirmationNeeded) else answer
+            # the run stopped waiting: no commit will come (gate_failed once it has ended)
 
     def _poll(
         self, engine: Engine, probe: Callable[[], Any], until_ms: int, execution_arn: str
