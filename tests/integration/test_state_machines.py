@@ -37,8 +37,8 @@ from test_tool_handlers import (
     value_of,
 )
 
-from engram_memory.adapters.aws.execution_gate import ExecutionGate
-from engram_memory.adapters.aws.step_functions import ApprovalStore
+from engram_memory.cloud.approvals import ApprovalStore
+from engram_memory.cloud.execution_gate import ExecutionGate
 from engram_memory.engine.context import TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,15 +30,13 @@ from pydantic import ValidationError
 
 from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
 from engram_memory.adapters.aws.kms_vault import create_key_table
-from engram_memory.aws_composition import (
-    ConfigurationError,
+from engram_memory.cloud.composition import build_engine, build_execution_gate
+from engram_memory.cloud.settings import ConfigurationError, HostBinding
+from engram_memory.cloud.wire import (
     ConfirmableTool,
-    HostBinding,
     InvocationApproval,
     ToolInvocation,
     ToolName,
-    build_engine,
-    build_execution_gate,
     context_from_event,
     request_of,
 )

@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from ...contract.errors import ErrorCode
-from ...engine.gate import ConfirmationRequest
-from ...engine.ports import StoreUnavailable
-from .step_functions import (
+from ..contract.errors import ErrorCode
+from ..engine.gate import ConfirmationRequest
+from ..engine.ports import StoreUnavailable
+from .approvals import (
     ENDED_WAIT_ERRORS,
     ApprovalStore,
     ParkedApproval,
@@ -41,9 +41,9 @@ from .step_functions import (
 )
 
 if TYPE_CHECKING:
-    from ...aws_composition import ToolInvocation
-    from ...engine.context import TrustedContext
-    from ...engine.service import Engine
+    from ..engine.context import TrustedContext
+    from ..engine.service import Engine
+    from .wire import ToolInvocation
 
 __all__ = ["ExecutionGate", "ledger_key"]
 
@@ -94,7 +94,7 @@ class ExecutionGate:
         request: ConfirmationRequest,
     ) -> dict[str, Any]:
         """The function's answer: an envelope, or ``confirmation_required`` with the page URL."""
-        from ...aws_composition import confirmation_required
+        from .wire import confirmation_required
 
         key = self._key(invocation, ctx)
         name = execution_name(invocation.tool, key)

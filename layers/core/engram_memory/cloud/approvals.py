@@ -30,11 +30,11 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from ...aws_composition import InvocationApproval, ToolInvocation
-from ...engine.gate import APPROVAL_TTL_MS, within_windows
-from ...engine.ports import (
+from ..engine.gate import APPROVAL_TTL_MS, within_windows
+from ..engine.ports import (
     StoreUnavailable,
 )
+from .wire import InvocationApproval, ToolInvocation
 
 __all__ = [
     "APPROVAL_TOKEN_TTL_S",
