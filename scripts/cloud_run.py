@@ -503,10 +503,11 @@ class Tally:
         }
 
 
-def audit_events(logs: Path) -> list[dict[str, Any]]:
-    """Every audit line the functions logged so far (Powertools JSON, one per line)."""
-    events: list[dict[str, Any]] = []
+def audit_events(logs: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every audit line each function logged so far (Powertools JSON, one per line)."""
+    events: dict[str, list[dict[str, Any]]] = {}
     for log in sorted(logs.glob("*.log")):
+        events[log.stem] = []
         for line in log.read_text("utf-8", errors="replace").splitlines():
             if '"tool"' not in line or not line.startswith("{"):
                 continue
@@ -515,13 +516,18 @@ def audit_events(logs: Path) -> list[dict[str, Any]]:
             except ValueError:
                 continue
             if record.get("message") == AUDIT_MESSAGE:
-                events.append({"function": log.stem, **record})
+                events[log.stem].append({"function": log.stem, **record})
     return events
 
 
 def tally_between(before: dict[str, Any], after: dict[str, Any], tool: str) -> str:
     """One phase's counts as a line of text."""
-    runs = [e for e in after["audit"][len(before["audit"]) :] if e.get("tool") == tool]
+    runs = [
+        event
+        for function, events in after["audit"].items()
+        for event in events[len(before["audit"].get(function, [])) :]
+        if event.get("tool") == tool
+    ]
     codes: dict[str, int] = {}
     for event in runs:
         key = f"{event['function']}:{event.get('code')}"
