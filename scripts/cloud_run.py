@@ -11,8 +11,9 @@ The harness (this process, the tool venv) holds everything that is not the produ
   it for its Lambda tasks. Each invocation goes to the function's **worker**: a
   ``python3.12 -I -S scripts/lambda_worker.py`` process whose ``sys.path`` is only
   ``.aws-sam/build/<Function>``, the built layer's ``python/`` and a runtime boto3 directory.
-- **the identity provider**: an Ed25519 issuer whose JWKS is served over HTTPS (a throw-away CA
-  the workers trust through ``SSL_CERT_FILE``/``REQUESTS_CA_BUNDLE``).
+- **the identity provider**: an Ed25519 issuer whose OIDC discovery document and JWKS are served
+  over HTTPS (a throw-away CA the workers trust through ``SSL_CERT_FILE``/``REQUESTS_CA_BUNDLE``);
+  the adapter finds the JWKS through the discovery document, as it does in AWS.
 - **OpenSearch**: a fake that answers the subset of the REST API the index adapter sends (signed,
   gzip-compressed requests from opensearch-py, over HTTPS): create index, index/get/delete a
   document, ``_bulk``, ``_search`` (term filters, ``match`` clauses by field boost, a plain
@@ -201,17 +202,40 @@ class Issuer:
 BOOST_RE: Final = re.compile(r"^[a-z_]+$")
 
 
+JWKS_PATH: Final = "/.well-known/jwks.json"
+SECURITY_API_RE: Final = re.compile(
+    r"^/_plugins/_security/api/(roles/[a-z_]+|rolesmapping/[a-z_]+|audit/config)$"
+)
+SIGV4_ES_SCOPE_RE: Final = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=[^/]+/\d{8}/" + REGION + r"/es/aws4_request, "
+    r"SignedHeaders=[a-z0-9;-]*host[a-z0-9;-]*, Signature=[0-9a-f]{64}$"
+)
+
+
 class FakeOpenSearch:
     def __init__(self) -> None:
         self.indices: dict[str, dict[str, dict[str, Any]]] = {}
         self.unknown: list[str] = []
         self.requests: list[str] = []
+        # the security plugin's API (the custom resource): path -> last body, and whether every
+        # request to it carried a SigV4 signature for service es in the region
+        self.security: dict[str, Any] = {}
+        self.security_unsigned: list[str] = []
         self.lock = threading.Lock()
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
-        parts = [unquote(p) for p in path.split("?", 1)[0].strip("/").split("/") if p]
+    def handle(
+        self, method: str, path: str, body: bytes, authorization: str = ""
+    ) -> tuple[int, Any]:
+        bare = path.split("?", 1)[0]
+        parts = [unquote(p) for p in bare.strip("/").split("/") if p]
         with self.lock:
             self.requests.append(f"{method} /{'/'.join(parts[:1] + ['…'] * (len(parts) > 1))}")
+            if method == "PUT" and SECURITY_API_RE.match(bare):
+                if not SIGV4_ES_SCOPE_RE.match(authorization):
+                    self.security_unsigned.append(bare)
+                    return 403, {"error": {"type": "security_exception"}, "status": 403}
+                self.security[bare] = json.loads(body)
+                return 200, {"status": "OK"}
             return self._route(method, parts, body)
 
     def _route(self, method: str, parts: list[str], body: bytes) -> tuple[int, Any]:
@@ -307,8 +331,28 @@ class FakeOpenSearch:
         }
 
 
+class CloudFormationAnswers:
+    """CloudFormation's presigned ``ResponseURL``s: ``PUT /cloudformation-response/<id>``."""
+
+    PREFIX: Final = "/cloudformation-response/"
+
+    def __init__(self) -> None:
+        self.answers: dict[str, dict[str, Any]] = {}
+
+    def url(self, base: str) -> tuple[str, str]:
+        answer_id = uuid.uuid4().hex
+        return answer_id, f"{base}{self.PREFIX}{answer_id}?X-Amz-Signature=cloud-check"
+
+    def record(self, path: str, body: bytes) -> None:
+        self.answers[path.split("?", 1)[0].removeprefix(self.PREFIX)] = json.loads(body)
+
+
 def https_server(
-    cert: Path, key: Path, search: FakeOpenSearch, jwks: dict[str, Any]
+    cert: Path,
+    key: Path,
+    search: FakeOpenSearch,
+    jwks: dict[str, Any],
+    cloudformation: CloudFormationAnswers,
 ) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -321,10 +365,17 @@ def https_server(
             body = self.rfile.read(length) if length else b""
             if self.headers.get("content-encoding") == "gzip":
                 body = gzip.decompress(body)
-            if self.path == "/.well-known/jwks.json":
+            if self.path == "/.well-known/openid-configuration":  # the issuer is this server
+                issuer = f"https://127.0.0.1:{self.server.server_address[1]}"
+                status, answer = 200, {"issuer": issuer, "jwks_uri": issuer + JWKS_PATH}
+            elif self.path == JWKS_PATH:
                 status, answer = 200, jwks
+            elif self.command == "PUT" and self.path.startswith(CloudFormationAnswers.PREFIX):
+                cloudformation.record(self.path, body)
+                status, answer = 200, {}
             else:
-                status, answer = search.handle(self.command, self.path, body)
+                authorization = self.headers.get("authorization") or ""
+                status, answer = search.handle(self.command, self.path, body, authorization)
             data = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("content-type", "application/json")
@@ -665,6 +716,9 @@ class Stack:
             self.refs[name] = client("secretsmanager").create_secret(
                 Name=f"engram-{TENANT}-{name}", SecretString=value
             )["ARN"]
+        for name in self.of_type("AWS::IAM::Role"):
+            self.refs[name] = f"engram-{TENANT}-{name}"
+            self.refs[f"{name}.Arn"] = f"arn:aws:iam::{ACCOUNT}:role/engram-{TENANT}-{name}"
         for name in self.of_type("AWS::OpenSearchService::Domain"):
             self.refs[f"{name}.DomainEndpoint"] = search_endpoint.removeprefix("https://")
             self.refs[f"{name}.Arn"] = f"arn:aws:es:{REGION}:{ACCOUNT}:domain/engram-{TENANT}"
@@ -810,7 +864,8 @@ class Harness:
         self.cert = cert
         self.search = FakeOpenSearch()
         self.issuer = Issuer("")
-        https = https_server(cert, key, self.search, self.issuer.jwks)
+        self.cloudformation = CloudFormationAnswers()
+        https = https_server(cert, key, self.search, self.issuer.jwks, self.cloudformation)
         self.stopping.append(https.shutdown)
         self.https_url = f"https://127.0.0.1:{https.server_address[1]}"
         self.issuer.url = self.https_url
@@ -936,13 +991,30 @@ class Harness:
                 f"{name}: has a sample event (events/{Path(props['CodeUri']).name}[_*].json)",
             ):
                 continue
+            served = self.custom_resources_of(name)
             for sample in samples:
-                answer = worker.invoke(self.adapter_event(sample))
+                event = self.adapter_event(sample)
+                answer_id = None
+                if served and "ResponseURL" in event:
+                    answer_id = self.as_custom_resource_event(served[0], event)
+                answer = worker.invoke(event)
                 error_type = answer.get("error", {}).get("errorType")
                 self.report.check(
                     error_type not in BROKEN_BUILD_ERRORS,
                     f"{name} from the build: events/{sample.name} -> {_outcome(answer)}",
                 )
+                if answer_id is not None:
+                    got = self.cloudformation.answers.get(answer_id, {})
+                    self.report.check(
+                        got.get("Status") == "SUCCESS"
+                        and got.get("RequestId") == event["RequestId"],
+                        f"{name}: events/{sample.name} answered CloudFormation's ResponseURL: "
+                        f"{got.get('Status') or 'nothing'}"
+                        + (f" ({got.get('Reason')})" if got.get("Status") == "FAILED" else ""),
+                    )
+            for resource in served:
+                if self.stack.resource(resource)["Type"] == "Custom::OpenSearchSecurityConfig":
+                    self.check_security_config(resource)
             modules = worker.request({"modules": True}).get("result", {})
             counts = {origin: 0 for origin in ("function", "layer", "runtime")}
             foreign: list[str] = []
@@ -958,6 +1030,58 @@ class Harness:
                 f"{counts['runtime']} from the runtime directory)"
                 + (f"; from elsewhere: {', '.join(foreign[:5])}" if foreign else ""),
             )
+
+    # -- custom resources --------------------------------------------------------------------
+
+    def custom_resources_of(self, function: str) -> list[str]:
+        """The ``Custom::*`` resources of the template whose ServiceToken is ``function``."""
+        served = []
+        for name, resource in self.stack.template["Resources"].items():
+            if not str(resource.get("Type", "")).startswith("Custom::"):
+                continue
+            token = resource.get("Properties", {}).get("ServiceToken", {})
+            target = token.get("Fn::GetAtt") if isinstance(token, dict) else None
+            if isinstance(target, str):
+                target = target.split(".")
+            if target and target[0] == function:
+                served.append(name)
+        return served
+
+    def as_custom_resource_event(self, resource: str, event: dict[str, Any]) -> str:
+        """The sample as CloudFormation would send it for ``resource``: the template's properties
+        resolved against this stack, and a ResponseURL served here. Returns the answer's id."""
+        properties = self.stack.resolve(self.stack.resource(resource)["Properties"])
+        event["ResourceProperties"] = properties
+        if "OldResourceProperties" in event:
+            event["OldResourceProperties"] = properties
+        event["LogicalResourceId"] = resource
+        event["ResourceType"] = self.stack.resource(resource)["Type"]
+        answer_id, event["ResponseURL"] = self.cloudformation.url(self.https_url)
+        return answer_id
+
+    def check_security_config(self, resource: str) -> None:
+        properties = self.stack.resolve(self.stack.resource(resource)["Properties"])
+        api = "/_plugins/_security/api"
+        applied = self.search.security
+        reader = applied.get(f"{api}/rolesmapping/engram_reader", {}).get("backend_roles")
+        writer = applied.get(f"{api}/rolesmapping/engram_writer", {}).get("backend_roles")
+        audit = applied.get(f"{api}/audit/config", {})
+        self.report.check(
+            not self.search.security_unsigned
+            and {f"{api}/roles/engram_reader", f"{api}/roles/engram_writer"} <= set(applied)
+            and reader == properties["ReaderRoleArns"]
+            and writer == properties["WriterRoleArns"]
+            and audit.get("enabled") is True
+            and audit.get("audit", {}).get("log_request_body") is False,
+            f"{resource}: the domain got both roles, {len(reader or [])} reader and "
+            f"{len(writer or [])} writer role(s) mapped, the audit config (no request bodies), "
+            f"every request SigV4-signed for es"
+            + (
+                f"; unsigned: {self.search.security_unsigned}"
+                if self.search.security_unsigned
+                else ""
+            ),
+        )
 
     # -- the end-to-end flow -------------------------------------------------------------------
 
@@ -1201,7 +1325,7 @@ class Harness:
         ):
             print(f"       {json.dumps(asked)[:400]}")
             return
-        approve = {"engram_confirmation": {"action": "accept", "content": {"approve": True}}}
+        approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
         status, done = self.modern_call(
             "withdraw", withdraw, inputResponses=approve, requestState=asked["requestState"]
         )

@@ -220,7 +220,7 @@ def capture_arguments(text: str, key: str) -> dict[str, Any]:
 
 async def approve(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
     """The client's human: approves every withdraw and forget confirmation."""
-    return types.ElicitResult(action="accept", content={"approve": True})
+    return types.ElicitResult(action="accept", content={"decision": "approve"})
 
 
 @dataclass

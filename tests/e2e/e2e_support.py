@@ -17,6 +17,7 @@ import contextlib
 import json
 import shutil
 import socket
+import sqlite3
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlparse
 
 import anyio
 import httpx2
@@ -34,6 +36,7 @@ import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.session import ClientSession
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -229,11 +232,14 @@ def _free_socket() -> socket.socket:
 
 @contextlib.contextmanager
 def serve_http(data_dir: Path) -> Iterator[HttpService]:
-    """``open_server(data_dir)`` behind uvicorn on a free 127.0.0.1 port, in a background thread."""
-    embedded = open_server(data_dir)
-    app = http_app(embedded.surface, bind_host="127.0.0.1")
+    """``open_server(data_dir)`` behind uvicorn on a free 127.0.0.1 port, in a background thread.
+
+    As ``engram-memory serve`` does, the resource URI (the tokens' audience, the approval
+    links' origin) follows the port."""
     sock = _free_socket()
     port = sock.getsockname()[1]
+    embedded = open_server(data_dir, port=port)
+    app = http_app(embedded.surface, bind_host="127.0.0.1")
     server = uvicorn.Server(
         uvicorn.Config(
             app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3
@@ -311,11 +317,11 @@ class Human:
         assert isinstance(params, types.ElicitRequestFormParams)
         self.asked.append(params.message)
         if self.action == "accept":
-            return types.ElicitResult(action="accept", content={"approve": True})
+            return types.ElicitResult(action="accept", content={"decision": "approve"})
         return types.ElicitResult(action=self.action)
 
 
-def _client_kwargs(mode: str, human: Human | None) -> dict[str, Any]:
+def _client_kwargs(mode: str, human: Callable[..., Any] | None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"mode": mode}
     if human is not None:  # no callback: the client declares no elicitation capability
         kwargs["elicitation_callback"] = human
@@ -328,7 +334,7 @@ async def http_client(
     token: str | None,
     mode: str,
     *,
-    human: Human | None = None,
+    human: Callable[..., Any] | None = None,
     headers: dict[str, str] | None = None,
 ) -> AsyncIterator[Client]:
     sent = dict(headers or {})
@@ -500,3 +506,81 @@ class Agent:
 
     async def withdraw(self, candidate_id: str, key: str | None = None) -> types.CallToolResult:
         return await self.client.call_tool(WITHDRAW, self.withdraw_arguments(candidate_id, key))
+
+
+# -- a client that declares URL-only elicitation (the approval page) ----------------------------
+
+URL_ELICITATION_REQUIRED = -32042
+
+
+class UrlOnlySession(ClientSession):
+    """The SDK's session, declaring URL-mode elicitation and not form mode (the SDK declares
+    both whenever it has an elicitation callback)."""
+
+    def _build_capabilities(self, version: str) -> types.ClientCapabilities:
+        declared = super()._build_capabilities(version)
+        return declared.model_copy(
+            update={
+                "elicitation": types.ElicitationCapability(url=types.UrlElicitationCapability())
+            }
+        )
+
+
+class UrlOnlyClient(Client):
+    async def _build_session(self, exit_stack: contextlib.AsyncExitStack) -> ClientSession:
+        session = await super()._build_session(exit_stack)
+        session.__class__ = UrlOnlySession
+        return session
+
+
+@contextlib.asynccontextmanager
+async def url_only_client(
+    url: str, token: str, mode: str, callback: Any = None
+) -> AsyncIterator[Client]:
+    """A client declaring URL-only elicitation; ``callback`` answers 2026-07-28 URL requests."""
+
+    async def unanswered(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="cancel")
+
+    with anyio.fail_after(CALL_DEADLINE_S):
+        async with httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx2.Timeout(30, read=CALL_DEADLINE_S),
+        ) as http:
+            transport = streamable_http_client(url, http_client=http)
+            async with UrlOnlyClient(
+                transport, mode=mode, elicitation_callback=callback or unanswered
+            ) as client:
+                declared = client.session._build_capabilities("2025-11-25")
+                assert declared.elicitation is not None and declared.elicitation.form is None
+                yield client
+
+
+async def link_of(attempt: Callable[[], Any]) -> str:
+    """The 2025-11-25 answer to a gated call: -32042 with one URL elicitation; its link."""
+    error = await protocol_error(attempt)
+    assert error.code == URL_ELICITATION_REQUIRED, error
+    data = error.error.data
+    assert isinstance(data, dict), error
+    (elicitation,) = data["elicitations"]
+    assert elicitation["mode"] == "url"
+    link: str = elicitation["url"]
+    return link
+
+
+def approval_id_of(link: str) -> str:
+    return urlparse(link).path.rsplit("/", 1)[-1]
+
+
+def age_approval(
+    service: HttpService, approval_id: str, ms: int, *, answer_too: bool = False
+) -> None:
+    """Move a question's asking (and its answer) ``ms`` into the past: the server's clock is the
+    real one, so the 300 s and 30 s windows are crossed by editing the book's row."""
+    answered = ", answered_at_ms = answered_at_ms - ?" if answer_too else ""
+    args = (ms, ms, approval_id) if answer_too else (ms, approval_id)
+    with contextlib.closing(sqlite3.connect(service.server.approvals.book.path)) as db, db:
+        db.execute(
+            f"UPDATE approvals SET issued_at_ms = issued_at_ms - ?{answered} WHERE approval_id = ?",
+            args,
+        )

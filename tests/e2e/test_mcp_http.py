@@ -387,7 +387,7 @@ def test_the_protected_resource_metadata_reports_the_configured_resource(
     response = httpx2.get(http_service.base_url + path, timeout=10)
     assert response.status_code == 200
     metadata = response.json()
-    assert metadata["resource"] == http_service.resource == "http://127.0.0.1:8765/mcp"
+    assert metadata["resource"] == http_service.resource == http_service.url
     # The local issuer mints tokens from the command line and serves no OAuth metadata: no
     # authorization server is advertised, so no client starts an OAuth flow that cannot succeed.
     assert "authorization_servers" not in metadata

@@ -307,7 +307,7 @@ def approval(first: types.InputRequiredResult, action: str = "accept") -> dict[s
     assert first.input_requests is not None
     (key,) = first.input_requests
     assert isinstance(first.input_requests[key], types.ElicitRequest)
-    content = {"approve": True} if action == "accept" else None
+    content = {"decision": "approve"} if action == "accept" else None
     return {key: types.ElicitResult(action=action, content=content)}
 
 

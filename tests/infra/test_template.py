@@ -40,7 +40,11 @@ FUNCTION_FOLDERS: Final = {
     "WorkflowStepFunction": "workflow",
     "ApprovalFunction": "approval",
     "OutboxDrainerFunction": "outbox_drainer",
+    "OpenSearchSecurityConfigFunction": "opensearch_security",
 }
+# Run by CloudFormation only (a custom resource): a failure fails the deployment in front of the
+# operator, so no errors or throttles alarm watches it.
+DEPLOY_TIME_FUNCTIONS: Final = frozenset({"OpenSearchSecurityConfigFunction"})
 TOOL_FUNCTIONS: Final = {
     "search": "SearchFunction",
     "get": "GetFunction",
@@ -349,7 +353,7 @@ def test_each_state_machine_definition_passes_cfn_lint_asl_validation(machine: s
 # --------------------------------------------------------------------------------------------
 
 
-def test_the_template_defines_exactly_the_ten_functions() -> None:
+def test_the_template_defines_exactly_the_eleven_functions() -> None:
     assert set(resources("AWS::Serverless::Function")) == set(FUNCTION_FOLDERS)
 
 
@@ -662,9 +666,14 @@ def test_no_function_environment_references_the_http_api() -> None:
         assert "HttpApi" not in refs, name
 
 
-def test_the_created_domain_publishes_slow_and_error_logs_to_retained_log_groups() -> None:
+def test_the_created_domain_publishes_slow_error_and_audit_logs_to_retained_log_groups() -> None:
     options = props("OpenSearchDomain")["LogPublishingOptions"]
-    assert set(options) == {"SEARCH_SLOW_LOGS", "INDEX_SLOW_LOGS", "ES_APPLICATION_LOGS"}
+    assert set(options) == {
+        "SEARCH_SLOW_LOGS",
+        "INDEX_SLOW_LOGS",
+        "ES_APPLICATION_LOGS",
+        "AUDIT_LOGS",
+    }
     groups = set()
     for option in options.values():
         assert option["Enabled"] is True
@@ -672,7 +681,13 @@ def test_the_created_domain_publishes_slow_and_error_logs_to_retained_log_groups
         assert group is not None
         assert template()["Resources"][group]["Condition"] == "CreateOpenSearch"
         assert props(group)["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+        # like every log group of the stack, no CMK (infra/accepted-findings.yaml, CKV_AWS_158)
+        assert "KmsKeyId" not in props(group)
         groups.add(group)
+    assert len(groups) == len(options)  # the audit log has a group of its own
+    assert ref_target(options["AUDIT_LOGS"]["CloudWatchLogsLogGroupArn"]) == (
+        "OpenSearchAuditLogGroup"
+    )
     policy = props("OpenSearchLogsResourcePolicy")["PolicyDocument"]["Fn::Sub"]
     for group in groups:
         assert "${" + group + ".Arn}" in policy
@@ -846,24 +861,104 @@ def test_search_and_get_cannot_read_approval_items(function: str) -> None:
     )
 
 
-def test_the_opensearch_index_is_reachable_only_by_the_functions_that_use_it() -> None:
-    users = {f for f in FUNCTION_FOLDERS for a, _, _ in grants(f) if a.startswith("es:")}
-    expected = {
+INDEX_USERS: Final = frozenset(
+    {
         "SearchFunction",
         "RequestAdmissionFunction",
         "ForgetFunction",
         "WorkflowStepFunction",
         "OutboxDrainerFunction",
     }
-    assert users == expected
-    statements = props("OpenSearchDomain")["AccessPolicies"]["Statement"]
-    principals = {ref_target(p) for s in statements for p in as_list(s["Principal"]["AWS"])}
-    assert principals == {role_of(f) for f in expected}
-    for statement in statements:
+)
+SECURITY_MASTER: Final = "OpenSearchSecurityConfigFunction"
+READ_METHODS: Final = frozenset({"es:ESHttpGet", "es:ESHttpHead", "es:ESHttpPost"})
+
+
+def domain_statements() -> list[dict[str, Any]]:
+    statements: list[dict[str, Any]] = props("OpenSearchDomain")["AccessPolicies"]["Statement"]
+    return statements
+
+
+def test_the_opensearch_index_is_reachable_only_by_the_functions_that_use_it() -> None:
+    users = {f for f in FUNCTION_FOLDERS for a, _, _ in grants(f) if a.startswith("es:")}
+    assert users == INDEX_USERS | {SECURITY_MASTER}
+    principals = {
+        ref_target(p) for s in domain_statements() for p in as_list(s["Principal"]["AWS"])
+    }
+    assert principals == {role_of(f) for f in users}
+    for statement in domain_statements():
         (role,) = {ref_target(p) for p in as_list(statement["Principal"]["AWS"])}
-        (function,) = [f for f in expected if role_of(f) == role]
+        (function,) = [f for f in users if role_of(f) == role]
         granted = {a for a, _, _ in grants(function) if a.startswith("es:")}
         assert set(as_list(statement["Action"])) <= granted, function
+
+
+def test_the_created_domain_runs_fine_grained_access_control_mastered_by_the_custom_resource() -> (
+    None
+):
+    security = props("OpenSearchDomain")["AdvancedSecurityOptions"]
+    assert security["Enabled"] is True
+    assert security["InternalUserDatabaseEnabled"] is False  # IAM principals only
+    assert security["AnonymousAuthEnabled"] is False
+    assert set(security["MasterUserOptions"]) == {"MasterUserARN"}  # no master password
+    master_role = ref_target(security["MasterUserOptions"]["MasterUserARN"])
+    assert master_role == role_of(SECURITY_MASTER)
+    trust = props(master_role)["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Principal"] for s in trust] == [{"Service": "lambda.amazonaws.com"}]
+    # no function but the custom resource's runs as the master
+    assert [f for f in FUNCTION_FOLDERS if role_of(f) == master_role] == [SECURITY_MASTER]
+    for name in (
+        SECURITY_MASTER,
+        master_role,
+        f"{SECURITY_MASTER}Policy",
+        f"{SECURITY_MASTER}LogGroup",
+        "OpenSearchSecurityConfig",
+        "OpenSearchAuditLogGroup",
+    ):
+        assert template()["Resources"][name]["Condition"] == "CreateOpenSearch", name
+
+
+def test_the_master_role_may_only_put_on_the_security_api() -> None:
+    allowed = {a for a, _, _ in grants(SECURITY_MASTER)}
+    assert allowed == {"logs:CreateLogStream", "logs:PutLogEvents", "es:ESHttpPut"} | (
+        STAR_RESOURCE_ACTIONS
+    )
+    ((_, _, statement),) = [g for g in grants(SECURITY_MASTER) if g[0] == "es:ESHttpPut"]
+    assert sub_template(statement["Resource"]) == (
+        "${OpenSearchDomain.Arn}/_plugins/_security/api/*"
+    )
+    (master,) = [
+        s
+        for s in domain_statements()
+        if ref_target(s["Principal"]["AWS"]) == role_of(SECURITY_MASTER)
+    ]
+    assert as_list(master["Action"]) == ["es:ESHttpPut"]
+    assert master["Resource"]["Fn::Sub"][0].endswith("domain/${Name}/_plugins/_security/api/*")
+
+
+def test_the_security_configuration_maps_every_index_user_by_what_its_role_may_send() -> None:
+    from engram_memory.opensearch_security import REVISION
+
+    config = props("OpenSearchSecurityConfig")
+    assert template()["Resources"]["OpenSearchSecurityConfig"]["Type"] == (
+        "Custom::OpenSearchSecurityConfig"
+    )
+    assert ref_target(config["ServiceToken"]) == SECURITY_MASTER
+    assert sub_template(config["Endpoint"]) == "https://${OpenSearchDomain.DomainEndpoint}"
+    variables = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert config["Index"] == variables["ENGRAM_OPENSEARCH_INDEX"]
+    assert config["Revision"] == REVISION
+    readers = {ref_target(arn) for arn in config["ReaderRoleArns"]}
+    writers = {ref_target(arn) for arn in config["WriterRoleArns"]}
+
+    def sends(function: str) -> set[str]:
+        return {a for a, _, _ in grants(function) if a.startswith("es:")}
+
+    assert readers == {role_of(f) for f in INDEX_USERS if sends(f) <= READ_METHODS}
+    assert writers == {role_of(f) for f in INDEX_USERS if not sends(f) <= READ_METHODS}
+    assert readers == {role_of("SearchFunction")}
+    # GetFunction reads the canonical store only: no IAM access to the domain, no mapping
+    assert role_of("GetFunction") not in readers | writers
 
 
 def test_the_created_domain_encrypts_and_enforces_tls_12() -> None:
@@ -1022,7 +1117,7 @@ def test_every_function_has_an_errors_alarm_on_the_alarm_topic() -> None:
         for a in resources("AWS::CloudWatch::Alarm").values()
         if a["Properties"].get("MetricName") == "Errors"
     }
-    assert alarmed == set(FUNCTION_FOLDERS)
+    assert alarmed == set(FUNCTION_FOLDERS) - DEPLOY_TIME_FUNCTIONS
 
 
 def metric_alarm_targets(metric_name: str) -> set[str]:
@@ -1043,7 +1138,7 @@ def test_throttles_of_both_tables_and_failures_of_both_machines_raise_alarms() -
 
 
 def test_throttles_of_every_function_raise_alarms() -> None:
-    assert metric_alarm_targets("Throttles") == set(FUNCTION_FOLDERS)
+    assert metric_alarm_targets("Throttles") == set(FUNCTION_FOLDERS) - DEPLOY_TIME_FUNCTIONS
 
 
 def alarm_on(metric_name: str) -> dict[str, Any]:

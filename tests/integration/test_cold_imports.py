@@ -39,7 +39,14 @@ def test_importtime_lines_are_parsed_with_their_depth() -> None:
 
 def test_every_function_folder_is_benchmarked() -> None:
     assert functions() == sorted(
-        [*TOOL_FUNCTIONS, "approval", "mcp_adapter", "outbox_drainer", "workflow"]
+        [
+            *TOOL_FUNCTIONS,
+            "approval",
+            "mcp_adapter",
+            "opensearch_security",
+            "outbox_drainer",
+            "workflow",
+        ]
     )
 
 

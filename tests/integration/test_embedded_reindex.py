@@ -56,7 +56,9 @@ def test_records_indexed_by_an_older_analyzer_are_reindexed_on_open(tmp_path: Pa
     try:
         assert found(host.engine, "paintings") == [record_id]
         with sqlite3.connect(tmp_path / "engram.db") as db:
-            (version,) = db.execute("SELECT value FROM store_meta").fetchone()
+            (version,) = db.execute(
+                "SELECT value FROM store_meta WHERE key = 'lexical_version'"
+            ).fetchone()
         assert version == lexical.PROFILE_CONFIG_DIGEST
     finally:
         host.close()

@@ -123,3 +123,25 @@ def test_captured_and_withdrawn_text_is_never_written_in_plaintext(
 
     host.embedded.close()
     assert files_holding(data_dir, DISTINCTIVE) == {}
+
+
+def test_a_candidate_that_leaves_pending_keeps_no_ciphertext(host: Host) -> None:
+    store = host.embedded.store
+    scope = context().scope
+    pending = host.capture(FILLER[1])
+    assert store.candidate_get(scope, pending) is not None
+    assert len(store.candidate_get(scope, pending).sealed) > 0  # type: ignore[union-attr]
+
+    record_id = host.remember(FILLER[2])
+    admitted = store.record_get(scope, record_id)
+    assert admitted is not None
+    withdrawn = host.capture(FILLER[3])
+    host.ok(
+        "withdraw",
+        {"candidate_id": withdrawn, "idempotency_key": host.key("withdraw"), "reason_ref": "r:x"},
+    )
+    for candidate_id in (admitted.candidate_id, withdrawn):
+        row = store.candidate_get(scope, candidate_id)
+        assert row is not None and row.state in {"admitted", "withdrawn"}
+        assert row.sealed == b""  # its key is destroyed: the ciphertext was dead weight
+    assert len(store.candidate_get(scope, pending).sealed) > 0  # type: ignore[union-attr]

@@ -346,7 +346,7 @@ def test_a_forget_is_confirmed_through_the_adapter_and_the_approval_reaches_the_
 
     asked = modern_call(adapter, "forget", forget)
     assert "requestState" in asked and "engram_confirmation" in asked["inputRequests"], asked
-    approve = {"engram_confirmation": {"action": "accept", "content": {"approve": True}}}
+    approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
     done = modern_call(
         adapter, "forget", forget, inputResponses=approve, requestState=asked["requestState"]
     )

@@ -483,7 +483,7 @@ def test_a_form_only_client_confirms_in_a_round_trip_and_the_run_commits(stack: 
 
     asked = modern_call(adapter, "forget", forget)
     assert asked["inputRequests"]["engram_confirmation"]["params"].get("mode", "form") == "form"
-    approve = {"engram_confirmation": {"action": "accept", "content": {"approve": True}}}
+    approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
     done = modern_call(
         adapter, "forget", forget, inputResponses=approve, requestState=asked["requestState"]
     )

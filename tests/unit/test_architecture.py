@@ -46,7 +46,7 @@ def _imports(path: Path) -> set[str]:
     "module",
     sorted(
         str(p.relative_to(PACKAGE))
-        for layer in ("contract", "engine")
+        for layer in ("contract", "engine", "approval_page")
         for p in (PACKAGE / layer).rglob("*.py")
     ),
 )

@@ -400,3 +400,67 @@ def test_canonical_bytes_do_not_depend_on_dict_insertion_order(value: Any, rng: 
     encoded = canonical_bytes(value)
     assert canonical_bytes(_reorder(value, rng)) == encoded
     assert json.loads(encoded) == value
+
+
+# --------------------------------------------------------------------------------------------
+# property: the fast path writes exactly what rfc8785 writes
+# --------------------------------------------------------------------------------------------
+
+# Text of any code point (astral, control, U+2028, combining), keys ASCII or not, and floats of
+# every magnitude: values the fast path takes and values it must hand to rfc8785.
+ANY_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
+FLOATS = st.floats(allow_nan=False, allow_infinity=False).filter(
+    lambda x: not (x == 0.0 and str(x).startswith("-"))
+)
+WIDE_JSON = st.recursive(
+    st.booleans() | SAFE_INTS | FLOATS | NFC_TEXT | ANY_TEXT,
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(NFC_TEXT | ANY_TEXT | st.from_regex(r"[a-z_]{1,8}"), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+def _rfc8785_with_contract_checks(value: Any) -> bytes | None:
+    """What the checked path alone answers: rfc8785's bytes, or None for a refused value."""
+    import rfc8785
+
+    from engram_memory.contract import canonical
+
+    try:
+        canonical._check(value, "")
+        return rfc8785.dumps(value)
+    except (CanonicalizationError, rfc8785.CanonicalizationError, ValueError, TypeError):
+        return None
+
+
+def _assert_same_as_rfc8785(value: Any) -> None:
+    expected = _rfc8785_with_contract_checks(value)
+    if expected is None:
+        with pytest.raises(CanonicalizationError):
+            canonical_bytes(value)
+    else:
+        assert canonical_bytes(value) == expected
+
+
+@given(value=WIDE_JSON)
+@settings(max_examples=500, deadline=None)
+def test_canonical_bytes_are_exactly_rfc8785_on_every_value(value: Any) -> None:
+    _assert_same_as_rfc8785(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"score": 3.0},  # integral: ECMAScript writes 3, Python 3.0
+        {"score": 1e-05},  # below 1e-4: Python switches to an exponent earlier
+        {"score": 1.5e16},
+        {"é": 1, "e": 2},  # a non-ASCII key
+        {"\U0001f600": 1, "\uffff": 2},  # UTF-16 order differs from code point order
+        {"a": "e\u0301"},  # not NFC: refused
+        {"a": None},
+    ],
+)
+def test_values_the_fast_path_declines_still_match_rfc8785(value: Any) -> None:
+    _assert_same_as_rfc8785(value)

@@ -30,7 +30,7 @@ REQUEST = ConfirmationRequest(
     summary="Tool: forget",
 )
 ELICIT = types.ClientCapabilities(elicitation=types.ElicitationCapability())
-APPROVE = types.ElicitResult(action="accept", content={"approve": True})
+APPROVE = types.ElicitResult(action="accept", content={"decision": "approve"})
 
 
 def test_every_tool_is_published_with_contract_annotations_and_closed_schemas() -> None:
@@ -101,7 +101,8 @@ def test_a_state_minted_for_another_operation_fails_the_gate(change: dict[str, s
     [
         types.ElicitResult(action="decline"),
         types.ElicitResult(action="cancel"),
-        types.ElicitResult(action="accept", content={"approve": False}),
+        types.ElicitResult(action="accept", content={"decision": "decline"}),
+        types.ElicitResult(action="accept", content={"approve": True}),  # the old checkbox
         None,
     ],
 )

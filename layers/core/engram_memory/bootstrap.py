@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sqlite3
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from .host.config import (
     load_host_config,
     save_host_config,
 )
+from .host.errors import DataDirectoryRefused
 from .host.tokens import issuer_key_path, load_or_create_issuer_key
 
 if TYPE_CHECKING:  # the engine and its adapters (the encryption SDK) load in open_embedded
@@ -52,6 +54,13 @@ if TYPE_CHECKING:  # the engine and its adapters (the encryption SDK) load in op
 DATABASE_FILE = "engram.db"
 AUDIT_FILE = "audit.log"
 KEYS_DIR = "keys"
+MASTER_KEY_FILE = "master.key"
+CANDIDATE_KEYS_FILE = "candidate-keys.db"
+CURSOR_KEY_FILE = "cursor.key"
+# The key store a database with memories cannot do without: the master key and the wrapped
+# candidate keys (pending candidates open with them only). Regenerating them silently would
+# strand what the database holds (and a new issuer key beside them would void every token).
+_REQUIRED_KEYS = (MASTER_KEY_FILE, CANDIDATE_KEYS_FILE)
 
 
 @dataclass
@@ -98,6 +107,80 @@ def prepare_data_dir(data_dir: Path) -> None:
             os.chmod(directory, mode & 0o700)
 
 
+def holds_memories(data_dir: Path) -> bool:
+    """Whether ``data_dir``'s database has written anything (a journal event in any scope).
+
+    Read-only: a database that does not exist, or an empty one, holds nothing; one that cannot
+    be read counts as holding memories (refusing is the safe side)."""
+    database = Path(data_dir) / DATABASE_FILE
+    if not database.is_file() or database.stat().st_size == 0:
+        return False
+    # Without a WAL file (closed cleanly: checkpointed) the database file is the whole truth and
+    # ``immutable`` reads it without creating -wal/-shm files; with one, a read-only open.
+    wal = database.with_name(database.name + "-wal")
+    options = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(f"{database.resolve().as_uri()}?{options}", uri=True)
+    except sqlite3.Error:
+        return True
+    try:
+        return conn.execute("SELECT 1 FROM journal_heads LIMIT 1").fetchone() is not None
+    except sqlite3.OperationalError as error:
+        return "no such table" not in str(error)
+    except sqlite3.Error:
+        return True
+    finally:
+        conn.close()
+
+
+def missing_keys(data_dir: Path) -> list[str]:
+    """The key files of ``_REQUIRED_KEYS`` absent from ``<data_dir>/keys``."""
+    keys = Path(data_dir) / KEYS_DIR
+    return [name for name in _REQUIRED_KEYS if not (keys / name).is_file()]
+
+
+def check_key_store(data_dir: Path) -> None:
+    """Refuse (``DataDirectoryRefused``) a data directory that holds memories without its key
+    store, before anything is created: the state after restoring only ``engram.db``, or after
+    ``keys/`` was deleted. New keys would open none of its pending candidates and verify none of
+    its tokens, so nothing is regenerated."""
+    missing = missing_keys(data_dir)
+    if missing and holds_memories(data_dir):
+        keys = Path(data_dir) / KEYS_DIR
+        raise DataDirectoryRefused(
+            f"the data directory {data_dir} holds memories but its key store is missing"
+            f" ({', '.join(missing)} not in {keys}): it was deleted, or only the database was"
+            " restored. Nothing was created. Put the original keys/ folder back (keys are never"
+            " part of a backup); to start afresh instead, move the data directory aside."
+        )
+
+
+def require_initialised(data_dir: Path) -> None:
+    """Refuse (``DataDirectoryRefused``) anything but an initialised data directory with its key
+    store: the operations plane (``verify``, ``admin``) reads and decides, it never creates."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir() or not (data_dir / DATABASE_FILE).is_file():
+        raise DataDirectoryRefused(
+            f"no Engram Memory data directory at {data_dir} (nothing was created);"
+            f" check --data-dir, or run `engram-memory init --data-dir {data_dir}` for a new one"
+        )
+    check_key_store(data_dir)
+    missing = missing_keys(data_dir)
+    if missing:
+        raise DataDirectoryRefused(
+            f"the key store of {data_dir} is incomplete ({', '.join(missing)} missing);"
+            " nothing was created."
+            f" Put the original keys/ folder back, or run `engram-memory init --data-dir"
+            f" {data_dir}` if this data directory never held memories"
+        )
+
+
+def open_existing(data_dir: Path, **options: Any) -> EmbeddedHost:
+    """``open_embedded`` on an initialised data directory only (see ``require_initialised``)."""
+    require_initialised(data_dir)
+    return open_embedded(data_dir, **options)
+
+
 def open_embedded(
     data_dir: Path,
     *,
@@ -123,9 +206,14 @@ def open_embedded(
     from .adapters.local.audit import JsonlAuditLog
     from .adapters.local.clock import SystemClock
     from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore, SqliteVectorIndex
-    from .adapters.local.vault import LocalVault, load_or_create_master_key
+    from .adapters.local.vault import (
+        LocalVault,
+        finish_master_rotation,
+        load_or_create_master_key,
+    )
     from .engine.service import Engine, EngineSettings
 
+    check_key_store(data_dir)
     config = config if config is not None else load_host_config(data_dir)
     policy = policy if policy is not None else config.admission_policy()
     if embedder is None and config.search.semantic == "local":
@@ -134,7 +222,10 @@ def open_embedded(
     clock = clock or SystemClock()
     keys = data_dir / KEYS_DIR
     store = store or SqliteStore(data_dir / DATABASE_FILE)
-    vault = LocalVault(keys / "candidate-keys.db", load_or_create_master_key(keys / "master.key"))
+    finish_master_rotation(keys / CANDIDATE_KEYS_FILE, keys / MASTER_KEY_FILE)
+    vault = LocalVault(
+        keys / CANDIDATE_KEYS_FILE, load_or_create_master_key(keys / MASTER_KEY_FILE)
+    )
     audit = audit or JsonlAuditLog(data_dir / AUDIT_FILE)
     engine = Engine(
         store=store,
@@ -144,13 +235,14 @@ def open_embedded(
         clock=clock,
         audit=audit,
         settings=EngineSettings(
-            cursor_key=load_or_create_master_key(keys / "cursor.key"),
+            cursor_key=load_or_create_master_key(keys / CURSOR_KEY_FILE),
             fusion=config.search.fusion,
             semantic_mode=semantic_mode,
         ),
         embedder=embedder,
         vector_index=SqliteVectorIndex(store) if embedder is not None else None,
     )
+    _check_key_store_belongs(data_dir, store, vault)
     _refresh_projections(store, embedder)
     return EmbeddedHost(
         data_dir=data_dir,
@@ -161,6 +253,29 @@ def open_embedded(
         config=config,
         ask_human=ask_human,
     )
+
+
+KEY_STORE_META = "key_store_id"
+
+
+def _check_key_store_belongs(data_dir: Path, store: SqliteStore, vault: LocalVault) -> None:
+    """The database records the identity of the key store it was written with; a database
+    beside another key store (keys/ from another data directory, or regenerated) is refused
+    rather than used with keys that open none of its candidates."""
+    ours = vault.key_store_id()
+    recorded = store.meta_get(KEY_STORE_META)
+    if recorded == ours:
+        return
+    if recorded is None or not store.scopes():  # nothing written under another key store yet
+        store.meta_set(KEY_STORE_META, ours)
+    else:
+        store.close()
+        vault.close()
+        raise DataDirectoryRefused(
+            f"the key store in {Path(data_dir) / KEYS_DIR} does not belong to the database"
+            f" {Path(data_dir) / DATABASE_FILE} (it was written with key store {recorded}, these"
+            f" keys are {ours}); nothing was changed. Put that database's own keys/ folder back"
+        )
 
 
 def _refresh_projections(store: SqliteStore, embedder: Embedder | None) -> None:
@@ -203,6 +318,7 @@ def init_data_dir(data_dir: Path, *, resource: str | None = None) -> HostConfig:
     anything is created.
     """
     data_dir = Path(data_dir)
+    check_key_store(data_dir)
     path = host_config_path(data_dir)
     config = load_host_config(data_dir)
     changed = not path.exists()

@@ -12,13 +12,21 @@
       forget ask you for confirmation at the terminal (``--yes`` approves for you).
 - ``engram-memory verify [--data-dir DIR] --tenant T --workspace W``
       operations plane: check a scope's journal (dense cursors, unbroken hash chain).
+- ``engram-memory approvals list|approve|decline [--data-dir DIR] [APPROVAL_ID]``
+      answer the confirmations agents wait for, from a terminal (``cli_approvals``).
 - ``engram-memory admin audit [--data-dir DIR] [--limit N]``
       operations plane: the audit log as a table (ids, principal, tool, outcome; never content).
 - ``engram-memory admin policy show|set [--data-dir DIR] [--mode auto|manual]``
       operations plane: the admission policy of ``host.json``.
-- ``engram-memory admin adjudicate [--data-dir DIR] [--workspace W] [--operator O] CANDIDATE
-  accept|reject``
-      operations plane: resolve a candidate held as ``pending_adjudication``.
+- ``engram-memory admin adjudicate CANDIDATE accept|reject [--reason R]``
+- ``engram-memory admin pending list|show CANDIDATE|withdraw CANDIDATE --reason R``
+- ``engram-memory admin records list|show|history|dispute|resolve|supersede|expire|
+  trust-invalidate|forget RECORD``
+- ``engram-memory admin status``, ``admin export [--output FILE]``, ``admin backup FILE``,
+  ``admin restore FILE [--new-keys]``, ``admin tokens revoke``, ``admin keys rotate``
+      operations plane (``engine.operations``): every one audited under ``operator:<--operator>``;
+      each takes ``--data-dir``, ``--workspace`` and ``--operator``; none creates a data
+      directory but ``restore`` (its target).
 - ``engram-memory admin reindex [--data-dir DIR] [--workspace W]``
       operations plane: rebuild a workspace's search index from the canonical store.
 
@@ -33,9 +41,11 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
+from .cli_approvals import add_approvals_parser
 from .engine.context import TOOLS, TrustedContext, new_audit_id
 from .host.errors import HostConfigError
 
@@ -223,12 +233,12 @@ def cmd_tour(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .bootstrap import open_embedded
+    from .bootstrap import open_existing
     from .contract.errors import EngramError
     from .engine.context import Scope
     from .engine.journal import verify_journal
 
-    host = open_embedded(Path(args.data_dir))
+    host = open_existing(Path(args.data_dir))
     try:
         head = verify_journal(host.store, Scope(args.tenant, args.workspace))
     except EngramError as error:
@@ -412,63 +422,283 @@ def cmd_admin_policy_set(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
-    from .bootstrap import open_embedded
+def _operate(
+    args: argparse.Namespace,
+    what: str,
+    run: Callable[..., Any],
+    show: Callable[[Any], None] | None = None,
+) -> int:
+    """Run one operation of ``engine.operations`` on the data directory's engine as the operator
+    of ``--operator`` in ``--workspace``; print its result as JSON (or hand it to ``show``). A
+    contract failure is one line on stderr and exit code 1."""
+    from .bootstrap import open_existing
     from .contract.errors import EngramError
     from .engine.context import Scope
-    from .engine.operations import adjudicate
     from .host.config import load_host_config
 
     data_dir = _data_dir(args)
     config = load_host_config(data_dir)
-    if not args.operator or not args.operator.strip():
+    operator = getattr(args, "operator", None)
+    if operator is not None and not operator.strip():
         raise CliError("--operator must not be empty")
-    host = open_embedded(data_dir, config=config)
+    host = open_existing(data_dir, config=config)
     try:
-        outcome = adjudicate(
-            host.engine,
-            Scope(config.tenant_id, args.workspace),
-            args.candidate,
-            args.decision,
-            args.operator,
-        )
+        result = run(host.engine, Scope(config.tenant_id, args.workspace), operator)
         host.engine.drain_outbox()
     except EngramError as error:
-        print(
-            f"engram-memory: adjudication of {_cell(args.candidate)} failed:"
-            f" {error.code.value}: {error.message}",
-            file=sys.stderr,
-        )
+        print(f"engram-memory: {what} failed: {error.code.value}: {error.message}", file=sys.stderr)
         return 1
     finally:
         host.close()
-    print(json.dumps(outcome, indent=2, ensure_ascii=False))
+    if show is not None:
+        show(result)
+    else:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
     return 0
+
+
+def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
+    from .engine.operations import adjudicate
+
+    return _operate(
+        args,
+        f"adjudication of {_cell(args.candidate)}",
+        lambda engine, scope, operator: adjudicate(
+            engine, scope, args.candidate, args.decision, operator, reason=args.reason
+        ),
+    )
 
 
 def cmd_admin_reindex(args: argparse.Namespace) -> int:
-    from .bootstrap import open_embedded
-    from .contract.errors import EngramError
-    from .engine.context import Scope
     from .engine.operations import reindex
-    from .host.config import load_host_config
 
-    data_dir = _data_dir(args)
-    config = load_host_config(data_dir)
-    host = open_embedded(data_dir, config=config)
+    return _operate(
+        args,
+        f"reindex of {_cell(args.workspace)}",
+        lambda engine, scope, _operator: {
+            "workspace": args.workspace,
+            **reindex(engine, scope).as_dict(),
+        },
+    )
+
+
+def cmd_admin_pending_list(args: argparse.Namespace) -> int:
+    from .engine.operations import pending_list
+
+    return _operate(
+        args,
+        "pending list",
+        lambda engine, scope, operator: pending_list(
+            engine, scope, operator, after=args.after, limit=_limit(args)
+        ),
+    )
+
+
+def cmd_admin_pending_show(args: argparse.Namespace) -> int:
+    from .engine.operations import pending_show
+
+    return _operate(
+        args,
+        f"pending show {_cell(args.candidate)}",
+        lambda engine, scope, operator: pending_show(engine, scope, args.candidate, operator),
+    )
+
+
+def cmd_admin_pending_withdraw(args: argparse.Namespace) -> int:
+    from .engine.operations import withdraw_candidate
+
+    return _operate(
+        args,
+        f"withdraw of {_cell(args.candidate)}",
+        lambda engine, scope, operator: withdraw_candidate(
+            engine, scope, args.candidate, operator, args.reason
+        ),
+    )
+
+
+def cmd_admin_records_list(args: argparse.Namespace) -> int:
+    from .engine.operations import records_list
+
+    return _operate(
+        args,
+        "records list",
+        lambda engine, scope, operator: records_list(
+            engine, scope, operator, state=args.state, after=args.after, limit=_limit(args)
+        ),
+    )
+
+
+def cmd_admin_records_show(args: argparse.Namespace) -> int:
+    from .engine.operations import record_show
+
+    return _operate(
+        args,
+        f"records show {_cell(args.record)}",
+        lambda engine, scope, operator: record_show(engine, scope, args.record, operator),
+    )
+
+
+def cmd_admin_records_history(args: argparse.Namespace) -> int:
+    from .engine.operations import record_history
+
+    return _operate(
+        args,
+        f"records history {_cell(args.record)}",
+        lambda engine, scope, operator: record_history(engine, scope, args.record, operator),
+    )
+
+
+def cmd_admin_records_transition(args: argparse.Namespace) -> int:
+    from .engine.operations import transition
+
+    operation = args.records_command.replace("-", "_")
+    return _operate(
+        args,
+        f"{args.records_command} of {_cell(args.record)}",
+        lambda engine, scope, operator: transition(
+            engine,
+            scope,
+            args.record,
+            operation,
+            operator,
+            args.reason,
+            superseded_by=getattr(args, "by", None),
+        ),
+    )
+
+
+def cmd_admin_records_forget(args: argparse.Namespace) -> int:
+    from .engine.operations import forget_record
+
+    return _operate(
+        args,
+        f"forget of {_cell(args.record)}",
+        lambda engine, scope, operator: forget_record(
+            engine, scope, args.record, operator, args.reason
+        ),
+    )
+
+
+def cmd_admin_status(args: argparse.Namespace) -> int:
+    from .engine.operations import status
+
+    return _operate(args, "status", status)
+
+
+def cmd_admin_export(args: argparse.Namespace) -> int:
+    from .engine.operations import export_records
+    from .host._files import write_private_file
+
+    def write(lines: list[dict[str, Any]]) -> None:
+        text = "".join(
+            json.dumps(line, ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n"
+            for line in lines
+        )
+        if args.output is None:
+            sys.stdout.write(text)
+            return
+        if not write_private_file(Path(args.output), text.encode("utf-8"), replace=False):
+            raise CliError(f"--output: {args.output} already exists; choose a new file")
+        print(f"exported {len(lines)} record(s) to {Path(args.output).resolve()}", file=sys.stderr)
+
+    return _operate(
+        args,
+        "export",
+        lambda engine, scope, operator: list(export_records(engine, scope, operator)),
+        show=write,
+    )
+
+
+def cmd_admin_backup(args: argparse.Namespace) -> int:
+    from .backup import backup
+
+    return _host_operation(
+        "backup", lambda: backup(_data_dir(args), Path(args.target), args.operator)
+    )
+
+
+def cmd_admin_restore(args: argparse.Namespace) -> int:
+    from .backup import restore
+
+    return _host_operation(
+        "restore",
+        lambda: restore(
+            Path(args.backup), Path(args.data_dir), args.operator, new_keys=args.new_keys
+        ),
+    )
+
+
+def _host_operation(what: str, run: Callable[[], dict[str, Any]]) -> int:
+    """Run a host-wide operation (backup, restore, keys, tokens); print its report as JSON. A
+    contract failure is one line on stderr (with the operator's detail) and exit code 1."""
+    from .contract.errors import EngramError
+
     try:
-        report = reindex(host.engine, Scope(config.tenant_id, args.workspace))
+        report = run()
     except EngramError as error:
+        detail = getattr(error, "detail", error.message)
         print(
-            f"engram-memory: reindex of {_cell(args.workspace)} failed:"
-            f" {error.code.value}: {error.message}",
+            f"engram-memory: {what} failed: {error.code.value}: {_one_line(detail)}",
             file=sys.stderr,
         )
         return 1
-    finally:
-        host.close()
-    print(json.dumps({"workspace": args.workspace, **report.as_dict()}, indent=2))
+    print(json.dumps(report, indent=2, ensure_ascii=False))
     return 0
+
+
+def cmd_admin_tokens_revoke(args: argparse.Namespace) -> int:
+    from .bootstrap import open_existing
+    from .engine.operations import revoke_credentials
+
+    data_dir = _data_dir(args)
+    token_id = args.token_id
+    if args.token is not None:
+        token_id = _token_id_of(args.token)
+    if (token_id is None) == (args.principal is None):
+        raise CliError("name exactly one of --token, --token-id and --principal")
+
+    def run() -> dict[str, Any]:
+        host = open_existing(data_dir)
+        try:
+            return revoke_credentials(
+                host.engine,
+                host.config.tenant_id,
+                args.operator,
+                token_id=token_id,
+                principal=args.principal,
+            )
+        finally:
+            host.close()
+
+    return _host_operation("revocation", run)
+
+
+def cmd_admin_keys_rotate(args: argparse.Namespace) -> int:
+    from .rotation import rotate_keys
+
+    data_dir = _data_dir(args)
+    return _host_operation("key rotation", lambda: rotate_keys(data_dir, args.operator))
+
+
+def _token_id_of(token: str) -> str:
+    """The ``jti`` of a token, read without checking it: revoking needs only the id, and an
+    expired or foreign token revoked by mistake harms nothing."""
+    import jwt
+
+    try:
+        claims = jwt.decode(token.strip(), options={"verify_signature": False})
+    except jwt.PyJWTError:
+        raise CliError("--token is not a token (a JWT)") from None
+    token_id = claims.get("jti") if isinstance(claims, dict) else None
+    if not isinstance(token_id, str) or not token_id:
+        raise CliError("--token carries no token id (jti) to revoke; use --principal")
+    return token_id
+
+
+def _limit(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise CliError("--limit must be at least 1")
+    return int(args.limit)
 
 
 def _default_operator() -> str:
@@ -476,6 +706,26 @@ def _default_operator() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no login name and no passwd entry (e.g. some containers)
         return "operator"
+
+
+def _operation(
+    sub: argparse._SubParsersAction[_Parser], name: str, summary: str
+) -> argparse.ArgumentParser:
+    """A subcommand of the operations plane: the data directory, workspace and operator."""
+    parser = sub.add_parser(name, help=summary, description=summary)
+    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    parser.add_argument("--workspace", default=TOUR_WORKSPACE)
+    parser.add_argument(
+        "--operator",
+        default=_default_operator(),
+        help="who acts, as audited (default: your login)",
+    )
+    return parser
+
+
+def _paging(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=int, default=100, help="at most N (default 100)")
+    parser.add_argument("--after", default="", metavar="ID", help="start after this id")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -556,17 +806,116 @@ def build_parser() -> argparse.ArgumentParser:
     set_mode.add_argument("--mode", required=True, choices=("auto", "manual"))
     set_mode.set_defaults(func=cmd_admin_policy_set)
 
-    adjudicate = admin_sub.add_parser(
-        "adjudicate", help="accept or reject a candidate held for adjudication"
-    )
-    adjudicate.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
-    adjudicate.add_argument("--workspace", default=TOUR_WORKSPACE)
-    adjudicate.add_argument(
-        "--operator", default=_default_operator(), help="who decides (default: your login)"
+    adjudicate = _operation(
+        admin_sub, "adjudicate", "accept or reject a pending candidate (see `admin pending`)"
     )
     adjudicate.add_argument("candidate", metavar="CANDIDATE", help="the candidate id")
     adjudicate.add_argument("decision", choices=("accept", "reject"))
+    adjudicate.add_argument("--reason", help="why (journaled with the decision)")
     adjudicate.set_defaults(func=cmd_admin_adjudicate)
+
+    pending = admin_sub.add_parser("pending", help="the candidates that wait for a decision")
+    pending_sub = pending.add_subparsers(dest="pending_command", required=True, metavar="COMMAND")
+    listing = _operation(pending_sub, "list", "list the pending candidates (ids, no content)")
+    _paging(listing)
+    listing.set_defaults(func=cmd_admin_pending_list)
+    show_pending = _operation(
+        pending_sub, "show", "open a pending candidate: what it says (audited)"
+    )
+    show_pending.add_argument("candidate", metavar="CANDIDATE")
+    show_pending.set_defaults(func=cmd_admin_pending_show)
+    withdraw = _operation(pending_sub, "withdraw", "withdraw a pending candidate, shred its key")
+    withdraw.add_argument("candidate", metavar="CANDIDATE")
+    withdraw.add_argument("--reason", required=True, help="why (journaled)")
+    withdraw.set_defaults(func=cmd_admin_pending_withdraw)
+
+    records = admin_sub.add_parser("records", help="what memory holds, and its lifecycle")
+    records_sub = records.add_subparsers(dest="records_command", required=True, metavar="COMMAND")
+    listing = _operation(records_sub, "list", "list the records (ids, states, digests)")
+    listing.add_argument(
+        "--state",
+        choices=(
+            "accepted_current",
+            "accepted_disputed",
+            "historical",
+            "expired",
+            "trust_invalid",
+            "tombstoned",
+        ),
+    )
+    _paging(listing)
+    listing.set_defaults(func=cmd_admin_records_list)
+    show_record = _operation(records_sub, "show", "one record in any state, with its body")
+    show_record.add_argument("record", metavar="RECORD")
+    show_record.set_defaults(func=cmd_admin_records_show)
+    history = _operation(records_sub, "history", "the journal events of one record")
+    history.add_argument("record", metavar="RECORD")
+    history.set_defaults(func=cmd_admin_records_history)
+    for name, summary in (
+        ("dispute", "accepted_current -> accepted_disputed (leaves search and get)"),
+        ("resolve", "accepted_disputed -> accepted_current"),
+        ("supersede", "-> historical (leaves search and get); --by names the successor"),
+        ("expire", "-> expired (leaves search and get)"),
+        ("trust-invalidate", "-> trust_invalid (leaves search and get)"),
+        ("forget", "-> tombstoned from any of the five states; shreds the body"),
+    ):
+        step = _operation(records_sub, name, summary)
+        step.add_argument("record", metavar="RECORD")
+        step.add_argument("--reason", required=True, help="why (journaled)")
+        if name == "supersede":
+            step.add_argument("--by", metavar="RECORD", help="the current record replacing it")
+        step.set_defaults(
+            func=cmd_admin_records_forget if name == "forget" else cmd_admin_records_transition
+        )
+
+    state = _operation(
+        admin_sub, "status", "counts by state, outbox backlog, index freshness, key store health"
+    )
+    state.set_defaults(func=cmd_admin_status)
+
+    export = _operation(
+        admin_sub, "export", "current records with their receipts, as JSON Lines (migration)"
+    )
+    export.add_argument("--output", metavar="FILE", help="write to FILE (0600) instead of stdout")
+    export.set_defaults(func=cmd_admin_export)
+    save = _operation(
+        admin_sub, "backup", "a consistent online copy of the database (no keys, no projections)"
+    )
+    save.add_argument("target", metavar="FILE", help="the backup file to write (must not exist)")
+    save.set_defaults(func=cmd_admin_backup)
+    load = _operation(
+        admin_sub,
+        "restore",
+        "restore a backup into an empty data directory beside its own key store",
+    )
+    load.add_argument("backup", metavar="FILE", help="a file written by `admin backup`")
+    load.add_argument(
+        "--new-keys",
+        action="store_true",
+        help="restore onto a new key store (records only: pending candidates will not open)",
+    )
+    load.set_defaults(func=cmd_admin_restore)
+
+    tokens = admin_sub.add_parser("tokens", help="bearer tokens: revoke")
+    tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True, metavar="COMMAND")
+    revoke = _operation(
+        tokens_sub, "revoke", "revoke a token, or every current token of a principal"
+    )
+    which = revoke.add_mutually_exclusive_group(required=True)
+    which.add_argument("--token", help="the token itself (its id is read from it)")
+    which.add_argument("--token-id", help="the token's id (its jti claim)")
+    which.add_argument("--principal", help="every token of this principal issued until now")
+    revoke.set_defaults(func=cmd_admin_tokens_revoke)
+
+    keys = admin_sub.add_parser("keys", help="the key store: rotate")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
+    rotate = _operation(
+        keys_sub,
+        "rotate",
+        "new issuer (signing) and master keys; data keys re-wrapped; previous tokens stay valid"
+        " until they expire (stop the server first)",
+    )
+    rotate.set_defaults(func=cmd_admin_keys_rotate)
 
     rebuild = admin_sub.add_parser(
         "reindex", help="rebuild a workspace's search index from the canonical store"
@@ -574,6 +923,7 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     rebuild.add_argument("--workspace", default=TOUR_WORKSPACE)
     rebuild.set_defaults(func=cmd_admin_reindex)
+    add_approvals_parser(sub, DEFAULT_DATA_DIR)
     return parser
 
 

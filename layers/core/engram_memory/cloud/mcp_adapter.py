@@ -8,7 +8,8 @@ auth, RFC 9728 metadata, Origin checks; ``stateless_http=True, json_response=Tru
 event loop per container, its lifespan entered once, on the first invocation (cold start).
 
 Environment (the SAM template's): ``ENGRAM_TOOL_FUNCTIONS`` (JSON object tool → function name),
-``ENGRAM_RESOURCE_URI``, ``ENGRAM_ISSUER`` (JWKS at ``<issuer>/.well-known/jwks.json``),
+``ENGRAM_RESOURCE_URI``, ``ENGRAM_ISSUER`` (its OIDC discovery document names the JWKS:
+``host/oidc.py``),
 ``ENGRAM_ALLOWED_ORIGINS`` (comma-separated), ``ENGRAM_REQUEST_STATE_SECRET_ARN`` (the
 request-state key is HKDF-SHA256 of the secret), ``ENGRAM_TENANT_ID``,
 ``ENGRAM_RETENTION_CEILING_S`` (optional), and
@@ -31,7 +32,6 @@ import json
 import logging
 import os
 import threading
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import urlparse
@@ -51,6 +51,7 @@ from ..engine.context import TOOLS, TrustedContext
 from ..engine.gate import Approval, ConfirmationNeeded
 from ..engine.ports import AuditEvent, AuditSink, Clock
 from ..host.config import HostConfig, RetentionConfig
+from ..host.oidc import IssuerKeysUnavailable, oidc_verifier
 from ..host.tokens import TokenVerifier
 from ..mcp_surface.request_state import RequestStateSealer
 from ..mcp_surface.server import EngramMcp, SurfaceRuntime
@@ -70,8 +71,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-JWKS_PATH: Final = "/.well-known/jwks.json"
-JWKS_TIMEOUT_S: Final = 3.0
 MIN_REQUEST_STATE_SECRET_BYTES: Final = 32
 _HKDF_INFO: Final = b"engram-memory/request-state-key/v1"
 _INVOKE_PAYLOAD_LIMIT: Final = 6 * 1024 * 1024
@@ -90,7 +89,6 @@ __all__ = [
     "LambdaAdapter",
     "LambdaToolEngine",
     "build_adapter",
-    "fetch_jwks",
     "request_state_key",
     "tool_functions",
 ]
@@ -288,22 +286,6 @@ def tool_functions(env: Mapping[str, str]) -> dict[str, str]:
     return {str(tool): str(name) for tool, name in loaded.items()}
 
 
-def fetch_jwks(issuer: str, *, timeout_s: float = JWKS_TIMEOUT_S) -> dict[str, Any]:
-    """The issuer's JWKS (``<issuer>/.well-known/jwks.json``); ``ConfigurationError`` if not."""
-    url = issuer.rstrip("/") + JWKS_PATH
-    if urlparse(url).scheme != "https":
-        raise ConfigurationError("ENGRAM_ISSUER must be an https URL")
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})  # noqa: S310
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
-            loaded = json.loads(response.read(1_000_000))
-    except (OSError, ValueError) as exc:
-        raise ConfigurationError("the issuer's JWKS is unreachable or malformed") from exc
-    if not isinstance(loaded, dict):
-        raise ConfigurationError("the issuer's JWKS is malformed")
-    return loaded
-
-
 def request_state_key(secrets_client: Any, secret_arn: str) -> bytes:
     """The 32-byte request-state key: HKDF-SHA256 of the secret (binary, or string as UTF-8)."""
     secret = read_secret_bytes(
@@ -344,13 +326,14 @@ def build_adapter(
     lambda_client: Any = None,
     secrets_client: Any = None,
     jwks: Mapping[str, Any] | None = None,
-    jwks_fetcher: Callable[[str], dict[str, Any]] = fetch_jwks,
+    jwks_fetcher: Callable[[str], dict[str, Any]] | None = None,
     clock: Clock | None = None,
     audit: AuditSink | None = None,
 ) -> EngramMcp:
     """The MCP surface of the adapter Lambda, from the template's environment.
 
-    Reads the JWKS (once: call this once per cold start) and the request-state secret; the
+    Reads the issuer's discovery document and JWKS (``jwks`` / ``jwks_fetcher`` pin a static
+    JWKS instead; call this once per cold start) and the request-state secret; the
     Lambda client is created on first use. Raises ``ConfigurationError``.
     """
     sessions: list[Session] = [session] if session is not None else []
@@ -364,11 +347,14 @@ def build_adapter(
     functions = tool_functions(env)
     secret_arn = required(env, "ENGRAM_REQUEST_STATE_SECRET_ARN")
     try:
-        verifier = TokenVerifier.from_jwks(
-            jwks if jwks is not None else jwks_fetcher(host.issuer),
-            issuer=host.issuer,
-            audience=host.resource,
-        )
+        if jwks is None and jwks_fetcher is not None:
+            jwks = jwks_fetcher(host.issuer)
+        if jwks is None:  # the keys follow the issuer's discovery document and rotations
+            verifier = oidc_verifier(host.issuer, audience=host.resource)
+        else:
+            verifier = TokenVerifier.from_jwks(jwks, issuer=host.issuer, audience=host.resource)
+    except IssuerKeysUnavailable as exc:
+        raise ConfigurationError(f"ENGRAM_ISSUER: {exc}") from exc
     except ValueError as exc:
         raise ConfigurationError("the issuer's JWKS has no usable signing key") from exc
     if secrets_client is None:

@@ -3,12 +3,23 @@
 ``rfc8785`` (Trail of Bits) does the JCS serialization; this module adds the checks the contract
 layers on top: every string and key must already be NFC (we reject, never normalize silently),
 integers must be safe, floats finite and not ``-0``, and ``None`` is never data (absent means absent).
+
+Most values the engine digests (records, receipts, search pages) take a fast path with the same
+bytes: the standard library's C JSON encoder (sorted keys, no spaces, no ASCII escaping) produces
+exactly the RFC 8785 serialization for a value whose keys are ASCII (JCS sorts by UTF-16 code
+units, Python by code points: they agree below U+D800) and whose floats print alike in Python and
+ECMAScript (non-integral, 1e-4 ≤ |x| < 1e16: both the shortest round-trip digits in fixed
+notation). The strings' NFC check runs once over the whole text, which is equivalent: every
+string in it sits between quotes, which neither compose nor reorder with what follows them.
+Anything else (``None``, unsafe integers, other floats, non-ASCII keys, non-dict mappings) takes the
+checked ``rfc8785`` path, which also names the offending place.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import math
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -69,8 +80,44 @@ def _check(value: Any, path: str) -> None:
     raise CanonicalizationError(f"unsupported type at {path}")
 
 
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is JSON that the C encoder serializes exactly as RFC 8785 does (see the
+    module docstring); strings are checked for NFC afterwards, over the whole text."""
+    kind = type(value)
+    if kind is str or kind is bool:
+        return True
+    if kind is int:
+        return bool(-MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER)
+    if kind is float:
+        magnitude = abs(value)
+        return bool(1e-4 <= magnitude < 1e16 and not value.is_integer())
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii() or not _plain(item):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_plain(item) for item in value)
+    return False
+
+
+def _fast_canonical(value: Any) -> bytes | None:
+    if not _plain(value):
+        return None
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    if not unicodedata.is_normalized("NFC", text):
+        return None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: the checked path refuses it
+        return None
+
+
 def canonical_bytes(value: Any) -> bytes:
     """RFC 8785 bytes of ``value`` after the contract's NFC / number / null checks."""
+    fast = _fast_canonical(value)
+    if fast is not None:
+        return fast
     _check(value, "")
     try:
         return rfc8785.dumps(value)
@@ -82,6 +129,14 @@ def digest_bytes(kind: str, value: Any) -> bytes:
     return hashlib.sha256(
         domain_for(kind).encode("utf-8") + b"\x00" + canonical_bytes(value)
     ).digest()
+
+
+def digest_of_canonical(kind: str, canonical: bytes) -> str:
+    """``digest`` of the value whose canonical bytes are ``canonical`` (already serialized)."""
+    return (
+        DIGEST_PREFIX
+        + hashlib.sha256(domain_for(kind).encode("utf-8") + b"\x00" + canonical).hexdigest()
+    )
 
 
 def digest(kind: str, value: Any) -> str:

@@ -95,6 +95,10 @@ class TrustedContext:
     # in the process that verified them as themselves, beyond it as keyed digests.
     host_facts: tuple[str, ...] = ()
     host_fact_digests: HostFactDigests | None = None
+    # The credential the call came with (a token's ``jti`` and issue time), checked against the
+    # operator's revocations on every call; None for contexts that no credential carries.
+    credential_id: str | None = None
+    credential_issued_at_ms: int | None = None
 
     @property
     def scope(self) -> Scope:

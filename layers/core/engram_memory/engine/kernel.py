@@ -65,6 +65,7 @@ from .records import (
     receipt,
     record_digest_matches,
     scope_ref,
+    stored_body_matches,
 )
 from .redaction import RedactionPolicy
 from .semantic import record_vector
@@ -83,7 +84,12 @@ T = TypeVar("T")
 class EngineSettings:
     cursor_key: bytes  # authenticates search page cursors; shared by every instance of a host
     redaction: RedactionPolicy = field(default_factory=RedactionPolicy.from_allowlist)
-    rank_depth: int = 1000  # how many index hits a search ranks and revalidates
+    # How many index hits a search ranks and revalidates: ``rank_pages`` pages of the request's
+    # ``limit`` (so paging reaches that many pages), at least ``min_rank_depth`` and at most
+    # ``rank_depth``. Every hit ranked is revalidated, so the depth is the read cost of a search.
+    rank_depth: int = 1000
+    rank_pages: int = 10
+    min_rank_depth: int = 100
     # How often a use case re-runs when the state it read moved under it (a ledger, state or
     # approval conflict): it then replays or refuses, so a few attempts suffice.
     commit_attempts: int = 8
@@ -168,6 +174,11 @@ class Kernel:
         self._scope_locks: dict[Scope, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
+    def search_depth(self, limit: int) -> int:
+        """How many hits a search with page size ``limit`` ranks (``EngineSettings.rank_depth``)."""
+        settings = self.settings
+        return min(settings.rank_depth, max(settings.min_rank_depth, limit * settings.rank_pages))
+
     @property
     def semantic_available(self) -> bool:
         """Whether this host has a semantic channel (an embedder and a vector index)."""
@@ -198,6 +209,20 @@ class Kernel:
             raise EngramError(ErrorCode.CANCELLED)
         if ctx.deadline_ms is not None and self.clock.now_ms() >= ctx.deadline_ms:
             raise EngramError(ErrorCode.DEADLINE_EXCEEDED)
+
+    def check_revoked(self, call: Call) -> None:
+        """``AUTHORIZATION_REVOKED`` once an operator revoked the call's token or its principal's
+        tokens (``operations.revoke_credentials``), in every composition."""
+        ctx = call.ctx
+        if ctx.credential_issued_at_ms is None:
+            return
+        issued_at_ms = ctx.credential_issued_at_ms
+        if self.read(
+            lambda: self.store.credential_revoked(
+                ctx.tenant_id, ctx.credential_id, ctx.principal, issued_at_ms
+            )
+        ):
+            raise EngramError(ErrorCode.AUTHORIZATION_REVOKED)
 
     @staticmethod
     def check_purpose(call: Call, purpose_ref: str) -> None:
@@ -405,22 +430,24 @@ class Kernel:
         known: ProjectionDoc | None = None,
     ) -> bool:
         """Make ``surfaces`` match the record as ``row`` shows it: project it, or drop it when it
-        is gone or forgotten (no body). Returns whether it was projected.
+        is gone, forgotten (no body) or not current (disputed, historical, expired, trust-invalid:
+        never ranked). Returns whether it was projected.
 
-        The record is read again after an upsert: a forget that committed and dropped the
-        document while the upsert was on its way would otherwise leave the forgotten record's
-        terms in the index, so the document is dropped again.
+        The record is read again after an upsert: a forget or an operator's transition that
+        committed and dropped the document while the upsert was on its way would otherwise leave
+        the record's terms in the index, so the document is dropped again.
         """
         drop = ProjectionChange(delete_record_id=record_id)
-        if row is None or row.body is None:
+        body = _projected_body(row)
+        if body is None:
             for surface in surfaces:
                 surface.apply(scope, drop)
             return False
-        upsert = ProjectionChange(upsert=known or self.projection_doc(record_id, decode(row.body)))
+        upsert = ProjectionChange(upsert=known or self.projection_doc(record_id, decode(body)))
         for surface in surfaces:
             surface.apply(scope, upsert)
         after = self.store.record_get(scope, record_id)
-        if after is None or after.body is None:
+        if _projected_body(after) is None:
             for surface in surfaces:
                 surface.apply(scope, drop)
             return False
@@ -591,9 +618,21 @@ class Kernel:
         if row.body is None:
             raise EngramError(ErrorCode.BLOB_MISSING)
         record: dict[str, Any] = decode(row.body)
-        if not record_digest_matches(record) or record["record_digest"] != row.record_digest:
-            raise EngramError(ErrorCode.JOURNAL_CORRUPT)
-        return dict(record)
+        if stored_body_matches(row.body, row.record_digest):
+            # The bytes hash to the row's digest; the decoded record must carry it at its top.
+            if (
+                record.get("record_digest") == row.record_digest
+                and record.get("record_id") == row.record_id
+            ):
+                return record
+        elif record_digest_matches(record) and record["record_digest"] == row.record_digest:
+            return dict(record)
+        raise EngramError(ErrorCode.JOURNAL_CORRUPT)
+
+
+def _projected_body(row: RecordRow | None) -> bytes | None:
+    """The body to project when a record belongs in the projections (current, not shredded)."""
+    return row.body if row is not None and row.state == "accepted_current" else None
 
 
 class _Contention:

@@ -1,22 +1,203 @@
-"""The host operations plane: actions that are never agent tools (CONTRACT.md §1).
+"""The host operations plane: actions that are never agent tools (CONTRACT.md §1, §4).
 
-Only the host's operator CLI calls these; nothing here is reachable through ``/mcp``.
+Only the host's operator CLIs call these (the embedded ``engram-memory admin``, and a cloud CLI
+running the same functions with the operator's credentials against a stack); nothing here is
+reachable through ``/mcp``. Each function takes the engine, the scope and the operator's identity
+(a login, an IAM principal): every call is audited under ``operator:<identity>`` with the tool
+``admin.<operation>``, whatever its outcome, and never with content.
+
+- inspection: ``pending_list``, ``pending_show`` (opens the sealed candidate for the operator),
+  ``records_list``, ``record_show``, ``record_history``, ``status``, ``export_records``;
+- decisions: ``adjudicate``, the record lifecycle of §4 (``dispute``, ``resolve``, ``supersede``,
+  ``expire``, ``trust_invalidate``: ``transition``), and the operator's ``withdraw_candidate``
+  and ``forget_record``, each committing a journal event with its receipt;
+- repair: ``reindex``, ``verify_all``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from ..contract.canonical import digest
 from ..contract.errors import EngramError, ErrorCode
+from ..contract.types import format_instant
 from .context import TOOLS, Scope, TrustedContext, new_audit_id
-from .kernel import Call, Kernel
-from .ports import IndexUnavailable, StoreUnavailable
+from .journal import build_event, event_id_for, verify_journal
+from .kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
+from .ports import (
+    AuditEvent,
+    CandidateRow,
+    ChangeSet,
+    IndexUnavailable,
+    JournalHead,
+    OutboxItem,
+    ProjectionChange,
+    RecordRow,
+    StateTransition,
+    StoreUnavailable,
+    VaultUnavailable,
+)
 from .records import decode, scope_ref
 from .usecases.admission import settle
+from .usecases.transitions import commit_forget, commit_withdraw
 
 OPERATOR_POLICY_ID = "operator-adjudication"
+OPERATIONS_PURPOSE: Final = "operations"
+_PAGE: Final = 500
+_STATUS_SCAN_LIMIT: Final = 10_000  # records and candidates status checks one by one, at most
+
+T = TypeVar("T")
+
+# The operations plane's record transitions (CONTRACT.md §4): from which states, to which one.
+# Forget (→ tombstoned) is ``forget_record``; tombstoned is terminal and dominant.
+LifecycleOperation = Literal["dispute", "resolve", "supersede", "expire", "trust_invalidate"]
+LIFECYCLE: Final[Mapping[str, tuple[frozenset[str], str]]] = {
+    "dispute": (frozenset({"accepted_current"}), "accepted_disputed"),
+    "resolve": (frozenset({"accepted_disputed"}), "accepted_current"),
+    "supersede": (frozenset({"accepted_current", "accepted_disputed"}), "historical"),
+    "expire": (frozenset({"accepted_current", "accepted_disputed", "historical"}), "expired"),
+    "trust_invalidate": (
+        frozenset({"accepted_current", "accepted_disputed", "historical", "expired"}),
+        "trust_invalid",
+    ),
+}
+
+
+LIFECYCLE_STATES: Final = tuple(sorted(RECORD_STATES_FORGETTABLE))
+
+
+def operator_principal(operator: str) -> str:
+    """The principal an operator's decisions are journaled and audited under."""
+    if not operator or not operator.strip():
+        raise EngramError(ErrorCode.INVALID_SCHEMA)
+    return f"operator:{operator}"
+
+
+def audited(
+    engine: Kernel,
+    scope: Scope,
+    operator: str,
+    operation: str,
+    target: str | None,
+    run: Callable[[Call], T],
+) -> T:
+    """Run one operation as ``operator`` and audit it (ok or the error code), never content."""
+    principal = operator_principal(operator)
+    ctx = TrustedContext(
+        tenant_id=scope.tenant_id,
+        workspace_id=scope.workspace_id,
+        principal=principal,
+        purpose_ref=OPERATIONS_PURPOSE,
+        audit_id=new_audit_id(),
+        grants=frozenset(TOOLS),
+    )
+    call = Call(
+        tool=operation,
+        ctx=ctx,
+        now_ms=engine.clock.now_ms(),
+        target=target,
+    )
+    code = "OK"
+    try:
+        return run(call)
+    except EngramError as error:
+        code = error.code.value
+        raise
+    except (StoreUnavailable, IndexUnavailable):
+        code = ErrorCode.STORE_UNAVAILABLE.value
+        raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+    finally:
+        engine.audit.record(
+            AuditEvent(
+                audit_id=ctx.audit_id,
+                at_ms=call.now_ms,
+                tenant_id=scope.tenant_id,
+                workspace_id=scope.workspace_id,
+                principal=principal,
+                agent_id=None,
+                session_id=None,
+                tool=f"admin.{operation}",
+                ok=code == "OK",
+                code=code,
+                target=call.target,
+                digests=dict(call.digests),
+            )
+        )
+
+
+def _operator_intent(call: Call, target: str, arguments: Mapping[str, Any]) -> str:
+    intent = digest(
+        "intent",
+        {
+            "tool": call.tool,
+            "target": target,
+            "arguments": dict(arguments),
+            "purpose": OPERATIONS_PURPOSE,
+            "scope": scope_ref(call.scope),
+        },
+    )
+    call.digests["intent_hash"] = intent
+    return intent
+
+
+def _reason(reason: str | None) -> str:
+    """An operator's reason, kept as given (it is the operator's text, never memory content)."""
+    if reason is None or not reason.strip() or len(reason.encode("utf-8")) > 512:
+        raise EngramError(ErrorCode.INVALID_SCHEMA)
+    return reason
+
+
+# --------------------------------------------------------------------------------------------
+# Candidates: what waits, what it says, the decision
+# --------------------------------------------------------------------------------------------
+
+
+def _candidate_summary(row: CandidateRow) -> dict[str, Any]:
+    return {
+        "candidate_id": row.candidate_id,
+        "state": row.state,
+        "principal": row.principal,
+        "record_id": row.record_id,
+        "record_digest": row.record_digest,
+        "captured_at": format_instant(row.created_at_ms),
+        "capture_cursor": str(row.capture_cursor),
+        "policy_version": row.policy_version,
+    }
+
+
+def pending_list(
+    engine: Kernel, scope: Scope, operator: str, *, after: str = "", limit: int = 100
+) -> list[dict[str, Any]]:
+    """The scope's pending candidates (captured, not yet admitted, rejected or withdrawn; those
+    a policy held for adjudication among them), in id order: ids and digests, no content."""
+
+    def run(call: Call) -> list[dict[str, Any]]:
+        rows = engine.store.candidates_list(scope, "pending", after, limit)
+        return [_candidate_summary(row) for row in rows]
+
+    return audited(engine, scope, operator, "pending_list", None, run)
+
+
+def pending_show(engine: Kernel, scope: Scope, candidate_id: str, operator: str) -> dict[str, Any]:
+    """A pending candidate opened for the operator: the record it would become and its
+    evidence. Audited (the audit line names the candidate, never its content); ``NOT_FOUND``
+    for anything but a pending candidate of the scope."""
+
+    def run(call: Call) -> dict[str, Any]:
+        candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
+        if candidate is None or candidate.state != "pending":
+            raise EngramError(ErrorCode.NOT_FOUND)
+        content = engine.open_candidate(call, candidate)
+        call.digests["record_digest"] = candidate.record_digest
+        return {
+            "candidate": _candidate_summary(candidate),
+            "record": content["record"],
+            "evidence": content["evidence"],
+        }
+
+    return audited(engine, scope, operator, "pending_show", candidate_id, run)
 
 
 def adjudicate(
@@ -25,8 +206,10 @@ def adjudicate(
     candidate_id: str,
     decision: Literal["accept", "reject"],
     operator: str,
+    reason: str | None = None,
 ) -> dict[str, Any]:
-    """Resolve a candidate held as ``pending_adjudication``: a human operator accepts or rejects it.
+    """Resolve a pending candidate (one held as ``pending_adjudication``): a human operator
+    accepts or rejects it, with a reason that is part of the journaled intent.
 
     Idempotent per operator and candidate: repeating the same decision returns the first outcome;
     a different decision afterwards is ``DIGEST_CONFLICT``; a candidate that is not pending is
@@ -34,57 +217,502 @@ def adjudicate(
     """
     if decision not in ("accept", "reject"):
         raise EngramError(ErrorCode.INVALID_SCHEMA)
-    principal = f"operator:{operator}"
-    ctx = TrustedContext(
-        tenant_id=scope.tenant_id,
-        workspace_id=scope.workspace_id,
-        principal=principal,
-        purpose_ref="operations",
-        audit_id=new_audit_id(),
-        grants=frozenset(TOOLS),
-    )
-    call = Call(
-        tool="request_admission",
-        ctx=ctx,
-        now_ms=engine.clock.now_ms(),
-        target=candidate_id,
-    )
-    key = f"adjudicate:{candidate_id}"
-    intent = digest(
-        "intent",
-        {
-            "tool": "adjudicate",
-            "target": candidate_id,
-            "arguments": {"decision": decision},
-            "purpose": "operations",
-            "scope": scope_ref(scope),
-        },
-    )
+    arguments: dict[str, Any] = {"decision": decision}
+    if reason is not None:
+        arguments["reason"] = _reason(reason)
 
-    def run() -> dict[str, Any]:
-        replay = engine.ledger(call, key, candidate_id, intent)
-        if replay is not None:
-            stored: dict[str, Any] = decode(replay.output)
-            return stored
-        candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
-        if candidate is None or candidate.state != "pending":
+    def run(call: Call) -> dict[str, Any]:
+        principal = call.ctx.principal
+        call.tool = "request_admission"
+        key = f"adjudicate:{candidate_id}"
+        intent = digest(
+            "intent",
+            {
+                "tool": "adjudicate",
+                "target": candidate_id,
+                "arguments": arguments,
+                "purpose": OPERATIONS_PURPOSE,
+                "scope": scope_ref(scope),
+            },
+        )
+        call.digests["intent_hash"] = intent
+
+        def attempt() -> dict[str, Any]:
+            replay = engine.ledger(call, key, candidate_id, intent)
+            if replay is not None:
+                stored: dict[str, Any] = decode(replay.output)
+                return stored
+            candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
+            if candidate is None or candidate.state != "pending":
+                raise EngramError(ErrorCode.NOT_FOUND)
+            content = engine.open_candidate(call, candidate)
+            return settle(
+                engine,
+                call,
+                candidate,
+                content["record"],
+                verdict=decision,
+                policy_id=OPERATOR_POLICY_ID,
+                policy_version=principal,
+                idempotency_key=key,
+                intent=intent,
+            )
+
+        try:
+            result = engine.mutation(call, attempt)
+        finally:
+            call.tool = "adjudicate"
+        outcome: dict[str, Any] = result["outcome"]
+        return outcome
+
+    return audited(engine, scope, operator, "adjudicate", candidate_id, run)
+
+
+def withdraw_candidate(
+    engine: Kernel, scope: Scope, candidate_id: str, operator: str, reason: str
+) -> dict[str, Any]:
+    """The operator withdraws a pending candidate (whoever captured it) and shreds its key; the
+    receipt is the agent's withdraw receipt. ``ALREADY_TERMINAL`` for a rejected or withdrawn
+    candidate, ``ILLEGAL_TRANSITION`` for an admitted one, ``NOT_FOUND`` for an unknown one."""
+    arguments = {"reason": _reason(reason)}
+
+    def run(call: Call) -> dict[str, Any]:
+        intent = _operator_intent(call, candidate_id, arguments)
+
+        def attempt() -> dict[str, Any]:
+            candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
+            if candidate is None:
+                raise EngramError(ErrorCode.NOT_FOUND)
+            if candidate.state in ("withdrawn", "rejected"):
+                raise EngramError(ErrorCode.ALREADY_TERMINAL)
+            if candidate.state != "pending":
+                raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+            return commit_withdraw(
+                engine,
+                call,
+                candidate,
+                idempotency_key=f"withdraw:{candidate_id}:{call.ctx.audit_id}",
+                intent=intent,
+                authorization=_operator_authorization(engine, call, arguments),
+                approval_id=None,
+            )
+
+        return engine.mutation(call, attempt)
+
+    return audited(engine, scope, operator, "withdraw", candidate_id, run)
+
+
+def _operator_authorization(engine: Kernel, call: Call, arguments: Mapping[str, Any]) -> str:
+    """The authorization receipt of an operator's decision: the operator is the human, so the
+    confirmation is ``not-required``; the receipt binds the operator and the arguments."""
+    return engine.authorization_receipt(call, None, {"operator_arguments": dict(arguments)})
+
+
+# --------------------------------------------------------------------------------------------
+# Records: what memory holds, its history, its lifecycle
+# --------------------------------------------------------------------------------------------
+
+
+def _record_summary(row: RecordRow) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "record_id": row.record_id,
+        "state": row.state,
+        "record_digest": row.record_digest,
+        "candidate_id": row.candidate_id,
+        "accepted_cursor": str(row.accepted_cursor),
+        "valid_from": row.valid_from_ms,
+        "body": "present" if row.body is not None else "shredded",
+    }
+    if row.valid_to_ms is not None:
+        summary["valid_to"] = row.valid_to_ms
+    if row.expires_at_ms is not None:
+        summary["expires_at"] = format_instant(row.expires_at_ms)
+    return summary
+
+
+def records_list(
+    engine: Kernel,
+    scope: Scope,
+    operator: str,
+    *,
+    state: str | None = None,
+    after: str = "",
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """The scope's records (in ``state`` when given), in id order: ids, states and digests."""
+    if state is not None and state not in (*LIFECYCLE_STATES, "tombstoned"):
+        raise EngramError(ErrorCode.INVALID_SCHEMA)
+
+    def run(call: Call) -> list[dict[str, Any]]:
+        rows = engine.store.records_list(scope, state, after, limit)  # type: ignore[arg-type]
+        return [_record_summary(row) for row in rows]
+
+    return audited(engine, scope, operator, "records_list", None, run)
+
+
+def record_show(engine: Kernel, scope: Scope, record_id: str, operator: str) -> dict[str, Any]:
+    """One record for the operator, in any state: its row and its body (``None`` once
+    forgotten). Audited; ``NOT_FOUND`` for a record the scope does not hold."""
+
+    def run(call: Call) -> dict[str, Any]:
+        row = engine.read(lambda: engine.store.record_get(scope, record_id))
+        if row is None:
             raise EngramError(ErrorCode.NOT_FOUND)
-        content = engine.open_candidate(call, candidate)
-        return settle(
-            engine,
-            call,
-            candidate,
-            content["record"],
-            verdict=decision,
-            policy_id=OPERATOR_POLICY_ID,
-            policy_version=principal,
-            idempotency_key=key,
-            intent=intent,
+        call.digests["record_digest"] = row.record_digest
+        return {**_record_summary(row), "record": engine.body(row) if row.body else None}
+
+    return audited(engine, scope, operator, "records_show", record_id, run)
+
+
+def _walk_events(engine: Kernel, scope: Scope) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    after = 0
+    while True:
+        events = engine.store.events(scope, after, _PAGE)
+        if not events:
+            return
+        for event in events:
+            yield event.cursor, event.event_hash, decode(event.body)
+        after = events[-1].cursor
+
+
+def record_history(
+    engine: Kernel, scope: Scope, record_id: str, operator: str
+) -> list[dict[str, Any]]:
+    """The journal events of one record, oldest first: its candidate's capture and admission,
+    then every transition. Events hold ids and digests only."""
+
+    def run(call: Call) -> list[dict[str, Any]]:
+        row = engine.read(lambda: engine.store.record_get(scope, record_id))
+        if row is None:
+            raise EngramError(ErrorCode.NOT_FOUND)
+        targets = {record_id, row.candidate_id}
+        return [
+            {**body, "event_id": event_id_for(event_hash), "event_hash": event_hash}
+            for _, event_hash, body in _walk_events(engine, scope)
+            if body.get("target") in targets
+        ]
+
+    return audited(engine, scope, operator, "records_history", record_id, run)
+
+
+def transition(
+    engine: Kernel,
+    scope: Scope,
+    record_id: str,
+    operation: LifecycleOperation,
+    operator: str,
+    reason: str,
+    *,
+    superseded_by: str | None = None,
+) -> dict[str, Any]:
+    """One lifecycle transition of §4 on a record, journaled with its receipt.
+
+    ``dispute`` (current → disputed), ``resolve`` (disputed → current), ``supersede`` (current
+    or disputed → historical; ``superseded_by`` names the current record that replaces it),
+    ``expire`` (→ expired), ``trust_invalidate`` (→ trust_invalid). A record leaving
+    ``accepted_current`` leaves search and get in the same commit and its projections are
+    dropped; one resolved back is projected again. ``ALREADY_TERMINAL`` on a tombstoned record,
+    ``ILLEGAL_TRANSITION`` from any other state the table does not list.
+    """
+    if operation not in LIFECYCLE:
+        raise EngramError(ErrorCode.INVALID_SCHEMA)
+    sources, to_state = LIFECYCLE[operation]
+    arguments: dict[str, Any] = {"reason": _reason(reason)}
+    if superseded_by is not None:
+        if operation != "supersede" or superseded_by == record_id:
+            raise EngramError(ErrorCode.INVALID_SCHEMA)
+        arguments["superseded_by"] = superseded_by
+
+    def run(call: Call) -> dict[str, Any]:
+        intent = _operator_intent(call, record_id, arguments)
+        authorization = _operator_authorization(engine, call, arguments)
+
+        def attempt() -> dict[str, Any]:
+            row = engine.read(lambda: engine.store.record_get(scope, record_id))
+            if row is None:
+                raise EngramError(ErrorCode.NOT_FOUND)
+            if row.state == "tombstoned":
+                raise EngramError(ErrorCode.ALREADY_TERMINAL)
+            if row.state not in sources:
+                raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+            if superseded_by is not None:
+                successor = engine.read(lambda: engine.store.record_get(scope, superseded_by))
+                if successor is None or successor.state != "accepted_current":
+                    raise EngramError(ErrorCode.NOT_FOUND)
+            return _commit_transition(
+                engine, call, row, operation, to_state, intent, authorization, superseded_by
+            )
+
+        return engine.mutation(call, attempt)
+
+    return audited(engine, scope, operator, operation, record_id, run)
+
+
+def _commit_transition(
+    engine: Kernel,
+    call: Call,
+    row: RecordRow,
+    operation: str,
+    to_state: str,
+    intent: str,
+    authorization: str,
+    superseded_by: str | None,
+) -> dict[str, Any]:
+    record_id = row.record_id
+    call.digests["record_digest"] = row.record_digest
+    leaving = row.state == "accepted_current"
+    returning = to_state == "accepted_current"
+    projection: ProjectionChange | None = None
+    outbox: list[OutboxItem] = []
+    if leaving:
+        projection = ProjectionChange(delete_record_id=record_id)
+        outbox = engine.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms)
+    elif returning:
+        doc = engine.projection_doc(record_id, engine.body(row))
+        projection = ProjectionChange(upsert=doc)
+        outbox = engine.deferred_projections(
+            call.scope, record_id, "upsert_projection", call.now_ms
+        )
+    digests = {
+        "record_digest": row.record_digest,
+        "authorization_receipt_digest": authorization,
+        "intent_hash": intent,
+    }
+    if superseded_by is not None:
+        digests["superseded_by"] = superseded_by
+    output: dict[str, Any] = {}
+
+    def build(head: JournalHead) -> ChangeSet:
+        cursor = head.cursor + 1
+        event, event_id = build_event(
+            head, operation=operation, target=record_id, at_ms=call.now_ms, digests=digests
+        )
+        output.clear()
+        output["receipt"] = {
+            "event_id": event_id,
+            "operation": operation,
+            "from_state": row.state,
+            "to_state": to_state,
+            "cursor": str(cursor),
+            "event_digest": event.event_hash,
+            "authorization_receipt_digest": authorization,
+            "transaction_receipt_digest": engine.transaction_receipt(
+                call, operation, record_id, cursor, event.event_hash, intent
+            ),
+        }
+        return ChangeSet(
+            scope=call.scope,
+            expected_head=head,
+            ledger=engine.ledger_entry(
+                call,
+                f"{operation}:{record_id}:{call.ctx.audit_id}",
+                record_id,
+                intent,
+                output,
+                cursor,
+            ),
+            event=event,
+            record_transition=StateTransition(record_id, row.state, to_state),
+            projection=projection if engine.projects_in_store else None,
+            outbox=tuple(outbox),
         )
 
-    result = engine.mutation(call, run)
-    outcome: dict[str, Any] = result["outcome"]
-    return outcome
+    changes = engine.commit(call, build)
+    complete = engine.run_outbox(changes.outbox)
+    output["projections"] = "complete" if complete else "pending"
+    return output
+
+
+def forget_record(
+    engine: Kernel, scope: Scope, record_id: str, operator: str, reason: str
+) -> dict[str, Any]:
+    """The operator forgets a record from any of the five states: tombstoned, body shredded,
+    projections dropped; the receipt says which state it left (``from_state``)."""
+    arguments = {"reason": _reason(reason)}
+
+    def run(call: Call) -> dict[str, Any]:
+        intent = _operator_intent(call, record_id, arguments)
+
+        def attempt() -> dict[str, Any]:
+            row = engine.read(lambda: engine.store.record_get(scope, record_id))
+            if row is None:
+                raise EngramError(ErrorCode.NOT_FOUND)
+            if row.state == "tombstoned":
+                raise EngramError(ErrorCode.ALREADY_TERMINAL)
+            return commit_forget(
+                engine,
+                call,
+                row,
+                idempotency_key=f"forget:{record_id}:{call.ctx.audit_id}",
+                intent=intent,
+                authorization=_operator_authorization(engine, call, arguments),
+                approval_id=None,
+            )
+
+        return engine.mutation(call, attempt)
+
+    return audited(engine, scope, operator, "forget", record_id, run)
+
+
+# --------------------------------------------------------------------------------------------
+# Status and export
+# --------------------------------------------------------------------------------------------
+
+
+def status(engine: Kernel, scope: Scope, operator: str) -> dict[str, Any]:
+    """What an operator checks first: counts by state, the outbox backlog, whether the indexes
+    hold every current record (and nothing else is pending for them), and the key store's
+    health (reachable, and whether every pending candidate's key is still there)."""
+
+    def run(call: Call) -> dict[str, Any]:
+        counts = engine.store.state_counts(scope)
+        head = engine.store.head(scope)
+        missing_from_index = 0
+        checked = 0
+        after = ""
+        while checked < _STATUS_SCAN_LIMIT:
+            rows = engine.store.records_list(scope, "accepted_current", after, _PAGE)
+            if not rows:
+                break
+            for row in rows:
+                checked += 1
+                if row.body is not None and not all(
+                    surface.contains(scope, row.record_id) for surface in engine.surfaces
+                ):
+                    missing_from_index += 1
+            after = rows[-1].record_id
+        return {
+            "scope": {"tenant_id": scope.tenant_id, "workspace_id": scope.workspace_id},
+            "journal": {"head_cursor": str(head.cursor), "head_event_hash": head.event_hash},
+            "candidates": _by_prefix(counts, "candidate:"),
+            "records": _by_prefix(counts, "record:"),
+            "outbox": _by_prefix(counts, "outbox:"),
+            "index": {
+                "surfaces": [surface.name for surface in engine.surfaces],
+                "current_records_checked": checked,
+                "missing_from_index": missing_from_index,
+                "pending_upserts": counts.get("outbox:upsert_projection", 0),
+                "pending_drops": counts.get("outbox:drop_projection", 0),
+                "fresh": missing_from_index == 0
+                and not counts.get("outbox:upsert_projection", 0)
+                and not counts.get("outbox:drop_projection", 0),
+            },
+            "key_store": _key_store_health(engine, scope),
+        }
+
+    return audited(engine, scope, operator, "status", None, run)
+
+
+def _by_prefix(counts: Mapping[str, int], prefix: str) -> dict[str, int]:
+    return {
+        name.removeprefix(prefix): count
+        for name, count in sorted(counts.items())
+        if name.startswith(prefix)
+    }
+
+
+def _key_store_health(engine: Kernel, scope: Scope) -> dict[str, Any]:
+    try:
+        engine.vault.key_exists("key_health_probe")
+        unreadable = 0
+        after = ""
+        checked = 0
+        while checked < _STATUS_SCAN_LIMIT:
+            rows = engine.store.candidates_list(scope, "pending", after, _PAGE)
+            if not rows:
+                break
+            for row in rows:
+                checked += 1
+                if not engine.vault.key_exists(row.key_ref):
+                    unreadable += 1
+            after = rows[-1].candidate_id
+    except VaultUnavailable:
+        return {"health": "unavailable"}
+    return {
+        "health": "ok" if unreadable == 0 else "keys_missing",
+        "pending_checked": checked,
+        "pending_without_key": unreadable,
+    }
+
+
+def export_records(engine: Kernel, scope: Scope, operator: str) -> Iterator[dict[str, Any]]:
+    """The scope's current records with their receipts, one object per record (JSON Lines for
+    a migration to another host): the record as stored (its own digests bind it) and the
+    journal event that admitted it. Only what search and get may reveal is exported: current
+    records in their valid time and unexpired (CONTRACT.md §4)."""
+
+    def run(call: Call) -> list[dict[str, Any]]:
+        lines: list[dict[str, Any]] = []
+        after = ""
+        while True:
+            rows = engine.store.records_list(scope, "accepted_current", after, _PAGE)
+            if not rows:
+                break
+            after = rows[-1].record_id
+            for row in rows:
+                if row.body is None or not engine.eligible(row, call.now_ms):
+                    continue
+                lines.append(
+                    {"record": engine.body(row), "receipts": _admission(engine, scope, row)}
+                )
+        call.digests["exported_records"] = str(len(lines))
+        return lines
+
+    yield from audited(engine, scope, operator, "export", None, run)
+
+
+def _admission(engine: Kernel, scope: Scope, row: RecordRow) -> dict[str, Any]:
+    """The admission receipt of a record: the journal event at its ``accepted_cursor``."""
+    events = engine.store.events(scope, row.accepted_cursor - 1, 1)
+    if not events or events[0].cursor != row.accepted_cursor:
+        raise EngramError(ErrorCode.CURSOR_GAP)
+    event = events[0]
+    body = decode(event.body)
+    if body.get("operation") != "admit" or body.get("target") != row.candidate_id:
+        raise EngramError(ErrorCode.JOURNAL_CORRUPT)
+    return {
+        "admission": {
+            "event_id": event_id_for(event.event_hash),
+            "cursor": str(event.cursor),
+            "event_hash": event.event_hash,
+            "at": body["at"],
+            **body["digests"],
+        }
+    }
+
+
+def revoke_credentials(
+    engine: Kernel,
+    tenant_id: str,
+    operator: str,
+    *,
+    token_id: str | None = None,
+    principal: str | None = None,
+) -> dict[str, Any]:
+    """Revoke one token (its ``jti``) or every token a principal holds now: from this call on,
+    each answers ``AUTHORIZATION_REVOKED`` (tokens minted for the principal afterwards work).
+    Exactly one of ``token_id`` and ``principal``. Audited as ``admin.revoke``."""
+    if (token_id is None) == (principal is None):
+        raise EngramError(ErrorCode.INVALID_SCHEMA)
+    kind: Literal["token", "principal"] = "token" if token_id is not None else "principal"
+    value = token_id if token_id is not None else principal
+    if value is None or not value.strip():
+        raise EngramError(ErrorCode.INVALID_SCHEMA)
+
+    def run(call: Call) -> dict[str, Any]:
+        engine.read(lambda: engine.store.revoke_credentials(tenant_id, kind, value, call.now_ms))
+        return {"revoked": kind, kind: value, "at": format_instant(call.now_ms)}
+
+    return audited(engine, Scope(tenant_id, "*"), operator, "revoke", f"{kind}:{value}", run)
+
+
+def verify_all(engine: Kernel) -> dict[str, int]:
+    """Verify every scope's journal (dense cursors, unbroken hash chain); the head cursor of
+    each, by ``tenant/workspace``. Raises ``CURSOR_GAP`` or ``JOURNAL_CORRUPT``."""
+    return {
+        f"{scope.tenant_id}/{scope.workspace_id}": verify_journal(engine.store, scope).cursor
+        for scope in engine.read(engine.store.scopes)
+    }
 
 
 _REINDEX_PAGE = 100

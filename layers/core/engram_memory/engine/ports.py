@@ -235,6 +235,47 @@ class Store(Protocol):
 
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool: ...
 
+    # -- the operations plane (host operators only; never on an agent's request path) ---------
+
+    def scopes(self) -> list[Scope]:
+        """Every scope whose journal has an event, in ``(tenant_id, workspace_id)`` order."""
+        ...
+
+    def candidates_list(
+        self, scope: Scope, state: CandidateState | None, after: str, limit: int
+    ) -> list[CandidateRow]:
+        """``scope``'s candidates (in ``state`` when given) whose id sorts after ``after``, in
+        id order, at most ``limit``."""
+        ...
+
+    def records_list(
+        self, scope: Scope, state: RecordState | None, after: str, limit: int
+    ) -> list[RecordRow]:
+        """``scope``'s records (in ``state`` when given) whose id sorts after ``after``, in id
+        order, at most ``limit``."""
+        ...
+
+    def revoke_credentials(
+        self, tenant_id: str, kind: Literal["token", "principal"], value: str, at_ms: int
+    ) -> None:
+        """Record a revocation: of one token (``kind`` ``token``, ``value`` its ``jti``), or of
+        every token of a principal issued at or before ``at_ms`` (``principal``). Idempotent: a
+        repeated principal revocation moves its instant forward."""
+        ...
+
+    def credential_revoked(
+        self, tenant_id: str, token_id: str | None, principal: str, issued_at_ms: int
+    ) -> bool:
+        """Whether a token (its ``jti``, principal and issue time) has been revoked. This one
+        read runs on every agent call that a token carries."""
+        ...
+
+    def state_counts(self, scope: Scope) -> dict[str, int]:
+        """How many candidates and records ``scope`` holds per state (``candidate:<state>``,
+        ``record:<state>``) and how many outbox items wait per kind (``outbox:<kind>``); states
+        with none are left out."""
+        ...
+
 
 # --------------------------------------------------------------------------------------------
 # Vault, index, policy, confirmation, clock, audit

@@ -10,6 +10,7 @@ from ..contract.canonical import (
     DIGEST_PREFIX,
     canonical_bytes,
     digest,
+    digest_of_canonical,
     digest_without,
     record_id_for,
 )
@@ -75,6 +76,33 @@ def build_record(
     record["record_digest"] = record_digest
     record["record_id"] = record_id_for(record_digest)
     return record
+
+
+def stored_body_matches(body: bytes, record_digest: str) -> bool:
+    """True when a stored body is the canonical JSON of a record whose digest is ``record_digest``
+    and whose id follows from it: the integrity check of every read, without re-canonicalizing.
+
+    A stored body is ``encode(record)``: JCS sorts ``record_digest`` and ``record_id`` next to each
+    other, so the bytes without that one member are exactly the canonical bytes the digest was
+    computed over. Hashing them proves the body is what was digested (or a SHA-256 collision); a
+    body whose digest member moved inside the JSON still decodes to the same record, or fails the
+    caller's own checks. Anything else (a body stored in another form) is left to
+    ``record_digest_matches``, the full re-derivation, so no valid body is refused.
+    """
+    member = (
+        f'"record_digest":"{record_digest}","record_id":"{record_id_for(record_digest)}"'
+    ).encode()
+    at = body.find(member)
+    if at < 0 or body.find(member, at + 1) >= 0:
+        return False
+    end = at + len(member)
+    if body[at - 1 : at] == b",":
+        rest = body[: at - 1] + body[end:]
+    elif body[end : end + 1] == b",":
+        rest = body[:at] + body[end + 1 :]
+    else:
+        rest = body[:at] + body[end:]
+    return digest_of_canonical("record", rest) == record_digest
 
 
 def record_digest_matches(record: Mapping[str, Any]) -> bool:

@@ -63,6 +63,7 @@ class Engine(Kernel):
             raise UnknownTool()
         try:
             self.check_live(call)
+            self.check_revoked(call)
             model = self._validate(tool, arguments)
             value = self._dispatch(call, model)
             envelope = success(value, ctx.audit_id)

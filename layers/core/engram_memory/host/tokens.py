@@ -15,7 +15,9 @@ Two steps, two failures:
   protocol refusal ``TrustedContextUnavailable`` (``-32603``).
 
 No message or exception raised here ever contains the token. There are no network calls in this
-module: for an external identity provider, the caller fetches its JWKS and passes the dict.
+module: for an external identity provider, the caller fetches its JWKS and passes the dict, or
+passes a key source (``TokenVerifier.from_key_source``; ``host/oidc.py`` is the one that follows
+the issuer's OIDC discovery document and its key rotations).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -57,7 +59,9 @@ __all__ = [
     "load_or_create_issuer_key",
     "local_issuer",
     "local_verifier",
+    "previous_issuer_keys",
     "public_jwks",
+    "rotate_issuer_key",
 ]
 
 ISSUER_KEY_FILE: Final = "issuer-ed25519.pem"
@@ -96,6 +100,8 @@ _MAINTENANCE_GRANT: Final = "maintain"
 _RETENTION_KEYS: Final = frozenset({"allow_retain", "max_expires_in_s"})
 
 PublicKey: TypeAlias = Ed25519PublicKey | rsa.RSAPublicKey | ec.EllipticCurvePublicKey
+KeySource: TypeAlias = Callable[[str], "jwt.PyJWK | None"]
+"""``kid`` -> the issuer's signing key with that id, or None when the issuer has none."""
 
 
 class InvalidToken(Exception):
@@ -368,6 +374,12 @@ def _jwk_key(entry: Mapping[str, Any]) -> _VerificationKey | None:
         parsed = jwt.PyJWK(dict(entry), algorithm=alg)
     except jwt.PyJWTError:
         return None
+    return _parsed_key(parsed)
+
+
+def _parsed_key(parsed: jwt.PyJWK) -> _VerificationKey | None:
+    """The verification key of a parsed JWK, or None: an algorithm outside the allow-list, one
+    that does not match the key (an RSA key claiming ES256), a private or symmetric key."""
     if parsed.algorithm_name not in ALLOWED_ALGORITHMS:
         return None
     try:
@@ -382,8 +394,9 @@ def _jwk_key(entry: Mapping[str, Any]) -> _VerificationKey | None:
 class TokenVerifier:
     """Verifies bearer tokens for one resource (``audience``) from one issuer.
 
-    Build it with ``from_public_key`` (one key, any or no ``kid``) or ``from_jwks`` (keys chosen by
-    the token's ``kid``). Instances are immutable and safe to share between threads.
+    Build it with ``from_public_key`` (one key, any or no ``kid``), ``from_jwks`` (keys chosen by
+    the token's ``kid``) or ``from_key_source`` (keys looked up by ``kid`` as tokens arrive).
+    Instances are immutable and safe to share between threads (a key source must be too).
     """
 
     def __init__(
@@ -393,10 +406,12 @@ class TokenVerifier:
         issuer: str,
         audience: str,
         token_type: str | None = None,
+        key_source: KeySource | None = None,
     ) -> None:
-        if not keys:
+        if not keys and key_source is None:
             raise ValueError("a token verifier needs at least one key")
         self._keys = dict(keys)
+        self._key_source = key_source
         self.issuer = _nonempty("issuer", issuer)
         self.audience = _nonempty("audience", audience)
         self.token_type = token_type
@@ -459,7 +474,31 @@ class TokenVerifier:
             )
         return cls(keys, issuer=issuer, audience=audience, token_type=token_type)
 
+    @classmethod
+    def from_key_source(
+        cls,
+        key_source: KeySource,
+        *,
+        issuer: str,
+        audience: str,
+        token_type: str | None = None,
+    ) -> TokenVerifier:
+        """A verifier asking ``key_source`` for the key of each token's ``kid`` (e.g.
+        ``oidc.IssuerKeys``: the issuer's current JWKS, refetched as it rotates). A key the source
+        returns is held to the same rules as a JWKS entry (allow-listed algorithm matching the
+        key, public keys only); ``unknown_key`` when it has none. The source may raise its own
+        exception when it cannot reach the issuer."""
+        return cls(
+            {}, issuer=issuer, audience=audience, token_type=token_type, key_source=key_source
+        )
+
     def _key_for(self, kid: object) -> _VerificationKey:
+        if self._key_source is not None:
+            found = self._key_source(kid) if isinstance(kid, str) and kid else None
+            key = _parsed_key(found) if found is not None else None
+            if key is None:
+                raise InvalidToken("unknown_key", "the bearer token was signed by an unknown key")
+            return key
         if None in self._keys:
             return self._keys[None]
         if not isinstance(kid, str) or kid not in self._keys:
@@ -700,6 +739,8 @@ def context_from_claims(
         session_id=session_id,
         deadline_ms=deadline_ms,
         host_facts=(raw_token,) if raw_token else (),
+        credential_id=claims.token_id,
+        credential_issued_at_ms=claims.issued_at * 1000,
     )
 
 
@@ -719,14 +760,67 @@ def local_issuer(data_dir: Path, config: HostConfig) -> TokenIssuer:
     )
 
 
+PREVIOUS_ISSUER_KEYS_FILE: Final = "issuer-previous.jwks.json"
+
+
+def previous_issuer_keys_path(data_dir: Path) -> Path:
+    """The public keys of the issuer keys ``keys rotate`` retired: their tokens stay valid until
+    they expire."""
+    return Path(data_dir) / "keys" / PREVIOUS_ISSUER_KEYS_FILE
+
+
+def previous_issuer_keys(data_dir: Path) -> list[dict[str, Any]]:
+    """The retired issuer keys' public JWKs (none when no rotation happened)."""
+    path = previous_issuer_keys_path(data_dir)
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    keys = stored.get("keys") if isinstance(stored, dict) else None
+    if not isinstance(keys, list):
+        raise ValueError(f"{path} does not hold a JWKS")
+    return [key for key in keys if isinstance(key, dict)]
+
+
+def rotate_issuer_key(data_dir: Path) -> tuple[str, str]:
+    """Replace the local issuer key with a new one, keeping the old one's public key among the
+    previous keys (its tokens verify until they expire). Returns ``(old kid, new kid)``."""
+    path = issuer_key_path(data_dir)
+    old = _read_issuer_key(path)
+    old_kid = key_id(old.public_key())
+    retired = [k for k in previous_issuer_keys(data_dir) if k.get("kid") != old_kid]
+    retired += public_jwks(old, old_kid)["keys"]
+    write_private_file(
+        previous_issuer_keys_path(data_dir),
+        json.dumps({"keys": retired}, indent=2).encode("utf-8"),
+        replace=True,
+    )
+    new = Ed25519PrivateKey.generate()
+    pem = new.private_bytes(
+        encoding=serialization.Encoding.PEM,
+        format=serialization.PrivateFormat.PKCS8,
+        encryption_algorithm=serialization.NoEncryption(),
+    )
+    write_private_file(path, pem, replace=True)
+    return old_kid, key_id(new.public_key())
+
+
 def local_verifier(data_dir: Path, config: HostConfig) -> TokenVerifier:
     """A verifier for the tokens ``local_issuer`` mints (keyed by ``kid``).
 
     RFC 9068: the local issuer mints access tokens with ``typ: at+jwt`` and only those are
     accepted, so no other JWT signed with the issuer key can stand in for one. (A cloud identity
     provider's verifier does not require it: Cognito and Entra ID, for example, issue access
-    tokens without it; there the exact audience, our resource URI, keeps ID tokens out.)"""
+    tokens without it; there the exact audience, our resource URI, keeps ID tokens out.)
+
+    The issuer keys ``keys rotate`` retired are trusted too: tokens they signed are accepted
+    until they expire (or are revoked)."""
     issuer = local_issuer(data_dir, config)
+    current = issuer.public_jwks()["keys"]
+    retired = [key for key in previous_issuer_keys(data_dir) if key.get("kid") != issuer.kid]
     return TokenVerifier.from_jwks(
-        issuer.public_jwks(), issuer=config.issuer, audience=config.resource, token_type=JWT_TYP
+        {"keys": current + retired},
+        issuer=config.issuer,
+        audience=config.resource,
+        token_type=JWT_TYP,
     )

@@ -26,16 +26,22 @@ from ..engine.ports import Clock
 from .request_state import ConfirmationState
 
 ANSWER_KEY: Final = "engram_confirmation"
+DECISION_FIELD: Final = "decision"
+# An explicit choice, not a checkbox: "accept" with nothing chosen is not an approval.
 APPROVAL_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "approve": {
-            "type": "boolean",
-            "title": "Approve",
-            "description": "Approve this memory operation on behalf of the agent?",
+        DECISION_FIELD: {
+            "type": "string",
+            "title": "Your answer",
+            "description": "Approve or decline this memory operation on behalf of the agent.",
+            "oneOf": [
+                {"const": "approve", "title": "Approve"},
+                {"const": "decline", "title": "Decline"},
+            ],
         }
     },
-    "required": ["approve"],
+    "required": [DECISION_FIELD],
 }
 
 
@@ -47,7 +53,7 @@ def approved(result: types.ElicitResult | None) -> bool:
     return (
         result is not None
         and result.action == "accept"
-        and (result.content or {}).get("approve") is True
+        and (result.content or {}).get(DECISION_FIELD) == "approve"
     )
 
 
@@ -81,9 +87,12 @@ def url_params(needed: ConfirmationNeeded) -> types.ElicitRequestURLParams:
     )
 
 
-def form_params(request: ConfirmationRequest) -> types.ElicitRequestFormParams:
+def form_params(
+    request: ConfirmationRequest, message: str | None = None
+) -> types.ElicitRequestFormParams:
+    """The form: the summary (``message``, or the request's own) and an explicit choice."""
     return types.ElicitRequestFormParams(
-        message=elicitation_message(request), requested_schema=APPROVAL_SCHEMA
+        message=message or elicitation_message(request), requested_schema=APPROVAL_SCHEMA
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -15,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlparse
 
 import anyio
 
+from ..adapters.local.approvals import ApprovalBook
 from ..adapters.local.clock import SystemClock
 from ..contract.errors import ErrorCode, TrustedContextUnavailable
 from ..engine.context import TOOLS, TrustedContext
@@ -33,6 +36,7 @@ from ..host.tokens import (
     local_verifier,
 )
 from .catalog import instructions_for
+from .embedded_approvals import EmbeddedApprovals
 from .request_state import RequestStateSealer
 from .server import EngramMcp, SurfaceRuntime
 from .transports import MCP_PATH, http_app, serve_stdio
@@ -90,6 +94,7 @@ class EmbeddedServer:
     surface: EngramMcp
     issuer: TokenIssuer
     engine: EngineOnDemand
+    approvals: EmbeddedApprovals
 
     @property
     def host(self) -> EmbeddedHost:
@@ -98,6 +103,7 @@ class EmbeddedServer:
 
     def close(self) -> None:
         self.engine.close()
+        self.approvals.close()
 
 
 def _request_state_key(path: Path) -> bytes:
@@ -129,8 +135,9 @@ def open_server(
     ``host.json``. ``engine_options`` go to ``open_embedded`` (e.g.
     ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``).
     """
-    from ..bootstrap import init_data_dir, prepare_data_dir
+    from ..bootstrap import check_key_store, init_data_dir, prepare_data_dir
 
+    check_key_store(data_dir)  # memories without their keys: refused before anything is made
     if _initialised(data_dir):
         prepare_data_dir(data_dir)  # a read-only data directory is one line now, not later
         stored = config or load_host_config(data_dir)
@@ -146,13 +153,23 @@ def open_server(
         return open_embedded(data_dir, config=config, **engine_options)
 
     engine = EngineOnDemand(open_engine)
+    state_key = _request_state_key(data_dir / "keys" / REQUEST_STATE_KEY_FILE)
+    clock = SystemClock()
+    approvals = EmbeddedApprovals(
+        lambda: ApprovalBook(data_dir),
+        lambda: engine.host.engine,
+        base_url=_origin(config.resource),
+        csrf_key=hashlib.sha256(b"engram-memory/approval-csrf/v1" + state_key).digest(),
+        clock=clock,
+    )
     runtime = SurfaceRuntime(
         engine=engine,
         verifier=local_verifier(data_dir, config),
         host=config,
-        sealer=RequestStateSealer(_request_state_key(data_dir / "keys" / REQUEST_STATE_KEY_FILE)),
-        clock=SystemClock(),
+        sealer=RequestStateSealer(state_key),
+        clock=clock,
         stdio_token=stdio_token,
+        approvals=approvals,
     )
     binding = stdio_binding(runtime) if stdio_token else None
     purpose = binding.purpose_ref if isinstance(binding, TrustedContext) else None
@@ -160,7 +177,14 @@ def open_server(
         surface=EngramMcp(runtime, instructions=instructions_for(purpose)),
         issuer=local_issuer(data_dir, config),
         engine=engine,
+        approvals=approvals,
     )
+
+
+def _origin(resource: str) -> str:
+    """The approval page's origin: the MCP resource's scheme and authority (loopback)."""
+    parsed = urlparse(resource)
+    return f"{parsed.scheme}://{parsed.netloc}"
 
 
 def stdio_binding(runtime: SurfaceRuntime) -> TrustedContext | str:
@@ -229,7 +253,25 @@ def client_configuration(url: str, token: str, data_dir: Path, port: int) -> dic
     }
 
 
-def print_banner(out: TextIO, *, url: str, token: str, data_dir: Path, port: int) -> None:
+def describe_lifetime(seconds: int) -> str:
+    """A token lifetime for people: ``24 h``, ``90 min``, ``45 s``, ``2 d 3 h``."""
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days} d" if days else "", f"{hours} h" if hours else ""]
+    parts += [f"{minutes} min" if minutes else "", f"{secs} s" if secs else ""]
+    return " ".join(part for part in parts if part) or "0 s"
+
+
+def print_banner(
+    out: TextIO,
+    *,
+    url: str,
+    token: str,
+    data_dir: Path,
+    port: int,
+    token_ttl_s: int | None = None,
+) -> None:
     config = client_configuration(url, token, data_dir, port)
     print("Engram Memory is serving MCP at " + url, file=out)
     print(f"Data directory: {data_dir.resolve()}", file=out)
@@ -239,6 +281,13 @@ def print_banner(out: TextIO, *, url: str, token: str, data_dir: Path, port: int
         file=out,
     )
     print(json.dumps(config, indent=2), file=out)
+    if token_ttl_s is not None:
+        print(
+            f"\nThe token expires in {describe_lifetime(token_ttl_s)} (default_token_ttl_s in"
+            f" {host_config_path(data_dir)}); revoke it sooner with"
+            " `engram-memory admin tokens revoke --token <token>`.",
+            file=out,
+        )
     print(
         f"\nMCP Inspector (Node >= 22): {INSPECTOR}, transport 'Streamable HTTP', URL "
         f"{url}, header 'Authorization: Bearer <the token above>'.",
@@ -312,7 +361,14 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
         sock.close()
         raise
     url = f"http://{bind_host}:{port}{MCP_PATH}"
-    print_banner(sys.stdout, url=url, token=default_token(server), data_dir=data_dir, port=port)
+    print_banner(
+        sys.stdout,
+        url=url,
+        token=default_token(server),
+        data_dir=data_dir,
+        port=port,
+        token_ttl_s=server.surface.runtime.host.default_token_ttl_s,
+    )
     resource = server.surface.runtime.host.resource
     if resource != url:
         print(

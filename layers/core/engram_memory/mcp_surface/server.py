@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio.to_thread
 import mcp.types as types
@@ -43,6 +43,9 @@ from .confirmations import (
 from .request_state import RequestStateInvalid, RequestStateSealer
 from .wire import INVALID_ARGUMENTS_META
 
+if TYPE_CHECKING:
+    from .embedded_approvals import EmbeddedApprovals
+
 log = logging.getLogger(__name__)
 
 SERVER_VERSION = "0.1.0"
@@ -72,6 +75,8 @@ class SurfaceRuntime:
     sealer: RequestStateSealer
     clock: Clock
     stdio_token: str | None = None  # stdio: the token the host started the process with
+    # The embedded host's approval page and book (None in the cloud, whose adapter has its own).
+    approvals: EmbeddedApprovals | None = None
 
 
 def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
@@ -190,11 +195,13 @@ class EngramMcp:
                 return envelope_result(
                     engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
                 )
+            approval = approval_of_state(state, self.runtime.clock.now_ms())
+            if self.runtime.approvals is not None:  # answered in the client: close its question
+                await anyio.to_thread.run_sync(self.runtime.approvals.settle, approval)
             if not approved(_answer(params.input_responses)):
                 return envelope_result(
                     engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
                 )
-            approval = approval_of_state(state, self.runtime.clock.now_ms())
 
         # Arguments the wire screen refused (duplicate keys, -0, a lone surrogate) reach the
         # engine as something that is not an object: INVALID_SCHEMA, audited like any other.
@@ -202,6 +209,10 @@ class EngramMcp:
         arguments: Any = [] if meta.get(INVALID_ARGUMENTS_META) else params.arguments or {}
         answer = await self._handle(grant, arguments, trusted, approval)
         if isinstance(answer, ConfirmationNeeded):
+            if self.runtime.approvals is not None:
+                return await self._confirm_embedded(
+                    self.runtime.approvals, ctx, grant, arguments, trusted, answer, modern=modern
+                )
             return await self._confirm(ctx, grant, arguments, trusted, answer, modern=modern)
         return envelope_result(answer)
 
@@ -248,6 +259,13 @@ class EngramMcp:
         approval = await elicit_on_stream(
             ctx.session, ctx.request_id, needed.request, self.runtime.clock
         )
+        return await self._approved(grant, arguments, trusted, approval)
+
+    async def _approved(
+        self, grant: str, arguments: Any, trusted: TrustedContext, approval: Approval | None
+    ) -> types.CallToolResult:
+        """Run the call again with the human's approval (None: declined, ``gate_failed``)."""
+        engine = self.runtime.engine
         if approval is None:
             return envelope_result(
                 engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.GATE_FAILED)
@@ -258,6 +276,66 @@ class EngramMcp:
                 engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.GATE_FAILED)
             )
         return envelope_result(answer)
+
+    async def _confirm_embedded(
+        self,
+        approvals: EmbeddedApprovals,
+        ctx: ServerRequestContext[Any, Any],
+        grant: str,
+        arguments: Any,
+        trusted: TrustedContext,
+        needed: ConfirmationNeeded,
+        *,
+        modern: bool,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """The embedded host asks through its approval book (``embedded_approvals``): an answer
+        already given wins; else URL mode (a link to ``/approvals/{id}``) for a client that
+        declared URL only, a form for one that declared form, -32603 for one that declared none."""
+        from .embedded_approvals import confirmation_mode, elicit_form
+
+        request = needed.request
+        mode = confirmation_mode(ctx.session.client_capabilities)
+        if mode is None or (mode == "form" and not (modern or ctx.session.can_send_request)):
+            self.runtime.engine.refuse(
+                grant, trusted, trusted.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE"
+            )
+            raise _refusal(TrustedContextUnavailable())
+        given = await anyio.to_thread.run_sync(approvals.given, request)
+        if given is not None:
+            return await self._approved(
+                grant, arguments, trusted, None if given == "declined" else given
+            )
+        row = await anyio.to_thread.run_sync(approvals.ask, request, trusted)
+        message = await anyio.to_thread.run_sync(
+            functools.partial(approvals.message, row, mode=mode)
+        )
+        if mode == "url":
+            link = types.ElicitRequestURLParams(
+                message=message, url=approvals.link(row), elicitation_id=row.approval_id
+            )
+            if modern:
+                return types.InputRequiredResult(
+                    input_requests={ANSWER_KEY: types.ElicitRequest(params=link)}
+                )
+            raise UrlElicitationRequiredError([link]) from None
+        if modern:
+            state = state_for(request, row.issued_at_ms)
+            return types.InputRequiredResult(
+                input_requests={
+                    ANSWER_KEY: types.ElicitRequest(params=form_params(request, message))
+                },
+                request_state=self.runtime.sealer.seal(state),
+            )
+        # The client may stop waiting for this call (a timeout, a cancel) while its person is
+        # still answering the form: the wait is shielded, for as long as the question lives, so
+        # that answer is still written to the book and the client's retry takes it (``given``).
+        # Unanswered, the row stays open for the page and the terminal.
+        approval: Approval | None = None
+        left_s = (row.expires_at_ms - self.runtime.clock.now_ms()) / 1000
+        with anyio.CancelScope(shield=True), anyio.move_on_after(max(left_s, 0)):
+            result = await elicit_form(ctx.session, ctx.request_id, message)
+            approval = await anyio.to_thread.run_sync(approvals.record, row, approved(result))
+        return await self._approved(grant, arguments, trusted, approval)
 
 
 def _answer(responses: dict[str, Any] | None) -> types.ElicitResult | None:

@@ -130,7 +130,13 @@ def http_app(surface: EngramMcp, *, bind_host: str) -> McpGate:
     resource_host = urlparse(surface.runtime.host.resource).netloc
     hosts = sorted({f"{bind_host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*", resource_host})
     # 2025-11-25 needs the session's stream for elicitation/create: not stateless.
-    return streamable_app(surface, stateless=False, allowed_hosts=hosts, bind_host=bind_host)
+    gate = streamable_app(surface, stateless=False, allowed_hosts=hosts, bind_host=bind_host)
+    approvals = surface.runtime.approvals
+    if approvals is not None:  # the approval page, on the same loopback address
+        from .embedded_approvals import approval_routes
+
+        gate.app.router.routes[:0] = approval_routes(approvals, hosts)
+    return gate
 
 
 class McpGate:

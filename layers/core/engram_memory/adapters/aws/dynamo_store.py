@@ -171,6 +171,7 @@ NONCE_TTL_GRACE_S: Final = 3_600  # DynamoDB TTL deletes lazily; keep used nonce
 _BATCH_GET_MAX: Final = 100
 _BATCH_GET_STALLS: Final = 8  # attempts without progress before giving up on unprocessed keys
 _OUTBOX_PK: Final = "OUTBOX"
+_COUNT_LIMIT: Final = 1_000_000  # a scope's outbox items counted by ``state_counts``, at most
 _BLOB_GC_PK: Final = "BLOB_GC"
 
 ConflictReason = Literal["head", "ledger", "state", "approval"]
@@ -257,6 +258,10 @@ def _approval_key(approval_id: str) -> Item:
 
 def _nonce_key(nonce: str) -> Item:
     return _key(f"NONCE#{_q(nonce)}", "NONCE")
+
+
+def _revocation_key(tenant_id: str, kind: str, value: str) -> Item:
+    return _key(f"REVOKED#{_q(tenant_id)}#{kind}#{_q(value)}", "REVOKED")
 
 
 def _outbox_index_pk(scope: Scope, kind: str, target: str) -> str:
@@ -705,6 +710,119 @@ class DynamoStore:
 
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool:
         return any(True for _ in self._query(pk=_outbox_index_pk(scope, kind, target), limit=1))
+
+    # -- the operations plane (operators only: these Scan, never on a request path) ------------
+
+    def _scan(self, kind: str, scope: Scope | None, extra: Mapping[str, str]) -> Iterator[Item]:
+        """Every item of ``kind`` (of ``scope`` when given, with each ``extra`` attribute equal to
+        its value): a filtered, paged, consistent Scan of the whole table."""
+        names = {"#kind": "kind"}
+        values: dict[str, AttributeValueTypeDef] = {":kind": _s(kind)}
+        conditions = ["#kind = :kind"]
+        wanted = dict(extra)
+        if scope is not None:
+            wanted.update(tenant_id=scope.tenant_id, workspace_id=scope.workspace_id)
+        for index, (name, value) in enumerate(sorted(wanted.items())):
+            names[f"#a{index}"] = name
+            values[f":a{index}"] = _s(value)
+            conditions.append(f"#a{index} = :a{index}")
+        start: Item | None = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "TableName": self.table_name,
+                "ConsistentRead": True,
+                "FilterExpression": " AND ".join(conditions),
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
+            if start is not None:
+                kwargs["ExclusiveStartKey"] = start
+            response = self._read(self.dynamodb.scan, **kwargs)
+            yield from response.get("Items", [])
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return
+            start = last
+
+    def scopes(self) -> list[Scope]:
+        found = {
+            Scope(_get_s(item, "tenant_id"), _get_s(item, "workspace_id"))
+            for item in self._scan("head", None, {})
+        }
+        return sorted(found, key=lambda scope: (scope.tenant_id, scope.workspace_id))
+
+    def candidates_list(
+        self, scope: Scope, state: str | None, after: str, limit: int
+    ) -> list[CandidateRow]:
+        extra = {} if state is None else {"state": state}
+        ids = sorted(
+            _get_s(item, "candidate_id")
+            for item in self._scan("candidate", scope, extra)
+            if _get_s(item, "candidate_id") > after
+        )[: max(limit, 0)]
+        # Read again by key: a scanned item may hold its sealed blob in S3.
+        rows = [self.candidate_get(scope, candidate_id) for candidate_id in ids]
+        return [row for row in rows if row is not None]
+
+    def records_list(
+        self, scope: Scope, state: str | None, after: str, limit: int
+    ) -> list[RecordRow]:
+        extra = {} if state is None else {"state": state}
+        ids = sorted(
+            _get_s(item, "record_id")
+            for item in self._scan("record", scope, extra)
+            if _get_s(item, "record_id") > after
+        )[: max(limit, 0)]
+        found = self.records_get(scope, ids)
+        return [found[record_id] for record_id in ids if record_id in found]
+
+    def revoke_credentials(self, tenant_id: str, kind: str, value: str, at_ms: int) -> None:
+        item: Item = {
+            **_revocation_key(tenant_id, kind, value),
+            "kind": _s("revocation"),
+            "tenant_id": _s(tenant_id),
+            "revoked_kind": _s(kind),
+            "value": _s(value),
+            "revoked_at_ms": _n(at_ms),
+        }
+        try:
+            self.dynamodb.put_item(
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression="attribute_not_exists(#at) OR #at < :at",
+                ExpressionAttributeNames={"#at": "revoked_at_ms"},
+                ExpressionAttributeValues={":at": _n(at_ms)},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return  # a later revocation of the same principal already stands
+            raise StoreUnavailable("dynamodb store unavailable") from exc
+        except BotoCoreError as exc:
+            raise StoreUnavailable("dynamodb store unavailable") from exc
+
+    def credential_revoked(
+        self, tenant_id: str, token_id: str | None, principal: str, issued_at_ms: int
+    ) -> bool:
+        keys = [_revocation_key(tenant_id, "principal", principal)]
+        if token_id is not None:
+            keys.append(_revocation_key(tenant_id, "token", token_id))
+        for item in self._batch_get(keys):
+            if _get_s(item, "revoked_kind") == "token":
+                return True
+            if _get_n(item, "revoked_at_ms") >= issued_at_ms:
+                return True
+        return False
+
+    def state_counts(self, scope: Scope) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for prefix in ("candidate", "record"):
+            for item in self._scan(prefix, scope, {}):
+                name = f"{prefix}:{_get_s(item, 'state')}"
+                counts[name] = counts.get(name, 0) + 1
+        for item in self._query(pk=_outbox_scope_pk(scope), limit=_COUNT_LIMIT):
+            name = f"outbox:{_get_s(item, 'outbox_kind')}"
+            counts[name] = counts.get(name, 0) + 1
+        return counts
 
     # -- the commit ----------------------------------------------------------------------------
 

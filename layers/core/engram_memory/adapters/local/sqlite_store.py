@@ -9,15 +9,15 @@ a query can only ever read its own scope's rows, never scans another's, and BM25
 With a semantic channel, each scope also has a vector table beside its FTS5 table
 (``vec_<scope hash>``: record id → float32 little-endian vector). It is written and deleted by
 the same projection change, in the same transaction, so a forgotten record's vector goes with
-its lexical projection. ``nearest`` is an exact scan of the scope's vectors (dot products of unit
-vectors = cosine similarity).
+its lexical projection. ``nearest`` is exact (dot products of unit vectors = cosine similarity)
+over an in-memory matrix of the scope's vectors (``vector_matrix``), reloaded when the table's
+generation, bumped in the transaction of every vector write or delete, moved.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import operator
 import os
 import sqlite3
 import sys
@@ -47,6 +47,7 @@ from ...engine.ports import (
     RecordRow,
     StoreUnavailable,
 )
+from .vector_matrix import VectorMatrices
 
 FaultHook = Callable[[str], None]
 log = logging.getLogger(__name__)
@@ -103,6 +104,12 @@ CREATE TABLE IF NOT EXISTS outbox (
     workspace_id TEXT NOT NULL, target TEXT NOT NULL, surface TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS store_meta (
     key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS revocations (
+    tenant_id TEXT NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL,
+    revoked_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, kind, value)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS vector_generations (
+    table_name TEXT PRIMARY KEY, generation INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS lexical_tables (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, table_name TEXT NOT NULL UNIQUE,
     PRIMARY KEY (tenant_id, workspace_id)) WITHOUT ROWID;
@@ -175,6 +182,8 @@ def _unpack(blob: bytes) -> array[float]:
 
 
 DEFAULT_POOL_SIZE: Final = 8
+# How far past the depth a lexical query ranks by score alone (``_top_by_score``).
+_TIE_SLACK: Final = 64
 
 
 def _drops_projection(change: ProjectionChange | None) -> bool:
@@ -291,6 +300,7 @@ class SqliteStore:
         self._fault_hook = fault_hook
         self._busy_timeout_ms = busy_timeout_ms
         self._pool = _ConnectionPool(self._connect, pool_size, busy_timeout_ms / 1000)
+        self._matrices = VectorMatrices()
         with self._guard(), self._pool.connection() as conn:
             conn.executescript(_SCHEMA)
 
@@ -455,6 +465,122 @@ class SqliteStore:
             ).fetchone()
         return row is not None
 
+    # -- the operations plane (operators only) ---------------------------------------------------
+
+    def scopes(self) -> list[Scope]:
+        with self._guard(), self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT tenant_id, workspace_id FROM journal_heads ORDER BY tenant_id, workspace_id"
+            ).fetchall()
+        return [Scope(tenant_id, workspace_id) for tenant_id, workspace_id in rows]
+
+    def candidates_list(
+        self, scope: Scope, state: str | None, after: str, limit: int
+    ) -> list[CandidateRow]:
+        with self._guard(), self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates "  # noqa: S608 - constant columns
+                "WHERE tenant_id = ? AND workspace_id = ? AND (? IS NULL OR state = ?) "
+                "AND candidate_id > ? ORDER BY candidate_id LIMIT ?",
+                (scope.tenant_id, scope.workspace_id, state, state, after, limit),
+            ).fetchall()
+        return [CandidateRow(*row) for row in rows]
+
+    def records_list(
+        self, scope: Scope, state: str | None, after: str, limit: int
+    ) -> list[RecordRow]:
+        with self._guard(), self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM records "  # noqa: S608 - constant columns
+                "WHERE tenant_id = ? AND workspace_id = ? AND (? IS NULL OR state = ?) "
+                "AND record_id > ? ORDER BY record_id LIMIT ?",
+                (scope.tenant_id, scope.workspace_id, state, state, after, limit),
+            ).fetchall()
+        return [_record_row(row) for row in rows]
+
+    def state_counts(self, scope: Scope) -> dict[str, int]:
+        where = "WHERE tenant_id = ? AND workspace_id = ?"
+        counts: dict[str, int] = {}
+        with self._guard(), self._pool.connection() as conn:
+            for prefix, table, column in (
+                ("candidate", "candidates", "state"),
+                ("record", "records", "state"),
+                ("outbox", "outbox", "kind"),
+            ):
+                for value, count in conn.execute(
+                    f"SELECT {column}, COUNT(*) FROM {table} {where} GROUP BY {column}",  # noqa: S608
+                    (scope.tenant_id, scope.workspace_id),
+                ):
+                    counts[f"{prefix}:{value}"] = int(count)
+        return counts
+
+    def revoke_credentials(self, tenant_id: str, kind: str, value: str, at_ms: int) -> None:
+        with self._guard(), self._pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO revocations VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, kind, value) "
+                "DO UPDATE SET revoked_at_ms = MAX(revoked_at_ms, excluded.revoked_at_ms)",
+                (tenant_id, kind, value, at_ms),
+            )
+
+    def credential_revoked(
+        self, tenant_id: str, token_id: str | None, principal: str, issued_at_ms: int
+    ) -> bool:
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM revocations WHERE tenant_id = ? AND ("
+                "(kind = 'token' AND value = ?) OR "
+                "(kind = 'principal' AND value = ? AND revoked_at_ms >= ?)) LIMIT 1",
+                (tenant_id, token_id, principal, issued_at_ms),
+            ).fetchone()
+        return row is not None
+
+    def meta_get(self, key: str) -> str | None:
+        """A value of the store's own bookkeeping (``store_meta``), or None."""
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def meta_set(self, key: str, value: str) -> None:
+        with self._guard(), self._pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO store_meta VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def backup_to(self, target: Path) -> None:
+        """A consistent copy of the canonical store at ``target`` (which must not exist), made
+        with SQLite's online backup API beside live traffic, without its projections: the
+        per-scope FTS5 and vector tables are dropped from the copy (they are derived data, rebuilt
+        on restore), the copy's projection outbox items with them, and the copy is vacuumed so no
+        page of theirs survives in the file."""
+        target = Path(target)
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+        copy = sqlite3.connect(str(target), isolation_level=None)
+        try:
+            with self._guard(), self._pool.connection() as conn:
+                conn.backup(copy)
+            copy.execute("PRAGMA journal_mode = DELETE")
+            copy.execute("PRAGMA secure_delete = ON")
+            for (lexical_table,) in copy.execute(
+                "SELECT table_name FROM lexical_tables"
+            ).fetchall():
+                copy.execute(f"DROP TABLE IF EXISTS {lexical_table}")
+                copy.execute(f"DROP TABLE IF EXISTS vec_{lexical_table[4:]}")
+            copy.execute("DELETE FROM lexical_tables")
+            copy.execute("UPDATE records SET lex_rowid = NULL WHERE lex_rowid IS NOT NULL")
+            copy.execute(
+                "DELETE FROM outbox WHERE kind IN ('upsert_projection', 'drop_projection')"
+            )
+            copy.execute("DELETE FROM store_meta WHERE key = 'lexical_version'")
+            copy.execute("VACUUM")
+        except sqlite3.Error as exc:
+            copy.close()
+            target.unlink(missing_ok=True)
+            raise StoreUnavailable("the backup could not be written") from exc
+        copy.close()
+
     # -- the commit ----------------------------------------------------------------------------
 
     def commit(self, changes: ChangeSet) -> None:
@@ -560,10 +686,14 @@ class SqliteStore:
                 raise CommitConflict("ledger") from None
         if changes.candidate_transition is not None:
             move = changes.candidate_transition
+            # A candidate leaving ``pending`` (admitted, rejected, withdrawn) is never opened
+            # again and its key's destruction is queued in this same commit: its ciphertext is
+            # dead weight (2-3 KB a record), dropped here and zeroed by secure_delete.
             updated = conn.execute(
-                "UPDATE candidates SET state = ? WHERE tenant_id = ? AND workspace_id = ? "
+                "UPDATE candidates SET state = ?, sealed = CASE WHEN ? = 'pending' THEN sealed "
+                "ELSE X'' END WHERE tenant_id = ? AND workspace_id = ? "
                 "AND candidate_id = ? AND state = ?",
-                (move.to_state, t, w, move.target_id, move.from_state),
+                (move.to_state, move.to_state, t, w, move.target_id, move.from_state),
             ).rowcount
             if updated != 1:
                 raise CommitConflict("state")
@@ -690,6 +820,7 @@ class SqliteStore:
                     f"INSERT INTO {vectors} VALUES (?, ?)",  # noqa: S608 - internal name
                     (doc.record_id, _pack(doc.vector)),
                 )
+                self._vectors_changed(conn, vector_table_name(scope))
         if change.delete_record_id is not None:
             self._unproject(conn, scope, change.delete_record_id)
             table = self._lexical_table(conn, scope, create=False)
@@ -715,7 +846,12 @@ class SqliteStore:
     def _unproject(self, conn: sqlite3.Connection, scope: Scope, record_id: str) -> None:
         vectors = self._vector_table(conn, scope, create=False)
         if vectors is not None:
-            conn.execute(f"DELETE FROM {vectors} WHERE record_id = ?", (record_id,))  # noqa: S608
+            deleted = conn.execute(
+                f"DELETE FROM {vectors} WHERE record_id = ?",  # noqa: S608
+                (record_id,),
+            ).rowcount
+            if deleted:
+                self._vectors_changed(conn, vectors)
         row = conn.execute(
             "SELECT lex_rowid FROM records WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
             (scope.tenant_id, scope.workspace_id, record_id),
@@ -733,17 +869,58 @@ class SqliteStore:
     def lexical_search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
         if not terms:
             return []
+        if depth <= 0:
+            return []
         match = " OR ".join(f'"{term}"' for term in terms)
         with self._guard(), self._pool.connection() as conn:
             table = self._lexical_table(conn, scope, create=False)
             if table is None:
                 return []
+            conn.execute("BEGIN")  # both queries read one snapshot
+            try:
+                return self._top_by_score(conn, table, match, depth)
+            finally:
+                conn.execute("COMMIT")
+
+    @staticmethod
+    def _top_by_score(
+        conn: sqlite3.Connection, table: str, match: str, depth: int
+    ) -> list[IndexHit]:
+        """The ``depth`` best matches by score, ties by ``record_id``: exactly what ``ORDER BY
+        score DESC, record_id ASC LIMIT depth`` returns, without reading every match's
+        ``record_id`` (half the query's time at 10k records).
+
+        The matches are ranked by score alone, ``_TIE_SLACK`` past the depth; when the last one
+        scores below the depth-th, every match tied with the depth-th is among them, so ordering
+        just these by ``(score, record_id)`` is exact. Otherwise (a tie wider than the slack) the
+        plain query runs.
+        """
+        scored = conn.execute(
+            f"SELECT rowid, -bm25({table}, {_BM25_ARGS}) AS score FROM {table} "  # noqa: S608
+            f"WHERE {table} MATCH ? ORDER BY score DESC LIMIT ?",
+            (match, depth + _TIE_SLACK),
+        ).fetchall()
+        if len(scored) == depth + _TIE_SLACK and scored[-1][1] >= scored[depth - 1][1]:
             rows = conn.execute(
                 f"SELECT record_id, -bm25({table}, {_BM25_ARGS}) AS score FROM {table} "  # noqa: S608
                 f"WHERE {table} MATCH ? ORDER BY score DESC, record_id ASC LIMIT ?",
                 (match, depth),
             ).fetchall()
-        return [IndexHit(str(record_id), float(score)) for record_id, score in rows]
+            return [IndexHit(str(record_id), float(score)) for record_id, score in rows]
+        ids: dict[int, str] = {}
+        rowids = [rowid for rowid, _ in scored]
+        for start in range(0, len(rowids), 500):
+            chunk = rowids[start : start + 500]
+            ids.update(
+                conn.execute(
+                    f"SELECT rowid, record_id FROM {table} "  # noqa: S608 - placeholders only
+                    f"WHERE rowid IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+            )
+        hits = [IndexHit(str(ids[rowid]), float(score)) for rowid, score in scored]
+        hits.sort(key=lambda hit: (-hit.score, hit.record_id))
+        return hits[:depth]
 
     def vector_nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
         if depth <= 0:
@@ -752,14 +929,27 @@ class SqliteStore:
             table = self._vector_table(conn, scope, create=False)
             if table is None:
                 return []
-            rows = conn.execute(f"SELECT record_id, vector FROM {table}").fetchall()  # noqa: S608
-        query = array("d", vector)
-        hits = [
-            IndexHit(str(record_id), sum(map(operator.mul, query, _unpack(_as_bytes(blob)))))
-            for record_id, blob in rows
-        ]
-        hits.sort(key=lambda hit: (-hit.score, hit.record_id))
-        return hits[:depth]
+
+            def load() -> list[tuple[str, bytes]]:
+                rows = conn.execute(f"SELECT record_id, vector FROM {table}").fetchall()  # noqa: S608
+                return [(str(record_id), _as_bytes(blob)) for record_id, blob in rows]
+
+            conn.execute("BEGIN")  # the generation and the rows it counts: one snapshot
+            try:
+                row = conn.execute(
+                    "SELECT generation FROM vector_generations WHERE table_name = ?", (table,)
+                ).fetchone()
+                return self._matrices.nearest(table, row[0] if row else 0, load, vector, depth)
+            finally:
+                conn.execute("COMMIT")
+
+    @staticmethod
+    def _vectors_changed(conn: sqlite3.Connection, table: str) -> None:
+        conn.execute(
+            "INSERT INTO vector_generations VALUES (?, 1) ON CONFLICT (table_name) "
+            "DO UPDATE SET generation = generation + 1",
+            (table,),
+        )
 
     def vector_contains(self, scope: Scope, record_id: str) -> bool:
         return self._projected(self._vector_table, scope, record_id)

@@ -5,19 +5,21 @@ Encryption SDK (raw AES keyring, committing algorithm suite without signatures, 
 context binding tenant, workspace and candidate). The data key itself is stored only in the key
 file, wrapped under the master key with AES-256-GCM. Destroying the key row crypto-shreds the
 blob: the ciphertext, including any copy in a backup of the main database, can never be opened
-again. The key file is opened with ``secure_delete`` so a destroyed key's bytes are overwritten
-in the file, and it must never be included in backups.
+again. The key file is opened with ``secure_delete`` and checkpointed after every destroy so a
+destroyed key's bytes are overwritten in the file and gone from its -wal, and it must never be
+included in backups.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -43,7 +45,14 @@ from engram_memory.engine.ports import (
     VaultUnavailable,
 )
 
-__all__ = ["KEY_NAMESPACE", "LocalVault", "load_or_create_master_key"]
+__all__ = [
+    "KEY_NAMESPACE",
+    "LocalVault",
+    "finish_master_rotation",
+    "load_or_create_master_key",
+    "master_fingerprint",
+    "next_master_key_path",
+]
 
 
 _KEY_BYTES: Final = 32
@@ -56,6 +65,14 @@ CREATE TABLE IF NOT EXISTS data_keys (
     nonce BLOB NOT NULL,
     wrapped BLOB NOT NULL,
     created_at_ms INTEGER NOT NULL
+)
+"""
+# The key store's identity: a random id, made once, that the database it serves records too, so
+# a database restored beside a key store that is not its own is refused (RESTORE_REFUSED).
+_IDENTITY_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS key_store (
+    name TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
 )
 """
 
@@ -154,11 +171,82 @@ class LocalVault:
         return plaintext
 
     def destroy(self, key_ref: str) -> None:
-        """Durably delete the data key; idempotent (destroying a missing key is not an error)."""
-        self._run(
-            "destroy",
-            lambda conn: conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (key_ref,)),
-        )
+        """Durably delete the data key; idempotent (destroying a missing key is not an error).
+
+        Returns once the key's bytes are gone from the key file and its -wal; raises
+        ``VaultUnavailable`` when the -wal could not be truncated (a reader of an older snapshot
+        in another process): the deletion is then durable but not yet scrubbed, and a retry
+        finishes it.
+        """
+
+        def delete_and_scrub(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (key_ref,))
+            (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy:
+                raise sqlite3.OperationalError("the key file's -wal could not be truncated")
+
+        self._run("destroy", delete_and_scrub)
+
+    def key_store_id(self) -> str:
+        """This key store's identity (``ks_`` + 32 hex), made on first use and never changed."""
+
+        def identity(conn: sqlite3.Connection) -> str:
+            conn.execute(
+                "INSERT OR IGNORE INTO key_store VALUES ('id', ?)", ("ks_" + secrets.token_hex(16),)
+            )
+            (value,) = conn.execute("SELECT value FROM key_store WHERE name = 'id'").fetchone()
+            return str(value)
+
+        return self._run("key_store_id", identity)
+
+    def rewrap(
+        self, new_master_key: bytes, bindings: Mapping[str, tuple[Scope, str]]
+    ) -> tuple[int, int]:
+        """Re-wrap every data key under ``new_master_key`` in one transaction of the key file,
+        recording the new master key's fingerprint in it (``finish_master_rotation`` reads it to
+        finish a rotation that stopped before the new key file was put in place).
+
+        ``bindings`` maps each ``key_ref`` to the scope and candidate its wrapping is bound to
+        (the candidates of the main database). Returns ``(rewrapped, unbound)``: keys bound to
+        no known candidate cannot be unwrapped and are left as they are (they open nothing).
+        Afterwards this vault still holds the old master key: open a new one."""
+        if len(new_master_key) != _KEY_BYTES:
+            raise ValueError(f"the master key must be {_KEY_BYTES} bytes")
+        rewrapper = AESGCM(new_master_key)
+
+        def run(conn: sqlite3.Connection) -> tuple[int, int]:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows = conn.execute("SELECT key_ref, nonce, wrapped FROM data_keys").fetchall()
+                done = unbound = 0
+                for key_ref, nonce, wrapped in rows:
+                    binding = bindings.get(key_ref)
+                    if binding is None:
+                        unbound += 1
+                        continue
+                    aad = _wrap_aad(key_ref, binding[0], binding[1])
+                    data_key = self._wrapper.decrypt(nonce, wrapped, aad)
+                    fresh = secrets.token_bytes(_NONCE_BYTES)
+                    conn.execute(
+                        "UPDATE data_keys SET nonce = ?, wrapped = ? WHERE key_ref = ?",
+                        (fresh, rewrapper.encrypt(fresh, data_key, aad), key_ref),
+                    )
+                    done += 1
+                conn.execute(
+                    "INSERT INTO key_store VALUES ('master_fingerprint', ?) "
+                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    (master_fingerprint(new_master_key),),
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return done, unbound
+
+        try:
+            return self._run("rewrap", run)
+        except InvalidTag as exc:
+            raise SealIntegrityError("a data key does not open under the master key") from exc
 
     def key_exists(self, key_ref: str) -> bool:
         """Whether the data key ``key_ref`` is still held."""
@@ -212,16 +300,21 @@ class LocalVault:
         except sqlite3.Error as exc:
             raise VaultUnavailable("the local vault key file cannot be opened") from exc
         try:
-            # DELETE keeps the key bytes in the one file that secure_delete scrubs (WAL would
-            # leave copies of deleted pages in the -wal file until a checkpoint).
-            (journal_mode,) = conn.execute("PRAGMA journal_mode=DELETE").fetchone()
+            # WAL, as the store: a key written at capture costs one append and one fsync of the
+            # -wal file (synchronous=FULL, so a committed key survives a power cut), where a
+            # rollback journal cost three fsyncs and a file deletion. The -wal keeps images of
+            # the pages a destroy changed, so ``destroy`` checkpoints and truncates it before it
+            # returns: secure_delete has zeroed the key's bytes in the new page images, the
+            # checkpoint writes them over the database file, the truncation drops the old images.
+            (journal_mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
             (secure_delete,) = conn.execute("PRAGMA secure_delete=ON").fetchone()
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(_SCHEMA)
+            conn.execute(_IDENTITY_SCHEMA)
         except sqlite3.Error as exc:
             conn.close()
             raise VaultUnavailable("the local vault key file cannot be opened") from exc
-        if str(journal_mode).lower() != "delete" or secure_delete != 1:
+        if str(journal_mode).lower() != "wal" or secure_delete != 1:
             conn.close()
             raise VaultUnavailable("the local vault key file cannot guarantee key deletion")
         return conn
@@ -244,6 +337,39 @@ class LocalVault:
                 wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
             )
         )
+
+
+def master_fingerprint(master_key: bytes) -> str:
+    """A fingerprint naming a master key (a hash of 256 random bits reveals nothing of them)."""
+    return hashlib.sha256(b"engram-memory/master-fingerprint\x00" + master_key).hexdigest()[:32]
+
+
+def next_master_key_path(path: Path) -> Path:
+    """Where a rotation stages the new master key until the key file is re-wrapped."""
+    return Path(path).with_name(Path(path).name + ".next")
+
+
+def finish_master_rotation(keys_path: Path, master_path: Path) -> None:
+    """Complete or undo a master-key rotation that stopped half-way (see ``LocalVault.rewrap``):
+    the staged new key replaces the old one if the key file was re-wrapped under it, and is
+    discarded otherwise. Nothing happens when no rotation is staged."""
+    staged = next_master_key_path(master_path)
+    if not staged.exists():
+        return
+    conn = sqlite3.connect(keys_path)
+    try:
+        row = conn.execute(
+            "SELECT value FROM key_store WHERE name = 'master_fingerprint'"
+        ).fetchone()
+    except sqlite3.OperationalError:
+        row = None
+    finally:
+        conn.close()
+    if row is not None and row[0] == master_fingerprint(_read_master_key(staged)):
+        os.replace(staged, master_path)
+    else:
+        staged.unlink()
+    fsync_dir(Path(master_path).parent)
 
 
 def load_or_create_master_key(path: Path) -> bytes:

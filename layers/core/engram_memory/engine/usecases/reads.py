@@ -58,7 +58,9 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
     k.check_projection_current(call.scope)
 
     require_semantic = args.capability_policy.minimum_channels == "lexical_and_semantic"
-    hits, ranked, rows, profile = _rank(k, call, args.query, now, require_semantic)
+    # Fixed by the page size, so every page of one search ranks the same list.
+    depth = k.search_depth(args.limit)
+    hits, ranked, rows, profile = _rank(k, call, args.query, now, require_semantic, depth)
     ordered_ids = [h.record_id for h in ranked]
     ordered_digest = digest("ordered-ids", ordered_ids)
 
@@ -139,7 +141,12 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
 
 
 def _rank(
-    k: Kernel, call: Call, query: str, now: int, require_semantic: bool
+    k: Kernel,
+    call: Call,
+    query: str,
+    now: int,
+    require_semantic: bool,
+    depth: int,
 ) -> tuple[list[IndexHit], list[IndexHit], dict[str, RecordRow], dict[str, str]]:
     """Query the channels, revalidate each list against the store, fuse.
 
@@ -152,7 +159,6 @@ def _rank(
     """
     semantic_on = k.semantic_available
     lexical_on = not semantic_on or k.settings.semantic_mode == "hybrid"
-    depth = k.settings.rank_depth
     terms = lexical.query_terms(query) if lexical_on else []
     try:
         lexical_hits = k.lexical.search(call.scope, terms, depth) if terms else []

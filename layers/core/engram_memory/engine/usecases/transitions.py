@@ -12,10 +12,12 @@ from ...contract.models import (
 from ..journal import build_event
 from ..kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
 from ..ports import (
+    CandidateRow,
     ChangeSet,
     JournalHead,
     OutboxItem,
     ProjectionChange,
+    RecordRow,
     StateTransition,
 )
 from ..records import (
@@ -40,6 +42,30 @@ def withdraw(k: Kernel, call: Call, args: WithdrawInput) -> dict[str, Any]:
         raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
     approval = k.confirm(call, args, candidate_id, args.reason_ref)
     authorization = k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref})
+    return commit_withdraw(
+        k,
+        call,
+        candidate,
+        idempotency_key=args.idempotency_key,
+        intent=intent,
+        authorization=authorization,
+        approval_id=approval.approval_id if approval else None,
+    )
+
+
+def commit_withdraw(
+    k: Kernel,
+    call: Call,
+    candidate: CandidateRow,
+    *,
+    idempotency_key: str,
+    intent: str,
+    authorization: str,
+    approval_id: str | None,
+) -> dict[str, Any]:
+    """End a pending candidate as ``withdrawn`` and shred its key: the agent's withdraw, or an
+    operator's (who is the human, so no confirmation). Returns the output with its receipt."""
+    candidate_id = candidate.candidate_id
     destroy = OutboxItem(
         item_id=f"destroy_key:{candidate.key_ref}",
         kind="destroy_key",
@@ -80,10 +106,10 @@ def withdraw(k: Kernel, call: Call, args: WithdrawInput) -> dict[str, Any]:
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
-            ledger=k.ledger_entry(call, args.idempotency_key, candidate_id, intent, output, cursor),
+            ledger=k.ledger_entry(call, idempotency_key, candidate_id, intent, output, cursor),
             event=event,
             candidate_transition=StateTransition(candidate_id, "pending", "withdrawn"),
-            approval_id=approval.approval_id if approval else None,
+            approval_id=approval_id,
             outbox=(destroy,),
         )
 
@@ -111,6 +137,31 @@ def forget(k: Kernel, call: Call, args: ForgetInput) -> dict[str, Any]:
         raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
     approval = k.confirm(call, args, record_id, args.reason_ref)
     authorization = k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref})
+    return commit_forget(
+        k,
+        call,
+        row,
+        idempotency_key=args.idempotency_key,
+        intent=intent,
+        authorization=authorization,
+        approval_id=approval.approval_id if approval else None,
+    )
+
+
+def commit_forget(
+    k: Kernel,
+    call: Call,
+    row: RecordRow,
+    *,
+    idempotency_key: str,
+    intent: str,
+    authorization: str,
+    approval_id: str | None,
+) -> dict[str, Any]:
+    """Tombstone a record from whichever of the five states it is in, shred its body and drop
+    every projection: the agent's forget, or an operator's. Returns the output with its receipt
+    (``from_state`` says which state the record left)."""
+    record_id = row.record_id
     call.digests.update(record_digest=row.record_digest)
     drop = ProjectionChange(delete_record_id=record_id)
     outbox = k.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms)
@@ -152,13 +203,13 @@ def forget(k: Kernel, call: Call, args: ForgetInput) -> dict[str, Any]:
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
-            ledger=k.ledger_entry(call, args.idempotency_key, record_id, intent, output, cursor),
+            ledger=k.ledger_entry(call, idempotency_key, record_id, intent, output, cursor),
             event=event,
             record_transition=StateTransition(record_id, row.state, "tombstoned"),
             shred_record_body=True,
             tombstone_payload_digest=row.payload_digest,
             projection=drop,
-            approval_id=approval.approval_id if approval else None,
+            approval_id=approval_id,
             outbox=tuple(outbox),
         )
 

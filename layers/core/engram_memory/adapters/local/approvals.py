@@ -1,0 +1,261 @@
+"""The embedded host's open confirmations, shared by the server and the terminal (SQLite).
+
+One row per confirmation the server asked a human for: what it is bound to (principal, scope,
+tool, target, operation digest), who asked (agent, session), its single-use link secret, and its
+answer. The server opens a row when it first asks; the approval page and ``engram-memory
+approvals approve|decline`` answer it (the first answer wins); the agent's retry of the same
+call finds the answer, so an approval given after the client stopped waiting is not lost and the
+human is never asked twice for one operation. The engine still checks the 300 s / 30 s windows
+and single use (the approval id is consumed in the mutation's own commit).
+
+The file lives in the private data directory (0600), beside the keys: whoever can read it can
+already answer from the terminal, so the link secret is stored as it was handed out.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal, Protocol
+
+from ...engine.context import Scope
+from ...engine.gate import APPROVAL_TTL_MS, EXECUTION_WINDOW_MS, Approval
+
+FILE_NAME: Final = "approvals.sqlite3"
+KEEP_ANSWERED_MS: Final = 3_600_000  # rows are pruned an hour after they expired
+State = Literal["pending", "approved", "declined"]
+Answerer = Literal["page", "terminal", "client"]
+
+
+class Bound(Protocol):
+    """What an approval is bound to: a ``ConfirmationRequest`` or an ``Approval``."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def target(self) -> str | None: ...
+    @property
+    def operation_digest(self) -> str: ...
+    @property
+    def principal(self) -> str: ...
+    @property
+    def scope(self) -> Scope: ...
+
+
+class Asked(Bound, Protocol):
+    @property
+    def reason_ref(self) -> str | None: ...
+
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS approvals (
+    approval_id TEXT PRIMARY KEY,
+    secret TEXT NOT NULL,
+    principal TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    workspace_id TEXT NOT NULL,
+    agent_id TEXT,
+    session_id TEXT,
+    tool TEXT NOT NULL,
+    target TEXT,
+    operation_digest TEXT NOT NULL,
+    reason_ref TEXT,
+    issued_at_ms INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'declined')),
+    answered_at_ms INTEGER,
+    answered_by TEXT
+);
+CREATE INDEX IF NOT EXISTS approvals_binding
+    ON approvals (principal, tenant_id, workspace_id, tool, operation_digest);
+"""
+_COLUMNS: Final = (
+    "approval_id, secret, principal, tenant_id, workspace_id, agent_id, session_id, tool, target,"
+    " operation_digest, reason_ref, issued_at_ms, state, answered_at_ms, answered_by"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenApproval:
+    approval_id: str
+    secret: str
+    principal: str
+    tenant_id: str
+    workspace_id: str
+    agent_id: str | None
+    session_id: str | None
+    tool: str
+    target: str | None
+    operation_digest: str
+    reason_ref: str | None
+    issued_at_ms: int
+    state: State
+    answered_at_ms: int | None
+    answered_by: str | None
+
+    @property
+    def expires_at_ms(self) -> int:
+        return self.issued_at_ms + APPROVAL_TTL_MS
+
+    def approval(self) -> Approval:
+        assert self.answered_at_ms is not None
+        return Approval(
+            approval_id=self.approval_id,
+            tool=self.tool,
+            target=self.target,
+            operation_digest=self.operation_digest,
+            principal=self.principal,
+            scope=Scope(self.tenant_id, self.workspace_id),
+            issued_at_ms=self.issued_at_ms,
+            approved_at_ms=self.answered_at_ms,
+        )
+
+    def usable_at(self, now_ms: int) -> bool:
+        """An approval the engine would still accept now (300 s from asking, 30 s from approving)."""
+        return (
+            self.state == "approved"
+            and self.answered_at_ms is not None
+            and now_ms < self.expires_at_ms
+            and now_ms - self.answered_at_ms <= EXECUTION_WINDOW_MS
+        )
+
+
+class ApprovalBook:
+    """The open confirmations of one data directory (see the module docstring)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = path = data_dir / FILE_NAME
+        os.close(
+            os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        )  # owner-only before SQLite opens it
+        self._db = sqlite3.connect(path, timeout=10.0, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _rows(self, where: str, args: tuple[object, ...]) -> list[OpenApproval]:
+        cursor = self._db.execute(f"SELECT {_COLUMNS} FROM approvals WHERE {where}", args)  # noqa: S608 - fixed columns
+        return [OpenApproval(*row) for row in cursor.fetchall()]
+
+    def get(self, approval_id: str) -> OpenApproval | None:
+        with self._lock:
+            rows = self._rows("approval_id = ?", (approval_id,))
+        return rows[0] if rows else None
+
+    def for_operation(self, request: Bound, now_ms: int) -> OpenApproval | None:
+        """The newest live row bound to this very operation (pending, or answered and usable)."""
+        with self._lock:
+            rows = self._rows(
+                "principal = ? AND tenant_id = ? AND workspace_id = ? AND tool = ?"
+                " AND operation_digest = ? AND issued_at_ms > ? ORDER BY issued_at_ms DESC",
+                (
+                    request.principal,
+                    request.scope.tenant_id,
+                    request.scope.workspace_id,
+                    request.tool,
+                    request.operation_digest,
+                    now_ms - APPROVAL_TTL_MS,
+                ),
+            )
+        for row in rows:
+            if row.target == request.target:
+                return row
+        return None
+
+    def open(
+        self,
+        request: Asked,
+        *,
+        agent_id: str | None,
+        session_id: str | None,
+        now_ms: int,
+    ) -> OpenApproval:
+        """The pending row for this operation: the one already open, or a new one."""
+        existing = self.for_operation(request, now_ms)
+        if existing is not None and existing.state == "pending":
+            return existing
+        row = OpenApproval(
+            approval_id="apr_" + uuid.uuid4().hex,
+            secret=secrets.token_urlsafe(32),
+            principal=request.principal,
+            tenant_id=request.scope.tenant_id,
+            workspace_id=request.scope.workspace_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            tool=request.tool,
+            target=request.target,
+            operation_digest=request.operation_digest,
+            reason_ref=request.reason_ref,
+            issued_at_ms=now_ms,
+            state="pending",
+            answered_at_ms=None,
+            answered_by=None,
+        )
+        with self._lock, self._db:
+            self._db.execute(
+                "DELETE FROM approvals WHERE issued_at_ms < ?",
+                (now_ms - APPROVAL_TTL_MS - KEEP_ANSWERED_MS,),
+            )
+            self._db.execute(
+                f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 15)})",  # noqa: S608 - fixed columns
+                (
+                    row.approval_id,
+                    row.secret,
+                    row.principal,
+                    row.tenant_id,
+                    row.workspace_id,
+                    row.agent_id,
+                    row.session_id,
+                    row.tool,
+                    row.target,
+                    row.operation_digest,
+                    row.reason_ref,
+                    row.issued_at_ms,
+                    row.state,
+                    None,
+                    None,
+                ),
+            )
+        return row
+
+    def answer(
+        self, approval_id: str, approve: bool, *, now_ms: int, by: Answerer
+    ) -> OpenApproval | None:
+        """Record the first answer to a pending, unexpired row; None when there is none."""
+        state: State = "approved" if approve else "declined"
+        with self._lock, self._db:
+            changed = self._db.execute(
+                "UPDATE approvals SET state = ?, answered_at_ms = ?, answered_by = ?"
+                " WHERE approval_id = ? AND state = 'pending' AND issued_at_ms + ? > ?",
+                (state, now_ms, by, approval_id, APPROVAL_TTL_MS, now_ms),
+            ).rowcount
+        return self.get(approval_id) if changed == 1 else None
+
+    def close_declined(self, approval_id: str) -> None:
+        """A decline was reported to the agent: the next call for the operation asks anew."""
+        with self._lock, self._db:
+            self._db.execute(
+                "DELETE FROM approvals WHERE approval_id = ? AND state = 'declined'",
+                (approval_id,),
+            )
+
+    def forget_question(self, approval_id: str) -> None:
+        """Remove a question answered elsewhere (the client's own round trip)."""
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM approvals WHERE approval_id = ?", (approval_id,))
+
+    def pending(self, now_ms: int) -> list[OpenApproval]:
+        """The questions waiting for a human, oldest first."""
+        with self._lock:
+            return self._rows(
+                "state = 'pending' AND issued_at_ms > ? ORDER BY issued_at_ms",
+                (now_ms - APPROVAL_TTL_MS,),
+            )

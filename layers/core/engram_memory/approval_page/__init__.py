@@ -1,0 +1,47 @@
+"""The approval page a person opens to answer a confirmation (CONTRACT.md §8), for both
+compositions: ``view`` is what is shown, ``render`` turns it into HTML (no JavaScript, strict CSP,
+readable at 320 px), ``handler`` is the small request core (GET shows, POST answers) that the
+embedded server and the cloud approval function put their own storage and sign-in behind."""
+
+from __future__ import annotations
+
+from .handler import (
+    ApprovalDesk,
+    DeskAnswer,
+    PageRequest,
+    PageResponse,
+    csrf_token,
+    handle_page,
+)
+from .render import PAGE_HEADERS, render_answered, render_approval, render_error
+from .view import (
+    ApprovalView,
+    Citation,
+    Component,
+    Decision,
+    Memory,
+    PageError,
+    memory_from_record,
+    plain_summary,
+)
+
+__all__ = [
+    "PAGE_HEADERS",
+    "ApprovalDesk",
+    "ApprovalView",
+    "Citation",
+    "Component",
+    "Decision",
+    "DeskAnswer",
+    "Memory",
+    "PageError",
+    "PageRequest",
+    "PageResponse",
+    "csrf_token",
+    "handle_page",
+    "memory_from_record",
+    "plain_summary",
+    "render_answered",
+    "render_approval",
+    "render_error",
+]

@@ -1,0 +1,117 @@
+"""The approval page's request core: GET shows the request, POST takes the answer.
+
+It knows no storage and no sign-in: a composition puts its own ``ApprovalDesk`` behind it (the
+embedded server: a single-use secret in the link; the cloud: the signed-in principal). The core
+checks what both share: the request still open and not expired, the CSRF token on the form, the
+Origin of a POST, an explicit Approve or Decline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .render import (
+    CSRF_FIELD,
+    DECISION_FIELD,
+    PAGE_HEADERS,
+    render_answered,
+    render_approval,
+    render_error,
+)
+from .view import ApprovalView, Decision, PageError
+
+
+class ApprovalDesk(Protocol):
+    """A composition's storage and sign-in behind the page. ``credential`` is what proves the
+    visitor may answer (the link's secret embedded, the session's principal in the cloud)."""
+
+    def view(self, approval_id: str, credential: str) -> ApprovalView | PageError:
+        """The open request, or why it cannot be shown (unknown, answered, forbidden...)."""
+        ...
+
+    def csrf_token(self, approval_id: str, credential: str) -> str: ...
+
+    def answer(
+        self, approval_id: str, credential: str, decision: Decision, now_ms: int
+    ) -> DeskAnswer | PageError:
+        """Record the answer once (the first answer wins)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DeskAnswer:
+    view: ApprovalView
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    method: str
+    approval_id: str
+    credential: str
+    action_url: str  # where the form posts back (this very page)
+    form: Mapping[str, str] = field(default_factory=dict)
+    origin: str | None = None  # the POST's Origin header, when the browser sent one
+    fetch_site: str | None = None  # its Sec-Fetch-Site header, when the browser sent one
+
+
+@dataclass(frozen=True, slots=True)
+class PageResponse:
+    status: int
+    html: str
+    headers: Mapping[str, str] = field(default_factory=lambda: dict(PAGE_HEADERS))
+
+
+def csrf_token(key: bytes, *parts: str) -> str:
+    """A CSRF token bound to ``parts`` (approval id and credential) under a server key."""
+    return hmac.new(key, "\x1f".join(parts).encode(), hashlib.sha256).hexdigest()
+
+
+def _error(error: PageError) -> PageResponse:
+    status, html = render_error(error)
+    return PageResponse(status, html)
+
+
+def _same_origin(request: PageRequest, allowed_origin: str | None) -> bool:
+    """No sign of another site: ``Sec-Fetch-Site`` same-origin (or none: typed, bookmarked) and
+    an ``Origin`` that is this page's. A page sent with ``Referrer-Policy: no-referrer`` posts
+    ``Origin: null``, which says nothing either way; the CSRF token still has to match."""
+    if request.fetch_site is not None and request.fetch_site not in ("same-origin", "none"):
+        return False
+    return request.origin in (None, "null", allowed_origin)
+
+
+def handle_page(
+    desk: ApprovalDesk, request: PageRequest, *, now_ms: int, allowed_origin: str | None
+) -> PageResponse:
+    """Answer one request to ``/approvals/{id}`` (``allowed_origin``: this page's own origin)."""
+    if request.method not in ("GET", "POST"):
+        return _error(PageError.BAD_REQUEST)
+    shown = desk.view(request.approval_id, request.credential)
+    if isinstance(shown, PageError):
+        return _error(shown)
+    if shown.expires_at_ms <= now_ms:
+        return _error(PageError.EXPIRED)
+    expected = desk.csrf_token(request.approval_id, request.credential)
+    if request.method == "GET":
+        html = render_approval(
+            shown, now_ms=now_ms, action_url=request.action_url, csrf_token=expected
+        )
+        return PageResponse(200, html)
+    if not _same_origin(request, allowed_origin):
+        return _error(PageError.CSRF)
+    sent = request.form.get(CSRF_FIELD, "")
+    if not sent or not hmac.compare_digest(sent.encode(), expected.encode()):
+        return _error(PageError.CSRF)
+    try:
+        decision = Decision(request.form.get(DECISION_FIELD, ""))
+    except ValueError:
+        return _error(PageError.BAD_REQUEST)
+    answered = desk.answer(request.approval_id, request.credential, decision, now_ms)
+    if isinstance(answered, PageError):
+        return _error(answered)
+    return PageResponse(200, render_answered(answered.view, answered.decision))

@@ -1,0 +1,189 @@
+"""The approval page as HTML: no JavaScript, one inline style allowed by its hash (strict CSP),
+readable at 320 px (viewport meta, long ids wrap), errors as pages that say what to do next."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from html import escape
+from typing import Final
+
+from .view import ApprovalView, Decision, Memory, PageError, iso_time
+
+STYLE: Final = (
+    "*{box-sizing:border-box}"
+    "body{margin:0;font:16px/1.5 system-ui,sans-serif;color:#1b1b1b;background:#f6f6f4}"
+    "main{max-width:42rem;margin:0 auto;padding:1rem}"
+    "h1{font-size:1.4rem;margin:.5rem 0}h2{font-size:1.1rem;margin:1.25rem 0 .5rem}"
+    "code,dd,blockquote,li{overflow-wrap:anywhere;word-break:break-word}"
+    "dl{display:grid;grid-template-columns:minmax(6rem,auto) 1fr;gap:.25rem .75rem;margin:0}"
+    "dt{font-weight:600}dd{margin:0}"
+    "blockquote{margin:.5rem 0;padding:.5rem .75rem;background:#fff;border-left:4px solid #555}"
+    ".kind{font-size:.8rem;text-transform:uppercase;color:#555}"
+    ".choice{display:flex;flex-wrap:wrap;gap:.75rem;margin:1.5rem 0}"
+    "button{flex:1 1 8rem;min-height:3rem;font:inherit;font-weight:600;border-radius:.4rem;"
+    "border:2px solid #1b1b1b;cursor:pointer}"
+    "button[value=approve]{background:#14532d;color:#fff;border-color:#14532d}"
+    "button[value=decline]{background:#fff;color:#7f1d1d;border-color:#7f1d1d}"
+    ".note{color:#444;font-size:.9rem}"
+    "@media (max-width:30rem){dl{grid-template-columns:1fr}dd{margin-bottom:.5rem}}"
+)
+_STYLE_HASH: Final = base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
+CSP: Final = (
+    f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+# The page's URL carries the approval secret (embedded): no Referer, no cache, no framing.
+PAGE_HEADERS: Final = {
+    "Content-Type": "text/html; charset=utf-8",
+    "Content-Security-Policy": CSP,
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+}
+CSRF_FIELD: Final = "csrf_token"
+DECISION_FIELD: Final = "decision"
+
+
+def _document(title: str, body: str) -> str:
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)} · Engram Memory</title><style>{STYLE}</style></head>"
+        f"<body><main>{body}</main></body></html>"
+    )
+
+
+def _facts(view: ApprovalView, now_ms: int) -> str:
+    rows = "".join(
+        f"<dt>{escape(name)}</dt><dd>{escape(value)}</dd>" for name, value in view.facts(now_ms)
+    )
+    return f'<dl id="request">{rows}</dl>'
+
+
+def _memory(memory: Memory | None) -> str:
+    if memory is None:
+        return ""
+    if memory.withheld:
+        captured = (
+            f"<dt>Captured</dt><dd>{escape(iso_time(memory.captured_at_ms))}</dd>"
+            if memory.captured_at_ms is not None
+            else ""
+        )
+        return (
+            '<section id="memory"><h2>The memory</h2>'
+            "<p>Its text is not shown here; it is identified by its digest.</p>"
+            f"<dl><dt>Digest</dt><dd><code>{escape(memory.digest)}</code></dd>{captured}</dl>"
+            "</section>"
+        )
+    components = "".join(
+        f'<blockquote class="component"><div class="kind">{escape(c.kind)}</div>'
+        f"<p>{escape(c.text)}</p>"
+        f'<div class="note">Cites {escape(", ".join(c.citation_ids))}</div></blockquote>'
+        for c in memory.components
+    )
+    citations = "".join(
+        f'<li class="citation"><code>{escape(c.citation_id)}</code>: {escape(c.source_ref)}'
+        f" <span class=note>({escape(c.locator)})</span></li>"
+        for c in memory.citations
+    )
+    return (
+        f'<section id="memory"><h2>The memory</h2>{components}'
+        f'<h2>Citations</h2><ul id="citations">{citations}</ul></section>'
+    )
+
+
+def render_approval(view: ApprovalView, *, now_ms: int, action_url: str, csrf_token: str) -> str:
+    """The page that asks: what, who, the memory, and Approve / Decline (one POST form)."""
+    body = (
+        f"<h1>{escape(view.title)}</h1>"
+        f"<p>An agent asks to {escape(view.action)}. Nothing changes unless you approve.</p>"
+        f"{_memory(view.memory)}<h2>The request</h2>{_facts(view, now_ms)}"
+        f'<form method="post" action="{escape(action_url)}">'
+        f'<input type="hidden" name="{CSRF_FIELD}" value="{escape(csrf_token)}">'
+        f'<div class="choice"><button type="submit" name="{DECISION_FIELD}" '
+        f'value="{Decision.APPROVE.value}">Approve</button>'
+        f'<button type="submit" name="{DECISION_FIELD}" '
+        f'value="{Decision.DECLINE.value}">Decline</button></div></form>'
+        '<p class="note">After you answer, go back to your agent: it retries the same call,'
+        " which then goes through (approve) or fails with gate_failed (decline). The retry must"
+        " come within 30 s of your approval and 5 minutes of the request.</p>"
+    )
+    return _document(view.title, body)
+
+
+def render_answered(view: ApprovalView, decision: Decision) -> str:
+    if decision is Decision.APPROVE:
+        heading = "Approved"
+        text = (
+            f"You approved: {view.action}. Go back to your agent now: its retry of the same call"
+            " goes through if it comes within 30 s."
+        )
+    else:
+        heading = "Declined"
+        text = (
+            "Nothing was changed. The agent's call fails with gate_failed; it has to ask you"
+            " again for a new approval."
+        )
+    body = (
+        f'<h1 id="outcome" data-decision="{decision.value}">{heading}</h1>'
+        f"<p>{escape(text)}</p>"
+        f'<p class="note">Approval <code>{escape(view.approval_id)}</code>. You can close this'
+        " page.</p>"
+    )
+    return _document(heading, body)
+
+
+ERRORS: Final[dict[PageError, tuple[int, str, str]]] = {
+    PageError.NOT_FOUND: (
+        404,
+        "Approval not found",
+        "This approval link is not known here. Open the whole link your agent's host showed you;"
+        " if the agent still needs an approval, have it retry its call to get a new link.",
+    ),
+    PageError.EXPIRED: (
+        410,
+        "This request has expired",
+        "Approvals live 5 minutes and nothing was changed. Have the agent retry its call with the"
+        " same idempotency key: it gets a new link.",
+    ),
+    PageError.ANSWERED: (
+        409,
+        "Already answered",
+        "This approval was already answered (each link works once). Go back to your agent; if"
+        " it needs another approval, it gets a new link.",
+    ),
+    PageError.CSRF: (
+        403,
+        "The form could not be verified",
+        "The answer did not come from this approval page. Open the approval link again and"
+        " choose Approve or Decline there.",
+    ),
+    PageError.FORBIDDEN: (
+        403,
+        "You cannot answer this request",
+        "Only the person the agent acts for can answer it. Sign in as that person, or ask them"
+        " to open the link.",
+    ),
+    PageError.BAD_REQUEST: (
+        400,
+        "No answer was chosen",
+        "Open the approval link again and press Approve or Decline.",
+    ),
+    PageError.UNAVAILABLE: (
+        503,
+        "The memory service is unavailable",
+        "Nothing was changed. Reload this page in a moment.",
+    ),
+}
+
+
+def render_error(error: PageError) -> tuple[int, str]:
+    """An error as a page: its HTTP status and HTML, with the next step."""
+    status, heading, next_step = ERRORS[error]
+    body = (
+        f'<h1 id="error" data-error="{error.value}">{escape(heading)}</h1>'
+        f'<p id="next-step">{escape(next_step)}</p>'
+    )
+    return status, _document(heading, body)

@@ -1,0 +1,291 @@
+"""Backup and restore of the embedded default (CONTRACT.md §1: the operations plane).
+
+A backup is a consistent online copy of ``engram.db`` made with SQLite's backup API, without the
+projections (derived data) and, as ever, without ``keys/``: the key store stays on the host, so
+a candidate withdrawn or rejected after the backup was taken stays unreadable in every copy.
+
+A restore checks the backup before it touches anything (``BACKUP_INVALID``: not an Engram
+database, a broken hash chain or cursor gap in any scope's journal, a record whose body does not
+hash to its digest), refuses a target data directory that already holds memories or whose key
+store is not the backup's own (``RESTORE_REFUSED``), then puts the database in place and
+rebuilds every scope's projections from the records. ``new_keys`` restores onto a fresh key
+store instead, deliberately: records come back, pending candidates cannot be opened again.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .adapters.local.sqlite_store import SqliteStore
+from .adapters.local.vault import LocalVault, load_or_create_master_key
+from .bootstrap import (
+    CANDIDATE_KEYS_FILE,
+    DATABASE_FILE,
+    KEY_STORE_META,
+    KEYS_DIR,
+    MASTER_KEY_FILE,
+    holds_memories,
+    init_data_dir,
+    missing_keys,
+    open_embedded,
+    open_existing,
+    prepare_data_dir,
+)
+from .contract.errors import EngramError, ErrorCode
+from .engine.context import Scope
+from .engine.journal import verify_journal
+from .engine.operations import audited, reindex
+from .engine.ports import StoreUnavailable
+from .engine.records import decode, record_digest_matches
+
+__all__ = ["OperationRefused", "backup", "restore"]
+
+_PAGE = 500
+
+
+class OperationRefused(EngramError):
+    """``BACKUP_INVALID`` or ``RESTORE_REFUSED`` with a sentence for the operator (``detail``);
+    the contract message stays the constant one."""
+
+    def __init__(self, code: ErrorCode, detail: str) -> None:
+        super().__init__(code)
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    scopes: dict[str, int]
+    records: int
+    key_store_id: str | None
+
+
+def backup(data_dir: Path, target: Path, operator: str) -> dict[str, Any]:
+    """Write a backup of ``data_dir`` to ``target`` (a new file), check it as a restore would,
+    and return what it holds. Audited as ``admin.backup``."""
+    target = Path(target)
+    if target.exists():
+        raise OperationRefused(ErrorCode.BACKUP_INVALID, f"{target} already exists")
+    host = open_existing(data_dir)
+    try:
+        scope = Scope(host.config.tenant_id, "*")
+
+        def run(_call: Any) -> dict[str, Any]:
+            try:
+                host.store.backup_to(target)
+            except StoreUnavailable:
+                raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+            checked = _check(target)
+            _rollback_journal(target)
+            return {
+                "backup": str(target.resolve()),
+                "bytes": target.stat().st_size,
+                "journal_heads": checked.scopes,
+                "records": checked.records,
+                "key_store_id": checked.key_store_id,
+                "keys_included": False,
+                "projections_included": False,
+            }
+
+        return audited(host.engine, scope, operator, "backup", target.name, run)
+    finally:
+        host.close()
+
+
+def _check(database: Path) -> _Checked:
+    """Check a backup file: an Engram database whose every journal verifies and whose every
+    record body hashes to its digest. Raises ``OperationRefused(BACKUP_INVALID)``."""
+    try:
+        with database.open("rb") as handle:
+            if handle.read(16) != b"SQLite format 3\x00":
+                raise OperationRefused(ErrorCode.BACKUP_INVALID, "not an SQLite database")
+        probe = sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            (verdict,) = probe.execute("PRAGMA integrity_check").fetchone()
+            tables = {name for (name,) in probe.execute("SELECT name FROM sqlite_master")}
+        finally:
+            probe.close()
+    except (OSError, sqlite3.Error):
+        raise OperationRefused(ErrorCode.BACKUP_INVALID, "unreadable database") from None
+    if verdict != "ok" or not {"journal_heads", "journal_events", "records"} <= tables:
+        raise OperationRefused(ErrorCode.BACKUP_INVALID, "not an intact Engram Memory database")
+    store = SqliteStore(database)
+    try:
+        heads: dict[str, int] = {}
+        records = 0
+        for scope in store.scopes():
+            try:
+                heads[f"{scope.tenant_id}/{scope.workspace_id}"] = verify_journal(
+                    store, scope
+                ).cursor
+            except EngramError as error:
+                raise OperationRefused(
+                    ErrorCode.BACKUP_INVALID,
+                    f"the journal of {scope.tenant_id}/{scope.workspace_id} fails its check"
+                    f" ({error.code.value})",
+                ) from None
+            records += _check_records(store, scope)
+        return _Checked(heads, records, store.meta_get(KEY_STORE_META))
+    except StoreUnavailable:
+        raise OperationRefused(ErrorCode.BACKUP_INVALID, "unreadable database") from None
+    finally:
+        store.close()
+
+
+def _check_records(store: SqliteStore, scope: Scope) -> int:
+    checked = 0
+    after = ""
+    while rows := store.records_list(scope, None, after, _PAGE):
+        for row in rows:
+            checked += 1
+            if row.body is None:
+                continue
+            try:
+                intact = record_digest_matches(decode(row.body))
+                intact = intact and decode(row.body)["record_digest"] == row.record_digest
+            except (ValueError, KeyError, TypeError):
+                intact = False
+            if not intact:
+                raise OperationRefused(
+                    ErrorCode.BACKUP_INVALID,
+                    f"record {row.record_id} does not match its digest",
+                )
+        after = rows[-1].record_id
+    return checked
+
+
+def restore(
+    backup_file: Path, data_dir: Path, operator: str, *, new_keys: bool = False
+) -> dict[str, Any]:
+    """Restore ``backup_file`` into ``data_dir`` (see the module docstring); return a report.
+
+    Raises ``OperationRefused`` (``BACKUP_INVALID`` or ``RESTORE_REFUSED``) before anything in
+    ``data_dir`` changes."""
+    backup_file, data_dir = Path(backup_file), Path(data_dir)
+    if not backup_file.is_file():
+        raise OperationRefused(ErrorCode.BACKUP_INVALID, f"no backup file at {backup_file}")
+    if holds_memories(data_dir):
+        raise OperationRefused(
+            ErrorCode.RESTORE_REFUSED,
+            f"{data_dir} already holds memories; restore into an empty data directory",
+        )
+    missing = missing_keys(data_dir)
+    if missing and len(missing) < 2:
+        raise OperationRefused(
+            ErrorCode.RESTORE_REFUSED,
+            f"the key store in {data_dir / KEYS_DIR} is incomplete ({', '.join(missing)} missing)",
+        )
+    if missing and not new_keys:
+        raise OperationRefused(
+            ErrorCode.RESTORE_REFUSED,
+            f"no key store in {data_dir / KEYS_DIR}: copy the original keys/ folder there first"
+            " (keys are never in a backup), or pass --new-keys to restore the records on new"
+            " keys (pending candidates will not open)",
+        )
+    created = not data_dir.exists()
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    staged = data_dir / f".{DATABASE_FILE}.restore-{secrets.token_hex(6)}"
+    try:
+        _copy(backup_file, staged)
+        checked = _check(staged)
+        if missing:
+            init_data_dir(data_dir)  # the new key store (no memories yet: allowed)
+        ours = _key_store_id(data_dir)
+        if not missing and checked.key_store_id != ours:
+            raise OperationRefused(
+                ErrorCode.RESTORE_REFUSED,
+                f"the key store in {data_dir / KEYS_DIR} ({ours}) is not the backup's"
+                f" ({checked.key_store_id}); copy that data directory's own keys/ folder there",
+            )
+        _adopt(staged, ours)
+        prepare_data_dir(data_dir)
+        for suffix in ("-wal", "-shm"):
+            (data_dir / f"{DATABASE_FILE}{suffix}").unlink(missing_ok=True)
+        os.replace(staged, data_dir / DATABASE_FILE)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        if created and not any(data_dir.iterdir()):
+            data_dir.rmdir()  # refused before anything was made: leave no trace
+        raise
+    return _rebuild(data_dir, checked, operator, new_keys=bool(missing))
+
+
+def _rollback_journal(database: Path) -> None:
+    """Leave a backup file self-contained: no WAL mode (the check opened it as a store)."""
+    conn = sqlite3.connect(str(database))
+    try:
+        conn.execute("PRAGMA journal_mode = DELETE")
+    finally:
+        conn.close()
+
+
+def _copy(source: Path, target: Path) -> None:
+    fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.close(fd)
+    try:
+        reader = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)
+        writer = sqlite3.connect(str(target))
+        try:
+            reader.backup(writer)
+        finally:
+            reader.close()
+            writer.close()
+    except sqlite3.Error:
+        raise OperationRefused(ErrorCode.BACKUP_INVALID, "unreadable database") from None
+
+
+def _key_store_id(data_dir: Path) -> str:
+    keys = data_dir / KEYS_DIR
+    vault = LocalVault(
+        keys / CANDIDATE_KEYS_FILE, load_or_create_master_key(keys / MASTER_KEY_FILE)
+    )
+    try:
+        return vault.key_store_id()
+    finally:
+        vault.close()
+
+
+def _adopt(staged: Path, key_store_id: str) -> None:
+    store = SqliteStore(staged)
+    try:
+        store.meta_set(KEY_STORE_META, key_store_id)
+    finally:
+        store.close()
+
+
+def _rebuild(data_dir: Path, checked: _Checked, operator: str, *, new_keys: bool) -> dict[str, Any]:
+    host = open_embedded(data_dir)
+    try:
+        indexed = 0
+        unopenable = 0
+        for name in checked.scopes:
+            tenant_id, _, workspace_id = name.partition("/")
+            scope = Scope(tenant_id, workspace_id)
+            indexed += reindex(host.engine, scope).indexed
+            after = ""
+            while rows := host.store.candidates_list(scope, "pending", after, _PAGE):
+                unopenable += sum(1 for row in rows if not host.vault.key_exists(row.key_ref))
+                after = rows[-1].candidate_id
+        report = {
+            "restored": str((data_dir / DATABASE_FILE).resolve()),
+            "journal_heads": checked.scopes,
+            "records": checked.records,
+            "projected": indexed,
+            "new_key_store": new_keys,
+            "pending_candidates_without_key": unopenable,
+        }
+        audited(
+            host.engine,
+            Scope(host.config.tenant_id, "*"),
+            operator,
+            "restore",
+            None,
+            lambda _call: None,
+        )
+        return report
+    finally:
+        host.close()

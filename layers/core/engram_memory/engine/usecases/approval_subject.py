@@ -1,0 +1,67 @@
+"""The memory a confirmation is about, for the person asked to approve it (CONTRACT.md §8).
+
+forget: the record's text and citations (the record is current knowledge of the scope). withdraw:
+the pending candidate's text, opened from the vault only for the principal that captured it (the
+only principal that may withdraw it), and every such opening is audited with its digest, never
+its text. Anything else (capture, a target that is gone): nothing to show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...contract.errors import EngramError
+from ..context import TrustedContext
+from ..kernel import Call, Kernel
+from ..ports import AuditEvent
+from ..records import decode
+
+AUDIT_CODE = "APPROVAL_SUBJECT_OPENED"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalSubject:
+    record: dict[str, Any]  # components, citations, primary_component_id
+    digest: str  # the record digest
+    captured_at_ms: int | None
+
+
+def approval_subject(
+    k: Kernel, ctx: TrustedContext, tool: str, target: str | None, now_ms: int
+) -> ApprovalSubject | None:
+    """The memory behind ``target`` for the approval page and the form, or None."""
+    if target is None:
+        return None
+    try:
+        if tool == "forget":
+            row = k.read(lambda: k.store.record_get(ctx.scope, target))
+            if row is None or row.body is None:
+                return None
+            return ApprovalSubject(dict(decode(row.body)), row.record_digest, None)
+        if tool == "withdraw":
+            call = Call(tool=tool, ctx=ctx, now_ms=now_ms)
+            candidate = k.pending_candidate(call, target)  # NOT_FOUND for another principal
+            content = k.open_candidate(call, candidate)
+            k.audit.record(
+                AuditEvent(
+                    audit_id=ctx.audit_id,
+                    at_ms=now_ms,
+                    tenant_id=ctx.tenant_id,
+                    workspace_id=ctx.workspace_id,
+                    principal=ctx.principal,
+                    agent_id=ctx.agent_id,
+                    session_id=ctx.session_id,
+                    tool=tool,
+                    ok=True,
+                    code=AUDIT_CODE,
+                    target=target,
+                    digests={"record_digest": candidate.record_digest},
+                )
+            )
+            return ApprovalSubject(
+                dict(content["record"]), candidate.record_digest, candidate.created_at_ms
+            )
+    except EngramError:
+        return None  # the page shows no memory; the engine refuses the call itself
+    return None

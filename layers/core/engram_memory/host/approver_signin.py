@@ -1,0 +1,274 @@
+"""Signing a person in to the cloud approval page: OpenID Connect authorization code with PKCE,
+a short-lived session cookie, and the CSRF token of the page's form.
+
+- ``OidcClient``: discovery (the issuer must name itself exactly), the authorization URL with
+  ``state``, ``nonce`` and an S256 ``code_challenge``, the code exchange with the verifier, and
+  the ID token checked against the issuer's JWKS (algorithm allow-list of ``tokens``, ``iss``,
+  ``aud`` = the client id, ``nonce``, ``exp``/``iat`` with the same leeway). HTTP is injected
+  (``Fetch``): the module makes no network call of its own, and tests use a local provider.
+- ``SignedCookies``: the pending sign-in (state, nonce, verifier, where to return) and the signed-in
+  session (the approver's subject and expiry), each an HMAC-signed value in a cookie that is
+  ``HttpOnly; Secure; SameSite=Strict`` and short-lived. A tampered, expired or foreign cookie
+  reads as absent.
+
+Not wired into ``functions/approval`` yet (that function is moving with the cloud composition):
+these pieces are standalone and tested on their own (tests/integration/test_approver_signin.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlencode
+
+import jwt
+
+from .tokens import ALLOWED_ALGORITHMS, LEEWAY_S
+
+# GET (form None) or POST form-encoded (form given) a URL; the decoded JSON object.
+Fetch = Callable[[str, Mapping[str, str] | None], Mapping[str, Any]]
+
+SESSION_COOKIE: Final = "engram_approver"
+SIGNIN_COOKIE: Final = "engram_signin"
+SESSION_TTL_S: Final = 600  # a session lives long enough to answer a few approvals
+SIGNIN_TTL_S: Final = 300
+
+
+class SignInFailed(Exception):
+    """The sign-in cannot complete; the message is constant and holds no token or secret."""
+
+
+def pkce_pair() -> tuple[str, str]:
+    """A PKCE ``code_verifier`` (RFC 7636, 64 URL-safe characters) and its S256 challenge."""
+    verifier = secrets.token_urlsafe(48)
+    return verifier, _b64(hashlib.sha256(verifier.encode("ascii")).digest())
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderMetadata:
+    issuer: str
+    authorization_endpoint: str
+    token_endpoint: str
+    jwks_uri: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSignIn:
+    """What the browser keeps (signed, in ``SIGNIN_COOKIE``) between leaving and coming back."""
+
+    state: str
+    nonce: str
+    verifier: str
+    return_to: str
+
+
+@dataclass(frozen=True, slots=True)
+class Approver:
+    subject: str
+    expires_at: int
+
+
+class OidcClient:
+    """The approval page as a confidential-less OIDC client (PKCE, no client secret)."""
+
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        client_id: str,
+        redirect_uri: str,
+        fetch: Fetch,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.issuer = issuer
+        self.client_id = client_id
+        self.redirect_uri = redirect_uri
+        self._fetch = fetch
+        self._clock = clock
+        self._metadata: ProviderMetadata | None = None
+
+    def metadata(self) -> ProviderMetadata:
+        if self._metadata is None:
+            found = self._fetch(self.issuer.rstrip("/") + "/.well-known/openid-configuration", None)
+            try:
+                metadata = ProviderMetadata(
+                    issuer=str(found["issuer"]),
+                    authorization_endpoint=str(found["authorization_endpoint"]),
+                    token_endpoint=str(found["token_endpoint"]),
+                    jwks_uri=str(found["jwks_uri"]),
+                )
+            except KeyError:
+                raise SignInFailed("the identity provider's metadata is incomplete") from None
+            if metadata.issuer != self.issuer:  # OpenID Connect Discovery §4.3
+                raise SignInFailed("the identity provider names another issuer")
+            self._metadata = metadata
+        return self._metadata
+
+    def start(self, return_to: str) -> tuple[str, PendingSignIn]:
+        """The authorization URL to send the browser to, and what to keep until it returns."""
+        verifier, challenge = pkce_pair()
+        pending = PendingSignIn(
+            state=secrets.token_urlsafe(24),
+            nonce=secrets.token_urlsafe(24),
+            verifier=verifier,
+            return_to=return_to,
+        )
+        query = urlencode(
+            {
+                "response_type": "code",
+                "client_id": self.client_id,
+                "redirect_uri": self.redirect_uri,
+                "scope": "openid",
+                "state": pending.state,
+                "nonce": pending.nonce,
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+            }
+        )
+        return f"{self.metadata().authorization_endpoint}?{query}", pending
+
+    def finish(self, *, code: str, state: str, pending: PendingSignIn) -> str:
+        """Exchange the code (with the PKCE verifier) and return the verified ``sub``."""
+        if not code or not hmac.compare_digest(state.encode(), pending.state.encode()):
+            raise SignInFailed("the sign-in does not match the one this browser started")
+        metadata = self.metadata()
+        tokens = self._fetch(
+            metadata.token_endpoint,
+            {
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": self.redirect_uri,
+                "client_id": self.client_id,
+                "code_verifier": pending.verifier,
+            },
+        )
+        id_token = tokens.get("id_token")
+        if not isinstance(id_token, str):
+            raise SignInFailed("the identity provider returned no ID token")
+        claims = self._verify(id_token, metadata)
+        if not hmac.compare_digest(str(claims.get("nonce", "")).encode(), pending.nonce.encode()):
+            raise SignInFailed("the ID token was not issued for this sign-in (nonce)")
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject:
+            raise SignInFailed("the ID token names no subject")
+        return subject
+
+    def _verify(self, id_token: str, metadata: ProviderMetadata) -> dict[str, Any]:
+        try:
+            header = jwt.get_unverified_header(id_token)
+            keys = jwt.PyJWKSet.from_dict(dict(self._fetch(metadata.jwks_uri, None)))
+            key = next(k for k in keys.keys if k.key_id == header.get("kid"))
+            if header.get("alg") not in ALLOWED_ALGORITHMS:
+                raise SignInFailed("the ID token's algorithm is not accepted")
+            claims: dict[str, Any] = jwt.decode(
+                id_token,
+                key.key,
+                algorithms=[str(header["alg"])],
+                audience=self.client_id,
+                issuer=self.issuer,
+                leeway=LEEWAY_S,
+                options={"require": ["iss", "aud", "sub", "exp", "iat"]},
+            )
+        except (jwt.PyJWTError, StopIteration, KeyError, ValueError):
+            raise SignInFailed("the ID token does not verify") from None
+        return claims
+
+
+class SignedCookies:
+    """HMAC-signed cookie values (not secret: they hold no token, only what they say)."""
+
+    def __init__(self, key: bytes, *, clock: Callable[[], float] = time.time) -> None:
+        if len(key) < 32:
+            raise ValueError("the cookie key must be at least 32 bytes")
+        self._key = key
+        self._clock = clock
+
+    def _seal(self, purpose: str, body: Mapping[str, Any]) -> str:
+        payload = _b64(json.dumps({"p": purpose, **body}, sort_keys=True).encode())
+        mac = hmac.new(self._key, payload.encode(), hashlib.sha256).digest()
+        return f"{payload}.{_b64(mac)}"
+
+    def _open(self, purpose: str, value: str | None) -> dict[str, Any] | None:
+        if not value or value.count(".") != 1:
+            return None
+        payload, mac = value.split(".")
+        expected = _b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest())
+        if not hmac.compare_digest(mac.encode(), expected.encode()):
+            return None
+        try:
+            body: dict[str, Any] = json.loads(_unb64(payload))
+        except ValueError:
+            return None
+        if body.get("p") != purpose or int(body.get("exp", 0)) <= self._clock():
+            return None
+        return body
+
+    @staticmethod
+    def header(name: str, value: str, max_age: int, path: str = "/approvals") -> str:
+        """A ``Set-Cookie`` value: never readable by scripts, HTTPS only, never cross-site."""
+        return f"{name}={value}; Max-Age={max_age}; Path={path}; HttpOnly; Secure; SameSite=Strict"
+
+    def pending_cookie(self, pending: PendingSignIn) -> str:
+        body = {
+            "state": pending.state,
+            "nonce": pending.nonce,
+            "verifier": pending.verifier,
+            "return_to": pending.return_to,
+            "exp": int(self._clock()) + SIGNIN_TTL_S,
+        }
+        return self.header(SIGNIN_COOKIE, self._seal("signin", body), SIGNIN_TTL_S)
+
+    def pending(self, value: str | None) -> PendingSignIn | None:
+        body = self._open("signin", value)
+        if body is None:
+            return None
+        return PendingSignIn(body["state"], body["nonce"], body["verifier"], body["return_to"])
+
+    def session_cookie(self, subject: str) -> str:
+        body = {"sub": subject, "exp": int(self._clock()) + SESSION_TTL_S}
+        return self.header(SESSION_COOKIE, self._seal("session", body), SESSION_TTL_S)
+
+    def approver(self, value: str | None) -> Approver | None:
+        body = self._open("session", value)
+        if body is None or not isinstance(body.get("sub"), str):
+            return None
+        return Approver(subject=body["sub"], expires_at=int(body["exp"]))
+
+
+def cookie_value(cookie_header: str | None, name: str) -> str | None:
+    """The value of cookie ``name`` in a ``Cookie`` request header."""
+    for part in (cookie_header or "").split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name:
+            return value
+    return None
+
+
+__all__ = [
+    "SESSION_COOKIE",
+    "SIGNIN_COOKIE",
+    "Approver",
+    "Fetch",
+    "OidcClient",
+    "PendingSignIn",
+    "ProviderMetadata",
+    "SignInFailed",
+    "SignedCookies",
+    "cookie_value",
+    "pkce_pair",
+]

@@ -1,0 +1,226 @@
+"""The embedded approval page in a real browser, from a real URL elicitation.
+
+The official ``mcp`` client declares URL-only elicitation; ``forget``/``withdraw`` hand it a link
+to ``/approvals/{id}?secret=…``; headless Chromium (Selenium, Debian's chromium-driver) opens it,
+reads the memory, presses Approve or Decline; the client's retry with the same key commits (or
+gets ``gate_failed``). Also: an expired request, a POST without the page's CSRF token, and the
+page at phone width (320 px) with screenshots (``ENGRAM_SCREENSHOTS=DIR`` keeps them there).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp.types as types
+import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
+
+from browser_support import (
+    PHONE_WIDTH,
+    as_desktop,
+    as_phone,
+    full_screenshot,
+    open_chromium,
+    page_width,
+    text_of,
+)
+from e2e_support import (
+    FORGET,
+    LEGACY,
+    MODERN,
+    REVISIONS,
+    WITHDRAW,
+    Agent,
+    HttpService,
+    age_approval,
+    approval_id_of,
+    envelope,
+    error_code,
+    link_of,
+    new_key,
+    new_workspace,
+    ok_value,
+    url_only_client,
+)
+
+pytestmark = pytest.mark.anyio
+
+NOTE = "Decision: release branches are cut on Tuesdays after the freeze review."
+DRAFT = "A draft: the staging flag ENGRAM_FAST is only for load tests."
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    yield from open_chromium()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    kept = os.environ.get("ENGRAM_SCREENSHOTS")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return Path(kept)
+    return tmp_path_factory.mktemp("approval-screenshots")
+
+
+class Person:
+    """The human behind the client: opens each link in Chromium and presses a button."""
+
+    def __init__(self, browser: webdriver.Chrome, decision: str = "Approve") -> None:
+        self.browser = browser
+        self.decision = decision
+        self.links: list[str] = []
+        self.memory_shown: list[list[str]] = []
+
+    def answer(self, url: str) -> str:
+        """Open the page, read it, press the button; the outcome page's decision."""
+        self.links.append(url)
+        as_desktop(self.browser)
+        self.browser.get(url)
+        self.memory_shown.append(text_of(self.browser, "#memory blockquote p"))
+        self.browser.find_element(By.XPATH, f"//button[text()='{self.decision}']").click()
+        # the click starts a navigation: wait for the answer page, not the one being left
+        outcome = WebDriverWait(self.browser, 20).until(
+            expected_conditions.presence_of_element_located((By.ID, "outcome"))
+        )
+        return str(outcome.get_attribute("data-decision"))
+
+    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        """The 2026-07-28 client's elicitation callback: a URL elicitation, answered on the page."""
+        assert isinstance(params, types.ElicitRequestURLParams), params
+        await anyio.to_thread.run_sync(self.answer, params.url)
+        return types.ElicitResult(action="accept")  # "I opened the page": the retry follows
+
+
+async def gated(
+    agent: Agent, person: Person, mode: str, tool: str, arguments: dict[str, Any]
+) -> types.CallToolResult:
+    """Call a gated tool as the client would: on 2025-11-25 the -32042 link is opened by the
+    person and the call retried with the same key; 2026-07-28 does both inside the client."""
+    call = lambda: agent.client.call_tool(tool, arguments)  # noqa: E731
+    if mode == MODERN:
+        return await call()
+    link = await link_of(call)
+    await anyio.to_thread.run_sync(person.answer, link)
+    return await call()
+
+
+# -- the flows ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", REVISIONS)
+async def test_approving_on_the_page_lets_the_retry_forget_the_record(
+    http_service: HttpService, browser: webdriver.Chrome, mode: str
+) -> None:
+    token = http_service.tokens.mint(workspace=new_workspace())
+    person = Person(browser, "Approve")
+    async with url_only_client(http_service.url, token, mode, person) as client:
+        agent = Agent(client)
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id, new_key("forget"))
+        forgotten = ok_value(await gated(agent, person, mode, FORGET, arguments))
+        assert forgotten["receipt"]["to_state"] == "tombstoned"
+        assert forgotten["replayed"] is False
+        assert person.memory_shown == [[NOTE]]  # the person saw the memory, not only its id
+        assert error_code(await agent.get(record_id)) == "NOT_FOUND"
+        again = ok_value(await agent.client.call_tool(FORGET, arguments))
+        assert again["replayed"] is True and len(person.links) == 1  # never asked twice
+
+
+@pytest.mark.parametrize("mode", REVISIONS)
+async def test_declining_on_the_page_fails_the_retry_and_keeps_the_candidate(
+    http_service: HttpService, browser: webdriver.Chrome, mode: str
+) -> None:
+    token = http_service.tokens.mint(workspace=new_workspace())
+    person = Person(browser, "Decline")
+    async with url_only_client(http_service.url, token, mode, person) as client:
+        agent = Agent(client)
+        candidate_id = await agent.captured(DRAFT)
+        arguments = agent.withdraw_arguments(candidate_id, new_key("withdraw"))
+        refused = envelope(await gated(agent, person, mode, WITHDRAW, arguments))
+        assert refused["error"]["code"] == "gate_failed"
+        assert person.memory_shown == [[DRAFT]]  # the candidate's own principal sees its text
+        assert ok_value(await agent.admit(candidate_id))["outcome"]["status"] == "accepted"
+
+
+async def test_an_expired_request_shows_an_error_page_and_the_retry_asks_anew(
+    http_service: HttpService, browser: webdriver.Chrome
+) -> None:
+    token = http_service.tokens.mint(workspace=new_workspace())
+    person = Person(browser)
+    async with url_only_client(http_service.url, token, LEGACY, person) as client:
+        agent = Agent(client)
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+        call = lambda: client.call_tool(FORGET, arguments)  # noqa: E731
+        first = await link_of(call)
+        age_approval(http_service, approval_id_of(first), 301_000)
+        browser.get(first)
+        error = browser.find_element(By.ID, "error")
+        assert error.get_attribute("data-error") == "expired"
+        assert "retry" in browser.find_element(By.ID, "next-step").text
+        assert browser.find_elements(By.TAG_NAME, "form") == []
+        second = await link_of(call)
+        assert approval_id_of(second) != approval_id_of(first)
+        assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
+
+
+async def test_a_post_without_the_page_csrf_token_is_refused_and_changes_nothing(
+    http_service: HttpService, browser: webdriver.Chrome
+) -> None:
+    token = http_service.tokens.mint(workspace=new_workspace())
+    person = Person(browser)
+    async with url_only_client(http_service.url, token, LEGACY, person) as client:
+        agent = Agent(client)
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+        call = lambda: client.call_tool(FORGET, arguments)  # noqa: E731
+        link = await link_of(call)
+        async with httpx2.AsyncClient() as http:
+            forged = await http.post(link, data={"decision": "approve"})
+            cross_site = await http.post(
+                link,
+                data={"decision": "approve", "csrf_token": "0" * 64},
+                headers={"Origin": "https://attacker.example"},
+            )
+            guessed = await http.get(link.split("?")[0] + "?secret=guess")
+        assert forged.status_code == 403 and "could not be verified" in forged.text
+        assert cross_site.status_code == 403
+        assert guessed.status_code == 404 and NOTE not in guessed.text
+        assert await link_of(call) == link  # still the same open question, unanswered
+        await anyio.to_thread.run_sync(person.answer, link)
+        assert ok_value(await call())["receipt"]["to_state"] == "tombstoned"
+
+
+async def test_the_page_reads_at_phone_width_and_on_a_desktop(
+    http_service: HttpService, browser: webdriver.Chrome, screenshots: Path
+) -> None:
+    token = http_service.tokens.mint(workspace=new_workspace())
+    person = Person(browser)
+    async with url_only_client(http_service.url, token, LEGACY, person) as client:
+        agent = Agent(client)
+        record_id = await agent.remember(NOTE)
+        link = await link_of(lambda: client.call_tool(FORGET, agent.forget_arguments(record_id)))
+        try:
+            as_desktop(browser)
+            browser.get(link)
+            desktop = full_screenshot(browser, screenshots / "approval-desktop.png")
+            as_phone(browser)
+            browser.get(link)
+            phone = full_screenshot(browser, screenshots / "approval-phone-320.png")
+            assert page_width(browser) <= PHONE_WIDTH  # nothing overflows sideways, ids wrap
+            buttons = browser.find_elements(By.CSS_SELECTOR, "form button")
+            assert [b.text for b in buttons] == ["Approve", "Decline"]
+            assert all(b.is_displayed() and b.size["width"] >= 100 for b in buttons)
+            assert record_id in browser.find_element(By.ID, "request").text
+        finally:
+            as_desktop(browser)
+        assert desktop.stat().st_size > 0 and phone.stat().st_size > 0

@@ -1,0 +1,206 @@
+"""Approvals that outlive the request that asked for them, on the embedded HTTP server.
+
+An approval given after the client stopped waiting (it disconnected, or its form went away) is
+kept in the data directory's book: the retry with the same key commits with it (within 30 s of
+the approval and 300 s of the asking) and the human is not asked again. Also: the form shows the
+memory's text and asks for an explicit choice; the terminal answers the same questions.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import anyio
+import httpx2
+import mcp.types as types
+import pytest
+from bs4 import BeautifulSoup, Tag
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from engram_memory.cli import main
+
+from e2e_support import (
+    FORGET,
+    LEGACY,
+    REVISIONS,
+    WITHDRAW,
+    Agent,
+    HttpService,
+    Human,
+    age_approval,
+    approval_id_of,
+    error_code,
+    http_client,
+    link_of,
+    new_key,
+    new_workspace,
+    now_ms,
+    ok_value,
+    protocol_error,
+    url_only_client,
+)
+
+pytestmark = pytest.mark.anyio
+
+NOTE = "Decision: the nightly backup keeps 14 generations on the second disk."
+
+
+def answer_from_terminal(service: HttpService, approval_id: str, decision: str) -> None:
+    data_dir = service.server.approvals.book.path.parent
+    assert main(["approvals", decision, "--data-dir", str(data_dir), approval_id]) == 0
+
+
+async def answer_on_page(link: str, decision: str) -> int:
+    """What a browser does: GET the page, POST its form with the chosen button."""
+    async with httpx2.AsyncClient() as http:
+        page = await http.get(link)
+        hidden = BeautifulSoup(page.text, "html.parser").find("input", attrs={"name": "csrf_token"})
+        assert isinstance(hidden, Tag), page.text
+        answered = await http.post(
+            link,
+            data={"csrf_token": str(hidden["value"]), "decision": decision},
+            headers={"Origin": link.split("/approvals")[0], "Sec-Fetch-Site": "same-origin"},
+        )
+    return answered.status_code
+
+
+async def test_an_approval_given_after_the_client_disconnected_commits_on_its_retry(
+    http_service: HttpService,
+) -> None:
+    token = http_service.tokens.mint(workspace=new_workspace())
+    async with url_only_client(http_service.url, token, LEGACY) as client:
+        agent = Agent(client)
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+        link = await link_of(lambda: client.call_tool(FORGET, arguments))
+    # the client is gone; the human answers on the page a little later
+    assert await answer_on_page(link, "approve") == 200
+    async with url_only_client(http_service.url, token, LEGACY) as client:
+        forgotten = ok_value(await client.call_tool(FORGET, arguments))
+        assert forgotten["receipt"]["to_state"] == "tombstoned" and forgotten["replayed"] is False
+        assert ok_value(await client.call_tool(FORGET, arguments))["replayed"] is True
+
+
+async def test_an_approval_older_than_30_s_is_not_used_and_the_retry_asks_anew(
+    http_service: HttpService,
+) -> None:
+    token = http_service.tokens.mint(workspace=new_workspace())
+    async with url_only_client(http_service.url, token, LEGACY) as client:
+        agent = Agent(client)
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+        call = lambda: client.call_tool(FORGET, arguments)  # noqa: E731
+        link = await link_of(call)
+        assert await answer_on_page(link, "approve") == 200
+        age_approval(http_service, approval_id_of(link), 31_000, answer_too=True)
+        again = await link_of(call)  # a new question: nothing committed with a stale approval
+        assert approval_id_of(again) != approval_id_of(link)
+        assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
+
+
+@pytest.mark.parametrize("mode", REVISIONS)
+async def test_the_form_shows_the_memory_and_asks_for_an_explicit_choice(
+    http_service: HttpService, mode: str
+) -> None:
+    workspace = new_workspace()
+    token = http_service.tokens.mint(workspace=workspace)
+    asked: list[types.ElicitRequestFormParams] = []
+
+    async def human(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestFormParams)
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    async with http_client(http_service.url, token, mode, human=Human()) as client:
+        agent = Agent(client)
+        record_id = await agent.remember(NOTE)
+    async with http_client(http_service.url, token, mode, human=human) as client:
+        forgotten = ok_value(await Agent(client).forget(record_id))
+    assert forgotten["receipt"]["to_state"] == "tombstoned"
+    book = http_service.server.approvals.book
+    # answered in the client: nothing is left waiting in the terminal's list
+    assert [r for r in book.pending(now_ms()) if r.workspace_id == workspace] == []
+    (form,) = asked
+    lines = form.message.splitlines()
+    assert "Forget this memory?" in lines[0]
+    assert f"[decision] {NOTE} (cites citation:source)" in lines
+    assert f"Target: {record_id}" in lines and "Reason: reason:obsolete" in lines
+    assert "approvals approve apr_" in form.message  # the terminal answers it too
+    choice = form.requested_schema["properties"]["decision"]
+    assert [option["const"] for option in choice["oneOf"]] == ["approve", "decline"]
+    assert form.requested_schema["required"] == ["decision"]
+
+
+async def test_a_form_the_client_could_not_show_is_answered_from_the_terminal_without_asking_again(
+    http_service: HttpService,
+) -> None:
+    token = http_service.tokens.mint(workspace=new_workspace())
+    asked: list[str] = []
+
+    async def gone(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        raise RuntimeError("the client's form went away (timeout)")
+
+    async with http_client(http_service.url, token, LEGACY, human=Human()) as client:
+        agent = Agent(client)
+        candidate_id = await agent.captured(NOTE)
+        arguments = agent.withdraw_arguments(candidate_id)
+    async with http_client(http_service.url, token, LEGACY, human=gone) as client:
+        await protocol_error(lambda: client.call_tool(WITHDRAW, arguments))
+        (approval_id,) = set(re.findall(r"apr_[0-9a-f]{32}", asked[0]))
+        answer_from_terminal(http_service, approval_id, "approve")
+        withdrawn = ok_value(await client.call_tool(WITHDRAW, arguments))
+        assert withdrawn["receipt"]["to_state"] == "withdrawn"
+        assert len(asked) == 1  # the retry took the terminal's answer: nobody was asked twice
+        assert error_code(await Agent(client).admit(candidate_id, new_key("admit"))) == "NOT_FOUND"
+
+
+async def test_a_form_answered_after_the_client_gave_up_waiting_is_kept_for_its_retry(
+    http_service: HttpService,
+) -> None:
+    """The client's request times out while its person is still on the form (the TypeScript
+    SDK gives up after 60 s); the person approves anyway; the retry commits without asking."""
+    token = http_service.tokens.mint(workspace=new_workspace())
+    asked: list[str] = []
+
+    async def slow_person(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        await anyio.sleep(4)  # longer than the client waits for the call
+        return types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    async with http_client(http_service.url, token, LEGACY, human=Human()) as client:
+        agent = Agent(client)
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+    async with httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30)
+    ) as http:
+        impatient = Client(
+            streamable_http_client(http_service.url, http_client=http),
+            mode=LEGACY,
+            elicitation_callback=slow_person,
+            read_timeout_seconds=1.5,
+        )
+        async with impatient as client:
+            with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK's timeout, whatever its type
+                await client.call_tool(FORGET, arguments)
+            book = http_service.server.approvals.book
+            with anyio.fail_after(20):  # the person's late answer reaches the book
+                while not any(r.state == "approved" and r.target == record_id for r in _rows(book)):
+                    await anyio.sleep(0.2)
+    async with http_client(http_service.url, token, LEGACY, human=Human()) as client:
+        forgotten = ok_value(await client.call_tool(FORGET, arguments))
+        assert forgotten["receipt"]["to_state"] == "tombstoned"
+    assert len(asked) == 1  # the retry took the late answer; nobody was asked twice
+
+
+def _rows(book: Any) -> list[Any]:
+    import contextlib
+    import sqlite3
+
+    from engram_memory.adapters.local.approvals import OpenApproval
+
+    with contextlib.closing(sqlite3.connect(book.path)) as db:
+        return [OpenApproval(*row) for row in db.execute("SELECT * FROM approvals")]

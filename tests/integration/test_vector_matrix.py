@@ -1,0 +1,71 @@
+"""The embedded vector index answers from an in-memory matrix exactly what a scan of every stored
+vector answers, and sees writes made through another store on the same file."""
+
+from __future__ import annotations
+
+import operator
+import random
+from pathlib import Path
+
+import pytest
+
+from engram_memory.adapters.local.sqlite_store import SqliteStore, _unpack, vector_table_name
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import IndexHit, ProjectionChange, ProjectionDoc
+from engram_memory.engine.semantic import unit
+
+pytest.importorskip("numpy", reason="the semantic extra is not installed")
+
+SCOPE = Scope("tenant-a", "ws-vectors")
+DIMENSIONS = 384
+
+
+def _vector(rng: random.Random) -> tuple[float, ...]:
+    return unit([rng.gauss(0.0, 1.0) for _ in range(DIMENSIONS)])
+
+
+def _scan(store_path: Path, query: tuple[float, ...], depth: int) -> list[IndexHit]:
+    """The exact scan the index answered with before it had a matrix."""
+    import sqlite3
+    from array import array
+
+    with sqlite3.connect(store_path) as conn:
+        rows = conn.execute(f"SELECT record_id, vector FROM {vector_table_name(SCOPE)}").fetchall()
+    conn.close()
+    q = array("d", query)
+    hits = [IndexHit(rid, sum(map(operator.mul, q, _unpack(blob)))) for rid, blob in rows]
+    hits.sort(key=lambda hit: (-hit.score, hit.record_id))
+    return hits[:depth]
+
+
+def _upsert(store: SqliteStore, record_id: str, vector: tuple[float, ...]) -> None:
+    doc = ProjectionDoc(record_id, {"primary": record_id}, vector)
+    store.lexical_apply(SCOPE, ProjectionChange(upsert=doc))
+
+
+def test_nearest_is_the_exact_scan_and_follows_writes_from_any_store(tmp_path: Path) -> None:
+    path = tmp_path / "engram.db"
+    rng = random.Random(7)
+    searcher, writer = SqliteStore(path), SqliteStore(path)
+    vectors = {f"mem_{i:04d}": _vector(rng) for i in range(600)}
+    for record_id, vector in vectors.items():
+        _upsert(writer, record_id, vector)
+    # Near-ties: copies of one vector under other ids, so the order rests on record_id.
+    for twin in ("mem_twin_b", "mem_twin_a"):
+        _upsert(writer, twin, vectors["mem_0005"])
+    queries = [_vector(rng) for _ in range(5)] + [vectors["mem_0005"]]
+    for query in queries:
+        for depth in (1, 10, 100, 1000):
+            assert searcher.vector_nearest(SCOPE, query, depth) == _scan(path, query, depth)
+
+    # Writes through the other store (a CLI, another server) are seen by the next search.
+    writer.lexical_apply(SCOPE, ProjectionChange(delete_record_id="mem_0005"))
+    _upsert(writer, "mem_new", queries[0])
+    first = searcher.vector_nearest(SCOPE, queries[0], 10)
+    assert first[0].record_id == "mem_new"
+    assert all(
+        hit.record_id != "mem_0005" for hit in searcher.vector_nearest(SCOPE, queries[-1], 50)
+    )
+    assert first == _scan(path, queries[0], 10)
+    searcher.close()
+    writer.close()

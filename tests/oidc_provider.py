@@ -1,0 +1,163 @@
+"""A small OpenID Connect provider for tests: authorization code with PKCE (S256 only).
+
+Discovery, ``/authorize`` (a sign-in page: the person picks who they are and presses Sign in),
+``/token`` (single-use codes, bound to client, redirect URI and code challenge) and ``/jwks``.
+ID tokens are EdDSA JWTs signed with an Ed25519 key, published with the project's own
+``public_jwks``. Served by uvicorn on a free 127.0.0.1 port in a background thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+import jwt
+import uvicorn
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from engram_memory.host.tokens import key_id, public_jwks
+
+
+@dataclass
+class _Grant:
+    client_id: str
+    redirect_uri: str
+    challenge: str
+    nonce: str
+    subject: str
+
+
+@dataclass
+class LocalOidcProvider:
+    issuer: str = ""
+    clients: dict[str, str] = field(default_factory=dict)  # client_id -> redirect_uri
+    key: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
+    codes: dict[str, _Grant] = field(default_factory=dict)
+
+    @property
+    def kid(self) -> str:
+        return key_id(self.key.public_key())
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/.well-known/openid-configuration", self.discovery),
+                Route("/authorize", self.authorize, methods=["GET", "POST"]),
+                Route("/token", self.token, methods=["POST"]),
+                Route("/jwks", self.jwks),
+            ]
+        )
+
+    async def discovery(self, _request: Request) -> Response:
+        return JSONResponse(
+            {
+                "issuer": self.issuer,
+                "authorization_endpoint": self.issuer + "/authorize",
+                "token_endpoint": self.issuer + "/token",
+                "jwks_uri": self.issuer + "/jwks",
+                "response_types_supported": ["code"],
+                "code_challenge_methods_supported": ["S256"],
+                "id_token_signing_alg_values_supported": ["EdDSA"],
+            }
+        )
+
+    async def jwks(self, _request: Request) -> Response:
+        return JSONResponse(public_jwks(self.key, self.kid))
+
+    async def authorize(self, request: Request) -> Response:
+        params = dict(request.query_params)
+        if request.method == "POST":
+            params |= {k: str(v) for k, v in (await request.form()).items()}
+        client_id = params.get("client_id", "")
+        redirect_uri = params.get("redirect_uri", "")
+        if self.clients.get(client_id) != redirect_uri:
+            return HTMLResponse("<h1>Unknown client or redirect URI</h1>", 400)
+        if params.get("code_challenge_method") != "S256" or not params.get("code_challenge"):
+            return HTMLResponse("<h1>PKCE (S256) is required</h1>", 400)
+        if request.method == "GET":  # the sign-in page
+            hidden = "".join(
+                f'<input type="hidden" name="{escape(k)}" value="{escape(v)}">'
+                for k, v in params.items()
+            )
+            return HTMLResponse(
+                "<!doctype html><title>Sign in</title><form method=post>"
+                f'{hidden}<label>User <input name="username" id="username"></label>'
+                '<button type="submit" id="sign-in">Sign in</button></form>'
+            )
+        code = secrets.token_urlsafe(24)
+        self.codes[code] = _Grant(
+            client_id=client_id,
+            redirect_uri=redirect_uri,
+            challenge=params["code_challenge"],
+            nonce=params.get("nonce", ""),
+            subject=params.get("username", ""),
+        )
+        query = urlencode({"code": code, "state": params.get("state", "")})
+        return RedirectResponse(f"{redirect_uri}?{query}", 303)
+
+    async def token(self, request: Request) -> Response:
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        grant = self.codes.pop(form.get("code", ""), None)  # single use
+        if (
+            grant is None
+            or form.get("grant_type") != "authorization_code"
+            or form.get("client_id") != grant.client_id
+            or form.get("redirect_uri") != grant.redirect_uri
+        ):
+            return JSONResponse({"error": "invalid_grant"}, 400)
+        verifier = form.get("code_verifier", "")
+        challenge = (
+            base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
+            .decode()
+            .rstrip("=")
+        )
+        if challenge != grant.challenge:
+            return JSONResponse({"error": "invalid_grant"}, 400)
+        now = int(time.time())
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "aud": grant.client_id,
+            "sub": grant.subject,
+            "iat": now,
+            "exp": now + 300,
+            "nonce": grant.nonce,
+        }
+        id_token = jwt.encode(claims, self.key, algorithm="EdDSA", headers={"kid": self.kid})
+        return JSONResponse({"id_token": id_token, "token_type": "Bearer", "expires_in": 300})
+
+
+@contextlib.contextmanager
+def serve_provider(clients: dict[str, str]) -> Iterator[LocalOidcProvider]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    provider = LocalOidcProvider(
+        issuer=f"http://127.0.0.1:{sock.getsockname()[1]}", clients=clients
+    )
+    server = uvicorn.Server(uvicorn.Config(provider.app(), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the local OIDC provider did not start")
+            time.sleep(0.02)
+        yield provider
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
