@@ -1185,7 +1185,7 @@ class Harness:
         ):
             print(f"       {json.dumps(asked)[:400]}")
             return
-        approve = {"engram_confirmation": {"action": "accept", "content": {"approve": True}}}
+        approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
         _, done = self.modern_call(
             "forget", forget, inputResponses=approve, requestState=asked["requestState"]
         )

@@ -505,7 +505,7 @@ def test_url_and_form_mode_report_the_first_success_alike(stack: Stack) -> None:
     _, by_form = remembered_then_forget(adapter, "The on-call rota lives in the wiki.", "same-f")
     asked = modern_call(adapter, "forget", by_form)
     assert "requestState" in asked, asked
-    approve = {"engram_confirmation": {"action": "accept", "content": {"approve": True}}}
+    approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
     form = modern_call(
         adapter, "forget", by_form, inputResponses=approve, requestState=asked["requestState"]
     )["structuredContent"]["output"]["value"]

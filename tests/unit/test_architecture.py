@@ -88,7 +88,7 @@ def test_an_adapter_imports_no_composition_root_mcp_surface_or_cloud_package(mod
 
 
 @pytest.mark.parametrize("app", sorted(p.parent.name for p in FUNCTIONS.glob("*/app.py")))
-def test_every_function_handler_is_a_few_lines_over_the_cloud_package(app: str) -> None:
+def test_every_function_handler_is_a_few_lines_over_the_package(app: str) -> None:
     path = FUNCTIONS / app / "app.py"
     code = [
         line
@@ -96,7 +96,7 @@ def test_every_function_handler_is_a_few_lines_over_the_cloud_package(app: str) 
         if line.strip() and not line.lstrip().startswith(("#", '"""'))
     ]
     assert len(code) <= 3, code
-    imported = {
-        name for name in _imports(path) if name.startswith("engram_memory") or "." not in name
-    }
-    assert imported and all(name.startswith("engram_memory.cloud.") for name in imported)
+    imported = _imports(path)
+    # the tool, adapter, workflow, approval and drainer handlers over engram_memory.cloud; the
+    # OpenSearch custom resource over its own module
+    assert imported and all(name.startswith("engram_memory.") for name in imported)
