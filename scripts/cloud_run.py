@@ -76,6 +76,7 @@ APPROVAL_AUDIENCE: Final = "https://memory.example.com/approvals"
 PRINCIPAL: Final = "agent-alice"
 WORKSPACE: Final = "ws-research-0001"
 TOOLS: Final = ("search", "get", "capture", "request_admission", "withdraw", "forget")
+AUDIT_MESSAGE: Final = "audit"  # engram_memory.observability.AUDIT_MESSAGE (not importable here)
 # Errors that mean the code could not run as built (not a behaviour of the product).
 BROKEN_BUILD_ERRORS: Final = frozenset(
     {
@@ -160,6 +161,7 @@ class Issuer:
 
         self.url = url
         self._key = Ed25519PrivateKey.generate()
+        self.minted: list[str] = []  # every bearer token handed to a client (the payload scan)
         raw = self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         x = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
         self.jwks = {
@@ -189,6 +191,7 @@ class Issuer:
         token: str = jwt.encode(
             claims, self._key, algorithm="EdDSA", headers={"kid": "k1", "typ": "at+jwt"}
         )
+        self.minted.append(token)
         return token
 
 
@@ -450,6 +453,7 @@ class LambdaService:
     def __init__(self) -> None:
         self.workers: dict[str, Worker] = {}
         self.invocations: list[tuple[str, str]] = []
+        self.payloads: list[bytes] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -481,6 +485,7 @@ class LambdaService:
                     event = json.loads(body or b"{}")
                     step = event.get("step") or event.get("tool") or "-"
                     service.invocations.append((worker.name, str(step)))
+                    service.payloads.append(body)
                     answer = worker.invoke(event)
                     status = 200
                     if "error" in answer:
@@ -497,6 +502,94 @@ class LambdaService:
                 self.wfile.write(data)
 
         return Handler
+
+
+class Tally:
+    """What one phase of the flow cost, counted where it happens (not estimated).
+
+    MCP requests: the adapter events this harness sends. Function invocations: every ``Invoke``
+    the Lambda service answers (the adapter's, the state machines') plus the approval page's
+    requests. Executions: ``StartExecution`` calls moto's Step Functions answers (hooked in this
+    process, where ``ThreadedMotoServer`` runs). Use-case runs: the audit events the functions
+    log for the tool (``Engine.handle`` writes one per run; refusals are listed by code).
+    Every payload seen (invocations, execution inputs, task outputs) is kept for the scan.
+    """
+
+    def __init__(self) -> None:
+        self.mcp_requests = 0
+        self.page_requests = 0
+        self.start_executions: list[str] = []
+        self.task_outputs: list[str] = []
+        self.payloads: list[bytes] = []
+        self.lock = threading.Lock()
+
+    def hook_moto(self) -> None:
+        from moto.stepfunctions.responses import StepFunctionResponse
+
+        tally = self
+        start, succeed = (
+            StepFunctionResponse.start_execution,
+            StepFunctionResponse.send_task_success,
+        )
+
+        def start_execution(response: Any) -> Any:
+            with tally.lock:
+                tally.start_executions.append(str(response._get_param("input", if_none="{}")))
+            return start(response)
+
+        def send_task_success(response: Any) -> Any:
+            with tally.lock:
+                tally.task_outputs.append(str(response._get_param("output", if_none="")))
+            return succeed(response)
+
+        StepFunctionResponse.start_execution = start_execution  # type: ignore[method-assign]
+        StepFunctionResponse.send_task_success = send_task_success  # type: ignore[method-assign]
+
+    def snapshot(self, lambdas: LambdaService, logs: Path) -> dict[str, Any]:
+        return {
+            "mcp": self.mcp_requests,
+            "invocations": len(lambdas.invocations) + self.page_requests,
+            "executions": len(self.start_executions),
+            "audit": audit_events(logs),
+        }
+
+
+def audit_events(logs: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every audit line each function logged so far (Powertools JSON, one per line)."""
+    events: dict[str, list[dict[str, Any]]] = {}
+    for log in sorted(logs.glob("*.log")):
+        events[log.stem] = []
+        for line in log.read_text("utf-8", errors="replace").splitlines():
+            if '"tool"' not in line or not line.startswith("{"):
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("message") == AUDIT_MESSAGE:
+                events[log.stem].append({"function": log.stem, **record})
+    return events
+
+
+def tally_between(before: dict[str, Any], after: dict[str, Any], tool: str) -> str:
+    """One phase's counts as a line of text."""
+    runs = [
+        event
+        for function, events in after["audit"].items()
+        for event in events[len(before["audit"].get(function, [])) :]
+        if event.get("tool") == tool
+    ]
+    codes: dict[str, int] = {}
+    for event in runs:
+        key = f"{event['function']}:{event.get('code')}"
+        codes[key] = codes.get(key, 0) + 1
+    return (
+        f"{after['mcp'] - before['mcp']} MCP request(s), "
+        f"{after['invocations'] - before['invocations']} function invocation(s), "
+        f"{after['executions'] - before['executions']} StartExecution call(s), "
+        f"{len(runs)} {tool} audit event(s) "
+        f"({', '.join(f'{k} x{v}' for k, v in sorted(codes.items()))})"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -722,6 +815,7 @@ class Harness:
         self.report = report
         self.build = Path(args.build_dir).resolve()
         self.stopping: list[Callable[[], None]] = []
+        self.tally = Tally()
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -736,6 +830,7 @@ class Harness:
         )
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
+        self.tally.hook_moto()
         moto_port = free_port()
         moto = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)
         moto.start()
@@ -1007,6 +1102,7 @@ class Harness:
         event["requestContext"]["domainName"] = api_host
         event["requestContext"]["requestId"] = uuid.uuid4().hex
         event["body"] = json.dumps(body)
+        self.tally.mcp_requests += 1
         adapter = self.lambdas.worker(self.stack.refs["McpAdapterFunction"])
         assert adapter is not None
         answer = adapter.invoke(event)
@@ -1047,6 +1143,82 @@ class Harness:
             protocol="2026-07-28",
             headers={"mcp-method": "tools/call", "mcp-name": f"engram_memory_{tool}"},
         )
+
+    def wait_quiet(self, timeout_s: float = 60.0) -> None:
+        """Until no execution of either state machine is running (their tails have run)."""
+        until = time.monotonic() + timeout_s
+        machines = [self.stack.refs[m] for m in ("WithdrawStateMachine", "ForgetStateMachine")]
+        while time.monotonic() < until:
+            running = [
+                e
+                for arn in machines
+                for e in self.sfn.list_executions(stateMachineArn=arn)["executions"]
+                if e["status"] == "RUNNING"
+            ]
+            if not running:
+                return
+            time.sleep(0.2)
+
+    def form_mode_forget(self, search_args: dict[str, Any]) -> None:
+        """forget, form mode (2026-07-28): asked, approved in the client, committed."""
+        check = self.report.check
+        text = "The staging database is rebuilt from snapshots every Sunday night."
+        _, captured = self.call("capture", capture_arguments(text, "cloud-check-capture-03"))
+        candidate_id = captured["result"]["structuredContent"]["output"]["value"]["candidate_id"]
+        _, admitted = self.call(
+            "request_admission",
+            {"candidate_id": candidate_id, "idempotency_key": "cloud-check-admit-00003"},
+        )
+        outcome = admitted["result"]["structuredContent"]["output"]["value"]["outcome"]
+        record_id = str(outcome.get("record_id"))
+        forget = {
+            "record_id": record_id,
+            "idempotency_key": "cloud-check-forget-0002",
+            "reason_ref": "reason:obsolete",
+        }
+        start = self.tally.snapshot(self.lambdas, self.work)
+        _, asked = self.modern_call("forget", forget)
+        asked = asked.get("result", {})
+        if not check(
+            "requestState" in asked and "engram_confirmation" in asked.get("inputRequests", {}),
+            "flow: forget (2026-07-28) asks for a form confirmation",
+        ):
+            print(f"       {json.dumps(asked)[:400]}")
+            return
+        approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
+        _, done = self.modern_call(
+            "forget", forget, inputResponses=approve, requestState=asked["requestState"]
+        )
+        structured = done.get("result", {}).get("structuredContent", {})
+        value = (structured.get("output") or {}).get("value", {})
+        check(
+            structured.get("ok") is True
+            and value.get("receipt", {}).get("to_state") == "tombstoned",
+            f"flow: forget confirmed in form mode -> "
+            f"{value.get('receipt', {}).get('to_state') or json.dumps(done)[:300]}",
+        )
+        self.wait_quiet()
+        form_mode = tally_between(start, self.tally.snapshot(self.lambdas, self.work), "forget")
+        print(f"  tally: forget, form mode (2026-07-28): {form_mode}")
+        print(f"  tally: forget, form mode: replayed = {value.get('replayed')}")
+
+    def scan_for_tokens(self) -> None:
+        """No bearer token in any payload the run produced: invocations, execution inputs, task
+        outputs, the functions' logs."""
+        minted = self.issuer.minted
+        secrets_seen = [*minted] + [t.rsplit(".", 1)[-1] for t in minted]
+        places: dict[str, list[bytes]] = {
+            "function invocation payloads": list(self.lambdas.payloads),
+            "execution inputs": [i.encode() for i in self.tally.start_executions],
+            "task outputs": [o.encode() for o in self.tally.task_outputs],
+            "function logs": [p.read_bytes() for p in sorted(self.work.glob("*.log"))],
+        }
+        for place, blobs in places.items():
+            hits = sum(1 for blob in blobs for t in secrets_seen if t.encode() in blob)
+            self.report.check(
+                hits == 0,
+                f"payload scan: {len(minted)} bearer token(s) in {len(blobs)} {place}: {hits} hit(s)",
+            )
 
     def wait_execution(self, machine: str, timeout_s: float = 60.0) -> dict[str, Any]:
         arn = self.stack.refs[machine]
@@ -1170,6 +1342,7 @@ class Harness:
         )
 
         # forget, URL mode (2025-11-25): -32042 with the approval page's URL
+        url_mode_start = self.tally.snapshot(self.lambdas, self.work)
         forget = {
             "record_id": record_id,
             "idempotency_key": "cloud-check-forget-0001",
@@ -1192,6 +1365,7 @@ class Harness:
         page["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] = PRINCIPAL
         approval = self.lambdas.worker(self.stack.refs["ApprovalFunction"])
         assert approval is not None
+        self.tally.page_requests += 1
         answered = approval.invoke(page)
         check(
             answered.get("result", {}).get("statusCode") == 200,
@@ -1209,6 +1383,12 @@ class Harness:
             receipt.get("to_state") == "tombstoned",
             f"flow: forget retried -> {receipt.get('to_state') or json.dumps(retried)[:300]}",
         )
+        self.wait_quiet()
+        url_mode = tally_between(
+            url_mode_start, self.tally.snapshot(self.lambdas, self.work), "forget"
+        )
+        print(f"  tally: forget, URL mode (2025-11-25): {url_mode}")
+        print(f"  tally: forget, URL mode: replayed = {value(retried).get('replayed')}")
         status, got = self.call("get", get_args)
         code = got.get("result", {}).get("structuredContent", {}).get("error", {}).get("code")
         check(code == "NOT_FOUND", f"flow: get after forget -> {code}")
@@ -1218,6 +1398,8 @@ class Harness:
             outcome.startswith("ok") and record_id not in hits,
             f"flow: search no longer finds the record ({outcome})",
         )
+        self.form_mode_forget(search_args)
+        self.scan_for_tokens()
         steps = [step for _, step in self.lambdas.invocations]
         check(
             {"await_approval", "commit_transition", "destroy_keys"} <= set(steps)

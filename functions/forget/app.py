@@ -1,5 +1,5 @@
 """The `forget` tool function: the engine from the CoreLayer behind a thin Powertools handler."""
 
-from engram_memory.aws_composition import tool_handler
+from engram_memory.cloud.tool_handler import tool_handler
 
 handler = tool_handler("forget")

@@ -53,7 +53,7 @@ TOOL_FUNCTIONS: Final = {
     "withdraw": "WithdrawFunction",
     "forget": "ForgetFunction",
 }
-# The environment the composition roots read (aws_composition.py, the adapter, the workflow).
+# The environment the composition roots read (engram_memory/cloud/: the tool functions, the adapter, the workflow).
 REQUIRED_ENV: Final = frozenset(
     {
         "ENGRAM_TABLE",
@@ -762,7 +762,8 @@ def test_key_table_access_is_limited_to_the_functions_that_seal_open_or_shred() 
     }
     assert users["CaptureFunction"] == {"dynamodb:PutItem", "dynamodb:DeleteItem"}
     assert users["OutboxDrainerFunction"] == {"dynamodb:GetItem", "dynamodb:DeleteItem"}
-    for function in ("RequestAdmissionFunction", "WithdrawFunction", "WorkflowStepFunction"):
+    assert users["WithdrawFunction"] == {"dynamodb:GetItem"}  # the state machine shreds
+    for function in ("RequestAdmissionFunction", "WorkflowStepFunction"):
         assert "dynamodb:DeleteItem" in users[function]
 
 
@@ -801,17 +802,63 @@ def test_the_adapter_may_invoke_exactly_the_six_tools_and_read_the_sealing_secre
         assert allows("McpAdapterFunction", "secretsmanager:GetSecretValue", secret)
 
 
-def test_the_adapter_writes_only_request_state_nonces() -> None:
-    writes = [
-        s
-        for a, t, s in grants("McpAdapterFunction")
-        if a.startswith("dynamodb:") and "EngramTable" in t
+def test_the_adapter_touches_no_table() -> None:
+    # a requestState's single use is the commit's (its nonce is the approval id it consumes)
+    assert not [a for a, _, _ in grants("McpAdapterFunction") if a.startswith("dynamodb:")]
+
+
+APPROVAL_ITEMS: Final = ["APPROVAL_TOKEN#*"]
+TABLE_WRITES: Final = {
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:ConditionCheckItem",
+}
+
+
+def _leading_keys(statement: dict[str, Any]) -> list[str]:
+    condition = statement.get("Condition", {}).get("ForAllValues:StringLike", {})
+    return [str(k) for k in as_list(condition.get("dynamodb:LeadingKeys", []))]
+
+
+@pytest.mark.parametrize("function", ["WithdrawFunction", "ForgetFunction"])
+def test_withdraw_and_forget_write_no_canonical_item_nor_blob(function: str) -> None:
+    # the state machine's commit step writes the transition; the tool only hands over approvals
+    for action, targets, statement in grants(function):
+        if "EngramTable" in targets and action in TABLE_WRITES:
+            assert action == "dynamodb:UpdateItem", action
+            assert _leading_keys(statement) == APPROVAL_ITEMS
+        if action.startswith("s3:"):
+            assert action in {"s3:GetObject", "s3:ListBucket"}, action
+        if "EngramKeyTable" in targets:
+            assert action == "dynamodb:GetItem", action
+
+
+def test_the_approval_function_touches_only_approval_items() -> None:
+    table = [s for a, t, s in grants("ApprovalFunction") if "EngramTable" in t]
+    assert table
+    for statement in table:
+        assert set(as_list(statement["Action"])) <= {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+        assert _leading_keys(statement) == APPROVAL_ITEMS
+
+
+@pytest.mark.parametrize("function", ["SearchFunction", "GetFunction"])
+def test_search_and_get_cannot_read_approval_items(function: str) -> None:
+    denied = [
+        statement
+        for statement in role_statements(role_of(function))
+        if statement["Effect"] == "Deny"
+        and "EngramTable" in resource_targets(statement["Resource"])
     ]
-    assert writes
-    for statement in writes:
-        assert as_list(statement["Action"]) == ["dynamodb:PutItem"]
-        leading = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
-        assert as_list(leading) == ["NONCE#*"]
+    assert denied
+    reads = {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"}
+    assert any(
+        reads <= set(as_list(s["Action"]))
+        and {"APPROVAL_TOKEN#*", "APPROVAL_EXEC#*"}
+        <= set(as_list(s["Condition"]["ForAnyValue:StringLike"]["dynamodb:LeadingKeys"]))
+        for s in denied
+    )
 
 
 INDEX_USERS: Final = frozenset(

@@ -19,9 +19,9 @@ from aws_testing import TABLE
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_tool_handlers import Cloud, FakeLambdaContext, capture_event, cloud, event, load_app
 
+from engram_memory.cloud.mcp_adapter import LambdaAdapter, build_adapter, execute_api_host
 from engram_memory.engine.context import TOOLS
 from engram_memory.host.tokens import TokenIssuer
-from engram_memory.mcp_surface.lambda_adapter import LambdaAdapter, build_adapter, execute_api_host
 
 __all__ = ["cloud"]  # the fixture, re-used
 
@@ -480,3 +480,38 @@ def test_execute_api_host_is_only_this_api_in_this_region(
     context: dict[str, Any], region: str, expected: str | None
 ) -> None:
     assert execute_api_host({"requestContext": context}, region) == expected
+
+
+def test_a_function_that_does_not_answer_in_time_is_deadline_exceeded(adapter: Adapter) -> None:
+    from botocore.exceptions import ReadTimeoutError
+
+    def slow(function: str, payload: dict[str, Any]) -> dict[str, Any]:
+        raise ReadTimeoutError(endpoint_url="https://lambda.us-east-1.amazonaws.com")
+
+    adapter.lam.override = slow
+    answer = adapter.call("search", {"query": "q", "purpose_ref": "purpose:general"})
+
+    error = answer["result"]["structuredContent"]["error"]
+    assert (error["code"], error["retriable"]) == ("DEADLINE_EXCEEDED", True)
+
+
+def test_the_adapter_passes_its_deadline_and_a_spent_one_invokes_nothing(
+    adapter: Adapter,
+) -> None:
+    search = {"query": "q", "purpose_ref": "purpose:general"}
+    adapter.call("search", search)
+    (sent,) = adapter.lam.calls
+    deadline = sent["payload"]["context"]["deadline_ms"]
+    # API Gateway's 30 s integration limit bounds it, less the adapter's own margin
+    assert 0 < deadline - adapter.handler.surface.runtime.clock.now_ms() <= 30_000
+
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
+    body["params"] = {"name": "engram_memory_search", "arguments": search}
+    event: dict[str, Any] = json.loads((EVENTS / "mcp_adapter_tools_list.json").read_text())
+    event["headers"]["authorization"] = f"Bearer {adapter.token()}"
+    event["body"] = json.dumps(body)
+    response = adapter.handler(event, FakeLambdaContext(remaining_ms=1_000))  # inside the margin
+
+    error = json.loads(response["body"])["result"]["structuredContent"]["error"]
+    assert error["code"] == "DEADLINE_EXCEEDED"
+    assert len(adapter.lam.calls) == 1  # the spent call never reached a function

@@ -37,8 +37,8 @@ from test_tool_handlers import (
     value_of,
 )
 
-from engram_memory.adapters.aws.execution_gate import ExecutionGate
-from engram_memory.adapters.aws.step_functions import ApprovalStore
+from engram_memory.cloud.approvals import ApprovalStore
+from engram_memory.cloud.execution_gate import ExecutionGate
 from engram_memory.engine.context import TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -257,10 +257,13 @@ def test_url_mode_approval_runs_the_forget_to_complete(stack: Stack) -> None:
     output = json.loads(done["output"])
     assert output["commit"]["result"]["envelope"]["ok"] is True
     assert output["projections"]["result"] == {"kind": "drop_projection", "status": "complete"}
-    assert retried["replayed"] is True  # the run committed it; the retry reads its receipt
+    # the run committed it; the retry is the first success the agent sees: no replay for it
+    assert retried["replayed"] is False
     assert retried["receipt"]["to_state"] == "tombstoned"
     assert retried["projection_invalidation"] == "complete"
     assert stack.invoke("get", event("get", record_id=record_id))["error"]["code"] == "NOT_FOUND"
+    again = value_of("forget", stack.invoke("forget", forget))
+    assert again["replayed"] is True and again["receipt"] == retried["receipt"]
     assert stack.lam.steps == [
         "await_approval",
         "check_window",
@@ -489,3 +492,31 @@ def test_a_form_only_client_confirms_in_a_round_trip_and_the_run_commits(stack: 
     assert value["receipt"]["to_state"] == "tombstoned" and value["replayed"] is False
     assert stack.wait_done("forget")["status"] == "SUCCEEDED"
     assert stack.lam.steps.count("commit_transition") == 1
+    # one invocation of the tool function per MCP request, one execution for the operation
+    forget_calls = [c for c in adapter.lam.calls if c["payload"]["tool"] == "forget"]
+    assert len(forget_calls) == 2
+    assert "approval" not in forget_calls[0]["payload"]
+    assert forget_calls[1]["payload"]["approval"]["operation_digest"]
+    assert len(stack.executions("forget")) == 1
+
+
+def test_url_and_form_mode_report_the_first_success_alike(stack: Stack) -> None:
+    adapter = adapter_over(stack.cloud, stack.tools, clock=stack.clock)
+    _, by_form = remembered_then_forget(adapter, "The on-call rota lives in the wiki.", "same-f")
+    asked = modern_call(adapter, "forget", by_form)
+    assert "requestState" in asked, asked
+    approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
+    form = modern_call(
+        adapter, "forget", by_form, inputResponses=approve, requestState=asked["requestState"]
+    )["structuredContent"]["output"]["value"]
+
+    _, by_url = remembered_then_forget(adapter, "Staging resets every Monday.", "same-u")
+    url = adapter.call("forget", by_url)["error"]["data"]["elicitations"][0]["url"]
+    stack.answer_page(url, approve=True)
+    # the retry waits (bounded by its deadline) for the run's commit
+    page = adapter.call("forget", by_url)["result"]["structuredContent"]["output"]["value"]
+
+    assert form["replayed"] is page["replayed"] is False
+    for forget in (by_form, by_url):  # and every later answer is a replay
+        later = adapter.call("forget", forget)["result"]["structuredContent"]["output"]["value"]
+        assert later["replayed"] is True

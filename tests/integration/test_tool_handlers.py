@@ -30,15 +30,13 @@ from pydantic import ValidationError
 
 from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
 from engram_memory.adapters.aws.kms_vault import create_key_table
-from engram_memory.aws_composition import (
-    ConfigurationError,
+from engram_memory.cloud.composition import build_engine, build_execution_gate
+from engram_memory.cloud.settings import ConfigurationError, HostBinding
+from engram_memory.cloud.wire import (
     ConfirmableTool,
-    HostBinding,
     InvocationApproval,
     ToolInvocation,
     ToolName,
-    build_engine,
-    build_execution_gate,
     context_from_event,
     request_of,
 )
@@ -612,13 +610,31 @@ def test_the_adapter_builds_the_event_the_function_reads_back() -> None:
         confirm_required=frozenset({"capture"}),
         retention=RetentionPolicy(allow_retain=True, max_expires_in_s=86_400),
         deadline_ms=1_780_000_030_000,
-        host_facts=("bearer-token-value-123",),
     )
     sent = ToolInvocation.from_trusted("search", {"query": "x"}, ctx).to_event()
 
     received = context_from_event(json.loads(json.dumps(sent)), {"ENGRAM_TENANT_ID": TENANT})
 
     assert received == ctx
+
+
+def test_the_bearer_token_crosses_to_the_function_only_as_a_keyed_digest() -> None:
+    token = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJhZ2VudCJ9.c2lnbmF0dXJlLWJ5dGVz"
+    ctx = context(tenant=TENANT, host_facts=(token,))
+    sent = json.dumps(ToolInvocation.from_trusted("capture", {}, ctx).to_event())
+
+    assert token not in sent and token.rsplit(".", 1)[1] not in sent
+    received = context_from_event(json.loads(sent), {"ENGRAM_TENANT_ID": TENANT})
+    assert received.host_facts == ()
+    assert received.host_fact_digests is not None
+    assert received.host_fact_digests.matches(token)
+    assert received.host_fact_digests.matches(token.upper())  # a re-cased copy is still it
+    assert not received.host_fact_digests.matches(token[:-1])
+    again = json.dumps(ToolInvocation.from_trusted("capture", {}, ctx).to_event())
+    assert (
+        json.loads(again)["context"]["host_fact_digests"]
+        != json.loads(sent)["context"]["host_fact_digests"]
+    )  # a fresh key per call: no digest correlates two calls
 
 
 def test_the_event_model_names_exactly_the_six_tools() -> None:

@@ -23,14 +23,16 @@ from aws_testing import BUCKET, REGION, TABLE, MemoryLexicalIndex, moto_aws
 
 from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
 from engram_memory.adapters.aws.kms_vault import create_key_table
-from engram_memory.adapters.aws.step_functions import (
+from engram_memory.cloud.approvals import (
     ApprovalStore,
     ApprovalWindowExpired,
     WorkflowRequest,
     execution_name,
     start_confirmed_execution,
 )
-from engram_memory.aws_composition import HostBinding, ToolInvocation, build_engine
+from engram_memory.cloud.composition import build_engine
+from engram_memory.cloud.settings import HostBinding
+from engram_memory.cloud.wire import ToolInvocation
 from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.gate import ConfirmationNeeded
 from engram_memory.engine.ports import (

@@ -59,3 +59,44 @@ def test_the_inner_layers_import_no_adapter_or_vendor_module(module: str) -> Non
         if name == banned or name.startswith(banned + ".")
     )
     assert offending == []
+
+
+# An adapter implements a port and nothing more: it never reaches back into a composition (the
+# embedded root, the cloud package) or the MCP surface that sits on top of the engine.
+ADAPTER_FORBIDDEN = (
+    "engram_memory.cloud",
+    "engram_memory.bootstrap",
+    "engram_memory.cli",
+    "engram_memory.in_process",
+    "engram_memory.mcp_surface",
+)
+FUNCTIONS = PACKAGE.parents[2] / "functions"
+
+
+@pytest.mark.parametrize(
+    "module", sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "adapters").rglob("*.py"))
+)
+def test_an_adapter_imports_no_composition_root_mcp_surface_or_cloud_package(module: str) -> None:
+    imported = _imports(PACKAGE / module)
+    offending = sorted(
+        name
+        for name in imported
+        for banned in ADAPTER_FORBIDDEN
+        if name == banned or name.startswith(banned + ".")
+    )
+    assert offending == []
+
+
+@pytest.mark.parametrize("app", sorted(p.parent.name for p in FUNCTIONS.glob("*/app.py")))
+def test_every_function_handler_is_a_few_lines_over_the_package(app: str) -> None:
+    path = FUNCTIONS / app / "app.py"
+    code = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith(("#", '"""'))
+    ]
+    assert len(code) <= 3, code
+    imported = _imports(path)
+    # the tool, adapter, workflow, approval and drainer handlers over engram_memory.cloud; the
+    # OpenSearch custom resource over its own module
+    assert imported and all(name.startswith("engram_memory.") for name in imported)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from engram_memory.engine.context import Scope
+from engram_memory.engine.context import HostFactDigests, Scope
 from engram_memory.engine.ports import AdmissionRequest, PolicyDecision
 from engram_memory.policy.builtin import (
     BuiltinAdmissionPolicy,
@@ -260,6 +261,27 @@ def test_a_host_fact_token_in_the_text_is_rejected(policy: BuiltinAdmissionPolic
     decision = policy.decide(request(rec, host_facts=(token,)))
     assert decision == PolicyDecision("reject", "host-fact")
     assert token not in repr(decision)
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["the call came with {} attached", "it ended with {}.", "token={}", "{}", "UPPER: {upper}"],
+)
+def test_a_host_fact_known_only_by_its_keyed_digest_is_rejected(
+    policy: BuiltinAdmissionPolicy, template: str
+) -> None:
+    token = "opaque." + ".".join(["c3d4"] * 6)
+    text = template.format(token, upper=token.upper())
+    digests = HostFactDigests.of([token])
+    decision = policy.decide(dataclasses.replace(request(record(text)), host_fact_digests=digests))
+    assert decision == PolicyDecision("reject", "host-fact")
+
+
+def test_a_text_without_the_digested_fact_is_accepted(policy: BuiltinAdmissionPolicy) -> None:
+    digests = HostFactDigests.of(["opaque." + ".".join(["c3d4"] * 6)])
+    rec = record("opaque.c3d4.c3d4 is only the start of some other token")
+    decision = policy.decide(dataclasses.replace(request(rec), host_fact_digests=digests))
+    assert decision.decision == "accept"
 
 
 def test_a_host_fact_in_the_attestation_is_rejected(policy: BuiltinAdmissionPolicy) -> None:

@@ -5,7 +5,11 @@ The MCP surface fills it from verified token claims; nothing in it ever comes fr
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -26,6 +30,35 @@ class RetentionPolicy:
 
     allow_retain: bool = False
     max_expires_in_s: int = 31_536_000  # 365 days, the embedded default
+
+
+@dataclass(frozen=True, slots=True)
+class HostFactDigests:
+    """Keyed digests of host binding facts (the bearer token): what leaves the process instead.
+
+    A fact itself (a credential) never crosses a process boundary: the cloud adapter sends these
+    to the tool functions, and from there they reach the Step Functions execution input, where
+    anyone with ``states:DescribeExecution`` could read them for 90 days. Each digest is
+    HMAC-SHA256 of the case-folded fact under ``key``, random per call: it names the fact for
+    ``matches`` and for nothing else (it cannot be presented as a bearer token, nor correlated
+    across calls).
+    """
+
+    key: bytes
+    digests: frozenset[str]
+
+    @classmethod
+    def of(cls, facts: Iterable[str], key: bytes | None = None) -> HostFactDigests:
+        key = key if key is not None else os.urandom(32)
+        return cls(key, frozenset(_keyed(key, fact) for fact in facts))
+
+    def matches(self, text: str) -> bool:
+        """Is ``text`` (case-insensitively) one of the facts?"""
+        return _keyed(self.key, text) in self.digests
+
+
+def _keyed(key: bytes, fact: str) -> str:
+    return hmac.new(key, fact.strip().casefold().encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 class Cancellation(Protocol):
@@ -58,8 +91,10 @@ class TrustedContext:
     session_id: str | None = None
     deadline_ms: int | None = None  # absolute, on the engine's clock
     cancellation: Cancellation | None = None
-    # Host binding facts that must never be stored (e.g. the bearer token the call came with).
+    # Host binding facts that must never be stored (e.g. the bearer token the call came with):
+    # in the process that verified them as themselves, beyond it as keyed digests.
     host_facts: tuple[str, ...] = ()
+    host_fact_digests: HostFactDigests | None = None
     # The credential the call came with (a token's ``jti`` and issue time), checked against the
     # operator's revocations on every call; None for contexts that no credential carries.
     credential_id: str | None = None

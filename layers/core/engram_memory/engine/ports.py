@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .context import Scope
+from .context import HostFactDigests, Scope
 
 CandidateState = Literal["pending", "rejected", "withdrawn", "admitted"]
 RecordState = Literal[
@@ -380,6 +380,7 @@ class AdmissionRequest:
     record: Mapping[str, Any]  # the full record the candidate would become (plaintext)
     evidence: Mapping[str, Any]
     host_facts: tuple[str, ...]  # strings that are host binding facts and must never be stored
+    host_fact_digests: HostFactDigests | None = None  # the same, as keyed digests (cloud)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from .context import TOOLS, TrustedContext, new_audit_id
 from .gate import Approval, ConfirmationNeeded
 from .kernel import ApprovalNeeded, Call, EngineSettings, Kernel
 from .ports import AuditEvent
+from .records import decode
 from .usecases.admission import request_admission
 from .usecases.capture import capture
 from .usecases.reads import get, search
@@ -95,6 +96,20 @@ class Engine(Kernel):
         label = code.value if isinstance(code, ErrorCode) else code
         self._audit(call, ok=False, code=label)
         return failure(code, audit_id) if isinstance(code, ErrorCode) else {}
+
+    def committed(
+        self, tool: str, ctx: TrustedContext, idempotency_key: str
+    ) -> dict[str, Any] | None:
+        """The envelope of ``tool``'s commit under ``idempotency_key``, as it was committed
+        (``replayed: false``), or ``None`` before it. A ledger read: no use case runs.
+
+        For a transport whose commit runs elsewhere (a Step Functions execution) and that waits
+        for it to land.
+        """
+        entry = self.read(lambda: self.store.ledger_get(ctx.scope, ctx.principal, idempotency_key))
+        if entry is None or entry.tool != tool:
+            return None
+        return success(decode(entry.output), ctx.audit_id)
 
     def _dispatch(self, call: Call, model: ClosedModel) -> dict[str, Any]:
         if isinstance(model, SearchInput):

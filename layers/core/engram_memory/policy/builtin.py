@@ -40,6 +40,7 @@ from pydantic import (
     field_validator,
 )
 
+from ..engine.context import HostFactDigests
 from ..engine.ports import AdmissionRequest, PolicyDecision
 from .secrets import SecretScanner
 
@@ -69,6 +70,9 @@ _DERIVED_RECORD_FIELDS: Final = frozenset(
 _MIN_DISTINCTIVE_ID: Final = 8
 # Shorter host facts are ignored: they would match ordinary text by chance.
 _MIN_HOST_FACT: Final = 8
+# What a bearer token can be made of (RFC 6750 b64token; a JWT's three parts): the runs of a
+# text a keyed host-fact digest is compared with.
+_TOKEN_RUN: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 # A host grant claim name followed by an assignment and a value (`"engram_tools": [...]`,
 # `engram_confirm=capture`). The bare name in prose ("the engram_tools claim") is fine.
@@ -249,7 +253,9 @@ def _host_fact_needles(request: AdmissionRequest) -> tuple[str, ...]:
     return tuple(dict.fromkeys(fact.casefold() for fact in facts))
 
 
-def _carries_host_fact(texts: Sequence[str], needles: Sequence[str]) -> bool:
+def _carries_host_fact(
+    texts: Sequence[str], needles: Sequence[str], digests: HostFactDigests | None = None
+) -> bool:
     for text in texts:
         if _GRANT_CLAIM.search(text):
             return True
@@ -257,6 +263,19 @@ def _carries_host_fact(texts: Sequence[str], needles: Sequence[str]) -> bool:
             folded = text.casefold()
             if any(needle in folded for needle in needles):
                 return True
+        if digests is not None and _names_digested_fact(text, digests):
+            return True
+    return False
+
+
+def _names_digested_fact(text: str, digests: HostFactDigests) -> bool:
+    """Does a token-shaped run of ``text`` (a sentence's final dot aside) match a digest?"""
+    for match in _TOKEN_RUN.finditer(text):
+        run = match.group()
+        if len(run) < _MIN_HOST_FACT:
+            continue
+        if any(digests.matches(form) for form in {run, run.rstrip("."), run.strip(".")}):
+            return True
     return False
 
 
@@ -319,7 +338,9 @@ class BuiltinAdmissionPolicy:
         finding = self._scanner.first(subject.texts)
         if finding is not None:
             return PolicyDecision("reject", f"secret:{finding.kind}")
-        if _carries_host_fact(subject.texts, _host_fact_needles(request)):
+        if _carries_host_fact(
+            subject.texts, _host_fact_needles(request), request.host_fact_digests
+        ):
             return PolicyDecision("reject", "host-fact")
         for rule in self._rules:
             if rule.violated_by(subject):

@@ -61,6 +61,7 @@ def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dic
                 record=record,
                 evidence=content["evidence"],
                 host_facts=call.ctx.host_facts,
+                host_fact_digests=call.ctx.host_fact_digests,
             )
         )
     except PolicyUnavailable:

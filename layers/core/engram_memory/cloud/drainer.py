@@ -26,11 +26,12 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from .aws_composition import LAMBDA_DEADLINE_MARGIN_MS, EngineHandler
-from .engine.context import Scope
-from .engine.operations import reindex
-from .engine.service import Engine
-from .observability import get_logger, record_outbox_state
+from ..engine.context import Scope
+from ..engine.operations import reindex
+from ..engine.service import Engine
+from ..observability import get_logger, record_outbox_state
+from .settings import LAMBDA_DEADLINE_MARGIN_MS
+from .tool_handler import EngineHandler
 
 DRAIN_PAGE: Final = 100
 # Without a Lambda context (tests, a local call), one run drains for at most this long.

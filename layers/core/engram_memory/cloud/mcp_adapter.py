@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -39,7 +40,6 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import ValidationError
 
-from ..aws_composition import ConfigurationError, ToolInvocation, read_secret_bytes, request_of
 from ..contract.envelope import failure
 from ..contract.errors import (
     ErrorCode,
@@ -53,10 +53,18 @@ from ..engine.ports import AuditEvent, AuditSink, Clock
 from ..host.config import HostConfig, RetentionConfig
 from ..host.oidc import IssuerKeysUnavailable, oidc_verifier
 from ..host.tokens import TokenVerifier
+from ..mcp_surface.request_state import RequestStateSealer
+from ..mcp_surface.server import EngramMcp, SurfaceRuntime
+from ..mcp_surface.transports import McpGate, streamable_app
 from ..observability import instrumented
-from .request_state import RequestStateSealer
-from .server import EngramMcp, SurfaceRuntime
-from .transports import McpGate, streamable_app
+from .settings import (
+    ConfigurationError,
+    aws_session,
+    client_config,
+    read_secret_bytes,
+    required,
+)
+from .wire import ToolInvocation, request_of
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -66,6 +74,15 @@ log = logging.getLogger(__name__)
 MIN_REQUEST_STATE_SECRET_BYTES: Final = 32
 _HKDF_INFO: Final = b"engram-memory/request-state-key/v1"
 _INVOKE_PAYLOAD_LIMIT: Final = 6 * 1024 * 1024
+# A tool function may run up to API Gateway's 30 s integration limit, less the adapter's margin.
+TOOL_INVOKE_TIMEOUT_S: Final = 28
+# The outer bound of every MCP request (API Gateway's integration limit), and how much of it the
+# adapter keeps for itself (answering, and its own cold start): a call's deadline is the earlier
+# of the two bounds less this margin, so it ends as DEADLINE_EXCEEDED, never a timed-out 5xx.
+API_GATEWAY_LIMIT_MS: Final = 30_000
+ADAPTER_MARGIN_MS: Final = 1_500
+
+_TIMED_OUT: Final = object()  # ``_invoke``'s answer when the function did not answer in time
 
 __all__ = [
     "AsgiLambdaBridge",
@@ -106,6 +123,16 @@ class LambdaToolEngine:
         self._lambda = lambda_client
         self._client_factory = client_factory
         self._lock = threading.Lock()
+        self.deadline_ms: int | None = None  # of the request being served (``bound_by``)
+
+    def bound_by(self, context: Any) -> None:
+        """Bound the calls of this Lambda invocation by its remaining time and API Gateway's
+        limit (a container serves one invocation at a time)."""
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        budget = API_GATEWAY_LIMIT_MS
+        if remaining is not None:
+            budget = min(budget, int(remaining()))
+        self.deadline_ms = self.clock.now_ms() + budget - ADAPTER_MARGIN_MS
 
     # -- clients (created on first use) ---------------------------------------------------------
 
@@ -136,6 +163,12 @@ class LambdaToolEngine:
         if function is None:
             log.error("no function configured for a granted tool", extra={"tool": tool})
             raise TrustedContextUnavailable()
+        if self.deadline_ms is not None and (
+            ctx.deadline_ms is None or self.deadline_ms < ctx.deadline_ms
+        ):
+            ctx = dataclasses.replace(ctx, deadline_ms=self.deadline_ms)
+        if ctx.deadline_ms is not None and self.clock.now_ms() >= ctx.deadline_ms:
+            return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.DEADLINE_EXCEEDED)
         try:
             payload = ToolInvocation.from_trusted(tool, arguments, ctx, approval).to_event()
         except ValidationError:
@@ -144,6 +177,8 @@ class LambdaToolEngine:
             self._audit(tool, ctx, ctx.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
             raise TrustedContextUnavailable() from None
         answer = self._invoke(function, payload, ctx.audit_id)
+        if answer is _TIMED_OUT:
+            return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.DEADLINE_EXCEEDED)
         if isinstance(answer, dict) and "confirmation_required" in answer:
             try:
                 request = request_of(answer)
@@ -169,11 +204,16 @@ class LambdaToolEngine:
         body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
         if len(body) > _INVOKE_PAYLOAD_LIMIT:
             raise TrustedContextUnavailable()
+        from botocore.exceptions import ReadTimeoutError
+
         try:
             response = self._lambda_client().invoke(
                 FunctionName=function, InvocationType="RequestResponse", Payload=body
             )
             raw = response["Payload"].read()
+        except ReadTimeoutError:  # the function outlived the request's bound: retriable
+            log.warning("tool function invocation timed out", extra={"audit_id": audit_id})
+            return _TIMED_OUT
         except Exception:  # a transport failure is an internal error, nothing more
             log.exception("tool function invocation failed", extra={"audit_id": audit_id})
             raise TrustedContextUnavailable() from None
@@ -229,13 +269,6 @@ def _refusal_of(error: Any) -> ProtocolRefusal:
 # --------------------------------------------------------------------------------------------
 
 
-def _required(env: Mapping[str, str], name: str) -> str:
-    value = env.get(name, "").strip()
-    if not value:
-        raise ConfigurationError(f"{name} must be set")
-    return value
-
-
 def _csv(env: Mapping[str, str], name: str) -> list[str]:
     return [part.strip() for part in env.get(name, "").split(",") if part.strip()]
 
@@ -243,7 +276,7 @@ def _csv(env: Mapping[str, str], name: str) -> list[str]:
 def tool_functions(env: Mapping[str, str]) -> dict[str, str]:
     """``ENGRAM_TOOL_FUNCTIONS``: a JSON object naming a function for some of the six tools."""
     try:
-        loaded = json.loads(_required(env, "ENGRAM_TOOL_FUNCTIONS"))
+        loaded = json.loads(required(env, "ENGRAM_TOOL_FUNCTIONS"))
     except ValueError:
         raise ConfigurationError("ENGRAM_TOOL_FUNCTIONS must be a JSON object") from None
     if not isinstance(loaded, dict) or not all(
@@ -267,9 +300,9 @@ def request_state_key(secrets_client: Any, secret_arn: str) -> bytes:
 
 def _host_config(env: Mapping[str, str]) -> HostConfig:
     options: dict[str, Any] = {
-        "resource": _required(env, "ENGRAM_RESOURCE_URI"),
-        "issuer": _required(env, "ENGRAM_ISSUER"),
-        "tenant_id": _required(env, "ENGRAM_TENANT_ID"),
+        "resource": required(env, "ENGRAM_RESOURCE_URI"),
+        "issuer": required(env, "ENGRAM_ISSUER"),
+        "tenant_id": required(env, "ENGRAM_TENANT_ID"),
         "allowed_origins": _csv(env, "ENGRAM_ALLOWED_ORIGINS"),
     }
     ceiling = env.get("ENGRAM_RETENTION_CEILING_S", "").strip()
@@ -305,24 +338,14 @@ def build_adapter(
     """
     sessions: list[Session] = [session] if session is not None else []
 
-    def aws_session() -> Session:
+    def session_of_env() -> Session:
         if not sessions:
-            import boto3
-
-            region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-            if not region:
-                raise ConfigurationError("AWS_REGION must be set")
-            sessions.append(boto3.session.Session(region_name=region))
+            sessions.append(aws_session(env))
         return sessions[0]
-
-    def client_config() -> Any:
-        from botocore.config import Config
-
-        return Config(connect_timeout=2, read_timeout=28, retries={"mode": "standard"})
 
     host = _host_config(env)
     functions = tool_functions(env)
-    secret_arn = _required(env, "ENGRAM_REQUEST_STATE_SECRET_ARN")
+    secret_arn = required(env, "ENGRAM_REQUEST_STATE_SECRET_ARN")
     try:
         if jwks is None and jwks_fetcher is not None:
             jwks = jwks_fetcher(host.issuer)
@@ -335,7 +358,7 @@ def build_adapter(
     except ValueError as exc:
         raise ConfigurationError("the issuer's JWKS has no usable signing key") from exc
     if secrets_client is None:
-        secrets_client = aws_session().client("secretsmanager", config=client_config())
+        secrets_client = session_of_env().client("secretsmanager", config=client_config())
     sealer = RequestStateSealer(request_state_key(secrets_client, secret_arn))
     if clock is None:
         from ..adapters.local.clock import SystemClock
@@ -348,10 +371,8 @@ def build_adapter(
 
     def new_lambda_client() -> Any:
         # invocations may take the tool function's whole timeout: no retries of a slow call
-        from botocore.config import Config
-
-        config = Config(connect_timeout=2, read_timeout=28, retries={"max_attempts": 1})
-        return aws_session().client("lambda", config=config)
+        config = client_config(read_timeout_s=TOOL_INVOKE_TIMEOUT_S, retries=False)
+        return session_of_env().client("lambda", config=config)
 
     engine = LambdaToolEngine(
         functions,
@@ -609,4 +630,9 @@ class LambdaAdapter:
         return answer
 
     def _serve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        return self._ready(event)(event)
+        bridge = self._ready(event)
+        assert self.surface is not None
+        engine = self.surface.runtime.engine
+        if isinstance(engine, LambdaToolEngine):
+            engine.bound_by(context)
+        return bridge(event)

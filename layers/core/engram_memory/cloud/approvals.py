@@ -10,7 +10,8 @@ Parked token — pk ``APPROVAL_TOKEN#<approval_id>``, sk ``APPROVAL_TOKEN``: ``t
 (removed once used), ``execution_name``, ``workflow``, ``tool``, ``target``,
 ``operation_digest``, ``principal``, ``tenant_id``, ``workspace_id``, ``reason_ref`` S,
 ``issued_at_ms`` N, ``ttl`` N (epoch s, at most 300 s after issue; DynamoDB's TTL sweep is
-lazy, so reads check the expiry themselves), ``used_at_ms`` N once answered. The token is
+lazy, so reads check the expiry themselves), ``used_at_ms`` N once answered,
+``reported_at_ms`` N once the commit was first reported to the agent. The token is
 consumed with one conditional ``UpdateItem`` (the approval function may not ``DeleteItem``):
 the answer is single use, and the marker left behind lets a replay be told from an unknown id.
 
@@ -29,11 +30,11 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from ...aws_composition import InvocationApproval, ToolInvocation
-from ...engine.gate import APPROVAL_TTL_MS, within_windows
-from ...engine.ports import (
+from ..engine.gate import APPROVAL_TTL_MS, within_windows
+from ..engine.ports import (
     StoreUnavailable,
 )
+from .wire import InvocationApproval, ToolInvocation
 
 __all__ = [
     "APPROVAL_TOKEN_TTL_S",
@@ -293,6 +294,31 @@ class ApprovalStore:
         except BotoCoreError as exc:
             raise StoreUnavailable("could not consume the parked approval") from exc
         return self._parse(response["Attributes"])
+
+    def first_report(self, approval_id: str, now_ms: int) -> bool:
+        """Mark the commit of this approval's run as reported to the agent; True the first time.
+
+        The first success the agent sees says ``replayed: false`` whichever way the human
+        answered (in the client, or on the page before the agent's retry); every later one is
+        a replay. One conditional ``UpdateItem``; an unknown id is never a first report.
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key=self._key(approval_id),
+                UpdateExpression="SET reported_at_ms = :now",
+                ConditionExpression="attribute_exists(pk) AND attribute_not_exists(reported_at_ms)",
+                ExpressionAttributeValues={":now": _n(now_ms)},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise StoreUnavailable("could not mark the report") from exc
+        except BotoCoreError as exc:
+            raise StoreUnavailable("could not mark the report") from exc
+        return True
 
     @staticmethod
     def _parse(item: dict[str, Any]) -> ParkedApproval:

@@ -1,0 +1,16 @@
+"""The cloud composition: one tenant's AWS stack, in one place beside ``bootstrap.py``.
+
+- ``wire``: the invocation event between the MCP adapter and the tool functions (and into an
+  execution): ``{tool, arguments, context, approval}``, no credential;
+- ``settings``: each function's environment, read once; one botocore client configuration;
+- ``composition``: the engine and the execution gate, built from the settings;
+- ``tool_handler``: the six tool functions' handler (``functions/<tool>/app.py``);
+- ``execution_gate`` and ``approvals``: withdraw/forget through their Step Functions execution
+  (parked task tokens, the approval records);
+- ``workflow``: the state machines' Task steps; ``approval_page``: the URL-mode approval page;
+- ``mcp_adapter``: the MCP surface as a Lambda, one tool invocation per MCP request;
+- ``drainer``: the scheduled outbox drainer.
+
+``adapters.aws`` holds only the port implementations (DynamoDB store, KMS vault, OpenSearch
+index); nothing there imports this package.
+"""

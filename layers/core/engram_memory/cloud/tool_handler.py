@@ -1,0 +1,184 @@
+"""The tool functions' Lambda handler: ``functions/<tool>/app.py`` is ``tool_handler(tool)``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..contract.errors import ProtocolRefusal, TrustedContextUnavailable, UnknownTool
+from ..engine.context import (
+    TOOLS,
+    TrustedContext,
+)
+from ..engine.gate import ConfirmationNeeded
+from ..engine.ports import (
+    Clock,
+)
+from ..engine.service import Engine, new_audit_id
+from ..observability import count_admission_outcome, get_logger, get_tracer, instrumented
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools import Logger, Tracer
+
+    from .execution_gate import ExecutionGate
+
+from .composition import GATED_TOOLS, build_engine, build_execution_gate
+from .settings import LAMBDA_DEADLINE_MARGIN_MS, HostBinding
+from .wire import confirmation_required, parse_invocation, protocol_error
+
+
+class EngineHandler:
+    """A Lambda handler whose cold-start singletons are the ``engine`` and the ``HostBinding``.
+
+    Created at import of the handler module (cheap: no client, no environment read); the first
+    invocation builds both (``build(env)``, ``HostBinding.from_env``) and keeps them for the
+    warm container; tests may set them beforehand. Subclasses implement ``_handle``, which runs
+    instrumented (``observability.instrumented``).
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] = os.environ,
+        build: Callable[[Mapping[str, str]], Engine] = build_engine,
+    ) -> None:
+        self.engine: Engine | None = None
+        self.binding: HostBinding | None = None
+        self._env = env
+        self._build = build
+        self._lock = threading.Lock()
+        self._entry = instrumented(self._handle)
+
+    def __call__(self, event: Any, context: Any) -> dict[str, Any]:
+        answer: dict[str, Any] = self._entry(event, context)
+        return answer
+
+    def _ready(self) -> tuple[Engine, HostBinding]:
+        with self._lock:
+            return self._ready_locked()
+
+    def _ready_locked(self) -> tuple[Engine, HostBinding]:
+        if self.binding is None:
+            self.binding = HostBinding.from_env(self._env)
+        if self.engine is None:
+            self.engine = self._build(self._env)
+        return self.engine, self.binding
+
+    def _handle(self, event: Any, context: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class ToolHandler(EngineHandler):
+    """The Lambda handler of the function serving ``tool`` (``functions/<tool>/app.py``).
+
+    Created at import of the handler module (cheap: no client, no environment read). The first
+    invocation builds the engine (``build(env)``) and the ``HostBinding`` and keeps them for
+    the warm container: ``engine`` and ``binding`` are the cold-start singletons, and may be
+    set beforehand (tests). withdraw and forget also build their ``ExecutionGate``
+    (``build_gate(tool, env)``, default ``build_execution_gate``): the confirmation and the
+    commit then run in the tool's state machine. A ``build_gate`` answering ``None`` composes
+    the function without one: it answers ``confirmation_required`` and commits itself when the
+    adapter calls again carrying the human's approval. Each invocation: validate the event, refuse another tool's event
+    (-32602) or a malformed/foreign context (-32603) — both audited —, bound the call by the
+    Lambda's remaining time, run ``engine.handle`` and return its envelope.
+    """
+
+    def __init__(
+        self,
+        tool: str,
+        *,
+        env: Mapping[str, str] = os.environ,
+        build: Callable[[Mapping[str, str]], Engine] = build_engine,
+        build_gate: Callable[[str, Mapping[str, str]], ExecutionGate | None] | None = None,
+    ) -> None:
+        if tool not in TOOLS:
+            raise ValueError(f"not one of the six tools: {tool!r}")
+        self.tool = tool
+        self.gate: ExecutionGate | None = None
+        self._gate_built = False
+        self._build_gate = build_gate or build_execution_gate
+        self._logger: Logger = get_logger()
+        self._tracer: Tracer = get_tracer()
+        super().__init__(env=env, build=build)
+
+    def use_gate(self, gate: ExecutionGate | None) -> None:
+        """Compose withdraw/forget with ``gate`` (``None``: no state machine) instead of the
+        environment's."""
+        with self._lock:
+            self.gate, self._gate_built = gate, True
+
+    def _gate(self) -> ExecutionGate | None:
+        """withdraw/forget's Step Functions gate, built on first use; ``None`` for other tools."""
+        if self.tool not in GATED_TOOLS:
+            return None
+        with self._lock:
+            if not self._gate_built:
+                self.gate = self._build_gate(self.tool, self._env)
+                self._gate_built = True
+            return self.gate
+
+    def _refuse(
+        self,
+        engine: Engine,
+        refusal: ProtocolRefusal,
+        reason: str,
+        audit_id: str,
+        ctx: TrustedContext | None = None,
+    ) -> dict[str, Any]:
+        unknown = isinstance(refusal, UnknownTool)
+        code = "PROTOCOL_UNKNOWN_TOOL" if unknown else "PROTOCOL_CONTEXT_UNAVAILABLE"
+        engine.refuse(self.tool, ctx, audit_id, code)
+        self._logger.warning("invocation refused", extra={"reason": reason, "code": code})
+        return protocol_error(refusal)
+
+    def _handle(self, event: Any, context: Any) -> dict[str, Any]:
+        engine, binding = self._ready()
+        self._tracer.put_annotation("tool", self.tool)
+        try:
+            invocation = parse_invocation(event)
+        except TrustedContextUnavailable as refusal:
+            return self._refuse(engine, refusal, "invalid_event", new_audit_id())
+        self._logger.append_keys(audit_id=invocation.audit_id, tool=self.tool)
+        self._tracer.put_annotation("audit_id", invocation.audit_id)
+        try:
+            ctx = invocation.trusted_context(binding)
+        except TrustedContextUnavailable as refusal:
+            return self._refuse(engine, refusal, "foreign_tenant", invocation.audit_id)
+        if invocation.tool != self.tool:
+            return self._refuse(engine, UnknownTool(), "wrong_function", ctx.audit_id, ctx)
+        ctx = _bounded_by_lambda(ctx, engine.clock, context)
+        gate = self._gate()
+        carried = invocation.approval.approval() if invocation.approval is not None else None
+        try:
+            # a gated tool with its state machine never commits here (see execution_gate)
+            answer = engine.handle(
+                self.tool, invocation.arguments, ctx, None if gate is not None else carried
+            )
+        except ProtocolRefusal as refusal:  # audited by the engine
+            return protocol_error(refusal)
+        if isinstance(answer, ConfirmationNeeded):
+            if gate is not None:
+                return gate.run(engine, invocation, ctx, answer.request)
+            return confirmation_required(answer.request)  # the adapter asks, then calls again
+        envelope = answer if gate is None else gate.reported(engine, invocation, ctx, answer)
+        if self.tool == "request_admission" and envelope.get("ok"):
+            count_admission_outcome(str(envelope["output"]["value"]["outcome"]["status"]))
+        return envelope
+
+
+def _bounded_by_lambda(ctx: TrustedContext, clock: Clock, context: Any) -> TrustedContext:
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is None:
+        return ctx
+    deadline = clock.now_ms() + int(remaining()) - LAMBDA_DEADLINE_MARGIN_MS
+    if ctx.deadline_ms is not None and ctx.deadline_ms <= deadline:
+        return ctx
+    return dataclasses.replace(ctx, deadline_ms=deadline)
+
+
+def tool_handler(tool: str) -> ToolHandler:
+    """The Lambda handler of ``tool``'s function: ``handler = tool_handler("search")``."""
+    return ToolHandler(tool)

@@ -1,0 +1,165 @@
+"""The Task steps of the withdraw/forget state machines (``infra/statemachines/README.md``).
+
+One handler dispatches on ``event["step"]``. A step's failure is an exception whose class name
+is the Step Functions error the machine catches or retries (``ApprovalWindowExpired``,
+``GateFailed``, ``StoreUnavailable``, ``IndexUnavailable``, ``VaultUnavailable``...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..contract.errors import ErrorCode
+from ..engine.context import Scope
+from ..engine.gate import ConfirmationNeeded
+from ..engine.ports import (
+    CommitOutcomeUnknown,
+    IndexUnavailable,
+    StoreUnavailable,
+    VaultUnavailable,
+)
+from ..engine.service import Engine
+from ..observability import get_logger, record_projection_lag
+from .approvals import (
+    ApprovalRecord,
+    ApprovalStore,
+    ApprovalWindowExpired,
+    GateFailed,
+    WorkflowRequest,
+    within_window,
+)
+from .composition import build_engine
+from .settings import (
+    LAMBDA_DEADLINE_MARGIN_MS,
+    HostBinding,
+    aws_session,
+    client_config,
+    required,
+)
+from .tool_handler import EngineHandler
+
+_TRANSIENT = {
+    ErrorCode.STORE_UNAVAILABLE.value: StoreUnavailable,
+    ErrorCode.MUTATION_OUTCOME_UNKNOWN.value: CommitOutcomeUnknown,
+    ErrorCode.DEADLINE_EXCEEDED.value: StoreUnavailable,
+}
+
+
+class WorkflowHandler(EngineHandler):
+    """The cold-start singletons (``engine``, ``approvals``, ``binding``) and the steps."""
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] = os.environ,
+        build: Callable[[Mapping[str, str]], Engine] = build_engine,
+    ) -> None:
+        self.approvals: ApprovalStore | None = None
+        super().__init__(env=env, build=build)
+
+    def _ready_steps(self) -> tuple[Engine, ApprovalStore, HostBinding]:
+        with self._lock:
+            engine, binding = self._ready_locked()
+            if self.approvals is None:
+                table = required(self._env, "ENGRAM_TABLE")
+                dynamodb = aws_session(self._env).client("dynamodb", config=client_config())
+                self.approvals = ApprovalStore(dynamodb, table)
+            return engine, self.approvals, binding
+
+    def _handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        engine, approvals, binding = self._ready_steps()
+        step = event.get("step")
+        get_logger().append_keys(step=str(step), execution_name=str(event.get("execution_name")))
+        request = WorkflowRequest.model_validate(event["request"])
+        if step == "await_approval":
+            return self.await_approval(engine, approvals, event, request)
+        if step == "check_window":
+            return self.check_window(engine, event)
+        if step == "commit_transition":
+            return self.commit_transition(engine, binding, event, request, context)
+        if step == "invalidate_projections":
+            done = self.drain(engine, request, "drop_projection", IndexUnavailable)
+            committed_at = (event.get("commit") or {}).get("committed_at_ms")
+            if isinstance(committed_at, int):
+                record_projection_lag(
+                    str(event.get("workflow")), engine.clock.now_ms() - committed_at
+                )
+            return done
+        if step == "destroy_keys":
+            return self.drain(engine, request, "destroy_key", VaultUnavailable)
+        raise ValueError(f"unknown step: {step!r}")
+
+    def await_approval(
+        self,
+        engine: Engine,
+        approvals: ApprovalStore,
+        event: Mapping[str, Any],
+        request: WorkflowRequest,
+    ) -> dict[str, Any]:
+        approval_id = approvals.park(
+            approval_id=ApprovalStore.new_approval_id(),
+            task_token=str(event["task_token"]),
+            execution_name=str(event["execution_name"]),
+            workflow=str(event["workflow"]),
+            request=request,
+            issued_at_ms=engine.clock.now_ms(),
+        )
+        base = self._env.get("ENGRAM_APPROVAL_BASE_URL", "").rstrip("/")
+        return {"approval_id": approval_id, "approval_url": f"{base}/approvals/{approval_id}"}
+
+    @staticmethod
+    def _timely(engine: Engine, event: Mapping[str, Any]) -> ApprovalRecord:
+        record = ApprovalRecord.model_validate(event["approval"])
+        if not within_window(record, engine.clock.now_ms()):
+            raise ApprovalWindowExpired(record.approval_id)
+        return record
+
+    def check_window(self, engine: Engine, event: Mapping[str, Any]) -> dict[str, Any]:
+        record = self._timely(engine, event)
+        return {"approval_id": record.approval_id, "within_window": True}
+
+    def commit_transition(
+        self,
+        engine: Engine,
+        binding: HostBinding,
+        event: Mapping[str, Any],
+        request: WorkflowRequest,
+        context: Any,
+    ) -> dict[str, Any]:
+        record = self._timely(engine, event)  # its own retries take time: check again
+        invocation = request.invocation
+        ctx = invocation.trusted_context(binding)
+        # The tool call's own deadline has passed long ago: this step is bounded by its Lambda.
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        deadline = (
+            None
+            if remaining is None
+            else engine.clock.now_ms() + int(remaining()) - LAMBDA_DEADLINE_MARGIN_MS
+        )
+        ctx = dataclasses.replace(ctx, deadline_ms=deadline)
+        envelope = engine.handle(invocation.tool, invocation.arguments, ctx, record.approval())
+        if isinstance(envelope, ConfirmationNeeded):  # unreachable: an approval was given
+            raise GateFailed(record.approval_id)
+        if not envelope.get("ok"):
+            code = str(envelope["error"]["code"])
+            if code == ErrorCode.GATE_FAILED.value:
+                raise GateFailed(record.approval_id)
+            transient = _TRANSIENT.get(code)
+            if transient is not None:
+                raise transient(code)
+        # the envelope holds receipts and digests only (withdraw/forget outputs carry no content)
+        return {"envelope": envelope, "committed_at_ms": engine.clock.now_ms()}
+
+    @staticmethod
+    def drain(
+        engine: Engine, request: WorkflowRequest, kind: str, error: type[Exception]
+    ) -> dict[str, Any]:
+        """Run the scope's own pending items of ``kind`` (never other scopes' queue)."""
+        ctx = request.invocation.context
+        remaining = engine.drain_scope(Scope(ctx.tenant_id, ctx.workspace_id), kind)
+        if remaining:
+            raise error(f"{remaining} {kind} item(s) still pending")
+        return {"kind": kind, "status": "complete"}
