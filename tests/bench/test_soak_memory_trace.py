@@ -56,9 +56,14 @@ def test_the_trace_writes_figures_and_snapshots_and_the_reader_diffs_them(
 
     rows = [line.split("\t") for line in (tmp_path / "rss.tsv").read_text().splitlines()]
     assert len(rows) >= 3 and all(len(row) == 6 for row in rows)
-    for elapsed, rss_kib, traced, _sqlite, malloc_used, _malloc_free in rows:
-        assert int(elapsed) >= 0 and int(rss_kib) > 0 and int(traced) > 0
+    for elapsed, rss_kib, _traced, _sqlite, malloc_used, _malloc_free in rows:
+        assert int(elapsed) >= 0 and int(rss_kib) > 0
         assert int(malloc_used) != 0
+    # Tracing starts after the first interval (start-up is not traced): bytes from then on.
+    assert all(int(traced) > 0 for _, _, traced, *_ in rows[2:])
+    if not was_tracing:
+        assert [int(row[2]) for row in rows[:2]] == [0, 0]
+        assert len(list(tmp_path.glob("snapshot-*.pickle"))) == len(rows) - 2
     assert len(list(tmp_path.glob("census-*.json"))) == len(rows)
 
     assert memory.main([str(tmp_path), "--from", "0", "--top", "5"]) == 0

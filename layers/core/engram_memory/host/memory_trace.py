@@ -6,9 +6,11 @@ Set ``ENGRAM_MEMORY_TRACE_DIR`` to a directory and ``engram-memory serve`` write
 - ``rss.tsv``, one line per interval: seconds since start, RSS (KiB), bytes traced by
   tracemalloc, bytes SQLite holds (``sqlite3_memory_used``), glibc malloc's bytes in use and
   bytes free inside its arenas (``mallinfo2``); -1 where a figure is not available;
-- ``census-<seconds>.json``: the live objects the garbage collector tracks, counted by type;
-- ``snapshot-<seconds>.pickle``: a ``tracemalloc`` snapshot, when ``ENGRAM_MEMORY_TRACE_FRAMES``
-  (frames kept per allocation, default 1) is above 0. Tracing slows a busy server a lot; with 0
+- ``census-<n>-<seconds>s.json``: the live objects the garbage collector tracks, counted by type;
+- ``snapshot-<n>-<seconds>s.pickle``: a ``tracemalloc`` snapshot, when ``ENGRAM_MEMORY_TRACE_FRAMES``
+  (frames kept per allocation, default 1) is above 0; tracing starts after the first interval
+  (start-up is not traced), so the first snapshot is the second interval's, and the traced
+  bytes of the first two lines are 0. Tracing slows a busy server a lot; with 0
   only the cheap figures above are taken.
 
 ``python -m bench.soak.memory DIR`` diffs them: which lines and types grew. Traced bytes and
@@ -22,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import itertools
 import json
 import os
 import threading
@@ -102,17 +105,17 @@ def start_from_environment() -> threading.Event | None:
     frames = int(os.environ.get(TRACE_FRAMES_ENV, "1"))
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    if frames > 0 and not tracemalloc.is_tracing():
-        tracemalloc.start(frames)
     stop = threading.Event()
     began = time.monotonic()
+    dumps = itertools.count()
 
     def dump() -> None:
         elapsed = round(time.monotonic() - began)
+        name = f"{next(dumps):05d}-{elapsed:06d}s"  # in order, and unique within a second
         if tracemalloc.is_tracing():
-            tracemalloc.take_snapshot().dump(str(out / f"snapshot-{elapsed:06d}.pickle"))
+            tracemalloc.take_snapshot().dump(str(out / f"snapshot-{name}.pickle"))
         census = json.dumps(object_census(), indent=0)
-        (out / f"census-{elapsed:06d}.json").write_text(census, encoding="utf-8")
+        (out / f"census-{name}.json").write_text(census, encoding="utf-8")
         traced, _peak = tracemalloc.get_traced_memory()
         with (out / "rss.tsv").open("a", encoding="utf-8") as log:
             native = "\t".join(str(figure) for figure in native_heap())
@@ -122,6 +125,10 @@ def start_from_environment() -> threading.Event | None:
         dump()
         while not stop.wait(every_s):
             dump()
+            # Tracing from the first interval on, not from the start: the server's start-up,
+            # traced, takes minutes, and what grows is what serving allocates.
+            if frames > 0 and not tracemalloc.is_tracing():
+                tracemalloc.start(frames)
 
     threading.Thread(target=loop, name="engram-memory-trace", daemon=True).start()
     return stop
