@@ -313,6 +313,11 @@ def _operator_authorization(engine: Kernel, call: Call, arguments: Mapping[str, 
 # --------------------------------------------------------------------------------------------
 
 
+def _readable(engine: Kernel, scope: Scope, row: RecordRow) -> dict[str, Any] | None:
+    """The record's body for an operator, or None once shredded or its key destroyed."""
+    return engine.bodies(scope, [row]).get(row.record_id)
+
+
 def _record_summary(row: RecordRow) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "record_id": row.record_id,
@@ -359,7 +364,7 @@ def record_show(engine: Kernel, scope: Scope, record_id: str, operator: str) -> 
         if row is None:
             raise EngramError(ErrorCode.NOT_FOUND)
         call.digests["record_digest"] = row.record_digest
-        return {**_record_summary(row), "record": engine.body(row) if row.body else None}
+        return {**_record_summary(row), "record": _readable(engine, scope, row)}
 
     return audited(engine, scope, operator, "records_show", record_id, run)
 
@@ -468,7 +473,7 @@ def _commit_transition(
         projection = ProjectionChange(delete_record_id=record_id)
         outbox = engine.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms)
     elif returning:
-        doc = engine.projection_doc(record_id, engine.body(row))
+        doc = engine.projection_doc(record_id, engine.body(call.scope, row))
         projection = ProjectionChange(upsert=doc)
         outbox = engine.deferred_projections(
             call.scope, record_id, "upsert_projection", call.now_ms
@@ -649,12 +654,18 @@ def export_records(engine: Kernel, scope: Scope, operator: str) -> Iterator[dict
             if not rows:
                 break
             after = rows[-1].record_id
-            for row in rows:
-                if row.body is None or not engine.eligible(row, call.now_ms):
-                    continue
-                lines.append(
-                    {"record": engine.body(row), "receipts": _admission(engine, scope, row)}
-                )
+            current = [row for row in rows if engine.eligible(row, call.now_ms)]
+            # A record whose key is destroyed (restored from a backup older than its forget) is
+            # forgotten: not exported.
+            opened = engine.bodies(scope, current)
+            for row in current:
+                if row.record_id in opened:
+                    lines.append(
+                        {
+                            "record": opened[row.record_id],
+                            "receipts": _admission(engine, scope, row),
+                        }
+                    )
         call.digests["exported_records"] = str(len(lines))
         return lines
 

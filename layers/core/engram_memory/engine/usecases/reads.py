@@ -78,10 +78,13 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
 
     packets: list[dict[str, Any]] = []
     used = 0
-    for position in range(offset, min(offset + args.limit, len(ranked))):
-        hit = ranked[position]
+    page = ranked[offset : offset + args.limit]
+    # The page's bodies, opened together: one key-store read, no KMS call (RecordKeys).
+    opened = k.bodies(call.scope, [rows[hit.record_id] for hit in page])
+    for position, hit in enumerate(page, start=offset):
         record, redacted, redaction_digest = redact(
-            k.body(rows[hit.record_id]), k.settings.redaction
+            opened.get(hit.record_id) or k.body(call.scope, rows[hit.record_id]),
+            k.settings.redaction,
         )
         packet = {
             "record": record,
@@ -217,7 +220,7 @@ def get(k: Kernel, call: Call, args: GetInput) -> dict[str, Any]:
     if row is None or not k.eligible(row, now):
         raise EngramError(ErrorCode.NOT_FOUND)
     head = k.read(lambda: k.store.head(call.scope))
-    full = k.body(row)
+    full = k.body(call.scope, row)
     record, redacted, redaction_digest = redact(full, k.settings.redaction)
     read_receipt = receipt(
         "read-receipt",
