@@ -147,14 +147,16 @@ class KmsRecordKeys:
                 }
             }
             while pending:
-                response = self._dynamodb(
-                    "read record keys",
-                    lambda client, request=pending: client.batch_get_item(RequestItems=request),
-                )
+                response = self._batch_get(pending)
                 for item in response.get("Responses", {}).get(self._table, []):
                     found[by_item[item["key_ref"]["S"]]] = _wrapped_bytes(item)
                 pending = response.get("UnprocessedKeys") or {}
         return found
+
+    def _batch_get(self, request: dict[str, Any]) -> Any:
+        return self._dynamodb(
+            "read record keys", lambda client: client.batch_get_item(RequestItems=request)
+        )
 
     def _put_new(self, key_ref: str, wrapped: bytes) -> bool:
         """Write a new item; False when one is already there."""
