@@ -229,7 +229,8 @@ def test_the_key_file_is_private_and_separate_from_the_main_database(
         tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     finally:
         conn.close()
-    assert tables == [("data_keys",), ("key_store",)]  # the wrapped keys and the store's id
+    # the wrapped candidate keys, the store's id, the record keys and their scopes' keys
+    assert sorted(tables) == [("data_keys",), ("key_store",), ("record_keys",), ("scope_keys",)]
 
 
 def test_an_existing_key_file_is_narrowed_to_owner_only(keys_path: Path, master_key: bytes) -> None:

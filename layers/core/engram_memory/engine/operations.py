@@ -782,7 +782,7 @@ def reindex(engine: Kernel, scope: Scope) -> ReindexReport:
                 else:
                     dropped += 1
         pending = engine.drain_scope(scope, "upsert_projection")
-    except StoreUnavailable:
+    except (StoreUnavailable, VaultUnavailable):
         raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
     except IndexUnavailable:
         raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
