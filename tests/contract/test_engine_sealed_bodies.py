@@ -77,3 +77,21 @@ def test_records_of_one_scope_are_not_opened_with_another_scopes_keys(harness: H
     row = harness.store.record_get(context().scope, record_id)
     other = dataclasses.replace(context().scope, workspace_id="another-workspace")
     assert harness.record_keys.open_many(other, {record_id: row.body}) == {}
+
+
+def test_a_hit_whose_key_is_gone_is_skipped_not_an_error(harness: Harness) -> None:
+    # An index that still holds a record whose key is destroyed (a canonical store restored
+    # beside an index that was not rebuilt): search answers without it, get says NOT_FOUND.
+    scope = context().scope
+    gone = harness.remember("The heron-ledger lists every cobalt bucket.")
+    kept = harness.remember("The heron-ledger is archived each quarter.")
+    harness.record_keys.destroy(scope, gone)
+    found = harness.search("heron ledger")
+    assert [packet["record"]["record_id"] for packet in found["records"]] == [kept]
+    assert harness.get(gone)["error"]["code"] == "NOT_FOUND"
+    first = harness.search("heron ledger", limit=1)
+    pages = [packet["record"]["record_id"] for packet in first["records"]]
+    if "next_page_cursor" in first:
+        more = harness.search("heron ledger", limit=1, page_cursor=first["next_page_cursor"])
+        pages += [packet["record"]["record_id"] for packet in more["records"]]
+    assert pages == [kept]

@@ -368,6 +368,8 @@ def test_a_forget_after_the_backup_reaches_the_restored_copy_and_leaves_no_text(
     assert got["error"]["code"] == "NOT_FOUND"
     shown = _admin(capsys, target, "records", "show", record_id)
     assert shown["record"] is None  # not even the operator can read it
+    index = _admin(capsys, target, "status")["index"]
+    assert index["fresh"] is True and index["current_records_without_key"] == 1
     exported = data.parent / "restored-export.jsonl"
     assert main(["admin", "export", "--data-dir", str(target), "--output", str(exported)]) == 0
     capsys.readouterr()
