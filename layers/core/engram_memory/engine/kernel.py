@@ -444,14 +444,16 @@ class Kernel:
         the record's terms in the index, so the document is dropped again.
         """
         drop = ProjectionChange(delete_record_id=record_id)
-        record = None
-        if _projectable(row) and known is None:
-            record = self._projected_record(scope, row)
-        if not _projectable(row) or (known is None and record is None):
+        current = row if _projectable(row) else None
+        doc = known if current is not None else None
+        if doc is None and current is not None:
+            record = self._opened(scope, current)  # None once its key is destroyed
+            doc = None if record is None else self.projection_doc(record_id, record)
+        if doc is None:
             for surface in surfaces:
                 surface.apply(scope, drop)
             return False
-        upsert = ProjectionChange(upsert=known or self.projection_doc(record_id, record or {}))
+        upsert = ProjectionChange(upsert=doc)
         for surface in surfaces:
             surface.apply(scope, upsert)
         after = self.store.record_get(scope, record_id)
@@ -461,18 +463,14 @@ class Kernel:
             return False
         return True
 
-    def _projected_record(self, scope: Scope, row: RecordRow | None) -> dict[str, Any] | None:
-        """The record to project when it belongs in the projections (current, its body there
-        and its key not destroyed)."""
-        if row is None or row.body is None or row.state != "accepted_current":
-            return None
-        # VaultUnavailable goes up: an outbox item then stays pending for the drainer.
+    def _opened(self, scope: Scope, row: RecordRow) -> dict[str, Any] | None:
+        """The record a row with a body holds, or None when its key is destroyed.
+        ``VaultUnavailable`` goes up: an outbox item then stays pending for the drainer."""
+        assert row.body is not None
         plaintext = self.record_keys.open_many(scope, {row.record_id: row.body}).get(row.record_id)
-        return (
-            None
-            if plaintext is None
-            else _checked_record(row.record_id, plaintext, row.record_digest)
-        )
+        if plaintext is None:
+            return None
+        return _checked_record(row.record_id, plaintext, row.record_digest)
 
     def drain_outbox(self, limit: int = 100) -> int:
         """Complete pending key destructions and projection upserts and drops (every scope, at
@@ -705,7 +703,8 @@ def _checked_record(record_id: str, plaintext: bytes, record_digest: str) -> dic
 
 
 def _projectable(row: RecordRow | None) -> bool:
-    """Whether a record belongs in the projections: current and not shredded."""
+    """Whether a record belongs in the projections: current and not shredded (and, checked when
+    its body is opened, its key not destroyed)."""
     return row is not None and row.state == "accepted_current" and row.body is not None
 
 
