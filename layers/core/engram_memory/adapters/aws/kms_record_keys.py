@@ -105,13 +105,11 @@ class KmsRecordKeys:
         """Nothing ahead of admission: the capture function holds no permission on scope keys."""
 
     def seal(self, scope: Scope, record_id: str, plaintext: bytes) -> bytes:
-        wrapped = self._wrapped(scope, [record_id]).get(record_id)
-        if wrapped is None:
-            _, fresh = self._scope_keys.new_record_key(scope, record_id)
-            if self._put_new(record_item_key(scope, record_id), fresh):
-                wrapped = fresh
-            else:  # another instance admitted it first: seal under the stored key
-                wrapped = self._wrapped(scope, [record_id])[record_id]
+        # No key is made ahead (``prepare``), so one conditional write is the usual path; a key
+        # already there (a retried admission, another instance) is read and used instead.
+        _, wrapped = self._scope_keys.new_record_key(scope, record_id)
+        if not self._put_new(record_item_key(scope, record_id), wrapped):
+            wrapped = self._wrapped(scope, [record_id])[record_id]
         record_key = self._scope_keys.unwrap_record_key(scope, record_id, wrapped)
         return seal_body(record_key, scope, record_id, plaintext)
 
