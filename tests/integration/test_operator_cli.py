@@ -266,14 +266,20 @@ def test_records_commands_walk_the_lifecycle_and_status_counts_it(
 # -- export, backup, restore ------------------------------------------------------------------------
 
 
-def _search(data: Path, query: str) -> list[str]:
+def _agent(data: Path, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One agent call on the data directory, in process; its envelope."""
     host = open_embedded(data)
     try:
-        found = host.engine.handle(
-            "search", {"query": query, "purpose_ref": "purpose:general"}, _ctx()
+        envelope: dict[str, Any] = host.engine.handle(
+            tool, {**arguments, "purpose_ref": "purpose:general"}, _ctx()
         )
     finally:
         host.close()
+    return envelope
+
+
+def _search(data: Path, query: str) -> list[str]:
+    found = _agent(data, "search", {"query": query})
     return [packet["record"]["record_id"] for packet in found["output"]["value"]["records"]]
 
 
@@ -358,14 +364,7 @@ def test_a_forget_after_the_backup_reaches_the_restored_copy_and_leaves_no_text(
 
     assert _search(target, "zanzibar quokka") == []
     assert _search(target, "lunch rota fridge") == [records[kept]]
-    host = open_embedded(target)
-    try:
-        got = host.engine.handle(
-            "get", {"record_id": record_id, "purpose_ref": "purpose:general"}, _ctx()
-        )
-    finally:
-        host.close()
-    assert got["error"]["code"] == "NOT_FOUND"
+    assert _agent(target, "get", {"record_id": record_id})["error"]["code"] == "NOT_FOUND"
     shown = _admin(capsys, target, "records", "show", record_id)
     assert shown["record"] is None  # not even the operator can read it
     index = _admin(capsys, target, "status")["index"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from cryptography.exceptions import InvalidTag
@@ -109,3 +109,19 @@ class ScopeKeys:
     def unwrap_record_key(self, scope: Scope, record_id: str, wrapped: bytes) -> bytes:
         aad = _bound(_RECORD_KEY_AAD, scope.tenant_id, scope.workspace_id, record_id)
         return _open(self.get(scope), wrapped, aad, "record key")
+
+    def seal_body(self, scope: Scope, record_id: str, wrapped: bytes, plaintext: bytes) -> bytes:
+        """A body sealed under the record key ``wrapped`` (as stored in the key store)."""
+        record_key = self.unwrap_record_key(scope, record_id, wrapped)
+        return seal_body(record_key, scope, record_id, plaintext)
+
+    def open_bodies(
+        self, scope: Scope, wrapped: Mapping[str, bytes], sealed: Mapping[str, bytes]
+    ) -> dict[str, bytes]:
+        """The bodies ``sealed`` (by record id) whose wrapped keys ``wrapped`` holds, opened;
+        the others (their keys destroyed) are left out."""
+        opened: dict[str, bytes] = {}
+        for record_id, key in wrapped.items():
+            record_key = self.unwrap_record_key(scope, record_id, key)
+            opened[record_id] = open_body(record_key, scope, record_id, sealed[record_id])
+        return opened

@@ -33,7 +33,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from engram_memory.adapters.record_sealing import KEY_BYTES, ScopeKeys, open_body, seal_body
+from engram_memory.adapters.record_sealing import KEY_BYTES, ScopeKeys
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import SealIntegrityError, VaultUnavailable
 
@@ -110,15 +110,10 @@ class KmsRecordKeys:
         _, wrapped = self._scope_keys.new_record_key(scope, record_id)
         if not self._put_new(record_item_key(scope, record_id), wrapped):
             wrapped = self._wrapped(scope, [record_id])[record_id]
-        record_key = self._scope_keys.unwrap_record_key(scope, record_id, wrapped)
-        return seal_body(record_key, scope, record_id, plaintext)
+        return self._scope_keys.seal_body(scope, record_id, wrapped, plaintext)
 
     def open_many(self, scope: Scope, sealed: Mapping[str, bytes]) -> dict[str, bytes]:
-        opened: dict[str, bytes] = {}
-        for record_id, wrapped in self._wrapped(scope, list(sealed)).items():
-            record_key = self._scope_keys.unwrap_record_key(scope, record_id, wrapped)
-            opened[record_id] = open_body(record_key, scope, record_id, sealed[record_id])
-        return opened
+        return self._scope_keys.open_bodies(scope, self._wrapped(scope, list(sealed)), sealed)
 
     def destroy(self, scope: Scope, record_id: str) -> None:
         key = record_item_key(scope, record_id)

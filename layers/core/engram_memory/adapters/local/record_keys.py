@@ -27,8 +27,6 @@ from ...engine.context import Scope
 from ..record_sealing import (
     KEY_BYTES,
     ScopeKeys,
-    open_body,
-    seal_body,
     unwrap_scope_key,
     wrap_scope_key,
 )
@@ -80,15 +78,10 @@ class LocalRecordKeys:
             self._write(scope, record_id, wrapped)
             # Another process may have written the record's key first: seal under the stored one.
             wrapped = self._stored(scope, [record_id])[record_id]
-        record_key = self._scope_keys.unwrap_record_key(scope, record_id, wrapped)
-        return seal_body(record_key, scope, record_id, plaintext)
+        return self._scope_keys.seal_body(scope, record_id, wrapped, plaintext)
 
     def open_many(self, scope: Scope, sealed: Mapping[str, bytes]) -> dict[str, bytes]:
-        opened: dict[str, bytes] = {}
-        for record_id, wrapped in self._stored(scope, list(sealed)).items():
-            record_key = self._scope_keys.unwrap_record_key(scope, record_id, wrapped)
-            opened[record_id] = open_body(record_key, scope, record_id, sealed[record_id])
-        return opened
+        return self._scope_keys.open_bodies(scope, self._stored(scope, list(sealed)), sealed)
 
     def destroy(self, scope: Scope, record_id: str) -> None:
         with self._prepared_lock:
