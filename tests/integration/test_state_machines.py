@@ -256,7 +256,7 @@ def test_url_mode_approval_runs_the_forget_to_complete(stack: Stack) -> None:
     assert done["status"] == "SUCCEEDED", done
     output = json.loads(done["output"])
     assert output["commit"]["result"]["envelope"]["ok"] is True
-    assert output["projections"]["result"] == {"kind": "drop_projection", "status": "complete"}
+    assert output["tail"]["result"] == {"projections": "complete", "keys": "complete"}
     # the run committed it; the retry is the first success the agent sees: no replay for it
     assert retried["replayed"] is False
     assert retried["receipt"]["to_state"] == "tombstoned"
@@ -264,13 +264,7 @@ def test_url_mode_approval_runs_the_forget_to_complete(stack: Stack) -> None:
     assert stack.invoke("get", event("get", record_id=record_id))["error"]["code"] == "NOT_FOUND"
     again = value_of("forget", stack.invoke("forget", forget))
     assert again["replayed"] is True and again["receipt"] == retried["receipt"]
-    assert stack.lam.steps == [
-        "await_approval",
-        "check_window",
-        "commit_transition",
-        "invalidate_projections",
-        "destroy_keys",
-    ]
+    assert stack.lam.steps == ["await_approval", "commit_transition", "finish_tail"]
 
 
 def test_form_mode_approval_carried_by_the_adapter_commits_in_the_run(stack: Stack) -> None:
@@ -288,9 +282,9 @@ def test_form_mode_approval_carried_by_the_adapter_commits_in_the_run(stack: Sta
     assert answered["receipt"]["to_state"] == "withdrawn"
     done = stack.wait_done("withdraw")
     assert done["status"] == "SUCCEEDED"
-    assert json.loads(done["output"])["keys"]["result"] == {
-        "kind": "destroy_key",
-        "status": "complete",
+    assert json.loads(done["output"])["tail"]["result"] == {
+        "projections": "complete",
+        "keys": "complete",
     }
     assert value_of("withdraw", stack.invoke("withdraw", withdraw))["key_destruction"] == "complete"
 
@@ -359,7 +353,8 @@ def test_an_execution_started_past_the_30_s_window_is_gate_failed(stack: Stack) 
     assert answered["error"]["code"] == "gate_failed"
     done = stack.wait_done("forget")
     assert json.loads(done["output"])["error"]["Error"] == "ApprovalWindowExpired"
-    assert "commit_transition" not in stack.lam.steps
+    # the commit step's window check refused it before the use case ran; no tail step
+    assert stack.lam.steps == ["await_approval", "commit_transition"]
     assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True
 
 

@@ -156,8 +156,8 @@ class ApprovalHandler:
 
         try:
             if approve:
-                record = taken.record(approved_at_ms=now)
-                sfn.send_task_success(taskToken=taken.task_token, output=record.model_dump_json())
+                approval = taken.approved(now)  # the binding alone: no task token in the output
+                sfn.send_task_success(taskToken=taken.task_token, output=approval.model_dump_json())
             else:
                 sfn.send_task_failure(
                     taskToken=taken.task_token,

@@ -151,7 +151,7 @@ class ToolHandler(EngineHandler):
             return self._refuse(engine, UnknownTool(), "wrong_function", ctx.audit_id, ctx)
         ctx = _bounded_by_lambda(ctx, engine.clock, context)
         gate = self._gate()
-        carried = invocation.approval.approval() if invocation.approval is not None else None
+        carried = invocation.approval
         try:
             # a gated tool with its state machine never commits here (see execution_gate)
             answer = engine.handle(
