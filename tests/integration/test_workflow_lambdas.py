@@ -116,6 +116,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         env = {
             "AWS_REGION": REGION,
             "ENGRAM_TABLE": TABLE,
+            "ENGRAM_OPENSEARCH_ENDPOINT": "https://search-engram-dev.us-east-1.es.amazonaws.com",
             "ENGRAM_KEY_TABLE": KEY_TABLE,
             "ENGRAM_BLOB_BUCKET": BUCKET,
             "ENGRAM_DATA_KEY_ARN": key_arn,

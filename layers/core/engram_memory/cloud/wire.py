@@ -49,13 +49,12 @@ from ..engine.context import (
     TrustedContext,
 )
 from ..engine.gate import Approval, ConfirmationRequest
-from .settings import HostBinding
+from .settings import HostBinding, ToolName
 
 AUDIT_ID_PATTERN: Final = r"^aud_[0-9a-f]{32}$"  # what ``engine.service.new_audit_id`` mints
 _MAX_ID_CHARS: Final = 1_024
 _MAX_HOST_FACTS: Final = 8
 
-ToolName = Literal["search", "get", "capture", "request_admission", "withdraw", "forget"]
 ConfirmableTool = Literal["capture", "request_admission"]
 Identifier = Annotated[StrictStr, Field(min_length=1, max_length=_MAX_ID_CHARS)]
 

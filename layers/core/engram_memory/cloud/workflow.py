@@ -35,10 +35,10 @@ from .approvals import (
 from .composition import build_engine
 from .settings import (
     LAMBDA_DEADLINE_MARGIN_MS,
+    EngineEnvironment,
     HostBinding,
-    aws_session,
+    WorkflowSettings,
     client_config,
-    required,
 )
 from .tool_handler import EngineHandler
 
@@ -50,13 +50,16 @@ _TRANSIENT = {
 
 
 class WorkflowHandler(EngineHandler):
-    """The cold-start singletons (``engine``, ``approvals``, ``binding``) and the steps."""
+    """The cold-start singletons (``settings``, ``engine``, ``approvals``, ``binding``) and the
+    steps."""
+
+    settings_model = WorkflowSettings
 
     def __init__(
         self,
         *,
         env: Mapping[str, str] = os.environ,
-        build: Callable[[Mapping[str, str]], Engine] = build_engine,
+        build: Callable[[EngineEnvironment], Engine] = build_engine,
     ) -> None:
         self.approvals: ApprovalStore | None = None
         super().__init__(env=env, build=build)
@@ -65,9 +68,9 @@ class WorkflowHandler(EngineHandler):
         with self._lock:
             engine, binding = self._ready_locked()
             if self.approvals is None:
-                table = required(self._env, "ENGRAM_TABLE")
-                dynamodb = aws_session(self._env).client("dynamodb", config=client_config())
-                self.approvals = ApprovalStore(dynamodb, table)
+                settings = self._settings_locked()
+                dynamodb = settings.session().client("dynamodb", config=client_config())
+                self.approvals = ApprovalStore(dynamodb, settings.table)
             return engine, self.approvals, binding
 
     def _handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
@@ -98,7 +101,10 @@ class WorkflowHandler(EngineHandler):
             request=request,
             issued_at_ms=engine.clock.now_ms(),
         )
-        base = self._env.get("ENGRAM_APPROVAL_BASE_URL", "").rstrip("/")
+        with self._lock:
+            settings = self._settings_locked()
+        assert isinstance(settings, WorkflowSettings)
+        base = settings.approval_base_url.rstrip("/")
         return {"approval_id": approval_id, "approval_url": f"{base}/approvals/{approval_id}"}
 
     def commit_transition(
