@@ -123,7 +123,6 @@ def test_a_missing_variable_is_one_line_naming_it_and_what_to_set(
         (ForgetGateSettings, GATE_ENV, "ENGRAM_APPROVAL_BASE_URL", "http://memory.acme.example"),
         (AdapterSettings, ADAPTER_ENV, "ENGRAM_TOOL_FUNCTIONS", "search=engram-acme-search"),
         (AdapterSettings, ADAPTER_ENV, "ENGRAM_TOOL_FUNCTIONS", '{"delete": "engram-acme-x"}'),
-        (AdapterSettings, ADAPTER_ENV, "ENGRAM_ISSUER", "login.acme.example"),
     ],
 )
 def test_an_invalid_variable_is_one_line_naming_it(
@@ -169,3 +168,15 @@ def test_every_client_shares_one_policy_and_the_adapter_s_lambda_client_only_wai
     slow = client_config(read_timeout_s=28, retries=False)
     assert (slow.connect_timeout, slow.read_timeout) == (CONNECT_TIMEOUT_S, 28)
     assert slow.retries == {"mode": "standard", "max_attempts": 1}
+
+
+def test_the_adapter_s_host_configuration_names_the_variable_it_refuses() -> None:
+    from engram_memory.cloud.mcp_adapter import build_adapter
+
+    settings = AdapterSettings.from_env({**ADAPTER_ENV, "ENGRAM_RESOURCE_URI": "memory.example"})
+    with pytest.raises(ConfigurationError) as raised:
+        build_adapter(settings, jwks={"keys": []})
+    assert str(raised.value).startswith("ENGRAM_RESOURCE_URI is invalid: "), raised.value
+    with pytest.raises(ConfigurationError) as raised:  # the issuer's keys are unusable
+        build_adapter(AdapterSettings.from_env(ADAPTER_ENV), jwks={"keys": []})
+    assert str(raised.value).startswith("ENGRAM_ISSUER is invalid: "), raised.value

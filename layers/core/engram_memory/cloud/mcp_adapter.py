@@ -292,11 +292,22 @@ def _host_config(settings: AdapterSettings) -> HostConfig:
         )
     try:
         return HostConfig(**options)
-    except ValidationError:
+    except ValidationError as exc:
+        loc = exc.errors()[0]["loc"]
+        variable = _HOST_VARIABLES.get(str(loc[0]) if loc else "", "ENGRAM_RESOURCE_URI")
         raise ConfigurationError(
-            "ENGRAM_RESOURCE_URI, ENGRAM_ISSUER, ENGRAM_TENANT_ID or ENGRAM_ALLOWED_ORIGINS "
-            "is invalid: set them to the host's https:// URLs, tenant id and origins"
+            f"{variable} is invalid: set it as the host configuration requires"
+            f" ({exc.errors()[0]['msg']})"
         ) from None
+
+
+_HOST_VARIABLES: Final = {
+    "resource": "ENGRAM_RESOURCE_URI",
+    "issuer": "ENGRAM_ISSUER",
+    "tenant_id": "ENGRAM_TENANT_ID",
+    "allowed_origins": "ENGRAM_ALLOWED_ORIGINS",
+    "retention": "ENGRAM_RETENTION_CEILING_S",
+}
 
 
 def build_adapter(
@@ -338,7 +349,9 @@ def build_adapter(
     except IssuerKeysUnavailable as exc:
         raise ConfigurationError(f"ENGRAM_ISSUER: {exc}") from exc
     except ValueError as exc:
-        raise ConfigurationError("the issuer's JWKS has no usable signing key") from exc
+        raise ConfigurationError(
+            "ENGRAM_ISSUER is invalid: its JWKS has no usable signing key"
+        ) from exc
     if secrets_client is None:
         secrets_client = session_of_env().client("secretsmanager", config=client_config())
     sealer = RequestStateSealer(request_state_key(secrets_client, secret_arn))

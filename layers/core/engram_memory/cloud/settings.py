@@ -285,8 +285,9 @@ class AdapterSettings(_BindingSettings):
             'a JSON object of tool names to function names ({"search": ...})',
         )
     )
-    resource_uri: Https = _env("ENGRAM_RESOURCE_URI", "the MCP endpoint's https:// URL")
-    issuer: Https = _env("ENGRAM_ISSUER", "the OIDC issuer's https:// URL")
+    # checked further by ``host.config.HostConfig`` (``mcp_adapter._host_config``)
+    resource_uri: Text = _env("ENGRAM_RESOURCE_URI", "the MCP endpoint's URL (the token audience)")
+    issuer: Text = _env("ENGRAM_ISSUER", "the OIDC issuer's URL")
     request_state_secret_arn: Text = _env(
         "ENGRAM_REQUEST_STATE_SECRET_ARN", "the Secrets Manager ARN of the request-state secret"
     )
