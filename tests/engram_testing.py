@@ -86,7 +86,8 @@ class ScriptedConfirmations:
             target=request.target,
             operation_digest=request.operation_digest,
             principal=request.principal,
-            scope=request.scope,
+            tenant_id=request.scope.tenant_id,
+            workspace_id=request.scope.workspace_id,
             issued_at_ms=self.clock.now_ms(),
             approved_at_ms=self.clock.now_ms(),
         )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
 from aws_encryption_sdk.exceptions import AWSEncryptionSDKClientError
@@ -104,26 +102,28 @@ def test_withdraw_of_unknown_or_foreign_candidates_is_not_found_identically(
 
 
 def _approved_elsewhere(approval):  # type: ignore[no-untyped-def]
-    return dataclasses.replace(approval, target="candidate_" + "e" * 64)
+    return approval.model_copy(update={"target": "candidate_" + "e" * 64})
 
 
 def _approved_for_another_tool(approval):  # type: ignore[no-untyped-def]
-    return dataclasses.replace(approval, tool="forget")
+    return approval.model_copy(update={"tool": "forget"})
 
 
 def _expired(approval):  # type: ignore[no-untyped-def]
-    return dataclasses.replace(
-        approval,
-        issued_at_ms=approval.issued_at_ms - 301_000,
-        approved_at_ms=approval.approved_at_ms - 1_000,
+    return approval.model_copy(
+        update={
+            "issued_at_ms": approval.issued_at_ms - 301_000,
+            "approved_at_ms": approval.approved_at_ms - 1_000,
+        }
     )
 
 
 def _executed_late(approval):  # type: ignore[no-untyped-def]
-    return dataclasses.replace(
-        approval,
-        issued_at_ms=approval.issued_at_ms - 40_000,
-        approved_at_ms=approval.approved_at_ms - 31_000,
+    return approval.model_copy(
+        update={
+            "issued_at_ms": approval.issued_at_ms - 40_000,
+            "approved_at_ms": approval.approved_at_ms - 31_000,
+        }
     )
 
 
@@ -162,7 +162,7 @@ def test_a_reused_approval_is_gate_failed(harness: Harness) -> None:
     second = harness.capture(key="reuse-capture-0002")
     assert harness.withdraw(first["candidate_id"])["ok"]
     used = harness.confirmations.last
-    harness.confirmations.fixed = dataclasses.replace(used, target=second["candidate_id"])
+    harness.confirmations.fixed = used.model_copy(update={"target": second["candidate_id"]})
     # Same approval id, now even bound to the right target: single use still refuses it.
     assert harness.withdraw(second["candidate_id"])["error"]["code"] == "gate_failed"
 

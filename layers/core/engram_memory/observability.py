@@ -22,7 +22,7 @@ never mix):
 - ``GateFailed`` — dimensions ``service``, ``tool``: a confirmation gate failed;
 - ``AdmissionOutcome`` — dimensions ``service``, ``status``: one per answered admission request;
 - ``ProjectionLagMs`` (Milliseconds) — dimensions ``service``, ``workflow``: from a withdraw/forget
-  commit to the end of its projection invalidation (the state machine's ``invalidate_projections``).
+  commit to the end of its projection invalidation (the state machine's ``finish_tail``).
 - ``OutboxOldestAgeSeconds`` (Seconds), ``OutboxPending`` and ``OutboxDrained`` (Count) —
   dimension ``service``: emitted by each run of the scheduled outbox drainer (``drainer.py``);
   the age is that of the oldest item still pending after the run (0 when none is).

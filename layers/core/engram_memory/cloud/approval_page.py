@@ -24,7 +24,7 @@ from .approvals import (
     ApprovalStore,
     ParkedApproval,
 )
-from .settings import aws_session, client_config, required
+from .settings import ApprovalSettings, client_config
 
 
 def _response(status: int, body: str, content_type: str = "application/json") -> dict[str, Any]:
@@ -79,12 +79,11 @@ def _answer(event: Mapping[str, Any]) -> bool | None:
     return answer if isinstance(answer, bool) else None
 
 
-def _agent_token(claims: Mapping[str, Any], env: Mapping[str, str]) -> bool:
+def _agent_token(claims: Mapping[str, Any], resource: str) -> bool:
     """Does the token's ``aud`` include the MCP resource URI (an agent's token)?
 
     API Gateway passes a list claim as one string, ``"[a b]"``; a single audience as ``"a"``.
     """
-    resource = env.get("ENGRAM_RESOURCE_URI", "").strip()
     raw = claims.get("aud", "")
     audiences = raw if isinstance(raw, list) else str(raw).strip("[]").split()
     return bool(resource) and resource in [str(a) for a in audiences]
@@ -99,6 +98,7 @@ class ApprovalHandler:
         env: Mapping[str, str] = os.environ,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
+        self.settings: ApprovalSettings | None = None
         self.approvals: ApprovalStore | None = None
         self.sfn: Any = None
         self.now_ms = now_ms
@@ -108,11 +108,12 @@ class ApprovalHandler:
 
     def _ready(self) -> tuple[ApprovalStore, Any]:
         with self._lock:
+            if self.settings is None:
+                self.settings = ApprovalSettings.from_env(self._env)
             if self.approvals is None or self.sfn is None:
-                table = required(self._env, "ENGRAM_TABLE")
-                session = aws_session(self._env)
+                session = self.settings.session()
                 self.approvals = self.approvals or ApprovalStore(
-                    session.client("dynamodb", config=client_config()), table
+                    session.client("dynamodb", config=client_config()), self.settings.table
                 )
                 self.sfn = self.sfn or session.client("stepfunctions", config=client_config())
             return self.approvals, self.sfn
@@ -141,7 +142,8 @@ class ApprovalHandler:
             return _json(401, {"error": "sign in to answer"})
         if claims["sub"] != parked.principal:
             return _json(403, {"error": "not the principal of this operation"})
-        if _agent_token(claims, self._env):
+        assert self.settings is not None
+        if _agent_token(claims, self.settings.resource_uri):
             # the JWT authorizer checks the approval audience; this is the second lock on the
             # door: a token also valid for the MCP endpoint is an agent's, never a human's answer
             return _json(403, {"error": "sign in to the approval page; agent tokens cannot answer"})
@@ -156,8 +158,8 @@ class ApprovalHandler:
 
         try:
             if approve:
-                record = taken.record(approved_at_ms=now)
-                sfn.send_task_success(taskToken=taken.task_token, output=record.model_dump_json())
+                approval = taken.approved(now)  # the binding alone: no task token in the output
+                sfn.send_task_success(taskToken=taken.task_token, output=approval.model_dump_json())
             else:
                 sfn.send_task_failure(
                     taskToken=taken.task_token,

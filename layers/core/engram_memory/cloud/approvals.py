@@ -2,14 +2,15 @@
 
 A confirmation-gated tool (withdraw, forget) starts a Standard execution whose first Task
 (``await_approval``) parks its task token in the canonical table (``ApprovalStore``); the
-approval page answers it with ``SendTaskSuccess`` carrying an ``ApprovalRecord``, which the
-state machine hands to ``commit_transition``, which gives the engine that approval; the
-engine's gate (``engine.gate.check_approval``) checks it as it checks every other approval.
+approval page (or the tool function, in form mode) answers it with ``SendTaskSuccess`` carrying
+the ``engine.gate.Approval`` as JSON, which the state machine hands to ``commit_transition``,
+which gives the engine that approval; the engine's gate (``engine.gate.check_approval``) checks
+it as it checks every other approval.
 
-Parked token — pk ``APPROVAL_TOKEN#<approval_id>``, sk ``APPROVAL_TOKEN``: ``task_token`` S
-(removed once used), ``execution_name``, ``workflow``, ``tool``, ``target``,
-``operation_digest``, ``principal``, ``tenant_id``, ``workspace_id``, ``reason_ref`` S,
-``issued_at_ms`` N, ``ttl`` N (epoch s, at most 300 s after issue; DynamoDB's TTL sweep is
+Parked token — pk ``APPROVAL_TOKEN#<approval_id>``, sk ``APPROVAL_TOKEN``: ``to_item`` of the
+``ParkedApproval`` (the open ``Approval``'s fields — ``approval_id``, ``tool``, ``target``,
+``operation_digest``, ``principal``, ``tenant_id``, ``workspace_id`` S, ``issued_at_ms`` N — and
+``task_token`` (removed once used), ``execution_name``, ``workflow``, ``reason_ref`` S), ``ttl`` N (epoch s, at most 300 s after issue; DynamoDB's TTL sweep is
 lazy, so reads check the expiry themselves), ``used_at_ms`` N once answered,
 ``reported_at_ms`` N once the commit was first reported to the agent. The token is
 consumed with one conditional ``UpdateItem`` (the approval function may not ``DeleteItem``):
@@ -25,29 +26,30 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from ..engine.gate import APPROVAL_TTL_MS, within_windows
+from ..engine.gate import APPROVAL_TTL_MS, Approval
 from ..engine.ports import (
     StoreUnavailable,
 )
-from .wire import InvocationApproval, ToolInvocation
+from .wire import ToolInvocation
 
 __all__ = [
     "APPROVAL_TOKEN_TTL_S",
     "ENDED_WAIT_ERRORS",
     "EXECUTION_NAME_PATTERN",
-    "ApprovalRecord",
     "ApprovalStore",
     "ApprovalWindowExpired",
     "GateFailed",
     "ParkedApproval",
     "WorkflowRequest",
     "execution_name",
+    "from_item",
     "start_confirmed_execution",
+    "to_item",
 ]
 
 APPROVAL_TOKEN_TTL_S: Final = APPROVAL_TTL_MS // 1000
@@ -91,49 +93,18 @@ class WorkflowRequest(_Closed):
     reason_ref: Text | None = Field(default=None, description="The reason, by reference.")
 
 
-# The approval the state machine delivers is the one a tool invocation carries; whether it binds
-# this operation, in time, is the engine's gate's decision.
-ApprovalRecord = InvocationApproval
+class ParkedApproval(Approval):
+    """A parked task token: the open ``Approval`` of an execution and what the page may show.
 
+    Its DynamoDB item is ``to_item`` of it (plus the key, ``ttl`` and ``used_at_ms``); the
+    approval the human gives is ``approved(at)`` — the binding alone, never the token.
+    """
 
-def within_window(record: InvocationApproval, now_ms: int) -> bool:
-    """The contract's windows for a delivered approval (``engine.gate.within_windows``)."""
-    return within_windows(record.issued_at_ms, record.approved_at_ms, now_ms)
-
-
-@dataclass(frozen=True, slots=True)
-class ParkedApproval:
-    """A parked task token and what the approval page may show (no content)."""
-
-    approval_id: str
-    task_token: str | None  # None once used
-    execution_name: str
-    workflow: str
-    tool: str
-    target: str | None
-    operation_digest: str
-    principal: str
-    tenant_id: str
-    workspace_id: str
-    reason_ref: str | None
-    issued_at_ms: int
-    used: bool
-
-    def expired(self, now_ms: int) -> bool:
-        return now_ms - self.issued_at_ms > APPROVAL_TTL_MS
-
-    def record(self, approved_at_ms: int) -> ApprovalRecord:
-        return ApprovalRecord(
-            approval_id=self.approval_id,
-            tool=self.tool,
-            target=self.target,
-            operation_digest=self.operation_digest,
-            principal=self.principal,
-            tenant_id=self.tenant_id,
-            workspace_id=self.workspace_id,
-            issued_at_ms=self.issued_at_ms,
-            approved_at_ms=approved_at_ms,
-        )
+    task_token: StrictStr | None = None  # None once used
+    execution_name: StrictStr
+    workflow: StrictStr
+    reason_ref: StrictStr | None = None
+    used: bool = False
 
 
 def _s(value: str) -> dict[str, str]:
@@ -144,9 +115,21 @@ def _n(value: int) -> dict[str, str]:
     return {"N": str(value)}
 
 
-def _opt(item: dict[str, Any], name: str) -> str | None:
-    value = item.get(name)
-    return None if value is None else str(value["S"])
+def to_item(approval: Approval) -> dict[str, Any]:
+    """The DynamoDB attributes of ``approval``'s fields (``None`` left out; ``used`` is the
+    presence of ``used_at_ms``, written when the token is taken)."""
+    values = approval.model_dump(exclude_none=True, exclude={"used"})
+    return {name: _n(v) if isinstance(v, int) else _s(v) for name, v in values.items()}
+
+
+def from_item(item: Mapping[str, Any]) -> ParkedApproval:
+    """The parked approval an item holds (``to_item``'s inverse)."""
+    fields = {
+        name: int(value["N"]) if "N" in value else str(value["S"])
+        for name, value in item.items()
+        if name in ParkedApproval.model_fields
+    }
+    return ParkedApproval.model_validate({**fields, "used": "used_at_ms" in item})
 
 
 class ApprovalStore:
@@ -175,24 +158,25 @@ class ApprovalStore:
     ) -> str:
         """Park the token; the approval id of the execution (the existing one on a retry)."""
         ctx = request.invocation.context
+        parked = ParkedApproval(
+            approval_id=approval_id,
+            tool=request.invocation.tool,
+            target=request.target,
+            operation_digest=request.operation_digest,
+            principal=ctx.principal,
+            tenant_id=ctx.tenant_id,
+            workspace_id=ctx.workspace_id,
+            issued_at_ms=issued_at_ms,
+            task_token=task_token,
+            execution_name=execution_name,
+            workflow=workflow,
+            reason_ref=request.reason_ref,
+        )
         item: dict[str, Any] = {
             **self._key(approval_id),
-            "approval_id": _s(approval_id),
-            "task_token": _s(task_token),
-            "execution_name": _s(execution_name),
-            "workflow": _s(workflow),
-            "tool": _s(request.invocation.tool),
-            "operation_digest": _s(request.operation_digest),
-            "principal": _s(ctx.principal),
-            "tenant_id": _s(ctx.tenant_id),
-            "workspace_id": _s(ctx.workspace_id),
-            "issued_at_ms": _n(issued_at_ms),
+            **to_item(parked),
             "ttl": _n(issued_at_ms // 1000 + APPROVAL_TOKEN_TTL_S),
         }
-        if request.target is not None:
-            item["target"] = _s(request.target)
-        if request.reason_ref is not None:
-            item["reason_ref"] = _s(request.reason_ref)
         pointer = {
             **self._pointer_key(execution_name),
             "approval_id": _s(approval_id),
@@ -262,7 +246,7 @@ class ApprovalStore:
     def get(self, approval_id: str) -> ParkedApproval | None:
         """The parked approval, used or not; ``None`` when unknown (or swept by TTL)."""
         item = self._read(self._key(approval_id))
-        return None if item is None else self._parse(item)
+        return None if item is None else from_item(item)
 
     def _read(self, key: dict[str, Any]) -> dict[str, Any] | None:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -293,7 +277,7 @@ class ApprovalStore:
             raise StoreUnavailable("could not consume the parked approval") from exc
         except BotoCoreError as exc:
             raise StoreUnavailable("could not consume the parked approval") from exc
-        return self._parse(response["Attributes"])
+        return from_item(response["Attributes"])
 
     def first_report(self, approval_id: str, now_ms: int) -> bool:
         """Mark the commit of this approval's run as reported to the agent; True the first time.
@@ -319,24 +303,6 @@ class ApprovalStore:
         except BotoCoreError as exc:
             raise StoreUnavailable("could not mark the report") from exc
         return True
-
-    @staticmethod
-    def _parse(item: dict[str, Any]) -> ParkedApproval:
-        return ParkedApproval(
-            approval_id=str(item["approval_id"]["S"]),
-            task_token=_opt(item, "task_token"),
-            execution_name=str(item["execution_name"]["S"]),
-            workflow=str(item["workflow"]["S"]),
-            tool=str(item["tool"]["S"]),
-            target=_opt(item, "target"),
-            operation_digest=str(item["operation_digest"]["S"]),
-            principal=str(item["principal"]["S"]),
-            tenant_id=str(item["tenant_id"]["S"]),
-            workspace_id=str(item["workspace_id"]["S"]),
-            reason_ref=_opt(item, "reason_ref"),
-            issued_at_ms=int(item["issued_at_ms"]["N"]),
-            used="used_at_ms" in item,
-        )
 
 
 def execution_name(workflow: str, ledger_key: str) -> str:

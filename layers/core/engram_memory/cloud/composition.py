@@ -35,22 +35,19 @@ if TYPE_CHECKING:
 
 from .settings import (
     ConfigurationError,
-    admission_mode,
-    aws_session,
+    EngineEnvironment,
+    GateSettings,
     client_config,
-    fusion,
+    gate_settings,
     read_cursor_key,
-    required,
-    semantic,
 )
 
-DEFAULT_OPENSEARCH_INDEX: Final = "engram-records"
 # The tools whose human confirmation and commit run in a Step Functions execution.
 GATED_TOOLS: Final = frozenset({"withdraw", "forget"})
 
 
 def build_engine(
-    env: Mapping[str, str] = os.environ,
+    settings: EngineEnvironment | Mapping[str, str] = os.environ,
     *,
     session: Session | None = None,
     dynamodb_client: DynamoDBClient | None = None,
@@ -67,7 +64,8 @@ def build_engine(
     audit: AuditSink | None = None,
     embedder: Embedder | None = None,
 ) -> Engine:
-    """The cloud engine of one tenant, from the environment the SAM template sets.
+    """The cloud engine of one tenant: ``settings`` in (an ``EngineEnvironment``, or the
+    environment the SAM template sets, parsed here), engine out.
 
     - store: ``DynamoStore`` over ``ENGRAM_TABLE`` with large attributes in
       ``ENGRAM_BLOB_BUCKET``;
@@ -89,22 +87,27 @@ def build_engine(
     - clock: the system clock; audit: ``PowertoolsAuditSink``; clients: from ``session`` (default: a boto3 session in
       ``AWS_REGION``), created on first use.
 
-    Every dependency may be passed instead (tests, local endpoints); a variable is only required
-    when the dependency it configures is built here. ``ENGRAM_TENANT_ID`` and
-    ``ENGRAM_RETENTION_CEILING_S`` bind the contexts, not the engine (``HostBinding``). Raises
-    ``ConfigurationError`` for a missing or invalid variable or an unreadable secret.
+    Every dependency may be passed instead (tests, local endpoints); the settings are parsed
+    whole all the same (``EngineEnvironment``: one model, one line per bad variable).
+    ``ENGRAM_TENANT_ID`` and ``ENGRAM_RETENTION_CEILING_S`` bind the contexts, not the engine
+    (``settings.binding()``). Raises ``ConfigurationError`` for a missing or invalid variable or
+    an unreadable secret.
     """
+    env = (
+        settings
+        if isinstance(settings, EngineEnvironment)
+        else EngineEnvironment.from_env(settings)
+    )
     sessions: list[Session] = [session] if session is not None else []
 
     def session_of_env() -> Session:
         if not sessions:
-            sessions.append(aws_session(env))
+            sessions.append(env.session())
         return sessions[0]
 
     def client(name: str) -> Any:  # every client with the one policy of ``client_config``
         return session_of_env().client(name, config=client_config())  # type: ignore[call-overload]
 
-    mode = admission_mode(env)
     if (store is None or vault is None or record_keys is None) and dynamodb_client is None:
         dynamodb_client = client("dynamodb")
 
@@ -112,8 +115,8 @@ def build_engine(
         from ..adapters.aws.dynamo_store import DynamoStore
 
         store = DynamoStore(
-            table_name=required(env, "ENGRAM_TABLE"),
-            bucket=required(env, "ENGRAM_BLOB_BUCKET"),
+            table_name=env.table,
+            bucket=env.blob_bucket,
             dynamodb=dynamodb_client,
             s3=s3_client if s3_client is not None else client("s3"),
             session=session_of_env(),
@@ -123,8 +126,8 @@ def build_engine(
 
         try:
             vault = KmsVault(
-                kms_key_id=required(env, "ENGRAM_DATA_KEY_ARN"),
-                key_table=required(env, "ENGRAM_KEY_TABLE"),
+                kms_key_id=env.data_key_arn,
+                key_table=env.key_table,
                 kms_client=kms_client if kms_client is not None else client("kms"),
                 dynamodb_client=dynamodb_client,
                 session=session_of_env(),
@@ -135,8 +138,8 @@ def build_engine(
         from ..adapters.aws.kms_record_keys import KmsRecordKeys
 
         record_keys = KmsRecordKeys(
-            kms_key_id=required(env, "ENGRAM_DATA_KEY_ARN"),
-            key_table=required(env, "ENGRAM_KEY_TABLE"),
+            kms_key_id=env.data_key_arn,
+            key_table=env.key_table,
             kms_client=kms_client if kms_client is not None else client("kms"),
             dynamodb_client=dynamodb_client,
             session=session_of_env(),
@@ -144,10 +147,7 @@ def build_engine(
     if lexical_index is None:
         from ..adapters.aws.opensearch_index import OpenSearchLexicalIndex
 
-        service = env.get("ENGRAM_OPENSEARCH_SERVICE", "").strip() or "es"
-        if service not in ("es", "aoss"):
-            raise ConfigurationError("ENGRAM_OPENSEARCH_SERVICE must be 'es' or 'aoss'")
-        index_name = env.get("ENGRAM_OPENSEARCH_INDEX", "").strip() or DEFAULT_OPENSEARCH_INDEX
+        index_name = env.opensearch_index
         try:
             if opensearch_client is not None:
                 lexical_index = OpenSearchLexicalIndex(
@@ -155,11 +155,11 @@ def build_engine(
                 )
             else:
                 lexical_index = OpenSearchLexicalIndex(
-                    endpoint=required(env, "ENGRAM_OPENSEARCH_ENDPOINT"),
+                    endpoint=env.opensearch_endpoint,
                     region=session_of_env().region_name,
                     index_name=index_name,
                     session=session_of_env(),
-                    service=service,
+                    service=env.opensearch_service,
                 )
         except ValueError as exc:
             raise ConfigurationError(
@@ -169,10 +169,10 @@ def build_engine(
     if admission_policy is None:
         from ..policy.builtin import BuiltinAdmissionPolicy
 
-        admission_policy = BuiltinAdmissionPolicy(mode)
+        admission_policy = BuiltinAdmissionPolicy(env.admission_mode)
     if secrets_client is None:
         secrets_client = client("secretsmanager")
-    cursor_key = read_cursor_key(secrets_client, required(env, "ENGRAM_CURSOR_SECRET_ARN"))
+    cursor_key = read_cursor_key(secrets_client, env.cursor_secret_arn)
     if clock is None:
         from ..adapters.local.clock import SystemClock
 
@@ -181,8 +181,7 @@ def build_engine(
         from ..observability import PowertoolsAuditSink
 
         audit = PowertoolsAuditSink()
-    fused = fusion(env)
-    if embedder is None and semantic(env):
+    if embedder is None and env.semantic == "local":
         from ..adapters.local.embedder import SemanticExtraMissing, load_local_embedder
 
         try:
@@ -202,32 +201,28 @@ def build_engine(
         admission_policy=admission_policy,
         clock=clock,
         audit=audit,
-        settings=EngineSettings(cursor_key=cursor_key, fusion=fused),
+        settings=EngineSettings(cursor_key=cursor_key, fusion=env.fusion),
         embedder=embedder,
         vector_index=vector_index,
     )
 
 
-def build_execution_gate(tool: str, env: Mapping[str, str]) -> ExecutionGate:
-    """The gate of ``tool`` (withdraw | forget) from the environment the SAM template sets.
-
-    ``ENGRAM_WITHDRAW_STATE_MACHINE_ARN`` / ``ENGRAM_FORGET_STATE_MACHINE_ARN`` (the function's
-    own machine), ``ENGRAM_TABLE`` (parked approvals) and ``ENGRAM_APPROVAL_BASE_URL`` (the
-    approval page's origin, e.g. the HTTP API's URL); clients in ``AWS_REGION``.
-    """
+def build_execution_gate(
+    tool: str, settings: GateSettings | Mapping[str, str] = os.environ
+) -> ExecutionGate:
+    """The gate of ``tool`` (withdraw | forget): ``GateSettings`` in (or the environment:
+    ``ENGRAM_WITHDRAW_STATE_MACHINE_ARN`` / ``ENGRAM_FORGET_STATE_MACHINE_ARN``, the function's
+    own machine; ``ENGRAM_TABLE``, parked approvals; ``ENGRAM_APPROVAL_BASE_URL``, the approval
+    page's https origin), gate out; clients in ``AWS_REGION``."""
     from .approvals import ApprovalStore
     from .execution_gate import ExecutionGate
 
-    machine = required(env, f"ENGRAM_{tool.upper()}_STATE_MACHINE_ARN")
-    table = required(env, "ENGRAM_TABLE")
-    base_url = required(env, "ENGRAM_APPROVAL_BASE_URL")
-    if not base_url.startswith("https://"):
-        raise ConfigurationError("ENGRAM_APPROVAL_BASE_URL must be an https:// URL")
-    session = aws_session(env)
+    gate = settings if isinstance(settings, GateSettings) else gate_settings(tool, settings)
+    session = gate.session()
     config = client_config()
     return ExecutionGate(
         sfn=session.client("stepfunctions", config=config),
-        approvals=ApprovalStore(session.client("dynamodb", config=config), table),
-        state_machine_arn=machine,
-        approval_base_url=base_url,
+        approvals=ApprovalStore(session.client("dynamodb", config=config), gate.table),
+        state_machine_arn=gate.state_machine_arn,
+        approval_base_url=gate.approval_base_url,
     )

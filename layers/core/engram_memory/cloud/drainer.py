@@ -30,7 +30,7 @@ from ..engine.context import Scope
 from ..engine.operations import reindex
 from ..engine.service import Engine
 from ..observability import get_logger, record_outbox_state
-from .settings import LAMBDA_DEADLINE_MARGIN_MS
+from .settings import LAMBDA_DEADLINE_MARGIN_MS, DrainerSettings
 from .tool_handler import EngineHandler
 
 DRAIN_PAGE: Final = 100
@@ -46,7 +46,9 @@ class ReindexRequest(BaseModel):
 
 
 class DrainerHandler(EngineHandler):
-    """The cold-start singletons (``engine``, ``binding``) and the two operations."""
+    """The cold-start singletons (``settings``, ``engine``, ``binding``) and the two operations."""
+
+    settings_model = DrainerSettings
 
     def _handle(self, event: Any, context: Any) -> dict[str, Any]:
         engine, binding = self._ready()

@@ -58,11 +58,10 @@ from ..mcp_surface.server import EngramMcp, SurfaceRuntime
 from ..mcp_surface.transports import McpGate, streamable_app
 from ..observability import instrumented
 from .settings import (
+    AdapterSettings,
     ConfigurationError,
-    aws_session,
     client_config,
     read_secret_bytes,
-    required,
 )
 from .wire import ToolInvocation, request_of
 
@@ -90,7 +89,6 @@ __all__ = [
     "LambdaToolEngine",
     "build_adapter",
     "request_state_key",
-    "tool_functions",
 ]
 
 
@@ -269,23 +267,6 @@ def _refusal_of(error: Any) -> ProtocolRefusal:
 # --------------------------------------------------------------------------------------------
 
 
-def _csv(env: Mapping[str, str], name: str) -> list[str]:
-    return [part.strip() for part in env.get(name, "").split(",") if part.strip()]
-
-
-def tool_functions(env: Mapping[str, str]) -> dict[str, str]:
-    """``ENGRAM_TOOL_FUNCTIONS``: a JSON object naming a function for some of the six tools."""
-    try:
-        loaded = json.loads(required(env, "ENGRAM_TOOL_FUNCTIONS"))
-    except ValueError:
-        raise ConfigurationError("ENGRAM_TOOL_FUNCTIONS must be a JSON object") from None
-    if not isinstance(loaded, dict) or not all(
-        tool in TOOLS and isinstance(name, str) and name for tool, name in loaded.items()
-    ):
-        raise ConfigurationError("ENGRAM_TOOL_FUNCTIONS must map tool names to function names")
-    return {str(tool): str(name) for tool, name in loaded.items()}
-
-
 def request_state_key(secrets_client: Any, secret_arn: str) -> bytes:
     """The 32-byte request-state key: HKDF-SHA256 of the secret (binary, or string as UTF-8)."""
     secret = read_secret_bytes(
@@ -298,29 +279,39 @@ def request_state_key(secrets_client: Any, secret_arn: str) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(secret)
 
 
-def _host_config(env: Mapping[str, str]) -> HostConfig:
+def _host_config(settings: AdapterSettings) -> HostConfig:
     options: dict[str, Any] = {
-        "resource": required(env, "ENGRAM_RESOURCE_URI"),
-        "issuer": required(env, "ENGRAM_ISSUER"),
-        "tenant_id": required(env, "ENGRAM_TENANT_ID"),
-        "allowed_origins": _csv(env, "ENGRAM_ALLOWED_ORIGINS"),
+        "resource": settings.resource_uri,
+        "issuer": settings.issuer,
+        "tenant_id": settings.tenant_id,
+        "allowed_origins": settings.allowed_origins,
     }
-    ceiling = env.get("ENGRAM_RETENTION_CEILING_S", "").strip()
-    if ceiling:
-        if not ceiling.isdecimal():
-            raise ConfigurationError("ENGRAM_RETENTION_CEILING_S must be a whole number of seconds")
-        options["retention"] = RetentionConfig(allow_retain=False, max_expires_in_s=int(ceiling))
+    if settings.retention_ceiling_s is not None:
+        options["retention"] = RetentionConfig(
+            allow_retain=False, max_expires_in_s=settings.retention_ceiling_s
+        )
     try:
         return HostConfig(**options)
-    except ValidationError:
+    except ValidationError as exc:
+        loc = exc.errors()[0]["loc"]
+        variable = _HOST_VARIABLES.get(str(loc[0]) if loc else "", "ENGRAM_RESOURCE_URI")
         raise ConfigurationError(
-            "ENGRAM_RESOURCE_URI, ENGRAM_ISSUER, ENGRAM_TENANT_ID or ENGRAM_ALLOWED_ORIGINS "
-            "is invalid"
+            f"{variable} is invalid: set it as the host configuration requires"
+            f" ({exc.errors()[0]['msg']})"
         ) from None
 
 
+_HOST_VARIABLES: Final = {
+    "resource": "ENGRAM_RESOURCE_URI",
+    "issuer": "ENGRAM_ISSUER",
+    "tenant_id": "ENGRAM_TENANT_ID",
+    "allowed_origins": "ENGRAM_ALLOWED_ORIGINS",
+    "retention": "ENGRAM_RETENTION_CEILING_S",
+}
+
+
 def build_adapter(
-    env: Mapping[str, str] = os.environ,
+    settings: AdapterSettings | Mapping[str, str] = os.environ,
     *,
     session: Session | None = None,
     lambda_client: Any = None,
@@ -330,22 +321,24 @@ def build_adapter(
     clock: Clock | None = None,
     audit: AuditSink | None = None,
 ) -> EngramMcp:
-    """The MCP surface of the adapter Lambda, from the template's environment.
+    """The MCP surface of the adapter Lambda: ``AdapterSettings`` in (or the template's
+    environment, parsed here), surface out.
 
     Reads the issuer's discovery document and JWKS (``jwks`` / ``jwks_fetcher`` pin a static
     JWKS instead; call this once per cold start) and the request-state secret; the
     Lambda client is created on first use. Raises ``ConfigurationError``.
     """
+    env = settings if isinstance(settings, AdapterSettings) else AdapterSettings.from_env(settings)
     sessions: list[Session] = [session] if session is not None else []
 
     def session_of_env() -> Session:
         if not sessions:
-            sessions.append(aws_session(env))
+            sessions.append(env.session())
         return sessions[0]
 
     host = _host_config(env)
-    functions = tool_functions(env)
-    secret_arn = required(env, "ENGRAM_REQUEST_STATE_SECRET_ARN")
+    functions = {str(tool): name for tool, name in env.tool_functions.items()}
+    secret_arn = env.request_state_secret_arn
     try:
         if jwks is None and jwks_fetcher is not None:
             jwks = jwks_fetcher(host.issuer)
@@ -356,7 +349,9 @@ def build_adapter(
     except IssuerKeysUnavailable as exc:
         raise ConfigurationError(f"ENGRAM_ISSUER: {exc}") from exc
     except ValueError as exc:
-        raise ConfigurationError("the issuer's JWKS has no usable signing key") from exc
+        raise ConfigurationError(
+            "ENGRAM_ISSUER is invalid: its JWKS has no usable signing key"
+        ) from exc
     if secrets_client is None:
         secrets_client = session_of_env().client("secretsmanager", config=client_config())
     sealer = RequestStateSealer(request_state_key(secrets_client, secret_arn))
@@ -599,10 +594,11 @@ class LambdaAdapter:
         self,
         *,
         env: Mapping[str, str] = os.environ,
-        build: Callable[[Mapping[str, str]], EngramMcp] = build_adapter,
+        build: Callable[[AdapterSettings], EngramMcp] = build_adapter,
     ) -> None:
         self._env = env
         self._build = build
+        self.settings: AdapterSettings | None = None
         self._lock = threading.Lock()
         self.surface: EngramMcp | None = None
         self.bridge: AsgiLambdaBridge | None = None
@@ -611,16 +607,16 @@ class LambdaAdapter:
 
     def _ready(self, event: Mapping[str, Any]) -> AsgiLambdaBridge:
         with self._lock:
+            if self.settings is None:
+                self.settings = AdapterSettings.from_env(self._env)
             if self.bridge is None:
                 if self.surface is None:
-                    self.surface = self._build(self._env)
-                self.gate = stateless_app(
-                    self.surface, extra_hosts=_csv(self._env, "ENGRAM_ALLOWED_HOSTS")
-                )
+                    self.surface = self._build(self.settings)
+                self.gate = stateless_app(self.surface, extra_hosts=self.settings.allowed_hosts)
                 self.bridge = AsgiLambdaBridge(self.gate)
             assert self.gate is not None
             # The API's default endpoint, when API Gateway's request context vouches for it.
-            default_host = execute_api_host(event, self._env.get("AWS_REGION", ""))
+            default_host = execute_api_host(event, self.settings.region)
             if default_host is not None and default_host not in self.gate.allowed_hosts:
                 self.gate.allowed_hosts.append(default_host)
             return self.bridge

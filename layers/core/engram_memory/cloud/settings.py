@@ -1,34 +1,73 @@
-"""The cloud functions' settings: read from the environment the SAM template sets, once.
+"""The cloud functions' settings: each function kind's environment, parsed once by one model.
 
-``ConfigurationError`` is a deployment error (a missing or invalid variable, an unreadable
-secret): the handler lets it fail the invocation, and the next invocation tries again. Every
-AWS client of the stack is built with ``client_config`` (one timeout and retry policy).
+The SAM template sets the environment; each kind of function reads it with its own pydantic
+model, once per cold start (``from_env``):
+
+- ``ToolFunctionSettings`` — the six tool functions (the engine and the host binding), and for
+  withdraw/forget also ``WithdrawGateSettings`` / ``ForgetGateSettings`` (their state machine);
+- ``AdapterSettings`` — the MCP adapter;
+- ``ApprovalSettings`` — the approval page;
+- ``WorkflowSettings`` — the state machines' steps;
+- ``DrainerSettings`` — the outbox drainer.
+
+(The OpenSearch security custom resource takes its settings from the CloudFormation request's
+``ResourceProperties``, ``opensearch_security.SecurityConfig``, not from the environment.)
+
+A missing or invalid variable is a ``ConfigurationError`` of one line naming the variable and
+what to set it to (``ENGRAM_TABLE is not set: the canonical DynamoDB table's name``); the
+handler lets it fail the invocation, and the next invocation tries again. A blank value counts
+as unset. Every AWS client of the stack is built with ``client_config`` (one timeout and retry
+policy, ``adapters.aws.client_config``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
 
-from ..engine.context import (
-    RetentionPolicy,
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
 )
+
+from ..adapters.aws.client_config import client_config
+from ..engine.context import RetentionPolicy
 
 if TYPE_CHECKING:
     from boto3.session import Session
 
+__all__ = [
+    "LAMBDA_DEADLINE_MARGIN_MS",
+    "AdapterSettings",
+    "ApprovalSettings",
+    "ConfigurationError",
+    "DrainerSettings",
+    "EngineEnvironment",
+    "ForgetGateSettings",
+    "GateSettings",
+    "HostBinding",
+    "ToolFunctionSettings",
+    "WithdrawGateSettings",
+    "WorkflowSettings",
+    "client_config",
+    "gate_settings",
+    "read_cursor_key",
+    "read_secret_bytes",
+]
 
 DEFAULT_RETENTION_CEILING_S: Final = RetentionPolicy().max_expires_in_s
+DEFAULT_OPENSEARCH_INDEX: Final = "engram-records"
 MIN_CURSOR_KEY_BYTES: Final = 32
 # The engine stops starting work this long before the Lambda would be killed, so a call ends
 # with DEADLINE_EXCEEDED (retriable, nothing half-done) rather than a timeout mid-commit.
 LAMBDA_DEADLINE_MARGIN_MS: Final = 1_000
-# One policy for every client: connect fast, read within the slowest call the stack makes
-# (a KMS or DynamoDB round trip), standard retries. The adapter's Lambda client waits as long
-# as a tool function may run and never retries a slow invocation.
-CONNECT_TIMEOUT_S: Final = 2
-READ_TIMEOUT_S: Final = 5
 
 
 class ConfigurationError(RuntimeError):
@@ -39,54 +78,241 @@ class ConfigurationError(RuntimeError):
     """
 
 
-def client_config(*, read_timeout_s: float = READ_TIMEOUT_S, retries: bool = True) -> Any:
-    """The botocore ``Config`` of every client the cloud functions build."""
-    from botocore.config import Config
+@dataclasses.dataclass(frozen=True, slots=True)
+class HostBinding:
+    """What a tool function checks every context against: its tenant and retention ceiling."""
 
-    return Config(
-        connect_timeout=CONNECT_TIMEOUT_S,
-        read_timeout=read_timeout_s,
-        retries={"mode": "standard"} if retries else {"max_attempts": 1},
-    )
+    tenant_id: str
+    retention_ceiling_s: int = DEFAULT_RETENTION_CEILING_S
 
-
-def aws_session(env: Mapping[str, str]) -> Session:
-    """A boto3 session in ``AWS_REGION`` (``ConfigurationError`` when it is not set)."""
-    import boto3
-
-    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-    if not region:
-        raise ConfigurationError("AWS_REGION must be set")
-    return boto3.session.Session(region_name=region)
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> HostBinding:
+        """``ENGRAM_TENANT_ID`` (required) and ``ENGRAM_RETENTION_CEILING_S`` (seconds, >= 0)."""
+        return _BindingSettings.from_env(env).binding()
 
 
-def required(env: Mapping[str, str], name: str) -> str:
-    value = env.get(name, "").strip()
-    if not value:
-        raise ConfigurationError(f"{name} must be set")
-    return value
+# --------------------------------------------------------------------------------------------
+# The models
+# --------------------------------------------------------------------------------------------
 
 
-def choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
-    """``name``'s value, one of ``allowed`` (the first is the default when unset)."""
-    value = env.get(name, "").strip() or allowed[0]
-    if value not in allowed:
-        raise ConfigurationError(f"{name} must be " + " or ".join(f"'{a}'" for a in allowed))
-    return value
+def _env(name: str, what: str, **field: Any) -> Any:
+    """A field read from the variable ``name``; ``what`` says what to set it to."""
+    return Field(validation_alias=name, description=what, **field)
 
 
-def admission_mode(env: Mapping[str, str]) -> Literal["auto", "manual"]:
+def _csv(value: Any) -> Any:
     return (
-        "manual" if choice(env, "ENGRAM_ADMISSION_MODE", ("auto", "manual")) == "manual" else "auto"
+        [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, str)
+        else value
     )
 
 
-def fusion(env: Mapping[str, str]) -> Literal["minmax", "rrf"]:
-    return "rrf" if choice(env, "ENGRAM_FUSION", ("minmax", "rrf")) == "rrf" else "minmax"
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
-def semantic(env: Mapping[str, str]) -> bool:
-    return choice(env, "ENGRAM_SEMANTIC", ("off", "local")) == "local"
+Text = Annotated[str, Field(min_length=1)]
+Csv = Annotated[list[str], BeforeValidator(_csv)]
+Https = Annotated[str, Field(pattern=r"^https://[^\s/?#]+(/[^\s?#]*)?$")]
+ToolName = Literal["search", "get", "capture", "request_admission", "withdraw", "forget"]
+
+
+class _Settings(BaseModel):
+    """A function kind's environment: ``from_env`` parses it once."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=False)
+
+    region: str = Field(
+        default="",
+        validation_alias=AliasChoices("AWS_REGION", "AWS_DEFAULT_REGION"),
+        description="the function's AWS region (the Lambda runtime sets it)",
+    )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Self:
+        """The settings in ``env``; ``ConfigurationError`` (one line) for the first bad variable."""
+        present = {name: value.strip() for name, value in env.items() if value and value.strip()}
+        try:
+            return cls.model_validate(present)
+        except ValidationError as exc:
+            raise ConfigurationError(cls._explain(exc)) from None
+
+    @classmethod
+    def _explain(cls, exc: ValidationError) -> str:
+        error = exc.errors()[0]
+        variable = str(error["loc"][0]) if error["loc"] else "?"
+        what = next(
+            (
+                f.description
+                for f in cls.model_fields.values()
+                if variable in _aliases(f.validation_alias)
+            ),
+            None,
+        )
+        problem = "is not set" if error["type"] == "missing" else "is invalid"
+        return f"{variable} {problem}: set it to {what or 'a valid value'}"
+
+    def session(self) -> Session:
+        """A boto3 session in this function's region (needed only when a client is built)."""
+        import boto3
+
+        if not self.region:
+            raise ConfigurationError("AWS_REGION is not set: set it to the function's AWS region")
+        return boto3.session.Session(region_name=self.region)
+
+
+def _aliases(alias: Any) -> list[str]:
+    if isinstance(alias, str):
+        return [alias]
+    if isinstance(alias, AliasChoices):
+        return [str(choice) for choice in alias.choices]
+    return []
+
+
+class _BindingSettings(_Settings):
+    tenant_id: Text = _env("ENGRAM_TENANT_ID", "this stack's tenant id")
+    retention_ceiling_s: int = _env(
+        "ENGRAM_RETENTION_CEILING_S",
+        "the retention ceiling, a whole number of seconds >= 0",
+        default=DEFAULT_RETENTION_CEILING_S,
+        ge=0,
+    )
+
+    def binding(self) -> HostBinding:
+        return HostBinding(self.tenant_id, self.retention_ceiling_s)
+
+
+class EngineEnvironment(_BindingSettings):
+    """What ``composition.build_engine`` reads: the engine of one tenant, and its binding."""
+
+    table: Text = _env("ENGRAM_TABLE", "the canonical DynamoDB table's name")
+    blob_bucket: Text = _env("ENGRAM_BLOB_BUCKET", "the S3 bucket of large attributes")
+    key_table: Text = _env("ENGRAM_KEY_TABLE", "the DynamoDB table of wrapped data keys")
+    data_key_arn: str = _env(
+        "ENGRAM_DATA_KEY_ARN",
+        "the tenant's KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>)",
+        pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$",
+    )
+    cursor_secret_arn: Text = _env(
+        "ENGRAM_CURSOR_SECRET_ARN", "the Secrets Manager ARN of the search cursor key"
+    )
+    opensearch_endpoint: Https = _env(
+        "ENGRAM_OPENSEARCH_ENDPOINT", "the OpenSearch endpoint, https://host[:port]"
+    )
+    opensearch_index: str = _env(
+        "ENGRAM_OPENSEARCH_INDEX",
+        "a lowercase OpenSearch index name",
+        default=DEFAULT_OPENSEARCH_INDEX,
+        pattern=r"^[a-z0-9][a-z0-9_-]*$",
+    )
+    opensearch_service: Literal["es", "aoss"] = _env(
+        "ENGRAM_OPENSEARCH_SERVICE",
+        "'es' (an OpenSearch domain) or 'aoss' (OpenSearch Serverless)",
+        default="es",
+    )
+    admission_mode: Literal["auto", "manual"] = _env(
+        "ENGRAM_ADMISSION_MODE", "'auto' or 'manual'", default="auto"
+    )
+    fusion: Literal["minmax", "rrf"] = _env("ENGRAM_FUSION", "'minmax' or 'rrf'", default="minmax")
+    semantic: Literal["off", "local"] = _env(
+        "ENGRAM_SEMANTIC", "'off' or 'local' (the semantic extra in the layer)", default="off"
+    )
+
+
+class ToolFunctionSettings(EngineEnvironment):
+    """The six tool functions (``functions/<tool>/app.py``)."""
+
+
+class DrainerSettings(EngineEnvironment):
+    """The outbox drainer (``functions/outbox_drainer/app.py``)."""
+
+
+class WorkflowSettings(EngineEnvironment):
+    """The state machines' steps (``functions/workflow/app.py``)."""
+
+    approval_base_url: str = _env(
+        "ENGRAM_APPROVAL_BASE_URL",
+        "the approval page's https:// origin (the HTTP API's URL)",
+        default="",
+    )
+
+
+class GateSettings(_Settings):
+    """withdraw's or forget's execution gate: its own state machine and the approval page."""
+
+    table: Text = _env("ENGRAM_TABLE", "the canonical DynamoDB table's name (parked approvals)")
+    approval_base_url: Https = _env(
+        "ENGRAM_APPROVAL_BASE_URL", "the approval page's https:// origin (the HTTP API's URL)"
+    )
+    state_machine_arn: str
+
+
+class WithdrawGateSettings(GateSettings):
+    state_machine_arn: Text = _env(
+        "ENGRAM_WITHDRAW_STATE_MACHINE_ARN", "the withdraw state machine's ARN"
+    )
+
+
+class ForgetGateSettings(GateSettings):
+    state_machine_arn: Text = _env(
+        "ENGRAM_FORGET_STATE_MACHINE_ARN", "the forget state machine's ARN"
+    )
+
+
+def gate_settings(tool: str, env: Mapping[str, str] = os.environ) -> GateSettings:
+    """The gate settings of ``tool`` (withdraw | forget)."""
+    models: dict[str, type[GateSettings]] = {
+        "withdraw": WithdrawGateSettings,
+        "forget": ForgetGateSettings,
+    }
+    return models[tool].from_env(env)
+
+
+class AdapterSettings(_BindingSettings):
+    """The MCP adapter (``functions/mcp_adapter/app.py``)."""
+
+    retention_ceiling_s: int | None = _env(  # type: ignore[assignment]  # unset: the host's default
+        "ENGRAM_RETENTION_CEILING_S",
+        "the retention ceiling, a whole number of seconds >= 0",
+        default=None,
+        ge=0,
+    )
+    tool_functions: Annotated[dict[ToolName, Text], BeforeValidator(_json), Field(min_length=1)] = (
+        _env(
+            "ENGRAM_TOOL_FUNCTIONS",
+            'a JSON object of tool names to function names ({"search": ...})',
+        )
+    )
+    # checked further by ``host.config.HostConfig`` (``mcp_adapter._host_config``)
+    resource_uri: Text = _env("ENGRAM_RESOURCE_URI", "the MCP endpoint's URL (the token audience)")
+    issuer: Text = _env("ENGRAM_ISSUER", "the OIDC issuer's URL")
+    request_state_secret_arn: Text = _env(
+        "ENGRAM_REQUEST_STATE_SECRET_ARN", "the Secrets Manager ARN of the request-state secret"
+    )
+    allowed_origins: Csv = _env(
+        "ENGRAM_ALLOWED_ORIGINS", "comma-separated browser origins", default_factory=list
+    )
+    allowed_hosts: Csv = _env(
+        "ENGRAM_ALLOWED_HOSTS", "comma-separated extra Host values", default_factory=list
+    )
+
+
+class ApprovalSettings(_Settings):
+    """The approval page (``functions/approval/app.py``)."""
+
+    table: Text = _env("ENGRAM_TABLE", "the canonical DynamoDB table's name (parked approvals)")
+    resource_uri: str = _env(
+        "ENGRAM_RESOURCE_URI",
+        "the MCP endpoint's https:// URL (an agent token's audience)",
+        default="",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Secrets
+# --------------------------------------------------------------------------------------------
 
 
 def read_secret_bytes(
@@ -119,22 +345,3 @@ def read_cursor_key(secrets_client: Any, secret_arn: str) -> bytes:
         variable="ENGRAM_CURSOR_SECRET_ARN",
         minimum=MIN_CURSOR_KEY_BYTES,
     )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HostBinding:
-    """What a tool function checks every context against: its tenant and retention ceiling."""
-
-    tenant_id: str
-    retention_ceiling_s: int = DEFAULT_RETENTION_CEILING_S
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> HostBinding:
-        """``ENGRAM_TENANT_ID`` (required) and ``ENGRAM_RETENTION_CEILING_S`` (seconds, >= 0)."""
-        tenant_id = required(env, "ENGRAM_TENANT_ID")
-        raw = env.get("ENGRAM_RETENTION_CEILING_S", "").strip()
-        if not raw:
-            return cls(tenant_id)
-        if not raw.isdecimal():
-            raise ConfigurationError("ENGRAM_RETENTION_CEILING_S must be a whole number of seconds")
-        return cls(tenant_id, int(raw))

@@ -6,7 +6,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..contract.errors import ProtocolRefusal, TrustedContextUnavailable, UnknownTool
 from ..engine.context import (
@@ -26,25 +26,35 @@ if TYPE_CHECKING:
     from .execution_gate import ExecutionGate
 
 from .composition import GATED_TOOLS, build_engine, build_execution_gate
-from .settings import LAMBDA_DEADLINE_MARGIN_MS, HostBinding
+from .settings import (
+    LAMBDA_DEADLINE_MARGIN_MS,
+    EngineEnvironment,
+    HostBinding,
+    ToolFunctionSettings,
+)
 from .wire import confirmation_required, parse_invocation, protocol_error
 
 
 class EngineHandler:
-    """A Lambda handler whose cold-start singletons are the ``engine`` and the ``HostBinding``.
+    """A Lambda handler whose cold-start singletons are its ``settings``, the ``engine`` and the
+    ``HostBinding``.
 
     Created at import of the handler module (cheap: no client, no environment read); the first
-    invocation builds both (``build(env)``, ``HostBinding.from_env``) and keeps them for the
-    warm container; tests may set them beforehand. Subclasses implement ``_handle``, which runs
-    instrumented (``observability.instrumented``).
+    invocation parses the environment once with the function kind's model
+    (``settings_model.from_env``), builds the engine (``build(settings)``) and keeps all three
+    for the warm container; tests may set them beforehand. Subclasses implement ``_handle``,
+    which runs instrumented (``observability.instrumented``).
     """
+
+    settings_model: ClassVar[type[EngineEnvironment]] = ToolFunctionSettings
 
     def __init__(
         self,
         *,
         env: Mapping[str, str] = os.environ,
-        build: Callable[[Mapping[str, str]], Engine] = build_engine,
+        build: Callable[[EngineEnvironment], Engine] = build_engine,
     ) -> None:
+        self.settings: EngineEnvironment | None = None
         self.engine: Engine | None = None
         self.binding: HostBinding | None = None
         self._env = env
@@ -60,11 +70,16 @@ class EngineHandler:
         with self._lock:
             return self._ready_locked()
 
+    def _settings_locked(self) -> EngineEnvironment:
+        if self.settings is None:
+            self.settings = self.settings_model.from_env(self._env)
+        return self.settings
+
     def _ready_locked(self) -> tuple[Engine, HostBinding]:
         if self.binding is None:
-            self.binding = HostBinding.from_env(self._env)
+            self.binding = self._settings_locked().binding()
         if self.engine is None:
-            self.engine = self._build(self._env)
+            self.engine = self._build(self._settings_locked())
         return self.engine, self.binding
 
     def _handle(self, event: Any, context: Any) -> dict[str, Any]:
@@ -91,7 +106,7 @@ class ToolHandler(EngineHandler):
         tool: str,
         *,
         env: Mapping[str, str] = os.environ,
-        build: Callable[[Mapping[str, str]], Engine] = build_engine,
+        build: Callable[[EngineEnvironment], Engine] = build_engine,
         build_gate: Callable[[str, Mapping[str, str]], ExecutionGate | None] | None = None,
     ) -> None:
         if tool not in TOOLS:
@@ -151,7 +166,7 @@ class ToolHandler(EngineHandler):
             return self._refuse(engine, UnknownTool(), "wrong_function", ctx.audit_id, ctx)
         ctx = _bounded_by_lambda(ctx, engine.clock, context)
         gate = self._gate()
-        carried = invocation.approval.approval() if invocation.approval is not None else None
+        carried = invocation.approval
         try:
             # a gated tool with its state machine never commits here (see execution_gate)
             answer = engine.handle(

@@ -10,7 +10,7 @@ The MCP adapter Lambda verifies the caller and invokes one tool function per MCP
                  "reconcile_consent": false, "agent_id"?: ..., "session_id"?: ...,
                  "deadline_ms"?: <epoch ms>,
                  "host_fact_digests"?: {"key": <64 hex>, "digests": [<64 hex>, ...]}},
-     "approval"?: {...the human's approval, when the adapter holds one...}}
+     "approval"?: {...``engine.gate.Approval`` as JSON, when the adapter holds one...}}
 
 No credential crosses this boundary: the bearer token the adapter verified travels only as a
 keyed digest (``engine.context.HostFactDigests``), which the admission policy can match a
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -49,17 +49,12 @@ from ..engine.context import (
     TrustedContext,
 )
 from ..engine.gate import Approval, ConfirmationRequest
-
-if TYPE_CHECKING:
-    pass
-
-from .settings import HostBinding
+from .settings import HostBinding, ToolName
 
 AUDIT_ID_PATTERN: Final = r"^aud_[0-9a-f]{32}$"  # what ``engine.service.new_audit_id`` mints
 _MAX_ID_CHARS: Final = 1_024
 _MAX_HOST_FACTS: Final = 8
 
-ToolName = Literal["search", "get", "capture", "request_admission", "withdraw", "forget"]
 ConfirmableTool = Literal["capture", "request_admission"]
 Identifier = Annotated[StrictStr, Field(min_length=1, max_length=_MAX_ID_CHARS)]
 
@@ -133,62 +128,6 @@ class InvocationContext(_EventModel):
     _check_names = field_validator("grants", "confirm_required")(_unique)
 
 
-class InvocationApproval(_EventModel):
-    """A human approval the adapter obtained (elicitation round trip) for this exact call.
-
-    The tool function's engine checks it like any approval: bound to tool, target, operation
-    digest, principal and scope, within 300 s of issue and 30 s of approval, used once.
-    """
-
-    approval_id: Annotated[StrictStr, Field(min_length=1, max_length=128)] = Field(
-        description="Single-use id of the approval (the requestState nonce)."
-    )
-    tool: Annotated[StrictStr, Field(min_length=1, max_length=64)] = Field(
-        description="Approved tool."
-    )
-    target: StrictStr | None = Field(default=None, description="Approved target, if any.")
-    operation_digest: Annotated[StrictStr, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = Field(
-        description="Digest of the approved operation."
-    )
-    principal: Annotated[StrictStr, Field(min_length=1, max_length=1024)] = Field(
-        description="Principal the approval was given for."
-    )
-    tenant_id: Annotated[StrictStr, Field(min_length=1, max_length=1024)] = Field(
-        description="Scope."
-    )
-    workspace_id: Annotated[StrictStr, Field(min_length=1, max_length=1024)] = Field(
-        description="Scope."
-    )
-    issued_at_ms: StrictInt = Field(description="When the confirmation was requested.")
-    approved_at_ms: StrictInt = Field(description="When the human approved.")
-
-    @classmethod
-    def of(cls, approval: Approval) -> InvocationApproval:
-        return cls(
-            approval_id=approval.approval_id,
-            tool=approval.tool,
-            target=approval.target,
-            operation_digest=approval.operation_digest,
-            principal=approval.principal,
-            tenant_id=approval.scope.tenant_id,
-            workspace_id=approval.scope.workspace_id,
-            issued_at_ms=approval.issued_at_ms,
-            approved_at_ms=approval.approved_at_ms,
-        )
-
-    def approval(self) -> Approval:
-        return Approval(
-            approval_id=self.approval_id,
-            tool=self.tool,
-            target=self.target,
-            operation_digest=self.operation_digest,
-            principal=self.principal,
-            scope=Scope(self.tenant_id, self.workspace_id),
-            issued_at_ms=self.issued_at_ms,
-            approved_at_ms=self.approved_at_ms,
-        )
-
-
 def confirmation_required(request: ConfirmationRequest) -> dict[str, Any]:
     """The function's answer when the call needs a human approval it was not given."""
     return {
@@ -230,7 +169,7 @@ class ToolInvocation(_EventModel):
     audit_id: Annotated[StrictStr, Field(pattern=AUDIT_ID_PATTERN)] = Field(
         description="The call's audit id (``new_audit_id()``), shared by adapter and function."
     )
-    approval: InvocationApproval | None = Field(
+    approval: Approval | None = Field(
         default=None, description="The human approval for this call, when it needs one."
     )
 
@@ -243,7 +182,7 @@ class ToolInvocation(_EventModel):
         Everything but ``cancellation`` crosses the boundary; ``ctx.audit_id`` must come from
         ``new_audit_id()``. Raises ``pydantic.ValidationError`` when ``ctx`` cannot be sent.
         """
-        carried = InvocationApproval.of(approval).model_dump() if approval is not None else None
+        carried = approval.model_dump() if approval is not None else None
         return cls.model_validate(
             {
                 "tool": tool,

@@ -1,8 +1,11 @@
 """The Task steps of the withdraw/forget state machines (``infra/statemachines/README.md``).
 
-One handler dispatches on ``event["step"]``. A step's failure is an exception whose class name
-is the Step Functions error the machine catches or retries (``ApprovalWindowExpired``,
-``GateFailed``, ``StoreUnavailable``, ``IndexUnavailable``, ``VaultUnavailable``...).
+Three steps: ``await_approval`` parks the task token; ``commit_transition`` checks the delivered
+approval's windows (``Approval.usable_at``, the engine gate's own check) and runs the use case
+once with it; ``finish_tail`` drains the scope's projection drops and key destructions. One
+handler dispatches on ``event["step"]``. A step's failure is an exception whose class name is the
+Step Functions error the machine catches or retries (``ApprovalWindowExpired``, ``GateFailed``,
+``StoreUnavailable``, ``IndexUnavailable``, ``VaultUnavailable``...).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from ..contract.errors import ErrorCode
 from ..engine.context import Scope
-from ..engine.gate import ConfirmationNeeded
+from ..engine.gate import Approval, ConfirmationNeeded
 from ..engine.ports import (
     CommitOutcomeUnknown,
     IndexUnavailable,
@@ -24,20 +27,18 @@ from ..engine.ports import (
 from ..engine.service import Engine
 from ..observability import get_logger, record_projection_lag
 from .approvals import (
-    ApprovalRecord,
     ApprovalStore,
     ApprovalWindowExpired,
     GateFailed,
     WorkflowRequest,
-    within_window,
 )
 from .composition import build_engine
 from .settings import (
     LAMBDA_DEADLINE_MARGIN_MS,
+    EngineEnvironment,
     HostBinding,
-    aws_session,
+    WorkflowSettings,
     client_config,
-    required,
 )
 from .tool_handler import EngineHandler
 
@@ -49,13 +50,16 @@ _TRANSIENT = {
 
 
 class WorkflowHandler(EngineHandler):
-    """The cold-start singletons (``engine``, ``approvals``, ``binding``) and the steps."""
+    """The cold-start singletons (``settings``, ``engine``, ``approvals``, ``binding``) and the
+    steps."""
+
+    settings_model = WorkflowSettings
 
     def __init__(
         self,
         *,
         env: Mapping[str, str] = os.environ,
-        build: Callable[[Mapping[str, str]], Engine] = build_engine,
+        build: Callable[[EngineEnvironment], Engine] = build_engine,
     ) -> None:
         self.approvals: ApprovalStore | None = None
         super().__init__(env=env, build=build)
@@ -64,9 +68,9 @@ class WorkflowHandler(EngineHandler):
         with self._lock:
             engine, binding = self._ready_locked()
             if self.approvals is None:
-                table = required(self._env, "ENGRAM_TABLE")
-                dynamodb = aws_session(self._env).client("dynamodb", config=client_config())
-                self.approvals = ApprovalStore(dynamodb, table)
+                settings = self._settings_locked()
+                dynamodb = settings.session().client("dynamodb", config=client_config())
+                self.approvals = ApprovalStore(dynamodb, settings.table)
             return engine, self.approvals, binding
 
     def _handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
@@ -76,20 +80,10 @@ class WorkflowHandler(EngineHandler):
         request = WorkflowRequest.model_validate(event["request"])
         if step == "await_approval":
             return self.await_approval(engine, approvals, event, request)
-        if step == "check_window":
-            return self.check_window(engine, event)
         if step == "commit_transition":
             return self.commit_transition(engine, binding, event, request, context)
-        if step == "invalidate_projections":
-            done = self.drain(engine, request, "drop_projection", IndexUnavailable)
-            committed_at = (event.get("commit") or {}).get("committed_at_ms")
-            if isinstance(committed_at, int):
-                record_projection_lag(
-                    str(event.get("workflow")), engine.clock.now_ms() - committed_at
-                )
-            return done
-        if step == "destroy_keys":
-            return self.drain(engine, request, "destroy_key", VaultUnavailable)
+        if step == "finish_tail":
+            return self.finish_tail(engine, event, request)
         raise ValueError(f"unknown step: {step!r}")
 
     def await_approval(
@@ -107,19 +101,11 @@ class WorkflowHandler(EngineHandler):
             request=request,
             issued_at_ms=engine.clock.now_ms(),
         )
-        base = self._env.get("ENGRAM_APPROVAL_BASE_URL", "").rstrip("/")
+        with self._lock:
+            settings = self._settings_locked()
+        assert isinstance(settings, WorkflowSettings)
+        base = settings.approval_base_url.rstrip("/")
         return {"approval_id": approval_id, "approval_url": f"{base}/approvals/{approval_id}"}
-
-    @staticmethod
-    def _timely(engine: Engine, event: Mapping[str, Any]) -> ApprovalRecord:
-        record = ApprovalRecord.model_validate(event["approval"])
-        if not within_window(record, engine.clock.now_ms()):
-            raise ApprovalWindowExpired(record.approval_id)
-        return record
-
-    def check_window(self, engine: Engine, event: Mapping[str, Any]) -> dict[str, Any]:
-        record = self._timely(engine, event)
-        return {"approval_id": record.approval_id, "within_window": True}
 
     def commit_transition(
         self,
@@ -129,7 +115,11 @@ class WorkflowHandler(EngineHandler):
         request: WorkflowRequest,
         context: Any,
     ) -> dict[str, Any]:
-        record = self._timely(engine, event)  # its own retries take time: check again
+        # The one window check (300 s from the asking, 30 s from the approval), here rather than
+        # in a step of its own: a retry of this step takes time, so it must check again anyway.
+        approval = Approval.model_validate(event["approval"])
+        if not approval.usable_at(engine.clock.now_ms()):
+            raise ApprovalWindowExpired(approval.approval_id)
         invocation = request.invocation
         ctx = invocation.trusted_context(binding)
         # The tool call's own deadline has passed long ago: this step is bounded by its Lambda.
@@ -140,13 +130,13 @@ class WorkflowHandler(EngineHandler):
             else engine.clock.now_ms() + int(remaining()) - LAMBDA_DEADLINE_MARGIN_MS
         )
         ctx = dataclasses.replace(ctx, deadline_ms=deadline)
-        envelope = engine.handle(invocation.tool, invocation.arguments, ctx, record.approval())
+        envelope = engine.handle(invocation.tool, invocation.arguments, ctx, approval)
         if isinstance(envelope, ConfirmationNeeded):  # unreachable: an approval was given
-            raise GateFailed(record.approval_id)
+            raise GateFailed(approval.approval_id)
         if not envelope.get("ok"):
             code = str(envelope["error"]["code"])
             if code == ErrorCode.GATE_FAILED.value:
-                raise GateFailed(record.approval_id)
+                raise GateFailed(approval.approval_id)
             transient = _TRANSIENT.get(code)
             if transient is not None:
                 raise transient(code)
@@ -154,12 +144,29 @@ class WorkflowHandler(EngineHandler):
         return {"envelope": envelope, "committed_at_ms": engine.clock.now_ms()}
 
     @staticmethod
-    def drain(
-        engine: Engine, request: WorkflowRequest, kind: str, error: type[Exception]
+    def finish_tail(
+        engine: Engine, event: Mapping[str, Any], request: WorkflowRequest
     ) -> dict[str, Any]:
-        """Run the scope's own pending items of ``kind`` (never other scopes' queue)."""
+        """Drop the target from the projections and destroy its keys: the scope's own pending
+        items of both kinds (never other scopes' queue).
+
+        One step, not two: both drains are idempotent (a done item is not pending any more), so
+        a retry re-runs only what is left; and both are attempted on every try, so an index
+        outage never holds back the key destruction. The first kind still pending is the error
+        (``IndexUnavailable`` | ``VaultUnavailable``) the machine retries.
+        """
         ctx = request.invocation.context
-        remaining = engine.drain_scope(Scope(ctx.tenant_id, ctx.workspace_id), kind)
-        if remaining:
-            raise error(f"{remaining} {kind} item(s) still pending")
-        return {"kind": kind, "status": "complete"}
+        scope = Scope(ctx.tenant_id, ctx.workspace_id)
+        drops_left = engine.drain_scope(scope, "drop_projection")
+        if not drops_left:
+            committed_at = (event.get("commit") or {}).get("committed_at_ms")
+            if isinstance(committed_at, int):
+                record_projection_lag(
+                    str(event.get("workflow")), engine.clock.now_ms() - committed_at
+                )
+        keys_left = engine.drain_scope(scope, "destroy_key")
+        if drops_left:
+            raise IndexUnavailable(f"{drops_left} drop_projection item(s) still pending")
+        if keys_left:
+            raise VaultUnavailable(f"{keys_left} destroy_key item(s) still pending")
+        return {"projections": "complete", "keys": "complete"}

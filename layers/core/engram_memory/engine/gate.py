@@ -10,7 +10,7 @@ This module is the one place that decides whether an approval counts:
 
 - bound: the same tool, target, operation digest, principal and scope as the request;
 - in time: approved after it was asked, within 300 s of the asking and 30 s of the approval
-  (``within_windows``);
+  (``within_windows``; ``Approval.expired`` for a question not answered yet);
 - single use: the approval id is consumed in the same commit as the mutation (``ChangeSet.
   approval_id``); a second commit with it is refused by the store, and ``approval_conflict``
   below turns that refusal into ``gate_failed``.
@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Final
+from typing import Annotated, Final
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from ..contract.errors import EngramError, ErrorCode
 from .context import Scope
 
 APPROVAL_TTL_MS: Final = 300_000
 EXECUTION_WINDOW_MS: Final = 30_000
+
+_Id = Annotated[StrictStr, Field(min_length=1, max_length=1024)]
 
 __all__ = [
     "APPROVAL_TTL_MS",
@@ -53,18 +57,63 @@ class ConfirmationRequest:
     summary: str  # human-readable: tool, target, reason, scope
 
 
-@dataclass(frozen=True, slots=True)
-class Approval:
-    """A human's approval of one operation, however the transport obtained it."""
+class Approval(BaseModel):
+    """A human's approval of one operation, however the transport obtained it — the one type.
 
-    approval_id: str  # single use: consumed by the commit it authorizes
-    tool: str
-    target: str | None
-    operation_digest: str
-    principal: str
-    scope: Scope
-    issued_at_ms: int  # when the confirmation was requested
-    approved_at_ms: int  # when the human approved
+    Bound to (tool, target, operation digest, principal, scope) and its issue time. Every place
+    an approval travels or rests is a serialization of this model, never a parallel class: the
+    tool invocation's ``approval`` and the ``SendTaskSuccess`` output (its JSON), the sealed
+    ``requestState`` (its JSON, unanswered), the embedded approval book's row and the parked
+    task token's DynamoDB item (its fields, plus what that store keeps beside it).
+
+    ``approved_at_ms`` is ``None`` while the question is open (asked, not yet answered): the
+    gate refuses such an approval.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    approval_id: Annotated[StrictStr, Field(min_length=1, max_length=128)] = Field(
+        description="Single-use id: consumed by the commit it authorizes."
+    )
+    tool: Annotated[StrictStr, Field(min_length=1, max_length=64)] = Field(
+        description="Approved tool."
+    )
+    target: StrictStr | None = Field(default=None, description="Approved target, if any.")
+    operation_digest: Annotated[StrictStr, Field(pattern=r"^sha256:[0-9a-f]{64}$")] = Field(
+        description="Digest of the approved operation."
+    )
+    principal: _Id = Field(description="Principal the approval was given for.")
+    tenant_id: _Id = Field(description="Scope: tenant.")
+    workspace_id: _Id = Field(description="Scope: workspace.")
+    issued_at_ms: StrictInt = Field(description="When the confirmation was requested.")
+    approved_at_ms: StrictInt | None = Field(
+        default=None, description="When the human approved; None while unanswered."
+    )
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(self.tenant_id, self.workspace_id)
+
+    @property
+    def expires_at_ms(self) -> int:
+        """The last moment the question may be answered or the approval used."""
+        return self.issued_at_ms + APPROVAL_TTL_MS
+
+    @classmethod
+    def asked(
+        cls, request: ConfirmationRequest, *, approval_id: str, issued_at_ms: int
+    ) -> Approval:
+        """The open question of ``request`` (not answered yet)."""
+        return cls(
+            approval_id=approval_id,
+            tool=request.tool,
+            target=request.target,
+            operation_digest=request.operation_digest,
+            principal=request.principal,
+            tenant_id=request.scope.tenant_id,
+            workspace_id=request.scope.workspace_id,
+            issued_at_ms=issued_at_ms,
+        )
 
     @classmethod
     def of(
@@ -76,16 +125,8 @@ class Approval:
         approved_at_ms: int,
     ) -> Approval:
         """The approval of exactly ``request``."""
-        return cls(
-            approval_id=approval_id,
-            tool=request.tool,
-            target=request.target,
-            operation_digest=request.operation_digest,
-            principal=request.principal,
-            scope=request.scope,
-            issued_at_ms=issued_at_ms,
-            approved_at_ms=approved_at_ms,
-        )
+        asked = cls.asked(request, approval_id=approval_id, issued_at_ms=issued_at_ms)
+        return asked.approved(approved_at_ms)
 
     @classmethod
     def fresh(
@@ -97,6 +138,32 @@ class Approval:
             approval_id="apr_" + uuid.uuid4().hex,
             issued_at_ms=issued_at_ms,
             approved_at_ms=approved_at_ms,
+        )
+
+    def approved(self, approved_at_ms: int) -> Approval:
+        """This question, approved at ``approved_at_ms`` — only the binding, as an ``Approval``
+        (whatever a store keeps beside it, e.g. a task token, stays behind)."""
+        binding = {name: getattr(self, name) for name in Approval.model_fields}
+        return Approval(**{**binding, "approved_at_ms": approved_at_ms})
+
+    def binds(self, request: ConfirmationRequest) -> bool:
+        """Is this the approval of exactly ``request`` (tool, target, digest, principal, scope)?"""
+        return (
+            self.tool == request.tool
+            and self.target == request.target
+            and self.operation_digest == request.operation_digest
+            and self.principal == request.principal
+            and self.scope == request.scope
+        )
+
+    def expired(self, now_ms: int) -> bool:
+        """Past 300 s from the asking: the question can no longer be answered nor used."""
+        return now_ms - self.issued_at_ms > APPROVAL_TTL_MS
+
+    def usable_at(self, now_ms: int) -> bool:
+        """Approved, and within both windows at ``now_ms`` (``within_windows``)."""
+        return self.approved_at_ms is not None and within_windows(
+            self.issued_at_ms, self.approved_at_ms, now_ms
         )
 
 
@@ -124,14 +191,7 @@ def within_windows(issued_at_ms: int, approved_at_ms: int, now_ms: int) -> bool:
 
 def check_approval(approval: Approval, request: ConfirmationRequest, now_ms: int) -> None:
     """``gate_failed`` unless ``approval`` binds ``request`` and is within both windows."""
-    bound = (
-        approval.tool == request.tool
-        and approval.target == request.target
-        and approval.operation_digest == request.operation_digest
-        and approval.principal == request.principal
-        and approval.scope == request.scope
-    )
-    if not (bound and within_windows(approval.issued_at_ms, approval.approved_at_ms, now_ms)):
+    if not (approval.binds(request) and approval.usable_at(now_ms)):
         raise EngramError(ErrorCode.GATE_FAILED)
 
 

@@ -384,7 +384,8 @@ class Kernel:
                     {
                         "approval_id": approval.approval_id,
                         "operation_digest": approval.operation_digest,
-                        "approved_at": format_instant(approval.approved_at_ms),
+                        # the gate refused an unanswered approval before any commit
+                        "approved_at": format_instant(approval.approved_at_ms or 0),
                     }
                     if approval is not None
                     else "not-required"

@@ -20,10 +20,8 @@ from typing import Any, Final
 
 import mcp.types as types
 
-from ..engine.context import Scope
 from ..engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
 from ..engine.ports import Clock
-from .request_state import ConfirmationState
 
 ANSWER_KEY: Final = "engram_confirmation"
 DECISION_FIELD: Final = "decision"
@@ -96,35 +94,18 @@ def form_params(
     )
 
 
-def state_for(request: ConfirmationRequest, issued_at_ms: int) -> ConfirmationState:
-    return ConfirmationState(
-        nonce="rs_" + uuid.uuid4().hex,
-        principal=request.principal,
-        tenant_id=request.scope.tenant_id,
-        workspace_id=request.scope.workspace_id,
-        tool=request.tool,
-        target=request.target or "",
-        operation_digest=request.operation_digest,
-        issued_at_ms=issued_at_ms,
-    )
+def state_for(request: ConfirmationRequest, issued_at_ms: int) -> Approval:
+    """The sealed ``requestState``'s content: the open approval of ``request``."""
+    return Approval.asked(request, approval_id="rs_" + uuid.uuid4().hex, issued_at_ms=issued_at_ms)
 
 
-def approval_of_state(state: ConfirmationState, approved_at_ms: int) -> Approval:
+def approval_of_state(state: Approval, approved_at_ms: int) -> Approval:
     """The approval the human gave on the retry that brought ``state`` back.
 
     It binds what the state names; the engine's gate checks that this is the operation of the
-    retried call, and the windows. The nonce is the approval id: the commit consumes it.
+    retried call, and the windows. The state's id is the approval id: the commit consumes it.
     """
-    return Approval(
-        approval_id=state.nonce,
-        tool=state.tool,
-        target=state.target or None,
-        operation_digest=state.operation_digest,
-        principal=state.principal,
-        scope=Scope(state.tenant_id, state.workspace_id),
-        issued_at_ms=state.issued_at_ms,
-        approved_at_ms=approved_at_ms,
-    )
+    return state.approved(approved_at_ms)
 
 
 async def elicit_on_stream(

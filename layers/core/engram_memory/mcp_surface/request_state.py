@@ -1,38 +1,27 @@
 """Sealed, single-use ``requestState`` for the 2026-07-28 confirmation round trip.
 
 The state travels through the client between the first call (which asks the human) and the retry
-(which carries the human's answer). It is sealed with AES-256-GCM under the host's request-state
-key, so the client can neither read nor alter it, and it binds the principal, scope, tool, target,
-operation digest and issue time; the engine re-checks the binding and the 300 s / 30 s windows.
-The state's nonce becomes the approval id, which the commit it authorizes consumes (single use).
+(which carries the human's answer). It is the open ``engine.gate.Approval`` (principal, scope,
+tool, target, operation digest, issue time; not answered yet) as JSON, sealed with AES-256-GCM
+under the host's request-state key, so the client can neither read nor alter it; the engine
+re-checks the binding and the 300 s / 30 s windows. Its id (``rs_`` + 32 hex) is the approval id,
+which the commit it authorizes consumes (single use).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
-from dataclasses import asdict, dataclass
 from typing import Final
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from ..engine.gate import Approval
+
 _PREFIX: Final = "ers1."
 _AAD: Final = b"engram-memory/request-state/v1"
-
-
-@dataclass(frozen=True, slots=True)
-class ConfirmationState:
-    nonce: str
-    principal: str
-    tenant_id: str
-    workspace_id: str
-    tool: str
-    target: str
-    operation_digest: str
-    issued_at_ms: int
 
 
 class RequestStateInvalid(Exception):
@@ -45,20 +34,19 @@ class RequestStateSealer:
             raise ValueError("request-state key must be 32 bytes")
         self._aead = AESGCM(key)
 
-    def seal(self, state: ConfirmationState) -> str:
+    def seal(self, state: Approval) -> str:
         nonce = os.urandom(12)
-        body = json.dumps(asdict(state), sort_keys=True, separators=(",", ":")).encode()
+        body = state.model_dump_json().encode()
         sealed = nonce + self._aead.encrypt(nonce, body, _AAD)
         return _PREFIX + base64.urlsafe_b64encode(sealed).decode("ascii").rstrip("=")
 
-    def open(self, token: str) -> ConfirmationState:
+    def open(self, token: str) -> Approval:
         if not token.startswith(_PREFIX):
             raise RequestStateInvalid("unknown format")
         try:
             body_text = token[len(_PREFIX) :]
             raw = base64.urlsafe_b64decode(body_text + "=" * (-len(body_text) % 4))
             body = self._aead.decrypt(raw[:12], raw[12:], _AAD)
-            data = json.loads(body)
-            return ConfirmationState(**data)
-        except (binascii.Error, InvalidTag, ValueError, TypeError):
+            return Approval.model_validate_json(body)
+        except (binascii.Error, InvalidTag, ValueError, TypeError):  # ValidationError too
             raise RequestStateInvalid("cannot open") from None

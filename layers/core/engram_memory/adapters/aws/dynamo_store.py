@@ -141,6 +141,7 @@ from ...engine.ports import (
     Store,
     StoreUnavailable,
 )
+from .client_config import client_config
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -399,13 +400,7 @@ class DynamoStore:
 
     @staticmethod
     def _client_config() -> Config:
-        from botocore.config import Config
-
-        return Config(
-            connect_timeout=3,
-            read_timeout=10,
-            retries={"mode": "standard", "max_attempts": 3},
-        )
+        return client_config()  # the stack's one policy (for clients not injected)
 
     @property
     def dynamodb(self) -> DynamoDBClient:

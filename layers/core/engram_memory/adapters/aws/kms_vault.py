@@ -41,9 +41,9 @@ from aws_cryptographic_material_providers.mpl.models import (
     CreateRawAesKeyringInput,
 )
 from aws_encryption_sdk import Algorithm, CommitmentPolicy
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from engram_memory.adapters.aws.client_config import client_config
 from engram_memory.adapters.sealing import KEY_NAMESPACE, decrypt_message, encryption_context
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
@@ -91,12 +91,9 @@ _TRANSIENT_CODES: Final = frozenset(
     }
 )
 
-# Bounded network behaviour for the clients the vault creates itself (not for injected ones).
-_CLIENT_CONFIG: Final = Config(
-    connect_timeout=2,
-    read_timeout=5,
-    retries={"mode": "standard", "max_attempts": 3},
-)
+# Bounded network behaviour for the clients the vault creates itself (not for injected ones):
+# the stack's one policy.
+_CLIENT_CONFIG: Final = client_config()
 
 _T = TypeVar("_T")
 

@@ -114,6 +114,7 @@ from opensearchpy import OpenSearch, RequestsHttpConnection
 from opensearchpy.exceptions import ImproperlyConfigured, NotFoundError, OpenSearchException
 from opensearchpy.helpers.signer import RequestsAWSV4SignerAuth
 
+from engram_memory.adapters.aws.client_config import READ_TIMEOUT_S
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import IndexHit, IndexUnavailable, ProjectionChange, ProjectionDoc
@@ -257,7 +258,7 @@ class OpenSearchLexicalIndex:
         index_name: str = DEFAULT_INDEX,
         session: boto3.session.Session | None = None,
         service: str = "es",
-        timeout_s: float = 5.0,
+        timeout_s: float = READ_TIMEOUT_S,  # the stack's one read timeout (client_config)
         max_retries: int = 2,
         ensure_on_write: bool = True,
     ) -> None:

@@ -5,8 +5,10 @@ tool, target, operation digest), who asked (agent, session), its single-use link
 answer. The server opens a row when it first asks; the approval page and ``engram-memory
 approvals approve|decline`` answer it (the first answer wins); the agent's retry of the same
 call finds the answer, so an approval given after the client stopped waiting is not lost and the
-human is never asked twice for one operation. The engine still checks the 300 s / 30 s windows
-and single use (the approval id is consumed in the mutation's own commit).
+human is never asked twice for one operation. A row is the ``engine.gate.Approval`` plus what the
+book keeps beside it (``OpenApproval``); its windows are the gate's own (``Approval.usable_at``,
+``expired``), and the engine checks them again with single use (the approval id is consumed in
+the mutation's own commit).
 
 The file lives in the private data directory (0600), beside the keys: whoever can read it can
 already answer from the terminal, so the link secret is stored as it was handed out.
@@ -19,12 +21,12 @@ import secrets
 import sqlite3
 import threading
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
 from ...engine.context import Scope
-from ...engine.gate import APPROVAL_TTL_MS, EXECUTION_WINDOW_MS, Approval
+from ...engine.gate import APPROVAL_TTL_MS, Approval, ConfirmationRequest
 
 FILE_NAME: Final = "approvals.sqlite3"
 KEEP_ANSWERED_MS: Final = 3_600_000  # rows are pruned an hour after they expired
@@ -45,11 +47,6 @@ class Bound(Protocol):
     def principal(self) -> str: ...
     @property
     def scope(self) -> Scope: ...
-
-
-class Asked(Bound, Protocol):
-    @property
-    def reason_ref(self) -> str | None: ...
 
 
 _SCHEMA: Final = """
@@ -73,55 +70,48 @@ CREATE TABLE IF NOT EXISTS approvals (
 CREATE INDEX IF NOT EXISTS approvals_binding
     ON approvals (principal, tenant_id, workspace_id, tool, operation_digest);
 """
-_COLUMNS: Final = (
-    "approval_id, secret, principal, tenant_id, workspace_id, agent_id, session_id, tool, target,"
-    " operation_digest, reason_ref, issued_at_ms, state, answered_at_ms, answered_by"
+# The row is the ``Approval`` (its binding columns carry the model's own field names) and what
+# the book keeps beside it; ``approved_at_ms`` is not a column: it is the answer's time when
+# the answer was an approval.
+_BOOK_COLUMNS: Final = (
+    "secret",
+    "agent_id",
+    "session_id",
+    "reason_ref",
+    "state",
+    "answered_at_ms",
+    "answered_by",
 )
+_COLUMN_NAMES: Final = (
+    *(name for name in Approval.model_fields if name != "approved_at_ms"),
+    *_BOOK_COLUMNS,
+)
+COLUMNS: Final = ", ".join(_COLUMN_NAMES)
 
 
-@dataclass(frozen=True, slots=True)
-class OpenApproval:
-    approval_id: str
+class OpenApproval(Approval):
+    """A question the book holds: the ``Approval`` (approved once answered so), its link secret,
+    who asked, and its answer."""
+
     secret: str
-    principal: str
-    tenant_id: str
-    workspace_id: str
-    agent_id: str | None
-    session_id: str | None
-    tool: str
-    target: str | None
-    operation_digest: str
-    reason_ref: str | None
-    issued_at_ms: int
-    state: State
-    answered_at_ms: int | None
-    answered_by: str | None
+    agent_id: str | None = None
+    session_id: str | None = None
+    reason_ref: str | None = None
+    state: State = "pending"
+    answered_at_ms: int | None = None
+    answered_by: str | None = None
 
-    @property
-    def expires_at_ms(self) -> int:
-        return self.issued_at_ms + APPROVAL_TTL_MS
+    @classmethod
+    def of_row(cls, row: Sequence[object]) -> OpenApproval:
+        """The row ``SELECT {COLUMNS}`` reads."""
+        fields = dict(zip(_COLUMN_NAMES, row, strict=True))
+        approved_at = fields["answered_at_ms"] if fields["state"] == "approved" else None
+        return cls.model_validate({**fields, "approved_at_ms": approved_at})
 
     def approval(self) -> Approval:
+        """The approval the human gave (``usable_at`` says whether the engine would take it)."""
         assert self.answered_at_ms is not None
-        return Approval(
-            approval_id=self.approval_id,
-            tool=self.tool,
-            target=self.target,
-            operation_digest=self.operation_digest,
-            principal=self.principal,
-            scope=Scope(self.tenant_id, self.workspace_id),
-            issued_at_ms=self.issued_at_ms,
-            approved_at_ms=self.answered_at_ms,
-        )
-
-    def usable_at(self, now_ms: int) -> bool:
-        """An approval the engine would still accept now (300 s from asking, 30 s from approving)."""
-        return (
-            self.state == "approved"
-            and self.answered_at_ms is not None
-            and now_ms < self.expires_at_ms
-            and now_ms - self.answered_at_ms <= EXECUTION_WINDOW_MS
-        )
+        return self.approved(self.answered_at_ms)
 
 
 class ApprovalBook:
@@ -142,8 +132,8 @@ class ApprovalBook:
             self._db.close()
 
     def _rows(self, where: str, args: tuple[object, ...]) -> list[OpenApproval]:
-        cursor = self._db.execute(f"SELECT {_COLUMNS} FROM approvals WHERE {where}", args)  # noqa: S608 - fixed columns
-        return [OpenApproval(*row) for row in cursor.fetchall()]
+        cursor = self._db.execute(f"SELECT {COLUMNS} FROM approvals WHERE {where}", args)  # noqa: S608 - fixed columns
+        return [OpenApproval.of_row(row) for row in cursor.fetchall()]
 
     def get(self, approval_id: str) -> OpenApproval | None:
         with self._lock:
@@ -155,7 +145,7 @@ class ApprovalBook:
         with self._lock:
             rows = self._rows(
                 "principal = ? AND tenant_id = ? AND workspace_id = ? AND tool = ?"
-                " AND operation_digest = ? AND issued_at_ms > ? ORDER BY issued_at_ms DESC",
+                " AND operation_digest = ? AND issued_at_ms >= ? ORDER BY issued_at_ms DESC",
                 (
                     request.principal,
                     request.scope.tenant_id,
@@ -172,7 +162,7 @@ class ApprovalBook:
 
     def open(
         self,
-        request: Asked,
+        request: ConfirmationRequest,
         *,
         agent_id: str | None,
         session_id: str | None,
@@ -182,22 +172,13 @@ class ApprovalBook:
         existing = self.for_operation(request, now_ms)
         if existing is not None and existing.state == "pending":
             return existing
+        asked = Approval.asked(request, approval_id="apr_" + uuid.uuid4().hex, issued_at_ms=now_ms)
         row = OpenApproval(
-            approval_id="apr_" + uuid.uuid4().hex,
+            **asked.model_dump(),
             secret=secrets.token_urlsafe(32),
-            principal=request.principal,
-            tenant_id=request.scope.tenant_id,
-            workspace_id=request.scope.workspace_id,
             agent_id=agent_id,
             session_id=session_id,
-            tool=request.tool,
-            target=request.target,
-            operation_digest=request.operation_digest,
             reason_ref=request.reason_ref,
-            issued_at_ms=now_ms,
-            state="pending",
-            answered_at_ms=None,
-            answered_by=None,
         )
         with self._lock, self._db:
             self._db.execute(
@@ -205,24 +186,9 @@ class ApprovalBook:
                 (now_ms - APPROVAL_TTL_MS - KEEP_ANSWERED_MS,),
             )
             self._db.execute(
-                f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 15)})",  # noqa: S608 - fixed columns
-                (
-                    row.approval_id,
-                    row.secret,
-                    row.principal,
-                    row.tenant_id,
-                    row.workspace_id,
-                    row.agent_id,
-                    row.session_id,
-                    row.tool,
-                    row.target,
-                    row.operation_digest,
-                    row.reason_ref,
-                    row.issued_at_ms,
-                    row.state,
-                    None,
-                    None,
-                ),
+                f"INSERT INTO approvals ({COLUMNS})"  # noqa: S608 - fixed columns
+                f" VALUES ({', '.join('?' * len(_COLUMN_NAMES))})",
+                tuple(getattr(row, name) for name in _COLUMN_NAMES),
             )
         return row
 
@@ -234,7 +200,7 @@ class ApprovalBook:
         with self._lock, self._db:
             changed = self._db.execute(
                 "UPDATE approvals SET state = ?, answered_at_ms = ?, answered_by = ?"
-                " WHERE approval_id = ? AND state = 'pending' AND issued_at_ms + ? > ?",
+                " WHERE approval_id = ? AND state = 'pending' AND issued_at_ms + ? >= ?",
                 (state, now_ms, by, approval_id, APPROVAL_TTL_MS, now_ms),
             ).rowcount
         return self.get(approval_id) if changed == 1 else None
@@ -256,6 +222,6 @@ class ApprovalBook:
         """The questions waiting for a human, oldest first."""
         with self._lock:
             return self._rows(
-                "state = 'pending' AND issued_at_ms > ? ORDER BY issued_at_ms",
+                "state = 'pending' AND issued_at_ms >= ? ORDER BY issued_at_ms",
                 (now_ms - APPROVAL_TTL_MS,),
             )
