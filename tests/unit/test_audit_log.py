@@ -62,7 +62,7 @@ def test_concurrent_callers_share_a_sync_and_each_returns_after_its_line_is_sync
     followers = [threading.Thread(target=record, args=(n,)) for n in range(1, 9)]
     for thread in followers:
         thread.start()
-    while sum(len(b.lines) for b in [log._open] if b is not None) < 8:  # noqa: SLF001
+    while sum(len(b.lines) for b in [log._open] if b is not None) < 8:
         threading.Event().wait(0.001)
     others_queued.set()
     for thread in [leader, *followers]:
@@ -84,7 +84,7 @@ def test_a_failed_sync_is_every_waiting_caller_s_error(
         raise OSError(5, "I/O error")
 
     monkeypatch.setattr(audit_module.os, "fsync", fsync)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="I/O error"):
         log.record(_event(1))
     monkeypatch.undo()
     log.record(_event(2))  # the log is usable again once the disk is
