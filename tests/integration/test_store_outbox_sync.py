@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engram_memory.adapters.local.sqlite_store import SqliteStore
 from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import OutboxItem
 
 from engram_testing import embedded_harness
 
@@ -40,7 +41,8 @@ def test_finished_items_leave_the_outbox_and_the_connection_commits_synced_again
 def test_removing_an_unknown_item_leaves_the_connection_synced(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "engram.db", pool_size=1)
     try:
-        store.outbox_done("item-that-does-not-exist")  # a no-op delete: nothing to redo
+        unknown = OutboxItem("destroy_key:key_x", "destroy_key", Scope("t", "w"), "key_x")
+        store.outbox_done(unknown)  # a no-op delete: nothing to redo
         assert _synchronous(store) == FULL
         assert store.outbox_pending_in(Scope("t", "w"), None, 10) == []
     finally:

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from engram_memory.adapters.local import audit as audit_module
 from engram_memory.adapters.local.audit import JsonlAuditLog
 from engram_memory.engine.ports import AuditEvent
 
@@ -49,7 +48,7 @@ def test_concurrent_callers_share_a_sync_and_each_returns_after_its_line_is_sync
             first_sync_entered.set()
             assert others_queued.wait(10)
 
-    monkeypatch.setattr(audit_module.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     returned_after_sync: dict[str, bool] = {}
 
     def record(number: int) -> None:
@@ -83,7 +82,7 @@ def test_a_failed_sync_is_every_waiting_caller_s_error(
     def fsync(fd: int) -> Any:
         raise OSError(5, "I/O error")
 
-    monkeypatch.setattr(audit_module.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(OSError, match="I/O error"):
         log.record(_event(1))
     monkeypatch.undo()

@@ -61,7 +61,8 @@ class JsonlAuditLog:
                 if self._syncing:
                     self._turn.wait()
                     continue
-                batch, self._open, self._syncing = self._open, None, True
+                # The caller's own batch is still open: no writer has taken it yet.
+                batch, self._open, self._syncing = self._open or mine, None, True
                 self._turn.release()
                 try:
                     self._append(batch)
@@ -72,8 +73,7 @@ class JsonlAuditLog:
         if mine.error is not None:
             raise mine.error
 
-    def _append(self, batch: _Batch | None) -> None:
-        assert batch is not None  # the caller's own batch is open until a writer takes it
+    def _append(self, batch: _Batch) -> None:
         try:
             with self._lock:
                 fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
