@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from .canonical import canonical_bytes
 from .errors import MESSAGES, RETRIABLE, ErrorCode
 
 REDACTION_CLASS = "high"
@@ -31,8 +32,13 @@ def failure(code: ErrorCode, audit_id: str) -> dict[str, Any]:
 
 
 def envelope_json(envelope: dict[str, Any]) -> bytes:
-    """The envelope as compact JSON, members in the order the envelope holds them: the text
-    content that repeats ``structuredContent`` (the order and spacing the MCP SDK gives that copy
-    on the wire), and the size the transport ceiling is checked against. Not canonical JSON: the
-    envelope is never digested, so nothing here walks it in Python."""
+    """The envelope's size on the wire: compact JSON, members in the order the envelope holds them
+    (how the MCP SDK writes ``structuredContent``), for the transport ceiling. orjson, so the
+    check does not walk the envelope in Python."""
     return orjson.dumps(envelope)
+
+
+def envelope_text(envelope: dict[str, Any]) -> str:
+    """The text content that repeats ``structuredContent``: the envelope as canonical JSON (one
+    serialization for every transport; the canonical fast path is orjson behind a type check)."""
+    return canonical_bytes(envelope).decode("utf-8")
