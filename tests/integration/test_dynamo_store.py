@@ -626,8 +626,8 @@ def test_the_outbox_queues_until_done_and_answers_by_scope_kind_and_target(
     assert store.outbox_has(SCOPE, "drop_projection", "mem_a")
     assert not store.outbox_has(Scope(SCOPE.tenant_id, "other"), "drop_projection", "mem_a")
     assert not store.outbox_has(SCOPE, "destroy_key", "mem_a")
-    store.outbox_done("drop_projection:lexical:mem_a")
-    store.outbox_done("drop_projection:lexical:mem_a")  # idempotent
+    store.outbox_done(items[1])
+    store.outbox_done(items[1])  # idempotent
     assert not store.outbox_has(SCOPE, "drop_projection", "mem_a")
     assert store.outbox_pending(10) == [items[0]]
 
@@ -652,7 +652,7 @@ def test_a_scope_reads_its_own_outbox_by_kind_without_other_scopes_items(
     assert store.outbox_pending_in(other, "upsert_projection", 10) == [theirs]
     assert store.outbox_pending_in(SCOPE, "drop_projection", 10) == []
     assert store.outbox_pending_in(SCOPE, None, 1) == [mine[0]]
-    store.outbox_done(mine[1].item_id)
+    store.outbox_done(mine[1])
     assert store.outbox_pending_in(SCOPE, "upsert_projection", 10) == []
     assert store.outbox_pending_in(other, "upsert_projection", 10) == [theirs]
 

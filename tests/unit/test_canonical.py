@@ -20,7 +20,9 @@ from engram_memory.contract.canonical import (
     GENESIS_HASH,
     CanonicalizationError,
     candidate_id_for,
+    canonical_array,
     canonical_bytes,
+    canonical_object,
     digest,
     digest_without,
     domain_for,
@@ -464,3 +466,18 @@ def test_canonical_bytes_are_exactly_rfc8785_on_every_value(value: Any) -> None:
 )
 def test_values_the_fast_path_declines_still_match_rfc8785(value: Any) -> None:
     _assert_same_as_rfc8785(value)
+
+
+@given(value=st.dictionaries(st.from_regex(r"[ -~]{0,8}", fullmatch=True), JSON_LIKE, max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_an_object_composed_from_its_members_bytes_is_its_canonical_bytes(value: Any) -> None:
+    members = {key: canonical_bytes(item) for key, item in value.items()}
+    assert canonical_object(members) == canonical_bytes(value)
+    items = list(value.values())
+    assert canonical_array([canonical_bytes(item) for item in items]) == canonical_bytes(items)
+
+
+def test_an_object_composed_from_members_refuses_non_ascii_keys() -> None:
+    # JCS orders keys by UTF-16 code units: composition only takes the keys it can sort alike.
+    with pytest.raises(CanonicalizationError):
+        canonical_object({"é": b"1"})

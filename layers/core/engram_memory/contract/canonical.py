@@ -5,12 +5,12 @@ layers on top: every string and key must already be NFC (we reject, never normal
 integers must be safe, floats finite and not ``-0``, and ``None`` is never data (absent means absent).
 
 Most values the engine digests (records, receipts, search pages) take a fast path with the same
-bytes: the standard library's C JSON encoder (sorted keys, no spaces, no ASCII escaping) produces
-exactly the RFC 8785 serialization for a value whose keys are ASCII (JCS sorts by UTF-16 code
-units, Python by code points: they agree below U+D800) and whose floats print alike in Python and
-ECMAScript (non-integral, 1e-4 ≤ |x| < 1e16: both the shortest round-trip digits in fixed
-notation). The strings' NFC check runs once over the whole text, which is equivalent: every
-string in it sits between quotes, which neither compose nor reorder with what follows them.
+bytes: ``orjson`` (sorted keys, compact, UTF-8, the escapes RFC 8785 uses) produces exactly the
+RFC 8785 serialization for a value whose keys are ASCII (JCS sorts by UTF-16 code units, orjson
+by code points: they agree below U+D800) and whose floats print alike in Python and ECMAScript
+(non-integral, 1e-4 ≤ |x| < 1e16: both the shortest round-trip digits in fixed notation). The
+strings' NFC check runs once over the whole text, which is equivalent: every string in it sits
+between quotes, which neither compose nor reorder with what follows them.
 Anything else (``None``, unsafe integers, other floats, non-ASCII keys, non-dict mappings) takes the
 checked ``rfc8785`` path, which also names the offending place.
 """
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import math
 import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import orjson
 import rfc8785
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
@@ -101,16 +101,19 @@ def _plain(value: Any) -> bool:
     return False
 
 
+_FAST_OPTIONS: Final = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+
+
 def _fast_canonical(value: Any) -> bytes | None:
     if not _plain(value):
         return None
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    if not unicodedata.is_normalized("NFC", text):
-        return None
     try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: the checked path refuses it
+        encoded = orjson.dumps(value, option=_FAST_OPTIONS)
+    except orjson.JSONEncodeError:  # a lone surrogate: the checked path refuses it
         return None
+    if not encoded.isascii() and not unicodedata.is_normalized("NFC", encoded.decode("utf-8")):
+        return None
+    return encoded
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -123,6 +126,24 @@ def canonical_bytes(value: Any) -> bytes:
         return rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
         raise CanonicalizationError("value cannot be canonicalized") from exc
+
+
+def canonical_object(members: Mapping[str, bytes]) -> bytes:
+    """RFC 8785 bytes of the object whose members' canonical bytes are already known (each value
+    in ``members`` is ``canonical_bytes`` of that member's value): members sorted by key, as JCS
+    does, so a page of packets already serialized once is not walked again."""
+    if not all(type(key) is str and key.isascii() for key in members):
+        raise CanonicalizationError("canonical_object takes ASCII keys only")
+    return (
+        b"{"
+        + b",".join(canonical_bytes(key) + b":" + members[key] for key in sorted(members))
+        + b"}"
+    )
+
+
+def canonical_array(items: Sequence[bytes]) -> bytes:
+    """RFC 8785 bytes of the array whose items' canonical bytes are ``items``."""
+    return b"[" + b",".join(items) + b"]"
 
 
 def digest_bytes(kind: str, value: Any) -> bytes:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
+from .canonical import canonical_bytes
 from .errors import MESSAGES, RETRIABLE, ErrorCode
 
 REDACTION_CLASS = "high"
@@ -26,3 +29,16 @@ def failure(code: ErrorCode, audit_id: str) -> dict[str, Any]:
         "redactionClass": REDACTION_CLASS,
         "error": {"code": code.value, "message": MESSAGES[code], "retriable": code in RETRIABLE},
     }
+
+
+def envelope_json(envelope: dict[str, Any]) -> bytes:
+    """The envelope's size on the wire: compact JSON, members in the order the envelope holds them
+    (how the MCP SDK writes ``structuredContent``), for the transport ceiling. orjson, so the
+    check does not walk the envelope in Python."""
+    return orjson.dumps(envelope)
+
+
+def envelope_text(envelope: dict[str, Any]) -> str:
+    """The text content that repeats ``structuredContent``: the envelope as canonical JSON (one
+    serialization for every transport; the canonical fast path is orjson behind a type check)."""
+    return canonical_bytes(envelope).decode("utf-8")

@@ -58,8 +58,30 @@ def input_schema(tool: str) -> dict[str, Any]:
     return {"$schema": SCHEMA_DIALECT, **schema}
 
 
+_ANNOTATIONS = frozenset({"description", "title", "examples", "default"})
+
+
+def _inline(node: Any, defs: dict[str, Any], trail: tuple[str, ...] = ()) -> Any:
+    """``node`` with every local ``$ref`` replaced by its definition (annotations beside the
+    ``$ref`` kept): a validator then walks plain nested schemas. The official client validates
+    every result against the output schema, and resolving a ``$ref`` per record field was a third
+    of that cost (jsonschema's referencing resolver)."""
+    if isinstance(node, list):
+        return [_inline(item, defs, trail) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        name = node["$ref"].removeprefix("#/$defs/")
+        siblings = {k: v for k, v in node.items() if k != "$ref"}
+        if name in trail or name not in defs or not set(siblings) <= _ANNOTATIONS:
+            raise ValueError(f"cannot inline {node['$ref']}")  # recursive, foreign or constrained
+        return {**_inline(defs[name], defs, (*trail, name)), **siblings}
+    return {key: _inline(value, defs, trail) for key, value in node.items()}
+
+
 def output_envelope_schema(tool: str) -> dict[str, Any]:
-    """The envelope: a success carrying the tool's output value, or a failure."""
+    """The envelope: a success carrying the tool's output value, or a failure, every definition
+    inlined (``_inline``)."""
     value = _generate(OUTPUT_MODELS[tool], "serialization")
     failure = _generate(FailureEnvelope, "serialization")
     defs: dict[str, Any] = {**value.pop("$defs", {}), **failure.pop("$defs", {})}
@@ -84,11 +106,8 @@ def output_envelope_schema(tool: str) -> dict[str, Any]:
             "redactionClass": {"const": "high", "description": "Always 'high'."},
         },
     }
-    schema: dict[str, Any] = {
+    return {
         "$schema": SCHEMA_DIALECT,
         "type": "object",
-        "oneOf": [success, failure],
+        "oneOf": _inline([success, failure], defs),
     }
-    if defs:
-        schema["$defs"] = defs
-    return schema

@@ -416,7 +416,7 @@ class Kernel:
                 else:
                     surface = self._surface(item.surface)
                     surface.apply(item.scope, ProjectionChange(delete_record_id=item.target))
-                self.store.outbox_done(item.item_id)
+                self.store.outbox_done(item)
             except (VaultUnavailable, IndexUnavailable, StoreUnavailable):
                 done = False
         return done

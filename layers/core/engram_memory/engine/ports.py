@@ -236,7 +236,9 @@ class Store(Protocol):
         """Pending items of ``scope`` (of ``kind`` when given), at most ``limit``."""
         ...
 
-    def outbox_done(self, item_id: str) -> None: ...
+    def outbox_done(self, item: OutboxItem) -> None:
+        """Remove a finished item (idempotent). The caller holds the item as the store gave it
+        or as it was committed, so a store that indexes its outbox needs no read to find it."""
 
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool: ...
 

@@ -17,8 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..contract.canonical import canonical_bytes
-from ..contract.envelope import failure, success
+from ..contract.envelope import envelope_json, failure, success
 from ..contract.errors import EngramError, ErrorCode, ProtocolRefusal, UnknownTool
 from ..contract.models import (
     INPUT_MODELS,
@@ -67,7 +66,7 @@ class Engine(Kernel):
             model = self._validate(tool, arguments)
             value = self._dispatch(call, model)
             envelope = success(value, ctx.audit_id)
-            if len(canonical_bytes(envelope)) > self.settings.transport_ceiling_bytes:
+            if len(envelope_json(envelope)) > self.settings.transport_ceiling_bytes:
                 raise EngramError(ErrorCode.RESULT_TOO_LARGE)
         except EngramError as error:
             self._audit(call, ok=False, code=error.code.value)

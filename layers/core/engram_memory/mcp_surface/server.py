@@ -16,7 +16,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from .. import CONNECTOR
-from ..contract.canonical import canonical_bytes
+from ..contract.envelope import envelope_text
 from ..contract.errors import (
     ErrorCode,
     ProtocolRefusal,
@@ -82,7 +82,7 @@ class SurfaceRuntime:
 def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
     """The envelope as ``structuredContent`` and, byte for byte, as the JSON text content."""
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=canonical_bytes(envelope).decode("utf-8"))],
+        content=[types.TextContent(type="text", text=envelope_text(envelope))],
         structured_content=envelope,
         is_error=not envelope["ok"],
     )

@@ -689,11 +689,10 @@ class DynamoStore:
         items = self._query(pk=_outbox_scope_pk(scope), limit=limit, sk_prefix=prefix)
         return [self._outbox_item(i) for i in items]
 
-    def outbox_done(self, item_id: str) -> None:
-        queued = self._get(_key(_OUTBOX_PK, _q(item_id)))
-        if queued is None:
-            return
-        queue, index, in_scope = _outbox_keys(self._outbox_item(queued))
+    def outbox_done(self, item: OutboxItem) -> None:
+        # The item's three entries follow from the item itself: deleting them needs no read
+        # first (a delete of an entry already gone is a no-op, so this stays idempotent).
+        queue, index, in_scope = _outbox_keys(item)
         self._read(
             lambda: self.dynamodb.transact_write_items(
                 TransactItems=[

@@ -466,9 +466,16 @@ class SqliteStore:
             OutboxItem(i, k, Scope(t, w), target, surface) for i, k, t, w, target, surface in rows
         ]
 
-    def outbox_done(self, item_id: str) -> None:
+    def outbox_done(self, item: OutboxItem) -> None:
         with self._guard(), self._pool.connection() as conn:
-            conn.execute("DELETE FROM outbox WHERE item_id = ?", (item_id,))
+            # Not synced on its own: the next synced commit (the WAL is one file, synced whole)
+            # makes it durable. A power cut before that only leaves the item to be done again,
+            # and every outbox item is idempotent; the fsync it saved was one in four per write.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                conn.execute("DELETE FROM outbox WHERE item_id = ?", (item.item_id,))
+            finally:
+                conn.execute("PRAGMA synchronous = FULL")
 
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool:
         with self._guard(), self._pool.connection() as conn:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...contract.canonical import canonical_bytes, digest, digest_without
+from ...contract.canonical import (
+    canonical_array,
+    canonical_bytes,
+    canonical_object,
+    digest,
+    digest_of_canonical,
+)
 from ...contract.errors import EngramError, ErrorCode
 from ...contract.models import (
     GetInput,
@@ -77,6 +83,7 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
         offset, valid_as_of, system_as_of = state.offset, state.valid_as_of, state.system_as_of
 
     packets: list[dict[str, Any]] = []
+    packet_bytes: list[bytes] = []  # each packet's canonical bytes: sized once, digested as is
     used = 0
     next_offset = offset  # past the last hit this page answered or skipped
     page = ranked[offset : offset + args.limit]
@@ -98,13 +105,15 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
             "score": round(hit.score, 6),
             "rank": position + 1,
         }
-        size = len(canonical_bytes(packet))
+        encoded = canonical_bytes(packet)
+        size = len(encoded)
         if size > args.max_packet_bytes:
             raise EngramError(ErrorCode.PROJECTION_OVERSIZED)
         if used + size > args.max_packet_bytes:
             break
         used += size
         packets.append(packet)
+        packet_bytes.append(encoded)
         next_offset = position + 1
 
     revalidation = digest(
@@ -144,7 +153,15 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
             ),
             k.settings.cursor_key,
         )
-    value["response_digest"] = digest_without("search-response", value, "response_digest")
+    value["response_digest"] = digest_of_canonical(
+        "search-response",
+        canonical_object(
+            {
+                "records": canonical_array(packet_bytes),
+                **{key: canonical_bytes(item) for key, item in value.items() if key != "records"},
+            }
+        ),
+    )
     return value
 
 
@@ -256,8 +273,10 @@ def get(k: Kernel, call: Call, args: GetInput) -> dict[str, Any]:
         "redaction_receipt_digest": redaction_digest,
         "read_receipt": read_receipt,
     }
-    value["packet_digest"] = digest_without("get-packet", value, "packet_digest")
+    members = {key: canonical_bytes(item) for key, item in value.items()}
+    value["packet_digest"] = digest_of_canonical("get-packet", canonical_object(members))
+    members["packet_digest"] = canonical_bytes(value["packet_digest"])
     call.digests["record_digest"] = row.record_digest
-    if len(canonical_bytes(value)) > args.max_packet_bytes:
+    if len(canonical_object(members)) > args.max_packet_bytes:
         raise EngramError(ErrorCode.PROJECTION_OVERSIZED)
     return value

@@ -1,0 +1,49 @@
+"""A finished outbox item is removed without a sync of its own; every other commit stays synced.
+
+The store's commits are ``synchronous = FULL`` (the WAL is synced at each commit). Removing a
+finished outbox item runs at ``NORMAL``: the next synced commit makes it durable, and a power cut
+before that only leaves an idempotent item to be done again. The connection must be back at
+``FULL`` afterwards, or every later commit on it would lose its sync.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engram_memory.adapters.local.sqlite_store import SqliteStore
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import OutboxItem
+
+from engram_testing import embedded_harness
+
+FULL = 2  # PRAGMA synchronous
+
+
+def _synchronous(store: SqliteStore) -> int:
+    with store._pool.connection() as conn:
+        (level,) = conn.execute("PRAGMA synchronous").fetchone()
+    return int(level)
+
+
+def test_finished_items_leave_the_outbox_and_the_connection_commits_synced_again(
+    tmp_path: Path,
+) -> None:
+    harness = embedded_harness(tmp_path)
+    try:
+        record_id = harness.remember("the outbox keeps its promises")
+        assert harness.store.outbox_pending(100) == []  # key destruction and projection done
+        assert _synchronous(harness.store) == FULL
+        assert harness.search("outbox promises")["records"][0]["record"]["record_id"] == record_id
+    finally:
+        harness.close()
+
+
+def test_removing_an_unknown_item_leaves_the_connection_synced(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "engram.db", pool_size=1)
+    try:
+        unknown = OutboxItem("destroy_key:key_x", "destroy_key", Scope("t", "w"), "key_x")
+        store.outbox_done(unknown)  # a no-op delete: nothing to redo
+        assert _synchronous(store) == FULL
+        assert store.outbox_pending_in(Scope("t", "w"), None, 10) == []
+    finally:
+        store.close()

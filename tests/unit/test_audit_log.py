@@ -1,0 +1,90 @@
+"""The embedded audit log: every line durable before ``record`` returns, syncs shared by callers."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engram_memory.adapters.local.audit import JsonlAuditLog
+from engram_memory.engine.ports import AuditEvent
+
+
+def _event(number: int) -> AuditEvent:
+    return AuditEvent(
+        audit_id=f"aud_{number}",
+        at_ms=1_700_000_000_000 + number,
+        tenant_id="t",
+        workspace_id="w",
+        principal="p",
+        agent_id=None,
+        session_id=None,
+        tool="search",
+        ok=True,
+        code="OK",
+        target=None,
+        digests={},
+    )
+
+
+def test_concurrent_callers_share_a_sync_and_each_returns_after_its_line_is_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "audit.log"
+    log = JsonlAuditLog(path)
+    synced: list[set[str]] = []  # the audit ids on disk at each fsync
+    first_sync_entered = threading.Event()
+    others_queued = threading.Event()
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        synced.append({json.loads(line)["audit_id"] for line in path.read_text().splitlines()})
+        if len(synced) == 1:  # hold the first sync until every other caller has queued its line
+            first_sync_entered.set()
+            assert others_queued.wait(10)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    returned_after_sync: dict[str, bool] = {}
+
+    def record(number: int) -> None:
+        log.record(_event(number))
+        returned_after_sync[f"aud_{number}"] = any(f"aud_{number}" in ids for ids in synced)
+
+    leader = threading.Thread(target=record, args=(0,))
+    leader.start()
+    assert first_sync_entered.wait(10)
+    followers = [threading.Thread(target=record, args=(n,)) for n in range(1, 9)]
+    for thread in followers:
+        thread.start()
+    while sum(len(b.lines) for b in [log._open] if b is not None) < 8:
+        threading.Event().wait(0.001)
+    others_queued.set()
+    for thread in [leader, *followers]:
+        thread.join(10)
+
+    assert len(synced) == 2  # one sync for the first line, one for the eight that queued meanwhile
+    assert returned_after_sync == {f"aud_{n}": True for n in range(9)}
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(line["audit_id"] for line in lines) == sorted(f"aud_{n}" for n in range(9))
+    assert log.read() == lines
+
+
+def test_a_failed_sync_is_every_waiting_caller_s_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = JsonlAuditLog(tmp_path / "audit.log")
+
+    def fsync(fd: int) -> Any:
+        raise OSError(5, "I/O error")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="I/O error"):
+        log.record(_event(1))
+    monkeypatch.undo()
+    log.record(_event(2))  # the log is usable again once the disk is
+    assert [line["audit_id"] for line in log.read()][-1] == "aud_2"
