@@ -135,6 +135,17 @@ def render_answered(view: ApprovalView, decision: Decision) -> str:
     return _document(heading, body)
 
 
+def render_signed_in(return_to: str) -> str:
+    """The sign-in callback's page: on to the approval. A page (not a redirect) so that the
+    next navigation starts on this site and carries the ``SameSite=Strict`` session cookie."""
+    body = (
+        '<h1 id="signed-in">Signed in</h1>'
+        f'<p><a id="continue" href="{escape(return_to)}">Continue to the approval</a></p>'
+    )
+    refresh = f'<meta http-equiv="refresh" content="0;url={escape(return_to)}">'
+    return _document("Signed in", body).replace("</head>", refresh + "</head>", 1)
+
+
 ERRORS: Final[dict[PageError, tuple[int, str, str]]] = {
     PageError.NOT_FOUND: (
         404,
@@ -175,6 +186,12 @@ ERRORS: Final[dict[PageError, tuple[int, str, str]]] = {
         503,
         "The memory service is unavailable",
         "Nothing was changed. Reload this page in a moment.",
+    ),
+    PageError.SIGN_IN: (
+        401,
+        "You are not signed in",
+        "Your sign-in expired or did not complete, and nothing was changed. Open the approval"
+        " link again: it takes you to your organization's sign-in page and back to the request.",
     ),
 }
 

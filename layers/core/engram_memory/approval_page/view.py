@@ -182,3 +182,4 @@ class PageError(enum.Enum):
     FORBIDDEN = "forbidden"
     BAD_REQUEST = "bad_request"
     UNAVAILABLE = "unavailable"
+    SIGN_IN = "sign_in"  # the cloud: no session (expired, or a sign-in that did not complete)

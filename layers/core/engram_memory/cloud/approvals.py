@@ -11,7 +11,8 @@ Parked token — pk ``APPROVAL_TOKEN#<approval_id>``, sk ``APPROVAL_TOKEN``: ``t
 ``operation_digest``, ``principal``, ``tenant_id``, ``workspace_id``, ``reason_ref`` S,
 ``issued_at_ms`` N, ``ttl`` N (epoch s, at most 300 s after issue; DynamoDB's TTL sweep is
 lazy, so reads check the expiry themselves), ``used_at_ms`` N once answered,
-``reported_at_ms`` N once the commit was first reported to the agent. The token is
+``reported_at_ms`` N once the commit was first reported to the agent; ``agent_id`` and
+``session_id`` S when the host stated them (shown on the approval page). The token is
 consumed with one conditional ``UpdateItem`` (the approval function may not ``DeleteItem``):
 the answer is single use, and the marker left behind lets a replay be told from an unknown id.
 
@@ -118,6 +119,9 @@ class ParkedApproval:
     reason_ref: str | None
     issued_at_ms: int
     used: bool
+    # who asks, for the page (added with the sign-in page; absent on items parked before it)
+    agent_id: str | None = None
+    session_id: str | None = None
 
     def expired(self, now_ms: int) -> bool:
         return now_ms - self.issued_at_ms > APPROVAL_TTL_MS
@@ -193,6 +197,10 @@ class ApprovalStore:
             item["target"] = _s(request.target)
         if request.reason_ref is not None:
             item["reason_ref"] = _s(request.reason_ref)
+        for name in ("agent_id", "session_id"):
+            stated = getattr(ctx, name)
+            if stated is not None:
+                item[name] = _s(stated)
         pointer = {
             **self._pointer_key(execution_name),
             "approval_id": _s(approval_id),
@@ -336,6 +344,8 @@ class ApprovalStore:
             reason_ref=_opt(item, "reason_ref"),
             issued_at_ms=int(item["issued_at_ms"]["N"]),
             used="used_at_ms" in item,
+            agent_id=_opt(item, "agent_id"),
+            session_id=_opt(item, "session_id"),
         )
 
 

@@ -138,3 +138,46 @@ class HostBinding:
         if not raw.isdecimal():
             raise ConfigurationError("ENGRAM_RETENTION_CEILING_S must be a whole number of seconds")
         return cls(tenant_id, int(raw))
+
+
+# ------------------------------------------------------------------------------------------------
+# The approval page's settings (the approval function; added with its sign-in)
+# ------------------------------------------------------------------------------------------------
+
+MIN_SESSION_KEY_BYTES: Final = 32
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApprovalPageSettings:
+    """What the approval function reads from its environment.
+
+    ``ENGRAM_ISSUER`` (the tenant's OIDC issuer), ``ENGRAM_APPROVAL_AUDIENCE`` (the approval
+    page's OIDC client id: the ``aud`` of the ID tokens it accepts), ``ENGRAM_RESOURCE_URI`` (the
+    MCP resource: an ID token also valid for it is refused), ``ENGRAM_APPROVAL_BASE_URL`` (the
+    page's https origin; the OIDC redirect URI is ``<base>/approvals/callback``),
+    ``ENGRAM_TABLE``, ``ENGRAM_BLOB_BUCKET``, ``ENGRAM_APPROVAL_SESSION_SECRET_ARN`` (the key
+    of the session cookies and CSRF tokens).
+    """
+
+    issuer: str
+    client_id: str
+    resource_uri: str
+    base_url: str
+    table: str
+    bucket: str
+    session_secret_arn: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ApprovalPageSettings:
+        base_url = required(env, "ENGRAM_APPROVAL_BASE_URL").rstrip("/")
+        if not base_url.startswith("https://"):
+            raise ConfigurationError("ENGRAM_APPROVAL_BASE_URL must be an https:// URL")
+        return cls(
+            issuer=required(env, "ENGRAM_ISSUER"),
+            client_id=required(env, "ENGRAM_APPROVAL_AUDIENCE"),
+            resource_uri=required(env, "ENGRAM_RESOURCE_URI"),
+            base_url=base_url,
+            table=required(env, "ENGRAM_TABLE"),
+            bucket=required(env, "ENGRAM_BLOB_BUCKET"),
+            session_secret_arn=required(env, "ENGRAM_APPROVAL_SESSION_SECRET_ARN"),
+        )
