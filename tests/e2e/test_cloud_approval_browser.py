@@ -236,6 +236,7 @@ async def test_signing_in_and_approving_lets_the_agents_retry_forget_the_record(
         decided = await anyio.to_thread.run_sync(person.answer, link, "Approve")
 
         assert decided == "approve"
+        assert "carried out now" in browser.find_element(By.TAG_NAME, "main").text
         assert person.memory_shown == [[NOTE]]  # the record's text, not only its id
         cookie = session_cookie(browser)
         assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Strict"

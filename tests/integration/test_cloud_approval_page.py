@@ -23,8 +23,9 @@ from bs4 import BeautifulSoup, Tag
 from engram_memory.cloud.approval_page import ApprovalHandler, https_fetch
 from engram_memory.cloud.approvals import ParkedApproval
 from engram_memory.host.oidc import IssuerKeys
-from oidc_provider import LocalOidcProvider, serve_provider
 from scripts.cloud_run import self_signed
+
+from oidc_provider import LocalOidcProvider, serve_provider
 
 APPROVAL_ID = "apr_" + "a" * 32
 ALICE = "agent-alice"

@@ -106,19 +106,34 @@ def render_approval(view: ApprovalView, *, now_ms: int, action_url: str, csrf_to
         f'value="{Decision.APPROVE.value}">Approve</button>'
         f'<button type="submit" name="{DECISION_FIELD}" '
         f'value="{Decision.DECLINE.value}">Decline</button></div></form>'
-        '<p class="note">After you answer, go back to your agent: it retries the same call,'
-        " which then goes through (approve) or fails with gate_failed (decline). The retry must"
-        " come within 30 s of your approval and 5 minutes of the request.</p>"
+        f'<p class="note">{escape(_after_answer(view))}</p>'
     )
     return _document(view.title, body)
+
+
+def _after_answer(view: ApprovalView) -> str:
+    if view.committed_by_run:
+        return (
+            "After you answer, go back to your agent: an approval is carried out within 30 s,"
+            " and the agent's retry of the same call returns its receipt (approve) or fails with"
+            " gate_failed (decline). Answer within 5 minutes of the request."
+        )
+    return (
+        "After you answer, go back to your agent: it retries the same call, which then goes"
+        " through (approve) or fails with gate_failed (decline). The retry must come within 30 s"
+        " of your approval and 5 minutes of the request."
+    )
 
 
 def render_answered(view: ApprovalView, decision: Decision) -> str:
     if decision is Decision.APPROVE:
         heading = "Approved"
         text = (
-            f"You approved: {view.action}. Go back to your agent now: its retry of the same call"
-            " goes through if it comes within 30 s."
+            f"You approved: {view.action}. It is carried out now; your agent's retry of the"
+            " same call returns its receipt."
+            if view.committed_by_run
+            else f"You approved: {view.action}. Go back to your agent now: its retry of the"
+            " same call goes through if it comes within 30 s."
         )
     else:
         heading = "Declined"

@@ -116,6 +116,8 @@ class ApprovalView:
     reason_ref: str | None
     expires_at_ms: int
     memory: Memory | None
+    # the cloud: a run commits the approval itself (within 30 s of it), whenever the agent retries
+    committed_by_run: bool = False
 
     @property
     def title(self) -> str:

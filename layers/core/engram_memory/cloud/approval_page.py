@@ -135,6 +135,7 @@ def _view(parked: ParkedApproval, memory: Memory | None) -> ApprovalView:
         reason_ref=parked.reason_ref,
         expires_at_ms=parked.issued_at_ms + APPROVAL_TTL_MS,
         memory=memory,
+        committed_by_run=True,  # the Step Functions run commits it
     )
 
 
