@@ -161,7 +161,8 @@ class Issuer:
 
         self.url = url
         self._key = Ed25519PrivateKey.generate()
-        self.minted: list[str] = []  # every bearer token handed to a client (the payload scan)
+        self.minted: list[str] = []  # every bearer or ID token handed out (the payload scan)
+        self.grants: dict[str, dict[str, str]] = {}  # authorization code -> its sign-in
         raw = self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         x = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
         self.jwks = {
@@ -169,6 +170,50 @@ class Issuer:
                 {"kty": "OKP", "crv": "Ed25519", "x": x, "kid": "k1", "alg": "EdDSA", "use": "sig"}
             ]
         }
+
+    def sign_in(self, authorization_url: str, subject: str) -> tuple[str, str]:
+        """The person signs in at the authorization endpoint as ``subject``: the code and the
+        state the provider redirects back with (its grant kept for the token endpoint)."""
+        from urllib.parse import parse_qs, urlsplit
+
+        query = {k: v[0] for k, v in parse_qs(urlsplit(authorization_url).query).items()}
+        code = secrets.token_urlsafe(24)
+        self.grants[code] = {**query, "sub": subject}
+        return code, query.get("state", "")
+
+    def exchange(self, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """The token endpoint: a single-use code, its client and redirect URI, PKCE S256."""
+        import jwt
+
+        grant = self.grants.pop(form.get("code", ""), None)
+        challenge = (
+            base64.urlsafe_b64encode(
+                hashlib.sha256(form.get("code_verifier", "").encode()).digest()
+            )
+            .rstrip(b"=")
+            .decode()
+        )
+        if (
+            grant is None
+            or form.get("grant_type") != "authorization_code"
+            or form.get("client_id") != grant.get("client_id")
+            or form.get("redirect_uri") != grant.get("redirect_uri")
+            or grant.get("code_challenge_method") != "S256"
+            or challenge != grant.get("code_challenge")
+        ):
+            return 400, {"error": "invalid_grant"}
+        now = int(time.time())
+        claims = {
+            "iss": self.url,
+            "aud": grant["client_id"],
+            "sub": grant["sub"],
+            "iat": now,
+            "exp": now + 300,
+            "nonce": grant.get("nonce", ""),
+        }
+        id_token: str = jwt.encode(claims, self._key, algorithm="EdDSA", headers={"kid": "k1"})
+        self.minted.append(id_token)
+        return 200, {"id_token": id_token, "token_type": "Bearer", "expires_in": 300}
 
     def token(self, tools: tuple[str, ...] = TOOLS) -> str:
         import jwt
@@ -203,6 +248,8 @@ BOOST_RE: Final = re.compile(r"^[a-z_]+$")
 
 
 JWKS_PATH: Final = "/.well-known/jwks.json"
+AUTHORIZE_PATH: Final = "/authorize"  # never fetched: the harness plays the person signing in
+TOKEN_PATH: Final = "/token"
 SECURITY_API_RE: Final = re.compile(
     r"^/_plugins/_security/api/(roles/[a-z_]+|rolesmapping/[a-z_]+|audit/config)$"
 )
@@ -351,7 +398,7 @@ def https_server(
     cert: Path,
     key: Path,
     search: FakeOpenSearch,
-    jwks: dict[str, Any],
+    issuer: Issuer,
     cloudformation: CloudFormationAnswers,
 ) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
@@ -366,10 +413,22 @@ def https_server(
             if self.headers.get("content-encoding") == "gzip":
                 body = gzip.decompress(body)
             if self.path == "/.well-known/openid-configuration":  # the issuer is this server
-                issuer = f"https://127.0.0.1:{self.server.server_address[1]}"
-                status, answer = 200, {"issuer": issuer, "jwks_uri": issuer + JWKS_PATH}
+                url = f"https://127.0.0.1:{self.server.server_address[1]}"
+                status, answer = (
+                    200,
+                    {
+                        "issuer": url,
+                        "jwks_uri": url + JWKS_PATH,
+                        "authorization_endpoint": url + AUTHORIZE_PATH,
+                        "token_endpoint": url + TOKEN_PATH,
+                    },
+                )
             elif self.path == JWKS_PATH:
-                status, answer = 200, jwks
+                status, answer = 200, issuer.jwks
+            elif self.command == "POST" and self.path == TOKEN_PATH:
+                from urllib.parse import parse_qsl
+
+                status, answer = issuer.exchange(dict(parse_qsl(body.decode())))
             elif self.command == "PUT" and self.path.startswith(CloudFormationAnswers.PREFIX):
                 cloudformation.record(self.path, body)
                 status, answer = 200, {}
@@ -865,7 +924,7 @@ class Harness:
         self.search = FakeOpenSearch()
         self.issuer = Issuer("")
         self.cloudformation = CloudFormationAnswers()
-        https = https_server(cert, key, self.search, self.issuer.jwks, self.cloudformation)
+        https = https_server(cert, key, self.search, self.issuer, self.cloudformation)
         self.stopping.append(https.shutdown)
         self.https_url = f"https://127.0.0.1:{https.server_address[1]}"
         self.issuer.url = self.https_url
@@ -1202,6 +1261,77 @@ class Harness:
         print(f"  tally: forget, form mode (2026-07-28): {form_mode}")
         print(f"  tally: forget, form mode: replayed = {value.get('replayed')}")
 
+    def page(self, event: dict[str, Any]) -> dict[str, Any]:
+        """One request to the built approval function; its Lambda answer."""
+        approval = self.lambdas.worker(self.stack.refs["ApprovalFunction"])
+        assert approval is not None
+        self.tally.page_requests += 1
+        answer: dict[str, Any] = approval.invoke(event)
+        self.lambdas.payloads.append(json.dumps(event).encode())
+        self.lambdas.payloads.append(json.dumps(answer).encode())
+        return answer
+
+    def approve_on_the_page(self, approval_id: str) -> dict[str, Any]:
+        """What a browser does, as API Gateway events: open the link (302 to the issuer), sign
+        in there as the principal, come back to the callback (session cookie), read the page's
+        CSRF token, press Approve. Each step is checked; the POST's answer is returned."""
+        from urllib.parse import urlencode
+
+        check = self.report.check
+        opened = json.loads((EVENTS / "approval_get.json").read_text("utf-8"))
+        opened["pathParameters"]["approvalId"] = approval_id
+        opened["rawPath"] = opened["requestContext"]["http"]["path"] = f"/approvals/{approval_id}"
+        redirect = self.page(opened).get("result", {})
+        location = str((redirect.get("headers") or {}).get("Location", ""))
+        signin = [c.split(";")[0] for c in redirect.get("cookies") or []]
+        if not check(
+            redirect.get("statusCode") == 302
+            and location.startswith(self.issuer.url + AUTHORIZE_PATH + "?")
+            and "code_challenge_method=S256" in location
+            and len(signin) == 1,
+            f"flow: the approval link sends a signed-out person to the issuer "
+            f"({redirect.get('statusCode')}, PKCE S256)",
+        ):
+            return {}
+        code, state = self.issuer.sign_in(location, PRINCIPAL)
+        callback = json.loads((EVENTS / "approval_callback.json").read_text("utf-8"))
+        callback["rawQueryString"] = urlencode({"code": code, "state": state})
+        callback["cookies"] = signin
+        back = self.page(callback).get("result", {})
+        session = [c for c in back.get("cookies") or [] if c.startswith("engram_approver=")]
+        if not check(
+            back.get("statusCode") == 200
+            and len(session) == 1
+            and all(a in session[0] for a in ("HttpOnly", "Secure", "SameSite=Strict")),
+            "flow: the sign-in callback verifies the ID token and sets the session cookie "
+            f"({back.get('statusCode')}, HttpOnly; Secure; SameSite=Strict)",
+        ):
+            return {}
+        cookie = session[0].split(";")[0]
+        opened["cookies"] = [cookie]
+        shown = self.page(opened).get("result", {})
+        body = str(shown.get("body", ""))
+        found = re.search(r'name="csrf_token" value="([0-9a-f]+)"', body)
+        if not check(
+            shown.get("statusCode") == 200 and found is not None and 'id="memory"' in body,
+            f"flow: the signed-in principal sees the page with the memory ({shown.get('statusCode')})",
+        ):
+            return {}
+        assert found is not None
+        posted = json.loads((EVENTS / "approval_post.json").read_text("utf-8"))
+        posted["pathParameters"]["approvalId"] = approval_id
+        posted["rawPath"] = posted["requestContext"]["http"]["path"] = f"/approvals/{approval_id}"
+        posted["cookies"] = [cookie]
+        posted["headers"]["origin"] = AUDIENCE.rsplit("/", 1)[0]
+        no_csrf = {**posted, "body": "decision=approve"}
+        refused = self.page(no_csrf).get("result", {})
+        check(
+            refused.get("statusCode") == 403,
+            f"flow: a POST without the page's CSRF token is refused ({refused.get('statusCode')})",
+        )
+        posted["body"] = urlencode({"csrf_token": found.group(1), "decision": "approve"})
+        return self.page(posted)
+
     def scan_for_tokens(self) -> None:
         """No bearer token in any payload the run produced: invocations, execution inputs, task
         outputs, the functions' logs."""
@@ -1359,17 +1489,12 @@ class Harness:
             print(f"       {json.dumps(asked)[:400]}")
             return
         approval_id = url.rsplit("/", 1)[1]
-        page = json.loads((EVENTS / "approval_post.json").read_text("utf-8"))
-        page["pathParameters"]["approvalId"] = approval_id
-        page["rawPath"] = page["requestContext"]["http"]["path"] = f"/approvals/{approval_id}"
-        page["requestContext"]["authorizer"]["jwt"]["claims"]["sub"] = PRINCIPAL
-        approval = self.lambdas.worker(self.stack.refs["ApprovalFunction"])
-        assert approval is not None
-        self.tally.page_requests += 1
-        answered = approval.invoke(page)
+        answered = self.approve_on_the_page(approval_id)
         check(
-            answered.get("result", {}).get("statusCode") == 200,
-            f"flow: the built approval page takes the human's answer -> {_outcome(answered)}",
+            answered.get("result", {}).get("statusCode") == 200
+            and 'data-decision="approve"' in str(answered.get("result", {}).get("body")),
+            f"flow: the built approval page takes the signed-in person's answer -> "
+            f"{_outcome(answered)}",
         )
         execution = self.wait_execution("ForgetStateMachine")
         check(

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html import escape
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -47,6 +48,7 @@ class LocalOidcProvider:
     clients: dict[str, str] = field(default_factory=dict)  # client_id -> redirect_uri
     key: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
     codes: dict[str, _Grant] = field(default_factory=dict)
+    extra_audiences: list[str] = field(default_factory=list)  # ID tokens' aud besides the client
 
     @property
     def kid(self) -> str:
@@ -130,7 +132,9 @@ class LocalOidcProvider:
         now = int(time.time())
         claims: dict[str, Any] = {
             "iss": self.issuer,
-            "aud": grant.client_id,
+            "aud": [grant.client_id, *self.extra_audiences]
+            if self.extra_audiences
+            else grant.client_id,
             "sub": grant.subject,
             "iat": now,
             "exp": now + 300,
@@ -141,13 +145,24 @@ class LocalOidcProvider:
 
 
 @contextlib.contextmanager
-def serve_provider(clients: dict[str, str]) -> Iterator[LocalOidcProvider]:
+def serve_provider(
+    clients: dict[str, str], *, tls: tuple[Path, Path] | None = None, host: str = "127.0.0.1"
+) -> Iterator[LocalOidcProvider]:
+    """The provider on a free loopback port; over HTTPS with ``tls`` (certificate, key), named
+    ``host`` in its issuer (``localhost``: another site than ``127.0.0.1`` for a browser)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
+    scheme = "https" if tls else "http"
     provider = LocalOidcProvider(
-        issuer=f"http://127.0.0.1:{sock.getsockname()[1]}", clients=clients
+        issuer=f"{scheme}://{host}:{sock.getsockname()[1]}", clients=clients
     )
-    server = uvicorn.Server(uvicorn.Config(provider.app(), log_level="warning"))
+    config = uvicorn.Config(
+        provider.app(),
+        log_level="warning",
+        ssl_certfile=str(tls[0]) if tls else None,
+        ssl_keyfile=str(tls[1]) if tls else None,
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

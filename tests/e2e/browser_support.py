@@ -28,7 +28,7 @@ def chromium_paths() -> tuple[str, str] | None:
     return (browser, driver) if browser and driver else None
 
 
-def open_chromium() -> Iterator[webdriver.Chrome]:
+def open_chromium(*extra_flags: str) -> Iterator[webdriver.Chrome]:
     found = chromium_paths()
     if found is None:
         reason = "no Chromium and chromedriver on PATH (install: scripts/browser_deps.sh)"
@@ -45,6 +45,7 @@ def open_chromium() -> Iterator[webdriver.Chrome]:
         "--disable-gpu",
         "--no-first-run",
         f"--window-size={DESKTOP[0]},{DESKTOP[1]}",
+        *extra_flags,
     ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)

@@ -484,6 +484,7 @@ def test_the_routes_reach_the_right_functions() -> None:
     assert routes[("GET", "/.well-known/oauth-protected-resource/mcp")][0] == "McpAdapterFunction"
     assert routes[("GET", "/approvals/{approvalId}")][0] == "ApprovalFunction"
     assert routes[("POST", "/approvals/{approvalId}")][0] == "ApprovalFunction"
+    assert routes[("GET", "/approvals/callback")][0] == "ApprovalFunction"
 
 
 def test_only_the_metadata_and_the_approval_page_are_unauthenticated() -> None:
@@ -492,27 +493,47 @@ def test_only_the_metadata_and_the_approval_page_are_unauthenticated() -> None:
         for key, (_, event_props) in http_routes().items()
         if event_props.get("Auth", {}).get("Authorizer") == "NONE"
     }
+    # the approval page signs its person in itself (OIDC code + PKCE, a session cookie): a
+    # browser's form cannot carry a bearer token
     assert public == {
         ("GET", "/.well-known/oauth-protected-resource"),
         ("GET", "/.well-known/oauth-protected-resource/mcp"),
         ("GET", "/approvals/{approvalId}"),
+        ("POST", "/approvals/{approvalId}"),
+        ("GET", "/approvals/callback"),
     }
-    # the approval answer needs a human's token (the approval audience); every other route
-    # keeps the default (JWT, MCP audience) authorizer
-    answer = http_routes()[("POST", "/approvals/{approvalId}")][1]
-    assert answer["Auth"] == {"Authorizer": "EngramApprovalAuthorizer"}
+    # every other route keeps the default (JWT, MCP audience) authorizer
     for key, (_, event_props) in http_routes().items():
-        if key not in public and key != ("POST", "/approvals/{approvalId}"):
+        if key not in public:
             assert "Auth" not in event_props, key
-
-
-def test_the_approval_answer_accepts_only_the_approval_audience() -> None:
     authorizers = template()["Resources"]["HttpApi"]["Properties"]["Auth"]["Authorizers"]
-    approval = authorizers["EngramApprovalAuthorizer"]["JwtConfiguration"]
-    assert approval["audience"] == [{"Ref": "ApprovalAudience"}]
-    assert approval["issuer"] == {"Ref": "IssuerUrl"}
+    assert set(authorizers) == {"EngramJwtAuthorizer"}  # no bearer route for approvals
+
+
+def test_the_approval_page_signs_in_with_its_own_client_never_the_mcp_audience() -> None:
+    env = props("ApprovalFunction")["Environment"]["Variables"]
+    assert env == {"ENGRAM_APPROVAL_SESSION_SECRET_ARN": {"Ref": "ApprovalSessionSecret"}}
+    globals_env = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert globals_env["ENGRAM_APPROVAL_AUDIENCE"] == {"Ref": "ApprovalAudience"}
+    assert globals_env["ENGRAM_ISSUER"] == {"Ref": "IssuerUrl"}
+    assert globals_env["ENGRAM_RESOURCE_URI"] == {"Ref": "Audience"}  # refused in ID tokens
     rule = template()["Rules"]["ApprovalsNeedTheirOwnAudience"]["Assertions"][0]["Assert"]
     assert rule == {"Fn::Not": [{"Fn::Equals": [{"Ref": "ApprovalAudience"}, {"Ref": "Audience"}]}]}
+
+
+def test_only_the_approval_function_reads_the_session_key() -> None:
+    readers = {
+        function
+        for function in FUNCTION_FOLDERS
+        if allows(function, "secretsmanager:GetSecretValue", "ApprovalSessionSecret")
+    }
+    assert readers == {"ApprovalFunction"}
+    secrets = {
+        statement["Resource"]["Ref"]
+        for action, _, statement in grants("ApprovalFunction")
+        if action == "secretsmanager:GetSecretValue"
+    }
+    assert secrets == {"ApprovalSessionSecret"}
 
 
 def test_cors_comes_from_the_allowed_origins_parameter() -> None:
@@ -797,6 +818,7 @@ def test_key_table_access_is_limited_to_the_functions_that_seal_open_or_shred() 
         "OutboxDrainerFunction",
         "SearchFunction",  # record keys only (the test above)
         "GetFunction",
+        "ApprovalFunction",  # record keys only: a forget's page shows the record's text
     }
     assert users["CaptureFunction"] == {"dynamodb:PutItem", "dynamodb:DeleteItem"}
     assert users["OutboxDrainerFunction"] == {
@@ -886,12 +908,35 @@ def test_withdraw_and_forget_write_no_canonical_item_nor_blob(function: str) -> 
             assert action == "dynamodb:GetItem", action
 
 
-def test_the_approval_function_touches_only_approval_items() -> None:
+def test_the_approval_function_answers_approvals_and_reads_only_what_the_page_shows() -> None:
     table = [s for a, t, s in grants("ApprovalFunction") if "EngramTable" in t]
-    assert table
-    for statement in table:
-        assert set(as_list(statement["Action"])) <= {"dynamodb:GetItem", "dynamodb:UpdateItem"}
-        assert _leading_keys(statement) == APPROVAL_ITEMS
+    by_keys = {tuple(_leading_keys(s)): s for s in table}
+    assert set(by_keys) == {tuple(APPROVAL_ITEMS), ("S#*#RECORD#*",), ("S#*#CANDIDATE#*",)}
+    assert set(as_list(by_keys[tuple(APPROVAL_ITEMS)]["Action"])) == {
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+    }
+    assert as_list(by_keys[("S#*#RECORD#*",)]["Action"]) == ["dynamodb:GetItem"]
+    candidates = by_keys[("S#*#CANDIDATE#*",)]
+    assert as_list(candidates["Action"]) == ["dynamodb:GetItem"]
+    # a withdraw's candidate: its digest and capture time, never the sealed content
+    shown = candidates["Condition"]["ForAllValues:StringEquals"]["dynamodb:Attributes"]
+    assert set(shown) == {"principal", "record_digest", "created_at_ms"}
+    assert candidates["Condition"]["StringEqualsIfExists"] == {
+        "dynamodb:Select": "SPECIFIC_ATTRIBUTES"
+    }
+    s3 = {a for a, _, _ in grants("ApprovalFunction") if a.startswith("s3:")}
+    assert s3 == {"s3:GetObject"}
+    for action, targets, statement in grants("ApprovalFunction"):
+        if "EngramDataKey" in targets:  # a forget's record body: its scope key, never a candidate
+            assert (action, _key_class(statement)) == ("kms:Decrypt", "record-scope")
+        elif action.startswith("kms:"):
+            assert targets == {"EngramTableKey"}
+            assert "kms:ViaService" in statement["Condition"]["StringEquals"]
+        if "EngramKeyTable" in targets:  # record and scope key items, never a candidate's key
+            assert action in {"dynamodb:GetItem", "dynamodb:BatchGetItem"}
+            leading = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+            assert sorted(leading) == ["record:*", "scopekey:*"]
 
 
 @pytest.mark.parametrize("function", ["SearchFunction", "GetFunction"])

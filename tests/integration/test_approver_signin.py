@@ -8,12 +8,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import httpx2
+import jwt
 import pytest
 from bs4 import BeautifulSoup, Tag
 
 from engram_memory.host.approver_signin import (
     SESSION_COOKIE,
     SIGNIN_COOKIE,
+    KeySource,
     OidcClient,
     PendingSignIn,
     SignedCookies,
@@ -44,9 +46,26 @@ def fetch(url: str, form: Mapping[str, str] | None) -> Mapping[str, Any]:
     return body
 
 
-def client_for(provider: LocalOidcProvider, *, issuer: str | None = None) -> OidcClient:
+def published_keys(provider: LocalOidcProvider) -> KeySource:
+    """The provider's JWKS as a key source (the cloud uses ``host.oidc.IssuerKeys``, https only)."""
+
+    def key(kid: str) -> jwt.PyJWK | None:
+        keys = jwt.PyJWKSet.from_dict(dict(fetch(provider.issuer + "/jwks", None)))
+        return next((k for k in keys.keys if k.key_id == kid), None)
+
+    return key
+
+
+def client_for(
+    provider: LocalOidcProvider, *, issuer: str | None = None, refused: frozenset[str] = frozenset()
+) -> OidcClient:
     return OidcClient(
-        issuer=issuer or provider.issuer, client_id=CLIENT_ID, redirect_uri=REDIRECT, fetch=fetch
+        issuer=issuer or provider.issuer,
+        client_id=CLIENT_ID,
+        redirect_uri=REDIRECT,
+        fetch=fetch,
+        keys=published_keys(provider),
+        refused_audiences=refused,
     )
 
 
@@ -113,6 +132,33 @@ def test_an_id_token_for_another_sign_in_or_issuer_is_refused(provider: LocalOid
         client_for(provider, issuer=provider.issuer.replace("127.0.0.1", "localhost")).metadata()
 
 
+def test_an_id_token_also_valid_for_the_mcp_endpoint_is_refused(
+    provider: LocalOidcProvider,
+) -> None:
+    mcp = "https://memory.example.com/mcp"
+    client = client_for(provider, refused=frozenset({mcp}))
+    provider.extra_audiences = [mcp]
+    try:
+        url, pending = client.start("/approvals/apr_1")
+        returned = sign_in_as(url, "alice")
+        with pytest.raises(SignInFailed, match="MCP endpoint"):
+            client.finish(code=returned["code"], state=returned["state"], pending=pending)
+    finally:
+        provider.extra_audiences = []
+    url, pending = client.start("/approvals/apr_1")
+    returned = sign_in_as(url, "alice")
+    assert client.finish(code=returned["code"], state=returned["state"], pending=pending) == "alice"
+
+
+def test_an_id_token_signed_by_an_unpublished_key_is_refused(provider: LocalOidcProvider) -> None:
+    client = client_for(provider)
+    client._keys = lambda kid: None  # the issuer publishes no such key
+    url, pending = client.start("/approvals/apr_1")
+    returned = sign_in_as(url, "alice")
+    with pytest.raises(SignInFailed, match="does not publish"):
+        client.finish(code=returned["code"], state=returned["state"], pending=pending)
+
+
 def test_cookies_are_httponly_secure_samesite_strict_and_short_lived() -> None:
     now = [1_790_000_000.0]
     cookies = SignedCookies(b"k" * 32, clock=lambda: now[0])
@@ -144,6 +190,7 @@ def test_a_tampered_or_foreign_cookie_reads_as_signed_out() -> None:
     pending = cookies.pending_cookie(PendingSignIn("s", "n", "v", "/approvals/apr_1"))
     signin_value = pending.split(";")[0].split("=", 1)[1]
     assert pending.startswith(SIGNIN_COOKIE + "=")
+    assert "SameSite=Lax" in pending  # it must come back from the identity provider's site
     assert cookies.approver(signin_value) is None  # a sign-in cookie is not a session
     restored = cookies.pending(signin_value)
     assert restored == PendingSignIn("s", "n", "v", "/approvals/apr_1")

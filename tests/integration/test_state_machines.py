@@ -23,6 +23,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from approval_testing import answer, approval_page, outcome
 from aws_testing import TABLE
 from test_mcp_adapter_lambda import adapter_over, modern_call, remembered_then_forget
 from test_tool_handlers import (
@@ -131,20 +132,9 @@ class Stack:
         return parked.approval_id
 
     def answer_page(self, url: str, approve: bool, sub: str = PRINCIPAL) -> dict[str, Any]:
+        """``sub``, signed in, opens ``url`` and presses Approve or Decline."""
         approval_id = url.rsplit("/", 1)[1]
-        response: dict[str, Any] = self.approval.handler(
-            {
-                "pathParameters": {"approvalId": approval_id},
-                "requestContext": {
-                    "http": {"method": "POST"},
-                    "authorizer": {"jwt": {"claims": {"sub": sub}}},
-                },
-                "headers": {"content-type": "application/json"},
-                "body": json.dumps({"approve": approve}),
-            },
-            FakeLambdaContext(),
-        )
-        return response
+        return answer(self.approval, approval_id, "approve" if approve else "decline", sub=sub)
 
 
 def _definition(tool: str, approval_wait_s: int) -> str:
@@ -162,7 +152,7 @@ def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sta
     with cloud_on_moto(monkeypatch, execute_state_machines=True) as cloud:
         original = lambda_eval_utils.boto_client_for
 
-        def build(approval_wait_s: int = 300) -> Stack:
+        def build(approval_wait_s: int = 300, approval_base: str = APPROVAL_BASE) -> Stack:
             clock = RealClock()
             engine = cloud.engine(clock=clock)
             dynamodb = cloud.clients["dynamodb"]
@@ -190,14 +180,17 @@ def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sta
                             sfn=sfn,
                             approvals=approvals,
                             state_machine_arn=machines[tool],
-                            approval_base_url=APPROVAL_BASE,
+                            approval_base_url=approval_base,
                             poll_interval_s=0.05,
                         )
                     )
-            approval = load_app("approval")
-            approval.handler.approvals = approvals
-            approval.handler.sfn = sfn
-            approval.handler.now_ms = clock.now_ms
+            approval = approval_page(
+                approvals,
+                sfn,
+                clients=cloud.clients,
+                data_key_arn=cloud.env["ENGRAM_DATA_KEY_ARN"],
+                now_ms=clock.now_ms,
+            )
             return Stack(cloud, clock, sfn, machines, lam, tools, approval)
 
         stacks: list[Stack] = []
@@ -408,7 +401,8 @@ def test_only_the_principal_may_answer_the_page(stack: Stack) -> None:
         "approval_url"
     ]
 
-    assert stack.answer_page(url, approve=True, sub="agent-mallory")["statusCode"] == 403
+    refused = stack.answer_page(url, approve=True, sub="agent-mallory")
+    assert refused["statusCode"] == 403 and outcome(refused) == "forbidden"
     assert (
         stack.sfn.describe_execution(executionArn=stack.executions("forget")[0]["executionArn"])[
             "status"

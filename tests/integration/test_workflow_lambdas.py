@@ -19,6 +19,7 @@ from typing import Any
 
 import boto3
 import pytest
+from approval_testing import PageContext, answer, approval_page, outcome, page_event, session_of
 from aws_testing import BUCKET, REGION, TABLE, MemoryLexicalIndex, moto_aws
 
 from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
@@ -137,12 +138,12 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             clock=clock,
         )
         store = ApprovalStore(clients["dynamodb"], TABLE)
-        workflow, approval, sfn = load_app("workflow"), load_app("approval"), FakeSfn()
+        workflow, sfn = load_app("workflow"), FakeSfn()
         workflow.handler.engine = engine
         workflow.handler.approvals = store
-        approval.handler.approvals = store
-        approval.handler.sfn = sfn
-        approval.handler.now_ms = clock.now_ms
+        approval = approval_page(
+            store, sfn, clients=clients, data_key_arn=key_arn, now_ms=clock.now_ms
+        )
         drainer = load_app("outbox_drainer")
         drainer.handler.engine = engine
         yield World(engine, clock, clients["dynamodb"], workflow, approval, sfn, drainer, index)
@@ -190,20 +191,20 @@ def withdraw_events(world: World) -> dict[str, dict[str, Any]]:
 
 
 def post(world: World, approval_id: str, approve: bool) -> dict[str, Any]:
-    event = load("approval_post")
-    event["pathParameters"]["approvalId"] = approval_id
-    event["body"] = json.dumps({"approve": approve})
-    result: dict[str, Any] = world.approval.handler(event, _Context())
-    return result
+    """The principal, signed in, presses Approve or Decline on the page."""
+    return answer(
+        world.approval, approval_id, "approve" if approve else "decline", sub="agent-alice"
+    )
 
 
 def approve(world: World, steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
     parked = world.workflow.handler(steps["await_approval"], _Context())
-    page_event = load("approval_get")
-    page_event["pathParameters"]["approvalId"] = parked["approval_id"]
-    page = world.approval.handler(page_event, _Context())
+    signed_in = [session_of(world.approval, "agent-alice")]
+    page = world.approval(page_event(parked["approval_id"], cookies=signed_in), PageContext())
     assert page["statusCode"] == 200 and "withdraw" in page["body"]
-    assert "Draft note" not in page["body"]  # a summary, never content
+    # withdraw in the cloud: the candidate's digest and capture time, never its text
+    assert "Draft note" not in page["body"]
+    assert "Its text is not shown here" in page["body"] and "Captured" in page["body"]
     world.clock.advance(5_000)
     assert post(world, parked["approval_id"], True)["statusCode"] == 200
     name, call = world.sfn.calls[-1]
@@ -251,9 +252,9 @@ def test_a_late_approval_expires_the_window(world: World) -> None:
 def test_an_approval_is_answered_once(world: World) -> None:
     steps = withdraw_events(world)
     approval = approve(world, steps)
-    assert post(world, approval["approval_id"], True)["statusCode"] == 410
-    assert post(world, approval["approval_id"], False)["statusCode"] == 410
-    assert post(world, "apr_" + "f" * 32, True)["statusCode"] == 404
+    assert outcome(post(world, approval["approval_id"], True)) == "answered"
+    assert outcome(post(world, approval["approval_id"], False)) == "answered"
+    assert outcome(post(world, "apr_" + "f" * 32, True)) == "not_found"
     assert len(world.sfn.calls) == 1
 
 
@@ -281,24 +282,22 @@ def test_the_same_ledger_key_starts_one_execution(world: World) -> None:
     assert len(executions[0]["name"]) <= 80
 
 
-def test_an_agent_token_cannot_answer_a_confirmation(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ENGRAM_RESOURCE_URI", "https://memory.example.com/mcp")
+def test_a_bearer_token_no_longer_answers_a_confirmation(world: World) -> None:
+    # the former API: an approval-audience (or the agent's) JWT and {"approve": true}. Only a
+    # person signed in at the page, with its form's CSRF token, answers now.
     steps = withdraw_events(world)
     parked = world.workflow.handler(steps["await_approval"], _Context())
     event = load("approval_post")
     event["pathParameters"]["approvalId"] = parked["approval_id"]
+    event["requestContext"]["authorizer"] = {"jwt": {"claims": {"sub": "agent-alice"}}}
+    event["headers"] = {"content-type": "application/json", "authorization": "Bearer x.y.z"}
     event["body"] = json.dumps({"approve": True})
-    claims = event["requestContext"]["authorizer"]["jwt"]["claims"]
-    # API Gateway flattens a list claim to "[a b]": the agent's token is valid for /mcp too
-    claims["aud"] = "[https://memory.example.com/approvals https://memory.example.com/mcp]"
 
-    refused = world.approval.handler(event, _Context())
+    refused = world.approval(event, PageContext())
 
-    assert refused["statusCode"] == 403
+    assert refused["statusCode"] == 401 and outcome(refused) == "sign_in"
     assert world.sfn.calls == []  # the task token is untouched ...
-    assert post(world, parked["approval_id"], True)["statusCode"] == 200  # ... for the human
+    assert post(world, parked["approval_id"], True)["statusCode"] == 200  # ... for the person
 
 
 def test_the_invalidation_step_reports_the_projection_lag(

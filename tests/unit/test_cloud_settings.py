@@ -51,7 +51,18 @@ ADAPTER_ENV = {
     "ENGRAM_ALLOWED_ORIGINS": "https://app.acme.example, https://ops.acme.example",
     "ENGRAM_ALLOWED_HOSTS": "",  # blank: unset
 }
-APPROVAL_ENV = {"AWS_REGION": "eu-west-1", "ENGRAM_TABLE": "engram-acme"}
+APPROVAL_ENV = {
+    "AWS_REGION": "eu-west-1",
+    "ENGRAM_TABLE": "engram-acme",
+    "ENGRAM_BLOB_BUCKET": "engram-acme-bodies",
+    "ENGRAM_KEY_TABLE": "engram-acme-keys",
+    "ENGRAM_DATA_KEY_ARN": ENGINE_ENV["ENGRAM_DATA_KEY_ARN"],
+    "ENGRAM_ISSUER": "https://issuer.acme.example",
+    "ENGRAM_APPROVAL_AUDIENCE": "engram-approvals",
+    "ENGRAM_RESOURCE_URI": "https://memory.acme.example/mcp",
+    "ENGRAM_APPROVAL_BASE_URL": "https://memory.acme.example",
+    "ENGRAM_APPROVAL_SESSION_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:s",
+}
 
 # model, a complete environment, its required variables
 KINDS: list[tuple[Any, dict[str, str], list[str]]] = [
@@ -79,7 +90,7 @@ KINDS: list[tuple[Any, dict[str, str], list[str]]] = [
             "ENGRAM_REQUEST_STATE_SECRET_ARN",
         ],
     ),
-    (ApprovalSettings, APPROVAL_ENV, ["ENGRAM_TABLE"]),
+    (ApprovalSettings, APPROVAL_ENV, [n for n in APPROVAL_ENV if n != "AWS_REGION"]),
 ]
 MISSING = [
     pytest.param(model, env, name, id=f"{model.__name__}-{name}")
@@ -155,7 +166,9 @@ def test_the_adapter_settings_parse_lists_and_the_tool_map() -> None:
 
 
 def test_a_region_is_needed_only_to_build_a_client() -> None:
-    settings = ApprovalSettings.from_env({"ENGRAM_TABLE": "engram-acme"})
+    settings = ApprovalSettings.from_env(
+        {k: v for k, v in APPROVAL_ENV.items() if k != "AWS_REGION"}
+    )
     with pytest.raises(ConfigurationError, match=r"^AWS_REGION is not set"):
         settings.session()
     assert ApprovalSettings.from_env({**APPROVAL_ENV}).session().region_name == "eu-west-1"

@@ -13,7 +13,13 @@ from .handler import (
     csrf_token,
     handle_page,
 )
-from .render import PAGE_HEADERS, render_answered, render_approval, render_error
+from .render import (
+    PAGE_HEADERS,
+    render_answered,
+    render_approval,
+    render_error,
+    render_signed_in,
+)
 from .view import (
     ApprovalView,
     Citation,
@@ -44,4 +50,5 @@ __all__ = [
     "render_answered",
     "render_approval",
     "render_error",
+    "render_signed_in",
 ]

@@ -106,19 +106,34 @@ def render_approval(view: ApprovalView, *, now_ms: int, action_url: str, csrf_to
         f'value="{Decision.APPROVE.value}">Approve</button>'
         f'<button type="submit" name="{DECISION_FIELD}" '
         f'value="{Decision.DECLINE.value}">Decline</button></div></form>'
-        '<p class="note">After you answer, go back to your agent: it retries the same call,'
-        " which then goes through (approve) or fails with gate_failed (decline). The retry must"
-        " come within 30 s of your approval and 5 minutes of the request.</p>"
+        f'<p class="note">{escape(_after_answer(view))}</p>'
     )
     return _document(view.title, body)
+
+
+def _after_answer(view: ApprovalView) -> str:
+    if view.committed_by_run:
+        return (
+            "After you answer, go back to your agent: an approval is carried out within 30 s,"
+            " and the agent's retry of the same call returns its receipt (approve) or fails with"
+            " gate_failed (decline). Answer within 5 minutes of the request."
+        )
+    return (
+        "After you answer, go back to your agent: it retries the same call, which then goes"
+        " through (approve) or fails with gate_failed (decline). The retry must come within 30 s"
+        " of your approval and 5 minutes of the request."
+    )
 
 
 def render_answered(view: ApprovalView, decision: Decision) -> str:
     if decision is Decision.APPROVE:
         heading = "Approved"
         text = (
-            f"You approved: {view.action}. Go back to your agent now: its retry of the same call"
-            " goes through if it comes within 30 s."
+            f"You approved: {view.action}. It is carried out now; your agent's retry of the"
+            " same call returns its receipt."
+            if view.committed_by_run
+            else f"You approved: {view.action}. Go back to your agent now: its retry of the"
+            " same call goes through if it comes within 30 s."
         )
     else:
         heading = "Declined"
@@ -133,6 +148,17 @@ def render_answered(view: ApprovalView, decision: Decision) -> str:
         " page.</p>"
     )
     return _document(heading, body)
+
+
+def render_signed_in(return_to: str) -> str:
+    """The sign-in callback's page: on to the approval. A page (not a redirect) so that the
+    next navigation starts on this site and carries the ``SameSite=Strict`` session cookie."""
+    body = (
+        '<h1 id="signed-in">Signed in</h1>'
+        f'<p><a id="continue" href="{escape(return_to)}">Continue to the approval</a></p>'
+    )
+    refresh = f'<meta http-equiv="refresh" content="0;url={escape(return_to)}">'
+    return _document("Signed in", body).replace("</head>", refresh + "</head>", 1)
 
 
 ERRORS: Final[dict[PageError, tuple[int, str, str]]] = {
@@ -175,6 +201,12 @@ ERRORS: Final[dict[PageError, tuple[int, str, str]]] = {
         503,
         "The memory service is unavailable",
         "Nothing was changed. Reload this page in a moment.",
+    ),
+    PageError.SIGN_IN: (
+        401,
+        "You are not signed in",
+        "Your sign-in expired or did not complete, and nothing was changed. Open the approval"
+        " link again: it takes you to your organization's sign-in page and back to the request.",
     ),
 }
 

@@ -116,6 +116,8 @@ class ApprovalView:
     reason_ref: str | None
     expires_at_ms: int
     memory: Memory | None
+    # the cloud: a run commits the approval itself (within 30 s of it), whenever the agent retries
+    committed_by_run: bool = False
 
     @property
     def title(self) -> str:
@@ -182,3 +184,4 @@ class PageError(enum.Enum):
     FORBIDDEN = "forbidden"
     BAD_REQUEST = "bad_request"
     UNAVAILABLE = "unavailable"
+    SIGN_IN = "sign_in"  # the cloud: no session (expired, or a sign-in that did not complete)

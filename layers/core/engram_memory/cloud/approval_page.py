@@ -1,96 +1,326 @@
-"""URL-mode confirmations: ``GET /approvals/{approvalId}`` shows the operation (no content);
-``POST /approvals/{approvalId}`` with ``{"approve": true|false}`` (JSON or form) from the
-signed-in human answers the parked Step Functions task token, once.
+"""The cloud approval page (the approval function behind the HTTP API): a person signs in at the
+tenant's identity provider and answers a URL-mode confirmation with a button.
 
-404 for an unknown id, 410 for one already answered or past its 300 s, 403 when the signed-in
-human is not the principal the operation belongs to.
+Routes (all public on the HTTP API: the function itself checks who is signed in):
+
+- ``GET /approvals/{approvalId}`` without a session: a 302 to the issuer's authorization
+  endpoint (OIDC discovery; authorization code with PKCE S256, ``state`` and ``nonce``; the
+  client id is the approval audience), the pending sign-in kept in a signed cookie. With a
+  session: the shared page (``engram_memory.approval_page``) with Approve / Decline and a CSRF
+  token bound to the approval and the session.
+- ``GET /approvals/callback``: the code exchanged at the token endpoint, the ID token checked
+  (issuer, audience, nonce, signature against the issuer's JWKS via ``host.oidc.IssuerKeys``;
+  an ID token whose ``aud`` also names the MCP resource is an agent's and is refused), a session
+  cookie set (``HttpOnly; Secure; SameSite=Strict``, 10 minutes, HMAC-signed under the key in
+  ``ENGRAM_APPROVAL_SESSION_SECRET_ARN``), then a page that goes on to the approval.
+- ``POST /approvals/{approvalId}``: the form (session cookie + CSRF token + same-origin + an
+  explicit decision) answers the parked Step Functions task token, once. Only the principal the
+  agent acts for (the parked ``principal`` = the ID token's ``sub``) may see or answer it.
+
+The former bearer-JWT ``POST`` (``{"approve": true}`` with an approval-audience access token) is
+gone: any program holding such a token could answer without a person ever seeing the memory,
+and the route's authorizer could not also admit the browser's form. Errors are pages with a next
+step. Nothing here logs a cookie, a code, a token or the memory's text.
+
+What the page shows: forget, the record's text and citations (read from the canonical table, or
+its S3 blob when large); withdraw, the pending candidate's digest and capture time only (this
+function holds no KMS permission on the data key: see README, "Approving in the cloud").
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import json
 import os
+import re
+import ssl
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Any
-from urllib.parse import parse_qs
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from ..observability import instrumented
-from .approvals import (
-    ENDED_WAIT_ERRORS,
-    ApprovalStore,
-    ParkedApproval,
+from ..approval_page import (
+    PAGE_HEADERS,
+    ApprovalView,
+    Decision,
+    DeskAnswer,
+    Memory,
+    PageError,
+    PageRequest,
+    PageResponse,
+    csrf_token,
+    handle_page,
+    memory_from_record,
+    render_error,
+    render_signed_in,
 )
-from .settings import ApprovalSettings, client_config
+from ..engine.context import Scope
+from ..engine.gate import APPROVAL_TTL_MS
+from ..engine.kernel import checked_record
+from ..engine.ports import RecordKeys, StoreUnavailable, VaultUnavailable
+from ..host.approver_signin import (
+    SESSION_COOKIE,
+    SIGNIN_COOKIE,
+    Fetch,
+    KeySource,
+    OidcClient,
+    SignedCookies,
+    SignInFailed,
+    cookie_value,
+)
+from ..host.oidc import IssuerKeys, IssuerKeysUnavailable
+from ..observability import instrumented
+from .approvals import APPROVAL_ID_PATTERN, ENDED_WAIT_ERRORS, ApprovalStore, ParkedApproval
+from .settings import (
+    MIN_SESSION_KEY_BYTES,
+    ApprovalSettings,
+    client_config,
+    read_secret_bytes,
+)
+
+APPROVALS_PATH: Final = "/approvals"
+CALLBACK_PATH: Final = "/approvals/callback"
+MAX_FORM_BYTES: Final = 4096
+FETCH_TIMEOUT_S: Final = 5.0
+MAX_DOCUMENT_BYTES: Final = 1_000_000
+_APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
 
 
-def _response(status: int, body: str, content_type: str = "application/json") -> dict[str, Any]:
-    return {
-        "statusCode": status,
-        "headers": {
-            "content-type": content_type,
-            "cache-control": "no-store",
-            "x-frame-options": "DENY",
-            "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'",
-        },
-        "body": body,
-    }
+def https_fetch(context: ssl.SSLContext | None = None) -> Fetch:
+    """GET a JSON document or POST a form to the identity provider, over verified HTTPS (the
+    system's trust store; ``SSL_CERT_FILE`` as OpenSSL reads it). An error answer's JSON body
+    is returned (the caller finds no ID token in it); an unreachable provider raises
+    ``IssuerKeysUnavailable``."""
+    tls = context or ssl.create_default_context()
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=tls))
+
+    def fetch(url: str, form: Mapping[str, str] | None) -> Mapping[str, Any]:
+        if urlsplit(url).scheme != "https":
+            raise IssuerKeysUnavailable("the identity provider's endpoints must be https URLs")
+        data = None if form is None else urlencode(dict(form)).encode()
+        request = urllib.request.Request(  # noqa: S310 - https only, checked above
+            url, data=data, headers={"Accept": "application/json"}
+        )
+        try:
+            with opener.open(request, timeout=FETCH_TIMEOUT_S) as answer:
+                raw = answer.read(MAX_DOCUMENT_BYTES)
+        except urllib.error.HTTPError as refused:
+            raw = refused.read(MAX_DOCUMENT_BYTES)
+        except OSError as exc:
+            raise IssuerKeysUnavailable("the identity provider is unreachable") from exc
+        try:
+            loaded = json.loads(raw)
+        except ValueError:
+            loaded = None
+        return loaded if isinstance(loaded, dict) else {}
+
+    return fetch
 
 
-def _json(status: int, value: Mapping[str, Any]) -> dict[str, Any]:
-    return _response(status, json.dumps(value))
-
-
-def _page(parked: ParkedApproval) -> str:
-    rows = [
-        ("Operation", parked.tool),
-        ("Target", parked.target or "-"),
-        ("Reason", parked.reason_ref or "-"),
-        ("Scope", f"{parked.tenant_id} / {parked.workspace_id}"),
-        ("Requested by", parked.principal),
-    ]
-    cells = "".join(
-        f"<tr><th>{html.escape(name)}</th><td>{html.escape(value)}</td></tr>"
-        for name, value in rows
+def _view(parked: ParkedApproval, memory: Memory | None) -> ApprovalView:
+    return ApprovalView(
+        approval_id=parked.approval_id,
+        tool=parked.tool,
+        target=parked.target,
+        principal=parked.principal,
+        agent_id=parked.agent_id,
+        session_id=parked.session_id,
+        tenant_id=parked.tenant_id,
+        workspace_id=parked.workspace_id,
+        reason_ref=parked.reason_ref,
+        expires_at_ms=parked.issued_at_ms + APPROVAL_TTL_MS,
+        memory=memory,
+        committed_by_run=True,  # the Step Functions run commits it
     )
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Approve operation</title></head>"
-        f"<body><h1>Confirm {html.escape(parked.tool)}</h1><table>{cells}</table>"
-        "<p>Answer within 5 minutes of the request.</p></body></html>"
-    )
 
 
-def _answer(event: Mapping[str, Any]) -> bool | None:
-    body = event.get("body") or ""
-    if event.get("isBase64Encoded"):
-        body = base64.b64decode(body).decode("utf-8")
-    headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
-    if "application/x-www-form-urlencoded" in headers.get("content-type", ""):
-        values = parse_qs(body).get("approve", [])
-        return {"true": True, "false": False}.get(values[0].lower()) if values else None
-    try:
-        decoded = json.loads(body)
-    except ValueError:
-        return None
-    answer = decoded.get("approve") if isinstance(decoded, dict) else None
-    return answer if isinstance(answer, bool) else None
+class StoredMemories:
+    """The memory a parked approval is about, from the canonical table (see the module doc).
 
-
-def _agent_token(claims: Mapping[str, Any], resource: str) -> bool:
-    """Does the token's ``aud`` include the MCP resource URI (an agent's token)?
-
-    API Gateway passes a list claim as one string, ``"[a b]"``; a single audience as ``"a"``.
+    A forget's record body is sealed under its record key (``RecordKeys``): the page opens it
+    as search and get do, with the record key class only, never a candidate's key.
     """
-    raw = claims.get("aud", "")
-    audiences = raw if isinstance(raw, list) else str(raw).strip("[]").split()
-    return bool(resource) and resource in [str(a) for a in audiences]
+
+    def __init__(self, store: Any, record_keys: RecordKeys) -> None:
+        self._store = store  # a DynamoStore
+        self._record_keys = record_keys
+
+    def __call__(self, parked: ParkedApproval) -> Memory | None:
+        if parked.target is None:
+            return None
+        scope = Scope(parked.tenant_id, parked.workspace_id)
+        if parked.tool == "forget":
+            row = self._store.record_get(scope, parked.target)
+            if row is None or row.body is None:
+                return None
+            try:
+                opened = self._record_keys.open_many(scope, {row.record_id: row.body})
+            except VaultUnavailable:
+                raise StoreUnavailable("the record key store is unavailable") from None
+            if row.record_id not in opened:
+                return None  # its key is destroyed: the record is forgotten
+            record = checked_record(row.record_id, opened[row.record_id], row.record_digest)
+            return memory_from_record(record, digest=row.record_digest)
+        if parked.tool == "withdraw":
+            found = self._store.candidate_digest(scope, parked.target)
+            if found is None or found[0] != parked.principal:
+                return None
+            return Memory(digest=found[1], components=(), citations=(), captured_at_ms=found[2])
+        return None
+
+
+class CloudDesk:
+    """The page's ``ApprovalDesk`` in the cloud: the credential is the session cookie's value."""
+
+    def __init__(
+        self,
+        approvals: ApprovalStore,
+        sfn: Any,
+        cookies: SignedCookies,
+        csrf_key: bytes,
+        memories: Callable[[ParkedApproval], Memory | None],
+    ) -> None:
+        self._approvals = approvals
+        self._sfn = sfn
+        self._cookies = cookies
+        self._csrf_key = csrf_key
+        self._memories = memories
+
+    def _parked(self, approval_id: str, credential: str) -> ParkedApproval | PageError:
+        approver = self._cookies.approver(credential)
+        if approver is None:
+            return PageError.SIGN_IN
+        try:
+            parked = self._approvals.get(approval_id)
+        except StoreUnavailable:
+            return PageError.UNAVAILABLE
+        if parked is None:
+            return PageError.NOT_FOUND
+        if approver.subject != parked.principal:
+            return PageError.FORBIDDEN  # before anything else is said about the request
+        if parked.used:
+            return PageError.ANSWERED
+        return parked
+
+    def view(self, approval_id: str, credential: str) -> ApprovalView | PageError:
+        parked = self._parked(approval_id, credential)
+        if isinstance(parked, PageError):
+            return parked
+        try:
+            memory = self._memories(parked)
+        except StoreUnavailable:
+            return PageError.UNAVAILABLE
+        return _view(parked, memory)
+
+    def csrf_token(self, approval_id: str, credential: str) -> str:
+        return csrf_token(self._csrf_key, "approval-form", approval_id, credential)
+
+    def answer(
+        self, approval_id: str, credential: str, decision: Decision, now_ms: int
+    ) -> DeskAnswer | PageError:
+        try:
+            taken = self._approvals.take(approval_id, now_ms)
+        except StoreUnavailable:
+            return PageError.UNAVAILABLE
+        if taken is None or taken.task_token is None:
+            return PageError.ANSWERED
+        from botocore.exceptions import ClientError
+
+        try:
+            if decision is Decision.APPROVE:
+                approval = taken.approved(now_ms)
+                self._sfn.send_task_success(
+                    taskToken=taken.task_token, output=approval.model_dump_json()
+                )
+            else:
+                self._sfn.send_task_failure(
+                    taskToken=taken.task_token,
+                    error="ApprovalDeclined",
+                    cause="The human declined the operation.",
+                )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code", "") in ENDED_WAIT_ERRORS:
+                return PageError.EXPIRED  # the run stopped waiting (its 300 s ran out)
+            raise
+        return DeskAnswer(_view(taken, None), decision)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """The parts of an API Gateway HTTP API (payload 2.0) event the page reads."""
+
+    method: str
+    path: str
+    approval_id: str
+    query: Mapping[str, str]
+    headers: Mapping[str, str]
+    cookie_header: str
+    body: str
+
+    @classmethod
+    def of(cls, event: Mapping[str, Any]) -> _Request:
+        http = (event.get("requestContext") or {}).get("http") or {}
+        headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+        # payload 2.0 moves the Cookie header into ``cookies``
+        cookies = "; ".join(str(c) for c in event.get("cookies") or []) or headers.get("cookie", "")
+        body = str(event.get("body") or "")
+        if event.get("isBase64Encoded") and body:
+            body = base64.b64decode(body).decode("utf-8", "replace")
+        return cls(
+            method=str(http.get("method", "GET")).upper(),
+            path=str(event.get("rawPath") or http.get("path") or ""),
+            approval_id=str((event.get("pathParameters") or {}).get("approvalId", "")),
+            query=dict(parse_qsl(str(event.get("rawQueryString") or ""))),
+            headers=headers,
+            cookie_header=cookies,
+            body=body,
+        )
+
+    def form(self) -> dict[str, str]:
+        if "application/x-www-form-urlencoded" not in self.headers.get("content-type", ""):
+            return {}
+        if len(self.body.encode()) > MAX_FORM_BYTES:
+            return {}
+        return dict(parse_qsl(self.body))
+
+
+def _answer(
+    status: int, html: str, *, headers: Mapping[str, str] | None = None, cookies: list[str]
+) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "statusCode": status,
+        "headers": dict(PAGE_HEADERS) | dict(headers or {}),
+        "body": html,
+    }
+    if cookies:
+        response["cookies"] = cookies
+    return response
+
+
+def _error(error: PageError, cookies: list[str] | None = None) -> dict[str, Any]:
+    status, html = render_error(error)
+    return _answer(status, html, cookies=cookies or [])
+
+
+@dataclass
+class _Parts:
+    approvals: ApprovalStore
+    desk: CloudDesk
+    cookies: SignedCookies
+    signin: OidcClient
+    origin: str
 
 
 class ApprovalHandler:
-    """The cold-start singletons (``approvals``, ``sfn``) and the two routes."""
+    """The approval function: its cold-start singletons and the three routes.
+
+    Tests set ``approvals``, ``sfn``, ``memories``, ``session_key``, ``fetch``/``keys`` and
+    ``now_ms`` before the first invocation; the rest is built from the environment.
+    """
 
     def __init__(
         self,
@@ -98,80 +328,166 @@ class ApprovalHandler:
         env: Mapping[str, str] = os.environ,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
-        self.settings: ApprovalSettings | None = None
         self.approvals: ApprovalStore | None = None
         self.sfn: Any = None
+        self.memories: Callable[[ParkedApproval], Memory | None] | None = None
+        self.session_key: bytes | None = None
+        self.fetch: Fetch | None = None
+        self.keys: KeySource | None = None
         self.now_ms = now_ms
         self._env = env
+        self._parts: _Parts | None = None
         self._lock = threading.Lock()
         self._entry = instrumented(self._handle)
 
-    def _ready(self) -> tuple[ApprovalStore, Any]:
+    def _ready(self) -> _Parts:
         with self._lock:
-            if self.settings is None:
-                self.settings = ApprovalSettings.from_env(self._env)
-            if self.approvals is None or self.sfn is None:
-                session = self.settings.session()
-                self.approvals = self.approvals or ApprovalStore(
-                    session.client("dynamodb", config=client_config()), self.settings.table
-                )
-                self.sfn = self.sfn or session.client("stepfunctions", config=client_config())
-            return self.approvals, self.sfn
+            if self._parts is None:
+                self._parts = self._build()
+            return self._parts
+
+    def _build(self) -> _Parts:
+        settings = ApprovalSettings.from_env(self._env)
+        session = None
+
+        def client(name: str) -> Any:
+            nonlocal session
+            session = session or settings.session()
+            return session.client(name, config=client_config())  # type: ignore[call-overload]
+
+        if self.approvals is None:
+            self.approvals = ApprovalStore(client("dynamodb"), settings.table)
+        if self.sfn is None:
+            self.sfn = client("stepfunctions")
+        if self.memories is None:
+            from ..adapters.aws.dynamo_store import DynamoStore
+            from ..adapters.aws.kms_record_keys import KmsRecordKeys
+
+            dynamodb = client("dynamodb")
+            self.memories = StoredMemories(
+                DynamoStore(
+                    table_name=settings.table,
+                    bucket=settings.blob_bucket,
+                    dynamodb=dynamodb,
+                    s3=client("s3"),
+                ),
+                KmsRecordKeys(
+                    kms_key_id=settings.data_key_arn,
+                    key_table=settings.key_table,
+                    kms_client=client("kms"),
+                    dynamodb_client=dynamodb,
+                ),
+            )
+        if self.session_key is None:
+            self.session_key = read_secret_bytes(
+                client("secretsmanager"),
+                settings.session_secret_arn,
+                name="approval session",
+                variable="ENGRAM_APPROVAL_SESSION_SECRET_ARN",
+                minimum=MIN_SESSION_KEY_BYTES,
+            )
+        import hashlib
+        import hmac
+
+        # one secret, two keys: the cookies' MAC and the CSRF tokens' (never the same bytes)
+        cookie_key = hmac.new(self.session_key, b"cookies", hashlib.sha256).digest()
+        csrf_key = hmac.new(self.session_key, b"csrf", hashlib.sha256).digest()
+        cookies = SignedCookies(cookie_key, clock=lambda: self.now_ms() / 1000)
+        signin = OidcClient(
+            issuer=settings.issuer,
+            client_id=settings.client_id,
+            redirect_uri=settings.base_url + CALLBACK_PATH,
+            fetch=self.fetch or https_fetch(),
+            keys=self.keys or IssuerKeys(settings.issuer),
+            refused_audiences=frozenset({settings.resource_uri}),
+            clock=lambda: self.now_ms() / 1000,
+        )
+        desk = CloudDesk(self.approvals, self.sfn, cookies, csrf_key, self.memories)
+        parts = urlsplit(settings.base_url)
+        return _Parts(self.approvals, desk, cookies, signin, f"{parts.scheme}://{parts.netloc}")
+
+    def signed_cookies(self) -> SignedCookies:
+        """The cookies this function signs and reads (what a sign-in sets, for tests)."""
+        return self._ready().cookies
 
     def __call__(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         answer: dict[str, Any] = self._entry(event, context)
         return answer
 
     def _handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        approvals, sfn = self._ready()
-        approval_id = str((event.get("pathParameters") or {}).get("approvalId", ""))
-        method = str(event.get("requestContext", {}).get("http", {}).get("method", "GET"))
-        parked = approvals.get(approval_id) if approval_id.startswith("apr_") else None
-        if parked is None:
-            return _json(404, {"error": "unknown approval"})
-        if parked.used or parked.expired(self.now_ms()):
-            return _json(410, {"error": "approval already answered or expired"})
-        if method == "GET":
-            return _response(200, _page(parked), "text/html; charset=utf-8")
-        if method != "POST":
-            return _json(405, {"error": "method not allowed"})
-        claims = (
-            event.get("requestContext", {}).get("authorizer", {}).get("jwt", {}).get("claims", {})
+        parts = self._ready()
+        request = _Request.of(event)
+        if request.path == CALLBACK_PATH:
+            return self._callback(parts, request)
+        if not _APPROVAL_ID.match(request.approval_id):
+            return _error(PageError.NOT_FOUND)
+        session = cookie_value(request.cookie_header, SESSION_COOKIE) or ""
+        if parts.cookies.approver(session) is None:
+            return self._sign_in(parts, request)
+        page = handle_page(
+            parts.desk,
+            PageRequest(
+                method=request.method,
+                approval_id=request.approval_id,
+                credential=session,
+                action_url=f"{APPROVALS_PATH}/{request.approval_id}",
+                form=request.form(),
+                origin=request.headers.get("origin"),
+                fetch_site=request.headers.get("sec-fetch-site"),
+            ),
+            now_ms=self.now_ms(),
+            allowed_origin=parts.origin,
         )
-        if not claims.get("sub"):
-            return _json(401, {"error": "sign in to answer"})
-        if claims["sub"] != parked.principal:
-            return _json(403, {"error": "not the principal of this operation"})
-        assert self.settings is not None
-        if _agent_token(claims, self.settings.resource_uri):
-            # the JWT authorizer checks the approval audience; this is the second lock on the
-            # door: a token also valid for the MCP endpoint is an agent's, never a human's answer
-            return _json(403, {"error": "sign in to the approval page; agent tokens cannot answer"})
-        approve = _answer(event)
-        if approve is None:
-            return _json(400, {"error": 'send {"approve": true} or {"approve": false}'})
-        now = self.now_ms()
-        taken = approvals.take(approval_id, now)
-        if taken is None or taken.task_token is None:
-            return _json(410, {"error": "approval already answered"})
-        from botocore.exceptions import ClientError
+        return self._page(page)
 
+    @staticmethod
+    def _page(page: PageResponse) -> dict[str, Any]:
+        return _answer(page.status, page.html, headers=page.headers, cookies=[])
+
+    def _sign_in(self, parts: _Parts, request: _Request) -> dict[str, Any]:
+        """No session: a GET goes to the identity provider and comes back here; a POST (its
+        session expired while the page was open) is told to open the link again."""
+        if request.method != "GET":
+            return _error(PageError.SIGN_IN)
         try:
-            if approve:
-                approval = taken.approved(now)  # the binding alone: no task token in the output
-                sfn.send_task_success(taskToken=taken.task_token, output=approval.model_dump_json())
-            else:
-                sfn.send_task_failure(
-                    taskToken=taken.task_token,
-                    error="ApprovalDeclined",
-                    cause="The human declined the operation.",
-                )
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            if (
-                code in ENDED_WAIT_ERRORS
-            ):  # the run stopped waiting (its 300 s ran out, or it ended)
-                return _json(410, {"error": "approval expired"})
-            raise
-        status = "approved" if approve else "declined"
-        return _json(200, {"approval_id": approval_id, "status": status})
+            url, pending = parts.signin.start(f"{APPROVALS_PATH}/{request.approval_id}")
+        except (SignInFailed, IssuerKeysUnavailable):
+            return _error(PageError.UNAVAILABLE)
+        return {
+            "statusCode": 302,
+            "headers": {"Location": url, "Cache-Control": "no-store"},
+            "cookies": [parts.cookies.pending_cookie(pending)],
+            "body": "",
+        }
+
+    def _callback(self, parts: _Parts, request: _Request) -> dict[str, Any]:
+        cleared = [SignedCookies.cleared(SIGNIN_COOKIE)]
+        pending = parts.cookies.pending(cookie_value(request.cookie_header, SIGNIN_COOKIE))
+        if request.method != "GET" or pending is None or "error" in request.query:
+            return _error(PageError.SIGN_IN, cleared)
+        try:
+            subject = parts.signin.finish(
+                code=request.query.get("code", ""),
+                state=request.query.get("state", ""),
+                pending=pending,
+            )
+        except SignInFailed:
+            return _error(PageError.SIGN_IN, cleared)
+        except IssuerKeysUnavailable:
+            return _error(PageError.UNAVAILABLE, cleared)
+        return_to = pending.return_to
+        if not return_to.startswith(APPROVALS_PATH + "/") or not _APPROVAL_ID.match(
+            return_to.removeprefix(APPROVALS_PATH + "/")
+        ):
+            return _error(PageError.NOT_FOUND, cleared)
+        session = parts.cookies.session_cookie(subject)
+        return _answer(200, render_signed_in(return_to), cookies=[*cleared, session])
+
+
+__all__ = [
+    "CALLBACK_PATH",
+    "ApprovalHandler",
+    "CloudDesk",
+    "StoredMemories",
+    "https_fetch",
+]

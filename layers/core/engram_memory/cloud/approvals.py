@@ -105,6 +105,9 @@ class ParkedApproval(Approval):
     workflow: StrictStr
     reason_ref: StrictStr | None = None
     used: bool = False
+    # who asks, for the page (absent on items parked before the sign-in page)
+    agent_id: StrictStr | None = None
+    session_id: StrictStr | None = None
 
 
 def _s(value: str) -> dict[str, str]:
@@ -171,6 +174,8 @@ class ApprovalStore:
             execution_name=execution_name,
             workflow=workflow,
             reason_ref=request.reason_ref,
+            agent_id=ctx.agent_id,
+            session_id=ctx.session_id,
         )
         item: dict[str, Any] = {
             **self._key(approval_id),

@@ -65,6 +65,8 @@ __all__ = [
 DEFAULT_RETENTION_CEILING_S: Final = RetentionPolicy().max_expires_in_s
 DEFAULT_OPENSEARCH_INDEX: Final = "engram-records"
 MIN_CURSOR_KEY_BYTES: Final = 32
+MIN_SESSION_KEY_BYTES: Final = 32
+KMS_KEY_ARN_PATTERN: Final = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$"
 # The engine stops starting work this long before the Lambda would be killed, so a call ends
 # with DEADLINE_EXCEEDED (retriable, nothing half-done) rather than a timeout mid-commit.
 LAMBDA_DEADLINE_MARGIN_MS: Final = 1_000
@@ -193,7 +195,7 @@ class EngineEnvironment(_BindingSettings):
     data_key_arn: str = _env(
         "ENGRAM_DATA_KEY_ARN",
         "the tenant's KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>)",
-        pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$",
+        pattern=KMS_KEY_ARN_PATTERN,
     )
     cursor_secret_arn: Text = _env(
         "ENGRAM_CURSOR_SECRET_ARN", "the Secrets Manager ARN of the search cursor key"
@@ -300,14 +302,38 @@ class AdapterSettings(_BindingSettings):
 
 
 class ApprovalSettings(_Settings):
-    """The approval page (``functions/approval/app.py``)."""
+    """The approval page (``functions/approval/app.py``) and its OpenID Connect sign-in.
+
+    The OIDC redirect URI is ``<approval_base_url>/approvals/callback``; an ID token whose
+    audience also names ``resource_uri`` (an agent's token) is refused.
+    """
 
     table: Text = _env("ENGRAM_TABLE", "the canonical DynamoDB table's name (parked approvals)")
-    resource_uri: str = _env(
-        "ENGRAM_RESOURCE_URI",
-        "the MCP endpoint's https:// URL (an agent token's audience)",
-        default="",
+    blob_bucket: Text = _env("ENGRAM_BLOB_BUCKET", "the S3 bucket of large attributes")
+    key_table: Text = _env("ENGRAM_KEY_TABLE", "the DynamoDB table of wrapped data keys")
+    data_key_arn: str = _env(
+        "ENGRAM_DATA_KEY_ARN",
+        "the tenant's KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>)",
+        pattern=KMS_KEY_ARN_PATTERN,
     )
+    issuer: Https = _env("ENGRAM_ISSUER", "the tenant's OIDC issuer URL (https://)")
+    client_id: Text = _env(
+        "ENGRAM_APPROVAL_AUDIENCE", "the approval page's OIDC client id (its ID tokens' aud)"
+    )
+    resource_uri: Text = _env(
+        "ENGRAM_RESOURCE_URI", "the MCP endpoint's https:// URL (an agent token's audience)"
+    )
+    approval_base_url: Https = _env(
+        "ENGRAM_APPROVAL_BASE_URL", "the approval page's https:// origin"
+    )
+    session_secret_arn: Text = _env(
+        "ENGRAM_APPROVAL_SESSION_SECRET_ARN",
+        "the ARN of the secret that keys the page's session cookies and CSRF tokens",
+    )
+
+    @property
+    def base_url(self) -> str:
+        return self.approval_base_url.rstrip("/")
 
 
 # --------------------------------------------------------------------------------------------

@@ -471,7 +471,7 @@ class Kernel:
         plaintext = self.record_keys.open_many(scope, {row.record_id: row.body}).get(row.record_id)
         if plaintext is None:
             return None
-        return _checked_record(row.record_id, plaintext, row.record_digest)
+        return checked_record(row.record_id, plaintext, row.record_digest)
 
     def drain_outbox(self, limit: int = 100) -> int:
         """Complete pending key destructions and projection upserts and drops (every scope, at
@@ -687,12 +687,12 @@ class Kernel:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
         digests = {row.record_id: row.record_digest for row in rows}
         return {
-            record_id: _checked_record(record_id, plaintext, digests[record_id])
+            record_id: checked_record(record_id, plaintext, digests[record_id])
             for record_id, plaintext in opened.items()
         }
 
 
-def _checked_record(record_id: str, plaintext: bytes, record_digest: str) -> dict[str, Any]:
+def checked_record(record_id: str, plaintext: bytes, record_digest: str) -> dict[str, Any]:
     record: dict[str, Any] = decode(plaintext)
     if stored_body_matches(plaintext, record_digest):
         # The bytes hash to the row's digest; the decoded record must carry it at its top.

@@ -11,8 +11,13 @@ a short-lived session cookie, and the CSRF token of the page's form.
   ``HttpOnly; Secure; SameSite=Strict`` and short-lived. A tampered, expired or foreign cookie
   reads as absent.
 
-Not wired into ``functions/approval`` yet (that function is moving with the cloud composition):
-these pieces are standalone and tested on their own (tests/integration/test_approver_signin.py).
+The cloud approval function (``engram_memory.cloud.approval_page``) puts them together; they are
+also tested on their own (tests/integration/test_approver_signin.py).
+
+Why the pending sign-in cookie is ``SameSite=Lax`` and the session ``Strict``: the browser comes
+back from the identity provider (another site) to the callback with a top-level GET, which
+carries Lax cookies but never Strict ones. The session cookie is set on that callback and first
+sent by the callback page's own navigation to the approval (same site), so it can be Strict.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from .tokens import ALLOWED_ALGORITHMS, LEEWAY_S
 
 # GET (form None) or POST form-encoded (form given) a URL; the decoded JSON object.
 Fetch = Callable[[str, Mapping[str, str] | None], Mapping[str, Any]]
+# The issuer's signing key named ``kid`` (``host.oidc.IssuerKeys``: cached JWKS), or None.
+KeySource = Callable[[str], "jwt.PyJWK | None"]
 
 SESSION_COOKIE: Final = "engram_approver"
 SIGNIN_COOKIE: Final = "engram_signin"
@@ -93,12 +100,17 @@ class OidcClient:
         client_id: str,
         redirect_uri: str,
         fetch: Fetch,
+        keys: KeySource,
+        refused_audiences: frozenset[str] = frozenset(),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.issuer = issuer
         self.client_id = client_id
         self.redirect_uri = redirect_uri
         self._fetch = fetch
+        self._keys = keys
+        # an ID token whose aud also names one of these (the MCP resource) is an agent's token
+        self._refused_audiences = refused_audiences
         self._clock = clock
         self._metadata: ProviderMetadata | None = None
 
@@ -163,6 +175,10 @@ class OidcClient:
         claims = self._verify(id_token, metadata)
         if not hmac.compare_digest(str(claims.get("nonce", "")).encode(), pending.nonce.encode()):
             raise SignInFailed("the ID token was not issued for this sign-in (nonce)")
+        audiences = claims.get("aud")
+        named = {audiences} if isinstance(audiences, str) else set(audiences or [])
+        if named & self._refused_audiences:
+            raise SignInFailed("the ID token is also valid for the MCP endpoint (an agent's)")
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise SignInFailed("the ID token names no subject")
@@ -171,8 +187,9 @@ class OidcClient:
     def _verify(self, id_token: str, metadata: ProviderMetadata) -> dict[str, Any]:
         try:
             header = jwt.get_unverified_header(id_token)
-            keys = jwt.PyJWKSet.from_dict(dict(self._fetch(metadata.jwks_uri, None)))
-            key = next(k for k in keys.keys if k.key_id == header.get("kid"))
+            key = self._keys(str(header.get("kid", "")))
+            if key is None:
+                raise SignInFailed("the ID token is signed with a key the issuer does not publish")
             if header.get("alg") not in ALLOWED_ALGORITHMS:
                 raise SignInFailed("the ID token's algorithm is not accepted")
             claims: dict[str, Any] = jwt.decode(
@@ -184,7 +201,7 @@ class OidcClient:
                 leeway=LEEWAY_S,
                 options={"require": ["iss", "aud", "sub", "exp", "iat"]},
             )
-        except (jwt.PyJWTError, StopIteration, KeyError, ValueError):
+        except (jwt.PyJWTError, KeyError, ValueError):
             raise SignInFailed("the ID token does not verify") from None
         return claims
 
@@ -219,9 +236,20 @@ class SignedCookies:
         return body
 
     @staticmethod
-    def header(name: str, value: str, max_age: int, path: str = "/approvals") -> str:
-        """A ``Set-Cookie`` value: never readable by scripts, HTTPS only, never cross-site."""
-        return f"{name}={value}; Max-Age={max_age}; Path={path}; HttpOnly; Secure; SameSite=Strict"
+    def header(
+        name: str, value: str, max_age: int, path: str = "/approvals", same_site: str = "Strict"
+    ) -> str:
+        """A ``Set-Cookie`` value: never readable by scripts, HTTPS only, never cross-site
+        (``Lax`` only for the pending sign-in: see the module docstring)."""
+        return (
+            f"{name}={value}; Max-Age={max_age}; Path={path}; HttpOnly; Secure; "
+            f"SameSite={same_site}"
+        )
+
+    @classmethod
+    def cleared(cls, name: str) -> str:
+        """A ``Set-Cookie`` value that removes cookie ``name``."""
+        return cls.header(name, "", 0)
 
     def pending_cookie(self, pending: PendingSignIn) -> str:
         body = {
@@ -231,7 +259,7 @@ class SignedCookies:
             "return_to": pending.return_to,
             "exp": int(self._clock()) + SIGNIN_TTL_S,
         }
-        return self.header(SIGNIN_COOKIE, self._seal("signin", body), SIGNIN_TTL_S)
+        return self.header(SIGNIN_COOKIE, self._seal("signin", body), SIGNIN_TTL_S, same_site="Lax")
 
     def pending(self, value: str | None) -> PendingSignIn | None:
         body = self._open("signin", value)
@@ -264,6 +292,7 @@ __all__ = [
     "SIGNIN_COOKIE",
     "Approver",
     "Fetch",
+    "KeySource",
     "OidcClient",
     "PendingSignIn",
     "ProviderMetadata",

@@ -542,6 +542,26 @@ class DynamoStore:
         item = self._get(_candidate_key(scope, candidate_id))
         return None if item is None else self._candidate_row(item)
 
+    def candidate_digest(self, scope: Scope, candidate_id: str) -> tuple[str, str, int] | None:
+        """A candidate's ``(principal, record_digest, created_at_ms)`` without its sealed content
+        (the cloud approval page shows a withdraw by digest; its function never reads ciphertext)."""
+        response = self._read(
+            lambda: self.dynamodb.get_item(
+                TableName=self.table_name,
+                Key=_candidate_key(scope, candidate_id),
+                ConsistentRead=True,
+                ProjectionExpression="principal, record_digest, created_at_ms",
+            )
+        )
+        item = response.get("Item")
+        if item is None:
+            return None
+        return (
+            _get_s(item, "principal"),
+            _get_s(item, "record_digest"),
+            _get_n(item, "created_at_ms"),
+        )
+
     def record_get(self, scope: Scope, record_id: str) -> RecordRow | None:
         item = self._get(_record_key(scope, record_id))
         return None if item is None else self._record_row(item)
