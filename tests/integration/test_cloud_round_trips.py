@@ -112,11 +112,16 @@ def test_each_tool_makes_the_round_trips_its_data_needs(
     for read in ("search", "get"):
         assert not any("Transact" in op or "Put" in op or "Update" in op for op in table[read])
     assert search_trips.get("index.search") == 1
-    # The hits of a search are read back in one batch; a get reads the record and the head.
-    assert search_trips.get("dynamodb.BatchGetItem") == 1
-    assert get_trips == {"dynamodb.GetItem": 2}
+    # The hits of a search are read back in one batch and the page's record keys in one more
+    # (sealed bodies); a get reads the record, the head and the record's key.
+    assert search_trips.get("dynamodb.BatchGetItem") == 2
+    assert get_trips == {"dynamodb.GetItem": 2, "dynamodb.BatchGetItem": 1}
+    # Admission writes the record's key once (one conditional put), never a KMS call per record.
+    assert admission_trips.get("dynamodb.PutItem") == 1
     # Each mutation commits in one transaction, and each outbox item it queued (a key to
     # destroy, a projection to update) is removed in one more, without reading it first.
-    queued = {"capture": 0, "request_admission": 2, "withdraw": 1, "forget": 1}
+    # (withdraw: the candidate's key and the record key made at capture; forget: the
+    # projection and the record's key)
+    queued = {"capture": 0, "request_admission": 2, "withdraw": 2, "forget": 2}
     for write, items in queued.items():
         assert table[write].get("dynamodb.TransactWriteItems") == 1 + items, (write, table[write])
