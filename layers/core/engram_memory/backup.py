@@ -43,7 +43,7 @@ from .engine.operations import audited, reindex
 from .engine.ports import StoreUnavailable
 from .engine.records import decode, record_digest_matches
 
-__all__ = ["OperationRefused", "backup", "restore"]
+__all__ = ["OperationRefused", "backup", "record_body_intact", "restore"]
 
 _PAGE = 500
 
@@ -142,20 +142,22 @@ def _check_records(store: SqliteStore, scope: Scope) -> int:
     while rows := store.records_list(scope, None, after, _PAGE):
         for row in rows:
             checked += 1
-            if row.body is None:
-                continue
-            try:
-                intact = record_digest_matches(decode(row.body))
-                intact = intact and decode(row.body)["record_digest"] == row.record_digest
-            except (ValueError, KeyError, TypeError):
-                intact = False
-            if not intact:
+            if row.body is not None and not record_body_intact(row.body, row.record_digest):
                 raise OperationRefused(
                     ErrorCode.BACKUP_INVALID,
                     f"record {row.record_id} does not match its digest",
                 )
         after = rows[-1].record_id
     return checked
+
+
+def record_body_intact(body: bytes, record_digest: str) -> bool:
+    """Whether a stored record body hashes to its own digest, the one its row names."""
+    try:
+        record = decode(body)
+        return record_digest_matches(record) and record["record_digest"] == record_digest
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def restore(
