@@ -29,6 +29,9 @@
       directory but ``restore`` (its target).
 - ``engram-memory admin reindex [--data-dir DIR] [--workspace W]``
       operations plane: rebuild a workspace's search index from the canonical store.
+- ``engram-memory admin --stack NAME [--region R] COMMAND ...``
+      the same operations against a deployed stack with your AWS credentials
+      (``cloud.operator``, ``cloud.stack_backup``); ``audit`` and ``policy`` are embedded only.
 
 Bad input exits with code 2 and one line on stderr; a failed operation exits with code 1.
 """
@@ -440,10 +443,13 @@ def _operate(
     what: str,
     run: Callable[..., Any],
     show: Callable[[Any], None] | None = None,
+    *,
+    mutates: bool = False,
 ) -> int:
     """Run one operation of ``engine.operations`` on the data directory's engine as the operator
-    of ``--operator`` in ``--workspace``; print its result as JSON (or hand it to ``show``). A
-    contract failure is one line on stderr and exit code 1."""
+    of ``--operator`` in ``--workspace`` (or on ``--stack``'s, as the caller's AWS identity; an
+    operation that ``mutates`` then has the drainer apply its projection changes); print its
+    result as JSON (or hand it to ``show``). A contract failure is one line, exit code 1."""
     from .bootstrap import open_existing
     from .contract.errors import EngramError
     from .engine.context import Scope
@@ -455,7 +461,7 @@ def _operate(
             what,
             lambda op: run(op.engine, op.scope(args.workspace), op.operator),
             show,
-            finish=True,
+            finish=mutates,
         )
     data_dir = _data_dir(args)
     config = load_host_config(data_dir)
@@ -487,6 +493,7 @@ def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
         lambda engine, scope, operator: adjudicate(
             engine, scope, args.candidate, args.decision, operator, reason=args.reason
         ),
+        mutates=True,
     )
 
 
@@ -539,6 +546,7 @@ def cmd_admin_pending_withdraw(args: argparse.Namespace) -> int:
         lambda engine, scope, operator: withdraw_candidate(
             engine, scope, args.candidate, operator, args.reason
         ),
+        mutates=True,
     )
 
 
@@ -590,6 +598,7 @@ def cmd_admin_records_transition(args: argparse.Namespace) -> int:
             args.reason,
             superseded_by=getattr(args, "by", None),
         ),
+        mutates=True,
     )
 
 
@@ -602,6 +611,7 @@ def cmd_admin_records_forget(args: argparse.Namespace) -> int:
         lambda engine, scope, operator: forget_record(
             engine, scope, args.record, operator, args.reason
         ),
+        mutates=True,
     )
 
 
@@ -820,7 +830,7 @@ def _operation(
     parser.add_argument(
         "--operator",
         default=_default_operator(),
-        help="who acts, as audited (default: your login)",
+        help="who acts, as audited (default: your login; with --stack: your AWS caller ARN)",
     )
     return parser
 
