@@ -44,6 +44,7 @@ from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
 from engram_memory.adapters.aws.dynamo_store import DynamoStore, create_bucket, create_tables
+from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 from engram_memory.adapters.aws.kms_vault import KmsVault, create_key_table
 from engram_memory.adapters.local.audit import MemoryAuditLog
 from engram_memory.adapters.local.clock import SystemClock
@@ -116,7 +117,14 @@ def _percentile(values: Sequence[float], share: float) -> float:
 
 
 def run_writers(
-    writers: int, *, rounds: int, deadline_ms: int, workspace: str, store: DynamoStore, vault: Any
+    writers: int,
+    *,
+    rounds: int,
+    deadline_ms: int,
+    workspace: str,
+    store: DynamoStore,
+    vault: Any,
+    record_keys: Any,
 ) -> Row:
     """``writers`` engines writing concurrently into ``workspace``; one row of the table."""
     counting = CountingStore(store)
@@ -125,6 +133,7 @@ def run_writers(
         Engine(
             store=counting,  # type: ignore[arg-type]  # a pass-through proxy of the Store port
             vault=vault,
+            record_keys=record_keys,
             lexical_index=_NullIndex(),
             admission_policy=BuiltinAdmissionPolicy(),
             clock=clock,
@@ -224,6 +233,9 @@ def run(writer_counts: Sequence[int], *, rounds: int, deadline_ms: int) -> list[
             vault = KmsVault(
                 kms_key_id=key_arn, key_table=KEY_TABLE, kms_client=kms, dynamodb_client=dynamodb
             )
+            record_keys = KmsRecordKeys(
+                kms_key_id=key_arn, key_table=KEY_TABLE, kms_client=kms, dynamodb_client=dynamodb
+            )
             rows.append(
                 run_writers(
                     writers,
@@ -232,6 +244,7 @@ def run(writer_counts: Sequence[int], *, rounds: int, deadline_ms: int) -> list[
                     workspace="workspace-shared",
                     store=store,
                     vault=vault,
+                    record_keys=record_keys,
                 )
             )
     return rows

@@ -26,6 +26,7 @@ from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
 from engram_memory.adapters.aws.dynamo_store import DynamoStore, create_bucket, create_tables
+from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 from engram_memory.adapters.aws.kms_vault import KmsVault, create_key_table
 from engram_memory.adapters.local.audit import MemoryAuditLog
 from engram_memory.engine import lexical
@@ -222,12 +223,16 @@ def aws_harness(
         vault = KmsVault(
             kms_key_id=key_arn, key_table=KEY_TABLE, kms_client=kms, dynamodb_client=dynamodb
         )
+        record_keys = KmsRecordKeys(
+            kms_key_id=key_arn, key_table=KEY_TABLE, kms_client=kms, dynamodb_client=dynamodb
+        )
         index = MemoryLexicalIndex()
         confirmations = ScriptedConfirmations(clock)
         audit = MemoryAuditLog()
         engine = Engine(
             store=store,
             vault=vault,
+            record_keys=record_keys,
             lexical_index=index,
             admission_policy=BuiltinAdmissionPolicy(),
             clock=clock,
@@ -247,6 +252,7 @@ def aws_harness(
         engine=engine,
         store=store,
         vault=vault,
+        record_keys=record_keys,
         index=index,
         clock=clock,
         confirmations=confirmations,
@@ -263,6 +269,7 @@ def another_engine(harness: Harness, **settings: Any) -> Engine:
     return Engine(
         store=harness.store,
         vault=harness.vault,
+        record_keys=harness.record_keys,
         lexical_index=harness.index,
         admission_policy=BuiltinAdmissionPolicy(),
         clock=harness.clock,

@@ -228,6 +228,7 @@ class Harness:
     engine: Engine
     store: Any
     vault: Any
+    record_keys: Any
     index: Any
     clock: FakeClock
     confirmations: ScriptedConfirmations
@@ -345,6 +346,7 @@ def embedded_harness(
     engine = Engine(
         store=store,
         vault=vault,
+        record_keys=vault.record_keys,
         lexical_index=index,
         admission_policy=BuiltinAdmissionPolicy(),
         clock=clock,
@@ -390,6 +392,7 @@ def embedded_harness(
         engine=engine,
         store=store,
         vault=vault,
+        record_keys=vault.record_keys,
         index=index,
         clock=clock,
         confirmations=confirmations,

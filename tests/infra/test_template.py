@@ -608,20 +608,53 @@ def test_both_kms_keys_rotate_and_are_retained(key: str) -> None:
 USAGE_ACTIONS: Final = ("kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:ReEncrypt")
 
 
+def _key_class(statement: Mapping[str, Any]) -> str:
+    """The key class a key-policy statement is limited to: ``record-scope`` (sealed record
+    bodies' scope keys), ``candidate`` (contexts without a key class), or ``any``."""
+    condition = statement["Condition"]
+    if condition.get("StringEquals", {}).get("kms:EncryptionContext:engram:key-class"):
+        return str(condition["StringEquals"]["kms:EncryptionContext:engram:key-class"])
+    if condition.get("Null", {}).get("kms:EncryptionContext:engram:key-class") in ("true", True):
+        return "candidate"
+    return "any"
+
+
 def test_the_data_key_policy_lets_capture_only_seal_and_admission_only_open() -> None:
     usage = [
         (action, principals, statement)
         for action, principals, statement in key_policy_grants("EngramDataKey")
         if action.startswith(USAGE_ACTIONS)
     ]
-    by_action: dict[str, set[str]] = {}
+    by_action: dict[tuple[str, str], set[str]] = {}
     for action, principals, statement in usage:
-        by_action.setdefault(action, set()).update(principals)
+        by_action.setdefault((action, _key_class(statement)), set()).update(principals)
         assert "kms:EncryptionContext:engram:tenant" in statement["Condition"]["StringEquals"]
+    readers = {role_of(name) for name in ("SearchFunction", "GetFunction", "OutboxDrainerFunction")}
     assert by_action == {
-        "kms:GenerateDataKey": {role_of("CaptureFunction")},
-        "kms:Decrypt": {role_of("RequestAdmissionFunction")},
+        # Candidates: capture seals (never a record-scope key), admission opens.
+        ("kms:GenerateDataKey", "candidate"): {role_of("CaptureFunction")},
+        ("kms:Decrypt", "any"): {role_of("RequestAdmissionFunction")},
+        # Sealed record bodies: admission makes scope keys; the record readers open them and
+        # nothing else, so search and get hold no permission to open a candidate.
+        ("kms:GenerateDataKey", "record-scope"): {role_of("RequestAdmissionFunction")},
+        ("kms:Decrypt", "record-scope"): readers,
     }
+
+
+@pytest.mark.parametrize("function", ["SearchFunction", "GetFunction"])
+def test_search_and_get_read_record_keys_but_never_a_candidate_key(function: str) -> None:
+    statements = [s for s in role_statements(role_of(function)) if s["Effect"] == "Allow"]
+    data_key = [s for s in statements if "EngramDataKey" in resource_targets(s["Resource"])]
+    assert data_key, "scope keys are opened with the data key"
+    for statement in data_key:
+        assert as_list(statement["Action"]) == ["kms:Decrypt"]
+        assert _key_class(statement) == "record-scope"
+    key_table = [s for s in statements if "EngramKeyTable" in resource_targets(s["Resource"])]
+    assert key_table, "the record keys are read from the key table"
+    for statement in key_table:
+        assert set(as_list(statement["Action"])) <= {"dynamodb:GetItem", "dynamodb:BatchGetItem"}
+        leading = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+        assert sorted(leading) == ["record:*", "scopekey:*"]
 
 
 ROOT_PRINCIPAL: Final = json.dumps(
@@ -732,20 +765,29 @@ def test_the_capture_role_can_seal_but_never_decrypt_anything_itself() -> None:
 
 
 @pytest.mark.parametrize("function", ["SearchFunction", "GetFunction"])
-def test_search_and_get_touch_no_data_key_no_key_table_and_write_nothing(function: str) -> None:
+def test_search_and_get_open_no_candidate_and_write_nothing(function: str) -> None:
     for action, targets, statement in grants(function):
-        assert not targets & {"EngramDataKey", "EngramKeyTable"}, action
-        if action.startswith("kms:"):
+        if "EngramDataKey" in targets:  # only scope keys of sealed record bodies
+            assert (action, _key_class(statement)) == ("kms:Decrypt", "record-scope")
+        elif action.startswith("kms:"):
             assert targets == {"EngramTableKey"}
             assert "kms:ViaService" in statement["Condition"]["StringEquals"]
+        if "EngramKeyTable" in targets:  # record and scope key items, never a candidate's
+            leading = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+            assert sorted(leading) == ["record:*", "scopekey:*"]
         if action.startswith("dynamodb:"):
             assert action in {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"}
         if action.startswith("s3:"):
             assert action in {"s3:GetObject", "s3:ListBucket"}
 
 
-def test_only_request_admission_may_decrypt_with_the_data_key() -> None:
-    openers = {f for f in FUNCTION_FOLDERS if allows(f, "kms:Decrypt", "EngramDataKey")}
+def test_only_request_admission_may_decrypt_candidates_with_the_data_key() -> None:
+    openers = {
+        f
+        for f in FUNCTION_FOLDERS
+        for a, t, statement in grants(f)
+        if a == "kms:Decrypt" and "EngramDataKey" in t and _key_class(statement) != "record-scope"
+    }
     assert openers == {"RequestAdmissionFunction"}
 
 
@@ -759,12 +801,27 @@ def test_key_table_access_is_limited_to_the_functions_that_seal_open_or_shred() 
         "WithdrawFunction",
         "WorkflowStepFunction",
         "OutboxDrainerFunction",
+        "SearchFunction",  # record keys only (the test above)
+        "GetFunction",
     }
     assert users["CaptureFunction"] == {"dynamodb:PutItem", "dynamodb:DeleteItem"}
-    assert users["OutboxDrainerFunction"] == {"dynamodb:GetItem", "dynamodb:DeleteItem"}
+    assert users["OutboxDrainerFunction"] == {
+        "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
+        "dynamodb:DeleteItem",
+    }
     assert users["WithdrawFunction"] == {"dynamodb:GetItem"}  # the state machine shreds
     for function in ("RequestAdmissionFunction", "WorkflowStepFunction"):
         assert "dynamodb:DeleteItem" in users[function]
+
+
+def test_capture_puts_only_candidate_key_items_and_seals_only_candidate_keys() -> None:
+    for action, targets, statement in grants("CaptureFunction"):
+        if "EngramKeyTable" in targets:
+            leading = statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+            assert leading == ["key_*"]
+        if "EngramDataKey" in targets:
+            assert (action, _key_class(statement)) == ("kms:GenerateDataKey", "candidate")
 
 
 def test_only_withdraw_and_forget_start_executions_each_of_its_own_machine() -> None:

@@ -393,9 +393,11 @@ def test_backup_and_restore_through_a_dynamodb_export(stacks: Stacks) -> None:
     assert code == 0, restored
     assert isinstance(restored, dict), restored
     assert restored["journal_heads"] == backup["journal_heads"]
-    assert restored["projected"] == 2 and restored["pending_candidates_without_key"] == 1
-    assert first["record_id"] in target.search("DynamoDB exports canonical table")
-    assert second["record_id"] in target.search("projections rebuilt restore")
+    # sealed bodies: on another stack's keys the journal and the records' digests come back,
+    # but no body opens (keys are never in a backup), so nothing is projected or found
+    assert restored["records_without_key"] == 2 and restored["projected"] == 0
+    assert restored["pending_candidates_without_key"] == 1
+    assert target.search("DynamoDB exports canonical table") == []
     code, _, err = stacks.admin(target, "restore", location, "--new-keys")
     assert code == 1 and "RESTORE_REFUSED" in err and "already holds memories" in err
 
@@ -406,7 +408,9 @@ def test_backup_and_restore_through_a_dynamodb_export(stacks: Stacks) -> None:
         dynamodb.delete_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})
     code, again, _ = stacks.admin(source, "restore", location)
     assert code == 0 and again["new_key_store"] is False, again
-    assert again["pending_candidates_without_key"] == 0
+    assert again["pending_candidates_without_key"] == 0 and again["projected"] == 2
+    assert first["record_id"] in source.search("DynamoDB exports canonical table")
+    assert second["record_id"] in source.search("projections rebuilt restore")
     code, shown, _ = stacks.admin(
         source, "pending", "show", pending["candidate_id"], "--workspace", WORKSPACE
     )
@@ -487,3 +491,47 @@ def test_embedded_only_commands_say_where_the_cloud_keeps_them(
     stacks.capsys.readouterr()
     assert main(["admin", "--stack", "engram-dev", *command]) == 2
     assert "with --stack" in stacks.capsys.readouterr().err
+
+
+def test_a_record_forgotten_after_a_backup_is_unreadable_and_unsearchable_after_restore(
+    stacks: Stacks,
+) -> None:
+    """Issue 12's Done-when, on the cloud stack: back up (a DynamoDB export), forget, restore
+    the backup: the forgotten record's body is sealed under a key that forget destroyed."""
+    stack = stacks.create("engram-dev")
+    secret = "Forgotten-after-backup: the vault combination is 7-3-9."
+    forgotten = stack.remember(secret, "doneb-000001")["record_id"]
+    kept = stack.remember("Kept after restore: WAL lets readers run.", "doneb-000002")["record_id"]
+    code, backup, _ = stacks.admin(stack, "backup")
+    assert code == 0, backup
+    code, _, err = stacks.admin(
+        stack, "records", "forget", forgotten, "--reason", "erasure", "--workspace", WORKSPACE
+    )
+    assert code == 0, err
+
+    dynamodb = stack.session.client("dynamodb")
+    table = resolve_stack(stack.session, stack.name).table
+    for item in stack.items():  # the table lost; the key table (never backed up) kept
+        dynamodb.delete_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})
+    stack.index._docs.clear()  # the OpenSearch domain lost too
+    code, restored, err = stacks.admin(stack, "restore", backup["backup"])
+    assert code == 0, err
+    assert restored["records"] == 2 and restored["records_without_key"] == 1
+    assert restored["projected"] == 1
+
+    assert kept in stack.search("WAL readers run")
+    assert forgotten not in stack.search("vault combination forgotten backup")
+    assert not stack.index.contains(stack.engine_scope(), forgotten)
+    got = stack.call("get", {"record_id": forgotten, "purpose_ref": PURPOSE})
+    assert got["ok"] is False, got
+    code, shown, _ = stacks.admin(stack, "records", "show", forgotten, "--workspace", WORKSPACE)
+    assert code == 1 or shown.get("record") is None, shown
+    # present in no file: not in the export's data files, the restored table or the bucket
+    s3 = stack.session.client("s3")
+    bucket = resolve_stack(stack.session, stack.name).blob_bucket
+    for listed in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+        data = s3.get_object(Bucket=bucket, Key=listed["Key"])["Body"].read()
+        if listed["Key"].endswith(".gz"):
+            data = gzip.decompress(data)
+        assert b"vault combination" not in data, listed["Key"]
+    assert "vault combination" not in json.dumps(stack.items(), default=str)

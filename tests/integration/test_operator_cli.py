@@ -146,6 +146,16 @@ def _ctx(principal: str = "agent-alice") -> TrustedContext:
     )
 
 
+def _files_holding(directory: Path, needles: list[bytes]) -> list[str]:
+    """Every file under ``directory`` (the database, its -wal and -shm, the key file, the audit
+    log, a backup) whose bytes hold one of ``needles``."""
+    return sorted(
+        str(path.relative_to(directory))
+        for path in directory.rglob("*")
+        if path.is_file() and any(needle in path.read_bytes() for needle in needles)
+    )
+
+
 def _captured(data: Path, text: str, key: str, *, admit: bool) -> str:
     """A candidate captured (and submitted when ``admit``) by an agent; its id."""
     host = open_embedded(data)
@@ -256,14 +266,20 @@ def test_records_commands_walk_the_lifecycle_and_status_counts_it(
 # -- export, backup, restore ------------------------------------------------------------------------
 
 
-def _search(data: Path, query: str) -> list[str]:
+def _agent(data: Path, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One agent call on the data directory, in process; its envelope."""
     host = open_embedded(data)
     try:
-        found = host.engine.handle(
-            "search", {"query": query, "purpose_ref": "purpose:general"}, _ctx()
+        envelope: dict[str, Any] = host.engine.handle(
+            tool, {**arguments, "purpose_ref": "purpose:general"}, _ctx()
         )
     finally:
         host.close()
+    return envelope
+
+
+def _search(data: Path, query: str) -> list[str]:
+    found = _agent(data, "search", {"query": query})
     return [packet["record"]["record_id"] for packet in found["output"]["value"]["records"]]
 
 
@@ -315,6 +331,89 @@ def test_backup_then_restore_beside_the_original_keys(data: Path, capsys: Captur
     assert main(["verify", "--data-dir", str(target)]) == 0
 
 
+def test_a_forget_after_the_backup_reaches_the_restored_copy_and_leaves_no_text(
+    data: Path, capsys: Capture
+) -> None:
+    # The Done-when test of issue 12, embedded: back up, forget, restore the backup beside the
+    # same key store: the forgotten record is unreadable and unsearchable, and its text is in
+    # no file of the restored data directory nor of the original.
+    text = "Forget later: the vault combination is zanzibar-quokka-77."
+    forgotten = _captured(data, text, "operator-cli-key-0055", admit=True)
+    kept = _captured(
+        data, "Kept: the lunch rota is on the fridge.", "operator-cli-key-0056", admit=True
+    )
+    records = {r["candidate_id"]: r["record_id"] for r in _admin(capsys, data, "records", "list")}
+    record_id = records[forgotten]
+    assert _search(data, "zanzibar quokka") == [record_id]
+    shelf = data.parent / "shelf"
+    shelf.mkdir()
+    backup_file = shelf / "engram.backup"
+    _admin(capsys, data, "backup", str(backup_file))
+    needles = [b"zanzibar", b"quokka", text.encode()]
+    assert _files_holding(shelf, needles) == []  # the backup holds the body sealed
+
+    forget = _admin(capsys, data, "records", "forget", record_id, "--reason", "obsolete")
+    assert forget["receipt"]["to_state"] == "tombstoned"
+
+    target = data.parent / "restored"
+    target.mkdir()
+    shutil.copytree(data / "keys", target / "keys")
+    report = _admin(capsys, target, "restore", str(backup_file))
+    assert report["records"] == 2 and report["records_without_key"] == 1
+    assert report["projected"] == 1  # only the record whose key still exists
+
+    assert _search(target, "zanzibar quokka") == []
+    assert _search(target, "lunch rota fridge") == [records[kept]]
+    assert _agent(target, "get", {"record_id": record_id})["error"]["code"] == "NOT_FOUND"
+    shown = _admin(capsys, target, "records", "show", record_id)
+    assert shown["record"] is None  # not even the operator can read it
+    index = _admin(capsys, target, "status")["index"]
+    assert index["fresh"] is True and index["current_records_without_key"] == 1
+    exported = data.parent / "restored-export.jsonl"
+    assert main(["admin", "export", "--data-dir", str(target), "--output", str(exported)]) == 0
+    capsys.readouterr()
+    assert [
+        json.loads(line)["record"]["record_id"] for line in exported.read_text().splitlines()
+    ] == [records[kept]]
+    exported.unlink()
+    assert _files_holding(target, needles) == []
+    assert _files_holding(data, needles) == []
+    assert _files_holding(shelf, needles) == []
+
+
+def test_a_data_directory_from_before_sealed_bodies_is_sealed_when_opened(
+    data: Path, capsys: Capture
+) -> None:
+    _captured(
+        data, "Legacy: the old wiki lives at wiki-heliotrope.", "operator-cli-key-0057", admit=True
+    )
+    (record,) = _admin(capsys, data, "records", "list")
+    host = open_embedded(data)
+    try:
+        row = host.store.record_get(host.store.scopes()[0], record["record_id"])
+        plaintext = host.engine.bodies(host.store.scopes()[0], [row])[record["record_id"]]
+    finally:
+        host.close()
+    conn = sqlite3.connect(data / "engram.db")  # as a version before sealed bodies wrote it
+    conn.execute(
+        "UPDATE records SET body = ? WHERE record_id = ?",
+        (
+            json.dumps(plaintext, sort_keys=True, separators=(",", ":")).encode(),
+            record["record_id"],
+        ),
+    )
+    conn.commit()
+    conn.close()
+
+    shown = _admin(capsys, data, "records", "show", record["record_id"])
+    assert (
+        shown["record"]["components"][0]["text"] == "Legacy: the old wiki lives at wiki-heliotrope."
+    )
+    raw = sqlite3.connect(data / "engram.db").execute("SELECT body FROM records").fetchone()[0]
+    assert raw.startswith(b"erb1") and b"heliotrope" not in raw
+    assert _search(data, "wiki heliotrope") == [record["record_id"]]
+
+
 def test_restore_refuses_a_target_with_memories_or_a_foreign_key_store(
     data: Path, capsys: Capture
 ) -> None:
@@ -344,7 +443,10 @@ def test_restore_without_keys_needs_new_keys_and_says_what_was_lost(
     assert not target.exists()
     report = _admin(capsys, target, "restore", str(backup_file), "--new-keys")
     assert report["new_key_store"] is True and report["pending_candidates_without_key"] == 1
-    assert len(_search(target, "record survives")) == 1
+    # Record bodies are sealed under keys that are never in a backup: on new keys the journal
+    # and the records' digests come back, their text does not.
+    assert report["records"] == 1 and report["records_without_key"] == 1
+    assert report["projected"] == 0 and _search(target, "record survives") == []
 
 
 def test_a_withdraw_after_the_backup_reaches_the_restored_copy(data: Path, capsys: Capture) -> None:
@@ -460,6 +562,7 @@ def test_keys_rotate_keeps_old_tokens_until_they_expire_and_rewraps_data_keys(
 ) -> None:
     before = _mint(data, capsys, "agent-alice")
     pending = _captured(data, "Rotation: a pending note.", "operator-cli-key-0070", admit=False)
+    _captured(data, "Rotation: an admitted record.", "operator-cli-key-0071", admit=True)
     master_before = (data / "keys" / "master.key").read_bytes()
     report = _admin(capsys, data, "keys", "rotate")
     assert report["data_keys_rewrapped"] == 1 and report["data_keys_unbound"] == 0
@@ -472,6 +575,10 @@ def test_keys_rotate_keeps_old_tokens_until_they_expire_and_rewraps_data_keys(
     assert _search_with(data, before)["ok"] and _search_with(data, after)["ok"]
     shown = _admin(capsys, data, "pending", "show", pending)
     assert shown["record"]["components"][0]["text"] == "Rotation: a pending note."
+    # The record's body opens under the new master key: its scope key was re-wrapped.
+    (record,) = _admin(capsys, data, "records", "list")
+    shown = _admin(capsys, data, "records", "show", record["record_id"])
+    assert shown["record"]["components"][0]["text"] == "Rotation: an admitted record."
     assert "master.key" not in json.dumps(report) and master_before.hex() not in json.dumps(report)
 
 

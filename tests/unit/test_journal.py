@@ -63,7 +63,9 @@ def test_a_tampered_record_body_is_journal_corrupt_on_get(tmp_path: Path) -> Non
     harness = embedded_harness(tmp_path)
     record_id = harness.remember("The backup window is 02:00 UTC.")
     with sqlite3.connect(tmp_path / "engram.db") as conn:
-        conn.execute("UPDATE records SET body = replace(body, '02:00', '03:00')")
+        (body,) = conn.execute("SELECT body FROM records").fetchone()
+        tampered = body[:-20] + bytes([body[-20] ^ 1]) + body[-19:]  # one bit of the sealed body
+        conn.execute("UPDATE records SET body = ?", (tampered,))
     assert harness.get(record_id)["error"]["code"] == "JOURNAL_CORRUPT"
     harness.close()
 

@@ -229,7 +229,8 @@ def test_the_key_file_is_private_and_separate_from_the_main_database(
         tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     finally:
         conn.close()
-    assert tables == [("data_keys",), ("key_store",)]  # the wrapped keys and the store's id
+    # the wrapped candidate keys, the store's id, the record keys and their scopes' keys
+    assert sorted(tables) == [("data_keys",), ("key_store",), ("record_keys",), ("scope_keys",)]
 
 
 def test_an_existing_key_file_is_narrowed_to_owner_only(keys_path: Path, master_key: bytes) -> None:
@@ -492,3 +493,28 @@ def test_concurrent_master_key_creation_yields_one_key(tmp_path: Path) -> None:
     assert len(keys) == 8
     assert len(set(keys)) == 1
     assert [p.name for p in path.parent.iterdir()] == ["master.key"]
+
+
+def test_a_records_key_is_written_with_its_candidates_key_not_at_admission(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The write path pays no key-file commit of its own for sealed bodies: the record's key goes
+    # into the key file in the capture's one commit, and admission only reads it.
+    from engram_memory.adapters.local.record_keys import LocalRecordKeys
+
+    from engram_testing import context, embedded_harness
+
+    harness = embedded_harness(tmp_path)
+    try:
+        captured = harness.capture("The build cache lives on the lark-spindle volume.")
+        candidate = harness.store.candidate_get(context().scope, captured["candidate_id"])
+        assert harness.record_keys.key_exists(context().scope, candidate.record_id)
+
+        def no_write(*_: object) -> None:
+            raise AssertionError("admission wrote a record key")
+
+        monkeypatch.setattr(LocalRecordKeys, "_write", no_write)
+        outcome = harness.admit(captured["candidate_id"])["outcome"]
+        assert outcome["status"] == "accepted" and outcome["record_id"] == candidate.record_id
+    finally:
+        harness.close()

@@ -1,5 +1,6 @@
-"""Every read checks a stored record body against its digest: from the stored bytes when they are
-the canonical form (one hash), else by re-deriving the digest from the decoded record."""
+"""Every read checks a stored record body against its digest: from the opened bytes when they are
+the canonical form (one hash), else by re-deriving the digest from the decoded record. (Bodies
+are sealed under their record's key: these tests open and re-seal them with that key.)"""
 
 from __future__ import annotations
 
@@ -9,15 +10,24 @@ from pathlib import Path
 
 from engram_memory.engine.records import decode, record_digest_matches, stored_body_matches
 
-from engram_testing import embedded_harness
+from engram_testing import Harness, context, embedded_harness
 
 
-def _stored(tmp_path: Path, record_id: str) -> tuple[bytes, str]:
+def _stored(harness: Harness, tmp_path: Path, record_id: str) -> tuple[bytes, str]:
+    """The record's body as stored, opened, and its digest."""
     with sqlite3.connect(tmp_path / "engram.db") as conn:
         body, record_digest = conn.execute(
             "SELECT body, record_digest FROM records WHERE record_id = ?", (record_id,)
         ).fetchone()
-    return bytes(body), str(record_digest)
+    opened = harness.record_keys.open_many(context().scope, {record_id: bytes(body)})
+    return opened[record_id], str(record_digest)
+
+
+def _store(harness: Harness, tmp_path: Path, record_id: str, plaintext: bytes) -> None:
+    """Replace the record's body with ``plaintext``, sealed under the record's own key."""
+    sealed = harness.record_keys.seal(context().scope, record_id, plaintext)
+    with sqlite3.connect(tmp_path / "engram.db") as conn:
+        conn.execute("UPDATE records SET body = ? WHERE record_id = ?", (sealed, record_id))
 
 
 def test_a_stored_body_hashes_to_its_digest_without_being_re_canonicalized(
@@ -25,7 +35,7 @@ def test_a_stored_body_hashes_to_its_digest_without_being_re_canonicalized(
 ) -> None:
     harness = embedded_harness(tmp_path)
     record_id = harness.remember("The backup window is 02:00 UTC.")
-    body, record_digest = _stored(tmp_path, record_id)
+    body, record_digest = _stored(harness, tmp_path, record_id)
     assert stored_body_matches(body, record_digest)
     assert record_digest_matches(decode(body))
     # Any change to the bytes, to the digest, or a second copy of the digest member fails.
@@ -39,11 +49,10 @@ def test_a_stored_body_hashes_to_its_digest_without_being_re_canonicalized(
 def test_a_body_stored_in_another_json_form_is_still_read(tmp_path: Path) -> None:
     harness = embedded_harness(tmp_path)
     record_id = harness.remember("The on-call rota lives in the ops calendar.")
-    body, record_digest = _stored(tmp_path, record_id)
+    body, record_digest = _stored(harness, tmp_path, record_id)
     spaced = json.dumps(json.loads(body), indent=2).encode()
     assert not stored_body_matches(spaced, record_digest)
-    with sqlite3.connect(tmp_path / "engram.db") as conn:
-        conn.execute("UPDATE records SET body = ? WHERE record_id = ?", (spaced, record_id))
+    _store(harness, tmp_path, record_id, spaced)
     value = harness.get(record_id)["output"]["value"]
     assert value["record"]["record_id"] == record_id
     harness.close()
@@ -52,7 +61,7 @@ def test_a_body_stored_in_another_json_form_is_still_read(tmp_path: Path) -> Non
 def test_a_digest_member_moved_into_a_nested_object_is_journal_corrupt(tmp_path: Path) -> None:
     harness = embedded_harness(tmp_path)
     record_id = harness.remember("The backup window is 02:00 UTC.")
-    body, _ = _stored(tmp_path, record_id)
+    body, _ = _stored(harness, tmp_path, record_id)
     record = json.loads(body)
     moved = {k: v for k, v in record.items() if k not in ("record_digest", "record_id")}
     moved["retention"] = {
@@ -60,10 +69,11 @@ def test_a_digest_member_moved_into_a_nested_object_is_journal_corrupt(tmp_path:
         "record_digest": record["record_digest"],
         "record_id": record["record_id"],
     }
-    with sqlite3.connect(tmp_path / "engram.db") as conn:
-        conn.execute(
-            "UPDATE records SET body = ? WHERE record_id = ?",
-            (json.dumps(moved, separators=(",", ":"), sort_keys=True).encode(), record_id),
-        )
+    _store(
+        harness,
+        tmp_path,
+        record_id,
+        json.dumps(moved, separators=(",", ":"), sort_keys=True).encode(),
+    )
     assert harness.get(record_id)["error"]["code"] == "JOURNAL_CORRUPT"
     harness.close()

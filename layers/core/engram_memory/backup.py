@@ -1,15 +1,18 @@
 """Backup and restore of the embedded default (CONTRACT.md §1: the operations plane).
 
 A backup is a consistent online copy of ``engram.db`` made with SQLite's backup API, without the
-projections (derived data) and, as ever, without ``keys/``: the key store stays on the host, so
-a candidate withdrawn or rejected after the backup was taken stays unreadable in every copy.
+projections (derived data) and, as ever, without ``keys/``: the key store stays on the host.
+Candidates and record bodies are sealed under keys that live only there, so a candidate withdrawn
+or rejected, or a record forgotten, after the backup was taken stays unreadable in every copy.
 
 A restore checks the backup before it touches anything (``BACKUP_INVALID``: not an Engram
-database, a broken hash chain or cursor gap in any scope's journal, a record whose body does not
-hash to its digest), refuses a target data directory that already holds memories or whose key
-store is not the backup's own (``RESTORE_REFUSED``), then puts the database in place and
-rebuilds every scope's projections from the records. ``new_keys`` restores onto a fresh key
-store instead, deliberately: records come back, pending candidates cannot be opened again.
+database, a broken hash chain or cursor gap in any scope's journal, a record body that fails
+authentication or does not hash to its digest), refuses a target data directory that already
+holds memories or whose key store is not the backup's own (``RESTORE_REFUSED``), then puts the
+database in place and rebuilds every scope's projections from the records whose keys still
+exist: a record forgotten since the backup is neither readable nor searchable in the restored
+copy. ``new_keys`` restores onto a fresh key store instead, deliberately: the journal and the
+records' digests come back, but no body and no pending candidate can be opened again.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .adapters.local.sqlite_store import SqliteStore
 from .adapters.local.vault import LocalVault, load_or_create_master_key
+from .adapters.record_sealing import is_sealed_body
 from .bootstrap import (
     CANDIDATE_KEYS_FILE,
     DATABASE_FILE,
@@ -40,10 +45,10 @@ from .contract.errors import EngramError, ErrorCode
 from .engine.context import Scope
 from .engine.journal import verify_journal
 from .engine.operations import audited, reindex
-from .engine.ports import StoreUnavailable
+from .engine.ports import RecordKeys, SealIntegrityError, StoreUnavailable, VaultUnavailable
 from .engine.records import decode, record_digest_matches
 
-__all__ = ["OperationRefused", "backup", "record_body_intact", "restore"]
+__all__ = ["OperationRefused", "backup", "check_record_bodies", "record_body_intact", "restore"]
 
 _PAGE = 500
 
@@ -62,6 +67,7 @@ class _Checked:
     scopes: dict[str, int]
     records: int
     key_store_id: str | None
+    without_key: int  # records whose body's key is gone (forgotten since, or other keys)
 
 
 def backup(data_dir: Path, target: Path, operator: str) -> dict[str, Any]:
@@ -79,7 +85,7 @@ def backup(data_dir: Path, target: Path, operator: str) -> dict[str, Any]:
                 host.store.backup_to(target)
             except StoreUnavailable:
                 raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
-            checked = _check(target)
+            checked = _check(target, host.vault.record_keys)
             _rollback_journal(target)
             return {
                 "backup": str(target.resolve()),
@@ -96,9 +102,11 @@ def backup(data_dir: Path, target: Path, operator: str) -> dict[str, Any]:
         host.close()
 
 
-def _check(database: Path) -> _Checked:
+def _check(database: Path, record_keys: RecordKeys | None) -> _Checked:
     """Check a backup file: an Engram database whose every journal verifies and whose every
-    record body hashes to its digest. Raises ``OperationRefused(BACKUP_INVALID)``."""
+    record body, opened with ``record_keys``, hashes to its digest (a body whose key is gone, or
+    every body without a key store, is counted, not checked). Raises
+    ``OperationRefused(BACKUP_INVALID)``."""
     try:
         with database.open("rb") as handle:
             if handle.read(16) != b"SQLite format 3\x00":
@@ -116,7 +124,7 @@ def _check(database: Path) -> _Checked:
     store = SqliteStore(database)
     try:
         heads: dict[str, int] = {}
-        records = 0
+        records = without_key = 0
         for scope in store.scopes():
             try:
                 heads[f"{scope.tenant_id}/{scope.workspace_id}"] = verify_journal(
@@ -128,27 +136,58 @@ def _check(database: Path) -> _Checked:
                     f"the journal of {scope.tenant_id}/{scope.workspace_id} fails its check"
                     f" ({error.code.value})",
                 ) from None
-            records += _check_records(store, scope)
-        return _Checked(heads, records, store.meta_get(KEY_STORE_META))
+            counted, unopened = _check_records(store, scope, record_keys)
+            records += counted
+            without_key += unopened
+        return _Checked(heads, records, store.meta_get(KEY_STORE_META), without_key)
     except StoreUnavailable:
         raise OperationRefused(ErrorCode.BACKUP_INVALID, "unreadable database") from None
     finally:
         store.close()
 
 
-def _check_records(store: SqliteStore, scope: Scope) -> int:
-    checked = 0
+def _check_records(
+    store: SqliteStore, scope: Scope, record_keys: RecordKeys | None
+) -> tuple[int, int]:
+    """(records checked, records whose body could not be opened for want of its key)."""
+    checked = without_key = 0
     after = ""
     while rows := store.records_list(scope, None, after, _PAGE):
-        for row in rows:
-            checked += 1
-            if row.body is not None and not record_body_intact(row.body, row.record_digest):
-                raise OperationRefused(
-                    ErrorCode.BACKUP_INVALID,
-                    f"record {row.record_id} does not match its digest",
-                )
+        checked += len(rows)
+        bodies = {r.record_id: (r.body, r.record_digest) for r in rows if r.body is not None}
+        without_key += check_record_bodies(scope, bodies, record_keys)
         after = rows[-1].record_id
-    return checked
+    return checked, without_key
+
+
+def check_record_bodies(
+    scope: Scope, bodies: Mapping[str, tuple[bytes, str]], record_keys: RecordKeys | None
+) -> int:
+    """Check stored record bodies (record id -> (body, the row's digest)): each sealed one is
+    opened with ``record_keys`` and every plaintext must hash to its digest. Returns how many
+    could not be opened for want of their key; raises ``OperationRefused``."""
+    sealed = {rid: body for rid, (body, _) in bodies.items() if is_sealed_body(body)}
+    try:
+        opened = record_keys.open_many(scope, sealed) if record_keys and sealed else {}
+    except SealIntegrityError:
+        raise OperationRefused(
+            ErrorCode.BACKUP_INVALID, "a record body fails its authentication"
+        ) from None
+    except VaultUnavailable:
+        raise OperationRefused(
+            ErrorCode.RESTORE_REFUSED, "the key store could not be read"
+        ) from None
+    without_key = 0
+    for record_id, (body, record_digest) in bodies.items():
+        # A body from before sealed bodies is checked as it is (sealed when the store opens).
+        plaintext = opened.get(record_id) if record_id in sealed else body
+        if plaintext is None:
+            without_key += 1
+        elif not record_body_intact(plaintext, record_digest):
+            raise OperationRefused(
+                ErrorCode.BACKUP_INVALID, f"record {record_id} does not match its digest"
+            )
+    return without_key
 
 
 def record_body_intact(body: bytes, record_digest: str) -> bool:
@@ -185,24 +224,32 @@ def restore(
         raise OperationRefused(
             ErrorCode.RESTORE_REFUSED,
             f"no key store in {data_dir / KEYS_DIR}: copy the original keys/ folder there first"
-            " (keys are never in a backup), or pass --new-keys to restore the records on new"
-            " keys (pending candidates will not open)",
+            " (keys are never in a backup), or pass --new-keys to restore onto new keys"
+            " (no record body and no pending candidate will open)",
         )
     created = not data_dir.exists()
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     staged = data_dir / f".{DATABASE_FILE}.restore-{secrets.token_hex(6)}"
     try:
         _copy(backup_file, staged)
-        checked = _check(staged)
+        checked = _check(staged, None)
         if missing:
             init_data_dir(data_dir)  # the new key store (no memories yet: allowed)
-        ours = _key_store_id(data_dir)
-        if not missing and checked.key_store_id != ours:
-            raise OperationRefused(
-                ErrorCode.RESTORE_REFUSED,
-                f"the key store in {data_dir / KEYS_DIR} ({ours}) is not the backup's"
-                f" ({checked.key_store_id}); copy that data directory's own keys/ folder there",
-            )
+        vault = _vault(data_dir)
+        try:
+            ours = vault.key_store_id()
+            if not missing and checked.key_store_id != ours:
+                raise OperationRefused(
+                    ErrorCode.RESTORE_REFUSED,
+                    f"the key store in {data_dir / KEYS_DIR} ({ours}) is not the backup's"
+                    f" ({checked.key_store_id}); copy that data directory's own keys/ folder"
+                    " there",
+                )
+            # The bodies, opened with the backup's own key store: intact, and how many are
+            # forgotten since (their keys destroyed).
+            checked = _check(staged, vault.record_keys)
+        finally:
+            vault.close()
         _adopt(staged, ours)
         prepare_data_dir(data_dir)
         for suffix in ("-wal", "-shm"):
@@ -240,15 +287,9 @@ def _copy(source: Path, target: Path) -> None:
         raise OperationRefused(ErrorCode.BACKUP_INVALID, "unreadable database") from None
 
 
-def _key_store_id(data_dir: Path) -> str:
+def _vault(data_dir: Path) -> LocalVault:
     keys = data_dir / KEYS_DIR
-    vault = LocalVault(
-        keys / CANDIDATE_KEYS_FILE, load_or_create_master_key(keys / MASTER_KEY_FILE)
-    )
-    try:
-        return vault.key_store_id()
-    finally:
-        vault.close()
+    return LocalVault(keys / CANDIDATE_KEYS_FILE, load_or_create_master_key(keys / MASTER_KEY_FILE))
 
 
 def _adopt(staged: Path, key_store_id: str) -> None:
@@ -276,6 +317,9 @@ def _rebuild(data_dir: Path, checked: _Checked, operator: str, *, new_keys: bool
             "restored": str((data_dir / DATABASE_FILE).resolve()),
             "journal_heads": checked.scopes,
             "records": checked.records,
+            # Forgotten after the backup was taken (their keys are destroyed): they stay
+            # forgotten, neither readable nor searchable.
+            "records_without_key": checked.without_key,
             "projected": indexed,
             "new_key_store": new_keys,
             "pending_candidates_without_key": unopenable,

@@ -32,6 +32,7 @@ from .engine.ports import (
     Clock,
     Embedder,
     EmbedderUnavailable,
+    RecordKeys,
 )
 from .host.config import (
     HostConfig,
@@ -47,7 +48,7 @@ from .host.tokens import issuer_key_path, load_or_create_issuer_key
 if TYPE_CHECKING:  # the engine and its adapters (the encryption SDK) load in open_embedded
     from .adapters.local.sqlite_store import SqliteStore
     from .adapters.local.vault import LocalVault
-    from .engine.context import TrustedContext
+    from .engine.context import Scope, TrustedContext
     from .engine.service import Engine
     from .in_process import AskHuman
 
@@ -230,6 +231,7 @@ def open_embedded(
     engine = Engine(
         store=store,
         vault=vault,
+        record_keys=vault.record_keys,
         lexical_index=SqliteLexicalIndex(store),
         admission_policy=policy,
         clock=clock,
@@ -243,7 +245,9 @@ def open_embedded(
         vector_index=SqliteVectorIndex(store) if embedder is not None else None,
     )
     _check_key_store_belongs(data_dir, store, vault)
-    _refresh_projections(store, embedder)
+    # A data directory from before sealed bodies: seal its plaintext bodies now (migration).
+    store.seal_plaintext_bodies(vault.record_keys.seal)
+    _refresh_projections(store, vault.record_keys, embedder)
     return EmbeddedHost(
         data_dir=data_dir,
         engine=engine,
@@ -278,19 +282,28 @@ def _check_key_store_belongs(data_dir: Path, store: SqliteStore, vault: LocalVau
         )
 
 
-def _refresh_projections(store: SqliteStore, embedder: Embedder | None) -> None:
+def _refresh_projections(
+    store: SqliteStore, record_keys: RecordKeys, embedder: Embedder | None
+) -> None:
     """Re-index what an analyzer change or a newly enabled embedder made stale (usually nothing:
-    a check of one row). The records' bodies in the store are the source."""
+    a check of one row). The records' sealed bodies in the store are the source; a record whose
+    key is destroyed is not re-indexed."""
     from .engine import lexical, semantic
     from .engine.records import decode
 
-    def fields_of(body: bytes) -> Mapping[str, str]:
-        return lexical.projection_fields(decode(body))
+    def opened(scope: Scope, record_id: str, body: bytes) -> Any:
+        plaintext = record_keys.open_many(scope, {record_id: body}).get(record_id)
+        return None if plaintext is None else decode(plaintext)
 
-    def vector_of(body: bytes) -> tuple[float, ...] | None:
+    def fields_of(scope: Scope, record_id: str, body: bytes) -> Mapping[str, str] | None:
+        record = opened(scope, record_id, body)
+        return None if record is None else lexical.projection_fields(record)
+
+    def vector_of(scope: Scope, record_id: str, body: bytes) -> tuple[float, ...] | None:
         assert embedder is not None
+        record = opened(scope, record_id, body)
         try:
-            return semantic.record_vector(embedder, decode(body))
+            return None if record is None else semantic.record_vector(embedder, record)
         except EmbedderUnavailable:
             return None
 

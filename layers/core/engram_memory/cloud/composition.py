@@ -17,6 +17,7 @@ from ..engine.ports import (
     Clock,
     Embedder,
     LexicalIndex,
+    RecordKeys,
     Store,
     Vault,
     VectorIndex,
@@ -59,6 +60,7 @@ def build_engine(
     opensearch_client: Any = None,
     store: Store | None = None,
     vault: Vault | None = None,
+    record_keys: RecordKeys | None = None,
     lexical_index: LexicalIndex | None = None,
     admission_policy: AdmissionPolicy | None = None,
     clock: Clock | None = None,
@@ -71,6 +73,8 @@ def build_engine(
       ``ENGRAM_BLOB_BUCKET``;
     - vault: ``KmsVault`` under the key ARN ``ENGRAM_DATA_KEY_ARN``, data keys in
       ``ENGRAM_KEY_TABLE``;
+    - record keys: ``KmsRecordKeys``, per-record keys in ``ENGRAM_KEY_TABLE`` under per-scope
+      KMS data keys of ``ENGRAM_DATA_KEY_ARN`` (key class ``record-scope``);
     - lexical index: ``OpenSearchLexicalIndex`` at ``ENGRAM_OPENSEARCH_ENDPOINT``, index
       ``ENGRAM_OPENSEARCH_INDEX`` (default ``engram-records``), SigV4 service
       ``ENGRAM_OPENSEARCH_SERVICE`` (``es``, the default, for a domain; ``aoss`` for
@@ -101,7 +105,7 @@ def build_engine(
         return session_of_env().client(name, config=client_config())  # type: ignore[call-overload]
 
     mode = admission_mode(env)
-    if (store is None or vault is None) and dynamodb_client is None:
+    if (store is None or vault is None or record_keys is None) and dynamodb_client is None:
         dynamodb_client = client("dynamodb")
 
     if store is None:
@@ -127,6 +131,16 @@ def build_engine(
             )
         except ValueError as exc:
             raise ConfigurationError("ENGRAM_DATA_KEY_ARN must be a KMS key ARN") from exc
+    if record_keys is None:
+        from ..adapters.aws.kms_record_keys import KmsRecordKeys
+
+        record_keys = KmsRecordKeys(
+            kms_key_id=required(env, "ENGRAM_DATA_KEY_ARN"),
+            key_table=required(env, "ENGRAM_KEY_TABLE"),
+            kms_client=kms_client if kms_client is not None else client("kms"),
+            dynamodb_client=dynamodb_client,
+            session=session_of_env(),
+        )
     if lexical_index is None:
         from ..adapters.aws.opensearch_index import OpenSearchLexicalIndex
 
@@ -183,6 +197,7 @@ def build_engine(
     return Engine(
         store=store,
         vault=vault,
+        record_keys=record_keys,
         lexical_index=lexical_index,
         admission_policy=admission_policy,
         clock=clock,

@@ -39,12 +39,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..backup import OperationRefused, record_body_intact
+from ..backup import OperationRefused, check_record_bodies
 from ..contract.errors import EngramError, ErrorCode
 from ..engine.context import Scope
 from ..engine.journal import EMPTY_HEAD, verify_journal
 from ..engine.operations import audited
-from ..engine.ports import JournalEvent, JournalHead
+from ..engine.ports import JournalEvent, JournalHead, RecordKeys
 from .operator import OperatorSession
 
 __all__ = ["OperationRefused", "backup_stack", "restore_stack"]
@@ -190,11 +190,15 @@ class _Checked:
     heads: dict[str, int]
     records: int
     blobs: list[str]
+    without_key: int  # record bodies whose key is gone (forgotten since), or not this stack's
 
 
-def _check(items: list[Item], blob: Callable[[str], bytes]) -> _Checked:
-    """Every scope's journal verifies, every record body hashes to its digest (``blob`` reads a
-    body kept in S3). Raises ``OperationRefused(BACKUP_INVALID)``."""
+def _check(
+    items: list[Item], blob: Callable[[str], bytes], record_keys: RecordKeys | None
+) -> _Checked:
+    """Every scope's journal verifies, every record body that ``record_keys`` opens hashes to
+    its digest (``blob`` reads a body kept in S3; a body whose key is gone is counted). Raises
+    ``OperationRefused(BACKUP_INVALID)``."""
     journal = _ExportedJournal(items)
     heads: dict[str, int] = {}
     for scope in sorted(journal.heads, key=lambda s: (s.tenant_id, s.workspace_id)):
@@ -209,8 +213,9 @@ def _check(items: list[Item], blob: Callable[[str], bytes]) -> _Checked:
     orphans = set(journal.events_of) - set(journal.heads)
     if orphans:
         raise OperationRefused(ErrorCode.BACKUP_INVALID, "journal events without a journal head")
-    records = 0
     blobs = sorted({_s(item, ref) for item in items for ref in _BLOB_REFS if _s(item, ref)})
+    bodies: dict[Scope, dict[str, tuple[bytes, str]]] = {}
+    records = 0
     for item in items:
         if _s(item, "kind") != "record":
             continue
@@ -220,12 +225,13 @@ def _check(items: list[Item], blob: Callable[[str], bytes]) -> _Checked:
             body = bytes(item["body"]["B"])
         elif _s(item, "body_ref"):
             body = blob(_s(item, "body_ref"))
-        if body is not None and not record_body_intact(body, _s(item, "record_digest")):
-            raise OperationRefused(
-                ErrorCode.BACKUP_INVALID,
-                f"record {_s(item, 'record_id')} does not match its digest",
-            )
-    return _Checked(items, heads, records, blobs)
+        if body is not None:
+            scope = Scope(_s(item, "tenant_id"), _s(item, "workspace_id"))
+            bodies.setdefault(scope, {})[_s(item, "record_id")] = (body, _s(item, "record_digest"))
+    without_key = sum(
+        check_record_bodies(scope, of_scope, record_keys) for scope, of_scope in bodies.items()
+    )
+    return _Checked(items, heads, records, blobs, without_key)
 
 
 # --------------------------------------------------------------------------------------------
@@ -291,6 +297,7 @@ def backup_stack(
         checked = _check(
             _export_items(op.s3, bucket, data_files),
             lambda key: _read(op.s3, resources.blob_bucket, key),
+            op.engine.record_keys,
         )
         for key in checked.blobs:
             op.s3.copy_object(
@@ -326,6 +333,7 @@ def backup_stack(
             "items": len(checked.items),
             "journal_heads": checked.heads,
             "records": checked.records,
+            "records_without_key": checked.without_key,
             "blobs": len(checked.blobs),
             "keys_included": False,
             "projections_included": False,
@@ -379,7 +387,11 @@ def restore_stack(op: OperatorSession, source: str, *, new_keys: bool = False) -
     def run(call: Any) -> dict[str, Any]:
         manifest = _manifest(op, bucket, prefix)
         items = _export_items(op.s3, bucket, [str(key) for key in manifest["data_files"]])
-        checked = _check(items, lambda key: _read(op.s3, bucket, f"{prefix}/blobs/{key}"))
+        checked = _check(
+            items,
+            lambda key: _read(op.s3, bucket, f"{prefix}/blobs/{key}"),
+            op.engine.record_keys,
+        )
         if manifest.get("tenant_id") != resources.tenant_id:
             raise OperationRefused(
                 ErrorCode.RESTORE_REFUSED,
@@ -437,6 +449,7 @@ def restore_stack(op: OperatorSession, source: str, *, new_keys: bool = False) -
             "items": len(kept),
             "journal_heads": restored,
             "records": checked.records,
+            "records_without_key": checked.without_key,
             "projected": projected,
             "new_key_store": not own_keys,
             "pending_candidates_without_key": unopenable,

@@ -31,6 +31,7 @@ from . import lexical
 from .context import Scope, TrustedContext
 from .gate import Approval, ConfirmationRequest, approval_conflict, check_approval
 from .ports import (
+    RECORD_KEY_TARGET,
     AdmissionPolicy,
     AuditSink,
     CandidateRow,
@@ -50,6 +51,7 @@ from .ports import (
     ProjectionChange,
     ProjectionDoc,
     ProjectionSurface,
+    RecordKeys,
     RecordRow,
     SealedBlob,
     SealIntegrityError,
@@ -143,6 +145,7 @@ class Kernel:
         *,
         store: Store,
         vault: Vault,
+        record_keys: RecordKeys,
         lexical_index: LexicalIndex,
         admission_policy: AdmissionPolicy,
         clock: Clock,
@@ -154,6 +157,7 @@ class Kernel:
     ) -> None:
         self.store = store
         self.vault = vault
+        self.record_keys = record_keys
         self.lexical = lexical_index
         self.policy = admission_policy
         self.clock = clock
@@ -401,7 +405,9 @@ class Kernel:
         done = True
         for item in items:
             try:
-                if item.kind == "destroy_key":
+                if item.kind == "destroy_key" and item.target.startswith(RECORD_KEY_TARGET):
+                    self.record_keys.destroy(item.scope, item.target[len(RECORD_KEY_TARGET) :])
+                elif item.kind == "destroy_key":
                     self.vault.destroy(item.target)
                 elif item.kind == "upsert_projection":
                     known = None if docs is None else docs.get(item.target)
@@ -438,20 +444,33 @@ class Kernel:
         the record's terms in the index, so the document is dropped again.
         """
         drop = ProjectionChange(delete_record_id=record_id)
-        body = _projected_body(row)
-        if body is None:
+        current = row if _projectable(row) else None
+        doc = known if current is not None else None
+        if doc is None and current is not None:
+            record = self._opened(scope, current)  # None once its key is destroyed
+            doc = None if record is None else self.projection_doc(record_id, record)
+        if doc is None:
             for surface in surfaces:
                 surface.apply(scope, drop)
             return False
-        upsert = ProjectionChange(upsert=known or self.projection_doc(record_id, decode(body)))
+        upsert = ProjectionChange(upsert=doc)
         for surface in surfaces:
             surface.apply(scope, upsert)
         after = self.store.record_get(scope, record_id)
-        if _projected_body(after) is None:
+        if not _projectable(after):
             for surface in surfaces:
                 surface.apply(scope, drop)
             return False
         return True
+
+    def _opened(self, scope: Scope, row: RecordRow) -> dict[str, Any] | None:
+        """The record a row with a body holds, or None when its key is destroyed.
+        ``VaultUnavailable`` goes up: an outbox item then stays pending for the drainer."""
+        assert row.body is not None
+        plaintext = self.record_keys.open_many(scope, {row.record_id: row.body}).get(row.record_id)
+        if plaintext is None:
+            return None
+        return _checked_record(row.record_id, plaintext, row.record_digest)
 
     def drain_outbox(self, limit: int = 100) -> int:
         """Complete pending key destructions and projection upserts and drops (every scope, at
@@ -535,6 +554,32 @@ class Kernel:
             except VaultUnavailable:
                 log.warning("could not shred an unused candidate key", extra={"key_ref": key_ref})
 
+    def prepare_record_key(self, call: Call, record_id: str) -> None:
+        """Make the key of the record a capture may become (written with the candidate's key)."""
+        try:
+            self.record_keys.prepare(call.scope, record_id)
+        except VaultUnavailable:
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+
+    @staticmethod
+    def destroy_record_key(scope: Scope, record_id: str, now_ms: int) -> OutboxItem:
+        """The outbox item destroying a record's key (after forget, or a candidate's end)."""
+        target = RECORD_KEY_TARGET + record_id
+        return OutboxItem(
+            item_id=f"destroy_key:{target}",
+            kind="destroy_key",
+            scope=scope,
+            target=target,
+            enqueued_at_ms=now_ms,
+        )
+
+    def seal_record(self, call: Call, record: Mapping[str, Any]) -> bytes:
+        """The record's body sealed under its own key (``RecordKeys``), for ``RecordRow.body``."""
+        try:
+            return self.record_keys.seal(call.scope, record["record_id"], encode(dict(record)))
+        except VaultUnavailable:
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+
     def seal(self, call: Call, candidate_id: str, content: Mapping[str, Any]) -> SealedBlob:
         try:
             return self.vault.seal(call.scope, candidate_id, encode(dict(content)))
@@ -614,25 +659,53 @@ class Kernel:
             and (row.expires_at_ms is None or now_ms < row.expires_at_ms)
         )
 
-    def body(self, row: RecordRow) -> dict[str, Any]:
+    def body(self, scope: Scope, row: RecordRow) -> dict[str, Any]:
+        """The record ``row`` holds, opened and checked against its digest.
+
+        ``BLOB_MISSING`` when the body is gone from the row; ``NOT_FOUND`` when its key is: only
+        forget destroys a record's key, so the row is one restored from a backup taken before the
+        forget, and the record stays forgotten."""
         if row.body is None:
             raise EngramError(ErrorCode.BLOB_MISSING)
-        record: dict[str, Any] = decode(row.body)
-        if stored_body_matches(row.body, row.record_digest):
-            # The bytes hash to the row's digest; the decoded record must carry it at its top.
-            if (
-                record.get("record_digest") == row.record_digest
-                and record.get("record_id") == row.record_id
-            ):
-                return record
-        elif record_digest_matches(record) and record["record_digest"] == row.record_digest:
-            return dict(record)
-        raise EngramError(ErrorCode.JOURNAL_CORRUPT)
+        record = self.bodies(scope, [row]).get(row.record_id)
+        if record is None:
+            raise EngramError(ErrorCode.NOT_FOUND)
+        return record
+
+    def bodies(self, scope: Scope, rows: Sequence[RecordRow]) -> dict[str, dict[str, Any]]:
+        """The records of ``rows`` whose bodies can be opened (one key-store read for all), by
+        record id; a row without a body or whose key is destroyed is left out."""
+        sealed = {row.record_id: row.body for row in rows if row.body is not None}
+        if not sealed:
+            return {}
+        try:
+            opened = self.record_keys.open_many(scope, sealed)
+        except SealIntegrityError:
+            raise EngramError(ErrorCode.JOURNAL_CORRUPT) from None
+        except VaultUnavailable:
+            raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+        digests = {row.record_id: row.record_digest for row in rows}
+        return {
+            record_id: _checked_record(record_id, plaintext, digests[record_id])
+            for record_id, plaintext in opened.items()
+        }
 
 
-def _projected_body(row: RecordRow | None) -> bytes | None:
-    """The body to project when a record belongs in the projections (current, not shredded)."""
-    return row.body if row is not None and row.state == "accepted_current" else None
+def _checked_record(record_id: str, plaintext: bytes, record_digest: str) -> dict[str, Any]:
+    record: dict[str, Any] = decode(plaintext)
+    if stored_body_matches(plaintext, record_digest):
+        # The bytes hash to the row's digest; the decoded record must carry it at its top.
+        if record.get("record_digest") == record_digest and record.get("record_id") == record_id:
+            return record
+    elif record_digest_matches(record) and record["record_digest"] == record_digest:
+        return dict(record)
+    raise EngramError(ErrorCode.JOURNAL_CORRUPT)
+
+
+def _projectable(row: RecordRow | None) -> bool:
+    """Whether a record belongs in the projections: current and not shredded (and, checked when
+    its body is opened, its key not destroyed)."""
+    return row is not None and row.state == "accepted_current" and row.body is not None
 
 
 class _Contention:

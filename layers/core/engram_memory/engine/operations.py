@@ -313,6 +313,11 @@ def _operator_authorization(engine: Kernel, call: Call, arguments: Mapping[str, 
 # --------------------------------------------------------------------------------------------
 
 
+def _readable(engine: Kernel, scope: Scope, row: RecordRow) -> dict[str, Any] | None:
+    """The record's body for an operator, or None once shredded or its key destroyed."""
+    return engine.bodies(scope, [row]).get(row.record_id)
+
+
 def _record_summary(row: RecordRow) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "record_id": row.record_id,
@@ -359,7 +364,7 @@ def record_show(engine: Kernel, scope: Scope, record_id: str, operator: str) -> 
         if row is None:
             raise EngramError(ErrorCode.NOT_FOUND)
         call.digests["record_digest"] = row.record_digest
-        return {**_record_summary(row), "record": engine.body(row) if row.body else None}
+        return {**_record_summary(row), "record": _readable(engine, scope, row)}
 
     return audited(engine, scope, operator, "records_show", record_id, run)
 
@@ -468,7 +473,7 @@ def _commit_transition(
         projection = ProjectionChange(delete_record_id=record_id)
         outbox = engine.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms)
     elif returning:
-        doc = engine.projection_doc(record_id, engine.body(row))
+        doc = engine.projection_doc(record_id, engine.body(call.scope, row))
         projection = ProjectionChange(upsert=doc)
         outbox = engine.deferred_projections(
             call.scope, record_id, "upsert_projection", call.now_ms
@@ -568,9 +573,9 @@ def status(engine: Kernel, scope: Scope, operator: str) -> dict[str, Any]:
         counts = engine.store.state_counts(scope)
         head = engine.store.head(scope)
         try:
-            checked, missing = _missing_from_index(engine, scope)
+            checked, missing, without_key = _missing_from_index(engine, scope)
         except IndexUnavailable:  # e.g. the cloud operator's seat: the drainer writes the index
-            checked, missing = 0, None
+            checked, missing, without_key = 0, None, None
         pending = bool(
             counts.get("outbox:upsert_projection", 0) or counts.get("outbox:drop_projection", 0)
         )
@@ -585,6 +590,7 @@ def status(engine: Kernel, scope: Scope, operator: str) -> dict[str, Any]:
                 "reachable": missing is not None,
                 "current_records_checked": checked,
                 "missing_from_index": missing,
+                "current_records_without_key": without_key,
                 "pending_upserts": counts.get("outbox:upsert_projection", 0),
                 "pending_drops": counts.get("outbox:drop_projection", 0),
                 "fresh": None if missing is None else missing == 0 and not pending,
@@ -595,9 +601,11 @@ def status(engine: Kernel, scope: Scope, operator: str) -> dict[str, Any]:
     return audited(engine, scope, operator, "status", None, run)
 
 
-def _missing_from_index(engine: Kernel, scope: Scope) -> tuple[int, int]:
-    """How many current records were checked, and how many some index does not hold."""
-    missing = 0
+def _missing_from_index(engine: Kernel, scope: Scope) -> tuple[int, int, int]:
+    """How many current records were checked, how many some index does not hold, and how many
+    of those are not indexed because their key is destroyed (forgotten since a restored backup
+    was taken: right, not stale)."""
+    missing = without_key = 0
     checked = 0
     after = ""
     while checked < _STATUS_SCAN_LIMIT:
@@ -609,9 +617,20 @@ def _missing_from_index(engine: Kernel, scope: Scope) -> tuple[int, int]:
             if row.body is not None and not all(
                 surface.contains(scope, row.record_id) for surface in engine.surfaces
             ):
-                missing += 1
+                if _key_held(engine, scope, row.record_id):
+                    missing += 1
+                else:
+                    without_key += 1
         after = rows[-1].record_id
-    return checked, missing
+    return checked, missing, without_key
+
+
+def _key_held(engine: Kernel, scope: Scope, record_id: str) -> bool:
+    """Whether the record's key exists (when the key store cannot say: assume it does)."""
+    try:
+        return engine.record_keys.key_exists(scope, record_id)
+    except VaultUnavailable:
+        return True
 
 
 def _by_prefix(counts: Mapping[str, int], prefix: str) -> dict[str, int]:
@@ -660,12 +679,18 @@ def export_records(engine: Kernel, scope: Scope, operator: str) -> Iterator[dict
             if not rows:
                 break
             after = rows[-1].record_id
-            for row in rows:
-                if row.body is None or not engine.eligible(row, call.now_ms):
-                    continue
-                lines.append(
-                    {"record": engine.body(row), "receipts": _admission(engine, scope, row)}
-                )
+            current = [row for row in rows if engine.eligible(row, call.now_ms)]
+            # A record whose key is destroyed (restored from a backup older than its forget) is
+            # forgotten: not exported.
+            opened = engine.bodies(scope, current)
+            for row in current:
+                if row.record_id in opened:
+                    lines.append(
+                        {
+                            "record": opened[row.record_id],
+                            "receipts": _admission(engine, scope, row),
+                        }
+                    )
         call.digests["exported_records"] = str(len(lines))
         return lines
 
@@ -782,7 +807,7 @@ def reindex(engine: Kernel, scope: Scope) -> ReindexReport:
                 else:
                     dropped += 1
         pending = engine.drain_scope(scope, "upsert_projection")
-    except StoreUnavailable:
+    except (StoreUnavailable, VaultUnavailable):
         raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
     except IndexUnavailable:
         raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None

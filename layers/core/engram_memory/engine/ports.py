@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from .context import HostFactDigests, Scope
 
@@ -126,7 +126,9 @@ class RecordRow:
     valid_to_ms: int | None
     expires_at_ms: int | None
     accepted_cursor: int
-    body: bytes | None  # canonical JSON of the full record; None once crypto-shredded (tombstone)
+    # The full record's canonical JSON sealed under the record's own key (``RecordKeys``); None
+    # once shredded (tombstone). Destroying the key makes every copy of these bytes unreadable.
+    body: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,9 @@ class StateTransition:
 
 OutboxKind = Literal["destroy_key", "drop_projection", "upsert_projection"]
 OUTBOX_KINDS: tuple[OutboxKind, ...] = ("destroy_key", "drop_projection", "upsert_projection")
+# A ``destroy_key`` item whose target starts with this destroys a record's key (``RecordKeys``):
+# ``record:<record_id>``; any other target is a candidate's ``key_ref`` (``Vault``).
+RECORD_KEY_TARGET: Final = "record:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +172,7 @@ class OutboxItem:
     item_id: str
     kind: OutboxKind
     scope: Scope
-    target: str  # key_ref for destroy_key, record_id for the projection kinds
+    target: str  # key_ref (or RECORD_KEY_TARGET + record_id) for destroy_key, else record_id
     surface: str = ""  # projection surface name for the projection kinds
     enqueued_at_ms: int = 0  # when the committing call ran (0: unknown); for the outbox-age metric
 
@@ -300,6 +305,40 @@ class Vault(Protocol):
         ...
 
     def key_exists(self, key_ref: str) -> bool: ...
+
+
+class RecordKeys(Protocol):
+    """Seals admitted record bodies under per-record data keys: a key class apart from the
+    vault's candidate keys, so reading records needs no permission to open candidates.
+
+    Each record gets its own 256-bit data key (AES-GCM), wrapped under its scope's key, which an
+    adapter unwraps once per process and caches: opening a body costs a key-store read and an
+    AES-GCM decryption, never a KMS call or an Encryption SDK message. The keys live in the key
+    store that is never backed up, so destroying a record's key makes every copy of its body (the
+    live store, a backup, a point-in-time copy) unreadable for good.
+    """
+
+    def prepare(self, scope: Scope, record_id: str) -> None:
+        """Make the key of a record that may be admitted later (at capture). An adapter may keep
+        it until its key store's next write (embedded: the candidate's key, one commit) instead
+        of writing it at once; ``seal`` makes it durable if it is not yet."""
+        ...
+
+    def seal(self, scope: Scope, record_id: str, plaintext: bytes) -> bytes:
+        """Encrypt a record body; on return its key is durable. Raises ``VaultUnavailable``."""
+        ...
+
+    def open_many(self, scope: Scope, sealed: Mapping[str, bytes]) -> dict[str, bytes]:
+        """Decrypt bodies by record id (one key-store read for all). A record whose key is gone
+        is left out of the answer; ``SealIntegrityError`` when a body fails authentication or
+        belongs to another record, ``VaultUnavailable`` when the key store cannot be read."""
+        ...
+
+    def destroy(self, scope: Scope, record_id: str) -> None:
+        """Durably delete the record's key; idempotent."""
+        ...
+
+    def key_exists(self, scope: Scope, record_id: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

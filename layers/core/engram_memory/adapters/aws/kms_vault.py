@@ -259,7 +259,7 @@ class KmsVault:
             data_key, found, algorithm = decrypt_message(self._esdk, keyring, wrapped, context)
         except SealIntegrityError:
             kms_error = recorder.last_error()
-            if kms_error is not None and _is_transient(kms_error):
+            if kms_error is not None and is_transient_kms_error(kms_error):
                 raise VaultUnavailable("KMS could not unwrap the data key right now") from kms_error
             if kms_error is not None:
                 raise SealIntegrityError("KMS refused to unwrap the data key") from kms_error
@@ -380,7 +380,7 @@ class _RecordingKmsClient:
             raise
 
 
-def _is_transient(exc: BaseException) -> bool:
+def is_transient_kms_error(exc: BaseException) -> bool:
     """Whether a KMS client error means "try again later" rather than "refused"."""
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})

@@ -48,6 +48,7 @@ from ...engine.ports import (
     RecordRow,
     StoreUnavailable,
 )
+from ..record_sealing import BODY_FORMAT
 from .vector_matrix import VectorMatrices
 
 FaultHook = Callable[[str], None]
@@ -1007,8 +1008,8 @@ class SqliteStore:
     def refresh_projections(
         self,
         lexical_version: str,
-        fields_of: Callable[[bytes], Mapping[str, str]],
-        vector_of: Callable[[bytes], tuple[float, ...] | None] | None = None,
+        fields_of: Callable[[Scope, str, bytes], Mapping[str, str] | None],
+        vector_of: Callable[[Scope, str, bytes], tuple[float, ...] | None] | None = None,
     ) -> int:
         """Re-project the records whose projection is stale; return how many were re-projected.
 
@@ -1016,7 +1017,9 @@ class SqliteStore:
         database was indexed with (a database from before versions were recorded counts as
         stale); with ``vector_of`` (a semantic host), every projected record without a vector.
         A record's vector is kept when only its lexical fields are rebuilt. Each record is
-        re-projected in its own transaction, from the record body in the canonical store.
+        re-projected in its own transaction, from the record body in the canonical store (the
+        callbacks open it; ``fields_of`` answers None for a body that can no longer be opened,
+        whose projection is then dropped).
         """
         with self._guard(), self._pool.connection() as conn:
             row = conn.execute(
@@ -1037,10 +1040,14 @@ class SqliteStore:
             scope, body = Scope(tenant_id, workspace_id), _as_bytes(raw)
             vector = self.vector_get(scope, record_id)
             if vector is None and vector_of is not None:
-                vector = vector_of(body)
+                vector = vector_of(scope, record_id, body)
             elif not stale_lexical:
                 continue
-            doc = ProjectionDoc(record_id, fields_of(body), vector)
+            fields = fields_of(scope, record_id, body)
+            if fields is None:
+                self.lexical_apply(scope, ProjectionChange(delete_record_id=record_id))
+                continue
+            doc = ProjectionDoc(record_id, fields, vector)
             self.lexical_apply(scope, ProjectionChange(upsert=doc))
             done += 1
         with self._guard(), self._pool.connection() as conn:
@@ -1050,6 +1057,42 @@ class SqliteStore:
                 (lexical_version,),
             )
         return done
+
+    def seal_plaintext_bodies(self, seal: Callable[[Scope, str, bytes], bytes]) -> int:
+        """Seal the record bodies a database from before sealed bodies holds in plaintext (the
+        migration, run when the data directory is opened); return how many.
+
+        Each body is replaced in place (``secure_delete`` zeroes the old cells) and the WAL is
+        scrubbed afterwards, so the plaintext is gone from ``engram.db`` and its -wal. The lexical
+        projection keeps its terms (it is derived, live data, never backed up); backups taken
+        before the migration still hold the plaintext and should be replaced by a new one.
+        """
+        with self._guard(), self._pool.connection() as conn:
+            legacy = conn.execute(
+                "SELECT tenant_id, workspace_id, record_id, body FROM records "
+                "WHERE body IS NOT NULL AND substr(body, 1, 4) != ?",
+                (BODY_FORMAT,),
+            ).fetchall()
+            if not legacy:
+                return 0
+            sealed = [
+                (seal(Scope(t, w), record_id, _as_bytes(body)), t, w, record_id)
+                for t, w, record_id, body in legacy
+            ]
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    "UPDATE records SET body = ? WHERE tenant_id = ? AND workspace_id = ? "
+                    "AND record_id = ?",
+                    sealed,
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            self._scrub_wal(conn)
+        log.info("sealed the plaintext bodies of a database from before sealed bodies")
+        return len(sealed)
 
     def vector_get(self, scope: Scope, record_id: str) -> tuple[float, ...] | None:
         with self._guard(), self._pool.connection() as conn:

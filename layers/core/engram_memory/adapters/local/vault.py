@@ -36,6 +36,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engram_memory.adapters.local.private_files import fsync_dir, make_private_dirs, write_all
+from engram_memory.adapters.local.record_keys import SCHEMA as RECORD_KEYS_SCHEMA
+from engram_memory.adapters.local.record_keys import LocalRecordKeys
 from engram_memory.adapters.sealing import KEY_NAMESPACE, decrypt_message, encryption_context
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
@@ -100,6 +102,8 @@ class LocalVault:
             max_encrypted_data_keys=1,
         )
         self._conn: sqlite3.Connection | None = self._connect()
+        # Record bodies' keys: the same key file, another key class (see record_keys.py).
+        self.record_keys = LocalRecordKeys(self._run, master_key)
 
     # ----------------------------------------------------------------------------------------
     # Vault port
@@ -126,16 +130,25 @@ class LocalVault:
             raise VaultUnavailable("the local vault could not encrypt the candidate") from exc
         if not isinstance(ciphertext, bytes):
             raise VaultUnavailable("the local vault could not encrypt the candidate")
-        # The key row is written after encryption succeeded so a failed seal leaves no orphan key.
+        # The key row is written after encryption succeeded so a failed seal leaves no orphan key,
+        # and with the record keys made meanwhile (``LocalRecordKeys.prepare``): one commit.
         created_at_ms = time.time_ns() // 1_000_000
-        self._run(
-            "seal",
-            lambda conn: conn.execute(
-                "INSERT INTO data_keys (key_ref, nonce, wrapped, created_at_ms)"
-                " VALUES (?, ?, ?, ?)",
-                (key_ref, nonce, wrapped, created_at_ms),
-            ),
-        )
+
+        def write_keys(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "INSERT INTO data_keys (key_ref, nonce, wrapped, created_at_ms)"
+                    " VALUES (?, ?, ?, ?)",
+                    (key_ref, nonce, wrapped, created_at_ms),
+                )
+                self.record_keys.write_prepared(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        self._run("seal", write_keys)
         return SealedBlob(key_ref=key_ref, ciphertext=ciphertext)
 
     def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
@@ -232,6 +245,7 @@ class LocalVault:
                         (fresh, rewrapper.encrypt(fresh, data_key, aad), key_ref),
                     )
                     done += 1
+                self.record_keys.rewrap_scope_keys(conn, rewrapper)
                 conn.execute(
                     "INSERT INTO key_store VALUES ('master_fingerprint', ?) "
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
@@ -311,6 +325,7 @@ class LocalVault:
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute(_SCHEMA)
             conn.execute(_IDENTITY_SCHEMA)
+            conn.executescript(RECORD_KEYS_SCHEMA)
         except sqlite3.Error as exc:
             conn.close()
             raise VaultUnavailable("the local vault key file cannot be opened") from exc

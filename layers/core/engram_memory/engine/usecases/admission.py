@@ -25,7 +25,6 @@ from ..ports import (
 )
 from ..records import (
     decode,
-    encode,
     receipt,
     scope_ref,
 )
@@ -153,6 +152,14 @@ def settle(
         enqueued_at_ms=call.now_ms,
     )
     doc = k.projection_doc(candidate.record_id, record) if accepted else None
+    # Accepted: the body sealed under the record's key (made at capture). Rejected: that key
+    # protects nothing and is destroyed with the candidate's.
+    sealed_body = k.seal_record(call, record) if accepted else None
+    destroys = (
+        (destroy,)
+        if accepted
+        else (destroy, k.destroy_record_key(call.scope, candidate.record_id, call.now_ms))
+    )
     upserts = (
         k.deferred_projections(call.scope, candidate.record_id, "upsert_projection", call.now_ms)
         if accepted
@@ -204,7 +211,7 @@ def settle(
                 valid_to_ms=valid_time.get("t_end"),
                 expires_at_ms=parse_instant(expires_at) if expires_at else None,
                 accepted_cursor=cursor,
-                body=encode(record),
+                body=sealed_body,
             )
             if k.projects_in_store:
                 projection = ProjectionChange(upsert=doc)
@@ -219,7 +226,7 @@ def settle(
             new_record=new_record,
             projection=projection,
             approval_id=call.approval.approval_id if call.approval else None,
-            outbox=(*upserts, destroy),
+            outbox=(*upserts, *destroys),
         )
 
     changes = k.commit(call, build)

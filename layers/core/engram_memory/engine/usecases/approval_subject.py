@@ -15,7 +15,6 @@ from ...contract.errors import EngramError
 from ..context import TrustedContext
 from ..kernel import Call, Kernel
 from ..ports import AuditEvent
-from ..records import decode
 
 AUDIT_CODE = "APPROVAL_SUBJECT_OPENED"
 
@@ -38,7 +37,7 @@ def approval_subject(
             row = k.read(lambda: k.store.record_get(ctx.scope, target))
             if row is None or row.body is None:
                 return None
-            return ApprovalSubject(dict(decode(row.body)), row.record_digest, None)
+            return ApprovalSubject(k.body(ctx.scope, row), row.record_digest, None)
         if tool == "withdraw":
             call = Call(tool=tool, ctx=ctx, now_ms=now_ms)
             candidate = k.pending_candidate(call, target)  # NOT_FOUND for another principal

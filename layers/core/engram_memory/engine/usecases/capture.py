@@ -58,6 +58,7 @@ def capture(k: Kernel, call: Call, args: CaptureInput) -> dict[str, Any]:
             recorded_cursor=cursor,
             authorization_receipt_digest=authorization,
         )
+        k.prepare_record_key(call, record["record_id"])
         blob = k.seal(call, candidate_id, {"record": record, "evidence": evidence})
         sealed_keys.append(blob.key_ref)
         event, _ = build_event(

@@ -73,6 +73,8 @@ def commit_withdraw(
         target=candidate.key_ref,
         enqueued_at_ms=call.now_ms,
     )
+    # The key made at capture for the record this candidate would have become.
+    destroy_record_key = k.destroy_record_key(call.scope, candidate.record_id, call.now_ms)
     output: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:
@@ -110,7 +112,7 @@ def commit_withdraw(
             event=event,
             candidate_transition=StateTransition(candidate_id, "pending", "withdrawn"),
             approval_id=approval_id,
-            outbox=(destroy,),
+            outbox=(destroy, destroy_record_key),
         )
 
     changes = k.commit(call, build)
@@ -164,7 +166,12 @@ def commit_forget(
     record_id = row.record_id
     call.digests.update(record_digest=row.record_digest)
     drop = ProjectionChange(delete_record_id=record_id)
-    outbox = k.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms)
+    # The record's key goes in the same flow as its projections: every copy of the body it
+    # sealed (a backup, a point-in-time copy) is unreadable from then on.
+    outbox = [
+        *k.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms),
+        k.destroy_record_key(call.scope, record_id, call.now_ms),
+    ]
     output: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:
