@@ -865,3 +865,44 @@ def test_the_memory_index_scores_like_fts5_bm25(tmp_path: Path) -> None:
         memory.search(SCOPE, ["wal"], 10)
     sqlite_store.close()
     assert set(lexical.FIELD_WEIGHTS) >= {name for _, f in docs for name in f}
+
+
+# --------------------------------------------------------------------------------------------
+# Revocations: a short cache of "not revoked" per function container
+# --------------------------------------------------------------------------------------------
+
+
+def test_another_container_sees_a_revocation_once_its_short_cache_lapses(
+    store: DynamoStore,
+) -> None:
+    tenant = SCOPE.tenant_id
+    warm = DynamoStore(  # a container whose "not revoked" is still fresh
+        table_name=store.table_name,
+        bucket=store.bucket,
+        dynamodb=store.dynamodb,
+        s3=store.s3,
+        revocation_cache_s=3_600,
+    )
+    uncached = DynamoStore(
+        table_name=store.table_name,
+        bucket=store.bucket,
+        dynamodb=store.dynamodb,
+        s3=store.s3,
+        revocation_cache_s=0,
+    )
+    reads: list[str] = []
+    inject(store.dynamodb, "before-call.dynamodb.BatchGetItem", lambda **_: reads.append("read"))
+    for container in (warm, uncached):
+        assert not container.credential_revoked(tenant, "jti-1", "agent-alice", 1_000)
+    assert not warm.credential_revoked(tenant, "jti-1", "agent-alice", 1_000)
+    assert len(reads) == 2  # the warm container trusted its "no" for the second call
+    store.revoke_credentials(tenant, "token", "jti-1", 2_000)  # the operator, elsewhere
+    assert uncached.credential_revoked(tenant, "jti-1", "agent-alice", 1_000)
+    assert not warm.credential_revoked(tenant, "jti-1", "agent-alice", 1_000)  # within its cache
+    fresh = DynamoStore(
+        table_name=store.table_name, bucket=store.bucket, dynamodb=store.dynamodb, s3=store.s3
+    )
+    assert fresh.credential_revoked(tenant, "jti-1", "agent-alice", 1_000)
+    reads.clear()
+    assert fresh.credential_revoked(tenant, "jti-1", "agent-alice", 1_000)
+    assert reads == []  # "revoked" is kept: a revocation is never lifted

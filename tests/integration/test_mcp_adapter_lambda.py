@@ -14,13 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 from aws_testing import TABLE
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_tool_handlers import Cloud, FakeLambdaContext, capture_event, cloud, event, load_app
 
+from engram_memory.adapters.local.clock import SystemClock
 from engram_memory.cloud.mcp_adapter import LambdaAdapter, build_adapter, execute_api_host
 from engram_memory.engine.context import TOOLS
+from engram_memory.engine.operations import revoke_credentials
 from engram_memory.host.tokens import TokenIssuer
 
 __all__ = ["cloud"]  # the fixture, re-used
@@ -515,3 +518,26 @@ def test_the_adapter_passes_its_deadline_and_a_spent_one_invokes_nothing(
     error = json.loads(response["body"])["result"]["structuredContent"]["error"]
     assert error["code"] == "DEADLINE_EXCEEDED"
     assert len(adapter.lam.calls) == 1  # the spent call never reached a function
+
+
+def test_a_revoked_token_answers_authorization_revoked_through_the_adapter(
+    adapter: Adapter, cloud: Cloud
+) -> None:
+    """``admin tokens revoke`` in the cloud: the operator's revocation item in DynamoDB, read by
+    the tool function's engine for the token the adapter verified (its jti and iat travel in
+    the invocation's context: no credential does)."""
+    search = event("search", query="anything at all")["arguments"]
+    kept, revoked = adapter.token(), adapter.token()
+    jti = jwt.decode(revoked, options={"verify_signature": False})["jti"]
+    revoke_credentials(cloud.engine(), TENANT, "arn:aws:iam::123456789012:role/ops", token_id=jti)
+    answer = adapter.call("search", search, token=revoked)["result"]["structuredContent"]
+    assert answer["ok"] is False and answer["error"]["code"] == "AUTHORIZATION_REVOKED"
+    sent = adapter.lam.calls[-1]["payload"]["context"]
+    assert sent["credential_id"] == jti and revoked not in json.dumps(adapter.lam.calls)
+    assert adapter.call("search", search, token=kept)["result"]["structuredContent"]["ok"]
+
+    unused = adapter.token()
+    operator = cloud.engine(clock=SystemClock())  # the tokens' iat is the real time
+    revoke_credentials(operator, TENANT, "ops", principal="agent-alice")
+    answer = adapter.call("search", search, token=unused)["result"]["structuredContent"]
+    assert answer["error"]["code"] == "AUTHORIZATION_REVOKED"  # issued before: revoked too

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ from .engine.operations import audited, reindex
 from .engine.ports import RecordKeys, SealIntegrityError, StoreUnavailable, VaultUnavailable
 from .engine.records import decode, record_digest_matches
 
-__all__ = ["OperationRefused", "backup", "restore"]
+__all__ = ["OperationRefused", "backup", "check_record_bodies", "record_body_intact", "restore"]
 
 _PAGE = 500
 
@@ -152,40 +153,50 @@ def _check_records(
     checked = without_key = 0
     after = ""
     while rows := store.records_list(scope, None, after, _PAGE):
-        sealed = {
-            r.record_id: r.body for r in rows if r.body is not None and is_sealed_body(r.body)
-        }
-        try:
-            opened = record_keys.open_many(scope, sealed) if record_keys and sealed else {}
-        except SealIntegrityError:
-            raise OperationRefused(
-                ErrorCode.BACKUP_INVALID, "a record body fails its authentication"
-            ) from None
-        except VaultUnavailable:
-            raise OperationRefused(
-                ErrorCode.RESTORE_REFUSED, "the key store could not be read"
-            ) from None
-        for row in rows:
-            checked += 1
-            if row.body is None:
-                continue
-            # A body from before sealed bodies is checked as it is (sealed when the store opens).
-            plaintext = opened.get(row.record_id) if row.record_id in sealed else row.body
-            if plaintext is None:
-                without_key += 1
-                continue
-            try:
-                intact = record_digest_matches(decode(plaintext))
-                intact = intact and decode(plaintext)["record_digest"] == row.record_digest
-            except (ValueError, KeyError, TypeError):
-                intact = False
-            if not intact:
-                raise OperationRefused(
-                    ErrorCode.BACKUP_INVALID,
-                    f"record {row.record_id} does not match its digest",
-                )
+        checked += len(rows)
+        bodies = {r.record_id: (r.body, r.record_digest) for r in rows if r.body is not None}
+        without_key += check_record_bodies(scope, bodies, record_keys)
         after = rows[-1].record_id
     return checked, without_key
+
+
+def check_record_bodies(
+    scope: Scope, bodies: Mapping[str, tuple[bytes, str]], record_keys: RecordKeys | None
+) -> int:
+    """Check stored record bodies (record id -> (body, the row's digest)): each sealed one is
+    opened with ``record_keys`` and every plaintext must hash to its digest. Returns how many
+    could not be opened for want of their key; raises ``OperationRefused``."""
+    sealed = {rid: body for rid, (body, _) in bodies.items() if is_sealed_body(body)}
+    try:
+        opened = record_keys.open_many(scope, sealed) if record_keys and sealed else {}
+    except SealIntegrityError:
+        raise OperationRefused(
+            ErrorCode.BACKUP_INVALID, "a record body fails its authentication"
+        ) from None
+    except VaultUnavailable:
+        raise OperationRefused(
+            ErrorCode.RESTORE_REFUSED, "the key store could not be read"
+        ) from None
+    without_key = 0
+    for record_id, (body, record_digest) in bodies.items():
+        # A body from before sealed bodies is checked as it is (sealed when the store opens).
+        plaintext = opened.get(record_id) if record_id in sealed else body
+        if plaintext is None:
+            without_key += 1
+        elif not record_body_intact(plaintext, record_digest):
+            raise OperationRefused(
+                ErrorCode.BACKUP_INVALID, f"record {record_id} does not match its digest"
+            )
+    return without_key
+
+
+def record_body_intact(body: bytes, record_digest: str) -> bool:
+    """Whether a stored record body hashes to its own digest, the one its row names."""
+    try:
+        record = decode(body)
+        return record_digest_matches(record) and record["record_digest"] == record_digest
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def restore(

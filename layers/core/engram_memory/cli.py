@@ -29,6 +29,9 @@
       directory but ``restore`` (its target).
 - ``engram-memory admin reindex [--data-dir DIR] [--workspace W]``
       operations plane: rebuild a workspace's search index from the canonical store.
+- ``engram-memory admin --stack NAME [--region R] COMMAND ...``
+      the same operations against a deployed stack with your AWS credentials
+      (``cloud.operator``, ``cloud.stack_backup``); ``audit`` and ``policy`` are embedded only.
 
 Bad input exits with code 2 and one line on stderr; a failed operation exits with code 1.
 """
@@ -341,8 +344,19 @@ def _cell(value: object) -> str:
     return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
 
 
+def _embedded_only(args: argparse.Namespace, where: str) -> None:
+    if _stack(args):
+        raise CliError(f"with --stack, {where}")
+
+
 def cmd_admin_audit(args: argparse.Namespace) -> int:
     from .bootstrap import AUDIT_FILE
+
+    _embedded_only(
+        args,
+        "the audit is in CloudWatch Logs: the functions' log groups and the stack's"
+        " OperatorAuditLogGroupName output (e.g. CloudWatch Logs Insights, message = 'audit')",
+    )
 
     data_dir = _data_dir(args)
     if args.limit < 1:
@@ -381,6 +395,7 @@ def cmd_admin_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_policy_show(args: argparse.Namespace) -> int:
+    _embedded_only(args, "the admission mode is the stack's AdmissionMode parameter (sam deploy)")
     from .host.config import host_config_path, load_host_config
 
     data_dir = _data_dir(args)
@@ -408,6 +423,7 @@ def cmd_admin_policy_show(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_policy_set(args: argparse.Namespace) -> int:
+    _embedded_only(args, "the admission mode is the stack's AdmissionMode parameter (sam deploy)")
     from .host.config import HostConfig, load_host_config, save_host_config
 
     data_dir = _data_dir(args)
@@ -427,15 +443,26 @@ def _operate(
     what: str,
     run: Callable[..., Any],
     show: Callable[[Any], None] | None = None,
+    *,
+    mutates: bool = False,
 ) -> int:
     """Run one operation of ``engine.operations`` on the data directory's engine as the operator
-    of ``--operator`` in ``--workspace``; print its result as JSON (or hand it to ``show``). A
-    contract failure is one line on stderr and exit code 1."""
+    of ``--operator`` in ``--workspace`` (or on ``--stack``'s, as the caller's AWS identity; an
+    operation that ``mutates`` then has the drainer apply its projection changes); print its
+    result as JSON (or hand it to ``show``). A contract failure is one line, exit code 1."""
     from .bootstrap import open_existing
     from .contract.errors import EngramError
     from .engine.context import Scope
     from .host.config import load_host_config
 
+    if _stack(args):
+        return _on_stack(
+            args,
+            what,
+            lambda op: run(op.engine, op.scope(args.workspace), op.operator),
+            show,
+            finish=mutates,
+        )
     data_dir = _data_dir(args)
     config = load_host_config(data_dir)
     operator = getattr(args, "operator", None)
@@ -466,11 +493,17 @@ def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
         lambda engine, scope, operator: adjudicate(
             engine, scope, args.candidate, args.decision, operator, reason=args.reason
         ),
+        mutates=True,
     )
 
 
 def cmd_admin_reindex(args: argparse.Namespace) -> int:
     from .engine.operations import reindex
+
+    if _stack(args):
+        from .cloud.operator import reindex_stack
+
+        return _on_stack(args, "reindex", lambda op: reindex_stack(op, args.workspace))
 
     return _operate(
         args,
@@ -513,6 +546,7 @@ def cmd_admin_pending_withdraw(args: argparse.Namespace) -> int:
         lambda engine, scope, operator: withdraw_candidate(
             engine, scope, args.candidate, operator, args.reason
         ),
+        mutates=True,
     )
 
 
@@ -564,6 +598,7 @@ def cmd_admin_records_transition(args: argparse.Namespace) -> int:
             args.reason,
             superseded_by=getattr(args, "by", None),
         ),
+        mutates=True,
     )
 
 
@@ -576,6 +611,7 @@ def cmd_admin_records_forget(args: argparse.Namespace) -> int:
         lambda engine, scope, operator: forget_record(
             engine, scope, args.record, operator, args.reason
         ),
+        mutates=True,
     )
 
 
@@ -612,6 +648,12 @@ def cmd_admin_export(args: argparse.Namespace) -> int:
 def cmd_admin_backup(args: argparse.Namespace) -> int:
     from .backup import backup
 
+    if _stack(args):
+        from .cloud.stack_backup import backup_stack
+
+        return _on_stack(args, "backup", lambda op: backup_stack(op, to=args.target))
+    if args.target is None:
+        raise CliError("name the backup FILE to write")
     return _host_operation(
         "backup", lambda: backup(_data_dir(args), Path(args.target), args.operator)
     )
@@ -620,12 +662,71 @@ def cmd_admin_backup(args: argparse.Namespace) -> int:
 def cmd_admin_restore(args: argparse.Namespace) -> int:
     from .backup import restore
 
+    if _stack(args):
+        from .cloud.stack_backup import restore_stack
+
+        return _on_stack(
+            args, "restore", lambda op: restore_stack(op, args.backup, new_keys=args.new_keys)
+        )
     return _host_operation(
         "restore",
         lambda: restore(
             Path(args.backup), Path(args.data_dir), args.operator, new_keys=args.new_keys
         ),
     )
+
+
+def _stack(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "stack", None))
+
+
+def _on_stack(
+    args: argparse.Namespace,
+    what: str,
+    run: Callable[[Any], Any],
+    show: Callable[[Any], None] | None = None,
+    *,
+    finish: bool = False,
+) -> int:
+    """Run one operation against the deployed stack ``--stack`` with the caller's AWS
+    credentials (``cloud.operator``), audited under ``operator:<caller ARN>``; print its
+    result as JSON (or hand it to ``show``). ``finish`` asks the outbox drainer to apply the
+    projection changes the operation left. A contract failure is one line and exit code 1."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from .cloud.operator import StackError, open_stack
+    from .contract.errors import EngramError
+
+    try:
+        op = open_stack(args.stack, region=args.region)
+    except StackError as error:
+        _fail(str(error))
+        return 1
+    try:
+        result = run(op)
+        if finish:
+            op.finish()
+    except EngramError as error:
+        return _operation_failed(what, error)
+    except (BotoCoreError, ClientError) as error:  # e.g. AccessDenied for the operator's role
+        code = error.response.get("Error", {}).get("Code") if isinstance(error, ClientError) else ""
+        _fail(f"{what} failed: AWS answered {code or type(error).__name__}")
+        return 1
+    for note in op.notes:
+        print(f"engram-memory: {_one_line(note)}", file=sys.stderr)
+    if show is not None:
+        show(result)
+    else:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _operation_failed(what: str, error: Exception) -> int:
+    """One line on stderr with the contract code and the operator's detail; exit code 1."""
+    code = getattr(getattr(error, "code", None), "value", "")
+    detail = getattr(error, "detail", getattr(error, "message", ""))
+    print(f"engram-memory: {what} failed: {code}: {_one_line(detail)}", file=sys.stderr)
+    return 1
 
 
 def _host_operation(what: str, run: Callable[[], dict[str, Any]]) -> int:
@@ -636,12 +737,7 @@ def _host_operation(what: str, run: Callable[[], dict[str, Any]]) -> int:
     try:
         report = run()
     except EngramError as error:
-        detail = getattr(error, "detail", error.message)
-        print(
-            f"engram-memory: {what} failed: {error.code.value}: {_one_line(detail)}",
-            file=sys.stderr,
-        )
-        return 1
+        return _operation_failed(what, error)
     print(json.dumps(report, indent=2, ensure_ascii=False))
     return 0
 
@@ -650,12 +746,24 @@ def cmd_admin_tokens_revoke(args: argparse.Namespace) -> int:
     from .bootstrap import open_existing
     from .engine.operations import revoke_credentials
 
-    data_dir = _data_dir(args)
     token_id = args.token_id
     if args.token is not None:
         token_id = _token_id_of(args.token)
     if (token_id is None) == (args.principal is None):
         raise CliError("name exactly one of --token, --token-id and --principal")
+    if _stack(args):
+        return _on_stack(
+            args,
+            "revocation",
+            lambda op: revoke_credentials(
+                op.engine,
+                op.resources.tenant_id,
+                op.operator,
+                token_id=token_id,
+                principal=args.principal,
+            ),
+        )
+    data_dir = _data_dir(args)
 
     def run() -> dict[str, Any]:
         host = open_existing(data_dir)
@@ -676,6 +784,10 @@ def cmd_admin_tokens_revoke(args: argparse.Namespace) -> int:
 def cmd_admin_keys_rotate(args: argparse.Namespace) -> int:
     from .rotation import rotate_keys
 
+    if _stack(args):
+        from .cloud.operator import rotate_stack_keys
+
+        return _on_stack(args, "key rotation", rotate_stack_keys)
     data_dir = _data_dir(args)
     return _host_operation("key rotation", lambda: rotate_keys(data_dir, args.operator))
 
@@ -718,7 +830,7 @@ def _operation(
     parser.add_argument(
         "--operator",
         default=_default_operator(),
-        help="who acts, as audited (default: your login)",
+        help="who acts, as audited (default: your login; with --stack: your AWS caller ARN)",
     )
     return parser
 
@@ -789,6 +901,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=cmd_serve)
     admin = sub.add_parser("admin", help="the operations plane (never reachable by an agent)")
+    admin.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="operate the deployed CloudFormation stack NAME with your AWS credentials (audited"
+        " as your caller ARN) instead of a data directory",
+    )
+    admin.add_argument("--region", help="the stack's AWS region (default: your AWS config)")
     admin_sub = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
 
     audit = admin_sub.add_parser("audit", help="show the audit log (ids and outcomes, no content)")
@@ -881,14 +1000,24 @@ def build_parser() -> argparse.ArgumentParser:
     save = _operation(
         admin_sub, "backup", "a consistent online copy of the database (no keys, no projections)"
     )
-    save.add_argument("target", metavar="FILE", help="the backup file to write (must not exist)")
+    save.add_argument(
+        "target",
+        metavar="FILE",
+        nargs="?",
+        help="the backup file to write (must not exist); with --stack an optional"
+        " s3://bucket/prefix (default: the stack's blob bucket, backups/<time>)",
+    )
     save.set_defaults(func=cmd_admin_backup)
     load = _operation(
         admin_sub,
         "restore",
         "restore a backup into an empty data directory beside its own key store",
     )
-    load.add_argument("backup", metavar="FILE", help="a file written by `admin backup`")
+    load.add_argument(
+        "backup",
+        metavar="FILE",
+        help="a file written by `admin backup` (with --stack: its s3://bucket/prefix)",
+    )
     load.add_argument(
         "--new-keys",
         action="store_true",

@@ -9,7 +9,8 @@ The MCP adapter Lambda verifies the caller and invokes one tool function per MCP
                  "retention": {"allow_retain": false, "max_expires_in_s": 2592000},
                  "reconcile_consent": false, "agent_id"?: ..., "session_id"?: ...,
                  "deadline_ms"?: <epoch ms>,
-                 "host_fact_digests"?: {"key": <64 hex>, "digests": [<64 hex>, ...]}},
+                 "host_fact_digests"?: {"key": <64 hex>, "digests": [<64 hex>, ...]},
+                 "credential_id"?: <the token's jti>, "credential_issued_at_ms"?: <epoch ms>},
      "approval"?: {...``engine.gate.Approval`` as JSON, when the adapter holds one...}}
 
 No credential crosses this boundary: the bearer token the adapter verified travels only as a
@@ -121,6 +122,14 @@ class InvocationContext(_EventModel):
         default=None,
         description="Keyed digests of the host binding facts no memory may contain (the token).",
     )
+    # Not credentials: the token's id (jti) and issue time, for the revocation check
+    # (``engine.kernel.check_revoked``: ``admin tokens revoke`` in both compositions).
+    credential_id: Identifier | None = Field(
+        default=None, description="The verified token's id (its jti claim), when it has one."
+    )
+    credential_issued_at_ms: StrictInt | None = Field(
+        default=None, ge=0, description="When the verified token was issued, epoch milliseconds."
+    )
 
     _check_ids = field_validator(
         "tenant_id", "workspace_id", "principal", "purpose_ref", "agent_id", "session_id"
@@ -205,6 +214,8 @@ class ToolInvocation(_EventModel):
                     "session_id": ctx.session_id,
                     "deadline_ms": ctx.deadline_ms,
                     "host_fact_digests": _digests_of(ctx),
+                    "credential_id": ctx.credential_id,
+                    "credential_issued_at_ms": ctx.credential_issued_at_ms,
                 },
             }
         )
@@ -242,6 +253,8 @@ class ToolInvocation(_EventModel):
                 if ctx.host_fact_digests is not None
                 else None
             ),
+            credential_id=ctx.credential_id,
+            credential_issued_at_ms=ctx.credential_issued_at_ms,
         )
 
 

@@ -170,6 +170,11 @@ log = logging.getLogger(__name__)
 INLINE_LIMIT_BYTES: Final = 256 * 1024
 NONCE_TTL_GRACE_S: Final = 3_600  # DynamoDB TTL deletes lazily; keep used nonces a while longer
 _BATCH_GET_MAX: Final = 100
+# How long a function trusts "not revoked" before reading the revocation items again: a token
+# revoked by an operator answers AUTHORIZATION_REVOKED from every warm container within this.
+# "Revoked" is never forgotten (a revocation is never lifted).
+REVOCATION_CACHE_S: Final = 5.0
+_REVOCATION_CACHE_MAX: Final = 4_096
 _BATCH_GET_STALLS: Final = 8  # attempts without progress before giving up on unprocessed keys
 _OUTBOX_PK: Final = "OUTBOX"
 _COUNT_LIMIT: Final = 1_000_000  # a scope's outbox items counted by ``state_counts``, at most
@@ -377,9 +382,13 @@ class DynamoStore:
         session: Session | None = None,
         region_name: str | None = None,
         inline_limit_bytes: int = INLINE_LIMIT_BYTES,
+        revocation_cache_s: float = REVOCATION_CACHE_S,
     ) -> None:
         if inline_limit_bytes <= 0:
             raise ValueError("inline_limit_bytes must be positive")
+        self._revocation_cache_s = revocation_cache_s
+        # (tenant, token id, principal, issued at) -> (revoked, monotonic time of the read)
+        self._revocations: dict[tuple[str, str | None, str, int], tuple[bool, float]] = {}
         self.table_name = table_name
         self.bucket = bucket
         self._dynamodb = dynamodb
@@ -813,8 +822,25 @@ class DynamoStore:
             raise StoreUnavailable("dynamodb store unavailable") from exc
         except BotoCoreError as exc:
             raise StoreUnavailable("dynamodb store unavailable") from exc
+        finally:
+            self._revocations.clear()  # this process sees its own revocation at once
 
     def credential_revoked(
+        self, tenant_id: str, token_id: str | None, principal: str, issued_at_ms: int
+    ) -> bool:
+        """Whether the token is revoked; a "no" is trusted for ``revocation_cache_s``."""
+        key = (tenant_id, token_id, principal, issued_at_ms)
+        cached = self._revocations.get(key)
+        now = time.monotonic()
+        if cached is not None and (cached[0] or now - cached[1] < self._revocation_cache_s):
+            return cached[0]
+        revoked = self._read_revoked(tenant_id, token_id, principal, issued_at_ms)
+        if len(self._revocations) >= _REVOCATION_CACHE_MAX:
+            self._revocations.clear()
+        self._revocations[key] = (revoked, now)
+        return revoked
+
+    def _read_revoked(
         self, tenant_id: str, token_id: str | None, principal: str, issued_at_ms: int
     ) -> bool:
         keys = [_revocation_key(tenant_id, "principal", principal)]
