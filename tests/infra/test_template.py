@@ -644,13 +644,17 @@ def test_the_data_key_policy_lets_capture_only_seal_and_admission_only_open() ->
     for action, principals, statement in usage:
         by_action.setdefault((action, _key_class(statement)), set()).update(principals)
         assert "kms:EncryptionContext:engram:tenant" in statement["Condition"]["StringEquals"]
-    readers = {role_of(name) for name in ("SearchFunction", "GetFunction", "OutboxDrainerFunction")}
+    readers = {
+        role_of(name)
+        for name in ("SearchFunction", "GetFunction", "OutboxDrainerFunction", "ApprovalFunction")
+    }
     assert by_action == {
         # Candidates: capture seals (never a record-scope key), admission opens.
         ("kms:GenerateDataKey", "candidate"): {role_of("CaptureFunction")},
         ("kms:Decrypt", "any"): {role_of("RequestAdmissionFunction")},
-        # Sealed record bodies: admission makes scope keys; the record readers open them and
-        # nothing else, so search and get hold no permission to open a candidate.
+        # Sealed record bodies: admission makes scope keys; the record readers (and the approval
+        # page, which shows a forget's record) open them and nothing else, so none of them
+        # holds a permission to open a candidate.
         ("kms:GenerateDataKey", "record-scope"): {role_of("RequestAdmissionFunction")},
         ("kms:Decrypt", "record-scope"): readers,
     }
