@@ -186,8 +186,8 @@ class _BindingSettings(_Settings):
         return HostBinding(self.tenant_id, self.retention_ceiling_s)
 
 
-class EngineEnvironment(_BindingSettings):
-    """What ``composition.build_engine`` reads: the engine of one tenant, and its binding."""
+class _StoredRecords(_Settings):
+    """Where the records are, and the keys that open their sealed bodies."""
 
     table: Text = _env("ENGRAM_TABLE", "the canonical DynamoDB table's name")
     blob_bucket: Text = _env("ENGRAM_BLOB_BUCKET", "the S3 bucket of large attributes")
@@ -197,6 +197,11 @@ class EngineEnvironment(_BindingSettings):
         "the tenant's KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>)",
         pattern=KMS_KEY_ARN_PATTERN,
     )
+
+
+class EngineEnvironment(_BindingSettings, _StoredRecords):
+    """What ``composition.build_engine`` reads: the engine of one tenant, and its binding."""
+
     cursor_secret_arn: Text = _env(
         "ENGRAM_CURSOR_SECRET_ARN", "the Secrets Manager ARN of the search cursor key"
     )
@@ -301,21 +306,13 @@ class AdapterSettings(_BindingSettings):
     )
 
 
-class ApprovalSettings(_Settings):
+class ApprovalSettings(_StoredRecords):
     """The approval page (``functions/approval/app.py``) and its OpenID Connect sign-in.
 
     The OIDC redirect URI is ``<approval_base_url>/approvals/callback``; an ID token whose
     audience also names ``resource_uri`` (an agent's token) is refused.
     """
 
-    table: Text = _env("ENGRAM_TABLE", "the canonical DynamoDB table's name (parked approvals)")
-    blob_bucket: Text = _env("ENGRAM_BLOB_BUCKET", "the S3 bucket of large attributes")
-    key_table: Text = _env("ENGRAM_KEY_TABLE", "the DynamoDB table of wrapped data keys")
-    data_key_arn: str = _env(
-        "ENGRAM_DATA_KEY_ARN",
-        "the tenant's KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>)",
-        pattern=KMS_KEY_ARN_PATTERN,
-    )
     issuer: Https = _env("ENGRAM_ISSUER", "the tenant's OIDC issuer URL (https://)")
     client_id: Text = _env(
         "ENGRAM_APPROVAL_AUDIENCE", "the approval page's OIDC client id (its ID tokens' aud)"
