@@ -251,6 +251,8 @@ def allows(function: str, action: str, target: str) -> bool:
 def key_policy_grants(key: str) -> Iterator[tuple[str, set[str], dict[str, Any]]]:
     """(action, principal logical ids / ARNs, statement) of a KMS key policy."""
     for statement in as_list(props(key)["KeyPolicy"]["Statement"]):
+        if "Fn::If" in statement:  # a statement only when its condition holds
+            statement = statement["Fn::If"][1]
         principals = {
             ref_target(p) or json.dumps(p, sort_keys=True)
             for p in as_list(statement["Principal"]["AWS"])
@@ -651,13 +653,37 @@ def test_the_data_key_policy_lets_capture_only_seal_and_admission_only_open() ->
     assert by_action == {
         # Candidates: capture seals (never a record-scope key), admission opens.
         ("kms:GenerateDataKey", "candidate"): {role_of("CaptureFunction")},
-        ("kms:Decrypt", "any"): {role_of("RequestAdmissionFunction")},
+        # (and the operator's role, when the stack names one: the test below)
+        ("kms:Decrypt", "any"): {role_of("RequestAdmissionFunction"), "OperatorRoleArn"},
         # Sealed record bodies: admission makes scope keys; the record readers (and the approval
         # page, which shows a forget's record) open them and nothing else, so none of them
         # holds a permission to open a candidate.
-        ("kms:GenerateDataKey", "record-scope"): {role_of("RequestAdmissionFunction")},
+        ("kms:GenerateDataKey", "record-scope"): {
+            role_of("RequestAdmissionFunction"),
+            "OperatorRoleArn",
+        },
         ("kms:Decrypt", "record-scope"): readers,
     }
+
+
+def test_only_a_named_operator_role_may_open_content_and_only_when_it_is_set() -> None:
+    assert template()["Conditions"]["HasOperatorRole"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "OperatorRoleArn"}, ""]}]
+    }
+    assert template()["Parameters"]["OperatorRoleArn"]["Default"] == ""
+    conditional = [
+        statement["Fn::If"]
+        for statement in as_list(props("EngramDataKey")["KeyPolicy"]["Statement"])
+        if "Fn::If" in statement
+    ]
+    assert [(c[0], c[2]) for c in conditional] == [("HasOperatorRole", {"Ref": "AWS::NoValue"})] * 2
+    granted = {(c[1]["Action"], _key_class(c[1])) for c in conditional}
+    # open a candidate or a body; make a scope's record key, never a candidate's key
+    assert granted == {("kms:Decrypt", "any"), ("kms:GenerateDataKey", "record-scope")}
+    for _, statement, _ in conditional:
+        assert statement["Principal"] == {"AWS": {"Ref": "OperatorRoleArn"}}
+        tenant = statement["Condition"]["StringEquals"]["kms:EncryptionContext:engram:tenant"]
+        assert tenant == {"Ref": "TenantId"}
 
 
 @pytest.mark.parametrize("function", ["SearchFunction", "GetFunction"])
