@@ -107,6 +107,7 @@ def _stack_template() -> dict[str, Any]:
             "EngramDataKeyArn": {"Value": {"Fn::GetAtt": ["EngramDataKey", "Arn"]}},
             "CursorSecretArn": {"Value": {"Ref": "CursorSecret"}},
             "OperatorAuditLogGroupName": {"Value": {"Ref": "OperatorAuditLogGroup"}},
+            "OpenSearchEndpoint": {"Value": "https://search-engram-ops.us-east-1.es.amazonaws.com"},
         },
     }
 

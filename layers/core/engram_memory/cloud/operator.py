@@ -66,6 +66,8 @@ REQUIRED_OUTPUTS: Final = (
     "EngramDataKeyArn",
     "CursorSecretArn",
     "OperatorAuditLogGroupName",
+    # the functions' engine configuration names it (the operator itself never calls OpenSearch)
+    "OpenSearchEndpoint",
 )
 DRAINER_RESOURCE: Final = "OutboxDrainerFunction"
 
@@ -89,11 +91,11 @@ class StackResources:
     cursor_secret_arn: str
     audit_log_group: str
     drainer_function: str
-    opensearch_endpoint: str | None = None
+    opensearch_endpoint: str
 
     def environment(self) -> dict[str, str]:
         """The variables ``build_engine`` reads, as the template sets them for the functions."""
-        env = {
+        return {
             "AWS_REGION": self.region,
             "ENGRAM_TENANT_ID": self.tenant_id,
             "ENGRAM_TABLE": self.table,
@@ -101,10 +103,8 @@ class StackResources:
             "ENGRAM_BLOB_BUCKET": self.blob_bucket,
             "ENGRAM_DATA_KEY_ARN": self.data_key_arn,
             "ENGRAM_CURSOR_SECRET_ARN": self.cursor_secret_arn,
+            "ENGRAM_OPENSEARCH_ENDPOINT": self.opensearch_endpoint,
         }
-        if self.opensearch_endpoint:
-            env["ENGRAM_OPENSEARCH_ENDPOINT"] = self.opensearch_endpoint
-        return env
 
 
 def resolve_stack(session: Session, stack_name: str) -> StackResources:
@@ -158,7 +158,7 @@ def resolve_stack(session: Session, stack_name: str) -> StackResources:
         audit_log_group=outputs["OperatorAuditLogGroupName"],
         # the template names the function so; a stack without it has no drainer to invoke
         drainer_function=drainer or f"engram-{tenant_id}-outbox-drainer",
-        opensearch_endpoint=outputs.get("OpenSearchEndpoint") or None,
+        opensearch_endpoint=outputs["OpenSearchEndpoint"],
     )
 
 
