@@ -300,7 +300,8 @@ def test_a_declined_approval_ends_the_run_and_the_call_answers_gate_failed(stack
 def test_an_approval_that_never_comes_times_out_to_gate_failed(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    stack = stack_factory(approval_wait_s=2)
+    # long enough for the execution to park its token on a loaded machine before it times out
+    stack = stack_factory(approval_wait_s=6)
     record_id = _record(stack, "The on-call rotation changes on Mondays.")
     forget = event("forget", record_id=record_id, idempotency_key="forget-timeout-1")
     assert "confirmation_required" in stack.invoke("forget", forget)
