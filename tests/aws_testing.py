@@ -17,6 +17,7 @@ import threading
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -168,6 +169,59 @@ def moto_aws(*, execute_state_machines: bool = False) -> Iterator[None]:
     config: Any = {"stepfunctions": {"execute_state_machine": execute_state_machines}}
     with mock_aws(config=config), mock.patch.object(BotocoreStubber, "process_request", serialized):
         yield
+
+
+TENANT = "dev"  # the sample events' tenant: the default stack's TenantId
+
+
+@dataclass
+class FakeLambdaContext:
+    """The Lambda context a handler reads (name, request id, remaining time)."""
+
+    function_name: str = "engram-memory-dev-tool"
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = (
+        "arn:aws:lambda:us-east-1:123456789012:function:engram-memory-dev-tool"
+    )
+    aws_request_id: str = "5a3b2c1d-0e9f-4a8b-9c7d-6e5f4a3b2c1d"
+    remaining_ms: int = 30_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+def tenant_resources(
+    session: boto3.session.Session, endpoint_url: str | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """One tenant's tables, bucket, data key and cursor secret on moto (inside ``moto_aws``, or
+    on a moto server at ``endpoint_url``), with the clients that made them and the environment
+    the template gives the tool functions."""
+    clients: dict[str, Any] = {
+        name: session.client(name, endpoint_url=endpoint_url)
+        for name in ("dynamodb", "s3", "kms", "secretsmanager")
+    }
+    create_tables(clients["dynamodb"], TABLE)
+    create_key_table(clients["dynamodb"], KEY_TABLE)
+    create_bucket(clients["s3"], BUCKET, REGION)
+    key_arn = clients["kms"].create_key(Description="engram dev data key")["KeyMetadata"]["Arn"]
+    secret_arn = clients["secretsmanager"].create_secret(
+        Name="engram-dev-cursor", SecretString="c" * 64
+    )["ARN"]
+    env = {
+        "AWS_REGION": REGION,
+        "ENGRAM_TABLE": TABLE,
+        "ENGRAM_KEY_TABLE": KEY_TABLE,
+        "ENGRAM_BLOB_BUCKET": BUCKET,
+        "ENGRAM_DATA_KEY_ARN": key_arn,
+        "ENGRAM_OPENSEARCH_ENDPOINT": "https://search-engram-dev.us-east-1.es.amazonaws.com",
+        "ENGRAM_OPENSEARCH_INDEX": "engram-records",
+        "ENGRAM_TENANT_ID": TENANT,
+        "ENGRAM_ADMISSION_MODE": "auto",
+        "ENGRAM_RETENTION_CEILING_S": "2592000",
+        "ENGRAM_CURSOR_SECRET_ARN": secret_arn,
+    }
+    return clients, env
 
 
 _SESSION: list[boto3.session.Session] = []

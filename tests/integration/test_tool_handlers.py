@@ -25,11 +25,17 @@ from unittest import mock
 import boto3
 import botocore.session
 import pytest
-from aws_testing import BUCKET, REGION, TABLE, MemoryLexicalIndex, moto_aws
+from aws_testing import (
+    KEY_TABLE,
+    REGION,
+    TENANT,
+    FakeLambdaContext,
+    MemoryLexicalIndex,
+    moto_aws,
+    tenant_resources,
+)
 from pydantic import ValidationError
 
-from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
-from engram_memory.adapters.aws.kms_vault import create_key_table
 from engram_memory.cloud.composition import build_engine, build_execution_gate
 from engram_memory.cloud.settings import ConfigurationError, HostBinding
 from engram_memory.cloud.wire import (
@@ -51,8 +57,6 @@ from engram_testing import FakeClock, context, sha
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "events"
 FUNCTIONS = ROOT / "functions"
-KEY_TABLE = "engram-keys"
-TENANT = "dev"  # the events' tenant: the default stack's TenantId
 SECRET_TEXT = "Kestrel-quartz-lantern: the staging deploy needs the --blue-green flag."
 POWERTOOLS_FIELDS = {
     "level",
@@ -87,21 +91,6 @@ AUDIT_FIELDS = {
 # --------------------------------------------------------------------------------------------
 # Fixtures
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class FakeLambdaContext:
-    function_name: str = "engram-memory-dev-tool"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = (
-        "arn:aws:lambda:us-east-1:123456789012:function:engram-memory-dev-tool"
-    )
-    aws_request_id: str = "5a3b2c1d-0e9f-4a8b-9c7d-6e5f4a3b2c1d"
-    remaining_ms: int = 30_000
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining_ms
 
 
 @dataclass
@@ -145,29 +134,7 @@ def cloud_on_moto(
         if not _SESSIONS:  # one session: building clients from it stays cheap
             _SESSIONS.append(boto3.session.Session(region_name=REGION))
         session = _SESSIONS[0]
-        clients: dict[str, Any] = {
-            name: session.client(name) for name in ("dynamodb", "s3", "kms", "secretsmanager")
-        }
-        create_tables(clients["dynamodb"], TABLE)
-        create_key_table(clients["dynamodb"], KEY_TABLE)
-        create_bucket(clients["s3"], BUCKET, REGION)
-        key_arn = clients["kms"].create_key(Description="engram dev data key")["KeyMetadata"]["Arn"]
-        secret_arn = clients["secretsmanager"].create_secret(
-            Name="engram-dev-cursor", SecretString="c" * 64
-        )["ARN"]
-        env = {
-            "AWS_REGION": REGION,
-            "ENGRAM_TABLE": TABLE,
-            "ENGRAM_KEY_TABLE": KEY_TABLE,
-            "ENGRAM_BLOB_BUCKET": BUCKET,
-            "ENGRAM_DATA_KEY_ARN": key_arn,
-            "ENGRAM_OPENSEARCH_ENDPOINT": "https://search-engram-dev.us-east-1.es.amazonaws.com",
-            "ENGRAM_OPENSEARCH_INDEX": "engram-records",
-            "ENGRAM_TENANT_ID": TENANT,
-            "ENGRAM_ADMISSION_MODE": "auto",
-            "ENGRAM_RETENTION_CEILING_S": "2592000",
-            "ENGRAM_CURSOR_SECRET_ARN": secret_arn,
-        }
+        clients, env = tenant_resources(session)
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         clock = FakeClock()

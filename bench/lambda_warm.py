@@ -1,0 +1,324 @@
+"""The Lambda tool handlers' warm path, profiled once: where a warm invocation's CPU goes.
+
+    python -m bench.lambda_warm [--records N] [--calls N] [--json PATH]
+
+Each ``functions/<tool>/app.py`` is imported by path and its ``handler`` called the way Lambda
+calls a warm container: same process, engine already built, a sample event from ``events/`` with
+fresh arguments. DynamoDB, S3, KMS and Secrets Manager are a moto **server in another thread**
+(the clients build, sign, send and parse real HTTP requests, as in AWS) and the OpenSearch
+projection is the tests' in-memory BM25F index (``tests/aws_testing.py``). cProfile and
+``time.thread_time`` see only the handlers' thread, so moto's work is not in the figures.
+
+Per tool, after ``--records`` records are seeded and one warm-up call per tool: wall time per
+call (moto's answers and the GIL included), the handler thread's CPU per call, and cProfile's own
+time grouped by package, the standard library's time charged to the package that called it; the
+in-memory index (``aws_testing``) is reported apart and left out of ``service_ms``. The calls per
+invocation are counted in ``tests/integration/test_cloud_round_trips.py``: in AWS each is a
+network round trip (single-digit milliseconds in one region) in place of moto's answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import cProfile
+import hashlib
+import importlib.util
+import json
+import os
+import pstats
+import socket
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from unittest import mock
+
+ROOT = Path(__file__).resolve().parents[1]
+FUNCTIONS = ROOT / "functions"
+EVENTS = ROOT / "events"
+TOOLS = ("capture", "request_admission", "search", "get")
+FAKE_CLOUD = {"aws_testing", "moto"}  # the in-memory index (moto answers in another thread)
+TOPICS = ("decision", "deploy", "storage", "review", "budget", "travel", "meeting", "incident")
+
+
+@dataclass(frozen=True)
+class ToolProfile:
+    tool: str
+    calls: int
+    wall_ms: float  # per call, moto's answers included
+    cpu_ms: float  # per call, the handler thread's CPU
+    service_ms: float  # per call, cProfile own time outside the in-memory index
+    fake_cloud_ms: float  # per call, cProfile own time in the in-memory index
+    by_package_ms: dict[str, float]  # per call, own time by package (top entries)
+
+
+def _sha(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _event(tool: str, **arguments: Any) -> dict[str, Any]:
+    from engram_memory.engine.service import new_audit_id
+
+    loaded: dict[str, Any] = json.loads((EVENTS / f"{tool}.json").read_text(encoding="utf-8"))
+    loaded["audit_id"] = new_audit_id()
+    loaded["arguments"].update(arguments)
+    return loaded
+
+
+def _capture_event(text: str, key: str) -> dict[str, Any]:
+    sample = _event("capture")
+    payload = copy.deepcopy(sample["arguments"]["payload"])
+    payload["components"][0]["text"] = text
+    payload["citations"][0]["content_digest"] = _sha(text)
+    evidence = {**sample["arguments"]["evidence"], "evidence_digest": _sha("evidence:" + text)}
+    return _event("capture", idempotency_key=key, payload=payload, evidence=evidence)
+
+
+def _text(n: int) -> str:
+    topic = TOPICS[n % len(TOPICS)]
+    return (
+        f"Note {n} on the {topic}: the team agreed on option {n % 13} after comparing "
+        f"{n % 7 + 2} alternatives; follow up with owner-{n % 29} before the next {topic} review."
+    )
+
+
+def _load_app(tool: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"warm_{tool}", FUNCTIONS / tool / "app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextmanager
+def _tenant_on_moto() -> Iterator[dict[str, Any]]:
+    """The tenant's resources on a moto server in a thread of this process.
+
+    cProfile and ``time.thread_time`` see only the thread that runs the handlers, so what moto
+    does to answer is left out of the service's figures, while the clients' side of every call
+    (building, signing, sending and parsing an HTTP request) is in them, as in AWS.
+    """
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    import boto3
+    from aws_testing import REGION, MemoryLexicalIndex, tenant_resources
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    fake_credentials = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+    }
+    try:
+        with mock.patch.dict(os.environ, fake_credentials):
+            session = boto3.session.Session(region_name=REGION)
+            clients, env = tenant_resources(session, endpoint_url=f"http://127.0.0.1:{port}")
+            os.environ.update(env)  # restored when mock.patch.dict exits
+            yield {"env": env, "clients": clients, "index": MemoryLexicalIndex()}
+    finally:
+        server.stop()
+
+
+def _package_of(filename: str) -> str:
+    path = filename.replace("\\", "/")
+    if "site-packages/" in path:
+        return path.split("site-packages/", 1)[1].split("/", 1)[0].removesuffix(".py")
+    if "/engram_memory/" in path:
+        rest = path.split("/engram_memory/", 1)[1]
+        return "engram_memory." + rest.split("/", 1)[0].removesuffix(".py")
+    if path.endswith("aws_testing.py"):
+        return "aws_testing"
+    if "/functions/" in path:
+        return "functions"
+    if path.startswith("~") or "/lib/python3" in path:
+        return "stdlib"
+    return "other"
+
+
+def _group(stats: pstats.Stats, calls: int) -> dict[str, float]:
+    """Own time by package; the standard library's and builtins' own time goes to their callers.
+
+    ``copy.deepcopy`` called by moto is moto's cost, ``json.dumps`` called by botocore is
+    botocore's: a standard-library function's own time is split over its callers in proportion to
+    the time each caller's calls took (cProfile's per-caller figures), up the stack until a
+    caller outside the standard library owns it.
+    """
+    table: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    shares: dict[Any, dict[str, float]] = {}
+
+    def owners(func: Any, seen: frozenset[Any]) -> dict[str, float]:
+        """Who owns ``func``'s time, as shares; empty when every path back is a cycle."""
+        package = _package_of(func[0])
+        if package != "stdlib":
+            return {package: 1.0}
+        if func in shares:
+            return shares[func]
+        weighted: list[tuple[dict[str, float], float]] = []
+        for caller, row in (table[func][4] if func in table else {}).items():
+            if caller in seen or caller == func:  # recursion: the outer call's owner owns it
+                continue
+            found = owners(caller, seen | {func})
+            if found:
+                weighted.append((found, row[2]))
+        total = sum(seconds for _, seconds in weighted)
+        if total <= 0:
+            return {} if seen else {"stdlib": 1.0}
+        split: dict[str, float] = defaultdict(float)
+        for found, seconds in weighted:
+            for owner, share in found.items():
+                split[owner] += share * seconds / total
+        if not seen:  # a share computed under a cycle guard depends on the path: not cached
+            shares[func] = dict(split)
+        return dict(split)
+
+    own: dict[str, float] = defaultdict(float)
+    for func, row in table.items():
+        for owner, share in (owners(func, frozenset()) or {"stdlib": 1.0}).items():
+            own[owner] += row[2] * share
+    return {package: seconds * 1000 / calls for package, seconds in own.items()}
+
+
+def profile(records: int, calls: int) -> list[ToolProfile]:
+    from aws_testing import FakeLambdaContext
+
+    from engram_memory.cloud.composition import build_engine
+
+    results: list[ToolProfile] = []
+    with _tenant_on_moto() as tenant:
+        clients = tenant["clients"]
+        engine = build_engine(
+            tenant["env"],
+            dynamodb_client=clients["dynamodb"],
+            s3_client=clients["s3"],
+            kms_client=clients["kms"],
+            secrets_client=clients["secretsmanager"],
+            lexical_index=tenant["index"],
+        )
+        apps = {tool: _load_app(tool) for tool in TOOLS}
+        for app in apps.values():
+            app.handler.engine = engine
+
+        def call(tool: str, event: dict[str, Any]) -> dict[str, Any]:
+            context = FakeLambdaContext(function_name=f"engram-memory-dev-{tool}")
+            answer: dict[str, Any] = apps[tool].handler(event, context)
+            if not answer.get("ok"):
+                raise RuntimeError(f"{tool} answered {answer.get('error')}")
+            return answer
+
+        record_ids: list[str] = []
+        serial = iter(range(10**9))
+
+        def remember() -> str:
+            n = next(serial)
+            captured = call("capture", _capture_event(_text(n), f"warm-capture-{n:08d}"))
+            candidate = captured["output"]["value"]["candidate_id"]
+            admitted = call(
+                "request_admission",
+                _event(
+                    "request_admission",
+                    candidate_id=candidate,
+                    idempotency_key=f"warm-admit-{n:08d}",
+                ),
+            )
+            return str(admitted["output"]["value"]["outcome"]["record_id"])
+
+        for _ in range(records):
+            record_ids.append(remember())
+        pending: list[tuple[str, int]] = []
+
+        def capture_once() -> dict[str, Any]:
+            n = next(serial)
+            answer = call("capture", _capture_event(_text(n), f"warm-capture-{n:08d}"))
+            pending.append((answer["output"]["value"]["candidate_id"], n))
+            return answer
+
+        def admit_once() -> dict[str, Any]:
+            candidate, n = pending.pop(0)
+            return call(
+                "request_admission",
+                _event(
+                    "request_admission",
+                    candidate_id=candidate,
+                    idempotency_key=f"warm-admit-{n:08d}",
+                ),
+            )
+
+        def search_once(i: int) -> dict[str, Any]:
+            query = f"what did the team agree on the {TOPICS[i % len(TOPICS)]} option {i % 13}"
+            return call("search", _event("search", query=query, limit=10))
+
+        def get_once(i: int) -> dict[str, Any]:
+            return call("get", _event("get", record_id=record_ids[i % len(record_ids)]))
+
+        steps: dict[str, Callable[[int], Any]] = {
+            "capture": lambda _i: capture_once(),
+            "request_admission": lambda _i: admit_once(),
+            "search": search_once,
+            "get": get_once,
+        }
+        for tool in TOOLS:  # one warm-up call each: lazily built clients and caches
+            steps[tool](0)
+        for tool in TOOLS:
+            profiler = cProfile.Profile()
+            wall, cpu = time.perf_counter(), time.thread_time()
+            profiler.enable()
+            for i in range(calls):
+                steps[tool](i + 1)
+            profiler.disable()
+            wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+            grouped = _group(pstats.Stats(profiler), calls)
+            fake = sum(ms for package, ms in grouped.items() if package in FAKE_CLOUD)
+            top = dict(sorted(grouped.items(), key=lambda item: -item[1])[:12])
+            results.append(
+                ToolProfile(
+                    tool=tool,
+                    calls=calls,
+                    wall_ms=round(wall * 1000 / calls, 2),
+                    cpu_ms=round(cpu * 1000 / calls, 2),
+                    service_ms=round(sum(grouped.values()) - fake, 2),
+                    fake_cloud_ms=round(fake, 2),
+                    by_package_ms={k: round(v, 2) for k, v in top.items()},
+                )
+            )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--records", type=int, default=200, help="records seeded first")
+    parser.add_argument("--calls", type=int, default=100, help="profiled calls per tool")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):  # the EMF metric lines
+        results = profile(args.records, args.calls)
+    print(f"warm handlers on in-process moto, {args.records} records, {args.calls} calls per tool")
+    print(
+        f"{'tool':<18} {'wall ms':>8} {'cpu ms':>8} {'service':>8} {'fake cloud':>10}  own time by package (ms/call)"
+    )
+    for row in results:
+        packages = ", ".join(
+            f"{name} {ms}" for name, ms in row.by_package_ms.items() if name not in FAKE_CLOUD
+        )
+        print(
+            f"{row.tool:<18} {row.wall_ms:>8} {row.cpu_ms:>8} {row.service_ms:>8} "
+            f"{row.fake_cloud_ms:>10}  {packages}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
