@@ -105,8 +105,6 @@ def _tenant_on_moto() -> Iterator[dict[str, Any]]:
     does to answer is left out of the service's figures, while the clients' side of every call
     (building, signing, sending and parsing an HTTP request) is in them, as in AWS.
     """
-    if str(ROOT / "tests") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tests"))
     import boto3
     from aws_testing import REGION, MemoryLexicalIndex, tenant_resources
     from moto.server import ThreadedMotoServer
@@ -191,6 +189,8 @@ def _group(stats: pstats.Stats, calls: int) -> dict[str, float]:
 
 
 def profile(records: int, calls: int) -> list[ToolProfile]:
+    if str(ROOT / "tests") not in sys.path:  # the tests' moto helpers and in-memory index
+        sys.path.insert(0, str(ROOT / "tests"))
     from aws_testing import FakeLambdaContext
 
     from engram_memory.cloud.composition import build_engine
