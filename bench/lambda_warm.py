@@ -11,8 +11,8 @@ projection is the tests' in-memory BM25F index (``tests/aws_testing.py``). cProf
 
 Per tool, after ``--records`` records are seeded and one warm-up call per tool: wall time per
 call (moto's answers and the GIL included), the handler thread's CPU per call, and cProfile's own
-time grouped by package, the standard library's time charged to the package that called it; the
-in-memory index (``aws_testing``) is reported apart and left out of ``service_ms``. The calls per
+CPU time (``time.thread_time`` as its timer: waiting on a socket costs nothing) by package, the
+standard library's time charged to the package that called it; the in-memory index (``aws_testing``) is reported apart and left out of ``service_ms``. The calls per
 invocation are counted in ``tests/integration/test_cloud_round_trips.py``: in AWS each is a
 network round trip (single-digit milliseconds in one region) in place of moto's answer.
 """
@@ -26,6 +26,7 @@ import cProfile
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import pstats
 import socket
@@ -112,6 +113,7 @@ def _tenant_on_moto() -> Iterator[dict[str, Any]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request lines
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     fake_credentials = {
@@ -271,7 +273,7 @@ def profile(records: int, calls: int) -> list[ToolProfile]:
         for tool in TOOLS:  # one warm-up call each: lazily built clients and caches
             steps[tool](0)
         for tool in TOOLS:
-            profiler = cProfile.Profile()
+            profiler = cProfile.Profile(time.thread_time)  # CPU: waiting on moto is not cost
             wall, cpu = time.perf_counter(), time.thread_time()
             profiler.enable()
             for i in range(calls):
