@@ -94,16 +94,33 @@ def tokens(text: str) -> list[str]:
     return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
 
 
-@functools.lru_cache(maxsize=65_536)
+# The stem cache's bound, in entries and in characters per word. Bounding entries alone bounds
+# nothing: one word may be a whole 65,536-byte component, and 65,536 such words would hold 4 GB
+# for the life of the process. Words longer than STEM_CACHE_WORD_CHARS (English words are far
+# shorter; such tokens are ids, hashes or junk that rarely repeat) are stemmed every time. An
+# entry then costs at most about 0.5 KiB (two strings of 32 four-byte characters and the cache's
+# link), so the cache holds at most about 32 MiB, and about 9 MiB when the words are ASCII
+# (136 bytes an entry, measured with tracemalloc).
+STEM_CACHE_ENTRIES: Final = 65_536
+STEM_CACHE_WORD_CHARS: Final = 32
+
+
+@functools.lru_cache(maxsize=STEM_CACHE_ENTRIES)
 def _stem(token: str) -> str:
     # Stemming is a pure function of the word and the pure-Python stemmer was most of an
     # admission's analysis time; words repeat, so their stems are remembered (bounded).
     return _stemmer()([token])[0]
 
 
+def _stem_word(token: str) -> str:
+    if len(token) > STEM_CACHE_WORD_CHARS:
+        return _stemmer()([token])[0]
+    return _stem(token)
+
+
 def analyze(text: str) -> list[str]:
     """Terms of ``text``: its ``tokens`` without stop words, each stemmed (module docstring)."""
-    return [_stem(token) for token in tokens(text) if token not in STOP_WORDS]
+    return [_stem_word(token) for token in tokens(text) if token not in STOP_WORDS]
 
 
 def query_terms(query: str) -> list[str]:
