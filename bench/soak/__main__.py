@@ -9,7 +9,8 @@ from pathlib import Path
 
 from engram_memory.host.memory_trace import TRACE_DIR_ENV, TRACE_EVERY_ENV, TRACE_FRAMES_ENV
 
-from .runner import MIX, REVISIONS, Traffic, run_soak, table
+from .flatness import PASS
+from .runner import MIX, READ_ONLY_FRACTION, REVISIONS, Traffic, run_soak, table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +34,18 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated tools to call, with their usual weights (default all six)",
     )
     parser.add_argument(
+        "--read-only-fraction",
+        type=float,
+        default=READ_ONLY_FRACTION,
+        help="the last part of the run, as a fraction of it, that sends only search and get"
+        f" (default {READ_ONLY_FRACTION}; 0: none)",
+    )
+    parser.add_argument(
+        "--require-flat",
+        action="store_true",
+        help="exit 1 unless the flatness verdict is PASS (by default the verdict is only printed)",
+    )
+    parser.add_argument(
         "--trace-memory",
         type=Path,
         metavar="DIR",
@@ -53,8 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     tools = args.tools.split(",") if args.tools else list(MIX)
     if not tools or not set(tools) <= set(MIX):
         parser.error(f"--tools takes names among {', '.join(MIX)}")
+    if not 0 <= args.read_only_fraction < 1:
+        parser.error("--read-only-fraction is at least 0 and below 1")
     revisions = REVISIONS if args.revision == "both" else (args.revision,)
-    traffic = Traffic(revisions=revisions, mix={tool: MIX[tool] for tool in tools})
+    traffic = Traffic(
+        revisions=revisions,
+        mix={tool: MIX[tool] for tool in tools},
+        read_only_fraction=args.read_only_fraction,
+    )
     env = None
     if args.trace_memory is not None:
         env = {
@@ -70,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({key: value for key, value in result.items() if key != "server"}))
     sys.stdout.flush()
+    if args.require_flat and result["flatness"]["verdict"] != PASS:
+        return 1
     return 0
 
 

@@ -32,6 +32,7 @@ from engram_memory.mcp_surface.catalog import TOOL_NAMES
 from engram_memory.mcp_surface.transports import MCP_PATH, WELL_KNOWN
 
 from ..locomo.runner import percentile
+from .flatness import judge
 
 PURPOSE = "purpose:soak"
 CLIENTS_PER_WORKSPACE = 4
@@ -50,6 +51,11 @@ MIX: dict[str, int] = {
     "withdraw": 5,
     "forget": 5,
 }
+# The read-only phase's tools: nothing in them writes, so the store stops growing and what RSS
+# still gains there is a leak (bench/soak/flatness.py).
+READ_ONLY_TOOLS = ("search", "get")
+READ_ONLY_FRACTION = 0.3
+MINUTE_S = 60.0
 WORDS = [
     "deploy",
     "staging",
@@ -182,15 +188,23 @@ def _wait_until_serving(process: subprocess.Popen[bytes], port: int) -> None:
 
 @dataclass
 class Tally:
-    """Every call's tool, outcome and latency, shared by the clients (one event loop)."""
+    """Every call's tool, outcome and latency, shared by the clients (one event loop); the
+    running counts of tool calls and of records added (accepted admissions), and each minute's
+    latencies per tool (``minute`` is the call's end, in whole minutes since the start)."""
 
     latencies_ms: dict[str, list[float]] = field(default_factory=dict)
     outcomes: dict[str, dict[str, int]] = field(default_factory=dict)
+    by_minute_ms: dict[int, dict[str, list[float]]] = field(default_factory=dict)
+    calls: int = 0
+    records: int = 0
 
-    def add(self, tool: str, outcome: str, took_ms: float) -> None:
+    def add(self, tool: str, outcome: str, took_ms: float, minute: int = 0) -> None:
         self.latencies_ms.setdefault(tool, []).append(took_ms)
         by_outcome = self.outcomes.setdefault(tool, {})
         by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
+        if tool != "session":
+            self.calls += 1
+            self.by_minute_ms.setdefault(minute, {}).setdefault(tool, []).append(took_ms)
 
 
 def _sha(text: str) -> str:
@@ -245,13 +259,22 @@ class Agent:
     pending: list[str] = field(default_factory=list)
     records: list[str] = field(default_factory=list)
     calls: int = 0
+    # From this moment (``time.monotonic()``) on, only the read-only tools of ``mix``.
+    read_only_at: float = float("inf")
+
+    def current_mix(self) -> dict[str, int]:
+        if time.monotonic() < self.read_only_at:
+            return self.mix
+        reads = {tool: weight for tool, weight in self.mix.items() if tool in READ_ONLY_TOOLS}
+        return reads or {"search": MIX["search"]}
 
     def key(self, prefix: str) -> str:
         self.calls += 1
         return f"soak-{prefix}-{self.number:03d}-{self.calls:09d}-{self.rng.getrandbits(32):08x}"
 
     def next_call(self) -> tuple[str, dict[str, Any]]:
-        tool = self.rng.choices(list(self.mix), weights=list(self.mix.values()))[0]
+        mix = self.current_mix()
+        tool = self.rng.choices(list(mix), weights=list(mix.values()))[0]
         if tool in ("request_admission", "withdraw") and not self.pending:
             tool = "capture"
         if tool in ("get", "forget") and not self.records:
@@ -279,12 +302,15 @@ class Agent:
         key = self.key("forget")
         return tool, {"record_id": record_id, "idempotency_key": key, "reason_ref": reason}
 
-    def learn(self, tool: str, value: dict[str, Any]) -> None:
+    def learn(self, tool: str, value: dict[str, Any]) -> bool:
+        """Remember what the call made; True when it added a record."""
         if tool == "capture" and value.get("status") == "committed_pending":
             self.pending.append(value["candidate_id"])
         elif tool == "request_admission" and value["outcome"].get("status") == "accepted":
             self.records.append(value["outcome"]["record_id"])
             del self.records[:-200]
+            return True
+        return False
 
 
 def outcome_of(result: types.CallToolResult) -> tuple[str, dict[str, Any] | None]:
@@ -308,7 +334,7 @@ def _protocol_error(error: BaseException) -> MCPError | None:
 
 
 async def client_loop(
-    url: str, token: str, mode: str, agent: Agent, deadline: float, tally: Tally
+    url: str, token: str, mode: str, agent: Agent, began: float, deadline: float, tally: Tally
 ) -> None:
     """Call tools until ``deadline``; reconnect when a session breaks (counted as an error)."""
     headers = {"Authorization": f"Bearer {token}"}
@@ -325,13 +351,13 @@ async def client_loop(
                 ) as client,
             ):
                 while time.monotonic() < deadline:
-                    await _one_call(client, agent, tally)
+                    await _one_call(client, agent, began, tally)
         except Exception as error:
             tally.add("session", _error_name(error), 0.0)
             await anyio.sleep(1.0)
 
 
-async def _one_call(client: Client, agent: Agent, tally: Tally) -> None:
+async def _one_call(client: Client, agent: Agent, began: float, tally: Tally) -> None:
     tool, arguments = agent.next_call()
     started = time.perf_counter()
     value: dict[str, Any] | None = None
@@ -344,9 +370,10 @@ async def _one_call(client: Client, agent: Agent, tally: Tally) -> None:
         if protocol is None:
             raise
         outcome = f"jsonrpc:{protocol.code}"
-    tally.add(tool, outcome, (time.perf_counter() - started) * 1000)
-    if value is not None:
-        agent.learn(tool, value)
+    minute = int((time.monotonic() - began) // MINUTE_S)
+    tally.add(tool, outcome, (time.perf_counter() - started) * 1000, minute)
+    if value is not None and agent.learn(tool, value):
+        tally.records += 1
 
 
 def _error_name(error: BaseException) -> str:
@@ -362,11 +389,18 @@ def _error_name(error: BaseException) -> str:
 
 
 async def _sampler(
-    server: Server, began: float, deadline: float, every_s: float, samples: list[dict[str, Any]]
+    server: Server,
+    began: float,
+    deadline: float,
+    every_s: float,
+    tally: Tally,
+    samples: list[dict[str, Any]],
 ) -> None:
     while True:
         now = time.monotonic()
-        samples.append(server.sample(now - began))
+        sample = server.sample(now - began)
+        sample.update(calls=tally.calls, records=tally.records)
+        samples.append(sample)
         if now >= deadline:
             return
         await anyio.sleep(min(every_s, max(0.0, deadline - now)))
@@ -379,6 +413,8 @@ class Traffic:
 
     revisions: tuple[str, ...] = REVISIONS
     mix: dict[str, int] = field(default_factory=lambda: dict(MIX))
+    # The last part of the run (a fraction of its duration) sends only search and get.
+    read_only_fraction: float = READ_ONLY_FRACTION
 
 
 async def drive(
@@ -388,13 +424,15 @@ async def drive(
     samples: list[dict[str, Any]] = []
     began = time.monotonic()
     deadline = began + seconds
+    read_only_at = deadline - seconds * traffic.read_only_fraction
     every_s = max(1.0, seconds / 60)
     async with anyio.create_task_group() as group:
-        group.start_soon(_sampler, server, began, deadline, every_s, samples)
+        group.start_soon(_sampler, server, began, deadline, every_s, tally, samples)
         for number, token in enumerate(tokens):
-            agent = Agent(number, random.Random(seed * 1000 + number), mix=dict(traffic.mix))
+            rng = random.Random(seed * 1000 + number)
+            agent = Agent(number, rng, mix=dict(traffic.mix), read_only_at=read_only_at)
             mode = traffic.revisions[number % len(traffic.revisions)]
-            group.start_soon(client_loop, server.url, token, mode, agent, deadline, tally)
+            group.start_soon(client_loop, server.url, token, mode, agent, began, deadline, tally)
     return tally, samples, time.monotonic() - began
 
 
@@ -427,18 +465,69 @@ def run_soak(
             )
             for number in range(clients)
         ]
-        tally, samples, elapsed = anyio.run(
-            drive, server, tokens, seconds, seed, traffic or Traffic()
+        traffic = traffic or Traffic()
+        tally, samples, elapsed = anyio.run(drive, server, tokens, seconds, seed, traffic)
+    read_only_from_s = seconds * (1 - traffic.read_only_fraction)
+    if traffic.read_only_fraction <= 0:
+        read_only_from_s = None
+    return report(tally, samples, elapsed, clients, read_only_from_s=read_only_from_s)
+
+
+def _phase(minute: int, read_only_from_s: float | None) -> str:
+    if read_only_from_s is None or (minute + 1) * MINUTE_S <= read_only_from_s:
+        return "mixed"
+    return "read-only" if minute * MINUTE_S >= read_only_from_s else "both"
+
+
+def per_minute(
+    tally: Tally, samples: Sequence[dict[str, Any]], read_only_from_s: float | None
+) -> list[dict[str, Any]]:
+    """One row per minute (and one for the last part minute): the last sample of the minute
+    (running calls and records, RSS, fds), the calls answered in it and each tool's p50 / p99."""
+    rows: list[dict[str, Any]] = []
+    last_minute = int(samples[-1]["t_s"] // MINUTE_S) if samples else -1
+    for minute in range(last_minute + 1):
+        inside = [s for s in samples if s["t_s"] < (minute + 1) * MINUTE_S]
+        if not inside:
+            continue
+        sample = inside[-1]
+        latencies = tally.by_minute_ms.get(minute, {})
+        rows.append(
+            {
+                "minute": minute + 1,
+                "t_s": sample["t_s"],
+                "phase": _phase(minute, read_only_from_s),
+                "calls": sample["calls"],
+                "calls_in_minute": sum(len(values) for values in latencies.values()),
+                "records": sample["records"],
+                "rss_mb": sample["rss_mb"],
+                "fds": sample["fds"],
+                "tools": {
+                    tool: {
+                        "calls": len(values),
+                        "p50_ms": round(percentile(values, 50), 1),
+                        "p99_ms": round(percentile(values, 99), 1),
+                    }
+                    for tool, values in sorted(latencies.items())
+                },
+            }
         )
-    return report(tally, samples, elapsed, clients)
+    return rows
 
 
 def report(
-    tally: Tally, samples: Sequence[dict[str, Any]], elapsed_s: float, clients: int
+    tally: Tally,
+    samples: Sequence[dict[str, Any]],
+    elapsed_s: float,
+    clients: int,
+    *,
+    read_only_from_s: float | None = None,
 ) -> dict[str, Any]:
-    """Throughput, per-tool calls / ok / p50 / p99, errors by code, resources at start/middle/end.
+    """Throughput, per-tool calls / ok / p50 / p99, errors by code, resources at start/middle/end,
+    the per-minute series and the flatness verdict (``bench.soak.flatness``).
 
     ``session`` counts broken client sessions (reconnected); it is not a tool and has no latency.
+    ``read_only_from_s``: when the read-only phase began (None: the run had none).
     """
     tools: dict[str, Any] = {}
     errors: dict[str, int] = {}
@@ -467,6 +556,9 @@ def report(
         "throughput_per_s": round(calls / elapsed_s, 2) if elapsed_s > 0 else 0.0,
         "tools": tools,
         "errors_by_code": dict(sorted(errors.items())),
+        "read_only_from_s": None if read_only_from_s is None else round(read_only_from_s, 1),
+        "series": per_minute(tally, samples, read_only_from_s),
+        "flatness": judge(samples, elapsed_s, read_only_from_s),
         "server": {
             "start": samples[0] if samples else None,
             "middle": middle,
@@ -497,4 +589,20 @@ def table(result: dict[str, Any]) -> str:
                 f"({sample['database_fds']} on engram.db*), RSS {sample['rss_mb']} MB, "
                 f"{sample['threads']} threads"
             )
+    read_only = result["read_only_from_s"]
+    lines.append(
+        "read-only phase (search and get only): "
+        + ("none" if read_only is None else f"from t={read_only} s to the end")
+    )
+    lines.append(
+        f"{'minute':>6} {'phase':<10}{'calls':>8}{'in min':>8}{'records':>9}{'RSS MB':>8}{'fds':>5}"
+    )
+    for row in result["series"]:
+        lines.append(
+            f"{row['minute']:>6} {row['phase']:<10}{row['calls']:>8}{row['calls_in_minute']:>8}"
+            f"{row['records']:>9}{row['rss_mb']:>8}{row['fds']:>5}"
+        )
+    flatness = result["flatness"]
+    lines.append(f"flatness (warm-up ended at t={flatness['warmup_end_s']} s):")
+    lines.extend("  " + line for line in flatness["lines"])
     return "\n".join(lines)

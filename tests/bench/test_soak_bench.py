@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import random
+import time
 from pathlib import Path
 
 import pytest
 
 from bench.soak import __main__ as soak_cli
-from bench.soak.runner import MIX, Tally, report
+from bench.soak.runner import MIX, READ_ONLY_TOOLS, Agent, Tally, report
 
-SAMPLE_KEYS = {"t_s", "fds", "database_fds", "rss_mb", "threads"}
+SAMPLE_KEYS = {"t_s", "fds", "database_fds", "rss_mb", "threads", "calls", "records"}
 
 
 def test_a_short_soak_stops_by_itself_and_reports_consistent_figures(
@@ -18,8 +20,24 @@ def test_a_short_soak_stops_by_itself_and_reports_consistent_figures(
 ) -> None:
     path = tmp_path / "soak.json"
     assert soak_cli.main(["--seconds", "4", "--clients", "3", "--json", str(path)]) == 0
-    assert "calls/s" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "calls/s" in out
     result = json.loads(path.read_text(encoding="utf-8"))
+
+    # The last 30 % is the read-only phase, and the report judges flatness (a few seconds
+    # cannot warm up: the verdict is there, not its outcome).
+    assert result["read_only_from_s"] == pytest.approx(2.8)
+    assert f"read-only phase (search and get only): from t={result['read_only_from_s']} s" in out
+    flatness = result["flatness"]
+    assert [check["name"][:3] for check in flatness["checks"]] == ["(a)", "(b)", "(c)"]
+    assert flatness["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE")
+    assert f"VERDICT {flatness['verdict']}" in out
+    for check in flatness["checks"]:
+        assert f"{check['status']:<12} {check['name']}" in out
+    series = result["series"]
+    assert [row["minute"] for row in series] == [1] and series[0]["phase"] == "both"
+    assert series[0]["calls"] <= result["calls"] == series[0]["calls_in_minute"]
+    assert series[0]["tools"].keys() == result["tools"].keys()
 
     assert result["clients"] == 3
     assert result["duration_s"] >= 4
@@ -44,6 +62,8 @@ def test_a_short_soak_stops_by_itself_and_reports_consistent_figures(
         assert set(sample) == SAMPLE_KEYS
         assert sample["fds"] >= sample["database_fds"] >= 0
         assert sample["rss_mb"] > 0 and sample["threads"] >= 1
+    assert [s["calls"] for s in samples] == sorted(s["calls"] for s in samples)
+    assert samples[-1]["records"] <= result["tools"].get("request_admission", {}).get("ok", 0)
     # The clock starts once the server answers HTTP, which it does after opening its host.
     assert server["start"]["database_fds"] >= 1 and server["end"]["database_fds"] >= 1
 
@@ -56,10 +76,11 @@ def test_the_report_counts_latencies_outcomes_and_broken_sessions() -> None:
     tally.add("forget", "GATE_FAILED", 9.0)
     tally.add("capture", "jsonrpc:-32603", 3.0)
     tally.add("session", "ConnectError", 0.0)
+    resources = {"database_fds": 5, "threads": 6, "records": 0}
     samples = [
-        {"t_s": 0.0, "fds": 10, "database_fds": 3, "rss_mb": 100.0, "threads": 2},
-        {"t_s": 5.0, "fds": 12, "database_fds": 5, "rss_mb": 110.0, "threads": 6},
-        {"t_s": 10.0, "fds": 12, "database_fds": 5, "rss_mb": 111.0, "threads": 6},
+        {"t_s": 0.0, "fds": 10, "rss_mb": 100.0, "calls": 0, **resources},
+        {"t_s": 5.0, "fds": 12, "rss_mb": 110.0, "calls": 50, **resources},
+        {"t_s": 10.0, "fds": 12, "rss_mb": 111.0, "calls": 103, **resources},
     ]
     result = report(tally, samples, 10.0, clients=2)
 
@@ -75,3 +96,52 @@ def test_the_report_counts_latencies_outcomes_and_broken_sessions() -> None:
     }
     assert result["server"]["middle"] == samples[1]
     assert (result["server"]["start"], result["server"]["end"]) == (samples[0], samples[2])
+
+
+def test_the_series_has_a_row_per_minute_with_its_calls_latencies_and_resources() -> None:
+    tally = Tally()
+    for minute, took in ((0, 10.0), (0, 30.0), (1, 50.0), (2, 70.0), (2, 90.0)):
+        tally.add("get", "OK", took, minute)
+    tally.add("session", "ConnectError", 0.0, 1)
+    resources = {"database_fds": 5, "threads": 6}
+    samples = [
+        {"t_s": t, "fds": fds, "rss_mb": rss, "calls": calls, "records": records, **resources}
+        for t, fds, rss, calls, records in (
+            (0.0, 10, 100.0, 0, 0),
+            (50.0, 20, 120.0, 2, 1),
+            (110.0, 21, 121.0, 3, 2),
+            (150.0, 21, 121.5, 5, 2),
+        )
+    ]
+    result = report(tally, samples, 150.0, clients=1, read_only_from_s=100.0)
+
+    assert result["read_only_from_s"] == 100.0
+    rows = result["series"]
+    assert [(r["minute"], r["phase"], r["t_s"]) for r in rows] == [
+        (1, "mixed", 50.0),
+        (2, "both", 110.0),
+        (3, "read-only", 150.0),
+    ]
+    assert [(r["calls"], r["calls_in_minute"], r["records"]) for r in rows] == [
+        (2, 2, 1),
+        (3, 1, 2),
+        (5, 2, 2),
+    ]
+    assert [(r["rss_mb"], r["fds"]) for r in rows] == [(120.0, 20), (121.0, 21), (121.5, 21)]
+    assert rows[2]["tools"] == {"get": {"calls": 2, "p50_ms": 70.0, "p99_ms": 90.0}}
+    # 5 calls cannot warm up: the verdict says so rather than passing.
+    assert result["flatness"]["verdict"] == "INCONCLUSIVE"
+
+
+def test_in_the_read_only_phase_an_agent_only_searches_and_gets() -> None:
+    def agent(read_only_at: float) -> Agent:
+        records = [f"record:{n}" for n in range(50)]
+        pending = [f"candidate:{n}" for n in range(50)]
+        return Agent(
+            0, random.Random(1), records=records, pending=pending, read_only_at=read_only_at
+        )
+
+    mixed = agent(float("inf"))
+    assert {mixed.next_call()[0] for _ in range(40)} == set(MIX)
+    read_only = agent(time.monotonic())
+    assert {read_only.next_call()[0] for _ in range(200)} == set(READ_ONLY_TOOLS)
