@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_soak_flatness import series as synthetic_series  # the synthetic flat and leaking series
 
 from bench.soak import __main__ as soak_cli
 from bench.soak.runner import MIX, READ_ONLY_TOOLS, Agent, Tally, report
@@ -145,3 +146,22 @@ def test_in_the_read_only_phase_an_agent_only_searches_and_gets() -> None:
     assert {mixed.next_call()[0] for _ in range(40)} == set(MIX)
     read_only = agent(time.monotonic())
     assert {read_only.next_call()[0] for _ in range(200)} == set(READ_ONLY_TOOLS)
+
+
+@pytest.mark.parametrize(("leak_kib_per_call", "verdict"), [(0.0, "PASS"), (0.3, "FAIL")])
+def test_the_exit_status_follows_the_verdict_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    leak_kib_per_call: float,
+    verdict: str,
+) -> None:
+    samples = [
+        {**sample, "database_fds": 17, "threads": 34}
+        for sample in synthetic_series(leak_kib_per_call=leak_kib_per_call)
+    ]
+    result = report(Tally(), samples, 600.0, clients=32, read_only_from_s=420.0)
+    monkeypatch.setattr(soak_cli, "run_soak", lambda **_: result)
+
+    assert soak_cli.main(["--seconds", "600"]) == 0
+    assert f"VERDICT {verdict}" in capsys.readouterr().out
+    assert soak_cli.main(["--seconds", "600", "--require-flat"]) == (verdict != "PASS")
