@@ -59,13 +59,15 @@ class Limits:
     # growth is measured from the first sample this many calls after the switch.
     read_only_settle_calls: int = 2_000
     mixed_rss_mb: float = 2.0
-    # What the store legitimately adds to RSS per record while it grows: every captured text
-    # brings new words (the soak's each carry a unique note id) into the stem cache, about
-    # 0.3 KiB an entry and about 2 captures per record added (engine/lexical.py; bounded at
-    # 65,536 entries); the FTS index's and the tables' new pages pass through SQLite's page
-    # caches, which are capped; and the journal's and records' rows grow the B-trees the
-    # prepared statements walk. Measured: 3.0 MB over ~3,300 records in the second half of an
-    # idle 10-minute soak, about 0.9 KiB each.
+    # What the store legitimately adds to RSS per record while it grows: the captured texts
+    # bring new words into the stem cache (the soak's each carry a unique note id: about 1.5
+    # new words a capture, 1.8 captures a record added, 136 bytes an entry; engine/lexical.py,
+    # bounded at 65,536 entries), about 0.35 KiB; the new pages of the tables and the FTS index
+    # fill the 8 connections' page caches up to their cap (SQLite's bytes 5.8 -> 8.8 MiB while
+    # the store went from 450 to 870 records, then flat); malloc keeps what it freed in between.
+    # Measured over mixed traffic after warm-up: +3.0 MB over 22,000 calls, about 3,300 records
+    # at this mix (idle, README), and +2.3 MB for 1,453 records (load 10): 2 MB fixed plus
+    # 1 KiB a record covers both.
     per_record_kib: float = 1.0
     fd_slack: int = 2
 
