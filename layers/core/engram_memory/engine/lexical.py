@@ -99,8 +99,9 @@ def tokens(text: str) -> list[str]:
 # for the life of the process. Words longer than STEM_CACHE_WORD_CHARS (English words are far
 # shorter; such tokens are ids, hashes or junk that rarely repeat) are stemmed every time. An
 # entry then costs at most about 0.5 KiB (two strings of 32 four-byte characters and the cache's
-# link), so the cache holds at most about 32 MiB, and about 9 MiB when the words are ASCII
-# (136 bytes an entry, measured with tracemalloc).
+# link), so the cache holds at most about 32 MiB; measured with tracemalloc, an entry takes 136
+# bytes for a short ASCII word, 236 for 32 ASCII letters, 281 for 32 four-byte letters (a word
+# the stemmer leaves alone shares its string with its stem), so about 9 to 18 MiB when full.
 STEM_CACHE_ENTRIES: Final = 65_536
 STEM_CACHE_WORD_CHARS: Final = 32
 
