@@ -30,6 +30,7 @@ from aws_encryption_sdk import CommitmentPolicy
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from engram_memory.adapters.local.key_scrub import delete_and_scrub
 from engram_memory.adapters.local.private_files import fsync_dir, make_private_dirs, write_all
 from engram_memory.adapters.local.record_keys import SCHEMA as RECORD_KEYS_SCHEMA
 from engram_memory.adapters.local.record_keys import LocalRecordKeys
@@ -185,14 +186,13 @@ class LocalVault:
         in another process): the deletion is then durable but not yet scrubbed, and a retry
         finishes it.
         """
-
-        def delete_and_scrub(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (key_ref,))
-            (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if busy:
-                raise sqlite3.OperationalError("the key file's -wal could not be truncated")
-
-        self._run("destroy", delete_and_scrub)
+        # Durable and scrubbed in the checkpoint's two syncs (key_scrub.py says why that is safe).
+        self._run(
+            "destroy",
+            lambda conn: delete_and_scrub(
+                conn, "DELETE FROM data_keys WHERE key_ref = ?", (key_ref,)
+            ),
+        )
 
     def key_store_id(self) -> str:
         """This key store's identity (``ks_`` + 32 hex), made on first use and never changed."""
