@@ -4,8 +4,9 @@ The write half of the hot path, in process: ``capture`` then ``request_admission
 ``Engine.handle`` of the embedded host (``open_server``, as the MCP tools call it: the real store,
 key vault and audit log on disk), LoCoMo memories as in ``bench.hotpath``. Two trees run side by
 side in one run, interleaved: this checkout ("after") and another checkout of the product
-("before", by default ``main`` extracted with ``git archive``), each in its own child process with
-the tree's ``layers/core`` first on ``PYTHONPATH``.
+("before", by default ``main``; ``--after REF`` replaces this checkout by another ref), each
+extracted with ``git archive``, each in its own child process with the tree's ``layers/core``
+first on ``PYTHONPATH`` (the benchmark's own code is this checkout's).
 
 Per repetition and tree:
 
@@ -206,6 +207,9 @@ def _summary(runs: list[dict[str, Any]], key: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.hotpath.writes", description=__doc__)
     parser.add_argument("--before", default="main", help="git ref of the 'before' tree (main)")
+    parser.add_argument(
+        "--after", help="git ref of the 'after' tree (default: this checkout, as it is)"
+    )
     parser.add_argument("--pairs", type=int, default=40, help="timed pairs per child (40)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed pairs first (5)")
     parser.add_argument("--repetitions", type=int, default=3, help="interleaved repetitions (3)")
@@ -229,9 +233,17 @@ def main(argv: list[str] | None = None) -> int:
     if strace is None and not args.no_strace:
         print("strace not found: syncs are not counted (apt-get install strace)", file=sys.stderr)
     args.scratch.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"before": args.before, "pairs": args.pairs, "runs": {}}
-    with tempfile.TemporaryDirectory(prefix="writes-before-", dir=args.scratch) as tmp:
-        trees = {"before": _extract(args.before, Path(tmp)), "after": REPO}
+    report: dict[str, Any] = {
+        "before": args.before,
+        "after": args.after or "this checkout",
+        "pairs": args.pairs,
+        "runs": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="writes-trees-", dir=args.scratch) as tmp:
+        trees = {
+            "before": _extract(args.before, Path(tmp) / "before"),
+            "after": REPO if args.after is None else _extract(args.after, Path(tmp) / "after"),
+        }
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for repetition in range(args.repetitions):
             order = list(trees) if repetition % 2 == 0 else list(reversed(trees))
@@ -252,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     report["runs"] = runs
     report["load_average"] = os.getloadavg()
     print(f"capture + admission pairs, {args.pairs} per child (median [range]):")
-    print(f"{'':24} {'before (' + args.before + ')':>26} {'after (this tree)':>26}")
+    after = "this tree" if args.after is None else args.after
+    print(f"{'':24} {'before (' + args.before + ')':>26} {'after (' + after + ')':>26}")
     for label, key in (
         ("CPU ms per pair", "cpu_ms_per_pair"),
         ("syncs per pair", "syncs_total_per_pair"),
