@@ -1,9 +1,10 @@
-"""Crash-safety of the candidate key's destruction at admission (``adapters/local/key_scrub.py``).
+"""Crash-safety of the candidate key's destruction at admission (``adapters/local/key_durability.py``).
 
 The key file's DELETE no longer syncs at its own commit: the scrub checkpoint that follows syncs
 the -wal and then the database file. A real engine in a child process captures and admits, and
-is killed (SIGKILL: nothing closed, nothing flushed by Python) at three points: after admission
-answered, before the key's destruction ran, and between the DELETE and the checkpoint. Reopened,
+is killed (SIGKILL: nothing closed, nothing flushed by Python) at four points: after capture
+answered (its keys written in one sync), after admission answered, before the key's destruction
+ran, and between the DELETE and the checkpoint. Reopened,
 the record is intact and readable, and the candidate's key is gone from every file of the data
 directory (at once, or once the outbox item left by the crash is drained), so the candidate's
 ciphertext cannot be opened again.
@@ -73,6 +74,8 @@ _CHILD = textwrap.dedent(
         "candidate_id": candidate_id, "key_ref": key_ref,
         "sealed": bytes(sealed).hex(), "wrapped": bytes(wrapped).hex(),
     }), flush=True)
+    if crash == "after-capture":
+        die()
     admitted = host.call(
         "request_admission",
         {"candidate_id": candidate_id, "idempotency_key": "crash-admit-000000000001"},
@@ -174,6 +177,28 @@ def test_killed_before_the_key_destruction_ran_the_outbox_destroys_it_after_rest
         outcome = replay["output"]["value"]["outcome"]
         assert replay["output"]["value"]["replayed"] is True and outcome["status"] == "accepted"
         assert host.engine.drain_outbox() >= 1
+    finally:
+        host.close()
+    _assert_record_intact_and_candidate_shredded(data_dir, sealed, outcome["record_id"])
+
+
+def test_killed_after_capture_answered_the_candidate_is_admitted_after_restart(
+    tmp_path: Path,
+) -> None:
+    # The seal's keys were durable in one sync of a fresh -wal before capture answered.
+    data_dir = tmp_path / "data"
+    sealed, answer = _crash(data_dir, "after-capture")
+
+    assert answer is None
+    host = open_embedded(data_dir)
+    try:
+        admitted = host.call(
+            "request_admission",
+            {"candidate_id": sealed["candidate_id"], "idempotency_key": "crash-admit-000000000001"},
+            context(),
+        )
+        outcome = admitted["output"]["value"]["outcome"]
+        assert outcome["status"] == "accepted"
     finally:
         host.close()
     _assert_record_intact_and_candidate_shredded(data_dir, sealed, outcome["record_id"])

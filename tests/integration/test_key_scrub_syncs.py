@@ -1,6 +1,7 @@
-"""The key file's syncs, counted by strace: a key destruction is durable in the scrub
-checkpoint's two syncs (the -wal, then the database file), not three, and the connection commits
-synced again afterwards (``adapters/local/key_scrub.py``)."""
+"""The key file's syncs, counted by strace (``adapters/local/key_durability.py``): a key
+destruction is durable in the scrub checkpoint's two syncs (the -wal, then the database file),
+not three; a seal is durable in one sync, also when its commit starts a fresh -wal (two before);
+the connection is back at ``synchronous=FULL`` and automatic checkpoints afterwards."""
 
 from __future__ import annotations
 
@@ -38,16 +39,18 @@ _CHILD = textwrap.dedent(
         except OSError:
             pass
 
-    if step == "seal":  # a seal after a destruction: synced at its commit as before
+    if step == "seal":  # a seal after a destruction: the first frames of an empty -wal
         vault.destroy(blob.key_ref)
     mark(start)
     if step == "destroy":
         vault.destroy(blob.key_ref)
     elif step == "destroy-record-key":
         vault.record_keys.destroy(scope, "mem_1")
-    else:
+    else:  # "seal", or "seal-again" onto the frames of the two seals above
         vault.seal(scope, "cand_3", b"third")
     mark(stop)
+    wal_autocheckpoint = vault._run("t", lambda c: c.execute("PRAGMA wal_autocheckpoint").fetchone())
+    assert wal_autocheckpoint == (1000,), wal_autocheckpoint
     (level,) = vault._run("t", lambda c: c.execute("PRAGMA synchronous").fetchone())
     assert level == 2, level
     vault.close()
@@ -96,5 +99,10 @@ def test_a_key_destruction_costs_the_scrub_checkpoints_two_syncs(tmp_path: Path,
     assert _syncs(tmp_path, step) == {"key file": 2}
 
 
-def test_a_seal_after_a_destruction_is_synced_at_its_commit(tmp_path: Path) -> None:
-    assert _syncs(tmp_path, "seal").get("key file", 0) >= 1
+def test_a_seal_after_a_destruction_is_durable_in_one_sync_not_two(tmp_path: Path) -> None:
+    # The destruction emptied the -wal: the seal's commit writes a fresh header and frames.
+    assert _syncs(tmp_path, "seal") == {"key file": 1}
+
+
+def test_a_seal_onto_a_written_wal_is_synced_at_its_commit(tmp_path: Path) -> None:
+    assert _syncs(tmp_path, "seal-again") == {"key file": 1}

@@ -9,7 +9,7 @@ Writes follow the key file's discipline (WAL, ``synchronous=FULL``, ``secure_del
 made at capture (``prepare``) is not written on its own but in the same commit as the
 candidate's key (``LocalVault.seal`` calls ``write_prepared``), so a capture-and-admission pair
 costs no extra fsync; ``destroy`` deletes and checkpoints so the deletion is durable and the
-key's bytes are gone from the file and its -wal when it returns (``key_scrub.py``).
+key's bytes are gone from the file and its -wal when it returns (``key_durability.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..record_sealing import (
     unwrap_scope_key,
     wrap_scope_key,
 )
-from .key_scrub import delete_and_scrub
+from .key_durability import delete_and_scrub
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS scope_keys (

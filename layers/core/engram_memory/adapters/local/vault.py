@@ -30,7 +30,7 @@ from aws_encryption_sdk import CommitmentPolicy
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from engram_memory.adapters.local.key_scrub import delete_and_scrub
+from engram_memory.adapters.local.key_durability import commit_synced_once, delete_and_scrub
 from engram_memory.adapters.local.private_files import fsync_dir, make_private_dirs, write_all
 from engram_memory.adapters.local.record_keys import SCHEMA as RECORD_KEYS_SCHEMA
 from engram_memory.adapters.local.record_keys import LocalRecordKeys
@@ -130,20 +130,15 @@ class LocalVault:
         created_at_ms = time.time_ns() // 1_000_000
 
         def write_keys(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(
-                    "INSERT INTO data_keys (key_ref, nonce, wrapped, created_at_ms)"
-                    " VALUES (?, ?, ?, ?)",
-                    (key_ref, nonce, wrapped, created_at_ms),
-                )
-                self.record_keys.write_prepared(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            conn.execute(
+                "INSERT INTO data_keys (key_ref, nonce, wrapped, created_at_ms)"
+                " VALUES (?, ?, ?, ?)",
+                (key_ref, nonce, wrapped, created_at_ms),
+            )
+            self.record_keys.write_prepared(conn)
 
-        self._run("seal", write_keys)
+        # Durable on return after one sync of the -wal (key_durability.py).
+        self._run("seal", lambda conn: commit_synced_once(conn, self._path, write_keys))
         return SealedBlob(key_ref=key_ref, ciphertext=ciphertext)
 
     def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
@@ -186,7 +181,7 @@ class LocalVault:
         in another process): the deletion is then durable but not yet scrubbed, and a retry
         finishes it.
         """
-        # Durable and scrubbed in the checkpoint's two syncs (key_scrub.py says why that is safe).
+        # Durable and scrubbed in the checkpoint's two syncs (key_durability.py says why that is safe).
         self._run(
             "destroy",
             lambda conn: delete_and_scrub(

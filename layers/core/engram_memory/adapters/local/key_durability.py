@@ -1,4 +1,18 @@
-"""Deleting a key from the key file: durable, and scrubbed from the file and its -wal, in 2 syncs.
+"""The key file's writes, durable with as few syncs as SQLite's own discipline allows.
+
+**Writing keys at capture** (``commit_synced_once``). Every destruction truncates the -wal, so
+the next capture's commit is the first frame of a fresh -wal: at ``synchronous=FULL`` SQLite then
+syncs twice, once after the -wal header and once at the commit. The header sync keeps a header
+that did not reach the disk from pairing with frames that did; it matters for a -wal that is
+reused in place, where stale frames of the previous generation follow. Ours starts empty, so the
+commit runs at ``synchronous=OFF`` with automatic checkpoints off (a checkpoint at OFF would not
+sync the database file) and the -wal is synced once when it is written: on return, header and
+frames are durable, as they were after the two syncs. A crash before that loses the commit, and
+nothing refers to the keys yet (the store's candidate row is written after ``seal`` returns).
+When the -wal is not empty the commit runs at ``FULL`` as before (one sync, no header).
+
+**Deleting a key** (``delete_and_scrub``): durable, and scrubbed from the file and its -wal, in
+2 syncs.
 
 The key file (``keys/candidate-keys.db``) runs in WAL mode with ``synchronous=FULL`` and
 ``secure_delete``. A deletion used to cost three syncs: the DELETE's own commit synced the -wal,
@@ -29,7 +43,40 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def commit_synced_once(
+    conn: sqlite3.Connection, path: Path, write: Callable[[sqlite3.Connection], None]
+) -> None:
+    """Run ``write`` in one transaction of the key file at ``path`` (autocommit connection, WAL,
+    ``synchronous=FULL``), durable on return after a single sync; errors roll it back and
+    propagate (``sqlite3.Error``; a failed sync as ``sqlite3.OperationalError``)."""
+    wal = Path(str(path) + "-wal")
+    fresh = not wal.exists() or wal.stat().st_size == 0
+    autocheckpoint = 0
+    if fresh:
+        (autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone()
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute("PRAGMA synchronous=OFF")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            write(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        if fresh:
+            try:
+                _fsync(wal)
+            except OSError as exc:
+                raise sqlite3.OperationalError("the key file's -wal could not be synced") from exc
+    finally:
+        if fresh:
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA wal_autocheckpoint={int(autocheckpoint)}")
 
 
 def delete_and_scrub(conn: sqlite3.Connection, statement: str, parameters: Sequence[str]) -> None:
@@ -48,10 +95,15 @@ def delete_and_scrub(conn: sqlite3.Connection, statement: str, parameters: Seque
 
 
 def _sync_wal(conn: sqlite3.Connection) -> None:
-    """fsync the key file's -wal (SQLite takes no lock on it, so another descriptor is safe)."""
     path = next(row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main")
+    _fsync(Path(path + "-wal"))
+
+
+def _fsync(wal: Path) -> None:
+    """fsync the key file's -wal through a descriptor of our own (SQLite takes no lock on the
+    -wal, its locks live in the -shm, so opening and closing it here releases none of them)."""
     try:
-        fd = os.open(path + "-wal", os.O_RDONLY)
+        fd = os.open(wal, os.O_RDONLY)
     except FileNotFoundError:
         return  # checkpointed and removed by another connection, which synced the database
     try:
