@@ -9,7 +9,8 @@ commit runs at ``synchronous=OFF`` with automatic checkpoints off (a checkpoint 
 sync the database file) and the -wal is synced once when it is written: on return, header and
 frames are durable, as they were after the two syncs. A crash before that loses the commit, and
 nothing refers to the keys yet (the store's candidate row is written after ``seal`` returns).
-When the -wal is not empty the commit runs at ``FULL`` as before (one sync, no header).
+When the -wal is not empty the commit runs at ``FULL`` as before (one sync, no header); a -wal
+that another process writes between the check and the commit is covered by the same final sync.
 
 **Deleting a key** (``delete_and_scrub``): durable, and scrubbed from the file and its -wal, in
 2 syncs.
