@@ -267,6 +267,27 @@ def test_destroy_overwrites_the_wrapped_key_bytes_in_the_key_file(
     assert not wal.exists() or wal.stat().st_size == 0
 
 
+def test_a_destroy_blocked_by_an_older_reader_deletes_then_scrubs_on_retry(
+    vault: LocalVault, keys_path: Path
+) -> None:
+    blob = vault.seal(SCOPE, "cand_1", SECRET)
+    wrapped = _rows(keys_path)[blob.key_ref][1]
+    wal = keys_path.with_name(keys_path.name + "-wal")
+    reader = sqlite3.connect(keys_path, timeout=0.1)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM data_keys").fetchone() == (1,)  # a snapshot
+
+    with pytest.raises(VaultUnavailable):  # the -wal cannot be truncated under the reader
+        vault.destroy(blob.key_ref)
+
+    assert vault.key_exists(blob.key_ref) is False  # deleted (and synced) all the same
+    assert vault._run("t", lambda c: c.execute("PRAGMA synchronous").fetchone()) == (2,)
+    reader.rollback()
+    reader.close()
+    vault.destroy(blob.key_ref)  # the outbox's retry finishes the scrub
+    assert wrapped not in keys_path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
 @pytest.mark.parametrize(
     "corrupt",
     [

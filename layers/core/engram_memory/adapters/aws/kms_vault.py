@@ -1,8 +1,8 @@
 """The cloud vault: per-candidate data keys wrapped by AWS KMS in a DynamoDB key table.
 
 Each sealed candidate gets its own random 256-bit data key, exactly as in the embedded vault: the
-payload is encrypted with the AWS Encryption SDK under a raw AES keyring holding that data key
-(committing algorithm suite without signatures; an encryption context binding tenant, workspace
+payload is encrypted with the AWS Encryption SDK with that data key as its raw AES wrapping key
+(``sealing.py``; committing algorithm suite without signatures; an encryption context binding tenant, workspace
 and candidate). The data key itself is encrypted with the AWS Encryption SDK under an AWS KMS
 keyring (the tenant's KMS key; an encryption context binding tenant, workspace, candidate and
 ``key_ref``) and the resulting message is stored as one item of the **key table**::
@@ -35,16 +35,19 @@ import aws_encryption_sdk
 import boto3
 from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
 from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
-from aws_cryptographic_material_providers.mpl.models import (
-    AesWrappingAlg,
-    CreateAwsKmsKeyringInput,
-    CreateRawAesKeyringInput,
-)
-from aws_encryption_sdk import Algorithm, CommitmentPolicy
+from aws_cryptographic_material_providers.mpl.models import CreateAwsKmsKeyringInput
+from aws_encryption_sdk import CommitmentPolicy
 from botocore.exceptions import BotoCoreError, ClientError
 
 from engram_memory.adapters.aws.client_config import client_config
-from engram_memory.adapters.sealing import KEY_NAMESPACE, decrypt_message, encryption_context
+from engram_memory.adapters.sealing import (
+    CANDIDATE_ALGORITHM,
+    KEY_NAMESPACE,
+    decrypt_message,
+    encryption_context,
+    open_candidate,
+    seal_candidate,
+)
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
     KeyDestroyed,
@@ -61,7 +64,7 @@ __all__ = ["KEY_NAMESPACE", "KmsVault", "create_key_table"]
 
 
 _KEY_BYTES: Final = 32
-_ALGORITHM: Final = Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY
+_ALGORITHM: Final = CANDIDATE_ALGORITHM  # the wrapped data key's message too
 _KEY_ARN: Final = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+")
 
 # Error codes that mean "the service is busy or broken right now", whatever the HTTP status.
@@ -149,16 +152,11 @@ class KmsVault:
         data_key = secrets.token_bytes(_KEY_BYTES)
         key_ref = "key_" + secrets.token_hex(16)
         try:
-            ciphertext, _header = self._esdk.encrypt(
-                source=plaintext,
-                keyring=self._raw_keyring(key_ref, data_key),
-                encryption_context=encryption_context(scope, candidate_id),
-                algorithm=_ALGORITHM,
+            ciphertext = seal_candidate(
+                self._esdk, key_ref, data_key, plaintext, encryption_context(scope, candidate_id)
             )
         except Exception as exc:
             raise VaultUnavailable("the KMS vault could not encrypt the candidate") from exc
-        if not isinstance(ciphertext, bytes):
-            raise VaultUnavailable("the KMS vault could not encrypt the candidate")
         wrapped = self._wrap(data_key, _wrap_context(key_ref, scope, candidate_id))
         # The key item is written last so a failed seal leaves no orphan key behind.
         item = {
@@ -198,13 +196,13 @@ class KmsVault:
         if not isinstance(wrapped, bytes):
             raise SealIntegrityError(f"data key {blob.key_ref} is malformed")
         data_key = self._unwrap(wrapped, _wrap_context(blob.key_ref, scope, candidate_id))
-        expected = encryption_context(scope, candidate_id)
-        plaintext, context, algorithm = decrypt_message(
-            self._esdk, self._raw_keyring(blob.key_ref, data_key), blob.ciphertext, expected
+        return open_candidate(
+            self._esdk,
+            blob.key_ref,
+            data_key,
+            blob.ciphertext,
+            encryption_context(scope, candidate_id),
         )
-        if dict(context) != expected or algorithm != _ALGORITHM:
-            raise SealIntegrityError("sealed blob does not belong to this candidate")
-        return plaintext
 
     def destroy(self, key_ref: str) -> None:
         """Durably delete the data key; idempotent (destroying a missing key is not an error)."""
@@ -281,16 +279,6 @@ class KmsVault:
                     raise VaultUnavailable("the KMS keyring could not be created") from exc
                 self._kms_recorder, self._kms_keyring = recorder, keyring
             return self._kms_keyring, self._kms_recorder
-
-    def _raw_keyring(self, key_ref: str, data_key: bytes) -> Any:
-        return self._materials.create_raw_aes_keyring(
-            input=CreateRawAesKeyringInput(
-                key_namespace=KEY_NAMESPACE,
-                key_name=key_ref,
-                wrapping_key=data_key,
-                wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
-            )
-        )
 
     # ----------------------------------------------------------------------------------------
     # Key table (DynamoDB)

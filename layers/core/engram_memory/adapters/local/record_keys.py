@@ -8,8 +8,8 @@ cached (``ScopeKeys``); opening a body is one read of the key file and two AES-G
 Writes follow the key file's discipline (WAL, ``synchronous=FULL``, ``secure_delete``): a key
 made at capture (``prepare``) is not written on its own but in the same commit as the
 candidate's key (``LocalVault.seal`` calls ``write_prepared``), so a capture-and-admission pair
-costs no extra fsync; ``destroy`` deletes and checkpoints so the key's bytes are gone from the
-file and its -wal when it returns.
+costs no extra fsync; ``destroy`` deletes and checkpoints so the deletion is durable and the
+key's bytes are gone from the file and its -wal when it returns (``key_durability.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ..record_sealing import (
     unwrap_scope_key,
     wrap_scope_key,
 )
+from .key_durability import delete_and_scrub
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS scope_keys (
@@ -87,16 +88,14 @@ class LocalRecordKeys:
         with self._prepared_lock:
             self._prepared.pop((scope, record_id), None)
 
-        def delete_and_scrub(conn: sqlite3.Connection) -> None:
-            conn.execute(
+        self._run(
+            "destroy record key",
+            lambda conn: delete_and_scrub(
+                conn,
                 "DELETE FROM record_keys WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
                 (scope.tenant_id, scope.workspace_id, record_id),
-            )
-            (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if busy:
-                raise sqlite3.OperationalError("the key file's -wal could not be truncated")
-
-        self._run("destroy record key", delete_and_scrub)
+            ),
+        )
 
     def key_exists(self, scope: Scope, record_id: str) -> bool:
         return record_id in self._stored(scope, [record_id])

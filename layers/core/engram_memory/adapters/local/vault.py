@@ -1,7 +1,8 @@
 """The embedded vault: per-candidate data keys in a separate SQLite key file.
 
 Each sealed candidate gets its own random 256-bit data key. The payload is encrypted with the AWS
-Encryption SDK (raw AES keyring, committing algorithm suite without signatures, an encryption
+Encryption SDK (the data key as a raw AES wrapping key, ``sealing.py``; committing algorithm suite
+without signatures, an encryption
 context binding tenant, workspace and candidate). The data key itself is stored only in the key
 file, wrapped under the master key with AES-256-GCM. Destroying the key row crypto-shreds the
 blob: the ciphertext, including any copy in a backup of the main database, can never be opened
@@ -22,23 +23,23 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import aws_encryption_sdk
-from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
-from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
-from aws_cryptographic_material_providers.mpl.models import (
-    AesWrappingAlg,
-    CreateRawAesKeyringInput,
-)
-from aws_encryption_sdk import Algorithm, CommitmentPolicy
+from aws_encryption_sdk import CommitmentPolicy
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from engram_memory.adapters.local.key_durability import commit_synced_once, delete_and_scrub
 from engram_memory.adapters.local.private_files import fsync_dir, make_private_dirs, write_all
 from engram_memory.adapters.local.record_keys import SCHEMA as RECORD_KEYS_SCHEMA
 from engram_memory.adapters.local.record_keys import LocalRecordKeys
-from engram_memory.adapters.sealing import KEY_NAMESPACE, decrypt_message, encryption_context
+from engram_memory.adapters.sealing import (
+    KEY_NAMESPACE,
+    encryption_context,
+    open_candidate,
+    seal_candidate,
+)
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
     KeyDestroyed,
@@ -95,7 +96,6 @@ class LocalVault:
         self._path = Path(keys_path)
         self._wrapper = AESGCM(master_key)
         self._lock = threading.Lock()
-        self._materials = AwsCryptographicMaterialProviders(config=MaterialProvidersConfig())
         # One data key per message, so a message carrying more is malformed by construction.
         self._esdk = aws_encryption_sdk.EncryptionSDKClient(
             commitment_policy=CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT,
@@ -120,35 +120,25 @@ class LocalVault:
         nonce = secrets.token_bytes(_NONCE_BYTES)
         wrapped = self._wrapper.encrypt(nonce, data_key, _wrap_aad(key_ref, scope, candidate_id))
         try:
-            ciphertext, _header = self._esdk.encrypt(
-                source=plaintext,
-                keyring=self._keyring(key_ref, data_key),
-                encryption_context=encryption_context(scope, candidate_id),
-                algorithm=Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY,
+            ciphertext = seal_candidate(
+                self._esdk, key_ref, data_key, plaintext, encryption_context(scope, candidate_id)
             )
         except Exception as exc:
             raise VaultUnavailable("the local vault could not encrypt the candidate") from exc
-        if not isinstance(ciphertext, bytes):
-            raise VaultUnavailable("the local vault could not encrypt the candidate")
         # The key row is written after encryption succeeded so a failed seal leaves no orphan key,
         # and with the record keys made meanwhile (``LocalRecordKeys.prepare``): one commit.
         created_at_ms = time.time_ns() // 1_000_000
 
         def write_keys(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(
-                    "INSERT INTO data_keys (key_ref, nonce, wrapped, created_at_ms)"
-                    " VALUES (?, ?, ?, ?)",
-                    (key_ref, nonce, wrapped, created_at_ms),
-                )
-                self.record_keys.write_prepared(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            conn.execute(
+                "INSERT INTO data_keys (key_ref, nonce, wrapped, created_at_ms)"
+                " VALUES (?, ?, ?, ?)",
+                (key_ref, nonce, wrapped, created_at_ms),
+            )
+            self.record_keys.write_prepared(conn)
 
-        self._run("seal", write_keys)
+        # Durable on return after one sync of the -wal (key_durability.py).
+        self._run("seal", lambda conn: commit_synced_once(conn, self._path, write_keys))
         return SealedBlob(key_ref=key_ref, ciphertext=ciphertext)
 
     def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
@@ -175,13 +165,13 @@ class LocalVault:
             raise SealIntegrityError(
                 f"data key {blob.key_ref} does not belong to this candidate"
             ) from exc
-        expected = encryption_context(scope, candidate_id)
-        plaintext, context, algorithm = decrypt_message(
-            self._esdk, self._keyring(blob.key_ref, data_key), blob.ciphertext, expected
+        return open_candidate(
+            self._esdk,
+            blob.key_ref,
+            data_key,
+            blob.ciphertext,
+            encryption_context(scope, candidate_id),
         )
-        if dict(context) != expected or algorithm != Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY:
-            raise SealIntegrityError("sealed blob does not belong to this candidate")
-        return plaintext
 
     def destroy(self, key_ref: str) -> None:
         """Durably delete the data key; idempotent (destroying a missing key is not an error).
@@ -191,14 +181,13 @@ class LocalVault:
         in another process): the deletion is then durable but not yet scrubbed, and a retry
         finishes it.
         """
-
-        def delete_and_scrub(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (key_ref,))
-            (busy, _, _) = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if busy:
-                raise sqlite3.OperationalError("the key file's -wal could not be truncated")
-
-        self._run("destroy", delete_and_scrub)
+        # Durable and scrubbed in the checkpoint's two syncs (key_durability.py says why that is safe).
+        self._run(
+            "destroy",
+            lambda conn: delete_and_scrub(
+                conn, "DELETE FROM data_keys WHERE key_ref = ?", (key_ref,)
+            ),
+        )
 
     def key_store_id(self) -> str:
         """This key store's identity (``ks_`` + 32 hex), made on first use and never changed."""
@@ -342,16 +331,6 @@ class LocalVault:
                 return operation(self._conn)
             except sqlite3.Error as exc:
                 raise VaultUnavailable(f"the local vault key file failed during {action}") from exc
-
-    def _keyring(self, key_ref: str, data_key: bytes) -> Any:
-        return self._materials.create_raw_aes_keyring(
-            input=CreateRawAesKeyringInput(
-                key_namespace=KEY_NAMESPACE,
-                key_name=key_ref,
-                wrapping_key=data_key,
-                wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
-            )
-        )
 
 
 def master_fingerprint(master_key: bytes) -> str:

@@ -1,0 +1,57 @@
+"""bench.hotpath.writes: syncs counted between the markers, by the file they flushed, and a
+child that really captures and admits through the engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.hotpath import writes
+
+ONE_SESSION = {
+    "speaker_a": "Ana",
+    "speaker_b": "Bo",
+    "session_1_date_time": "1:56 pm on 8 May, 2023",
+    "session_1": [
+        {"speaker": "Ana", "dia_id": "D1:1", "text": "The greenhouse fan is on a timer now."},
+        {"speaker": "Bo", "dia_id": "D1:2", "text": "Good, the tomatoes were overheating."},
+        {"speaker": "Ana", "dia_id": "D1:3", "text": "It runs from ten until four."},
+    ],
+    "qa": [
+        {"question": "When does the fan run?", "answer": "x", "evidence": ["D1:3"], "category": 1}
+    ],
+}
+
+TRACE = f"""\
+1234  fsync(3</d/data/keys/candidate-keys.db-wal>) = 0
+1234  readlink("{writes._MARK_START}", 0x7ffd, 1023) = -1 ENOENT (No such file or directory)
+1234  fsync(3</d/data/keys/candidate-keys.db-wal>) = 0
+1235  fdatasync(7</d/data/engram.db-wal> <unfinished ...>
+1234  fsync(9</d/data/audit/audit-2026-12-04.jsonl>) = 0
+1235  <... fdatasync resumed>) = 0
+1234  fsync(4</d/data/keys/candidate-keys.db>) = 0
+1234  fsync(11</d/data/other.bin>) = 0
+1234  readlink("{writes._MARK_STOP}", 0x7ffd, 1023) = -1 ENOENT (No such file or directory)
+1234  fsync(7</d/data/engram.db-wal>) = 0
+"""
+
+
+def test_syncs_are_counted_between_the_markers_by_file() -> None:
+    assert writes.count_syncs(TRACE) == {
+        "key file": 2,
+        "store": 1,
+        "audit": 1,
+        "other (other.bin)": 1,
+    }
+
+
+def test_a_child_captures_and_admits_and_reports_its_cpu(tmp_path: Path) -> None:
+    locomo = tmp_path / "locomo"
+    locomo.mkdir()
+    (locomo / "conv-1.json").write_text(json.dumps(ONE_SESSION))
+
+    result = writes.child(tmp_path / "data", locomo, warmup=1, pairs=2, run="test")
+
+    assert result["cpu_ms_per_pair"] > 0
+    assert result["pairs_per_s"] > 0
+    assert Path(result["package"]).name == "engram_memory"

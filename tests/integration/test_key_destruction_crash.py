@@ -1,0 +1,227 @@
+"""Crash-safety of the candidate key's destruction at admission (``adapters/local/key_durability.py``).
+
+The key file's DELETE no longer syncs at its own commit: the scrub checkpoint that follows syncs
+the -wal and then the database file. A real engine in a child process captures and admits, and
+is killed (SIGKILL: nothing closed, nothing flushed by Python) at four points: after capture
+answered (its keys written in one sync), after admission answered, before the key's destruction
+ran, and between the DELETE and the checkpoint. Reopened,
+the record is intact and readable, and the candidate's key is gone from every file of the data
+directory (at once, or once the outbox item left by the crash is drained), so the candidate's
+ciphertext cannot be opened again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engram_memory.bootstrap import open_embedded
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import KeyDestroyed, SealedBlob
+
+from engram_testing import PURPOSE, context
+
+REPO = Path(__file__).resolve().parents[2]
+TEXT = "The crash drill: the admitted record survives and the candidate key does not."
+
+_CHILD = textwrap.dedent(
+    """
+    import json, os, signal, sqlite3, sys
+    from pathlib import Path
+
+    from engram_memory.adapters.local import vault as vault_module
+    from engram_memory.bootstrap import open_embedded
+    from engram_testing import capture_args, context
+
+    data_dir, crash = Path(sys.argv[1]), sys.argv[2]
+    host = open_embedded(data_dir)
+    ctx = context()
+
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if crash == "before-destroy":
+        vault_module.LocalVault.destroy = lambda self, key_ref: die()
+    elif crash == "mid-scrub":
+        def delete_then_die(conn, statement, parameters):
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(statement, tuple(parameters))
+            die()
+        vault_module.delete_and_scrub = delete_then_die
+
+    captured = host.call("capture", capture_args(sys.argv[3], key="crash-capture-000000000001"), ctx)
+    candidate_id = captured["output"]["value"]["candidate_id"]
+    conn = sqlite3.connect(data_dir / "engram.db")
+    (key_ref, sealed) = conn.execute(
+        "SELECT key_ref, sealed FROM candidates WHERE candidate_id = ?", (candidate_id,)
+    ).fetchone()
+    conn.close()
+    conn = sqlite3.connect(data_dir / "keys" / "candidate-keys.db")
+    (wrapped,) = conn.execute(
+        "SELECT wrapped FROM data_keys WHERE key_ref = ?", (key_ref,)
+    ).fetchone()
+    conn.close()
+    print(json.dumps({
+        "candidate_id": candidate_id, "key_ref": key_ref,
+        "sealed": bytes(sealed).hex(), "wrapped": bytes(wrapped).hex(),
+    }), flush=True)
+    if crash == "after-capture":
+        die()
+    admitted = host.call(
+        "request_admission",
+        {"candidate_id": candidate_id, "idempotency_key": "crash-admit-000000000001"},
+        ctx,
+    )
+    print(json.dumps(admitted["output"]["value"]["outcome"]), flush=True)
+    die()
+    """
+)
+
+
+def _crash(data_dir: Path, crash: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), env.get("PYTHONPATH", "")])
+    done = subprocess.run(  # noqa: S603 - our interpreter on the script above
+        [sys.executable, "-c", _CHILD, str(data_dir), crash, TEXT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    sealed = json.loads(lines[0])
+    answer = json.loads(lines[1]) if len(lines) > 1 else None
+    return sealed, answer
+
+
+def _files_holding(data_dir: Path, needle: bytes) -> list[str]:
+    return sorted(
+        str(path.relative_to(data_dir))
+        for path in data_dir.rglob("*")
+        if path.is_file() and needle in path.read_bytes()
+    )
+
+
+def _key_row(data_dir: Path, key_ref: str) -> bool:
+    conn = sqlite3.connect(data_dir / "keys" / "candidate-keys.db")
+    try:
+        row = conn.execute("SELECT 1 FROM data_keys WHERE key_ref = ?", (key_ref,)).fetchone()
+    finally:
+        conn.close()
+    return row is not None
+
+
+def _assert_record_intact_and_candidate_shredded(
+    data_dir: Path, sealed: dict[str, Any], record_id: str
+) -> None:
+    host = open_embedded(data_dir)
+    try:
+        envelope = host.call("get", {"record_id": record_id, "purpose_ref": PURPOSE}, context())
+        assert envelope["ok"], envelope
+        record = envelope["output"]["value"]["record"]
+        assert record["record_id"] == record_id
+        assert record["components"][0]["text"] == TEXT
+        assert host.engine.drain_outbox() == 0  # nothing left to do
+        scope = Scope(context().tenant_id, context().workspace_id)
+        blob = SealedBlob(sealed["key_ref"], bytes.fromhex(sealed["sealed"]))
+        with pytest.raises(KeyDestroyed):
+            host.vault.open(scope, sealed["candidate_id"], blob)
+    finally:
+        host.close()
+    assert not _key_row(data_dir, sealed["key_ref"])
+    assert _files_holding(data_dir, bytes.fromhex(sealed["wrapped"])) == []
+
+
+def test_killed_after_admission_answered_the_key_is_already_gone_and_the_record_intact(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    sealed, answer = _crash(data_dir, "after-answer")
+
+    assert answer is not None and answer["status"] == "accepted"
+    # Before anything reopens the data directory: no file holds the wrapped key any more.
+    assert not _key_row(data_dir, sealed["key_ref"])
+    assert _files_holding(data_dir, bytes.fromhex(sealed["wrapped"])) == []
+    _assert_record_intact_and_candidate_shredded(data_dir, sealed, answer["record_id"])
+
+
+def test_killed_before_the_key_destruction_ran_the_outbox_destroys_it_after_restart(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    sealed, answer = _crash(data_dir, "before-destroy")
+
+    assert answer is None  # killed before admission answered
+    assert _key_row(data_dir, sealed["key_ref"])  # the key outlived the crash...
+    host = open_embedded(data_dir)
+    try:
+        pending = [i.target for i in host.store.outbox_pending(100) if i.kind == "destroy_key"]
+        assert pending == [sealed["key_ref"]]  # ...and its destruction is still queued
+        # The admission's commit landed: a retry replays it instead of admitting again.
+        replay = host.call(
+            "request_admission",
+            {"candidate_id": sealed["candidate_id"], "idempotency_key": "crash-admit-000000000001"},
+            context(),
+        )
+        outcome = replay["output"]["value"]["outcome"]
+        assert replay["output"]["value"]["replayed"] is True and outcome["status"] == "accepted"
+        assert host.engine.drain_outbox() >= 1
+    finally:
+        host.close()
+    _assert_record_intact_and_candidate_shredded(data_dir, sealed, outcome["record_id"])
+
+
+def test_killed_after_capture_answered_the_candidate_is_admitted_after_restart(
+    tmp_path: Path,
+) -> None:
+    # The seal's keys were durable in one sync of a fresh -wal before capture answered.
+    data_dir = tmp_path / "data"
+    sealed, answer = _crash(data_dir, "after-capture")
+
+    assert answer is None
+    host = open_embedded(data_dir)
+    try:
+        admitted = host.call(
+            "request_admission",
+            {"candidate_id": sealed["candidate_id"], "idempotency_key": "crash-admit-000000000001"},
+            context(),
+        )
+        outcome = admitted["output"]["value"]["outcome"]
+        assert outcome["status"] == "accepted"
+    finally:
+        host.close()
+    _assert_record_intact_and_candidate_shredded(data_dir, sealed, outcome["record_id"])
+
+
+def test_killed_between_the_delete_and_the_scrub_the_outbox_finishes_the_scrub(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    sealed, answer = _crash(data_dir, "mid-scrub")
+
+    assert answer is None
+    # Not scrubbed yet: the older page images still hold the wrapped key...
+    assert _files_holding(data_dir, bytes.fromhex(sealed["wrapped"])) != []
+    host = open_embedded(data_dir)
+    try:
+        # ...and the destruction is still queued, so the drainer deletes and scrubs again.
+        pending = [i.target for i in host.store.outbox_pending(100) if i.kind == "destroy_key"]
+        assert pending == [sealed["key_ref"]]
+        assert host.engine.drain_outbox() >= 1
+        record_id = host.store.candidate_get(
+            Scope(context().tenant_id, context().workspace_id), sealed["candidate_id"]
+        ).record_id
+    finally:
+        host.close()
+    _assert_record_intact_and_candidate_shredded(data_dir, sealed, record_id)
