@@ -390,9 +390,19 @@ def _run_uvicorn(server: EmbeddedServer, bind_host: str, sock: socket.socket) ->
 
     from .http_server import uvicorn_config
 
-    app = http_app(server.surface, bind_host=bind_host)
+    surface = server.surface
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Wake the calls waiting on a human's answer as shutdown begins: they answer
+            # CANCELLED while their connections drain, instead of holding the server until
+            # the graceful period ends (the app's lifespan wakes them then, at the latest).
+            surface.stop_waiting()
+            await super().shutdown(sockets)
+
+    app = http_app(surface, bind_host=bind_host)
     try:
-        uvicorn.Server(uvicorn_config(app)).run(sockets=[sock])
+        Server(uvicorn_config(app)).run(sockets=[sock])
     finally:
         sock.close()
 
