@@ -36,6 +36,7 @@ from ..host.tokens import (
     local_issuer,
     local_verifier,
 )
+from ..host.verified_tokens import cached
 from .catalog import instructions_for
 from .embedded_approvals import EmbeddedApprovals
 from .request_state import RequestStateSealer
@@ -168,7 +169,7 @@ def open_server(
     )
     runtime = SurfaceRuntime(
         engine=engine,
-        verifier=local_verifier(data_dir, config),
+        verifier=cached(local_verifier(data_dir, config)),  # verified once per token
         host=config,
         sealer=RequestStateSealer(state_key),
         clock=clock,

@@ -27,7 +27,8 @@ from ..engine.context import TrustedContext, new_audit_id
 from ..engine.gate import Approval, ConfirmationNeeded
 from ..engine.ports import Clock
 from ..host.config import HostConfig
-from ..host.tokens import InvalidToken, TokenVerifier, context_from_claims
+from ..host.tokens import InvalidToken, context_from_claims
+from ..host.verified_tokens import ClaimsVerifier
 from .catalog import GRANT_OF, INSTRUCTIONS, build_tools, for_purpose
 from .confirmations import (
     ANSWER_KEY,
@@ -70,7 +71,7 @@ class SurfaceRuntime:
     """What the MCP surface needs from its host: the engine, token checks, config, keys."""
 
     engine: SurfaceEngine
-    verifier: TokenVerifier
+    verifier: ClaimsVerifier
     host: HostConfig
     sealer: RequestStateSealer
     clock: Clock

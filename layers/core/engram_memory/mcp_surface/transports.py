@@ -32,7 +32,8 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ..host.config import host_matches
-from ..host.tokens import LEEWAY_S, InvalidToken, TokenVerifier
+from ..host.tokens import LEEWAY_S, InvalidToken
+from ..host.verified_tokens import ClaimsVerifier
 from .server import EngramMcp
 from .wire import PARSE_ERROR, Screened, error_body, screen
 
@@ -48,7 +49,7 @@ MAX_BODY_BYTES: Final = (
 class BearerVerifier:
     """The SDK's ``TokenVerifier``: a token that does not verify is a 401 at the transport."""
 
-    def __init__(self, verifier: TokenVerifier) -> None:
+    def __init__(self, verifier: ClaimsVerifier) -> None:
         self._verifier = verifier
 
     async def verify_token(self, token: str) -> AccessToken | None:
