@@ -276,3 +276,24 @@ def test_a_stdio_server_waiting_on_a_confirmation_stops(tmp_path: Path, stop: st
                 host.process.kill()
                 host.process.wait()
     _assert_closed_cleanly(data)
+
+
+async def test_the_http_apps_lifespan_wakes_the_waiting_calls_when_it_ends(
+    tmp_path: Path,
+) -> None:
+    """Any ASGI server (not only ``serve``'s, which wakes them as its shutdown begins): the app's
+    lifespan wakes the waits before the SDK's session manager waits for its sessions."""
+    from engram_memory.mcp_surface.embedded import open_server
+    from engram_memory.mcp_surface.transports import http_app
+
+    server = open_server(tmp_path / "data")
+    try:
+        app = http_app(server.surface, bind_host="127.0.0.1").app
+        waiting = anyio.CancelScope()
+        server.surface._waits.add(waiting)  # a call waiting on its human
+        async with app.router.lifespan_context(app):
+            assert not waiting.cancel_called
+        assert waiting.cancel_called
+        assert server.surface._stopping  # and no call starts a wait after it
+    finally:
+        server.close()
