@@ -492,6 +492,11 @@ class TokenVerifier:
             {}, issuer=issuer, audience=audience, token_type=token_type, key_source=key_source
         )
 
+    @property
+    def has_key_source(self) -> bool:
+        """Are its keys looked up as tokens arrive (they may change), rather than fixed?"""
+        return self._key_source is not None
+
     def _key_for(self, kid: object) -> _VerificationKey:
         if self._key_source is not None:
             found = self._key_source(kid) if isinstance(kid, str) and kid else None

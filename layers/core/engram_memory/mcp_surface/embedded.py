@@ -36,6 +36,7 @@ from ..host.tokens import (
     local_issuer,
     local_verifier,
 )
+from ..host.verified_tokens import cached
 from .catalog import instructions_for
 from .embedded_approvals import EmbeddedApprovals
 from .request_state import RequestStateSealer
@@ -168,7 +169,7 @@ def open_server(
     )
     runtime = SurfaceRuntime(
         engine=engine,
-        verifier=local_verifier(data_dir, config),
+        verifier=cached(local_verifier(data_dir, config)),  # verified once per token
         host=config,
         sealer=RequestStateSealer(state_key),
         clock=clock,
@@ -390,9 +391,19 @@ def _run_uvicorn(server: EmbeddedServer, bind_host: str, sock: socket.socket) ->
 
     from .http_server import uvicorn_config
 
-    app = http_app(server.surface, bind_host=bind_host)
+    surface = server.surface
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Wake the calls waiting on a human's answer as shutdown begins: they answer
+            # CANCELLED while their connections drain, instead of holding the server until
+            # the graceful period ends (the app's lifespan wakes them then, at the latest).
+            surface.stop_waiting()
+            await super().shutdown(sockets)
+
+    app = http_app(surface, bind_host=bind_host)
     try:
-        uvicorn.Server(uvicorn_config(app)).run(sockets=[sock])
+        Server(uvicorn_config(app)).run(sockets=[sock])
     finally:
         sock.close()
 

@@ -27,7 +27,8 @@ from ..engine.context import TrustedContext, new_audit_id
 from ..engine.gate import Approval, ConfirmationNeeded
 from ..engine.ports import Clock
 from ..host.config import HostConfig
-from ..host.tokens import InvalidToken, TokenVerifier, context_from_claims
+from ..host.tokens import InvalidToken, context_from_claims
+from ..host.verified_tokens import ClaimsVerifier
 from .catalog import GRANT_OF, INSTRUCTIONS, build_tools, for_purpose
 from .confirmations import (
     ANSWER_KEY,
@@ -70,7 +71,7 @@ class SurfaceRuntime:
     """What the MCP surface needs from its host: the engine, token checks, config, keys."""
 
     engine: SurfaceEngine
-    verifier: TokenVerifier
+    verifier: ClaimsVerifier
     host: HostConfig
     sealer: RequestStateSealer
     clock: Clock
@@ -106,6 +107,22 @@ class EngramMcp:
             get_tool_input_schema=self._input_schema,
         )
         self.server.middleware.append(self._internal_errors)
+        # The calls waiting, shielded, on a human's answer (``_confirm_embedded``), and whether
+        # the host is stopping: ``stop_waiting`` wakes them, and no call starts a wait after it.
+        self._waits: set[anyio.CancelScope] = set()
+        self._stopping = False
+
+    def stop_waiting(self) -> None:
+        """The host is stopping: every call waiting on a human's answer stops waiting now and
+        answers ``CANCELLED`` (retriable); its question stays open in the approval book, so the
+        page, the terminal and the client's retry still take the answer.
+
+        Without this a waiting call holds the server up for as long as its question lives: the
+        wait is shielded from the transport's cancellation. Call it on the event loop's thread.
+        """
+        self._stopping = True
+        for waiting in list(self._waits):
+            waiting.cancel()
 
     @functools.cached_property
     def tools(self) -> dict[str, types.Tool]:
@@ -330,11 +347,22 @@ class EngramMcp:
         # still answering the form: the wait is shielded, for as long as the question lives, so
         # that answer is still written to the book and the client's retry takes it (``given``).
         # Unanswered, the row stays open for the page and the terminal.
+        # ``stop_waiting`` cancels the shielded scope itself: the host is stopping.
         approval: Approval | None = None
         left_s = (row.expires_at_ms - self.runtime.clock.now_ms()) / 1000
-        with anyio.CancelScope(shield=True), anyio.move_on_after(max(left_s, 0)):
-            result = await elicit_form(ctx.session, ctx.request_id, message)
-            approval = await anyio.to_thread.run_sync(approvals.record, row, approved(result))
+        with anyio.CancelScope(shield=True) as waiting, anyio.move_on_after(max(left_s, 0)):
+            self._waits.add(waiting)
+            try:
+                if self._stopping:
+                    waiting.cancel()
+                result = await elicit_form(ctx.session, ctx.request_id, message)
+                approval = await anyio.to_thread.run_sync(approvals.record, row, approved(result))
+            finally:
+                self._waits.discard(waiting)
+        if waiting.cancelled_caught:
+            return envelope_result(
+                self.runtime.engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.CANCELLED)
+            )
         return await self._approved(grant, arguments, trusted, approval)
 
 

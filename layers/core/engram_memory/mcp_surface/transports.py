@@ -3,17 +3,22 @@ checks) and stdio (with the token from the environment)."""
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final, TextIO, cast
 from urllib.parse import urlparse
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.routes import cors_middleware
 from mcp.server.auth.settings import AuthSettings
@@ -28,7 +33,8 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from ..host.config import host_matches
-from ..host.tokens import LEEWAY_S, InvalidToken, TokenVerifier
+from ..host.tokens import LEEWAY_S, InvalidToken
+from ..host.verified_tokens import ClaimsVerifier
 from .server import EngramMcp
 from .wire import PARSE_ERROR, Screened, error_body, screen
 
@@ -44,7 +50,7 @@ MAX_BODY_BYTES: Final = (
 class BearerVerifier:
     """The SDK's ``TokenVerifier``: a token that does not verify is a 401 at the transport."""
 
-    def __init__(self, verifier: TokenVerifier) -> None:
+    def __init__(self, verifier: ClaimsVerifier) -> None:
         self._verifier = verifier
 
     async def verify_token(self, token: str) -> AccessToken | None:
@@ -122,7 +128,28 @@ def streamable_app(
         host=bind_host,
     )
     app.router.routes[:0] = _metadata_routes(host.resource, host.issuer)
+    app.router.lifespan_context = _stopping_waits(surface, app.router.lifespan_context)
     return McpGate(app, allowed_hosts=allowed_hosts, origin_allowed=host.origin_allowed)
+
+
+def _stopping_waits(
+    surface: EngramMcp, lifespan: Callable[[Any], AbstractAsyncContextManager[Any]]
+) -> Callable[[Any], AbstractAsyncContextManager[Any]]:
+    """The app's lifespan, waking the calls that wait on a human's answer when it ends.
+
+    The SDK's session manager cancels its sessions when its lifespan ends and then waits for
+    them; a call waiting on an answer is shielded from that cancellation (``EngramMcp``), so it
+    is woken first (``stop_waiting``), before the manager waits."""
+
+    @contextlib.asynccontextmanager
+    async def stopping(app: Any) -> AsyncIterator[Any]:
+        async with lifespan(app) as state:
+            try:
+                yield state
+            finally:
+                surface.stop_waiting()
+
+    return stopping
 
 
 def http_app(surface: EngramMcp, *, bind_host: str) -> McpGate:
@@ -228,19 +255,15 @@ async def serve_stdio(surface: EngramMcp) -> None:
     os.dup2(2, 1)
     try:
         with os.fdopen(protocol_fd, "w", encoding="utf-8", closefd=True) as protocol_out:
-            out = _LineWriter(anyio.wrap_file(protocol_out))
-            stdin = anyio.wrap_file(
-                io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-            )
+            out = _LineWriter(protocol_out)
 
             async def screened_lines() -> AsyncIterator[str]:
-                async for line in stdin:
+                async for line in _daemon_lines(sys.stdin.fileno()):
                     if not line.strip():
                         continue
                     screened = screen(line)
                     if screened.error is not None:
                         await out.write(json.dumps(screened.error) + "\n")
-                        await out.flush()
                     elif screened.text is not None:
                         yield screened.text
 
@@ -256,6 +279,33 @@ async def serve_stdio(surface: EngramMcp) -> None:
         os.dup2(2, 1)
 
 
+async def _daemon_lines(fd: int) -> AsyncIterator[str]:
+    """The lines of file descriptor ``fd`` (UTF-8), read by a daemon thread.
+
+    anyio reads a file in its worker threads, which the interpreter joins at exit: a read
+    blocked on a client that keeps stdin open would keep the process alive after SIGTERM has
+    stopped the server and closed the store. A daemon thread is not joined; it reads a file of
+    its own (a duplicate descriptor), so no lock of ``sys.stdin`` is held at exit."""
+    send, receive = anyio.create_memory_object_stream[str](1)
+    token = anyio.lowlevel.current_token()
+    stream = open(os.dup(fd), encoding="utf-8", errors="replace", closefd=True)  # noqa: SIM115 - the thread owns it
+
+    def pump() -> None:
+        try:
+            for line in stream:
+                anyio.from_thread.run(send.send, line, token=token)
+        except (anyio.BrokenResourceError, anyio.RunFinishedError):
+            return  # the server stopped reading
+        finally:
+            with contextlib.suppress(anyio.RunFinishedError):
+                anyio.from_thread.run_sync(send.close, token=token)
+
+    threading.Thread(target=pump, name="engram-stdin", daemon=True).start()
+    async with receive:
+        async for line in receive:
+            yield line
+
+
 @dataclass
 class _Lines:
     """An async iterable of lines, as ``stdio_server`` reads its ``stdin``."""
@@ -267,19 +317,26 @@ class _Lines:
 
 
 class _LineWriter:
-    """The protocol's stdout, shared by the SDK and the screen: one whole line per write."""
+    """The protocol's stdout, shared by the SDK and the screen: each message (one whole line) is
+    written and flushed in one hop to a worker thread. The SDK writes then flushes: as two
+    awaits on an ``anyio`` file that is two thread hops per message, and a 40 KB search result
+    waited on both; ``flush`` has nothing left to do."""
 
-    def __init__(self, file: anyio.AsyncFile[str]) -> None:
+    def __init__(self, file: TextIO) -> None:
         self._file = file
         self._lock = anyio.Lock()
 
+    def _write_line(self, text: str) -> int:
+        written = self._file.write(text)
+        self._file.flush()
+        return written
+
     async def write(self, text: str) -> int:
         async with self._lock:
-            return await self._file.write(text)
+            return await anyio.to_thread.run_sync(self._write_line, text)
 
     async def flush(self) -> None:
-        async with self._lock:
-            await self._file.flush()
+        await anyio.lowlevel.checkpoint()  # every write was flushed with it
 
 
 __all__: list[Any] = [
