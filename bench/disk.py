@@ -129,7 +129,7 @@ def run(corpus: Corpus, records: int) -> dict[str, Any]:
 def _before(tree: Path, argv: list[str]) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree / "layers" / "core"), str(REPO)])
-    out = subprocess.run(
+    out = subprocess.run(  # noqa: S603 - this interpreter, this module
         [sys.executable, "-m", "bench.disk", *argv],
         cwd=REPO,
         env=env,
@@ -152,7 +152,11 @@ def side_by_side(before: dict[str, Any], after: dict[str, Any]) -> str:
     row("whole data directory", before["bytes_per_record"], after["bytes_per_record"])
     row("beyond the text", before["beyond_text_per_record"], after["beyond_text_per_record"])
     for name in sorted(set(before["files_per_record"]) | set(after["files_per_record"])):
-        row(f"file `{name}`", before["files_per_record"].get(name), after["files_per_record"].get(name))
+        row(
+            f"file `{name}`",
+            before["files_per_record"].get(name),
+            after["files_per_record"].get(name),
+        )
     old_t, new_t = before["tables_per_record"], after["tables_per_record"]
     for name in sorted(set(old_t) | set(new_t), key=lambda n: -old_t.get(n, new_t.get(n))["bytes"]):
         row(
@@ -167,12 +171,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
-    parser.add_argument("--before", type=Path, help="another source tree to measure beside this one")
+    parser.add_argument(
+        "--before", type=Path, help="another source tree to measure beside this one"
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     report = run(Corpus.load(args.locomo), args.records)
     if args.before is not None:
-        before = _before(args.before, ["--records", str(args.records), "--locomo", str(args.locomo)])
+        before = _before(
+            args.before, ["--records", str(args.records), "--locomo", str(args.locomo)]
+        )
         report = {"before": before, "after": report, "table": side_by_side(before, report)}
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

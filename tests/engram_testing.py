@@ -20,6 +20,7 @@ from engram_memory.adapters.local.sqlite_store import (
     SqliteVectorIndex,
 )
 from engram_memory.adapters.local.vault import LocalVault
+from engram_memory.contract.packing import unpack_all
 from engram_memory.engine import lexical
 from engram_memory.engine.context import TOOLS, RetentionPolicy, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationRequest
@@ -38,6 +39,14 @@ OTHER_WORKSPACE = "ws-finance-0002"
 PRINCIPAL = "agent-alice"
 PURPOSE = "purpose:general"
 START_MS = 1_780_000_000_000  # 2026-05-28, a fixed "now" for deterministic tests
+
+
+def scanned_bytes(path: Path) -> bytes:
+    """What a byte scan for leftover text must search in a file: its bytes, and the documents the
+    store keeps packed (deflated, ``contract.packing``) unpacked, so compression never hides a
+    text the scan is looking for."""
+    raw = path.read_bytes()
+    return b"\n".join([raw, *unpack_all(raw)])
 
 
 def sha(text: str) -> str:

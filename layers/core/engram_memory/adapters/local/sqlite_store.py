@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 from ...contract.canonical import GENESIS_HASH
+from ...contract.packing import pack, unpack
 from ...engine import lexical
 from ...engine.context import Scope
 from ...engine.ports import (
@@ -130,6 +131,18 @@ _RECORD_COLUMNS: Final = (
 def _as_bytes(value: Any) -> bytes:
     # A blob edited outside the engine may come back as TEXT; integrity checks still need bytes.
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+def _unpacked(value: Any) -> bytes:
+    """A journal body or ledger output as the engine wrote it (the store keeps them packed:
+    ``contract.packing``; rows written before packing are returned as they are)."""
+    try:
+        return unpack(_as_bytes(value))
+    except ValueError as exc:
+        # Undecodable is damaged: the journal's verification then fails on its hash, as it would
+        # on any other damaged body, instead of the read failing here.
+        log.warning("a packed journal or ledger value could not be unpacked: %s", exc)
+        return _as_bytes(value)
 
 
 def _record_row(row: tuple[Any, ...]) -> RecordRow:
@@ -375,7 +388,10 @@ class SqliteStore:
                 "WHERE tenant_id = ? AND workspace_id = ? AND principal = ? AND idempotency_key = ?",
                 (scope.tenant_id, scope.workspace_id, principal, idempotency_key),
             ).fetchone()
-        return LedgerEntry(*row) if row else None
+        if row is None:
+            return None
+        principal, key, tool, target, intent_hash, output, cursor = row
+        return LedgerEntry(principal, key, tool, target, intent_hash, _unpacked(output), cursor)
 
     def candidate_get(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
         with self._guard(), self._pool.connection() as conn:
@@ -431,7 +447,7 @@ class SqliteStore:
                 (scope.tenant_id, scope.workspace_id, after_cursor, limit),
             ).fetchall()
         return [
-            JournalEvent(cursor, event_hash, _as_bytes(body)) for cursor, event_hash, body in rows
+            JournalEvent(cursor, event_hash, _unpacked(body)) for cursor, event_hash, body in rows
         ]
 
     def claim_nonce(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
@@ -659,7 +675,7 @@ class SqliteStore:
                     entry.tool,
                     entry.target,
                     entry.intent_hash,
-                    entry.output,
+                    pack(entry.output),
                     entry.cursor,
                 ),
             )
@@ -671,7 +687,7 @@ class SqliteStore:
             event = changes.event
             conn.execute(
                 "INSERT INTO journal_events VALUES (?, ?, ?, ?, ?)",
-                (t, w, event.cursor, event.event_hash, event.body),
+                (t, w, event.cursor, event.event_hash, pack(event.body)),
             )
             conn.execute(
                 "INSERT INTO journal_heads VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, workspace_id) "
