@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 from ...contract.canonical import GENESIS_HASH
-from ...contract.packing import pack, unpack
+from ...contract.packing import is_packed, pack, unpack
 from ...engine import lexical
 from ...engine.context import Scope
 from ...engine.ports import (
@@ -65,6 +65,17 @@ _FIELDS: Final = tuple(lexical.FIELD_WEIGHTS)
 _COLUMNS: Final = tuple(f"f_{name}" for name in _FIELDS)
 _BM25_ARGS: Final = ", ".join(["0.0", *(repr(w) for w in lexical.FIELD_WEIGHTS.values())])
 
+# A rowid table, not WITHOUT ROWID: a WITHOUT ROWID row is a b-tree key, kept on its page only up
+# to about a quarter of the page (~1,000 bytes at 4 KiB) with the rest on an overflow page of its
+# own, so every record of ~1-2 KB took two pages (3.1 KB on disk for 1.0 KB of row). A rowid
+# table keeps rows of up to a page on the page, several to a page; the unique key is an index of
+# the short ids beside it.
+_RECORDS_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
+    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, record_id TEXT NOT NULL,
+    state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL,
+    candidate_id TEXT NOT NULL, valid_from_ms INTEGER NOT NULL, valid_to_ms INTEGER,
+    expires_at_ms INTEGER, accepted_cursor INTEGER NOT NULL, body BLOB, lex_rowid INTEGER,
+    UNIQUE (tenant_id, workspace_id, record_id));"""
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS journal_heads (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL,
@@ -86,12 +97,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     key_ref TEXT NOT NULL, sealed BLOB NOT NULL, policy_version TEXT NOT NULL,
     created_at_ms INTEGER NOT NULL,
     PRIMARY KEY (tenant_id, workspace_id, candidate_id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS records (
-    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, record_id TEXT NOT NULL,
-    state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL,
-    candidate_id TEXT NOT NULL, valid_from_ms INTEGER NOT NULL, valid_to_ms INTEGER,
-    expires_at_ms INTEGER, accepted_cursor INTEGER NOT NULL, body BLOB, lex_rowid INTEGER,
-    PRIMARY KEY (tenant_id, workspace_id, record_id)) WITHOUT ROWID;
+{records}
 CREATE TABLE IF NOT EXISTS tombstones (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, payload_digest TEXT NOT NULL,
     record_id TEXT NOT NULL, cursor INTEGER NOT NULL,
@@ -116,7 +122,12 @@ CREATE TABLE IF NOT EXISTS vector_generations (
 CREATE TABLE IF NOT EXISTS lexical_tables (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, table_name TEXT NOT NULL UNIQUE,
     PRIMARY KEY (tenant_id, workspace_id)) WITHOUT ROWID;
-"""
+""".format(records=_RECORDS_TABLE.format(name="records"))
+
+# The layout of engram.db. 1 (no ``store_format`` in store_meta): records WITHOUT ROWID, journal
+# bodies and ledger outputs as plain JSON. 2: records a rowid table, journal bodies and ledger
+# outputs packed (``contract.packing``). Opening a store of format 1 migrates it in place.
+STORE_FORMAT: Final = 2
 
 _CANDIDATE_COLUMNS: Final = (
     "candidate_id, principal, state, payload_digest, record_digest, record_id, capture_cursor, "
@@ -324,6 +335,76 @@ class SqliteStore:
         self._matrices = VectorMatrices()
         with self._guard(), self._pool.connection() as conn:
             conn.executescript(_SCHEMA)
+            self._migrate(conn)
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring a store of an older ``STORE_FORMAT`` to this one, in one transaction (another
+        process opening the same file at the same time waits, then finds it done), then vacuum
+        the pages the old layout freed out of the file.
+
+        Format 1 to 2: the records move into the rowid table, the journal bodies and ledger
+        outputs are packed. Record bodies stay as they are (sealed: packing them would mean
+        opening and re-sealing each one; an old body is read as it is, new ones are packed).
+        """
+        row = conn.execute("SELECT value FROM store_meta WHERE key = 'store_format'").fetchone()
+        if row is not None and int(row[0]) >= STORE_FORMAT:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            found = self._format(conn)
+            if found < STORE_FORMAT:
+                self._migrate_from_1(conn)
+            if found <= STORE_FORMAT:
+                conn.execute(
+                    "INSERT INTO store_meta VALUES ('store_format', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (str(STORE_FORMAT),),
+                )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        if found < STORE_FORMAT:
+            log.info("migrated engram.db from store format %d to %d", found, STORE_FORMAT)
+            conn.execute("VACUUM")
+            self._scrub_wal(conn)
+
+    @staticmethod
+    def _format(conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT value FROM store_meta WHERE key = 'store_format'").fetchone()
+        if row is not None:
+            return int(row[0])
+        # No format recorded: a new store (nothing written yet) is born in this one.
+        has_rows = conn.execute("SELECT 1 FROM journal_heads LIMIT 1").fetchone() is not None
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'records'"
+        ).fetchone()
+        return 1 if has_rows or "WITHOUT ROWID" in str(sql).upper() else STORE_FORMAT
+
+    @staticmethod
+    def _migrate_from_1(conn: sqlite3.Connection) -> None:
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'records'"
+        ).fetchone()
+        if "WITHOUT ROWID" in str(sql).upper():
+            conn.execute(_RECORDS_TABLE.format(name="records_format_2"))
+            conn.execute("INSERT INTO records_format_2 SELECT * FROM records")
+            conn.execute("DROP TABLE records")
+            conn.execute("ALTER TABLE records_format_2 RENAME TO records")
+        for table, column, key in (
+            ("journal_events", "body", "tenant_id, workspace_id, cursor"),
+            ("ledger", "output", "tenant_id, workspace_id, principal, idempotency_key"),
+        ):
+            where = " AND ".join(f"{name} = ?" for name in key.split(", "))
+            rows = conn.execute(f"SELECT {column}, {key} FROM {table}").fetchall()  # noqa: S608
+            conn.executemany(
+                f"UPDATE {table} SET {column} = ? WHERE {where}",  # noqa: S608 - our names
+                [
+                    (pack(_as_bytes(value)), *rest)
+                    for value, *rest in rows
+                    if not is_packed(_as_bytes(value))
+                ],
+            )
 
     # -- connections ---------------------------------------------------------------------------
 
