@@ -102,6 +102,13 @@ def test_a_format_1_directory_is_migrated_and_answers_as_before(data: Path) -> N
     assert (after_format, after_without_rowid) == (str(sqlite_store.STORE_FORMAT), False)
     assert len(after_stored) == len(before_stored) and all(map(is_packed, after_stored))
     assert main(["verify", "--data-dir", str(data)]) == 0
+    with sqlite3.connect(data / "engram.db") as conn:  # digests kept as their 32 bytes
+        kinds = conn.execute(
+            "SELECT typeof(record_digest), typeof(payload_digest), length(record_digest) "
+            "FROM records UNION SELECT typeof(event_hash), typeof(event_hash), length(event_hash) "
+            "FROM journal_events"
+        ).fetchall()
+    assert set(kinds) == {("blob", "blob", 32)}
     # The forgotten record's text is in no file, packed or not.
     needle = b"periwinkle-quokka"
     assert [p.name for p in data.rglob("*") if p.is_file() and needle in scanned_bytes(p)] == []

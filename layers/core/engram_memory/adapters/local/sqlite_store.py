@@ -125,9 +125,19 @@ CREATE TABLE IF NOT EXISTS lexical_tables (
 """.format(records=_RECORDS_TABLE.format(name="records"))
 
 # The layout of engram.db. 1 (no ``store_format`` in store_meta): records WITHOUT ROWID, journal
-# bodies and ledger outputs as plain JSON. 2: records a rowid table, journal bodies and ledger
-# outputs packed (``contract.packing``). Opening a store of format 1 migrates it in place.
+# bodies and ledger outputs as plain JSON, digests as text. 2: records a rowid table, journal
+# bodies and ledger outputs packed (``contract.packing``), the digests of ``_DIGEST_COLUMNS`` as
+# their 32 bytes (``_digest_in``; the engine and the wire see the text). Opening a store of
+# format 1 migrates it in place.
 STORE_FORMAT: Final = 2
+_DIGEST_COLUMNS: Final = {
+    "journal_heads": ("event_hash",),
+    "journal_events": ("event_hash",),
+    "ledger": ("intent_hash",),
+    "candidates": ("payload_digest", "record_digest"),
+    "records": ("record_digest", "payload_digest"),
+    "tombstones": ("payload_digest",),
+}
 
 _CANDIDATE_COLUMNS: Final = (
     "candidate_id, principal, state, payload_digest, record_digest, record_id, capture_cursor, "
@@ -142,6 +152,41 @@ _RECORD_COLUMNS: Final = (
 def _as_bytes(value: Any) -> bytes:
     # A blob edited outside the engine may come back as TEXT; integrity checks still need bytes.
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+_DIGEST_PREFIX: Final = "sha256:"
+
+
+def _digest_in(digest: str) -> bytes | str:
+    """A digest as the store keeps it: the 32 bytes of a ``sha256:<64 hex>`` (71 bytes of text
+    in every row and index that holds it); anything else as the text it is."""
+    if len(digest) == 71 and digest.startswith(_DIGEST_PREFIX):
+        try:
+            raw = bytes.fromhex(digest[7:])
+        except ValueError:
+            return digest
+        if raw.hex() == digest[7:]:  # lowercase only: the text must come back exactly
+            return raw
+    return digest
+
+
+def _digest_out(value: Any) -> str:
+    """The wire form of a stored digest (``_digest_in`` undone)."""
+    if isinstance(value, bytes) and len(value) == 32:
+        return _DIGEST_PREFIX + value.hex()
+    return value if isinstance(value, str) else _as_bytes(value).decode("utf-8", "replace")
+
+
+def _candidate_row(row: tuple[Any, ...]) -> CandidateRow:
+    (candidate_id, principal, state, payload_digest, record_digest, *rest) = row
+    return CandidateRow(
+        candidate_id,
+        principal,
+        state,
+        _digest_out(payload_digest),
+        _digest_out(record_digest),
+        *rest,
+    )
 
 
 def _unpacked(value: Any) -> bytes:
@@ -172,8 +217,8 @@ def _record_row(row: tuple[Any, ...]) -> RecordRow:
     return RecordRow(
         record_id=record_id,
         state=state,
-        record_digest=record_digest,
-        payload_digest=payload_digest,
+        record_digest=_digest_out(record_digest),
+        payload_digest=_digest_out(payload_digest),
         candidate_id=candidate_id,
         valid_from_ms=valid_from,
         valid_to_ms=valid_to,
@@ -343,7 +388,7 @@ class SqliteStore:
         the pages the old layout freed out of the file.
 
         Format 1 to 2: the records move into the rowid table, the journal bodies and ledger
-        outputs are packed. Record bodies stay as they are (sealed: packing them would mean
+        outputs are packed, the digests become bytes. Record bodies stay as they are (sealed: packing them would mean
         opening and re-sealing each one; an old body is read as it is, new ones are packed).
         """
         row = conn.execute("SELECT value FROM store_meta WHERE key = 'store_format'").fetchone()
@@ -391,6 +436,15 @@ class SqliteStore:
             conn.execute("INSERT INTO records_format_2 SELECT * FROM records")
             conn.execute("DROP TABLE records")
             conn.execute("ALTER TABLE records_format_2 RENAME TO records")
+        conn.create_function(
+            "engram_digest_in",
+            1,
+            lambda value: _digest_in(value) if isinstance(value, str) else value,
+            deterministic=True,
+        )
+        for table, columns in _DIGEST_COLUMNS.items():
+            assignments = ", ".join(f"{column} = engram_digest_in({column})" for column in columns)
+            conn.execute(f"UPDATE {table} SET {assignments}")  # noqa: S608 - our names
         for table, column, key in (
             ("journal_events", "body", "tenant_id, workspace_id, cursor"),
             ("ledger", "output", "tenant_id, workspace_id, principal, idempotency_key"),
@@ -460,7 +514,7 @@ class SqliteStore:
                 "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
                 (scope.tenant_id, scope.workspace_id),
             ).fetchone()
-        return JournalHead(row[0], row[1]) if row else JournalHead(0, GENESIS_HASH)
+        return JournalHead(row[0], _digest_out(row[1])) if row else JournalHead(0, GENESIS_HASH)
 
     def ledger_get(self, scope: Scope, principal: str, idempotency_key: str) -> LedgerEntry | None:
         with self._guard(), self._pool.connection() as conn:
@@ -472,7 +526,9 @@ class SqliteStore:
         if row is None:
             return None
         principal, key, tool, target, intent_hash, output, cursor = row
-        return LedgerEntry(principal, key, tool, target, intent_hash, _unpacked(output), cursor)
+        return LedgerEntry(
+            principal, key, tool, target, _digest_out(intent_hash), _unpacked(output), cursor
+        )
 
     def candidate_get(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
         with self._guard(), self._pool.connection() as conn:
@@ -481,7 +537,7 @@ class SqliteStore:
                 "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ?",
                 (scope.tenant_id, scope.workspace_id, candidate_id),
             ).fetchone()
-        return CandidateRow(*row) if row else None
+        return _candidate_row(row) if row else None
 
     def record_get(self, scope: Scope, record_id: str) -> RecordRow | None:
         with self._guard(), self._pool.connection() as conn:
@@ -516,7 +572,7 @@ class SqliteStore:
         with self._guard(), self._pool.connection() as conn:
             row = conn.execute(
                 "SELECT 1 FROM tombstones WHERE tenant_id = ? AND workspace_id = ? AND payload_digest = ? LIMIT 1",
-                (scope.tenant_id, scope.workspace_id, payload_digest),
+                (scope.tenant_id, scope.workspace_id, _digest_in(payload_digest)),
             ).fetchone()
         return row is not None
 
@@ -528,7 +584,8 @@ class SqliteStore:
                 (scope.tenant_id, scope.workspace_id, after_cursor, limit),
             ).fetchall()
         return [
-            JournalEvent(cursor, event_hash, _unpacked(body)) for cursor, event_hash, body in rows
+            JournalEvent(cursor, _digest_out(event_hash), _unpacked(body))
+            for cursor, event_hash, body in rows
         ]
 
     def claim_nonce(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
@@ -601,7 +658,7 @@ class SqliteStore:
                 "AND candidate_id > ? ORDER BY candidate_id LIMIT ?",
                 (scope.tenant_id, scope.workspace_id, state, state, after, limit),
             ).fetchall()
-        return [CandidateRow(*row) for row in rows]
+        return [_candidate_row(row) for row in rows]
 
     def records_list(
         self, scope: Scope, state: str | None, after: str, limit: int
@@ -739,7 +796,7 @@ class SqliteStore:
             "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
             (t, w),
         ).fetchone()
-        current = JournalHead(row[0], row[1]) if row else JournalHead(0, GENESIS_HASH)
+        current = JournalHead(row[0], _digest_out(row[1])) if row else JournalHead(0, GENESIS_HASH)
         if current != changes.expected_head:
             raise CommitConflict("head")
 
@@ -755,7 +812,7 @@ class SqliteStore:
                     entry.idempotency_key,
                     entry.tool,
                     entry.target,
-                    entry.intent_hash,
+                    _digest_in(entry.intent_hash),
                     pack(entry.output),
                     entry.cursor,
                 ),
@@ -768,12 +825,12 @@ class SqliteStore:
             event = changes.event
             conn.execute(
                 "INSERT INTO journal_events VALUES (?, ?, ?, ?, ?)",
-                (t, w, event.cursor, event.event_hash, pack(event.body)),
+                (t, w, event.cursor, _digest_in(event.event_hash), pack(event.body)),
             )
             conn.execute(
                 "INSERT INTO journal_heads VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, workspace_id) "
                 "DO UPDATE SET cursor = excluded.cursor, event_hash = excluded.event_hash",
-                (t, w, event.cursor, event.event_hash),
+                (t, w, event.cursor, _digest_in(event.event_hash)),
             )
 
         if changes.new_candidate is not None or changes.candidate_transition is not None:
@@ -789,8 +846,8 @@ class SqliteStore:
                         c.candidate_id,
                         c.principal,
                         c.state,
-                        c.payload_digest,
-                        c.record_digest,
+                        _digest_in(c.payload_digest),
+                        _digest_in(c.record_digest),
                         c.record_id,
                         c.capture_cursor,
                         c.key_ref,
@@ -827,8 +884,8 @@ class SqliteStore:
                         w,
                         r.record_id,
                         r.state,
-                        r.record_digest,
-                        r.payload_digest,
+                        _digest_in(r.record_digest),
+                        _digest_in(r.payload_digest),
                         r.candidate_id,
                         r.valid_from_ms,
                         r.valid_to_ms,
@@ -856,7 +913,7 @@ class SqliteStore:
                 (
                     t,
                     w,
-                    changes.tombstone_payload_digest,
+                    _digest_in(changes.tombstone_payload_digest),
                     changes.record_transition.target_id,
                     changes.event.cursor if changes.event else 0,
                 ),
