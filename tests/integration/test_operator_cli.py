@@ -472,9 +472,8 @@ def test_a_damaged_backup_is_invalid_and_changes_nothing(data: Path, capsys: Cap
     backup_file = data.parent / "engram.backup"
     _admin(capsys, data, "backup", str(backup_file))
     conn = sqlite3.connect(backup_file)
-    conn.execute(
-        "UPDATE journal_events SET event_hash = 'sha256:' || substr(event_hash, 8, 63) || '0'"
-    )
+    # Every event's hash replaced (the store keeps a digest as its 32 bytes): the chain breaks.
+    conn.execute("UPDATE journal_events SET event_hash = zeroblob(32)")
     conn.commit()
     conn.close()
     target = data.parent / "restored"
