@@ -411,7 +411,12 @@ class SqliteStore:
         conn.execute("COMMIT")
         if found < STORE_FORMAT:
             log.info("migrated engram.db from store format %d to %d", found, STORE_FORMAT)
-            conn.execute("VACUUM")
+            try:
+                conn.execute("VACUUM")
+            except sqlite3.Error:
+                # Another process reading: the freed pages (zeroed by secure_delete) stay on the
+                # free list and are reused by later writes; the migration itself is done.
+                log.warning("could not vacuum engram.db after its migration")
             self._scrub_wal(conn)
 
     @staticmethod
