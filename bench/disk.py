@@ -141,22 +141,31 @@ def _before(tree: Path, argv: list[str]) -> dict[str, Any]:
     return report
 
 
+def _grouped(files: dict[str, float]) -> dict[str, float]:
+    """Bytes per record by file, the audit log's sealed segments summed as one."""
+    grouped: dict[str, float] = {}
+    for name, size in files.items():
+        key = re.sub(r"\.\d{6}(\.gz)?$", ".<n>.gz", name)
+        grouped[key] = round(grouped.get(key, 0.0) + size, 1)
+    return grouped
+
+
 def side_by_side(before: dict[str, Any], after: dict[str, Any]) -> str:
-    """A Markdown table: bytes per record of each file and table, before and after."""
+    """A Markdown table: bytes per record of each file and table (of half a byte or more),
+    before and after."""
     lines = ["| bytes per record | before | after |", "|---|---|---|"]
 
     def row(label: str, old: float | None, new: float | None) -> None:
+        if max(old or 0.0, new or 0.0) < 0.5:
+            return
         fmt = lambda v: "" if v is None else f"{v:,.0f}"  # noqa: E731
         lines.append(f"| {label} | {fmt(old)} | {fmt(new)} |")
 
     row("whole data directory", before["bytes_per_record"], after["bytes_per_record"])
     row("beyond the text", before["beyond_text_per_record"], after["beyond_text_per_record"])
-    for name in sorted(set(before["files_per_record"]) | set(after["files_per_record"])):
-        row(
-            f"file `{name}`",
-            before["files_per_record"].get(name),
-            after["files_per_record"].get(name),
-        )
+    old_f, new_f = _grouped(before["files_per_record"]), _grouped(after["files_per_record"])
+    for name in sorted(set(old_f) | set(new_f)):
+        row(f"file `{name}`", old_f.get(name), new_f.get(name))
     old_t, new_t = before["tables_per_record"], after["tables_per_record"]
     for name in sorted(set(old_t) | set(new_t), key=lambda n: -old_t.get(n, new_t.get(n))["bytes"]):
         row(
