@@ -6,6 +6,7 @@ real implementations of their ports; faults are injected through the adapters' o
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import uuid
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from engram_memory.adapters.local.sqlite_store import (
     SqliteVectorIndex,
 )
 from engram_memory.adapters.local.vault import LocalVault
+from engram_memory.contract.packing import unpack_all
 from engram_memory.engine import lexical
 from engram_memory.engine.context import TOOLS, RetentionPolicy, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationRequest
@@ -38,6 +40,16 @@ OTHER_WORKSPACE = "ws-finance-0002"
 PRINCIPAL = "agent-alice"
 PURPOSE = "purpose:general"
 START_MS = 1_780_000_000_000  # 2026-05-28, a fixed "now" for deterministic tests
+
+
+def scanned_bytes(path: Path) -> bytes:
+    """What a byte scan for leftover text must search in a file: its bytes, and the documents the
+    store keeps packed (deflated, ``contract.packing``) unpacked and a gzip'd audit segment
+    decompressed, so compression never hides a text the scan is looking for."""
+    raw = path.read_bytes()
+    if path.suffix == ".gz":  # a sealed audit segment
+        raw = gzip.decompress(raw)
+    return b"\n".join([raw, *unpack_all(raw)])
 
 
 def sha(text: str) -> str:

@@ -15,7 +15,7 @@ import pytest
 from engram_memory.bootstrap import EmbeddedHost, open_embedded
 from engram_memory.engine import lexical
 
-from engram_testing import FakeClock, capture_args, context
+from engram_testing import FakeClock, capture_args, context, scanned_bytes
 
 # Each word is its own Snowball stem, so the lexical index would hold the same bytes.
 DISTINCTIVE = ("quokka", "zanzibar", "marmalad", "periwinkl")
@@ -33,7 +33,7 @@ def files_holding(data_dir: Path, words: tuple[str, ...]) -> dict[str, list[str]
     """Which files under ``data_dir`` contain which of ``words`` (case-insensitive bytes)."""
     found: dict[str, list[str]] = {}
     for path in sorted(p for p in data_dir.rglob("*") if p.is_file()):
-        content = path.read_bytes().lower()
+        content = scanned_bytes(path).lower()
         hits = [word for word in words if word.encode() in content]
         if hits:
             found[str(path.relative_to(data_dir))] = hits

@@ -23,7 +23,7 @@ from engram_memory.host.errors import DataDirectoryRefused
 from engram_memory.host.tokens import context_from_claims, local_verifier
 from engram_memory.mcp_surface.embedded import describe_lifetime, open_server, print_banner
 
-from engram_testing import capture_args
+from engram_testing import capture_args, scanned_bytes
 
 Capture = pytest.CaptureFixture[str]
 
@@ -149,10 +149,11 @@ def _ctx(principal: str = "agent-alice") -> TrustedContext:
 def _files_holding(directory: Path, needles: list[bytes]) -> list[str]:
     """Every file under ``directory`` (the database, its -wal and -shm, the key file, the audit
     log, a backup) whose bytes hold one of ``needles``."""
+    scanned = {path: scanned_bytes(path) for path in directory.rglob("*") if path.is_file()}
     return sorted(
         str(path.relative_to(directory))
-        for path in directory.rglob("*")
-        if path.is_file() and any(needle in path.read_bytes() for needle in needles)
+        for path, content in scanned.items()
+        if any(needle in content for needle in needles)
     )
 
 
@@ -471,9 +472,8 @@ def test_a_damaged_backup_is_invalid_and_changes_nothing(data: Path, capsys: Cap
     backup_file = data.parent / "engram.backup"
     _admin(capsys, data, "backup", str(backup_file))
     conn = sqlite3.connect(backup_file)
-    conn.execute(
-        "UPDATE journal_events SET event_hash = 'sha256:' || substr(event_hash, 8, 63) || '0'"
-    )
+    # Every event's hash replaced (the store keeps a digest as its 32 bytes): the chain breaks.
+    conn.execute("UPDATE journal_events SET event_hash = zeroblob(32)")
     conn.commit()
     conn.close()
     target = data.parent / "restored"

@@ -88,3 +88,49 @@ def test_a_failed_sync_is_every_waiting_caller_s_error(
     monkeypatch.undo()
     log.record(_event(2))  # the log is usable again once the disk is
     assert [line["audit_id"] for line in log.read()][-1] == "aud_2"
+
+
+def test_a_full_log_is_sealed_into_gzip_segments_and_read_back_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    log = JsonlAuditLog(path, segment_bytes=2_000)
+    for number in range(60):
+        log.record(_event(number))
+    segments = sorted(p.name for p in tmp_path.glob("audit.log.*"))
+    assert len(segments) >= 5 and all(name.endswith(".gz") for name in segments)
+    assert all((tmp_path / name).read_bytes()[:2] == b"\x1f\x8b" for name in segments)
+    assert all(os.stat(tmp_path / name).st_mode & 0o077 == 0 for name in segments)
+    assert path.stat().st_size < 2_000
+    assert [line["audit_id"] for line in log.read()] == [f"aud_{n}" for n in range(60)]
+    plain = sum(len(json.dumps(line, separators=(",", ":"))) + 1 for line in log.read())
+    on_disk = sum(p.stat().st_size for p in tmp_path.glob("audit.log*"))
+    assert on_disk < plain / 2
+
+
+def test_a_segment_left_plain_by_a_crash_is_read_once_and_sealed_later(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    log = JsonlAuditLog(path, segment_bytes=2_000)
+    for number in range(3):
+        log.record(_event(number))
+    path.rename(tmp_path / "audit.log.000001")  # renamed, then the process died
+    for number in range(3, 40):
+        log.record(_event(number))
+    assert [line["audit_id"] for line in log.read()] == [f"aud_{n}" for n in range(40)]
+    assert not (tmp_path / "audit.log.000001").exists()
+    assert (tmp_path / "audit.log.000001.gz").exists()
+
+
+def test_two_writers_on_one_log_lose_and_repeat_no_line(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    writers = [JsonlAuditLog(path, segment_bytes=1_500) for _ in range(2)]  # as two processes
+
+    def write(which: int) -> None:
+        for number in range(40):
+            writers[which].record(_event(which * 1000 + number))
+
+    threads = [threading.Thread(target=write, args=(which,)) for which in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    ids = [line["audit_id"] for line in writers[0].read()]
+    assert sorted(ids) == sorted(f"aud_{w * 1000 + n}" for w in range(2) for n in range(40))

@@ -9,6 +9,7 @@ import pytest
 
 from engram_memory.contract.canonical import GENESIS_HASH, digest
 from engram_memory.contract.errors import EngramError
+from engram_memory.contract.packing import pack, unpack
 from engram_memory.engine.journal import EMPTY_HEAD, build_event, verify_journal
 from engram_memory.engine.records import decode
 
@@ -45,9 +46,10 @@ def test_verify_journal_reports_a_gap_and_a_broken_chain(tmp_path: Path) -> None
     harness.capture(key="another-capture-01")
     db = tmp_path / "engram.db"
     with sqlite3.connect(db) as conn:
-        conn.execute(
-            "UPDATE journal_events SET body = replace(body, 'capture', 'kapture') WHERE cursor = 1"
-        )
+        # The store keeps bodies packed: the tampering is of the document they unpack to.
+        (body,) = conn.execute("SELECT body FROM journal_events WHERE cursor = 1").fetchone()
+        tampered = pack(unpack(body).replace(b"capture", b"kapture"))
+        conn.execute("UPDATE journal_events SET body = ? WHERE cursor = 1", (tampered,))
     with pytest.raises(EngramError) as corrupt:
         verify_journal(harness.store, context().scope)
     assert corrupt.value.code.value == "JOURNAL_CORRUPT"

@@ -8,19 +8,18 @@ import json
 import sqlite3
 from pathlib import Path
 
+from engram_memory.contract.packing import unpack
 from engram_memory.engine.records import decode, record_digest_matches, stored_body_matches
 
 from engram_testing import Harness, context, embedded_harness
 
 
 def _stored(harness: Harness, tmp_path: Path, record_id: str) -> tuple[bytes, str]:
-    """The record's body as stored, opened, and its digest."""
-    with sqlite3.connect(tmp_path / "engram.db") as conn:
-        body, record_digest = conn.execute(
-            "SELECT body, record_digest FROM records WHERE record_id = ?", (record_id,)
-        ).fetchone()
-    opened = harness.record_keys.open_many(context().scope, {record_id: bytes(body)})
-    return opened[record_id], str(record_digest)
+    """The record's body as stored, opened and unpacked, and its digest."""
+    row = harness.store.record_get(context().scope, record_id)  # digests are bytes in the file
+    assert row is not None and row.body is not None
+    opened = harness.record_keys.open_many(context().scope, {record_id: row.body})
+    return unpack(opened[record_id]), row.record_digest  # the engine packs before sealing
 
 
 def _store(harness: Harness, tmp_path: Path, record_id: str, plaintext: bytes) -> None:

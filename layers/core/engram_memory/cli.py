@@ -350,6 +350,7 @@ def _embedded_only(args: argparse.Namespace, where: str) -> None:
 
 
 def cmd_admin_audit(args: argparse.Namespace) -> int:
+    from .adapters.local.audit import audit_lines
     from .bootstrap import AUDIT_FILE
 
     _embedded_only(
@@ -362,24 +363,23 @@ def cmd_admin_audit(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise CliError("--limit must be at least 1")
     path = data_dir / AUDIT_FILE
-    if not path.exists():
+    if not path.exists() and not any(path.parent.glob(f"{AUDIT_FILE}.*")):
         print(f"no audit entries yet ({path} does not exist)")
         return 0
     rows: list[dict[str, Any]] = []
     unreadable = 0
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                unreadable += 1
-                continue
-            if isinstance(entry, dict):
-                rows.append(entry)
-            else:
-                unreadable += 1
+    for line in audit_lines(path):  # the gzip'd segments, then audit.log
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            unreadable += 1
+            continue
+        if isinstance(entry, dict):
+            rows.append(entry)
+        else:
+            unreadable += 1
     shown = rows[-args.limit :]
     table = [[header for header, _ in _AUDIT_COLUMNS]]
     table += [[_cell(entry.get(key)) for _, key in _AUDIT_COLUMNS] for entry in shown]

@@ -26,6 +26,7 @@ from ..contract.errors import (
 from ..contract.models import (
     ClosedModel,
 )
+from ..contract.packing import pack, unpack
 from ..contract.types import format_instant
 from . import lexical
 from .context import Scope, TrustedContext
@@ -577,7 +578,10 @@ class Kernel:
     def seal_record(self, call: Call, record: Mapping[str, Any]) -> bytes:
         """The record's body sealed under its own key (``RecordKeys``), for ``RecordRow.body``."""
         try:
-            return self.record_keys.seal(call.scope, record["record_id"], encode(dict(record)))
+            # Packed before sealing (ciphertext does not compress): a third of the bytes. The
+            # digest stays over the canonical bytes, which ``checked_record`` unpacks to.
+            body = pack(encode(dict(record)))
+            return self.record_keys.seal(call.scope, record["record_id"], body)
         except VaultUnavailable:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
 
@@ -693,6 +697,10 @@ class Kernel:
 
 
 def checked_record(record_id: str, plaintext: bytes, record_digest: str) -> dict[str, Any]:
+    try:
+        plaintext = unpack(plaintext)
+    except ValueError:
+        raise EngramError(ErrorCode.JOURNAL_CORRUPT) from None
     record: dict[str, Any] = decode(plaintext)
     if stored_body_matches(plaintext, record_digest):
         # The bytes hash to the row's digest; the decoded record must carry it at its top.

@@ -15,6 +15,7 @@ from ..contract.canonical import (
     record_id_for,
 )
 from ..contract.models import CaptureInput
+from ..contract.packing import unpack
 from ..contract.types import format_instant
 from .context import Scope
 
@@ -135,7 +136,8 @@ def encode(value: Any) -> bytes:
 
 
 def decode(blob: bytes) -> Any:
-    return json.loads(blob.decode("utf-8"))
+    """The JSON value of a stored body, packed (``contract.packing``) or not."""
+    return json.loads(unpack(blob).decode("utf-8"))
 
 
 def receipt(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,19 +1,83 @@
 """Audit sinks: an append-only JSON-lines file for the embedded mode, and an in-memory list.
 
 An audit event holds ids, the outcome code and digests; never content, never tokens.
+
+The embedded log is segmented: lines are appended to ``audit.log`` (plain JSON lines, each
+durable before its call returns); once it holds ``segment_bytes`` (1 MiB), it is sealed into
+``audit.log.<n>.gz`` (gzip, 5-6x smaller: the lines are mostly the same keys and hex digests) and
+a new ``audit.log`` begins. Writers in several processes (a server and the CLI) take an exclusive
+``flock`` on ``audit.log`` for each batch and for the sealing; ``audit_lines`` reads every
+segment in order, then ``audit.log``.
 """
 
 from __future__ import annotations
 
+import fcntl
+import gzip
 import json
 import os
+import re
 import threading
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...contract.types import format_instant
 from ...engine.ports import AuditEvent
+
+SEGMENT_BYTES = 1 << 20
+_SEGMENT = re.compile(r"\.(\d{6})(\.gz)?$")
+
+
+def _segments(path: Path) -> list[tuple[int, Path]]:
+    """The sealed (or, after a crash mid-sealing, still plain) segments of ``path`` in order, the
+    gzip'd one when both forms of a segment are there."""
+    found: dict[int, Path] = {}
+    for candidate in path.parent.glob(path.name + ".*"):
+        match = _SEGMENT.search(candidate.name[len(path.name) :])
+        if match is None or candidate.name != f"{path.name}{match.group()}":
+            continue
+        number = int(match.group(1))
+        if match.group(2) or number not in found:
+            found[number] = candidate
+    return sorted(found.items())
+
+
+def audit_lines(path: Path) -> Iterator[str]:
+    """Every line of the audit log at ``path``, oldest first: its segments, then ``path``.
+    Undecodable bytes are replaced, so one damaged line never hides the others."""
+    for _, segment in _segments(path):
+        if segment.suffix == ".gz":
+            with gzip.open(segment, "rt", encoding="utf-8", errors="replace") as handle:
+                yield from handle
+        else:
+            with segment.open(encoding="utf-8", errors="replace") as handle:
+                yield from handle
+    if path.exists():
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            yield from handle
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def audit_line(event: AuditEvent) -> dict[str, Any]:
@@ -41,8 +105,9 @@ class JsonlAuditLog:
     writes the batch; the others wait for it and see its error, if any, as their own.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
         self._path = path
+        self._segment_bytes = segment_bytes
         self._lock = threading.Lock()  # read() against a batch being written
         self._turn = threading.Condition()
         self._open: _Batch | None = None  # the batch new lines join
@@ -73,23 +138,65 @@ class JsonlAuditLog:
         if mine.error is not None:
             raise mine.error
 
+    def _locked_active(self) -> int:
+        """``audit.log`` opened for appending under an exclusive ``flock``: the file at the path
+        once the lock is held (another process may have sealed the one opened before)."""
+        while True:
+            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if os.fstat(fd).st_ino == os.stat(self._path).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass  # sealed and not yet begun again: open the new one
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
+
     def _append(self, batch: _Batch) -> None:
         try:
             with self._lock:
-                fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
+                fd = self._locked_active()
                 try:
                     pending = memoryview(b"".join(batch.lines))
                     while pending:
                         pending = pending[os.write(fd, pending) :]
                     os.fsync(fd)
+                    if os.fstat(fd).st_size >= self._segment_bytes:
+                        self._seal()
                 finally:
-                    os.close(fd)
+                    os.close(fd)  # releases the lock
         except OSError as error:
             batch.error = error
 
+    def _seal(self) -> None:
+        """Turn the full ``audit.log`` (its lock held) into the next gzip'd segment.
+
+        Renamed first (one atomic step: every line is in exactly one file at every moment), then
+        compressed and synced, then the plain copy removed. A crash part-way leaves a plain or a
+        doubled segment, which readers read once and the next sealing finishes.
+        """
+        numbers = [number for number, _ in _segments(self._path)]
+        number = max(numbers, default=0) + 1
+        plain = self._path.with_name(f"{self._path.name}.{number:06d}")
+        os.rename(self._path, plain)
+        os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        _sync_directory(self._path.parent)
+        for _, segment in _segments(self._path):
+            if segment.suffix != ".gz":
+                sealed = segment.with_name(segment.name + ".gz")
+                _write_durably(sealed, gzip.compress(segment.read_bytes(), mtime=0))
+                _sync_directory(self._path.parent)
+                segment.unlink()
+        for number_, segment in _segments(self._path):  # a crash after writing, before unlinking
+            leftover = segment.with_name(f"{self._path.name}.{number_:06d}")
+            if leftover.exists() and segment.suffix == ".gz":
+                leftover.unlink()
+
     def read(self) -> list[dict[str, Any]]:
-        with self._lock, self._path.open(encoding="utf-8") as handle:
-            return [json.loads(line) for line in handle if line.strip()]
+        with self._lock:
+            return [json.loads(line) for line in audit_lines(self._path) if line.strip()]
 
 
 class MemoryAuditLog:

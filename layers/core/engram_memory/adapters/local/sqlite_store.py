@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 from ...contract.canonical import GENESIS_HASH
+from ...contract.packing import is_packed, pack, unpack
 from ...engine import lexical
 from ...engine.context import Scope
 from ...engine.ports import (
@@ -64,6 +65,17 @@ _FIELDS: Final = tuple(lexical.FIELD_WEIGHTS)
 _COLUMNS: Final = tuple(f"f_{name}" for name in _FIELDS)
 _BM25_ARGS: Final = ", ".join(["0.0", *(repr(w) for w in lexical.FIELD_WEIGHTS.values())])
 
+# A rowid table, not WITHOUT ROWID: a WITHOUT ROWID row is a b-tree key, kept on its page only up
+# to about a quarter of the page (~1,000 bytes at 4 KiB) with the rest on an overflow page of its
+# own, so every record of ~1-2 KB took two pages (3.1 KB on disk for 1.0 KB of row). A rowid
+# table keeps rows of up to a page on the page, several to a page; the unique key is an index of
+# the short ids beside it.
+_RECORDS_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
+    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, record_id TEXT NOT NULL,
+    state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL,
+    candidate_id TEXT NOT NULL, valid_from_ms INTEGER NOT NULL, valid_to_ms INTEGER,
+    expires_at_ms INTEGER, accepted_cursor INTEGER NOT NULL, body BLOB, lex_rowid INTEGER,
+    UNIQUE (tenant_id, workspace_id, record_id));"""
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS journal_heads (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL,
@@ -85,12 +97,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     key_ref TEXT NOT NULL, sealed BLOB NOT NULL, policy_version TEXT NOT NULL,
     created_at_ms INTEGER NOT NULL,
     PRIMARY KEY (tenant_id, workspace_id, candidate_id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS records (
-    tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, record_id TEXT NOT NULL,
-    state TEXT NOT NULL, record_digest TEXT NOT NULL, payload_digest TEXT NOT NULL,
-    candidate_id TEXT NOT NULL, valid_from_ms INTEGER NOT NULL, valid_to_ms INTEGER,
-    expires_at_ms INTEGER, accepted_cursor INTEGER NOT NULL, body BLOB, lex_rowid INTEGER,
-    PRIMARY KEY (tenant_id, workspace_id, record_id)) WITHOUT ROWID;
+{records}
 CREATE TABLE IF NOT EXISTS tombstones (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, payload_digest TEXT NOT NULL,
     record_id TEXT NOT NULL, cursor INTEGER NOT NULL,
@@ -115,7 +122,22 @@ CREATE TABLE IF NOT EXISTS vector_generations (
 CREATE TABLE IF NOT EXISTS lexical_tables (
     tenant_id TEXT NOT NULL, workspace_id TEXT NOT NULL, table_name TEXT NOT NULL UNIQUE,
     PRIMARY KEY (tenant_id, workspace_id)) WITHOUT ROWID;
-"""
+""".format(records=_RECORDS_TABLE.format(name="records"))
+
+# The layout of engram.db. 1 (no ``store_format`` in store_meta): records WITHOUT ROWID, journal
+# bodies and ledger outputs as plain JSON, digests as text. 2: records a rowid table, journal
+# bodies and ledger outputs packed (``contract.packing``), the digests of ``_DIGEST_COLUMNS`` as
+# their 32 bytes (``_digest_in``; the engine and the wire see the text). Opening a store of
+# format 1 migrates it in place.
+STORE_FORMAT: Final = 2
+_DIGEST_COLUMNS: Final = {
+    "journal_heads": ("event_hash",),
+    "journal_events": ("event_hash",),
+    "ledger": ("intent_hash",),
+    "candidates": ("payload_digest", "record_digest"),
+    "records": ("record_digest", "payload_digest"),
+    "tombstones": ("payload_digest",),
+}
 
 _CANDIDATE_COLUMNS: Final = (
     "candidate_id, principal, state, payload_digest, record_digest, record_id, capture_cursor, "
@@ -130,6 +152,53 @@ _RECORD_COLUMNS: Final = (
 def _as_bytes(value: Any) -> bytes:
     # A blob edited outside the engine may come back as TEXT; integrity checks still need bytes.
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+_DIGEST_PREFIX: Final = "sha256:"
+
+
+def _digest_in(digest: str) -> bytes | str:
+    """A digest as the store keeps it: the 32 bytes of a ``sha256:<64 hex>`` (71 bytes of text
+    in every row and index that holds it); anything else as the text it is."""
+    if len(digest) == 71 and digest.startswith(_DIGEST_PREFIX):
+        try:
+            raw = bytes.fromhex(digest[7:])
+        except ValueError:
+            return digest
+        if raw.hex() == digest[7:]:  # lowercase only: the text must come back exactly
+            return raw
+    return digest
+
+
+def _digest_out(value: Any) -> str:
+    """The wire form of a stored digest (``_digest_in`` undone)."""
+    if isinstance(value, bytes) and len(value) == 32:
+        return _DIGEST_PREFIX + value.hex()
+    return value if isinstance(value, str) else _as_bytes(value).decode("utf-8", "replace")
+
+
+def _candidate_row(row: tuple[Any, ...]) -> CandidateRow:
+    (candidate_id, principal, state, payload_digest, record_digest, *rest) = row
+    return CandidateRow(
+        candidate_id,
+        principal,
+        state,
+        _digest_out(payload_digest),
+        _digest_out(record_digest),
+        *rest,
+    )
+
+
+def _unpacked(value: Any) -> bytes:
+    """A journal body or ledger output as the engine wrote it (the store keeps them packed:
+    ``contract.packing``; rows written before packing are returned as they are)."""
+    try:
+        return unpack(_as_bytes(value))
+    except ValueError as exc:
+        # Undecodable is damaged: the journal's verification then fails on its hash, as it would
+        # on any other damaged body, instead of the read failing here.
+        log.warning("a packed journal or ledger value could not be unpacked: %s", exc)
+        return _as_bytes(value)
 
 
 def _record_row(row: tuple[Any, ...]) -> RecordRow:
@@ -148,8 +217,8 @@ def _record_row(row: tuple[Any, ...]) -> RecordRow:
     return RecordRow(
         record_id=record_id,
         state=state,
-        record_digest=record_digest,
-        payload_digest=payload_digest,
+        record_digest=_digest_out(record_digest),
+        payload_digest=_digest_out(payload_digest),
         candidate_id=candidate_id,
         valid_from_ms=valid_from,
         valid_to_ms=valid_to,
@@ -311,6 +380,90 @@ class SqliteStore:
         self._matrices = VectorMatrices()
         with self._guard(), self._pool.connection() as conn:
             conn.executescript(_SCHEMA)
+            self._migrate(conn)
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Bring a store of an older ``STORE_FORMAT`` to this one, in one transaction (another
+        process opening the same file at the same time waits, then finds it done), then vacuum
+        the pages the old layout freed out of the file.
+
+        Format 1 to 2: the records move into the rowid table, the journal bodies and ledger
+        outputs are packed, the digests become bytes. Record bodies stay as they are (sealed: packing them would mean
+        opening and re-sealing each one; an old body is read as it is, new ones are packed).
+        """
+        row = conn.execute("SELECT value FROM store_meta WHERE key = 'store_format'").fetchone()
+        if row is not None and int(row[0]) >= STORE_FORMAT:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            found = self._format(conn)
+            if found < STORE_FORMAT:
+                self._migrate_from_1(conn)
+            if found <= STORE_FORMAT:
+                conn.execute(
+                    "INSERT INTO store_meta VALUES ('store_format', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (str(STORE_FORMAT),),
+                )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        if found < STORE_FORMAT:
+            log.info("migrated engram.db from store format %d to %d", found, STORE_FORMAT)
+            try:
+                conn.execute("VACUUM")
+            except sqlite3.Error:
+                # Another process reading: the freed pages (zeroed by secure_delete) stay on the
+                # free list and are reused by later writes; the migration itself is done.
+                log.warning("could not vacuum engram.db after its migration")
+            self._scrub_wal(conn)
+
+    @staticmethod
+    def _format(conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT value FROM store_meta WHERE key = 'store_format'").fetchone()
+        if row is not None:
+            return int(row[0])
+        # No format recorded: a new store (nothing written yet) is born in this one.
+        has_rows = conn.execute("SELECT 1 FROM journal_heads LIMIT 1").fetchone() is not None
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'records'"
+        ).fetchone()
+        return 1 if has_rows or "WITHOUT ROWID" in str(sql).upper() else STORE_FORMAT
+
+    @staticmethod
+    def _migrate_from_1(conn: sqlite3.Connection) -> None:
+        (sql,) = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'records'"
+        ).fetchone()
+        if "WITHOUT ROWID" in str(sql).upper():
+            conn.execute(_RECORDS_TABLE.format(name="records_format_2"))
+            conn.execute("INSERT INTO records_format_2 SELECT * FROM records")
+            conn.execute("DROP TABLE records")
+            conn.execute("ALTER TABLE records_format_2 RENAME TO records")
+        conn.create_function(
+            "engram_digest_in",
+            1,
+            lambda value: _digest_in(value) if isinstance(value, str) else value,
+            deterministic=True,
+        )
+        for table, columns in _DIGEST_COLUMNS.items():
+            assignments = ", ".join(f"{column} = engram_digest_in({column})" for column in columns)
+            conn.execute(f"UPDATE {table} SET {assignments}")  # noqa: S608 - our names
+        for table, column, key in (
+            ("journal_events", "body", "tenant_id, workspace_id, cursor"),
+            ("ledger", "output", "tenant_id, workspace_id, principal, idempotency_key"),
+        ):
+            where = " AND ".join(f"{name} = ?" for name in key.split(", "))
+            rows = conn.execute(f"SELECT {column}, {key} FROM {table}").fetchall()  # noqa: S608
+            conn.executemany(
+                f"UPDATE {table} SET {column} = ? WHERE {where}",  # noqa: S608 - our names
+                [
+                    (pack(_as_bytes(value)), *rest)
+                    for value, *rest in rows
+                    if not is_packed(_as_bytes(value))
+                ],
+            )
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -366,7 +519,7 @@ class SqliteStore:
                 "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
                 (scope.tenant_id, scope.workspace_id),
             ).fetchone()
-        return JournalHead(row[0], row[1]) if row else JournalHead(0, GENESIS_HASH)
+        return JournalHead(row[0], _digest_out(row[1])) if row else JournalHead(0, GENESIS_HASH)
 
     def ledger_get(self, scope: Scope, principal: str, idempotency_key: str) -> LedgerEntry | None:
         with self._guard(), self._pool.connection() as conn:
@@ -375,7 +528,12 @@ class SqliteStore:
                 "WHERE tenant_id = ? AND workspace_id = ? AND principal = ? AND idempotency_key = ?",
                 (scope.tenant_id, scope.workspace_id, principal, idempotency_key),
             ).fetchone()
-        return LedgerEntry(*row) if row else None
+        if row is None:
+            return None
+        principal, key, tool, target, intent_hash, output, cursor = row
+        return LedgerEntry(
+            principal, key, tool, target, _digest_out(intent_hash), _unpacked(output), cursor
+        )
 
     def candidate_get(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
         with self._guard(), self._pool.connection() as conn:
@@ -384,7 +542,7 @@ class SqliteStore:
                 "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ?",
                 (scope.tenant_id, scope.workspace_id, candidate_id),
             ).fetchone()
-        return CandidateRow(*row) if row else None
+        return _candidate_row(row) if row else None
 
     def record_get(self, scope: Scope, record_id: str) -> RecordRow | None:
         with self._guard(), self._pool.connection() as conn:
@@ -419,7 +577,7 @@ class SqliteStore:
         with self._guard(), self._pool.connection() as conn:
             row = conn.execute(
                 "SELECT 1 FROM tombstones WHERE tenant_id = ? AND workspace_id = ? AND payload_digest = ? LIMIT 1",
-                (scope.tenant_id, scope.workspace_id, payload_digest),
+                (scope.tenant_id, scope.workspace_id, _digest_in(payload_digest)),
             ).fetchone()
         return row is not None
 
@@ -431,7 +589,8 @@ class SqliteStore:
                 (scope.tenant_id, scope.workspace_id, after_cursor, limit),
             ).fetchall()
         return [
-            JournalEvent(cursor, event_hash, _as_bytes(body)) for cursor, event_hash, body in rows
+            JournalEvent(cursor, _digest_out(event_hash), _unpacked(body))
+            for cursor, event_hash, body in rows
         ]
 
     def claim_nonce(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
@@ -504,7 +663,7 @@ class SqliteStore:
                 "AND candidate_id > ? ORDER BY candidate_id LIMIT ?",
                 (scope.tenant_id, scope.workspace_id, state, state, after, limit),
             ).fetchall()
-        return [CandidateRow(*row) for row in rows]
+        return [_candidate_row(row) for row in rows]
 
     def records_list(
         self, scope: Scope, state: str | None, after: str, limit: int
@@ -642,7 +801,7 @@ class SqliteStore:
             "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
             (t, w),
         ).fetchone()
-        current = JournalHead(row[0], row[1]) if row else JournalHead(0, GENESIS_HASH)
+        current = JournalHead(row[0], _digest_out(row[1])) if row else JournalHead(0, GENESIS_HASH)
         if current != changes.expected_head:
             raise CommitConflict("head")
 
@@ -658,8 +817,8 @@ class SqliteStore:
                     entry.idempotency_key,
                     entry.tool,
                     entry.target,
-                    entry.intent_hash,
-                    entry.output,
+                    _digest_in(entry.intent_hash),
+                    pack(entry.output),
                     entry.cursor,
                 ),
             )
@@ -671,12 +830,12 @@ class SqliteStore:
             event = changes.event
             conn.execute(
                 "INSERT INTO journal_events VALUES (?, ?, ?, ?, ?)",
-                (t, w, event.cursor, event.event_hash, event.body),
+                (t, w, event.cursor, _digest_in(event.event_hash), pack(event.body)),
             )
             conn.execute(
                 "INSERT INTO journal_heads VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, workspace_id) "
                 "DO UPDATE SET cursor = excluded.cursor, event_hash = excluded.event_hash",
-                (t, w, event.cursor, event.event_hash),
+                (t, w, event.cursor, _digest_in(event.event_hash)),
             )
 
         if changes.new_candidate is not None or changes.candidate_transition is not None:
@@ -692,8 +851,8 @@ class SqliteStore:
                         c.candidate_id,
                         c.principal,
                         c.state,
-                        c.payload_digest,
-                        c.record_digest,
+                        _digest_in(c.payload_digest),
+                        _digest_in(c.record_digest),
                         c.record_id,
                         c.capture_cursor,
                         c.key_ref,
@@ -730,8 +889,8 @@ class SqliteStore:
                         w,
                         r.record_id,
                         r.state,
-                        r.record_digest,
-                        r.payload_digest,
+                        _digest_in(r.record_digest),
+                        _digest_in(r.payload_digest),
                         r.candidate_id,
                         r.valid_from_ms,
                         r.valid_to_ms,
@@ -759,7 +918,7 @@ class SqliteStore:
                 (
                     t,
                     w,
-                    changes.tombstone_payload_digest,
+                    _digest_in(changes.tombstone_payload_digest),
                     changes.record_transition.target_id,
                     changes.event.cursor if changes.event else 0,
                 ),
