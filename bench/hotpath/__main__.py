@@ -10,7 +10,7 @@ from pathlib import Path
 from .corpus import Corpus
 from .report import table
 from .runner import Counts, PeerUnavailable, run
-from .stores import LEXICAL, PROFILES
+from .stores import LEXICAL, PROFILES, seeded_store
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         help="run without server-memory (no ratios); only for machines without node/npm",
     )
     parser.add_argument("--json", type=Path, dest="json_path", help="also write the report here")
+    parser.add_argument(
+        "--seed-only",
+        action="store_true",
+        help="seed (or find) the cached stores of --sizes and stop: nothing is measured",
+    )
     args = parser.parse_args(argv)
     base = QUICK if args.quick else Counts()
     counts = Counts(
@@ -64,6 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     sizes = args.sizes or _sizes(QUICK_SIZES if args.quick else "1000,10000")
     corpus = Corpus.load(args.locomo)
+    if args.seed_only:
+        for size in sorted(sizes):
+            store = seeded_store(args.store_cache, corpus, size, args.profile)
+            added = store.size - store.seeded_from
+            rate = added / store.seed_seconds if store.seed_seconds else 0.0
+            print(
+                f"{args.profile} n={size}: {store.root}"
+                f" (grown from {store.seeded_from} at {rate:.1f} pairs/s)"
+            )
+        return 0
     try:
         report = run(
             corpus,
