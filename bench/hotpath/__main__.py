@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .corpus import Corpus
 from .report import table
-from .runner import Counts, PeerUnavailable, run
+from .runner import OURS, Counts, PeerUnavailable, run
 from .stores import LEXICAL, PROFILES, seeded_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,6 +24,13 @@ def _sizes(text: str) -> list[int]:
     if not sizes or min(sizes) < 10:
         raise argparse.ArgumentTypeError("sizes are comma-separated record counts, each ≥ 10")
     return sizes
+
+
+def _transports(text: str) -> list[str]:
+    chosen = [f"engram-{part.strip()}" for part in text.split(",") if part.strip()]
+    if not chosen or any(name not in OURS for name in chosen):
+        raise argparse.ArgumentTypeError("transports are stdio, http or stdio,http")
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run without server-memory (no ratios); only for machines without node/npm",
     )
     parser.add_argument("--json", type=Path, dest="json_path", help="also write the report here")
+    parser.add_argument(
+        "--transports",
+        type=_transports,
+        default=list(OURS),
+        help="our servers to measure: stdio, http or stdio,http (default both)",
+    )
     parser.add_argument(
         "--seed-only",
         action="store_true",
@@ -87,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             cache_root=args.store_cache,
             profile=args.profile,
             with_peer=not args.without_peer,
+            ours=args.transports,
         )
     except PeerUnavailable as error:
         parser.error(f"{error} (or pass --without-peer)")
