@@ -10,7 +10,7 @@ from pathlib import Path
 from .corpus import Corpus
 from .report import table
 from .runner import OURS, Counts, PeerUnavailable, run
-from .stores import LEXICAL, PROFILES, seeded_store
+from .stores import LEXICAL, PROFILES, StoreMissing, seeded_store
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
@@ -67,6 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         help="our servers to measure: stdio, http or stdio,http (default both)",
     )
     parser.add_argument(
+        "--seeded-with",
+        metavar="FINGERPRINT",
+        help="measure on the cached stores seeded by this product source (the <profile>-FINGERPRINT"
+        " folder of the store cache) instead of the current source's: only for a change that"
+        " cannot change what is stored",
+    )
+    parser.add_argument(
         "--seed-only",
         action="store_true",
         help="seed (or find) the cached stores of --sizes and stop: nothing is measured",
@@ -101,9 +108,12 @@ def main(argv: list[str] | None = None) -> int:
             profile=args.profile,
             with_peer=not args.without_peer,
             ours=args.transports,
+            seeded_with=args.seeded_with,
         )
     except PeerUnavailable as error:
         parser.error(f"{error} (or pass --without-peer)")
+    except StoreMissing as error:
+        parser.error(str(error))
     report["command"] = "python -m bench.hotpath " + " ".join(
         sys.argv[1:] if argv is None else argv
     )

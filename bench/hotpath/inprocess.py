@@ -102,12 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--store-cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--seeded-with", metavar="FINGERPRINT", help="as python -m bench.hotpath's")
     args = parser.parse_args(argv)
     corpus = Corpus.load(args.locomo)
     sizes = sorted(args.sizes)
     found: dict[int, dict[str, Any]] = {}
     for size in sizes:
-        store = seeded_store(args.store_cache, corpus, size, args.profile)
+        store = seeded_store(
+            args.store_cache, corpus, size, args.profile, seeded_with=args.seeded_with
+        )
         profiler = (
             cProfile.Profile(time.process_time) if args.cprofile and size == sizes[-1] else None
         )

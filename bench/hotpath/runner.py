@@ -20,7 +20,7 @@ from bench.locomo.runner import percentile
 
 from .corpus import Corpus
 from .sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER, PEER_PACKAGE, Plan, Session, run_session
-from .stores import LEXICAL, SeededStore, directory_bytes, seeded_store
+from .stores import LEXICAL, SeededStore, directory_bytes, fingerprint, seeded_store
 
 OURS = (ENGRAM_STDIO, ENGRAM_HTTP)
 # metric -> True when higher is better (ratios are always ours / peer)
@@ -221,6 +221,7 @@ def run(
     profile: str = LEXICAL,
     with_peer: bool = True,
     ours: Sequence[str] = OURS,
+    seeded_with: str | None = None,
     log: Any = sys.stderr,
 ) -> dict[str, Any]:
     """Every size's store is seeded (or found) first; then each repetition runs every size in
@@ -243,11 +244,12 @@ def run(
         else None,
         "dataset": {"conversations": corpus.names, "distinct_turns": corpus.distinct_turns},
         "sizes": {},
+        "stores_seeded_with": seeded_with or fingerprint(corpus),
     }
     stores = {}
     for size in sizes:
         print(f"store of {size} records", file=log, flush=True)
-        stores[size] = seeded_store(cache_root, corpus, size, profile, log)
+        stores[size] = seeded_store(cache_root, corpus, size, profile, log, seeded_with)
     repetitions: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
     with tempfile.TemporaryDirectory(prefix="hotpath-") as tmp:
         for repetition in range(counts.repetitions):

@@ -117,14 +117,29 @@ def directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+class StoreMissing(LookupError):
+    """No cached store of that size was seeded by the product source named (``seeded_with``)."""
+
+
 def seeded_store(
-    cache_root: Path, corpus: Corpus, size: int, profile: str = LEXICAL, log: Any = sys.stderr
+    cache_root: Path,
+    corpus: Corpus,
+    size: int,
+    profile: str = LEXICAL,
+    log: Any = sys.stderr,
+    seeded_with: str | None = None,
 ) -> SeededStore:
-    """The cached store of ``size`` records, seeding (or growing a smaller one) when missing."""
-    family = cache_root / f"{profile}-{fingerprint(corpus)}"
+    """The cached store of ``size`` records, seeding (or growing a smaller one) when missing.
+
+    ``seeded_with``: the fingerprint of the product source whose cached stores to use instead of
+    the current source's (for a change of the read path only, which cannot change what is
+    stored: the report names it); such a store is never seeded, ``StoreMissing`` when absent."""
+    family = cache_root / f"{profile}-{seeded_with or fingerprint(corpus)}"
     target = family / f"n{size}"
     if (target / MANIFEST).exists():
         return _load(target)
+    if seeded_with is not None:
+        raise StoreMissing(f"no cached store at {target}")
     family.mkdir(parents=True, exist_ok=True)
     smaller = sorted(
         (s for s in (_cached_size(p) for p in family.iterdir()) if s is not None and s < size),

@@ -19,6 +19,7 @@ from bench.hotpath.runner import (
     spread,
 )
 from bench.hotpath.sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER
+from bench.hotpath.stores import StoreMissing, fingerprint, seeded_store
 from bench.locomo.dataset import load
 
 NODE_AND_NPM = shutil.which("node") is not None and shutil.which("npm") is not None
@@ -175,3 +176,13 @@ def test_seed_only_caches_the_stores_and_measures_nothing(
     assert sorted(manifests) == ["n10", "n14"]
     assert manifests["n14"]["record_ids"][:10] == manifests["n10"]["record_ids"]
     assert not (tmp_path / "hotpath.json").exists()
+    # Stores of another product source are used only when named, and never seeded.
+    corpus = Corpus.load(locomo)
+    seeded_with = family.name.removeprefix("lexical-")
+    assert seeded_with == fingerprint(corpus)
+    named = seeded_store(cache, corpus, 14, seeded_with=seeded_with)
+    assert list(named.record_ids) == manifests["n14"]["record_ids"]
+    for size, source in ((20, seeded_with), (14, "0123456789abcdef")):
+        with pytest.raises(StoreMissing):
+            seeded_store(cache, corpus, size, seeded_with=source)
+    assert sorted(p.name for p in cache.iterdir()) == [family.name]
