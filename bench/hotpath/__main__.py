@@ -9,8 +9,8 @@ from pathlib import Path
 
 from .corpus import Corpus
 from .report import table
-from .runner import Counts, PeerUnavailable, run
-from .stores import LEXICAL, PROFILES
+from .runner import OURS, Counts, PeerUnavailable, run
+from .stores import LEXICAL, PROFILES, StoreMissing, seeded_store
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
@@ -24,6 +24,13 @@ def _sizes(text: str) -> list[int]:
     if not sizes or min(sizes) < 10:
         raise argparse.ArgumentTypeError("sizes are comma-separated record counts, each ≥ 10")
     return sizes
+
+
+def _transports(text: str) -> list[str]:
+    chosen = [f"engram-{part.strip()}" for part in text.split(",") if part.strip()]
+    if not chosen or any(name not in OURS for name in chosen):
+        raise argparse.ArgumentTypeError("transports are stdio, http or stdio,http")
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +60,24 @@ def main(argv: list[str] | None = None) -> int:
         help="run without server-memory (no ratios); only for machines without node/npm",
     )
     parser.add_argument("--json", type=Path, dest="json_path", help="also write the report here")
+    parser.add_argument(
+        "--transports",
+        type=_transports,
+        default=list(OURS),
+        help="our servers to measure: stdio, http or stdio,http (default both)",
+    )
+    parser.add_argument(
+        "--seeded-with",
+        metavar="FINGERPRINT",
+        help="measure on the cached stores seeded by this product source (the <profile>-FINGERPRINT"
+        " folder of the store cache) instead of the current source's: only for a change that"
+        " cannot change what is stored",
+    )
+    parser.add_argument(
+        "--seed-only",
+        action="store_true",
+        help="seed (or find) the cached stores of --sizes and stop: nothing is measured",
+    )
     args = parser.parse_args(argv)
     base = QUICK if args.quick else Counts()
     counts = Counts(
@@ -64,6 +89,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     sizes = args.sizes or _sizes(QUICK_SIZES if args.quick else "1000,10000")
     corpus = Corpus.load(args.locomo)
+    if args.seed_only:
+        for size in sorted(sizes):
+            store = seeded_store(args.store_cache, corpus, size, args.profile)
+            added = store.size - store.seeded_from
+            rate = added / store.seed_seconds if store.seed_seconds else 0.0
+            print(
+                f"{args.profile} n={size}: {store.root}"
+                f" (grown from {store.seeded_from} at {rate:.1f} pairs/s)"
+            )
+        return 0
     try:
         report = run(
             corpus,
@@ -72,9 +107,13 @@ def main(argv: list[str] | None = None) -> int:
             cache_root=args.store_cache,
             profile=args.profile,
             with_peer=not args.without_peer,
+            ours=args.transports,
+            seeded_with=args.seeded_with,
         )
     except PeerUnavailable as error:
         parser.error(f"{error} (or pass --without-peer)")
+    except StoreMissing as error:
+        parser.error(str(error))
     report["command"] = "python -m bench.hotpath " + " ".join(
         sys.argv[1:] if argv is None else argv
     )

@@ -41,11 +41,10 @@ def table(report: dict[str, Any]) -> str:
         + (f", node -e 0 {calibration['node_e_0_ms']} ms" if "node_e_0_ms" in calibration else "")
         + f"; load average before {tuple(round(x, 1) for x in report['machine']['load_average_before'])}",
     ]
+    ours = [name for name in (ENGRAM_STDIO, ENGRAM_HTTP) if name in servers]
     head = f"{'':<28}" + "".join(f"{name:>22}" for name in servers)
     if PEER in servers:
-        head += "".join(
-            f"{name.split('-')[1] + '/peer':>22}" for name in (ENGRAM_STDIO, ENGRAM_HTTP)
-        )
+        head += "".join(f"{name.split('-')[1] + '/peer':>22}" for name in ours)
     for size, found in report["sizes"].items():
         reps = len(found["repetitions"])
         lines += [
@@ -65,8 +64,8 @@ def table(report: dict[str, Any]) -> str:
                 )
                 row += f"{shown:>22}"
             if PEER in servers and ratio_metric is not None:
-                for ours in (ENGRAM_STDIO, ENGRAM_HTTP):
-                    row += f"{_spread(found['ratios'][ours][ratio_metric]):>22}"
+                for name in ours:
+                    row += f"{_spread(found['ratios'][name][ratio_metric]):>22}"
             lines.append(row)
         disk = found["disk"]
         lines.append(
@@ -90,4 +89,11 @@ def table(report: dict[str, Any]) -> str:
             f"seeded in process: {seed['engine_pairs_per_s']} pairs/s "
             f"(records {seed['grown_from']}..{size}, when the cached store was made)"
         )
+    for server, grown in report.get("growth", {}).items():
+        for size, cell in grown["sizes"].items():
+            lines.append(
+                f"{server}: search p50 at {size} / at {grown['over']} records "
+                f"{_spread(cell['search_p50_ms'])}, p99 {_spread(cell['search_p99_ms'])}"
+                " (per repetition)"
+            )
     return "\n".join(lines)

