@@ -94,3 +94,29 @@ def test_the_product_runs_on_one_blas_thread() -> None:
         hits = VectorMatrices().nearest("t", 1, lambda: rows, _vector(rng), 5)
         assert len(hits) == 5
         assert set(blas_threads()) == {1}
+
+
+def test_a_stored_vector_takes_its_own_bytes_not_a_page(tmp_path: Path) -> None:
+    """384 float32 are 1,536 bytes: kept on the table's pages, not an overflow page each."""
+    import sqlite3
+
+    path = tmp_path / "engram.db"
+    store = SqliteStore(path)
+    rng = random.Random(11)
+    count = 300
+    for i in range(count):
+        _upsert(store, f"mem_{i:04d}", _vector(rng))
+    store.close()
+    table = vector_table_name(SCOPE)
+    with sqlite3.connect(path) as conn:
+        try:
+            (used,) = conn.execute(
+                "SELECT SUM(pgsize) FROM dbstat WHERE name = ? OR name LIKE ?",
+                (table, f"sqlite_autoindex_{table}%"),
+            ).fetchone()
+        except sqlite3.OperationalError:
+            pytest.skip("this SQLite has no dbstat virtual table")
+    conn.close()
+    # A vector a page (the WITHOUT ROWID layout) is >= 4,096 bytes each; on the table's pages
+    # a vector with its id and index entry is about 1.6-2.1 KB.
+    assert used / count < 2_600, used / count  # measured: 2,103 rowid, 4,697 WITHOUT ROWID

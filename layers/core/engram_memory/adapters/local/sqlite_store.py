@@ -1013,8 +1013,12 @@ class SqliteStore:
         name = vector_table_name(scope)
         if create:
             conn.execute(
+                # A rowid table, like records: a 1.5 KB vector in a WITHOUT ROWID row is a b-tree
+                # key and spills past ~1,000 bytes onto an overflow page of its own (4 KiB a
+                # vector); a rowid row keeps it on the page. Tables made before stay as they
+                # are (same columns, same statements), derived data rebuilt by reindex.
                 f"CREATE TABLE IF NOT EXISTS {name} "
-                "(record_id TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID"
+                "(record_id TEXT NOT NULL UNIQUE, vector BLOB NOT NULL)"
             )
             return name
         row = conn.execute(
