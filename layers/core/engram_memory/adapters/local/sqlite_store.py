@@ -1016,7 +1016,7 @@ class SqliteStore:
                 # A rowid table, like records: a 1.5 KB vector in a WITHOUT ROWID row is a b-tree
                 # key and spills past ~1,000 bytes onto an overflow page of its own (4 KiB a
                 # vector); a rowid row keeps it on the page. Tables made before stay as they
-                # are (same columns, same statements), derived data rebuilt by reindex.
+                # are (same columns, same statements); a restore rebuilds them in this layout.
                 f"CREATE TABLE IF NOT EXISTS {name} "
                 "(record_id TEXT NOT NULL UNIQUE, vector BLOB NOT NULL)"
             )
