@@ -32,27 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.hotpath.corpus import Corpus
-from bench.locomo.runner import PURPOSE
+from bench.in_process import DEFAULT_LOCOMO, bench_context
 
 REPO = Path(__file__).resolve().parent.parent
-# Beside the repository (/work/main) or beside a worktree's parent (/work/wt/<name>).
-DEFAULT_LOCOMO = next(
-    (p / "shared" / "data" / "locomo" for p in REPO.parents if (p / "shared" / "data").is_dir()),
-    REPO.parent / "shared" / "data" / "locomo",
-)
 _SCOPED = re.compile(r"^(lex|vec)_[0-9a-f]{32}")
-
-
-def _context() -> Any:
-    from engram_memory.engine.context import TrustedContext, new_audit_id
-
-    return TrustedContext(
-        tenant_id="local",
-        workspace_id="default",
-        principal="bench-agent",
-        purpose_ref=PURPOSE,
-        audit_id=new_audit_id(),
-    )
 
 
 def seed(data: Path, corpus: Corpus, records: int) -> None:
@@ -64,11 +47,13 @@ def seed(data: Path, corpus: Corpus, records: int) -> None:
     try:
         engine = host.engine
         for memory in corpus.memories(0, records):
-            captured = engine.handle("capture", memory.capture_arguments("disk"), _context())
+            captured = engine.handle("capture", memory.capture_arguments("disk"), bench_context())
             assert captured["ok"], captured
             candidate_id = captured["output"]["value"]["candidate_id"]
             admitted = engine.handle(
-                "request_admission", memory.admission_arguments(candidate_id, "disk"), _context()
+                "request_admission",
+                memory.admission_arguments(candidate_id, "disk"),
+                bench_context(),
             )
             assert admitted["output"]["value"]["outcome"]["status"] == "accepted", admitted
         while engine.drain_outbox():

@@ -33,22 +33,8 @@ from typing import Any
 
 from bench.hotpath.corpus import Corpus
 from bench.hotpath.stores import directory_bytes
+from bench.in_process import DEFAULT_LOCOMO, bench_context
 from bench.locomo.runner import PURPOSE, percentile
-
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
-
-
-def _context() -> Any:
-    from engram_memory.engine.context import TrustedContext, new_audit_id
-
-    return TrustedContext(
-        tenant_id="local",
-        workspace_id="default",
-        principal="bench-agent",
-        purpose_ref=PURPOSE,
-        audit_id=new_audit_id(),
-    )
 
 
 def run(corpus: Corpus, records: int, searches: int) -> dict[str, Any]:
@@ -65,13 +51,13 @@ def run(corpus: Corpus, records: int, searches: int) -> dict[str, Any]:
             started, started_cpu = time.perf_counter(), time.process_time()
             for memory in corpus.memories(0, records):
                 arguments = memory.capture_arguments("sealed")
-                captured = engine.handle("capture", arguments, _context())
+                captured = engine.handle("capture", arguments, bench_context())
                 assert captured["ok"], captured
                 candidate_id = captured["output"]["value"]["candidate_id"]
                 admitted = engine.handle(
                     "request_admission",
                     memory.admission_arguments(candidate_id, "sealed"),
-                    _context(),
+                    bench_context(),
                 )
                 outcome = admitted["output"]["value"]["outcome"]
                 assert outcome["status"] == "accepted", outcome
@@ -85,7 +71,7 @@ def run(corpus: Corpus, records: int, searches: int) -> dict[str, Any]:
             for index in range(searches):
                 query = {"query": corpus.query(index), "purpose_ref": PURPOSE, "limit": 10}
                 began, began_cpu = time.perf_counter(), time.process_time()
-                found = engine.handle("search", query, _context())
+                found = engine.handle("search", query, bench_context())
                 search_ms.append((time.perf_counter() - began) * 1000)
                 search_cpu_ms.append((time.process_time() - began_cpu) * 1000)
                 hits += len(found["output"]["value"]["records"])
@@ -94,7 +80,7 @@ def run(corpus: Corpus, records: int, searches: int) -> dict[str, Any]:
                 record_id = record_ids[(index * 7919) % len(record_ids)]
                 began = time.perf_counter()
                 got = engine.handle(
-                    "get", {"record_id": record_id, "purpose_ref": PURPOSE}, _context()
+                    "get", {"record_id": record_id, "purpose_ref": PURPOSE}, bench_context()
                 )
                 get_ms.append((time.perf_counter() - began) * 1000)
                 assert got["ok"], got

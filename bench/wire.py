@@ -37,22 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.hotpath.corpus import Corpus
+from bench.in_process import DEFAULT_LOCOMO, bench_context
 from bench.locomo.runner import PURPOSE
-
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
-
-
-def _context() -> Any:
-    from engram_memory.engine.context import TrustedContext, new_audit_id
-
-    return TrustedContext(
-        tenant_id="local",
-        workspace_id="default",
-        principal="bench-agent",
-        purpose_ref=PURPOSE,
-        audit_id=new_audit_id(),
-    )
 
 
 def client_validator(
@@ -204,13 +190,15 @@ def run(corpus: Corpus, records: int, searches: int, repeat: int) -> dict[str, A
             engine = host.engine
             record_ids: list[str] = []
             for memory in corpus.memories(0, records):
-                captured = engine.handle("capture", memory.capture_arguments("wire"), _context())
+                captured = engine.handle(
+                    "capture", memory.capture_arguments("wire"), bench_context()
+                )
                 assert captured["ok"], captured
                 candidate_id = captured["output"]["value"]["candidate_id"]
                 admitted = engine.handle(
                     "request_admission",
                     memory.admission_arguments(candidate_id, "wire"),
-                    _context(),
+                    bench_context(),
                 )
                 outcome = admitted["output"]["value"]["outcome"]
                 assert outcome["status"] == "accepted", outcome
@@ -218,7 +206,7 @@ def run(corpus: Corpus, records: int, searches: int, repeat: int) -> dict[str, A
             full_pages: list[dict[str, Any]] = []
             for index in range(searches):
                 query = {"query": corpus.query(index), "purpose_ref": PURPOSE, "limit": 10}
-                found = engine.handle("search", query, _context())
+                found = engine.handle("search", query, bench_context())
                 assert found["ok"], found
                 if len(found["output"]["value"]["records"]) == 10:
                     full_pages.append(found)
@@ -226,7 +214,7 @@ def run(corpus: Corpus, records: int, searches: int, repeat: int) -> dict[str, A
                 engine.handle(
                     "get",
                     {"record_id": record_ids[(i * 7919) % len(record_ids)], "purpose_ref": PURPOSE},
-                    _context(),
+                    bench_context(),
                 )
                 for i in range(searches)
             ]

@@ -7,13 +7,14 @@ import json
 import sys
 from pathlib import Path
 
+from bench.in_process import DEFAULT_LOCOMO
+
 from .corpus import Corpus
 from .report import table
 from .runner import OURS, Counts, PeerUnavailable, run
 from .stores import LEXICAL, PROFILES, StoreMissing, seeded_store
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
 DEFAULT_CACHE = REPO / "bench" / "results" / "hotpath-stores"
 QUICK = Counts(repetitions=3, pings=10, queries=20, gets=20, writes=5)
 QUICK_SIZES = "300"

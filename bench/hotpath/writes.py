@@ -39,8 +39,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.in_process import DEFAULT_LOCOMO
+
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_LOCOMO = REPO.parent / "shared" / "data" / "locomo"
 WORKSPACE = "ws-hotpath-writes"
 _MARK_START = "/nonexistent/engram-bench-writes-start"
 _MARK_STOP = "/nonexistent/engram-bench-writes-stop"

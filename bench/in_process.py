@@ -1,0 +1,30 @@
+"""What the in-process benchmarks share: where the LoCoMo data is, and the trusted context their
+``Engine.handle`` calls run under (the embedded host's default tenant and workspace)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.locomo.runner import PURPOSE
+
+REPO = Path(__file__).resolve().parent.parent
+# ``../shared`` beside the checkout (CI, /work/main), or beside a parent folder (a worktree).
+DEFAULT_LOCOMO = next(
+    (p / "shared" / "data" / "locomo" for p in REPO.parents if (p / "shared" / "data").is_dir()),
+    REPO.parent / "shared" / "data" / "locomo",
+)
+
+
+def bench_context() -> Any:
+    """A trusted context for one call: the engine's import stays inside, so a bench that is run
+    against another tree (``PYTHONPATH=/tmp/before/layers/core``) gets that tree's class."""
+    from engram_memory.engine.context import TrustedContext, new_audit_id
+
+    return TrustedContext(
+        tenant_id="local",
+        workspace_id="default",
+        principal="bench-agent",
+        purpose_ref=PURPOSE,
+        audit_id=new_audit_id(),
+    )
