@@ -214,3 +214,49 @@ def test_the_configured_model_is_pinned_in_the_rank_receipt(tmp_path: Path) -> N
 def _data(data_dir: Path, search: dict[str, Any]) -> Path:
     write_host(data_dir, search)
     return data_dir
+
+
+def test_a_model_change_keeps_stored_vectors_until_admin_reindex_re_embeds_them(
+    tmp_path: Path,
+) -> None:
+    from engram_memory.engine.operations import reindex
+
+    data = tmp_path / "data"
+    for name, spec in (("mean", MEAN), ("cls", {**MEAN, "pooling": "cls"})):
+        model_dir(data / name, spec)
+    sha = hashlib.sha256((data / "mean" / "model.onnx").read_bytes()).hexdigest()
+
+    def configure(name: str) -> None:
+        model = {"path": name, "sha256": sha}
+        write_host(data, {"semantic": "local", "embedding_model": model})
+
+    configure("mean")
+    host = open_embedded(data)
+    try:
+        captured = host.engine.handle(
+            "capture", capture_args(TEXTS[0], key="model-capture-0002"), context()
+        )
+        admitted = host.engine.handle(
+            "request_admission",
+            {
+                "candidate_id": captured["output"]["value"]["candidate_id"],
+                "idempotency_key": "model-admit-00002",
+            },
+            context(),
+        )
+        record_id = admitted["output"]["value"]["outcome"]["record_id"]
+        scope = context().scope
+        with_mean = host.store.vector_get(scope, record_id)
+    finally:
+        host.close()
+    assert with_mean is not None
+    configure("cls")
+    host = open_embedded(data)
+    try:
+        assert host.store.vector_get(scope, record_id) == with_mean  # not re-embedded on open
+        assert reindex(host.engine, scope).indexed == 1
+        with_cls = host.store.vector_get(scope, record_id)
+    finally:
+        host.close()
+    assert with_cls is not None
+    assert max(abs(x - y) for x, y in zip(with_cls, with_mean, strict=True)) > 1e-3
