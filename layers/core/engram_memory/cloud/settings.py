@@ -226,6 +226,18 @@ class EngineEnvironment(_BindingSettings, _StoredRecords):
     semantic: Literal["off", "local"] = _env(
         "ENGRAM_SEMANTIC", "'off' or 'local' (the semantic extra in the layer)", default="off"
     )
+    embedding_model_dir: str | None = _env(
+        "ENGRAM_EMBEDDING_MODEL_DIR",
+        "a directory holding model.onnx, tokenizer.json and embedding.json (unset: the shipped"
+        " all-MiniLM-L6-v2)",
+        default=None,
+    )
+    embedding_model_sha256: str | None = _env(
+        "ENGRAM_EMBEDDING_MODEL_SHA256",
+        "the sha256 of ENGRAM_EMBEDDING_MODEL_DIR's model.onnx (64 lower-case hex digits)",
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+    )
 
 
 class ToolFunctionSettings(EngineEnvironment):

