@@ -11,7 +11,7 @@ import base64
 import dataclasses
 import hashlib
 import math
-import os
+import random
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -805,8 +805,10 @@ def test_large_candidates_records_and_outputs_live_in_s3_through_the_engine(
         harness.close()
 
 
-def _noise(length: int) -> str:
-    return base64.b64encode(os.urandom(length))[:length].decode()
+def _noise(length: int, seed: int) -> str:
+    # Seeded: 900 KB of random base64 holds a secret-shaped run (a GitLab token prefix and 20
+    # characters) about one time in six, which the admission policy rightly rejects.
+    return base64.b64encode(random.Random(seed).randbytes(length))[:length].decode()
 
 
 def test_a_near_mebibyte_capture_is_admitted_and_read_back(aws: Harness) -> None:
@@ -815,7 +817,7 @@ def test_a_near_mebibyte_capture_is_admitted_and_read_back(aws: Harness) -> None
     args["payload"]["components"] = [
         # Random text: record bodies are deflated before sealing, and a repeated letter would
         # shrink the body below the size that needs a blob.
-        {**component, "component_id": f"component:{i}", "text": f"chunk {i} " + _noise(60_000)}
+        {**component, "component_id": f"component:{i}", "text": f"chunk {i} " + _noise(60_000, seed=i)}
         for i in range(15)
     ]
     args["payload"]["primary_component_id"] = "component:0"
