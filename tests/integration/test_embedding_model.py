@@ -216,7 +216,7 @@ def _data(data_dir: Path, search: dict[str, Any]) -> Path:
     return data_dir
 
 
-def test_a_model_change_keeps_stored_vectors_until_admin_reindex_re_embeds_them(
+def test_a_model_change_re_embeds_the_stored_vectors_when_the_host_opens(
     tmp_path: Path,
 ) -> None:
     from engram_memory.engine.operations import reindex
@@ -253,10 +253,18 @@ def test_a_model_change_keeps_stored_vectors_until_admin_reindex_re_embeds_them(
     configure("cls")
     host = open_embedded(data)
     try:
-        assert host.store.vector_get(scope, record_id) == with_mean  # not re-embedded on open
-        assert reindex(host.engine, scope).indexed == 1
+        # Re-embedded on open: a search never compares cls queries with mean vectors.
         with_cls = host.store.vector_get(scope, record_id)
+        assert with_cls is not None
+        assert max(abs(x - y) for x, y in zip(with_cls, with_mean, strict=True)) > 1e-3
+        assert reindex(host.engine, scope).indexed == 1  # and a reindex gives the same vectors
+        assert host.store.vector_get(scope, record_id) == with_cls
     finally:
         host.close()
-    assert with_cls is not None
-    assert max(abs(x - y) for x, y in zip(with_cls, with_mean, strict=True)) > 1e-3
+    # Opening again with the same model re-embeds nothing: the stored vectors are that model's.
+    host = open_embedded(data)
+    try:
+        assert host.store.vector_get(scope, record_id) == with_cls
+        assert host.store.meta_get("vector_model") == OnnxSentenceEmbedder(data / "cls").model_id
+    finally:
+        host.close()

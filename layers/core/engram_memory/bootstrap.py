@@ -309,8 +309,18 @@ def _refresh_projections(
         except EmbedderUnavailable:
             return None
 
+    if embedder is None:
+        store.refresh_projections(lexical.PROFILE_CONFIG_DIGEST, fields_of)
+        return
+    from .adapters.local.embedder import MODEL_ID
+
+    # A data directory from before the model was recorded has the shipped model's vectors.
     store.refresh_projections(
-        lexical.PROFILE_CONFIG_DIGEST, fields_of, vector_of if embedder is not None else None
+        lexical.PROFILE_CONFIG_DIGEST,
+        fields_of,
+        vector_of,
+        vector_model=embedder.model_id,
+        legacy_vector_model=MODEL_ID,
     )
 
 

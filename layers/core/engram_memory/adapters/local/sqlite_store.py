@@ -1187,12 +1187,18 @@ class SqliteStore:
         lexical_version: str,
         fields_of: Callable[[Scope, str, bytes], Mapping[str, str] | None],
         vector_of: Callable[[Scope, str, bytes], tuple[float, ...] | None] | None = None,
+        *,
+        vector_model: str | None = None,
+        legacy_vector_model: str | None = None,
     ) -> int:
         """Re-project the records whose projection is stale; return how many were re-projected.
 
         Every projected record when the lexical analyzer's version differs from the one this
         database was indexed with (a database from before versions were recorded counts as
-        stale); with ``vector_of`` (a semantic host), every projected record without a vector.
+        stale); with ``vector_of`` (a semantic host), every projected record without a vector,
+        and every projected record when ``vector_model`` (the embedder's ``model_id``) differs
+        from the model the stored vectors were made by (``legacy_vector_model`` for a database
+        from before that was recorded): vectors of two models never meet in one search.
         A record's vector is kept when only its lexical fields are rebuilt. Each record is
         re-projected in its own transaction, from the record body in the canonical store (the
         callbacks open it; ``fields_of`` answers None for a body that can no longer be opened,
@@ -1207,15 +1213,21 @@ class SqliteStore:
                 "WHERE lex_rowid IS NOT NULL AND body IS NOT NULL ORDER BY tenant_id, "
                 "workspace_id, record_id"
             ).fetchall()
+            model_row = conn.execute(
+                "SELECT value FROM store_meta WHERE key = 'vector_model'"
+            ).fetchone()
         stale_lexical = (row is None and bool(projected)) or (
             row is not None and row[0] != lexical_version
         )
+        vectors_by = legacy_vector_model if model_row is None else model_row[0]
+        stale_vectors = vector_of is not None and vector_model is not None
+        stale_vectors = stale_vectors and vectors_by != vector_model
         done = 0
         for tenant_id, workspace_id, record_id, raw in projected:
             if not stale_lexical and vector_of is None:
                 break
             scope, body = Scope(tenant_id, workspace_id), _as_bytes(raw)
-            vector = self.vector_get(scope, record_id)
+            vector = None if stale_vectors else self.vector_get(scope, record_id)
             if vector is None and vector_of is not None:
                 vector = vector_of(scope, record_id, body)
             elif not stale_lexical:
@@ -1233,6 +1245,12 @@ class SqliteStore:
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (lexical_version,),
             )
+            if vector_of is not None and vector_model is not None:
+                conn.execute(
+                    "INSERT INTO store_meta VALUES ('vector_model', ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (vector_model,),
+                )
         return done
 
     def seal_plaintext_bodies(self, seal: Callable[[Scope, str, bytes], bytes]) -> int:
