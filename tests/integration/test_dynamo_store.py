@@ -817,7 +817,11 @@ def test_a_near_mebibyte_capture_is_admitted_and_read_back(aws: Harness) -> None
     args["payload"]["components"] = [
         # Random text: record bodies are deflated before sealing, and a repeated letter would
         # shrink the body below the size that needs a blob.
-        {**component, "component_id": f"component:{i}", "text": f"chunk {i} " + _noise(60_000, seed=i)}
+        {
+            **component,
+            "component_id": f"component:{i}",
+            "text": f"chunk {i} " + _noise(60_000, seed=i),
+        }
         for i in range(15)
     ]
     args["payload"]["primary_component_id"] = "component:0"
