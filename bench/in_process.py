@@ -9,7 +9,7 @@ from typing import Any
 from bench.locomo.runner import PURPOSE
 
 REPO = Path(__file__).resolve().parent.parent
-# ``../shared`` beside the checkout (CI, /work/main), or beside a parent folder (a worktree).
+# ``../shared`` beside the checkout (as CI lays it out), or beside a parent folder (a worktree).
 DEFAULT_LOCOMO = next(
     (p / "shared" / "data" / "locomo" for p in REPO.parents if (p / "shared" / "data").is_dir()),
     REPO.parent / "shared" / "data" / "locomo",

@@ -74,7 +74,20 @@ class EmbeddingSpec(BaseModel):
         return json.dumps(self.model_dump(), sort_keys=True, separators=(",", ":")).encode()
 
 
-class OnnxMiniLmEmbedder:
+class _InBatches:
+    """``embed`` in batches of ``BATCH`` texts, each one inference of the subclass's ``_batch``."""
+
+    def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
+        vectors: list[tuple[float, ...]] = []
+        for start in range(0, len(texts), BATCH):
+            vectors.extend(self._batch(list(texts[start : start + BATCH])))
+        return vectors
+
+    def _batch(self, texts: list[str]) -> list[tuple[float, ...]]:
+        raise NotImplementedError
+
+
+class OnnxMiniLmEmbedder(_InBatches):
     """The ``Embedder`` port: all-MiniLM-L6-v2 (int8 ONNX), local and deterministic."""
 
     model_id: Final = MODEL_ID
@@ -103,12 +116,6 @@ class OnnxMiniLmEmbedder:
         self._np: Any = numpy
         self._lock = threading.Lock()  # one inference at a time: reproducible and bounded
 
-    def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
-        vectors: list[tuple[float, ...]] = []
-        for start in range(0, len(texts), BATCH):
-            vectors.extend(self._batch(list(texts[start : start + BATCH])))
-        return vectors
-
     def _batch(self, texts: list[str]) -> list[tuple[float, ...]]:
         if not texts:
             return []
@@ -134,7 +141,7 @@ class OnnxMiniLmEmbedder:
         return [tuple(float(x) for x in row) for row in pooled / norms]
 
 
-class OnnxSentenceEmbedder:
+class OnnxSentenceEmbedder(_InBatches):
     """The ``Embedder`` port for a model directory (see the module docstring); deterministic."""
 
     def __init__(self, model_dir: Path, *, sha256: str | None = None, threads: int = 1) -> None:
@@ -194,12 +201,6 @@ class OnnxSentenceEmbedder:
             )
         self._np: Any = numpy
         self._lock = threading.Lock()  # one inference at a time: reproducible and bounded
-
-    def embed(self, texts: Sequence[str]) -> list[tuple[float, ...]]:
-        vectors: list[tuple[float, ...]] = []
-        for start in range(0, len(texts), BATCH):
-            vectors.extend(self._batch(list(texts[start : start + BATCH])))
-        return vectors
 
     def _batch(self, texts: list[str]) -> list[tuple[float, ...]]:
         if not texts:
