@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engram_memory.adapters.local.audit import JsonlAuditLog
+from engram_memory.adapters.local.audit import JsonlAuditLog, audit_lines
 from engram_memory.engine.ports import AuditEvent
 
 
@@ -95,7 +95,7 @@ def test_a_full_log_is_sealed_into_gzip_segments_and_read_back_in_order(tmp_path
     log = JsonlAuditLog(path, segment_bytes=2_000)
     for number in range(60):
         log.record(_event(number))
-    segments = sorted(p.name for p in tmp_path.glob("audit.log.*"))
+    segments = sorted(p.name for p in tmp_path.glob("audit.log.[0-9]*"))
     assert len(segments) >= 5 and all(name.endswith(".gz") for name in segments)
     assert all((tmp_path / name).read_bytes()[:2] == b"\x1f\x8b" for name in segments)
     assert all(os.stat(tmp_path / name).st_mode & 0o077 == 0 for name in segments)
@@ -119,18 +119,57 @@ def test_a_segment_left_plain_by_a_crash_is_read_once_and_sealed_later(tmp_path:
     assert (tmp_path / "audit.log.000001.gz").exists()
 
 
-def test_two_writers_on_one_log_lose_and_repeat_no_line(tmp_path: Path) -> None:
+def test_writers_on_one_log_lose_and_repeat_no_line(tmp_path: Path) -> None:
+    # Several writers as several processes (a flock per open file conflicts within one process
+    # too), sealing often: the sealing of one must not run beside the sealing of another.
     path = tmp_path / "audit.log"
-    writers = [JsonlAuditLog(path, segment_bytes=1_500) for _ in range(2)]  # as two processes
+    writers = [JsonlAuditLog(path, segment_bytes=800) for _ in range(4)]
+    failures: list[BaseException] = []
 
     def write(which: int) -> None:
-        for number in range(40):
-            writers[which].record(_event(which * 1000 + number))
+        try:
+            for number in range(60):
+                writers[which].record(_event(which * 1000 + number))
+        except BaseException as error:
+            failures.append(error)
 
-    threads = [threading.Thread(target=write, args=(which,)) for which in range(2)]
+    threads = [threading.Thread(target=write, args=(which,)) for which in range(len(writers))]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(30)
+        thread.join(60)
+    assert failures == []
     ids = [line["audit_id"] for line in writers[0].read()]
-    assert sorted(ids) == sorted(f"aud_{w * 1000 + n}" for w in range(2) for n in range(40))
+    assert sorted(ids) == sorted(f"aud_{w * 1000 + n}" for w in range(4) for n in range(60))
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".gz")) == [
+        "audit.log",
+        "audit.log.lock",
+    ]
+
+
+def test_a_reader_beside_a_sealing_writer_reads_every_line_once(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    writer = JsonlAuditLog(path, segment_bytes=600)
+    stop = threading.Event()
+    problems: list[str] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                ids = [json.loads(line)["audit_id"] for line in audit_lines(path) if line.strip()]
+            except (OSError, ValueError) as error:
+                problems.append(repr(error))
+                continue
+            if len(ids) != len(set(ids)):
+                problems.append("a line read twice")
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for number in range(150):
+            writer.record(_event(number))
+    finally:
+        stop.set()
+        reader.join(30)
+    assert problems == []
+    assert [line["audit_id"] for line in writer.read()] == [f"aud_{n}" for n in range(150)]

@@ -5,6 +5,7 @@ Layout of the data directory (owner-only permissions):
 - ``engram.db``                 canonical store (journal, ledger, candidates, records, FTS5)
 - ``audit.log``                 one JSON line per call: ids, outcome codes, digests — no content
 - ``audit.log.<n>.gz``         the audit log's earlier lines, sealed 1 MiB at a time (gzip)
+- ``audit.log.lock``           empty; its ``flock`` orders the audit log's writers and readers
 - ``keys/master.key``           local master key wrapping the per-candidate data keys
 - ``keys/candidate-keys.db``    wrapped per-candidate data keys (never part of a backup)
 - ``keys/cursor.key``           authenticates search page cursors

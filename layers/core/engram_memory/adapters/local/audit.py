@@ -6,8 +6,10 @@ The embedded log is segmented: lines are appended to ``audit.log`` (plain JSON l
 durable before its call returns); once it holds ``segment_bytes`` (1 MiB), it is sealed into
 ``audit.log.<n>.gz`` (gzip, 5-6x smaller: the lines are mostly the same keys and hex digests) and
 a new ``audit.log`` begins. Writers in several processes (a server and the CLI) take an exclusive
-``flock`` on ``audit.log`` for each batch and for the sealing; ``audit_lines`` reads every
-segment in order, then ``audit.log``.
+``flock`` on ``audit.log.lock`` for each batch and for the sealing: a file that is never renamed,
+so the lock covers the sealing from the rename to the last unlink (a lock on ``audit.log`` itself
+would pass to the fresh file the moment it is created, and let a second writer seal the same
+segment). ``audit_lines`` reads every segment in order, then ``audit.log``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ...contract.types import format_instant
 from ...engine.ports import AuditEvent
@@ -46,17 +48,59 @@ def _segments(path: Path) -> list[tuple[int, Path]]:
 
 def audit_lines(path: Path) -> Iterator[str]:
     """Every line of the audit log at ``path``, oldest first: its segments, then ``path``.
-    Undecodable bytes are replaced, so one damaged line never hides the others."""
-    for _, segment in _segments(path):
-        if segment.suffix == ".gz":
-            with gzip.open(segment, "rt", encoding="utf-8", errors="replace") as handle:
-                yield from handle
-        else:
-            with segment.open(encoding="utf-8", errors="replace") as handle:
-                yield from handle
-    if path.exists():
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            yield from handle
+    Undecodable bytes are replaced, so one damaged line never hides the others.
+
+    The files are opened under a shared ``flock`` on ``audit.log.lock`` and read after it is
+    released (an open file stays readable once unlinked): a consistent cut, where no line of a
+    segment sealed meanwhile is missed or read twice, that never holds a writer up for the
+    length of the read.
+    """
+    segments, active, active_bytes = _open_cut(path)
+    try:
+        for handle, sealed in segments:
+            if sealed:
+                with gzip.open(handle, "rt", encoding="utf-8", errors="replace") as lines:
+                    yield from lines
+            else:  # left plain by a crash mid-sealing
+                yield from handle.read().decode("utf-8", errors="replace").splitlines(True)
+        if active is not None:
+            text = active.read(active_bytes).decode("utf-8", errors="replace")
+            yield from text.splitlines(keepends=True)
+    finally:
+        for handle, _ in segments:
+            handle.close()
+        if active is not None:
+            active.close()
+
+
+def _open_cut(path: Path) -> tuple[list[tuple[BinaryIO, bool]], BinaryIO | None, int]:
+    """The log's segments opened, each with whether it is gzip'd, and ``path`` opened with its
+    length at the cut."""
+    try:
+        lock: int | None = os.open(
+            path.with_name(path.name + ".lock"), os.O_RDONLY | os.O_CREAT, 0o600
+        )
+    except OSError:  # a read-only copy of a data directory: no writer to exclude
+        lock = None
+    segments: list[tuple[BinaryIO, bool]] = []
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        for _, segment in _segments(path):
+            segments.append((segment.open("rb"), segment.suffix == ".gz"))
+        try:
+            active: BinaryIO | None = path.open("rb")
+        except FileNotFoundError:
+            active = None
+        size = os.fstat(active.fileno()).st_size if active is not None else 0
+    except BaseException:
+        for handle, _ in segments:
+            handle.close()
+        raise
+    finally:
+        if lock is not None:
+            os.close(lock)
+    return segments, active, size
 
 
 def _write_durably(path: Path, data: bytes) -> None:
@@ -112,6 +156,7 @@ class JsonlAuditLog:
         self._turn = threading.Condition()
         self._open: _Batch | None = None  # the batch new lines join
         self._syncing = False
+        self._lock_path = path.with_name(path.name + ".lock")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.close(fd)
 
@@ -138,40 +183,30 @@ class JsonlAuditLog:
         if mine.error is not None:
             raise mine.error
 
-    def _locked_active(self) -> int:
-        """``audit.log`` opened for appending under an exclusive ``flock``: the file at the path
-        once the lock is held (another process may have sealed the one opened before)."""
-        while True:
-            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                if os.fstat(fd).st_ino == os.stat(self._path).st_ino:
-                    return fd
-            except FileNotFoundError:
-                pass  # sealed and not yet begun again: open the new one
-            except BaseException:
-                os.close(fd)
-                raise
-            os.close(fd)
-
     def _append(self, batch: _Batch) -> None:
         try:
             with self._lock:
-                fd = self._locked_active()
+                lock = os.open(self._lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
                 try:
-                    pending = memoryview(b"".join(batch.lines))
-                    while pending:
-                        pending = pending[os.write(fd, pending) :]
-                    os.fsync(fd)
-                    if os.fstat(fd).st_size >= self._segment_bytes:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                    try:
+                        pending = memoryview(b"".join(batch.lines))
+                        while pending:
+                            pending = pending[os.write(fd, pending) :]
+                        os.fsync(fd)
+                        full = os.fstat(fd).st_size >= self._segment_bytes
+                    finally:
+                        os.close(fd)
+                    if full:
                         self._seal()
                 finally:
-                    os.close(fd)  # releases the lock
+                    os.close(lock)  # releases the lock
         except OSError as error:
             batch.error = error
 
     def _seal(self) -> None:
-        """Turn the full ``audit.log`` (its lock held) into the next gzip'd segment.
+        """Turn the full ``audit.log`` (``audit.log.lock`` held) into the next gzip'd segment.
 
         Renamed first (one atomic step: every line is in exactly one file at every moment), then
         compressed and synced, then the plain copy removed. A crash part-way leaves a plain or a
