@@ -1429,6 +1429,21 @@ class Harness:
         status, found = self.call("search", search_args)
         hits, outcome = search_hits(found)
         check(record_id in hits, f"flow: search finds the record ({outcome})")
+        # A date in the query: time-aware ranking parses it with dateparser, which the layer
+        # must carry (the engine imports it on the first such query, not at start).
+        dated_args = {**search_args, "query": "release train on 27 May 2026"}
+        status, dated = self.call("search", dated_args)
+        hits, outcome = search_hits(dated)
+        version = (
+            (((dated.get("result") or {}).get("structuredContent") or {}).get("output") or {})
+            .get("value", {})
+            .get("rank_receipt", {})
+            .get("profile_version")
+        )
+        check(
+            record_id in hits and version == "2.1.0",
+            f"flow: a search naming a date ranks with time-aware profile {version} ({outcome})",
+        )
         get_args = {"record_id": record_id, "purpose_ref": "purpose:general"}
         status, got = self.call("get", get_args)
         check(

@@ -11,7 +11,7 @@ from bench.in_process import DEFAULT_LOCOMO
 
 from .corpus import Corpus
 from .report import table
-from .runner import OURS, Counts, PeerUnavailable, run
+from .runner import DEFAULT_OURS, OURS, Counts, PeerUnavailable, run
 from .stores import LEXICAL, PROFILES, StoreMissing, seeded_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +30,10 @@ def _sizes(text: str) -> list[int]:
 def _transports(text: str) -> list[str]:
     chosen = [f"engram-{part.strip()}" for part in text.split(",") if part.strip()]
     if not chosen or any(name not in OURS for name in chosen):
-        raise argparse.ArgumentTypeError("transports are stdio, http or stdio,http")
+        raise argparse.ArgumentTypeError(
+            "transports are stdio, http, stdio-notime (stdio without time-aware ranking),"
+            " comma-separated"
+        )
     return chosen
 
 
@@ -64,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--transports",
         type=_transports,
-        default=list(OURS),
-        help="our servers to measure: stdio, http or stdio,http (default both)",
+        default=list(DEFAULT_OURS),
+        help="our servers to measure, comma-separated: stdio, http, stdio-notime (stdio with"
+        " search.time_aware false, to read what time-aware ranking costs); default stdio,http",
     )
     parser.add_argument(
         "--seeded-with",

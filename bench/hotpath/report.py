@@ -84,6 +84,12 @@ def table(report: dict[str, Any]) -> str:
                 )
         if envelopes:
             lines.append("10-record response: " + "; ".join(envelopes))
+        cost = found.get("time_aware_over_notime")
+        if cost:
+            lines.append(
+                "time-aware over notime (engram-stdio / engram-stdio-notime, per repetition): "
+                f"search p50 {_spread(cost['search_p50_ms'])}, p99 {_spread(cost['search_p99_ms'])}"
+            )
         seed = found["seed"]
         lines.append(
             f"seeded in process: {seed['engine_pairs_per_s']} pairs/s "

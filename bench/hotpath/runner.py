@@ -19,10 +19,20 @@ from typing import Any
 from bench.locomo.runner import percentile
 
 from .corpus import Corpus
-from .sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER, PEER_PACKAGE, Plan, Session, run_session
+from .sessions import (
+    ENGRAM_HTTP,
+    ENGRAM_STDIO,
+    ENGRAM_STDIO_NOTIME,
+    PEER,
+    PEER_PACKAGE,
+    Plan,
+    Session,
+    run_session,
+)
 from .stores import LEXICAL, SeededStore, directory_bytes, fingerprint, seeded_store
 
-OURS = (ENGRAM_STDIO, ENGRAM_HTTP)
+OURS = (ENGRAM_STDIO, ENGRAM_HTTP, ENGRAM_STDIO_NOTIME)
+DEFAULT_OURS = (ENGRAM_STDIO, ENGRAM_HTTP)
 # metric -> True when higher is better (ratios are always ours / peer)
 RATIO_METRICS = {
     "search_p50_ms": False,
@@ -220,7 +230,7 @@ def run(
     cache_root: Path,
     profile: str = LEXICAL,
     with_peer: bool = True,
-    ours: Sequence[str] = OURS,
+    ours: Sequence[str] = DEFAULT_OURS,
     seeded_with: str | None = None,
     log: Any = sys.stderr,
 ) -> dict[str, Any]:
@@ -323,6 +333,20 @@ def _size_report(
         "repetitions": repetitions,
         "summary": summary,
     }
+    if ENGRAM_STDIO in servers and ENGRAM_STDIO_NOTIME in servers:
+        # What time-aware ranking costs: the same transport with and without it, per repetition.
+        found["time_aware_over_notime"] = {
+            metric: spread(
+                [
+                    ratio(
+                        r["servers"][ENGRAM_STDIO][metric],
+                        r["servers"][ENGRAM_STDIO_NOTIME][metric],
+                    )
+                    for r in repetitions
+                ]
+            )
+            for metric in ("search_p50_ms", "search_p99_ms")
+        }
     if PEER in servers:
         found["ratios"] = {
             ours: {

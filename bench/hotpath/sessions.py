@@ -40,6 +40,9 @@ from .stores import DATA, PEER_FILE, WORKSPACE, SeededStore
 
 ENGRAM_STDIO = "engram-stdio"
 ENGRAM_HTTP = "engram-http"
+# The stdio server with host.json's search.time_aware false: the ranking before time-aware
+# search (engine/temporal.py), measured beside it to read what the feature costs.
+ENGRAM_STDIO_NOTIME = "engram-stdio-notime"
 PEER = "server-memory"
 SEARCH_LIMIT = 10
 WARM_UP_CALLS = 2  # per tool, not timed: the first calls of a process pay its lazy imports
@@ -200,7 +203,8 @@ class Engram(Server):
         arguments = {"query": query, "purpose_ref": PURPOSE, "limit": SEARCH_LIMIT}
         result = await client.call_tool(TOOL_NAMES["search"], arguments)
         found = _ok_value(result, "search")
-        self.rank_profiles.add(found["rank_receipt"]["profile"])
+        receipt = found["rank_receipt"]
+        self.rank_profiles.add(f"{receipt['profile']}@{receipt['profile_version']}")
         return result, len(found["records"])
 
     async def get(self, client: Client, memory: Memory, record_id: str) -> CallToolResult:
@@ -233,6 +237,17 @@ class EngramStdio(Engram):
         with (workdir / "stderr.log").open("w", encoding="utf-8") as log:
             async with Client(stdio_client(params, errlog=log), mode="legacy") as client:
                 yield client
+
+
+class EngramStdioUntimed(EngramStdio):
+    name = ENGRAM_STDIO_NOTIME
+
+    def prepare(self, workdir: Path) -> None:
+        super().prepare(workdir)
+        host_json = workdir / DATA / "host.json"
+        config = json.loads(host_json.read_text(encoding="utf-8"))
+        config.setdefault("search", {})["time_aware"] = False
+        host_json.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
 class EngramHttp(Engram):
@@ -359,6 +374,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 SERVERS: dict[str, Callable[[], Server]] = {
     ENGRAM_STDIO: EngramStdio,
+    ENGRAM_STDIO_NOTIME: EngramStdioUntimed,
     ENGRAM_HTTP: EngramHttp,
     PEER: ServerMemory,
 }

@@ -3,7 +3,9 @@
 One engine per profile over the same data directory: ``lexical`` has no embedder (the
 ``offline_lexical_v1`` profile); ``semantic`` and ``hybrid`` share one local embedder and differ
 in the engine's ``semantic_mode`` (``semantic_only`` / ``hybrid``, both ``semantic_v1``, told
-apart by the rank receipt's ``profile_config_digest``).
+apart by the rank receipt's ``profile_config_digest``). ``lexical-notime`` and ``hybrid-notime``
+are the same without time-aware ranking (``search.time_aware`` false: profile versions 2.0.0 and
+1.0.0), so one run shows the ranking before and after it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from engram_memory.host.config import HostConfig
 
 from .runner import PRINCIPAL, PURPOSE, TENANT
 
-SEMANTIC_MODES = {"semantic": "semantic_only", "hybrid": "hybrid"}
+SEMANTIC_MODES = {
+    "semantic": "semantic_only",
+    "hybrid": "hybrid",
+    "hybrid-notime": "hybrid",
+}
+# The profiles without time-aware ranking (engine/temporal.py): the ranking before it, beside it.
+UNTIMED = ("lexical-notime", "hybrid-notime")
 
 
 class EngineClient:
@@ -43,14 +51,19 @@ class EngineClient:
 
 def engine_options(profiles: Sequence[str], fusion: str) -> dict[str, dict[str, Any]]:
     """``open_embedded`` options per profile; one local embedder shared by the semantic ones."""
-    config = HostConfig.model_validate({"search": {"fusion": fusion}})
+    configs = {
+        time_aware: HostConfig.model_validate(
+            {"search": {"fusion": fusion, "time_aware": time_aware}}
+        )
+        for time_aware in (True, False)
+    }
     embedder = None
     if any(p in SEMANTIC_MODES for p in profiles):
         from engram_memory.adapters.local.embedder import load_local_embedder
 
         embedder = load_local_embedder()
     return {
-        profile: {"config": config}
+        profile: {"config": configs[profile not in UNTIMED]}
         | (
             {"embedder": embedder, "semantic_mode": SEMANTIC_MODES[profile]}
             if profile in SEMANTIC_MODES

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from .dataset import CATEGORIES, CATEGORY_NAMES, Conversation, capture_arguments, dia_id_of
 
-PROFILES = ("lexical", "semantic", "hybrid")
+PROFILES = ("lexical-notime", "lexical", "semantic", "hybrid-notime", "hybrid")
 TENANT = "tenant-benchmark"
 PRINCIPAL = "locomo-bench-agent"
 PURPOSE = "purpose:retrieval-benchmark"
@@ -99,6 +99,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 @dataclass
 class Run:
     profiles: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)
+    # the same rows by conversation: the spread a mean hides
+    by_conversation: dict[str, dict[str, list[dict[str, float]]]] = field(default_factory=dict)
     search_ms: dict[str, list[float]] = field(default_factory=dict)
     turns: int = 0
     accepted: int = 0
@@ -148,7 +150,10 @@ def ask(client: Client, profile: str, conversation: Conversation, run: Run) -> N
             f"{receipt['profile']}@{receipt['profile_version']}:{receipt['profile_config_digest']}"
         )
         ranked = [t for p in result["records"] if (t := dia_id_of(p["record"])) is not None]
-        rows.append((question.category, question_scores(ranked, question.evidence)))
+        scores = question_scores(ranked, question.evidence)
+        rows.append((question.category, scores))
+        per_profile = run.by_conversation.setdefault(profile, {})
+        per_profile.setdefault(conversation.name, []).append(scores)
 
 
 def report(run: Run, conversations: Sequence[Conversation], via: str) -> dict[str, Any]:
@@ -157,6 +162,10 @@ def report(run: Run, conversations: Sequence[Conversation], via: str) -> dict[st
             name: {
                 **summarize(rows),
                 "rank_receipt_profiles": sorted(run.rank_profiles.get(name, ())),
+                "per_conversation": {
+                    conversation: {**_mean(scores), "questions": len(scores)}
+                    for conversation, scores in run.by_conversation.get(name, {}).items()
+                },
             }
             for name, rows in run.profiles.items()
         },
@@ -202,7 +211,7 @@ def run_benchmark(
     ):
         # Ingest once, through an engine that also writes vectors when a profile needs them.
         ingest_client = clients[
-            next((p for p in ("hybrid", "semantic") if p in profiles), profiles[0])
+            next((p for p in ("hybrid", "hybrid-notime", "semantic") if p in profiles), profiles[0])
         ]
         for conversation in conversations:
             ingest(ingest_client, conversation, run)
@@ -244,6 +253,17 @@ def table(result: dict[str, Any]) -> str:
         label = f"{c} {CATEGORY_NAMES[c]} (n={result['profiles'][next(iter(result['profiles']))]['per_category'][str(c)]['questions']})"
         lines.append(f"{label:<24} " + " ".join(f"{cell:>17}" for cell in cells))
     lines.append("(per category: recall@5/recall@10/MRR)")
+    lines.append("")
+    conversations = list(next(iter(result["profiles"].values())).get("per_conversation", {}))
+    lines.append(
+        f"{'per conversation R@10':<24} " + " ".join(f"{n:>17}" for n in result["profiles"])
+    )
+    for conversation in conversations:
+        cells = [
+            f"{p['per_conversation'][conversation]['recall@10']:.3f}"
+            for p in result["profiles"].values()
+        ]
+        lines.append(f"{conversation:<24} " + " ".join(f"{cell:>17}" for cell in cells))
     lines.append("")
     t = result["throughput"]
     lines.append(

@@ -18,7 +18,7 @@ from bench.hotpath.runner import (
     repetition_ratios,
     spread,
 )
-from bench.hotpath.sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER
+from bench.hotpath.sessions import ENGRAM_HTTP, ENGRAM_STDIO, ENGRAM_STDIO_NOTIME, PEER
 from bench.hotpath.stores import StoreMissing, fingerprint, seeded_store
 from bench.locomo.dataset import load
 
@@ -121,7 +121,7 @@ def test_a_tiny_run_beside_server_memory(locomo: Path, tmp_path: Path, capsys: A
         assert metrics["pairs_per_s"] > 0
         assert metrics["envelope"]["response_bytes"] > metrics["envelope"]["text_bytes"] > 0
     assert measured[ENGRAM_STDIO]["search_mean_results"] == 10
-    assert measured[ENGRAM_HTTP]["rank_profiles"] == ["offline_lexical_v1"]
+    assert measured[ENGRAM_HTTP]["rank_profiles"] == ["offline_lexical_v1@2.1.0"]
     assert report["peer"]["version"] == pinned_peer_version()
     # The ratios are the report's own figures divided, ours over the peer.
     for ours in (ENGRAM_STDIO, ENGRAM_HTTP):
@@ -138,15 +138,23 @@ def test_a_tiny_run_beside_server_memory(locomo: Path, tmp_path: Path, capsys: A
     assert "stdio/peer" in table
 
 
+def _run_without_peer(
+    locomo: Path, tmp_path: Path, *, sizes: str, transports: str, queries: int
+) -> dict[str, Any]:
+    """A tiny run of two repetitions of our servers alone; its JSON report."""
+    out = tmp_path / "hotpath.json"
+    arguments = ["--sizes", sizes, "--repetitions", "2", "--queries", str(queries)]
+    arguments += ["--gets", "2", "--writes", "1", "--locomo", str(locomo)]
+    arguments += ["--store-cache", str(tmp_path / "c"), "--without-peer"]
+    assert main([*arguments, "--transports", transports, "--json", str(out)]) == 0
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
 def test_sizes_interleave_and_growth_is_per_repetition(
     locomo: Path, tmp_path: Path, capsys: Any
 ) -> None:
-    out = tmp_path / "hotpath.json"
-    arguments = ["--sizes", "10,16", "--repetitions", "2", "--queries", "2", "--gets", "2"]
-    arguments += ["--writes", "1", "--locomo", str(locomo), "--store-cache", str(tmp_path / "c")]
-    arguments += ["--without-peer", "--transports", "stdio", "--json", str(out)]
-    assert main(arguments) == 0
-    report = json.loads(out.read_text())
+    report = _run_without_peer(locomo, tmp_path, sizes="10,16", transports="stdio", queries=2)
     assert report["servers"] == [ENGRAM_STDIO]
     small, big = report["sizes"]["10"]["repetitions"], report["sizes"]["16"]["repetitions"]
     assert len(small) == len(big) == 2
@@ -159,6 +167,28 @@ def test_sizes_interleave_and_growth_is_per_repetition(
     ]
     assert cell["per_repetition"] == pytest.approx(expected, rel=1e-3)
     assert "search p50 at 16 / at 10 records" in capsys.readouterr().out
+
+
+def test_time_aware_search_is_measured_beside_the_ranking_without_it(
+    locomo: Path, tmp_path: Path, capsys: Any
+) -> None:
+    report = _run_without_peer(
+        locomo, tmp_path, sizes="12", transports="stdio,stdio-notime", queries=3
+    )
+    assert report["servers"] == [ENGRAM_STDIO, ENGRAM_STDIO_NOTIME]
+    found = report["sizes"]["12"]
+    first = found["repetitions"][0]["servers"]
+    # the same store and queries, two rankings: the receipts say which ran
+    assert first[ENGRAM_STDIO]["rank_profiles"] == ["offline_lexical_v1@2.1.0"]
+    assert first[ENGRAM_STDIO_NOTIME]["rank_profiles"] == ["offline_lexical_v1@2.0.0"]
+    expected = [
+        r["servers"][ENGRAM_STDIO]["search_p50_ms"]
+        / r["servers"][ENGRAM_STDIO_NOTIME]["search_p50_ms"]
+        for r in found["repetitions"]
+    ]
+    cell = found["time_aware_over_notime"]["search_p50_ms"]
+    assert cell["per_repetition"] == pytest.approx(expected, rel=1e-3)
+    assert "time-aware over notime" in capsys.readouterr().out
 
 
 def test_seed_only_caches_the_stores_and_measures_nothing(

@@ -68,7 +68,10 @@ def test_search_returns_packets_with_redaction_and_a_rank_receipt(harness: Harne
     assert "/scope_ref" in packet["redacted_fields"] and "scope_ref" not in packet["record"]
     receipt = value["rank_receipt"]
     assert receipt["profile"] == lexical.PROFILE
-    assert receipt["profile_config_digest"] == lexical.PROFILE_CONFIG_DIGEST
+    # time-aware by default (engine/temporal.py): the 2.1.0 profile
+    assert (receipt["profile_version"], receipt["profile_config_digest"]) == (
+        lexical.receipt_profile(True)
+    )
     assert receipt["candidate_count"] == 1
     assert receipt["receipt_digest"] == digest_without("rank-receipt", receipt, "receipt_digest")
     assert value["response_digest"] == digest_without("search-response", value, "response_digest")

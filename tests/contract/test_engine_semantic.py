@@ -57,9 +57,9 @@ def test_hybrid_search_reports_the_semantic_profile_and_its_config_digest(
     assert ids(value) == [record_id]
     receipt = value["rank_receipt"]
     assert receipt["profile"] == "semantic_v1"
-    assert receipt["profile_version"] == semantic.PROFILE_VERSION
+    assert receipt["profile_version"] == semantic.profile_version(True) == "1.1.0"
     assert receipt["profile_config_digest"] == semantic.profile_config_digest(
-        HashingEmbedder.model_id, "hybrid", "minmax"
+        HashingEmbedder.model_id, "hybrid", "minmax", True
     )
     assert receipt["profile_config_digest"] != lexical.PROFILE_CONFIG_DIGEST
     assert receipt["scoring_formula_ref"].startswith("minmax(")
@@ -116,7 +116,7 @@ def test_an_embedder_failure_is_ranking_unavailable_when_semantic_is_required(
     value = semantic_harness.ok("search", args)
     assert ids(value) == [record_id]
     assert value["rank_receipt"]["profile"] == "offline_lexical_v1"
-    assert value["rank_receipt"]["profile_config_digest"] == lexical.PROFILE_CONFIG_DIGEST
+    assert value["rank_receipt"]["profile_config_digest"] == lexical.receipt_profile(True)[1]
 
 
 def test_a_vector_index_failure_is_ranking_unavailable_when_semantic_is_required(
@@ -165,7 +165,7 @@ def test_semantic_only_mode_ranks_by_the_vectors_alone(tmp_path: Path) -> None:
         value = h.search("herons nest reeds")
         assert ids(value) == [near, far]
         assert value["rank_receipt"]["profile_config_digest"] == semantic.profile_config_digest(
-            HashingEmbedder.model_id, "semantic_only", "minmax"
+            HashingEmbedder.model_id, "semantic_only", "minmax", True
         )
     finally:
         h.close()

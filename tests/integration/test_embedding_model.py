@@ -191,9 +191,17 @@ def search_receipt(data_dir: Path) -> dict[str, Any]:
 
 
 def test_the_configured_model_is_pinned_in_the_rank_receipt(tmp_path: Path) -> None:
+    # Without time-aware ranking the shipped model's receipt is exactly what it was before models
+    # were configurable; with it (the default) the profile says so and the model is the same.
+    untimed = {"semantic": "local", "time_aware": False}
+    assert search_receipt(_data(tmp_path / "untimed", untimed))["profile_config_digest"] == (
+        MAIN_DEFAULT_DIGEST
+    )
     default = search_receipt(_data(tmp_path / "default", {"semantic": "local"}))
-    assert default["profile_config_digest"] == MAIN_DEFAULT_DIGEST
-    digests = {MAIN_DEFAULT_DIGEST}
+    assert default["profile_config_digest"] == semantic.profile_config_digest(
+        MODEL_ID, "hybrid", "minmax", True
+    )
+    digests = {default["profile_config_digest"]}
     for name, spec in (("mean", MEAN), ("cls", {**MEAN, "pooling": "cls"})):
         data = tmp_path / name
         model_dir(data / "model", spec)
@@ -205,7 +213,7 @@ def test_the_configured_model_is_pinned_in_the_rank_receipt(tmp_path: Path) -> N
         expected = OnnxSentenceEmbedder(data / "model").model_id
         assert receipt["profile"] == "semantic_v1"
         assert receipt["profile_config_digest"] == semantic.profile_config_digest(
-            expected, "hybrid", "minmax"
+            expected, "hybrid", "minmax", True
         )
         digests.add(receipt["profile_config_digest"])
     assert len(digests) == 3

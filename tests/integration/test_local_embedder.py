@@ -96,7 +96,7 @@ def test_the_embedded_host_with_semantic_local_ranks_hybrid(tmp_path: Path) -> N
         receipt = value["rank_receipt"]
         assert receipt["profile"] == "semantic_v1"
         assert receipt["profile_config_digest"] == semantic.profile_config_digest(
-            MODEL_ID, "hybrid", "minmax"
+            MODEL_ID, "hybrid", "minmax", True
         )
         assert host.engine.vectors is not None
         assert host.engine.vectors.has_vector(ctx.scope, ids[0])

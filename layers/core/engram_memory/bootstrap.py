@@ -243,6 +243,7 @@ def open_embedded(
             cursor_key=load_or_create_master_key(keys / CURSOR_KEY_FILE),
             fusion=config.search.fusion,
             semantic_mode=semantic_mode,
+            time_aware=config.search.time_aware,
         ),
         embedder=embedder,
         vector_index=SqliteVectorIndex(store) if embedder is not None else None,

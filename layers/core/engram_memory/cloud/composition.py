@@ -199,7 +199,9 @@ def build_engine(
         admission_policy=admission_policy,
         clock=clock,
         audit=audit,
-        settings=EngineSettings(cursor_key=cursor_key, fusion=env.fusion),
+        settings=EngineSettings(
+            cursor_key=cursor_key, fusion=env.fusion, time_aware=env.time_aware
+        ),
         embedder=embedder,
         vector_index=vector_index,
     )

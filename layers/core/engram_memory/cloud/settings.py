@@ -223,6 +223,11 @@ class EngineEnvironment(_BindingSettings, _StoredRecords):
         "ENGRAM_ADMISSION_MODE", "'auto' or 'manual'", default="auto"
     )
     fusion: Literal["minmax", "rrf"] = _env("ENGRAM_FUSION", "'minmax' or 'rrf'", default="minmax")
+    time_aware: bool = _env(
+        "ENGRAM_TIME_AWARE",
+        "'true' or 'false' (rank records whose valid_time falls in a date the query names higher)",
+        default=True,
+    )
     semantic: Literal["off", "local"] = _env(
         "ENGRAM_SEMANTIC", "'off' or 'local' (the semantic extra in the layer)", default="off"
     )

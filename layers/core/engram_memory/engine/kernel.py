@@ -107,6 +107,8 @@ class EngineSettings:
     # search ranks by the semantic list alone (diagnostics and benchmarks).
     fusion: Literal["minmax", "rrf"] = "minmax"
     semantic_mode: Literal["hybrid", "semantic_only"] = "hybrid"
+    # Time-aware ranking (engine/temporal.py): a query's dates matched against valid_time.
+    time_aware: bool = True
 
 
 class StateMoved(Exception):

@@ -159,3 +159,22 @@ def profile_config() -> dict[str, Any]:
 
 
 PROFILE_CONFIG_DIGEST: Final = digest("rank-profile", profile_config())
+"""The digest of the profile without time-aware ranking; it also versions the lexical projection
+(the analyzed fields), which time-aware ranking leaves as they are."""
+
+# With time-aware ranking (engine/temporal.py) the profile is a minor version up: the same index,
+# the same scores for a query without a temporal expression.
+TIME_AWARE_PROFILE_VERSION: Final = "2.1.0"
+
+
+def receipt_profile(time_aware: bool) -> tuple[str, str]:
+    """The rank receipt's ``profile_version`` and ``profile_config_digest``."""
+    if not time_aware:
+        return PROFILE_VERSION, PROFILE_CONFIG_DIGEST
+    from . import temporal
+
+    config = profile_config() | {
+        "profile_version": TIME_AWARE_PROFILE_VERSION,
+        "temporal": temporal.profile_config(),
+    }
+    return TIME_AWARE_PROFILE_VERSION, digest("rank-profile", config)

@@ -40,6 +40,7 @@ from .ports import Embedder, IndexHit
 
 PROFILE: Final = "semantic_v1"
 PROFILE_VERSION: Final = "1.0.0"
+TIME_AWARE_PROFILE_VERSION: Final = "1.1.0"  # with engine/temporal.py; otherwise the same
 RRF_K: Final = 60
 MINMAX_WEIGHTS: Final = (0.5, 0.5)  # lexical, semantic
 RECORD_TEXT_WEIGHTS: Final[Mapping[str, float]] = {
@@ -109,10 +110,16 @@ def fuse(
     return fused
 
 
-def profile_config(model_id: str, mode: SemanticMode, fusion: Fusion) -> dict[str, Any]:
-    return {
+def profile_version(time_aware: bool) -> str:
+    return TIME_AWARE_PROFILE_VERSION if time_aware else PROFILE_VERSION
+
+
+def profile_config(
+    model_id: str, mode: SemanticMode, fusion: Fusion, time_aware: bool = False
+) -> dict[str, Any]:
+    config = {
         "profile": PROFILE,
-        "profile_version": PROFILE_VERSION,
+        "profile_version": profile_version(time_aware),
         "lexical_profile_config_digest": lexical.PROFILE_CONFIG_DIGEST,
         "embedder": model_id,
         "record_vector": "normalized-weighted-mean-of-component-embeddings",
@@ -126,7 +133,14 @@ def profile_config(model_id: str, mode: SemanticMode, fusion: Fusion) -> dict[st
         ),
         "ties": "record_id_ascending",
     }
+    if time_aware:
+        from . import temporal
+
+        config["temporal"] = temporal.profile_config()
+    return config
 
 
-def profile_config_digest(model_id: str, mode: SemanticMode, fusion: Fusion) -> str:
-    return digest("rank-profile", profile_config(model_id, mode, fusion))
+def profile_config_digest(
+    model_id: str, mode: SemanticMode, fusion: Fusion, time_aware: bool = False
+) -> str:
+    return digest("rank-profile", profile_config(model_id, mode, fusion, time_aware))

@@ -123,6 +123,14 @@ class SearchConfig(_Closed):
         default="minmax",
         description="How the lexical and semantic lists are fused: `minmax` (default) or `rrf`.",
     )
+    time_aware: bool = Field(
+        default=True,
+        description=(
+            'Rank records whose valid_time falls in a date the query names ("on 7 July, 2023",'
+            ' "in May", "last week") higher: engine/temporal.py. `false`: the ranking of'
+            " profile versions before it."
+        ),
+    )
     embedding_model: EmbeddingModelConfig | None = Field(
         default=None,
         description=(

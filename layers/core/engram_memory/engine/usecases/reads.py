@@ -18,7 +18,7 @@ from ...contract.models import (
     SearchInput,
 )
 from ...contract.types import format_instant
-from .. import lexical, semantic
+from .. import lexical, semantic, temporal
 from ..kernel import Call, Kernel
 from ..paging import PageState, decode_cursor, encode_cursor
 from ..ports import (
@@ -173,7 +173,9 @@ def _rank(
     require_semantic: bool,
     depth: int,
 ) -> tuple[list[IndexHit], list[IndexHit], dict[str, RecordRow], dict[str, str]]:
-    """Query the channels, revalidate each list against the store, fuse.
+    """Query the channels, revalidate each list against the store, fuse, and weigh the times the
+    query names against the records' valid time (``engine/temporal.py``; the host's
+    ``time_aware``), reading ``valid_time`` from the rows the revalidation already read.
 
     Returns every index hit (the candidates), the eligible records in rank order, their rows,
     and the rank receipt's profile fields (``profile``, version, config digest, formula).
@@ -205,19 +207,27 @@ def _rank(
     def eligible(channel: list[IndexHit]) -> list[IndexHit]:
         return [h for h in channel if h.record_id in rows and k.eligible(rows[h.record_id], now)]
 
+    time_aware = k.settings.time_aware
+    intervals = temporal.query_intervals(query, now) if time_aware else []
     if not semantic_on or k.embedder is None or k.vectors is None:
+        version, config_digest = lexical.receipt_profile(time_aware)
         profile = {
             "profile": lexical.PROFILE,
-            "profile_version": lexical.PROFILE_VERSION,
-            "profile_config_digest": lexical.PROFILE_CONFIG_DIGEST,
+            "profile_version": version,
+            "profile_config_digest": config_digest,
             "scoring_formula_ref": k.lexical.scoring_formula_ref,
         }
-        return hits, eligible(lexical_hits), rows, profile
+        ranked = temporal.rerank(
+            eligible(lexical_hits), rows, intervals, text_channels=1, normalized=False
+        )
+        return hits, ranked, rows, profile
     mode, fusion = k.settings.semantic_mode, k.settings.fusion
     profile = {
         "profile": semantic.PROFILE,
-        "profile_version": semantic.PROFILE_VERSION,
-        "profile_config_digest": semantic.profile_config_digest(k.embedder.model_id, mode, fusion),
+        "profile_version": semantic.profile_version(time_aware),
+        "profile_config_digest": semantic.profile_config_digest(
+            k.embedder.model_id, mode, fusion, time_aware
+        ),
         "scoring_formula_ref": (
             f"{k.vectors.vector_formula_ref}"
             if mode == "semantic_only"
@@ -225,13 +235,20 @@ def _rank(
         ),
     }
     if mode == "semantic_only":
-        return hits, eligible(semantic_hits), rows, profile
-    return (
-        hits,
-        semantic.fuse(eligible(lexical_hits), eligible(semantic_hits), fusion),
+        ranked = temporal.rerank(
+            eligible(semantic_hits), rows, intervals, text_channels=1, normalized=False
+        )
+        return hits, ranked, rows, profile
+    fused = semantic.fuse(eligible(lexical_hits), eligible(semantic_hits), fusion)
+    ranked = temporal.rerank(
+        fused,
         rows,
-        profile,
+        intervals,
+        text_channels=2,
+        normalized=True,
+        rrf_k=semantic.RRF_K if fusion == "rrf" else None,
     )
+    return hits, ranked, rows, profile
 
 
 def get(k: Kernel, call: Call, args: GetInput) -> dict[str, Any]:
