@@ -133,6 +133,10 @@ class MemoryLexicalIndex:
         hits.sort(key=lambda hit: (-hit.score, hit.record_id))
         return hits[: max(depth, 0)]
 
+    def score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
+        hits = self.nearest(scope, vector, len(self._vectors.get(scope, {})))
+        return hits[min(rank, len(hits)) - 1].score if hits and rank > 0 else None
+
     def has_vector(self, scope: Scope, record_id: str) -> bool:
         self._check()
         with self._lock:

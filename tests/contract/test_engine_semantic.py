@@ -244,3 +244,44 @@ def test_a_record_vector_is_the_weighted_mean_of_its_components() -> None:
     )
     assert vector == pytest.approx(expected)
     assert sum(x * x for x in vector) == pytest.approx(1.0)
+
+
+class _FloorProbe:
+    """A vector index that answers ``score_at`` and counts the calls."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def score_at(self, scope: Any, vector: Any, rank: int) -> float:
+        self.asked.append(rank)
+        return -0.25
+
+
+def test_the_semantic_floor_is_the_similarity_at_rank_1000_whatever_the_depth() -> None:
+    probe = _FloorProbe()
+    scope = context().scope
+    hits = [IndexHit(f"mem_{i:04d}", 1.0 - i / 2000) for i in range(1200)]
+    floor = semantic.normalization_floor
+    assert floor(probe, scope, [1.0], hits[:40], 100) == hits[39].score  # the scope's lowest
+    assert floor(probe, scope, [1.0], [], 100) is None
+    assert floor(probe, scope, [1.0], hits, 1200) == hits[999].score  # already in the page
+    assert probe.asked == []
+    assert floor(probe, scope, [1.0], hits[:100], 100) == -0.25  # asked, one similarity
+    assert probe.asked == [semantic.NORMALIZATION_RANK] == [1000]
+    # With the floor, a list is normalized from it, not from its own lowest hit.
+    fused = semantic.fuse([], [IndexHit("a", 0.5), IndexHit("b", 0.25)], "minmax", -0.5)
+    assert [(h.record_id, h.score) for h in fused] == [("a", 0.5), ("b", 0.375)]
+
+
+def test_the_first_page_is_the_same_whatever_the_page_size(tmp_path: Path) -> None:
+    h = embedded_harness(tmp_path, embedder=HashingEmbedder())
+    try:
+        # More records than a page of 10 ranks per channel (100), fewer than a page of 50 (500).
+        for i in range(160):
+            h.remember(f"heron count {i}: reeds {i % 7}, budget {i % 11}, survey {i % 3}")
+        for query in ("heron reeds 3 budget 5", "survey 2 heron", "budget 10 reeds"):
+            ten = ids(search(h, query, limit=10))
+            fifty = ids(search(h, query, limit=50))
+            assert ten == fifty[:10]
+    finally:
+        h.close()

@@ -32,7 +32,8 @@ class CountingIndex:
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self.inner, name)
-        if name in {"search", "nearest", "apply", "has_vector", "contains"} and callable(found):
+        counted_calls = {"search", "nearest", "score_at", "apply", "has_vector", "contains"}
+        if name in counted_calls and callable(found):
 
             def counted(*args: Any, **kwargs: Any) -> Any:
                 self._counts[f"index.{name}"] += 1

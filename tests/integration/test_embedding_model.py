@@ -39,8 +39,10 @@ pytestmark = pytest.mark.skipif(
 
 MEAN = {"pooling": "mean", "normalize": True, "max_tokens": 256, "dimensions": 384}
 TEXTS = ["The kitten naps on a carpet by the door.", "Quarterly budget review moved to Thursday."]
-# profile_config_digest(MODEL_ID, "hybrid", "minmax") computed with main's code before this change
-MAIN_DEFAULT_DIGEST = "sha256:814cd1e3dff613633feec340a56e056f4bb88697ca8390e9464307d386b9f3f3"
+# profile_config_digest(MODEL_ID, "hybrid", "minmax") of semantic_v1 1.0.1 (the semantic floor at
+# rank 1000, issue 15), pinned: configuring models must not move the shipped model's digest. It
+# was sha256:814cd1e3… for 1.0.0, before configurable models, and configuring them kept it.
+MAIN_DEFAULT_DIGEST = "sha256:ccfb5225a22e5c139b31c3d1f9c616811aa1002ac57b10cf02b2fafef43409fa"
 
 
 def model_dir(where: Path, spec: dict[str, Any]) -> Path:
@@ -191,8 +193,8 @@ def search_receipt(data_dir: Path) -> dict[str, Any]:
 
 
 def test_the_configured_model_is_pinned_in_the_rank_receipt(tmp_path: Path) -> None:
-    # Without time-aware ranking the shipped model's receipt is exactly what it was before models
-    # were configurable; with it (the default) the profile says so and the model is the same.
+    # Without time-aware ranking the shipped model's receipt is the pinned one; with it (the
+    # default) the profile says so and the model is the same.
     untimed = {"semantic": "local", "time_aware": False}
     assert search_receipt(_data(tmp_path / "untimed", untimed))["profile_config_digest"] == (
         MAIN_DEFAULT_DIGEST

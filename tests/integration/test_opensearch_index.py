@@ -930,6 +930,27 @@ def test_nearest_is_an_exact_cosine_script_score_within_the_scope(
     assert index.nearest(SCOPE, [0.6, 0.8], 0) == []
 
 
+def test_score_at_asks_for_one_hit_at_the_rank_then_the_lowest(
+    index: OpenSearchLexicalIndex, cluster: FakeCluster
+) -> None:
+    cluster.answer("POST", r"/engram-records/_search", _hits_response(("mem_q", 1.25)))
+    assert index.score_at(SCOPE, [0.6, 0.8], 1000) == 0.25  # 1 + cos -> cos
+    [request] = cluster.requests
+    expected = OpenSearchLexicalIndex.nearest_body(SCOPE, [0.6, 0.8], 1)
+    assert request.body == {**expected, "from": 999}
+
+    # Fewer vectors than the rank: the page at 999 is empty, so the lowest, in ascending order.
+    cluster.requests.clear()
+    pages = iter([_hits_response(), _hits_response(("mem_z", 0.9))])
+    cluster.responders.insert(0, lambda request: next(pages))
+    assert index.score_at(SCOPE, [0.6, 0.8], 1000) == pytest.approx(-0.1)
+    first, second = cluster.requests
+    assert first.body["from"] == 999 and first.body["size"] == 1
+    assert second.body["from"] == 0
+    assert second.body["sort"] == [{"_score": {"order": "asc"}}, {"record_id": {"order": "asc"}}]
+    assert index.score_at(SCOPE, [0.6, 0.8], 0) is None
+
+
 def test_has_vector_reads_the_document_in_realtime(
     index: OpenSearchLexicalIndex, cluster: FakeCluster
 ) -> None:

@@ -61,6 +61,12 @@ def test_nearest_is_the_exact_scan_and_follows_writes_from_any_store(tmp_path: P
     # Writes through the other store (a CLI, another server) are seen by the next search.
     writer.lexical_apply(SCOPE, ProjectionChange(delete_record_id="mem_0005"))
     _upsert(writer, "mem_new", queries[0])
+    for query in queries:  # the floor of the hybrid ranking: the score at a rank, or the lowest
+        everything = _scan(path, query, 10_000)
+        for rank in (1, 10, 100, 602, 1000):
+            at = everything[min(rank, len(everything)) - 1].score
+            assert searcher.vector_score_at(SCOPE, query, rank) == pytest.approx(at, abs=1e-6)
+    assert searcher.vector_score_at(Scope("t", "empty"), queries[0], 10) is None
     first = searcher.vector_nearest(SCOPE, queries[0], 10)
     assert first[0].record_id == "mem_new"
     assert all(

@@ -392,6 +392,12 @@ class VectorIndex(ProjectionSurface, Protocol):
         ``depth``. Records projected without a vector are not hits."""
         ...
 
+    def score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
+        """The similarity of the ``rank``-th nearest vector (1-based), or of the farthest when
+        the scope holds fewer; None when it holds none. The hybrid ranking's normalization
+        floor (engine/semantic.py), so ``nearest`` need not return that many hits."""
+        ...
+
     def has_vector(self, scope: Scope, record_id: str) -> bool:
         """Whether the scope's vector for ``record_id`` is stored."""
         ...

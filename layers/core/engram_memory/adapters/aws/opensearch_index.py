@@ -408,16 +408,31 @@ class OpenSearchLexicalIndex:
         size = min(depth, MAX_RESULT_WINDOW)
         if size <= 0:
             return []
-        body = self.nearest_body(scope, vector, size)
+        hits = self._hits(self._knn_search(scope, self.nearest_body(scope, vector, size)), size)
+        return [IndexHit(h.record_id, h.score - 1.0) for h in hits]
+
+    def score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
+        """The similarity at ``rank`` (one hit from ``rank - 1``), or, when the scope holds fewer
+        vectors, the lowest (one hit in ascending order): one small request either way."""
+        if rank <= 0:
+            return None
+        for start, order in ((min(rank, MAX_RESULT_WINDOW) - 1, "desc"), (0, "asc")):
+            body = self.nearest_body(scope, vector, 1)
+            body["from"] = start
+            body["sort"] = [{"_score": {"order": order}}, {"record_id": {"order": "asc"}}]
+            hits = self._hits(self._knn_search(scope, body), 1)
+            if hits:
+                return hits[0].score - 1.0
+        return None
+
+    def _knn_search(self, scope: Scope, body: dict[str, Any]) -> Any:
         try:
-            response = self._call(
+            return self._call(
                 "knn search",
                 lambda c: c.search(index=self.index_name, body=body, preference=_preference(scope)),
             )
         except NotFoundError as exc:
             raise _unavailable("knn search", exc) from exc
-        hits = self._hits(response, size)
-        return [IndexHit(h.record_id, h.score - 1.0) for h in hits]
 
     @staticmethod
     def nearest_body(scope: Scope, vector: Sequence[float], size: int) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 from ...contract.canonical import GENESIS_HASH
 from ...contract.packing import is_packed, pack, unpack
@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 class _TableFinder(Protocol):
     def __call__(self, conn: sqlite3.Connection, scope: Scope, *, create: bool) -> str | None: ...
 
+
+T = TypeVar("T")
 
 _FIELDS: Final = tuple(lexical.FIELD_WEIGHTS)
 # FTS5 column per weighted field ("primary" is an SQL keyword, hence the prefix).
@@ -1106,21 +1108,44 @@ class SqliteStore:
     def vector_nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
         if depth <= 0:
             return []
+        found = self._with_matrix(
+            scope,
+            lambda table, generation, load: self._matrices.nearest(
+                table, generation, load, vector, depth
+            ),
+        )
+        return found or []
+
+    def vector_score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
+        return self._with_matrix(
+            scope,
+            lambda table, generation, load: self._matrices.score_at(
+                table, generation, load, vector, rank
+            ),
+        )
+
+    def _with_matrix(
+        self,
+        scope: Scope,
+        use: Callable[[str, int, Callable[[], list[tuple[str, bytes]]]], T],
+    ) -> T | None:
+        """``use(table, generation, load)`` on the scope's vector table in one read snapshot
+        (the generation and the rows it counts); None when the scope has no vector table."""
         with self._guard(), self._pool.connection() as conn:
             table = self._vector_table(conn, scope, create=False)
             if table is None:
-                return []
+                return None
 
             def load() -> list[tuple[str, bytes]]:
                 rows = conn.execute(f"SELECT record_id, vector FROM {table}").fetchall()  # noqa: S608
                 return [(str(record_id), _as_bytes(blob)) for record_id, blob in rows]
 
-            conn.execute("BEGIN")  # the generation and the rows it counts: one snapshot
+            conn.execute("BEGIN")
             try:
                 row = conn.execute(
                     "SELECT generation FROM vector_generations WHERE table_name = ?", (table,)
                 ).fetchone()
-                return self._matrices.nearest(table, row[0] if row else 0, load, vector, depth)
+                return use(table, row[0] if row else 0, load)
             finally:
                 conn.execute("COMMIT")
 
@@ -1369,6 +1394,12 @@ class SqliteVectorIndex(_StoreSurface):
     def nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
         try:
             return self._store.vector_nearest(scope, vector, depth)
+        except StoreUnavailable as exc:
+            raise self._unavailable() from exc
+
+    def score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
+        try:
+            return self._store.vector_score_at(scope, vector, rank)
         except StoreUnavailable as exc:
             raise self._unavailable() from exc
 

@@ -54,12 +54,33 @@ class _Loaded:
     matrix: Any  # numpy.ndarray (n, dimensions) of float32
 
 
+class _LastProduct(threading.local):
+    # A search asks ``nearest`` and then ``score_at`` (the hybrid floor) for one query: the
+    # second reuses the first's product instead of computing it again. Per thread, one entry.
+    loaded: _Loaded | None = None  # held, so identity means the same matrix
+    query: bytes = b""
+    product: Any = None
+
+
 class VectorMatrices:
     """One cached matrix per vector table (thread-safe)."""
 
     def __init__(self) -> None:
         self._loaded: dict[str, _Loaded] = {}
         self._lock = threading.Lock()
+        self._last = _LastProduct()
+
+    def _product(self, loaded: _Loaded, vector: Sequence[float]) -> Any:
+        """The float32 product of the matrix with ``vector`` (reused for the same query)."""
+        import numpy as np
+
+        query = np.asarray(vector, dtype=np.float32)
+        last = self._last
+        if last.loaded is not loaded or last.query != query.tobytes():
+            _one_blas_thread()
+            last.product = loaded.matrix @ query
+            last.loaded, last.query = loaded, query.tobytes()
+        return last.product
 
     def nearest(
         self,
@@ -75,8 +96,7 @@ class VectorMatrices:
         count = len(loaded.record_ids)
         if count == 0 or depth <= 0:
             return []
-        _one_blas_thread()
-        approximate = loaded.matrix @ np.asarray(vector, dtype=np.float32)
+        approximate = self._product(loaded, vector)
         if count > depth:
             kth = float(np.partition(approximate, count - depth)[count - depth])
             chosen = np.flatnonzero(approximate >= kth - _FLOAT32_MARGIN)
@@ -92,6 +112,28 @@ class VectorMatrices:
         ]
         hits.sort(key=lambda hit: (-hit.score, hit.record_id))
         return hits[:depth]
+
+    def score_at(
+        self,
+        table: str,
+        generation: int,
+        load: Callable[[], list[tuple[str, bytes]]],
+        vector: Sequence[float],
+        rank: int,
+    ) -> float | None:
+        """The exact similarity of the vector at ``rank`` (1-based) by the float32 product, or of
+        the farthest when there are fewer: one partition, one exact dot product."""
+        import numpy as np
+
+        loaded = self._current(table, generation, load)
+        count = len(loaded.record_ids)
+        if count == 0 or rank <= 0:
+            return None
+        approximate = self._product(loaded, vector)
+        kth = max(count - rank, 0)
+        index = int(np.argpartition(approximate, kth)[kth])
+        exact: float = sum(map(operator.mul, array("d", vector), loaded.matrix[index].tolist()))
+        return exact
 
     def _current(
         self, table: str, generation: int, load: Callable[[], list[tuple[str, bytes]]]

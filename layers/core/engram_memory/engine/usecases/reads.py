@@ -192,10 +192,14 @@ def _rank(
     except IndexUnavailable:
         raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
     semantic_hits: list[IndexHit] = []
+    semantic_floor: float | None = None
     if k.embedder is not None and k.vectors is not None:
         try:
             (vector,) = k.embedder.embed([query])
             semantic_hits = k.vectors.nearest(call.scope, vector, depth)
+            semantic_floor = semantic.normalization_floor(
+                k.vectors, call.scope, vector, semantic_hits, depth
+            )
         except (IndexUnavailable, EmbedderUnavailable):
             if require_semantic or not lexical_on:
                 raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
@@ -239,7 +243,7 @@ def _rank(
             eligible(semantic_hits), rows, intervals, text_channels=1, normalized=False
         )
         return hits, ranked, rows, profile
-    fused = semantic.fuse(eligible(lexical_hits), eligible(semantic_hits), fusion)
+    fused = semantic.fuse(eligible(lexical_hits), eligible(semantic_hits), fusion, semantic_floor)
     ranked = temporal.rerank(
         fused,
         rows,
