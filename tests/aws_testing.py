@@ -133,6 +133,12 @@ class MemoryLexicalIndex:
         hits.sort(key=lambda hit: (-hit.score, hit.record_id))
         return hits[: max(depth, 0)]
 
+    def similarities(
+        self, scope: Scope, vector: Sequence[float], record_ids: Sequence[str]
+    ) -> dict[str, float]:
+        scored = {h.record_id: h.score for h in self.nearest(scope, vector, 10**9)}
+        return {rid: scored[rid] for rid in record_ids if rid in scored}
+
     def score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
         hits = self.nearest(scope, vector, len(self._vectors.get(scope, {})))
         return hits[min(rank, len(hits)) - 1].score if hits and rank > 0 else None

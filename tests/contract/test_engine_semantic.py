@@ -247,10 +247,15 @@ def test_a_record_vector_is_the_weighted_mean_of_its_components() -> None:
 
 
 class _FloorProbe:
-    """A vector index that answers ``score_at`` and counts the calls."""
+    """A vector index that answers ``score_at`` and ``similarities`` and counts the calls."""
 
     def __init__(self) -> None:
         self.asked: list[int] = []
+        self.named: list[list[str]] = []
+
+    def similarities(self, scope: Any, vector: Any, record_ids: list[str]) -> dict[str, float]:
+        self.named.append(list(record_ids))
+        return {rid: 0.125 for rid in record_ids if rid != "no-vector"}
 
     def score_at(self, scope: Any, vector: Any, rank: int) -> float:
         self.asked.append(rank)
@@ -285,3 +290,15 @@ def test_the_first_page_is_the_same_whatever_the_page_size(tmp_path: Path) -> No
             assert ten == fifty[:10]
     finally:
         h.close()
+
+
+def test_lexical_hits_beyond_the_semantic_page_are_scored_by_their_similarity() -> None:
+    probe = _FloorProbe()
+    scope = context().scope
+    page = [IndexHit("a", 0.75), IndexHit("b", 0.25)]
+    lexical_hits = [IndexHit("c", 9.0), IndexHit("a", 5.0), IndexHit("no-vector", 1.0)]
+    merged = semantic.completed(probe, scope, [1.0], page, lexical_hits)
+    assert probe.named == [["c", "no-vector"]]  # only those the page does not hold
+    assert merged == [IndexHit("a", 0.75), IndexHit("b", 0.25), IndexHit("c", 0.125)]
+    assert semantic.completed(probe, scope, [1.0], page, []) == page
+    assert len(probe.named) == 1

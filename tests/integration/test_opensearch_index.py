@@ -951,6 +951,24 @@ def test_score_at_asks_for_one_hit_at_the_rank_then_the_lowest(
     assert index.score_at(SCOPE, [0.6, 0.8], 0) is None
 
 
+def test_similarities_are_one_knn_request_filtered_to_the_ids(
+    index: OpenSearchLexicalIndex, cluster: FakeCluster
+) -> None:
+    cluster.answer(
+        "POST", r"/engram-records/_search", _hits_response(("mem_b", 1.5), ("mem_a", 0.75))
+    )
+    found = index.similarities(SCOPE, [0.6, 0.8], ["mem_a", "mem_b", "mem_a", "mem_c"])
+    assert found == {"mem_a": -0.25, "mem_b": 0.5}
+    [request] = cluster.requests
+    expected = OpenSearchLexicalIndex.nearest_body(SCOPE, [0.6, 0.8], 3)
+    expected["query"]["script_score"]["query"]["bool"]["filter"].append(
+        {"terms": {"record_id": ["mem_a", "mem_b", "mem_c"]}}
+    )
+    assert request.body == expected
+    assert index.similarities(SCOPE, [0.6, 0.8], []) == {}
+    assert len(cluster.requests) == 1  # nothing asked for nothing
+
+
 def test_has_vector_reads_the_document_in_realtime(
     index: OpenSearchLexicalIndex, cluster: FakeCluster
 ) -> None:

@@ -392,6 +392,14 @@ class VectorIndex(ProjectionSurface, Protocol):
         ``depth``. Records projected without a vector are not hits."""
         ...
 
+    def similarities(
+        self, scope: Scope, vector: Sequence[float], record_ids: Sequence[str]
+    ) -> dict[str, float]:
+        """The similarity of each of ``record_ids`` that has a vector in the scope, as ``nearest``
+        scores it: the hybrid ranking's semantic scores for lexical hits the page's semantic
+        list does not reach (engine/semantic.py)."""
+        ...
+
     def score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
         """The similarity of the ``rank``-th nearest vector (1-based), or of the farthest when
         the scope holds fewer; None when it holds none. The hybrid ranking's normalization

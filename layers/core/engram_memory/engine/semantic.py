@@ -19,9 +19,11 @@ records by cosine similarity, exactly (no approximate search), ties by ``record_
   is the similarity at rank ``NORMALIZATION_RANK`` (1,000; the scope's lowest when it holds fewer
   vectors), not the lowest of the hits the page ranks: a search ranks only ``max(100, 10 ×
   limit)`` hits per channel, and a floor that moved with that depth made the order depend on the
-  page size and, at the default page, cost 0.03 of recall@1 and MRR on LoCoMo
-  (bench/locomo/FINDINGS.md). The vector index answers that one similarity without returning
-  the hits above it (``VectorIndex.score_at``). This is the convex
+  page size. And a lexical hit the page's semantic list does not reach is scored by its own
+  similarity (``VectorIndex.similarities``), not as absent (0): with every vector of a scope
+  ranked, as before the depth fitted the page, no record was absent from the semantic list, and
+  scoring them 0 cost 0.03 of recall@1 and MRR on LoCoMo (bench/locomo/FINDINGS.md). The vector
+  index answers the floor and those similarities without returning the hits above them. This is the convex
   combination of normalized scores that Bruch, Gai and Ingber ("An Analysis of Fusion Functions
   for Hybrid Retrieval", 2023) found better than RRF: it keeps how far apart the scores are, where
   RRF keeps only their order, so a strong lexical match is not pulled down by a weak semantic
@@ -116,6 +118,23 @@ def normalization_floor(
     return vectors.score_at(scope, vector, NORMALIZATION_RANK)
 
 
+def completed(
+    vectors: VectorIndex,
+    scope: Scope,
+    vector: Sequence[float],
+    semantic_hits: Sequence[IndexHit],
+    lexical_hits: Sequence[IndexHit],
+) -> list[IndexHit]:
+    """The semantic list with the lexical hits it does not reach, scored by their similarity
+    (module docstring), best first. Raises what the index raises."""
+    have = {hit.record_id for hit in semantic_hits}
+    missing = [hit.record_id for hit in lexical_hits if hit.record_id not in have]
+    extra = vectors.similarities(scope, vector, missing) if missing else {}
+    merged = [*semantic_hits, *(IndexHit(rid, score) for rid, score in extra.items())]
+    merged.sort(key=lambda hit: (-hit.score, hit.record_id))
+    return merged
+
+
 def fuse(
     lexical_hits: Sequence[IndexHit],
     semantic_hits: Sequence[IndexHit],
@@ -162,6 +181,7 @@ def profile_config(
                 "method": "minmax-convex",
                 "weights": [str(w) for w in MINMAX_WEIGHTS],
                 "semantic_floor": f"similarity-at-rank:{NORMALIZATION_RANK}",
+                "semantic_list": "page-hits+lexical-hits-by-similarity",
             }
         ),
         "ties": "record_id_ascending",

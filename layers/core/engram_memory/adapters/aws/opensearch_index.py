@@ -411,6 +411,21 @@ class OpenSearchLexicalIndex:
         hits = self._hits(self._knn_search(scope, self.nearest_body(scope, vector, size)), size)
         return [IndexHit(h.record_id, h.score - 1.0) for h in hits]
 
+    def similarities(
+        self, scope: Scope, vector: Sequence[float], record_ids: Sequence[str]
+    ) -> dict[str, float]:
+        """The similarity of each of ``record_ids`` that has a vector: one k-NN request
+        filtered to those ids."""
+        wanted = list(dict.fromkeys(record_ids))[:MAX_RESULT_WINDOW]
+        if not wanted:
+            return {}
+        body = self.nearest_body(scope, vector, len(wanted))
+        body["query"]["script_score"]["query"]["bool"]["filter"].append(
+            {"terms": {"record_id": wanted}}
+        )
+        hits = self._hits(self._knn_search(scope, body), len(wanted))
+        return {hit.record_id: hit.score - 1.0 for hit in hits}
+
     def score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
         """The similarity at ``rank`` (one hit from ``rank - 1``), or, when the scope holds fewer
         vectors, the lowest (one hit in ascending order): one small request either way."""

@@ -1116,6 +1116,19 @@ class SqliteStore:
         )
         return found or []
 
+    def vector_similarities(
+        self, scope: Scope, vector: Sequence[float], record_ids: Sequence[str]
+    ) -> dict[str, float]:
+        if not record_ids:
+            return {}
+        found = self._with_matrix(
+            scope,
+            lambda table, generation, load: self._matrices.similarities(
+                table, generation, load, vector, record_ids
+            ),
+        )
+        return found or {}
+
     def vector_score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
         return self._with_matrix(
             scope,
@@ -1400,6 +1413,14 @@ class SqliteVectorIndex(_StoreSurface):
     def score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
         try:
             return self._store.vector_score_at(scope, vector, rank)
+        except StoreUnavailable as exc:
+            raise self._unavailable() from exc
+
+    def similarities(
+        self, scope: Scope, vector: Sequence[float], record_ids: Sequence[str]
+    ) -> dict[str, float]:
+        try:
+            return self._store.vector_similarities(scope, vector, record_ids)
         except StoreUnavailable as exc:
             raise self._unavailable() from exc
 

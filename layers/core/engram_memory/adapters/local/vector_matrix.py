@@ -52,6 +52,7 @@ class _Loaded:
     generation: int
     record_ids: list[str]
     matrix: Any  # numpy.ndarray (n, dimensions) of float32
+    row_of: dict[str, int]  # record_id -> its row
 
 
 class _LastProduct(threading.local):
@@ -113,6 +114,26 @@ class VectorMatrices:
         hits.sort(key=lambda hit: (-hit.score, hit.record_id))
         return hits[:depth]
 
+    def similarities(
+        self,
+        table: str,
+        generation: int,
+        load: Callable[[], list[tuple[str, bytes]]],
+        vector: Sequence[float],
+        record_ids: Sequence[str],
+    ) -> dict[str, float]:
+        """The exact similarity of each of ``record_ids`` that has a vector (float64 dot products
+        of its float32 row, as ``nearest`` scores)."""
+        import numpy as np
+
+        loaded = self._current(table, generation, load)
+        rows = [(rid, loaded.row_of[rid]) for rid in record_ids if rid in loaded.row_of]
+        if not rows:
+            return {}
+        picked = loaded.matrix[[row for _, row in rows]].astype(np.float64)
+        scores = picked @ np.asarray(vector, dtype=np.float64)
+        return {rid: float(score) for (rid, _), score in zip(rows, scores.tolist(), strict=True)}
+
     def score_at(
         self,
         table: str,
@@ -153,7 +174,9 @@ class VectorMatrices:
             if rows
             else np.zeros((0, 0), dtype=np.float32)
         )
-        fresh = _Loaded(generation, record_ids, matrix)
+        fresh = _Loaded(
+            generation, record_ids, matrix, {rid: i for i, rid in enumerate(record_ids)}
+        )
         with self._lock:
             self._loaded[table] = fresh
         return fresh

@@ -193,6 +193,7 @@ def _rank(
         raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
     semantic_hits: list[IndexHit] = []
     semantic_floor: float | None = None
+    semantic_list: list[IndexHit] | None = None  # with the lexical hits' similarities (hybrid)
     if k.embedder is not None and k.vectors is not None:
         try:
             (vector,) = k.embedder.embed([query])
@@ -200,6 +201,10 @@ def _rank(
             semantic_floor = semantic.normalization_floor(
                 k.vectors, call.scope, vector, semantic_hits, depth
             )
+            if lexical_on and lexical_hits:
+                semantic_list = semantic.completed(
+                    k.vectors, call.scope, vector, semantic_hits, lexical_hits
+                )
         except (IndexUnavailable, EmbedderUnavailable):
             if require_semantic or not lexical_on:
                 raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
@@ -243,7 +248,12 @@ def _rank(
             eligible(semantic_hits), rows, intervals, text_channels=1, normalized=False
         )
         return hits, ranked, rows, profile
-    fused = semantic.fuse(eligible(lexical_hits), eligible(semantic_hits), fusion, semantic_floor)
+    fused = semantic.fuse(
+        eligible(lexical_hits),
+        eligible(semantic_list if semantic_list is not None else semantic_hits),
+        fusion,
+        semantic_floor,
+    )
     ranked = temporal.rerank(
         fused,
         rows,
