@@ -5,12 +5,12 @@ A question often says when ("what did we decide on 7 July, 2023", "the setback i
 contract's own field, kept on the record row). The ranking uses that:
 
 1. **Spans.** The query's temporal expressions are found by a conservative grammar
-   (``_SPAN``): a month name with a day and/or a year (a bare month name too, except the modal
-   ``may`` unless a preposition says it is a month, "in May", and the three-letter forms, which
-   are ordinary words as often as months), an ISO date,
-   a four-digit year, ``yesterday``/``today``, ``last|this|next|past`` + a calendar unit, and
-   ``N units ago``. Anything else is never read as a time, so ordinary words ("we", "second",
-   "now") cannot move a ranking.
+   (``_SPAN``): a month name with a day and/or a year; a bare month name, except the modal
+   ``may`` (unless a preposition says it is a month: "in May") and the three-letter forms, which
+   are ordinary words as often as months; an ISO date; a four-digit year; ``yesterday`` and
+   ``today``; ``last|this|next|past`` + a calendar unit; ``N units ago``. Nothing else is read
+   as a time, so ordinary words ("we", "second", "now") cannot move a ranking (``dateparser``'s
+   own ``search_dates`` reads all three as dates).
 2. **Parsing.** Each span is parsed by ``dateparser`` (English, dates preferred from the past,
    relative to the search's ``valid_as_of`` day, UTC), which also says the span's granularity;
    the span becomes the interval of that day, week, month or year. A month without a year is the
