@@ -200,11 +200,19 @@ class Person:
         self.browser.get(url)
         wait = WebDriverWait(self.browser, 20)
         wait.until(expected_conditions.presence_of_element_located((By.ID, "username")))
-        assert self.browser.current_url.startswith("https://localhost:")  # the issuer's site
+        issuer = "https://localhost:"
+        assert self.browser.current_url.startswith(issuer)  # the issuer's site
         self.browser.find_element(By.ID, "username").send_keys(self.user)
         self.browser.find_element(By.ID, "sign-in").click()
-        # back through the callback to the page (or to its refusal)
-        wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, "form button, #error"))
+        # Back through the callback to the page (or to its refusal). The sign-in page has a form
+        # button of its own, so the page's is looked for only once the browser has left the
+        # issuer: a loaded machine otherwise reads the sign-in page as the answer (no cookie yet).
+        wait.until(
+            lambda driver: (
+                not driver.current_url.startswith(issuer)
+                and driver.find_elements(By.CSS_SELECTOR, "form button, #error")
+            )
+        )
 
     def answer(self, url: str, decision: str) -> str:
         self.open(url)
