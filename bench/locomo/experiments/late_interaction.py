@@ -97,18 +97,11 @@ def main() -> None:
     from engram_memory.adapters.local.embedder import load_local_embedder
 
     emb = load_local_embedder()
-    tok, sess = emb._tokenizer, emb._session
 
     def token_vectors(texts: list[str]) -> list[np.ndarray]:
         out = []
         for start in range(0, len(texts), 32):
-            enc = tok.encode_batch(texts[start : start + 32])
-            ids = np.array([e.ids for e in enc], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
-            (hidden,) = sess.run(
-                ["last_hidden_state"],
-                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
-            )
+            hidden, mask = emb._encode(texts[start : start + 32])  # the embedder's own pass
             for row, m in zip(hidden, mask, strict=True):
                 v = row[m.astype(bool)]
                 out.append(v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12))

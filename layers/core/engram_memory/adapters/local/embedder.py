@@ -87,7 +87,42 @@ class _InBatches:
         raise NotImplementedError
 
 
-class OnnxMiniLmEmbedder(_InBatches):
+class _OnnxEncoder(_InBatches):
+    """An ONNX encoder and its tokenizer: the token states of a batch, one inference at a time."""
+
+    _session: Any
+    _tokenizer: Any
+    _np: Any
+    _lock: threading.Lock
+    _inputs: set[str]
+    _output: str
+
+    @staticmethod
+    def _options(onnxruntime: Any, threads: int) -> Any:
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        return options
+
+    def _encode(self, texts: list[str]) -> tuple[Any, Any]:
+        """The model's token states for ``texts`` and their attention mask."""
+        np = self._np
+        try:
+            with self._lock:
+                encodings = self._tokenizer.encode_batch(texts)
+                ids = np.array([e.ids for e in encodings], dtype=np.int64)
+                mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+                feeds = {"input_ids": ids, "attention_mask": mask}
+                if "token_type_ids" in self._inputs:
+                    feeds["token_type_ids"] = np.zeros_like(ids)
+                (hidden,) = self._session.run([self._output], feeds)
+        except Exception as exc:  # the runtime's own error types: translated once, here
+            raise EmbedderUnavailable("embedding failed") from exc
+        return hidden, mask
+
+
+class OnnxMiniLmEmbedder(_OnnxEncoder):
     """The ``Embedder`` port: all-MiniLM-L6-v2 (int8 ONNX), local and deterministic."""
 
     model_id: Final = MODEL_ID
@@ -103,13 +138,11 @@ class OnnxMiniLmEmbedder(_InBatches):
         data = model_path.read_bytes()
         if hashlib.sha256(data).hexdigest() != MODEL_SHA256:
             raise EmbedderUnavailable("the embedding model file does not match its pinned digest")
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
         self._session = onnxruntime.InferenceSession(
-            data, options, providers=["CPUExecutionProvider"]
+            data, self._options(onnxruntime, threads), providers=["CPUExecutionProvider"]
         )
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        self._output = "last_hidden_state"
         self._tokenizer = Tokenizer.from_str(gzip.decompress(TOKENIZER_FILE.read_bytes()).decode())
         self._tokenizer.enable_truncation(MAX_TOKENS)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106 - not a secret
@@ -120,28 +153,14 @@ class OnnxMiniLmEmbedder(_InBatches):
         if not texts:
             return []
         np = self._np
-        try:
-            with self._lock:
-                encodings = self._tokenizer.encode_batch(texts)
-                ids = np.array([e.ids for e in encodings], dtype=np.int64)
-                mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-                (hidden,) = self._session.run(
-                    ["last_hidden_state"],
-                    {
-                        "input_ids": ids,
-                        "attention_mask": mask,
-                        "token_type_ids": np.zeros_like(ids),
-                    },
-                )
-        except Exception as exc:  # the runtime's own error types: translated once, here
-            raise EmbedderUnavailable("embedding failed") from exc
+        hidden, mask = self._encode(texts)
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return [tuple(float(x) for x in row) for row in pooled / norms]
 
 
-class OnnxSentenceEmbedder(_InBatches):
+class OnnxSentenceEmbedder(_OnnxEncoder):
     """The ``Embedder`` port for a model directory (see the module docstring); deterministic."""
 
     def __init__(self, model_dir: Path, *, sha256: str | None = None, threads: int = 1) -> None:
@@ -170,13 +189,9 @@ class OnnxSentenceEmbedder(_InBatches):
         )
         self.dimensions: Final = spec.dimensions
         self._spec = spec
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
         try:
             self._session = onnxruntime.InferenceSession(
-                data, options, providers=["CPUExecutionProvider"]
+                data, self._options(onnxruntime, threads), providers=["CPUExecutionProvider"]
             )
             self._tokenizer = Tokenizer.from_str(tokenizer_text.decode("utf-8"))
         except Exception as exc:  # the runtime's own error types, translated once
@@ -206,17 +221,7 @@ class OnnxSentenceEmbedder(_InBatches):
         if not texts:
             return []
         np = self._np
-        try:
-            with self._lock:
-                encodings = self._tokenizer.encode_batch(texts)
-                ids = np.array([e.ids for e in encodings], dtype=np.int64)
-                mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-                feeds = {"input_ids": ids, "attention_mask": mask}
-                if "token_type_ids" in self._inputs:
-                    feeds["token_type_ids"] = np.zeros_like(ids)
-                (hidden,) = self._session.run([self._output], feeds)
-        except Exception as exc:  # the runtime's own error types: translated once, here
-            raise EmbedderUnavailable("embedding failed") from exc
+        hidden, mask = self._encode(texts)
         if hidden.ndim != 3 or hidden.shape[2] != self.dimensions:
             raise EmbedderUnavailable(
                 f"the model's output {hidden.shape} is not (batch, tokens, {self.dimensions})"
