@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.hotpath.corpus import Corpus
-from bench.in_process import DEFAULT_LOCOMO, bench_context
+from bench.in_process import DEFAULT_LOCOMO, remember_all
 
 REPO = Path(__file__).resolve().parent.parent
 _SCOPED = re.compile(r"^(lex|vec)_[0-9a-f]{32}")
@@ -46,16 +46,7 @@ def seed(data: Path, corpus: Corpus, records: int) -> None:
     host = open_embedded(data)
     try:
         engine = host.engine
-        for memory in corpus.memories(0, records):
-            captured = engine.handle("capture", memory.capture_arguments("disk"), bench_context())
-            assert captured["ok"], captured
-            candidate_id = captured["output"]["value"]["candidate_id"]
-            admitted = engine.handle(
-                "request_admission",
-                memory.admission_arguments(candidate_id, "disk"),
-                bench_context(),
-            )
-            assert admitted["output"]["value"]["outcome"]["status"] == "accepted", admitted
+        remember_all(engine, corpus.memories(0, records), "disk")
         while engine.drain_outbox():
             pass
     finally:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,3 +29,20 @@ def bench_context() -> Any:
         purpose_ref=PURPOSE,
         audit_id=new_audit_id(),
     )
+
+
+def remember_all(engine: Any, memories: Iterable[Any], run_id: str) -> list[str]:
+    """Capture and admit each of ``memories`` (``bench.hotpath.corpus.Memory``) through
+    ``engine.handle``; the record ids, in order. Any refusal stops the bench."""
+    record_ids: list[str] = []
+    for memory in memories:
+        captured = engine.handle("capture", memory.capture_arguments(run_id), bench_context())
+        assert captured["ok"], captured
+        candidate_id = captured["output"]["value"]["candidate_id"]
+        admitted = engine.handle(
+            "request_admission", memory.admission_arguments(candidate_id, run_id), bench_context()
+        )
+        outcome = admitted["output"]["value"]["outcome"]
+        assert outcome["status"] == "accepted", outcome
+        record_ids.append(outcome["record_id"])
+    return record_ids

@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.hotpath.corpus import Corpus
 from bench.hotpath.stores import directory_bytes
-from bench.in_process import DEFAULT_LOCOMO, bench_context
+from bench.in_process import DEFAULT_LOCOMO, bench_context, remember_all
 from bench.locomo.runner import PURPOSE, percentile
 
 
@@ -47,21 +47,8 @@ def run(corpus: Corpus, records: int, searches: int) -> dict[str, Any]:
         host = open_embedded(data)
         try:
             engine = host.engine
-            record_ids: list[str] = []
             started, started_cpu = time.perf_counter(), time.process_time()
-            for memory in corpus.memories(0, records):
-                arguments = memory.capture_arguments("sealed")
-                captured = engine.handle("capture", arguments, bench_context())
-                assert captured["ok"], captured
-                candidate_id = captured["output"]["value"]["candidate_id"]
-                admitted = engine.handle(
-                    "request_admission",
-                    memory.admission_arguments(candidate_id, "sealed"),
-                    bench_context(),
-                )
-                outcome = admitted["output"]["value"]["outcome"]
-                assert outcome["status"] == "accepted", outcome
-                record_ids.append(outcome["record_id"])
+            record_ids = remember_all(engine, corpus.memories(0, records), "sealed")
             write_s = time.perf_counter() - started
             write_cpu_s = time.process_time() - started_cpu
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.hotpath.corpus import Corpus
-from bench.in_process import DEFAULT_LOCOMO, bench_context
+from bench.in_process import DEFAULT_LOCOMO, bench_context, remember_all
 from bench.locomo.runner import PURPOSE
 
 
@@ -188,21 +188,7 @@ def run(corpus: Corpus, records: int, searches: int, repeat: int) -> dict[str, A
         host = open_embedded(data)
         try:
             engine = host.engine
-            record_ids: list[str] = []
-            for memory in corpus.memories(0, records):
-                captured = engine.handle(
-                    "capture", memory.capture_arguments("wire"), bench_context()
-                )
-                assert captured["ok"], captured
-                candidate_id = captured["output"]["value"]["candidate_id"]
-                admitted = engine.handle(
-                    "request_admission",
-                    memory.admission_arguments(candidate_id, "wire"),
-                    bench_context(),
-                )
-                outcome = admitted["output"]["value"]["outcome"]
-                assert outcome["status"] == "accepted", outcome
-                record_ids.append(outcome["record_id"])
+            record_ids = remember_all(engine, corpus.memories(0, records), "wire")
             full_pages: list[dict[str, Any]] = []
             for index in range(searches):
                 query = {"query": corpus.query(index), "purpose_ref": PURPOSE, "limit": 10}
