@@ -40,7 +40,7 @@ _SCOPED = re.compile(r"^(lex|vec)_[0-9a-f]{32}")
 
 def seed(data: Path, corpus: Corpus, records: int) -> None:
     """``records`` memories captured and admitted through the engine, as a server leaves them."""
-    from engram_memory.bootstrap import init_data_dir, open_embedded
+    from engram_memory.embedded.composition import init_data_dir, open_embedded
 
     init_data_dir(data)
     host = open_embedded(data)

@@ -39,7 +39,7 @@ from bench.locomo.runner import PURPOSE, percentile
 
 def run(corpus: Corpus, records: int, searches: int) -> dict[str, Any]:
     import engram_memory
-    from engram_memory.bootstrap import init_data_dir, open_embedded
+    from engram_memory.embedded.composition import init_data_dir, open_embedded
 
     with tempfile.TemporaryDirectory(prefix="engram-sealed-bench-") as tmp:
         data = Path(tmp) / "data"

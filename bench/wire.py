@@ -178,7 +178,7 @@ def _json_bytes(value: Any) -> int:
 
 def run(corpus: Corpus, records: int, searches: int, repeat: int) -> dict[str, Any]:
     import engram_memory
-    from engram_memory.bootstrap import init_data_dir, open_embedded
+    from engram_memory.embedded.composition import init_data_dir, open_embedded
     from engram_memory.mcp_surface.catalog import TOOL_NAMES
 
     schemas = published_output_schemas()

@@ -76,7 +76,9 @@ APPROVAL_AUDIENCE: Final = "https://memory.example.com/approvals"
 PRINCIPAL: Final = "agent-alice"
 WORKSPACE: Final = "ws-research-0001"
 TOOLS: Final = ("search", "get", "capture", "request_admission", "withdraw", "forget")
-AUDIT_MESSAGE: Final = "audit"  # engram_memory.observability.AUDIT_MESSAGE (not importable here)
+AUDIT_MESSAGE: Final = (
+    "audit"  # engram_memory.cloud.observability.AUDIT_MESSAGE (not importable here)
+)
 # Errors that mean the code could not run as built (not a behaviour of the product).
 BROKEN_BUILD_ERRORS: Final = frozenset(
     {

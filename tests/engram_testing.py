@@ -22,6 +22,7 @@ from engram_memory.adapters.local.sqlite_store import (
 )
 from engram_memory.adapters.local.vault import LocalVault
 from engram_memory.contract.packing import unpack_all
+from engram_memory.embedded.in_process import call_in_process
 from engram_memory.engine import lexical
 from engram_memory.engine.context import TOOLS, RetentionPolicy, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationRequest
@@ -32,7 +33,6 @@ from engram_memory.engine.ports import (
     PolicyUnavailable,
 )
 from engram_memory.engine.service import Engine, EngineSettings, new_audit_id
-from engram_memory.in_process import call_in_process
 
 TENANT = "tenant-acme-0001"
 WORKSPACE = "ws-research-0001"

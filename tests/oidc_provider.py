@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from engram_memory.host.tokens import key_id, public_jwks
+from engram_memory.binding.tokens import key_id, public_jwks
 
 
 @dataclass

@@ -37,8 +37,8 @@ def measure(
 ) -> dict[str, Any]:
     """CPU (and wall) ms per search over ``queries`` LoCoMo questions on the store in ``data_dir``."""
     from bench.locomo.clients import EngineClient
-    from engram_memory.bootstrap import open_existing
     from engram_memory.contract.envelope import envelope_json
+    from engram_memory.embedded.composition import open_existing
 
     host = open_existing(data_dir)
     try:

@@ -90,9 +90,9 @@ def engram_cli() -> str:
 def mint_token(data_dir: Path, port: int | None = None) -> str:
     """A bearer token from the data directory's own issuer (as ``engram-memory token`` mints);
     with ``port``, for the resource the server serves on that port (its audience follows it)."""
+    from engram_memory.embedded.host_file import load_host_config
+    from engram_memory.embedded.issuer_keys import local_issuer
     from engram_memory.engine.context import TOOLS
-    from engram_memory.host.config import load_host_config
-    from engram_memory.host.tokens import local_issuer
 
     config = load_host_config(data_dir)
     if port is not None:

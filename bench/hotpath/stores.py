@@ -207,9 +207,10 @@ def _seed_engine(
     ``remember_vectors=False``: the hybrid engine embeds every record (the host's own embedder,
     as a served host does); the test that compares the two seedings uses it."""
     from bench.locomo.clients import EngineClient  # imports the engine: only when seeding
-    from engram_memory.bootstrap import prepare_data_dir
-    from engram_memory.host.config import HostConfig, host_config_path, save_host_config
-    from engram_memory.mcp_surface.embedded import open_server
+    from engram_memory.binding.host_config import HostConfig
+    from engram_memory.embedded.composition import prepare_data_dir
+    from engram_memory.embedded.host_file import host_config_path, save_host_config
+    from engram_memory.embedded.serve import open_server
 
     options: dict[str, Any] = {}
     if profile == HYBRID:

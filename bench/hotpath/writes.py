@@ -64,7 +64,7 @@ def child(data_dir: Path, locomo: Path, warmup: int, pairs: int, run: str) -> di
     from bench.hotpath.corpus import Corpus
     from bench.locomo.clients import EngineClient
     from bench.locomo.runner import value
-    from engram_memory.mcp_surface.embedded import open_server
+    from engram_memory.embedded.serve import open_server
 
     corpus = Corpus.load(locomo)
     server = open_server(data_dir)

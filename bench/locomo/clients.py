@@ -15,10 +15,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from engram_memory.bootstrap import open_embedded
+from engram_memory.binding.host_config import HostConfig
+from engram_memory.embedded.composition import open_embedded
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.service import Engine, new_audit_id
-from engram_memory.host.config import HostConfig
 
 from .runner import PRINCIPAL, PURPOSE, TENANT
 

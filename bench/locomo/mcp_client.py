@@ -23,9 +23,9 @@ import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from engram_memory.embedded.serve import open_server
 from engram_memory.engine.context import TOOLS
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from engram_memory.mcp_surface.embedded import open_server
 from engram_memory.mcp_surface.transports import MCP_PATH, http_app
 
 from .runner import PRINCIPAL, PURPOSE

@@ -30,7 +30,7 @@ Isolating a leak: ``--revision legacy|2026-07-28`` runs every client on one prot
 memory figures there at intervals (``--trace-every`` seconds; ``--trace-frames 0`` keeps only the
 cheap ones: RSS, malloc's bytes in use and free, SQLite's bytes, objects by type; above 0 it also
 takes tracemalloc snapshots, which slow the server a lot). ``python -m bench.soak.memory DIR``
-then prints what grew (``engram_memory.host.memory_trace`` describes the files).
+then prints what grew (``engram_memory.embedded.memory_trace`` describes the files).
 
 Every request goes to 127.0.0.1; the loops are bounded by the deadline.
 """

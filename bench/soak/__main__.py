@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from engram_memory.host.memory_trace import TRACE_DIR_ENV, TRACE_EVERY_ENV, TRACE_FRAMES_ENV
+from engram_memory.embedded.memory_trace import TRACE_DIR_ENV, TRACE_EVERY_ENV, TRACE_FRAMES_ENV
 
 from .flatness import PASS
 from .runner import MIX, READ_ONLY_FRACTION, REVISIONS, Traffic, run_soak, table

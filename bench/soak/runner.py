@@ -24,10 +24,10 @@ import mcp.types as types
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from engram_memory.bootstrap import DATABASE_FILE, init_data_dir
+from engram_memory.embedded.composition import DATABASE_FILE, init_data_dir
+from engram_memory.embedded.host_file import load_host_config
+from engram_memory.embedded.issuer_keys import local_issuer
 from engram_memory.engine.context import TOOLS
-from engram_memory.host.config import load_host_config
-from engram_memory.host.tokens import local_issuer
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
 from engram_memory.mcp_surface.transports import MCP_PATH, WELL_KNOWN
 
@@ -145,7 +145,14 @@ def running_server(
     port = _free_port()
     url = f"http://127.0.0.1:{port}{MCP_PATH}"
     init_data_dir(data_dir, resource=url)
-    command = [sys.executable, "-m", "engram_memory.cli", "serve", "--data-dir", str(data_dir)]
+    command = [
+        sys.executable,
+        "-m",
+        "engram_memory.embedded.cli",
+        "serve",
+        "--data-dir",
+        str(data_dir),
+    ]
     command += ["--host", "127.0.0.1", "--port", str(port)]
     with (log_dir / "server.out").open("wb") as out, (log_dir / "server.err").open("wb") as err:
         process = subprocess.Popen(  # noqa: S603 - this interpreter, fixed arguments

@@ -18,13 +18,13 @@ from bench.locomo.clients import EngineClient
 from bench.locomo.dataset import load
 from bench.locomo.runner import PURPOSE, value
 from engram_memory.adapters.local.embedder import semantic_extra_installed
-from engram_memory.backup import check_record_bodies
-from engram_memory.bootstrap import EmbeddedHost, open_existing
+from engram_memory.embedded.composition import EmbeddedHost, open_existing
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
 from engram_memory.engine.journal import verify_journal
-from engram_memory.engine.operations import status
 from engram_memory.engine.records import decode
+from engram_memory.operator_plane.backup_checks import check_record_bodies
+from engram_memory.operator_plane.usecases import status
 
 TURNS = 6
 MEMORIES = 15  # each turn two or three times: the repeats are what RepeatedTexts saves

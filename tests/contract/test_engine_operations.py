@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from engram_memory.contract.errors import EngramError
-from engram_memory.engine import operations
 from engram_memory.engine.context import Scope
-from engram_memory.engine.operations import adjudicate
 from engram_memory.engine.ports import ProjectionChange
+from engram_memory.operator_plane import usecases as operations
+from engram_memory.operator_plane.usecases import adjudicate
 
 from engram_testing import PURPOSE, TENANT, Harness, ScriptedPolicy, context
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from engram_memory.engine.operations import reindex
 from engram_memory.engine.ports import ProjectionChange
+from engram_memory.operator_plane.usecases import reindex
 
 from engram_testing import Harness, context
 

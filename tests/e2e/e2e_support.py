@@ -40,16 +40,12 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from engram_memory.binding.host_config import HostConfig
+from engram_memory.binding.tokens import TokenIssuer, key_id
+from engram_memory.embedded.issuer_keys import issuer_key_path, load_or_create_issuer_key
+from engram_memory.embedded.serve import EmbeddedServer, open_server
 from engram_memory.engine.context import TOOLS, Scope
-from engram_memory.host.config import HostConfig
-from engram_memory.host.tokens import (
-    TokenIssuer,
-    issuer_key_path,
-    key_id,
-    load_or_create_issuer_key,
-)
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from engram_memory.mcp_surface.embedded import EmbeddedServer, open_server
 from engram_memory.mcp_surface.transports import http_app
 
 from engram_testing import capture_args

@@ -19,7 +19,7 @@ from bs4 import BeautifulSoup, Tag
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from engram_memory.cli import main
+from engram_memory.embedded.cli import main
 
 from e2e_support import (
     FORGET,

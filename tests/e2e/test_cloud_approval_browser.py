@@ -36,7 +36,7 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
 from engram_memory.cloud.approval_page import ApprovalHandler, StoredMemories, https_fetch
-from engram_memory.host.oidc import IssuerKeys
+from engram_memory.cloud.oidc import IssuerKeys
 from scripts.cloud_run import self_signed
 
 from browser_support import (

@@ -1063,7 +1063,7 @@ def test_the_master_role_may_only_put_on_the_security_api() -> None:
 
 
 def test_the_security_configuration_maps_every_index_user_by_what_its_role_may_send() -> None:
-    from engram_memory.opensearch_security import REVISION
+    from engram_memory.cloud.opensearch_security import REVISION
 
     config = props("OpenSearchSecurityConfig")
     assert template()["Resources"]["OpenSearchSecurityConfig"]["Type"] == (

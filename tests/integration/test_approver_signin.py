@@ -12,7 +12,7 @@ import jwt
 import pytest
 from bs4 import BeautifulSoup, Tag
 
-from engram_memory.host.approver_signin import (
+from engram_memory.cloud.approver_signin import (
     SESSION_COOKIE,
     SIGNIN_COOKIE,
     KeySource,

@@ -22,7 +22,7 @@ from bs4 import BeautifulSoup, Tag
 
 from engram_memory.cloud.approval_page import ApprovalHandler, https_fetch
 from engram_memory.cloud.approvals import ParkedApproval
-from engram_memory.host.oidc import IssuerKeys
+from engram_memory.cloud.oidc import IssuerKeys
 from scripts.cloud_run import self_signed
 
 from oidc_provider import LocalOidcProvider, serve_provider

@@ -26,12 +26,12 @@ from aws_testing import REGION, MemoryLexicalIndex, moto_aws
 from test_tool_handlers import FakeLambdaContext
 
 from engram_memory.adapters.local.audit import MemoryAuditLog
-from engram_memory.cli import main
 from engram_memory.cloud import operator as cloud_operator
 from engram_memory.cloud.composition import build_engine
 from engram_memory.cloud.drainer import DrainerHandler
 from engram_memory.cloud.operator import REQUIRED_OUTPUTS, resolve_stack
 from engram_memory.cloud.settings import HostBinding
+from engram_memory.embedded.cli import main
 from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.service import Engine
 

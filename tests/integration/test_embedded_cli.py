@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_memory.cli import main
+from engram_memory.embedded.cli import main
 
 
 def _mode(path: Path) -> int:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from engram_memory.adapters.local import sqlite_store, vault
-from engram_memory.bootstrap import DATABASE_FILE
-from engram_memory.host.config import load_host_config
-from engram_memory.mcp_surface.embedded import open_server
+from engram_memory.embedded.composition import DATABASE_FILE
+from engram_memory.embedded.host_file import load_host_config
+from engram_memory.embedded.serve import open_server
 
 
 @pytest.fixture

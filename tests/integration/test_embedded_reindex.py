@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from engram_memory.bootstrap import open_embedded
-from engram_memory.cli import main
+from engram_memory.embedded.cli import main
+from engram_memory.embedded.composition import open_embedded
+from engram_memory.embedded.host_file import load_host_config
+from engram_memory.embedded.in_process import call_in_process
 from engram_memory.engine import lexical
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.ports import ProjectionChange
-from engram_memory.host.config import load_host_config
-from engram_memory.in_process import call_in_process
 
 from engram_testing import PURPOSE, HashingEmbedder, ScriptedConfirmations, capture_args, context
 

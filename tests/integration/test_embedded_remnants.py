@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engram_memory.bootstrap import EmbeddedHost, open_embedded
+from engram_memory.embedded.composition import EmbeddedHost, open_embedded
 from engram_memory.engine import lexical
 
 from engram_testing import FakeClock, capture_args, context, scanned_bytes

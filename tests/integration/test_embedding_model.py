@@ -26,9 +26,9 @@ from engram_memory.adapters.local.embedder import (
     OnnxSentenceEmbedder,
     semantic_extra_installed,
 )
-from engram_memory.bootstrap import open_embedded
+from engram_memory.embedded.composition import open_embedded
+from engram_memory.embedded.errors import HostConfigError
 from engram_memory.engine import semantic
-from engram_memory.host.config import HostConfigError
 
 from engram_testing import PURPOSE, capture_args, context
 
@@ -230,7 +230,7 @@ def _data(data_dir: Path, search: dict[str, Any]) -> Path:
 def test_a_model_change_re_embeds_the_stored_vectors_when_the_host_opens(
     tmp_path: Path,
 ) -> None:
-    from engram_memory.engine.operations import reindex
+    from engram_memory.operator_plane.usecases import reindex
 
     data = tmp_path / "data"
     for name, spec in (("mean", MEAN), ("cls", {**MEAN, "pooling": "cls"})):

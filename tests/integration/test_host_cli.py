@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
-from engram_memory.bootstrap import open_embedded
-from engram_memory.cli import main
+from engram_memory.binding.host_config import HostConfig
+from engram_memory.binding.tokens import context_from_claims
+from engram_memory.embedded.cli import main
+from engram_memory.embedded.composition import open_embedded
+from engram_memory.embedded.host_file import load_host_config
+from engram_memory.embedded.issuer_keys import local_verifier
 from engram_memory.engine.context import TOOLS, TrustedContext
 from engram_memory.engine.service import new_audit_id
-from engram_memory.host.config import HostConfig, load_host_config
-from engram_memory.host.tokens import context_from_claims, local_verifier
 
 from engram_testing import capture_args
 
@@ -322,7 +324,7 @@ def _held_candidate(data: Path, text: str, key: str) -> str:
 def test_an_operator_accepts_and_rejects_candidates_held_in_manual_mode(
     data: Path, capsys: Capture
 ) -> None:
-    pytest.importorskip("engram_memory.engine.operations")
+    pytest.importorskip("engram_memory.operator_plane.usecases")
     assert main(["admin", "policy", "set", "--data-dir", str(data), "--mode", "manual"]) == 0
     kept = _held_candidate(
         data, "Releases are cut from the main branch on Tuesdays.", "adjudicate-key-000001"

@@ -19,7 +19,7 @@ import anyio
 import pytest
 import uvicorn
 
-from engram_memory.mcp_surface.http_server import uvicorn_config
+from engram_memory.embedded.http_server import uvicorn_config
 
 DEADLINE_S = 30.0
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from engram_memory.bootstrap import open_embedded
+from engram_memory.embedded.composition import open_embedded
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import KeyDestroyed, SealedBlob
 
@@ -39,7 +39,7 @@ _CHILD = textwrap.dedent(
     from pathlib import Path
 
     from engram_memory.adapters.local import vault as vault_module
-    from engram_memory.bootstrap import open_embedded
+    from engram_memory.embedded.composition import open_embedded
     from engram_testing import capture_args, context
 
     data_dir, crash = Path(sys.argv[1]), sys.argv[2]

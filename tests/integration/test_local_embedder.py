@@ -17,9 +17,9 @@ from engram_memory.adapters.local.embedder import (
     MODEL_ID,
     semantic_extra_installed,
 )
-from engram_memory.bootstrap import open_embedded
+from engram_memory.embedded.composition import open_embedded
+from engram_memory.embedded.errors import HostConfigError
 from engram_memory.engine import semantic
-from engram_memory.host.config import HostConfigError
 
 from engram_testing import PURPOSE, capture_args, context
 

@@ -21,10 +21,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_tool_handlers import Cloud, FakeLambdaContext, capture_event, cloud, event, load_app
 
 from engram_memory.adapters.local.clock import SystemClock
+from engram_memory.binding.tokens import TokenIssuer
 from engram_memory.cloud.mcp_adapter import LambdaAdapter, build_adapter, execute_api_host
 from engram_memory.engine.context import TOOLS
-from engram_memory.engine.operations import revoke_credentials
-from engram_memory.host.tokens import TokenIssuer
+from engram_memory.operator_plane.usecases import revoke_credentials
 
 __all__ = ["cloud"]  # the fixture, re-used
 

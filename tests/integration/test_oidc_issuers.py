@@ -28,8 +28,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from engram_memory.host.oidc import IssuerKeys, IssuerKeysUnavailable, oidc_verifier
-from engram_memory.host.tokens import InvalidToken, TokenVerifier
+from engram_memory.binding.tokens import InvalidToken, TokenVerifier
+from engram_memory.cloud.oidc import IssuerKeys, IssuerKeysUnavailable, oidc_verifier
 from scripts.cloud_run import self_signed
 
 AUDIENCE: Final = "https://memory.example.com/mcp"

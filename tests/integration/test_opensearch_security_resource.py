@@ -26,8 +26,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from engram_memory import opensearch_security
-from engram_memory.opensearch_security import (
+from engram_memory.cloud import opensearch_security
+from engram_memory.cloud.opensearch_security import (
     AUDIT_CONFIG,
     READER_ROLE,
     WRITER_ROLE,

@@ -15,13 +15,14 @@ from typing import Any
 import jwt
 import pytest
 
-from engram_memory.bootstrap import open_embedded
-from engram_memory.cli import main
+from engram_memory.binding.tokens import context_from_claims
+from engram_memory.embedded.cli import main
+from engram_memory.embedded.composition import open_embedded
+from engram_memory.embedded.errors import DataDirectoryRefused
+from engram_memory.embedded.host_file import load_host_config
+from engram_memory.embedded.issuer_keys import local_verifier
+from engram_memory.embedded.serve import describe_lifetime, open_server, print_banner
 from engram_memory.engine.context import TrustedContext, new_audit_id
-from engram_memory.host.config import load_host_config
-from engram_memory.host.errors import DataDirectoryRefused
-from engram_memory.host.tokens import context_from_claims, local_verifier
-from engram_memory.mcp_surface.embedded import describe_lifetime, open_server, print_banner
 
 from engram_testing import capture_args, scanned_bytes
 
@@ -590,7 +591,7 @@ def test_a_rotation_stopped_half_way_is_finished_on_the_next_open(
     def crash(_staged: Path, _master: Path) -> None:
         raise OSError(5, "simulated crash before the new master key is in place")
 
-    monkeypatch.setattr("engram_memory.rotation._install", crash)
+    monkeypatch.setattr("engram_memory.embedded.rotation._install", crash)
     assert main(["admin", "keys", "rotate", "--data-dir", str(data)]) == 1
     capsys.readouterr()
     assert (data / "keys" / "master.key.next").exists()

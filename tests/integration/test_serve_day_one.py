@@ -270,7 +270,7 @@ def _loaded_after(code: str) -> set[str]:
 
 def test_help_loads_neither_the_engine_nor_the_mcp_sdk() -> None:
     loaded = _loaded_after(
-        "from engram_memory.cli import main\n"
+        "from engram_memory.embedded.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass"
     )
     assert not set(HEAVY) & loaded
@@ -283,7 +283,7 @@ def test_a_stdio_server_starts_without_the_engine(tmp_path: Path) -> None:
     bearer = token(data)
     loaded = _loaded_after(
         "from pathlib import Path\n"
-        "from engram_memory.mcp_surface.embedded import open_server, stdio_binding\n"
+        "from engram_memory.embedded.serve import open_server, stdio_binding\n"
         f"server = open_server(Path({str(data)!r}), stdio_token={bearer!r})\n"
         "assert stdio_binding(server.surface.runtime).purpose_ref == 'general'\n"
         "assert not server.engine.opened\n"
@@ -308,7 +308,7 @@ def test_the_inspector_shown_by_the_banner_and_the_readme_is_pinned_to_one_that_
     import io
     import re
 
-    from engram_memory.mcp_surface.embedded import INSPECTOR, print_banner
+    from engram_memory.embedded.serve import INSPECTOR, print_banner
 
     pinned = re.fullmatch(r"npx (@modelcontextprotocol/inspector@(\d+\.\d+\.\d+))", INSPECTOR)
     assert pinned is not None and _version(pinned[2]) >= INSPECTOR_WITH_HEADERS

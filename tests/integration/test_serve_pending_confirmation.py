@@ -283,7 +283,7 @@ async def test_the_http_apps_lifespan_wakes_the_waiting_calls_when_it_ends(
 ) -> None:
     """Any ASGI server (not only ``serve``'s, which wakes them as its shutdown begins): the app's
     lifespan wakes the waits before the SDK's session manager waits for its sessions."""
-    from engram_memory.mcp_surface.embedded import open_server
+    from engram_memory.embedded.serve import open_server
     from engram_memory.mcp_surface.transports import http_app
 
     server = open_server(tmp_path / "data")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_memory.host.allocator import SERVER_MALLOC_ARENAS
+from engram_memory.embedded.allocator import SERVER_MALLOC_ARENAS
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
@@ -30,7 +30,7 @@ import ctypes, re, socket, sys, tempfile, threading
 from pathlib import Path
 
 if sys.argv[1] == "serve":
-    from engram_memory.mcp_surface.embedded import ServeError, serve
+    from engram_memory.embedded.serve import ServeError, serve
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from engram_memory.adapters.local import sqlite_store
-from engram_memory.bootstrap import open_embedded
-from engram_memory.cli import main
 from engram_memory.contract.packing import is_packed
+from engram_memory.embedded.cli import main
+from engram_memory.embedded.composition import open_embedded
 from engram_memory.engine.context import TrustedContext, new_audit_id
 from engram_memory.engine.journal import verify_journal
 from engram_memory.engine.ports import StoreUnavailable

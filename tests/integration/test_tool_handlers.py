@@ -37,6 +37,7 @@ from aws_testing import (
 from pydantic import ValidationError
 
 from engram_memory.cloud.composition import build_engine, build_execution_gate
+from engram_memory.cloud.observability import AUDIT_MESSAGE, get_logger
 from engram_memory.cloud.settings import ConfigurationError, HostBinding
 from engram_memory.cloud.wire import (
     ConfirmableTool,
@@ -50,7 +51,6 @@ from engram_memory.contract.outputs import OUTPUT_MODELS
 from engram_memory.engine.context import CONFIRMABLE, TOOLS, RetentionPolicy
 from engram_memory.engine.gate import Approval
 from engram_memory.engine.service import Engine, new_audit_id
-from engram_memory.observability import AUDIT_MESSAGE, get_logger
 
 from engram_testing import FakeClock, context, sha
 

@@ -23,7 +23,7 @@ FORBIDDEN = (
     "engram_memory.mcp_surface",
     "engram_memory.host",
     "engram_memory.policy",
-    "engram_memory.bootstrap",
+    "engram_memory.embedded.composition",
 )
 
 
@@ -65,9 +65,9 @@ def test_the_inner_layers_import_no_adapter_or_vendor_module(module: str) -> Non
 # embedded root, the cloud package) or the MCP surface that sits on top of the engine.
 ADAPTER_FORBIDDEN = (
     "engram_memory.cloud",
-    "engram_memory.bootstrap",
-    "engram_memory.cli",
-    "engram_memory.in_process",
+    "engram_memory.embedded.composition",
+    "engram_memory.embedded.cli",
+    "engram_memory.embedded.in_process",
     "engram_memory.mcp_surface",
 )
 FUNCTIONS = PACKAGE.parents[2] / "functions"

@@ -10,17 +10,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from engram_memory.binding.host_config import AdmissionConfig, HostConfig, RetentionConfig
+from engram_memory.embedded.errors import HostConfigError
+from engram_memory.embedded.host_file import host_config_path, load_host_config, save_host_config
 from engram_memory.engine.context import RetentionPolicy, Scope
 from engram_memory.engine.ports import AdmissionRequest
-from engram_memory.host.config import (
-    AdmissionConfig,
-    HostConfig,
-    HostConfigError,
-    RetentionConfig,
-    host_config_path,
-    load_host_config,
-    save_host_config,
-)
 
 
 def _mode(path: Path) -> int:

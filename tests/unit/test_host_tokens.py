@@ -17,22 +17,24 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from engram_memory.contract.errors import TRUSTED_CONTEXT_UNAVAILABLE, TrustedContextUnavailable
-from engram_memory.engine.context import TOOLS, RetentionPolicy
-from engram_memory.host.config import HostConfig, RetentionConfig
-from engram_memory.host.tokens import (
+from engram_memory.binding.host_config import HostConfig, RetentionConfig
+from engram_memory.binding.tokens import (
     InvalidToken,
     TokenIssuer,
     TokenVerifier,
     VerifiedClaims,
     context_from_claims,
-    issuer_key_path,
     key_id,
+    public_jwks,
+)
+from engram_memory.contract.errors import TRUSTED_CONTEXT_UNAVAILABLE, TrustedContextUnavailable
+from engram_memory.embedded.issuer_keys import (
+    issuer_key_path,
     load_or_create_issuer_key,
     local_issuer,
     local_verifier,
-    public_jwks,
 )
+from engram_memory.engine.context import TOOLS, RetentionPolicy
 
 RESOURCE = "http://127.0.0.1:8765/mcp"
 ISSUER = "engram-memory-local"

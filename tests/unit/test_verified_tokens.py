@@ -11,11 +11,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mcp import Client
 
-from engram_memory.cli import main
-from engram_memory.host.tokens import LEEWAY_S, InvalidToken, TokenIssuer, TokenVerifier
-from engram_memory.host.verified_tokens import VerifiedTokenCache, cached
+from engram_memory.binding.tokens import LEEWAY_S, InvalidToken, TokenIssuer, TokenVerifier
+from engram_memory.binding.verified_tokens import VerifiedTokenCache, cached
+from engram_memory.embedded.cli import main
+from engram_memory.embedded.serve import default_token, open_server
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from engram_memory.mcp_surface.embedded import default_token, open_server
 
 RESOURCE = "http://127.0.0.1:8765/mcp"
 ISSUER = "engram-memory-local"

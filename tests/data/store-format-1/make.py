@@ -14,8 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
-from engram_memory.bootstrap import init_data_dir, open_embedded
-from engram_memory.cli import main as cli_main
+from engram_memory.embedded.cli import main as cli_main
+from engram_memory.embedded.composition import init_data_dir, open_embedded
 from engram_memory.engine.context import TrustedContext, new_audit_id
 
 from engram_testing import PURPOSE, capture_args

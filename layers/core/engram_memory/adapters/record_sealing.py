@@ -21,13 +21,13 @@ from typing import Final
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..engine.context import Scope
-from ..engine.ports import SealIntegrityError
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import SEALED_BODY_FORMAT, SealIntegrityError, is_sealed_body
 
 KEY_BYTES: Final = 32
 _NONCE_BYTES: Final = 12
 # The first bytes of every sealed body, so a body sealed in another format is recognised.
-BODY_FORMAT: Final = b"erb1"
+BODY_FORMAT: Final = SEALED_BODY_FORMAT
 _BODY_AAD: Final = b"engram-memory/record-body/v1\x00"
 _RECORD_KEY_AAD: Final = b"engram-memory/record-key/v1\x00"
 _SCOPE_KEY_AAD: Final = b"engram-memory/scope-key/v1\x00"
@@ -49,10 +49,6 @@ def _open(key: AESGCM, sealed: bytes, aad: bytes, what: str) -> bytes:
         return key.decrypt(sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:], aad)
     except (InvalidTag, ValueError) as exc:
         raise SealIntegrityError(f"{what} failed authentication") from exc
-
-
-def is_sealed_body(body: bytes) -> bool:
-    return body.startswith(BODY_FORMAT)
 
 
 def seal_body(record_key: bytes, scope: Scope, record_id: str, plaintext: bytes) -> bytes:

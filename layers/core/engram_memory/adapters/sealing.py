@@ -27,8 +27,8 @@ from aws_encryption_sdk.internal.crypto.wrapping_keys import WrappingKey
 from aws_encryption_sdk.key_providers.base import MasterKeyProvider
 from aws_encryption_sdk.key_providers.raw import RawMasterKey
 
-from ..engine.context import Scope
-from ..engine.ports import SealIntegrityError
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import SealIntegrityError
 
 KEY_NAMESPACE: Final = "engram-memory/candidate"
 """Raw AES keyring namespace of every candidate data key (the key name is the ``key_ref``)."""

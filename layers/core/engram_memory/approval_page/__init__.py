@@ -5,7 +5,7 @@ embedded server and the cloud approval function put their own storage and sign-i
 
 from __future__ import annotations
 
-from .handler import (
+from engram_memory.approval_page.handler import (
     ApprovalDesk,
     DeskAnswer,
     PageRequest,
@@ -13,14 +13,14 @@ from .handler import (
     csrf_token,
     handle_page,
 )
-from .render import (
+from engram_memory.approval_page.render import (
     PAGE_HEADERS,
     render_answered,
     render_approval,
     render_error,
     render_signed_in,
 )
-from .view import (
+from engram_memory.approval_page.view import (
     ApprovalView,
     Citation,
     Component,

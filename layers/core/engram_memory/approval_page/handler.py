@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .render import (
+from engram_memory.approval_page.render import (
     CSRF_FIELD,
     DECISION_FIELD,
     PAGE_HEADERS,
@@ -22,7 +22,7 @@ from .render import (
     render_approval,
     render_error,
 )
-from .view import ApprovalView, Decision, PageError
+from engram_memory.approval_page.view import ApprovalView, Decision, PageError
 
 
 class ApprovalDesk(Protocol):

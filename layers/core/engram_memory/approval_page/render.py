@@ -8,7 +8,7 @@ import hashlib
 from html import escape
 from typing import Final
 
-from .view import ApprovalView, Decision, Memory, PageError, iso_time
+from engram_memory.approval_page.view import ApprovalView, Decision, Memory, PageError, iso_time
 
 STYLE: Final = (
     "*{box-sizing:border-box}"

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from ..approval_page import (
+from engram_memory.approval_page import (
     PAGE_HEADERS,
     ApprovalView,
     Decision,
@@ -58,11 +58,13 @@ from ..approval_page import (
     render_error,
     render_signed_in,
 )
-from ..engine.context import Scope
-from ..engine.gate import APPROVAL_TTL_MS
-from ..engine.kernel import checked_record
-from ..engine.ports import RecordKeys, StoreUnavailable, VaultUnavailable
-from ..host.approver_signin import (
+from engram_memory.cloud.approvals import (
+    APPROVAL_ID_PATTERN,
+    ENDED_WAIT_ERRORS,
+    ApprovalStore,
+    ParkedApproval,
+)
+from engram_memory.cloud.approver_signin import (
     SESSION_COOKIE,
     SIGNIN_COOKIE,
     Fetch,
@@ -72,15 +74,18 @@ from ..host.approver_signin import (
     SignInFailed,
     cookie_value,
 )
-from ..host.oidc import IssuerKeys, IssuerKeysUnavailable
-from ..observability import instrumented
-from .approvals import APPROVAL_ID_PATTERN, ENDED_WAIT_ERRORS, ApprovalStore, ParkedApproval
-from .settings import (
+from engram_memory.cloud.observability import instrumented
+from engram_memory.cloud.oidc import IssuerKeys, IssuerKeysUnavailable
+from engram_memory.cloud.settings import (
     MIN_SESSION_KEY_BYTES,
     ApprovalSettings,
     client_config,
     read_secret_bytes,
 )
+from engram_memory.engine.context import Scope
+from engram_memory.engine.gate import APPROVAL_TTL_MS
+from engram_memory.engine.kernel import checked_record
+from engram_memory.engine.ports import RecordKeys, StoreUnavailable, VaultUnavailable
 
 APPROVALS_PATH: Final = "/approvals"
 CALLBACK_PATH: Final = "/approvals/callback"
@@ -360,8 +365,8 @@ class ApprovalHandler:
         if self.sfn is None:
             self.sfn = client("stepfunctions")
         if self.memories is None:
-            from ..adapters.aws.dynamo_store import DynamoStore
-            from ..adapters.aws.kms_record_keys import KmsRecordKeys
+            from engram_memory.adapters.aws.dynamo_store import DynamoStore
+            from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 
             dynamodb = client("dynamodb")
             self.memories = StoredMemories(

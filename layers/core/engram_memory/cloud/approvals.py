@@ -31,11 +31,9 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from ..engine.gate import APPROVAL_TTL_MS, Approval
-from ..engine.ports import (
-    StoreUnavailable,
-)
-from .wire import ToolInvocation
+from engram_memory.cloud.wire import ToolInvocation
+from engram_memory.engine.gate import APPROVAL_TTL_MS, Approval
+from engram_memory.engine.ports import StoreUnavailable
 
 __all__ = [
     "APPROVAL_TOKEN_TTL_S",

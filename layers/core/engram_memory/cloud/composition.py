@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from ..engine.ports import (
+from engram_memory.engine.ports import (
     AuditSink,
     Clock,
     Embedder,
@@ -23,7 +23,7 @@ from ..engine.ports import (
     Vault,
     VectorIndex,
 )
-from ..engine.service import Engine, EngineSettings
+from engram_memory.engine.service import Engine, EngineSettings
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from mypy_boto3_kms.client import KMSClient
     from mypy_boto3_s3.client import S3Client
 
-    from ..engine.ports import AdmissionPolicy
-    from .execution_gate import ExecutionGate
+    from engram_memory.cloud.execution_gate import ExecutionGate
+    from engram_memory.engine.ports import AdmissionPolicy
 
-from .settings import (
+from engram_memory.cloud.settings import (
     ConfigurationError,
     EngineEnvironment,
     GateSettings,
@@ -113,7 +113,7 @@ def build_engine(
         dynamodb_client = client("dynamodb")
 
     if store is None:
-        from ..adapters.aws.dynamo_store import DynamoStore
+        from engram_memory.adapters.aws.dynamo_store import DynamoStore
 
         store = DynamoStore(
             table_name=env.table,
@@ -123,7 +123,7 @@ def build_engine(
             session=session_of_env(),
         )
     if vault is None:
-        from ..adapters.aws.kms_vault import KmsVault
+        from engram_memory.adapters.aws.kms_vault import KmsVault
 
         try:
             vault = KmsVault(
@@ -136,7 +136,7 @@ def build_engine(
         except ValueError as exc:
             raise ConfigurationError("ENGRAM_DATA_KEY_ARN must be a KMS key ARN") from exc
     if record_keys is None:
-        from ..adapters.aws.kms_record_keys import KmsRecordKeys
+        from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 
         record_keys = KmsRecordKeys(
             kms_key_id=env.data_key_arn,
@@ -146,7 +146,7 @@ def build_engine(
             session=session_of_env(),
         )
     if lexical_index is None:
-        from ..adapters.aws.opensearch_index import OpenSearchLexicalIndex
+        from engram_memory.adapters.aws.opensearch_index import OpenSearchLexicalIndex
 
         index_name = env.opensearch_index
         try:
@@ -168,18 +168,18 @@ def build_engine(
                 "ENGRAM_OPENSEARCH_INDEX a lowercase index name"
             ) from exc
     if admission_policy is None:
-        from ..policy.builtin import BuiltinAdmissionPolicy
+        from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
         admission_policy = BuiltinAdmissionPolicy(env.admission_mode)
     if secrets_client is None:
         secrets_client = client("secretsmanager")
     cursor_key = read_cursor_key(secrets_client, env.cursor_secret_arn)
     if clock is None:
-        from ..adapters.local.clock import SystemClock
+        from engram_memory.adapters.local.clock import SystemClock
 
         clock = SystemClock()
     if audit is None:
-        from ..observability import PowertoolsAuditSink
+        from engram_memory.cloud.observability import PowertoolsAuditSink
 
         audit = PowertoolsAuditSink()
     if embedder is None and env.semantic == "local":
@@ -214,8 +214,8 @@ def build_execution_gate(
     ``ENGRAM_WITHDRAW_STATE_MACHINE_ARN`` / ``ENGRAM_FORGET_STATE_MACHINE_ARN``, the function's
     own machine; ``ENGRAM_TABLE``, parked approvals; ``ENGRAM_APPROVAL_BASE_URL``, the approval
     page's https origin), gate out; clients in ``AWS_REGION``."""
-    from .approvals import ApprovalStore
-    from .execution_gate import ExecutionGate
+    from engram_memory.cloud.approvals import ApprovalStore
+    from engram_memory.cloud.execution_gate import ExecutionGate
 
     gate = settings if isinstance(settings, GateSettings) else gate_settings(tool, settings)
     session = gate.session()
@@ -231,8 +231,8 @@ def build_execution_gate(
 def _configured_embedder(env: EngineEnvironment) -> Embedder:
     """The shipped MiniLM, or the model in ``ENGRAM_EMBEDDING_MODEL_DIR`` pinned by its sha256
     (the OpenSearch mapping's ``knn_vector`` has a fixed width, so the model must match it)."""
-    from ..adapters.aws.opensearch_index import EMBEDDING_DIMENSIONS
-    from ..adapters.local.embedder import (
+    from engram_memory.adapters.aws.opensearch_index import EMBEDDING_DIMENSIONS
+    from engram_memory.adapters.local.embedder import (
         EmbeddingModelError,
         OnnxSentenceEmbedder,
         SemanticExtraMissing,

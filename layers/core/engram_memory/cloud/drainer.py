@@ -26,12 +26,12 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from ..engine.context import Scope
-from ..engine.operations import reindex
-from ..engine.service import Engine
-from ..observability import get_logger, record_outbox_state
-from .settings import LAMBDA_DEADLINE_MARGIN_MS, DrainerSettings
-from .tool_handler import EngineHandler
+from engram_memory.cloud.observability import get_logger, record_outbox_state
+from engram_memory.cloud.settings import LAMBDA_DEADLINE_MARGIN_MS, DrainerSettings
+from engram_memory.cloud.tool_handler import EngineHandler
+from engram_memory.engine.context import Scope
+from engram_memory.engine.service import Engine
+from engram_memory.operator_plane.usecases import reindex
 
 DRAIN_PAGE: Final = 100
 # Without a Lambda context (tests, a local call), one run drains for at most this long.

@@ -28,10 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from ..contract.errors import ErrorCode
-from ..engine.gate import ConfirmationRequest
-from ..engine.ports import StoreUnavailable
-from .approvals import (
+from engram_memory.cloud.approvals import (
     ENDED_WAIT_ERRORS,
     ApprovalStore,
     ParkedApproval,
@@ -39,11 +36,14 @@ from .approvals import (
     execution_name,
     start_confirmed_execution,
 )
+from engram_memory.contract.errors import ErrorCode
+from engram_memory.engine.gate import ConfirmationRequest
+from engram_memory.engine.ports import StoreUnavailable
 
 if TYPE_CHECKING:
-    from ..engine.context import TrustedContext
-    from ..engine.service import Engine
-    from .wire import ToolInvocation
+    from engram_memory.cloud.wire import ToolInvocation
+    from engram_memory.engine.context import TrustedContext
+    from engram_memory.engine.service import Engine
 
 __all__ = ["ExecutionGate", "ledger_key"]
 
@@ -94,7 +94,7 @@ class ExecutionGate:
         request: ConfirmationRequest,
     ) -> dict[str, Any]:
         """The function's answer: an envelope, or ``confirmation_required`` with the page URL."""
-        from .wire import confirmation_required
+        from engram_memory.cloud.wire import confirmation_required
 
         key = self._key(invocation, ctx)
         name = execution_name(invocation.tool, key)

@@ -40,30 +40,30 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import ValidationError
 
-from ..contract.envelope import failure
-from ..contract.errors import (
-    ErrorCode,
-    ProtocolRefusal,
-    TrustedContextUnavailable,
-    UnknownTool,
-)
-from ..engine.context import TOOLS, TrustedContext
-from ..engine.gate import Approval, ConfirmationNeeded
-from ..engine.ports import AuditEvent, AuditSink, Clock
-from ..host.config import HostConfig, RetentionConfig
-from ..host.oidc import IssuerKeysUnavailable, oidc_verifier
-from ..host.tokens import TokenVerifier
-from ..mcp_surface.request_state import RequestStateSealer
-from ..mcp_surface.server import EngramMcp, SurfaceRuntime
-from ..mcp_surface.transports import McpGate, streamable_app
-from ..observability import instrumented
-from .settings import (
+from engram_memory.binding.host_config import HostConfig, RetentionConfig
+from engram_memory.binding.tokens import TokenVerifier
+from engram_memory.cloud.observability import instrumented
+from engram_memory.cloud.oidc import IssuerKeysUnavailable, oidc_verifier
+from engram_memory.cloud.settings import (
     AdapterSettings,
     ConfigurationError,
     client_config,
     read_secret_bytes,
 )
-from .wire import ToolInvocation, request_of
+from engram_memory.cloud.wire import ToolInvocation, request_of
+from engram_memory.contract.envelope import failure
+from engram_memory.contract.errors import (
+    ErrorCode,
+    ProtocolRefusal,
+    TrustedContextUnavailable,
+    UnknownTool,
+)
+from engram_memory.engine.context import TOOLS, TrustedContext
+from engram_memory.engine.gate import Approval, ConfirmationNeeded
+from engram_memory.engine.ports import AuditEvent, AuditSink, Clock
+from engram_memory.mcp_surface.request_state import RequestStateSealer
+from engram_memory.mcp_surface.server import EngramMcp, SurfaceRuntime
+from engram_memory.mcp_surface.transports import McpGate, streamable_app
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -356,11 +356,11 @@ def build_adapter(
         secrets_client = session_of_env().client("secretsmanager", config=client_config())
     sealer = RequestStateSealer(request_state_key(secrets_client, secret_arn))
     if clock is None:
-        from ..adapters.local.clock import SystemClock
+        from engram_memory.adapters.local.clock import SystemClock
 
         clock = SystemClock()
     if audit is None:
-        from ..observability import PowertoolsAuditSink
+        from engram_memory.cloud.observability import PowertoolsAuditSink
 
         audit = PowertoolsAuditSink()
 

@@ -36,12 +36,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from ..contract.errors import EngramError, ErrorCode
-from ..engine.context import Scope
-from ..engine.ports import AuditEvent, IndexHit, IndexUnavailable, ProjectionChange
-from ..engine.service import Engine
-from .composition import build_engine
-from .settings import ConfigurationError, client_config
+from engram_memory.cloud.composition import build_engine
+from engram_memory.cloud.settings import ConfigurationError, client_config
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import AuditEvent, IndexHit, IndexUnavailable, ProjectionChange
+from engram_memory.engine.service import Engine
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -347,7 +347,7 @@ def open_stack(
 def reindex_stack(op: OperatorSession, workspace_id: str) -> dict[str, Any]:
     """Rebuild a workspace's OpenSearch documents: the drainer's reindex (``ReindexRequest``),
     run by the function whose role OpenSearch maps. Audited as ``admin.reindex``."""
-    from ..engine.operations import audited
+    from engram_memory.operator_plane.usecases import audited
 
     def run(call: Any) -> dict[str, Any]:
         answer = op.invoke_drainer({"operation": "reindex", "workspace_id": workspace_id})
@@ -371,8 +371,8 @@ def rotate_stack_keys(op: OperatorSession) -> dict[str, Any]:
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from ..backup import OperationRefused
-    from ..engine.operations import audited
+    from engram_memory.operator_plane.backup_checks import OperationRefused
+    from engram_memory.operator_plane.usecases import audited
 
     key = op.resources.data_key_arn
 

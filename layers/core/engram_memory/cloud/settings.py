@@ -37,8 +37,8 @@ from pydantic import (
     ValidationError,
 )
 
-from ..adapters.aws.client_config import client_config
-from ..engine.context import RetentionPolicy
+from engram_memory.adapters.aws.client_config import client_config
+from engram_memory.engine.context import RetentionPolicy
 
 if TYPE_CHECKING:
     from boto3.session import Session

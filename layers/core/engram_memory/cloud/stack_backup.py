@@ -39,13 +39,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..backup import OperationRefused, check_record_bodies
-from ..contract.errors import EngramError, ErrorCode
-from ..engine.context import Scope
-from ..engine.journal import EMPTY_HEAD, verify_journal
-from ..engine.operations import audited
-from ..engine.ports import JournalEvent, JournalHead, RecordKeys
-from .operator import OperatorSession
+from engram_memory.cloud.operator import OperatorSession
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.engine.context import Scope
+from engram_memory.engine.journal import EMPTY_HEAD, verify_journal
+from engram_memory.engine.ports import JournalEvent, JournalHead, RecordKeys
+from engram_memory.operator_plane.backup_checks import OperationRefused, check_record_bodies
+from engram_memory.operator_plane.usecases import audited
 
 __all__ = ["OperationRefused", "backup_stack", "restore_stack"]
 

@@ -8,31 +8,31 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..contract.errors import ProtocolRefusal, TrustedContextUnavailable, UnknownTool
-from ..engine.context import (
-    TOOLS,
-    TrustedContext,
+from engram_memory.cloud.observability import (
+    count_admission_outcome,
+    get_logger,
+    get_tracer,
+    instrumented,
 )
-from ..engine.gate import ConfirmationNeeded
-from ..engine.ports import (
-    Clock,
-)
-from ..engine.service import Engine, new_audit_id
-from ..observability import count_admission_outcome, get_logger, get_tracer, instrumented
+from engram_memory.contract.errors import ProtocolRefusal, TrustedContextUnavailable, UnknownTool
+from engram_memory.engine.context import TOOLS, TrustedContext
+from engram_memory.engine.gate import ConfirmationNeeded
+from engram_memory.engine.ports import Clock
+from engram_memory.engine.service import Engine, new_audit_id
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Tracer
 
-    from .execution_gate import ExecutionGate
+    from engram_memory.cloud.execution_gate import ExecutionGate
 
-from .composition import GATED_TOOLS, build_engine, build_execution_gate
-from .settings import (
+from engram_memory.cloud.composition import GATED_TOOLS, build_engine, build_execution_gate
+from engram_memory.cloud.settings import (
     LAMBDA_DEADLINE_MARGIN_MS,
     EngineEnvironment,
     HostBinding,
     ToolFunctionSettings,
 )
-from .wire import confirmation_required, parse_invocation, protocol_error
+from engram_memory.cloud.wire import confirmation_required, parse_invocation, protocol_error
 
 
 class EngineHandler:

@@ -41,16 +41,16 @@ from pydantic import (
     field_validator,
 )
 
-from ..contract.errors import ProtocolRefusal, TrustedContextUnavailable
-from ..engine.context import (
+from engram_memory.cloud.settings import HostBinding, ToolName
+from engram_memory.contract.errors import ProtocolRefusal, TrustedContextUnavailable
+from engram_memory.engine.context import (
     CONFIRMABLE,
     HostFactDigests,
     RetentionPolicy,
     Scope,
     TrustedContext,
 )
-from ..engine.gate import Approval, ConfirmationRequest
-from .settings import HostBinding, ToolName
+from engram_memory.engine.gate import Approval, ConfirmationRequest
 
 AUDIT_ID_PATTERN: Final = r"^aud_[0-9a-f]{32}$"  # what ``engine.service.new_audit_id`` mints
 _MAX_ID_CHARS: Final = 1_024

@@ -15,32 +15,32 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..contract.errors import ErrorCode
-from ..engine.context import Scope
-from ..engine.gate import Approval, ConfirmationNeeded
-from ..engine.ports import (
-    CommitOutcomeUnknown,
-    IndexUnavailable,
-    StoreUnavailable,
-    VaultUnavailable,
-)
-from ..engine.service import Engine
-from ..observability import get_logger, record_projection_lag
-from .approvals import (
+from engram_memory.cloud.approvals import (
     ApprovalStore,
     ApprovalWindowExpired,
     GateFailed,
     WorkflowRequest,
 )
-from .composition import build_engine
-from .settings import (
+from engram_memory.cloud.composition import build_engine
+from engram_memory.cloud.observability import get_logger, record_projection_lag
+from engram_memory.cloud.settings import (
     LAMBDA_DEADLINE_MARGIN_MS,
     EngineEnvironment,
     HostBinding,
     WorkflowSettings,
     client_config,
 )
-from .tool_handler import EngineHandler
+from engram_memory.cloud.tool_handler import EngineHandler
+from engram_memory.contract.errors import ErrorCode
+from engram_memory.engine.context import Scope
+from engram_memory.engine.gate import Approval, ConfirmationNeeded
+from engram_memory.engine.ports import (
+    CommitOutcomeUnknown,
+    IndexUnavailable,
+    StoreUnavailable,
+    VaultUnavailable,
+)
+from engram_memory.engine.service import Engine
 
 _TRANSIENT = {
     ErrorCode.STORE_UNAVAILABLE.value: StoreUnavailable,

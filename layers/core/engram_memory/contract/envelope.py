@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
-from .canonical import canonical_bytes
-from .errors import MESSAGES, RETRIABLE, ErrorCode
+from engram_memory.contract.canonical import canonical_bytes
+from engram_memory.contract.errors import MESSAGES, RETRIABLE, ErrorCode
 
 REDACTION_CLASS = "high"
 OUTPUT_SCHEMA_VERSION = 1

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from .types import (
+from engram_memory.contract.types import (
     Attestation,
     CandidateId,
     ComponentText,

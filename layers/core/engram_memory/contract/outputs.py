@@ -10,16 +10,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import ErrorCode
-from .models import Citation, Component, PrimaryEvent, Reconciliation, Retention, ValidTime
-from .types import (
-    CandidateId,
-    Digest,
-    Instant,
-    PageCursor,
-    RecordId,
-    Ref,
+from engram_memory.contract.errors import ErrorCode
+from engram_memory.contract.models import (
+    Citation,
+    Component,
+    PrimaryEvent,
+    Reconciliation,
+    Retention,
+    ValidTime,
 )
+from engram_memory.contract.types import CandidateId, Digest, Instant, PageCursor, RecordId, Ref
 
 Cursor = str  # dense decimal journal cursor: "0", "1", ...
 

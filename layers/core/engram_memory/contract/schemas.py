@@ -11,8 +11,8 @@ from typing import Any
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from .models import INPUT_MODELS
-from .outputs import OUTPUT_MODELS, FailureEnvelope
+from engram_memory.contract.models import INPUT_MODELS
+from engram_memory.contract.outputs import OUTPUT_MODELS, FailureEnvelope
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

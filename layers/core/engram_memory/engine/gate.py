@@ -24,8 +24,8 @@ from typing import Annotated, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from ..contract.errors import EngramError, ErrorCode
-from .context import Scope
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.engine.context import Scope
 
 APPROVAL_TTL_MS: Final = 300_000
 EXECUTION_WINDOW_MS: Final = 30_000

@@ -6,12 +6,12 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract.canonical import GENESIS_HASH, digest
-from ..contract.errors import EngramError, ErrorCode
-from ..contract.types import format_instant
-from .context import Scope
-from .ports import JournalEvent, JournalHead, Store
-from .records import decode, encode
+from engram_memory.contract.canonical import GENESIS_HASH, digest
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.types import format_instant
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import JournalEvent, JournalHead, Store
+from engram_memory.engine.records import decode, encode
 
 EMPTY_HEAD = JournalHead(cursor=0, event_hash=GENESIS_HASH)
 _VERIFY_BATCH = 500

@@ -15,23 +15,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
-from ..contract.canonical import (
-    digest,
+from engram_memory.contract.canonical import digest
+from engram_memory.contract.errors import EngramError, ErrorCode, TrustedContextUnavailable
+from engram_memory.contract.models import ClosedModel
+from engram_memory.contract.packing import pack, unpack
+from engram_memory.contract.types import format_instant
+from engram_memory.engine import lexical
+from engram_memory.engine.context import Scope, TrustedContext
+from engram_memory.engine.gate import (
+    Approval,
+    ConfirmationRequest,
+    approval_conflict,
+    check_approval,
 )
-from ..contract.errors import (
-    EngramError,
-    ErrorCode,
-    TrustedContextUnavailable,
-)
-from ..contract.models import (
-    ClosedModel,
-)
-from ..contract.packing import pack, unpack
-from ..contract.types import format_instant
-from . import lexical
-from .context import Scope, TrustedContext
-from .gate import Approval, ConfirmationRequest, approval_conflict, check_approval
-from .ports import (
+from engram_memory.engine.ports import (
     RECORD_KEY_TARGET,
     AdmissionPolicy,
     AuditSink,
@@ -62,7 +59,7 @@ from .ports import (
     VaultUnavailable,
     VectorIndex,
 )
-from .records import (
+from engram_memory.engine.records import (
     decode,
     encode,
     receipt,
@@ -70,8 +67,8 @@ from .records import (
     scope_ref,
     stored_body_matches,
 )
-from .redaction import RedactionPolicy
-from .semantic import record_vector
+from engram_memory.engine.redaction import RedactionPolicy
+from engram_memory.engine.semantic import record_vector
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from ..contract.canonical import digest
+from engram_memory.contract.canonical import digest
 
 PROFILE: Final = "offline_lexical_v1"
 PROFILE_VERSION: Final = "2.0.0"
@@ -171,7 +171,7 @@ def receipt_profile(time_aware: bool) -> tuple[str, str]:
     """The rank receipt's ``profile_version`` and ``profile_config_digest``."""
     if not time_aware:
         return PROFILE_VERSION, PROFILE_CONFIG_DIGEST
-    from . import temporal
+    from engram_memory.engine import temporal
 
     config = profile_config() | {
         "profile_version": TIME_AWARE_PROFILE_VERSION,

@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..contract.canonical import canonical_bytes
-from ..contract.errors import EngramError, ErrorCode
+from engram_memory.contract.canonical import canonical_bytes
+from engram_memory.contract.errors import EngramError, ErrorCode
 
 _VERSION = 1
 _TAG_BYTES = 16

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
-from .context import HostFactDigests, Scope
+from engram_memory.engine.context import HostFactDigests, Scope
 
 CandidateState = Literal["pending", "rejected", "withdrawn", "admitted"]
 RecordState = Literal[
@@ -307,6 +307,16 @@ class Vault(Protocol):
         ...
 
     def key_exists(self, key_ref: str) -> bool: ...
+
+
+# Sealed record bodies start with this marker (``adapters.record_sealing`` writes them); a body
+# without it is a plaintext body from before sealed bodies, which the stores seal when they open.
+SEALED_BODY_FORMAT: Final = b"erb1"
+
+
+def is_sealed_body(body: bytes) -> bool:
+    """Whether a stored record body is sealed (opens only with its record key)."""
+    return body.startswith(SEALED_BODY_FORMAT)
 
 
 class RecordKeys(Protocol):

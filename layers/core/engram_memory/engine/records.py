@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ..contract.canonical import (
+from engram_memory.contract.canonical import (
     DIGEST_PREFIX,
     canonical_bytes,
     digest,
@@ -14,10 +14,10 @@ from ..contract.canonical import (
     digest_without,
     record_id_for,
 )
-from ..contract.models import CaptureInput
-from ..contract.packing import unpack
-from ..contract.types import format_instant
-from .context import Scope
+from engram_memory.contract.models import CaptureInput
+from engram_memory.contract.packing import unpack
+from engram_memory.contract.types import format_instant
+from engram_memory.engine.context import Scope
 
 DEFAULT_RETENTION: Final = {"derivative_rule": "make-ineligible"}
 DEFAULT_RECONCILIATION: Final[dict[str, list[str]]] = {"family_refs": []}

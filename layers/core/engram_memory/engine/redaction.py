@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..contract.canonical import DIGEST_PREFIX, digest
+from engram_memory.contract.canonical import DIGEST_PREFIX, digest
 
 DEFAULT_ALLOWLIST: Final = (
     "/record_id",

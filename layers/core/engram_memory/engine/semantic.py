@@ -42,10 +42,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
-from ..contract.canonical import digest
-from . import lexical
-from .context import Scope
-from .ports import Embedder, IndexHit, VectorIndex
+from engram_memory.contract.canonical import digest
+from engram_memory.engine import lexical
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import Embedder, IndexHit, VectorIndex
 
 PROFILE: Final = "semantic_v1"
 PROFILE_VERSION: Final = "1.0.1"  # 1.0.0 normalized the semantic list over the page's depth
@@ -187,7 +187,7 @@ def profile_config(
         "ties": "record_id_ascending",
     }
     if time_aware:
-        from . import temporal
+        from engram_memory.engine import temporal
 
         config["temporal"] = temporal.profile_config()
     return config

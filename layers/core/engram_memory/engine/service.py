@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..contract.envelope import envelope_json, failure, success
-from ..contract.errors import EngramError, ErrorCode, ProtocolRefusal, UnknownTool
-from ..contract.models import (
+from engram_memory.contract.envelope import envelope_json, failure, success
+from engram_memory.contract.errors import EngramError, ErrorCode, ProtocolRefusal, UnknownTool
+from engram_memory.contract.models import (
     INPUT_MODELS,
     CaptureInput,
     ClosedModel,
@@ -29,16 +29,16 @@ from ..contract.models import (
     SearchInput,
     WithdrawInput,
 )
-from ..contract.types import INVALID_DIGEST_ERROR, MAX_ARGUMENT_BYTES
-from .context import TOOLS, TrustedContext, new_audit_id
-from .gate import Approval, ConfirmationNeeded
-from .kernel import ApprovalNeeded, Call, EngineSettings, Kernel
-from .ports import AuditEvent
-from .records import decode
-from .usecases.admission import request_admission
-from .usecases.capture import capture
-from .usecases.reads import get, search
-from .usecases.transitions import forget, withdraw
+from engram_memory.contract.types import INVALID_DIGEST_ERROR, MAX_ARGUMENT_BYTES
+from engram_memory.engine.context import TOOLS, TrustedContext, new_audit_id
+from engram_memory.engine.gate import Approval, ConfirmationNeeded
+from engram_memory.engine.kernel import ApprovalNeeded, Call, EngineSettings, Kernel
+from engram_memory.engine.ports import AuditEvent
+from engram_memory.engine.records import decode
+from engram_memory.engine.usecases.admission import request_admission
+from engram_memory.engine.usecases.capture import capture
+from engram_memory.engine.usecases.reads import get, search
+from engram_memory.engine.usecases.transitions import forget, withdraw
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from .ports import IndexHit, RecordRow
+from engram_memory.engine.ports import IndexHit, RecordRow
 
 GRAMMAR_VERSION: Final = "temporal-spans/1"
 PARSER: Final = "dateparser>=1.2,<2:en:prefer-past:utc"

@@ -137,7 +137,7 @@ def _bind_purpose(schema: Any, purpose_ref: str) -> Any:
 
 def build_tools() -> dict[str, types.Tool]:
     """Every tool, keyed by grant name, with schemas generated from the contract models."""
-    from ..contract.schemas import input_schema, output_envelope_schema
+    from engram_memory.contract.schemas import input_schema, output_envelope_schema
 
     return {
         grant: types.Tool(

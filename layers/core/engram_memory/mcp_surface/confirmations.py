@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import mcp.types as types
 
-from ..engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
-from ..engine.ports import Clock
+from engram_memory.engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
+from engram_memory.engine.ports import Clock
 
 ANSWER_KEY: Final = "engram_confirmation"
 DECISION_FIELD: Final = "decision"

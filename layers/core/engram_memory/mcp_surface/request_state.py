@@ -18,7 +18,7 @@ from typing import Final
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..engine.gate import Approval
+from engram_memory.engine.gate import Approval
 
 _PREFIX: Final = "ers1."
 _AAD: Final = b"engram-memory/request-state/v1"

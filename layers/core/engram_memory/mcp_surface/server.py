@@ -15,22 +15,22 @@ from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from .. import CONNECTOR
-from ..contract.envelope import envelope_text
-from ..contract.errors import (
+from engram_memory import CONNECTOR
+from engram_memory.binding.host_config import HostConfig
+from engram_memory.binding.tokens import InvalidToken, context_from_claims
+from engram_memory.binding.verified_tokens import ClaimsVerifier
+from engram_memory.contract.envelope import envelope_text
+from engram_memory.contract.errors import (
     ErrorCode,
     ProtocolRefusal,
     TrustedContextUnavailable,
     UnknownTool,
 )
-from ..engine.context import TrustedContext, new_audit_id
-from ..engine.gate import Approval, ConfirmationNeeded
-from ..engine.ports import Clock
-from ..host.config import HostConfig
-from ..host.tokens import InvalidToken, context_from_claims
-from ..host.verified_tokens import ClaimsVerifier
-from .catalog import GRANT_OF, INSTRUCTIONS, build_tools, for_purpose
-from .confirmations import (
+from engram_memory.engine.context import TrustedContext, new_audit_id
+from engram_memory.engine.gate import Approval, ConfirmationNeeded
+from engram_memory.engine.ports import Clock
+from engram_memory.mcp_surface.catalog import GRANT_OF, INSTRUCTIONS, build_tools, for_purpose
+from engram_memory.mcp_surface.confirmations import (
     ANSWER_KEY,
     approval_of_state,
     approved,
@@ -41,11 +41,11 @@ from .confirmations import (
     state_for,
     url_params,
 )
-from .request_state import RequestStateInvalid, RequestStateSealer
-from .wire import INVALID_ARGUMENTS_META
+from engram_memory.mcp_surface.request_state import RequestStateInvalid, RequestStateSealer
+from engram_memory.mcp_surface.wire import INVALID_ARGUMENTS_META
 
 if TYPE_CHECKING:
-    from .embedded_approvals import EmbeddedApprovals
+    from engram_memory.embedded.approval_channel import EmbeddedApprovals
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,7 @@ class EngramMcp:
         """The embedded host asks through its approval book (``embedded_approvals``): an answer
         already given wins; else URL mode (a link to ``/approvals/{id}``) for a client that
         declared URL only, a form for one that declared form, -32603 for one that declared none."""
-        from .embedded_approvals import confirmation_mode, elicit_form
+        from engram_memory.embedded.approval_channel import confirmation_mode, elicit_form
 
         request = needed.request
         mode = confirmation_mode(ctx.session.client_capabilities)

@@ -32,11 +32,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from ..host.config import host_matches
-from ..host.tokens import LEEWAY_S, InvalidToken
-from ..host.verified_tokens import ClaimsVerifier
-from .server import EngramMcp
-from .wire import PARSE_ERROR, Screened, error_body, screen
+from engram_memory.binding.host_config import host_matches
+from engram_memory.binding.tokens import LEEWAY_S, InvalidToken
+from engram_memory.binding.verified_tokens import ClaimsVerifier
+from engram_memory.mcp_surface.server import EngramMcp
+from engram_memory.mcp_surface.wire import PARSE_ERROR, Screened, error_body, screen
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def http_app(surface: EngramMcp, *, bind_host: str) -> McpGate:
     gate = streamable_app(surface, stateless=False, allowed_hosts=hosts, bind_host=bind_host)
     approvals = surface.runtime.approvals
     if approvals is not None:  # the approval page, on the same loopback address
-        from .embedded_approvals import approval_routes
+        from engram_memory.embedded.approval_channel import approval_routes
 
         gate.app.router.routes[:0] = approval_routes(approvals, hosts)
     return gate

@@ -40,12 +40,12 @@ from pydantic import (
     field_validator,
 )
 
-from ..engine.context import HostFactDigests
-from ..engine.ports import AdmissionRequest, PolicyDecision
-from .secrets import SecretScanner
+from engram_memory.engine.context import HostFactDigests
+from engram_memory.engine.ports import AdmissionRequest, PolicyDecision
+from engram_memory.policy.secrets import SecretScanner
 
 if TYPE_CHECKING:
-    from ..engine.ports import AdmissionPolicy
+    from engram_memory.engine.ports import AdmissionPolicy
 
 __all__ = [
     "POLICY_ID",

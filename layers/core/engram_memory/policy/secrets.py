@@ -100,7 +100,7 @@ from detect_secrets.plugins.square_oauth import SquareOAuthDetector
 from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
-from .views import derived_views
+from engram_memory.policy.views import derived_views
 
 __all__ = ["SecretFinding", "SecretScanner"]
 

@@ -122,9 +122,10 @@ from urllib.parse import quote
 
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 
-from ...contract.canonical import GENESIS_HASH
-from ...engine.context import Scope
-from ...engine.ports import (
+from engram_memory.adapters.aws.client_config import client_config
+from engram_memory.contract.canonical import GENESIS_HASH
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import (
     OUTBOX_KINDS,
     CandidateRow,
     CandidateState,
@@ -141,7 +142,6 @@ from ...engine.ports import (
     Store,
     StoreUnavailable,
 )
-from .client_config import client_config
 
 if TYPE_CHECKING:
     from boto3.session import Session

@@ -33,11 +33,10 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from engram_memory.adapters.aws.kms_vault import is_transient_kms_error
 from engram_memory.adapters.record_sealing import KEY_BYTES, ScopeKeys
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import SealIntegrityError, VaultUnavailable
-
-from .kms_vault import is_transient_kms_error
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient

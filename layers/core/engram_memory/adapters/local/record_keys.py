@@ -23,14 +23,14 @@ from typing import Final, Protocol, TypeVar
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ...engine.context import Scope
-from ..record_sealing import (
+from engram_memory.adapters.local.key_durability import delete_and_scrub
+from engram_memory.adapters.record_sealing import (
     KEY_BYTES,
     ScopeKeys,
     unwrap_scope_key,
     wrap_scope_key,
 )
-from .key_durability import delete_and_scrub
+from engram_memory.engine.context import Scope
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS scope_keys (

@@ -29,11 +29,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeVar
 
-from ...contract.canonical import GENESIS_HASH
-from ...contract.packing import is_packed, pack, unpack
-from ...engine import lexical
-from ...engine.context import Scope
-from ...engine.ports import (
+from engram_memory.adapters.local.vector_matrix import VectorMatrices
+from engram_memory.adapters.record_sealing import BODY_FORMAT
+from engram_memory.contract.canonical import GENESIS_HASH
+from engram_memory.contract.packing import is_packed, pack, unpack
+from engram_memory.engine import lexical
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import (
     CandidateRow,
     ChangeSet,
     CommitConflict,
@@ -49,8 +51,6 @@ from ...engine.ports import (
     RecordRow,
     StoreUnavailable,
 )
-from ..record_sealing import BODY_FORMAT
-from .vector_matrix import VectorMatrices
 
 FaultHook = Callable[[str], None]
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ...engine.ports import IndexHit
+from engram_memory.engine.ports import IndexHit
 
 _FLOAT32_MARGIN: Final = 1e-4
 _BLAS: dict[str, Any] = {}  # the process's BLAS thread-pool controller, made on first use

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract.canonical import digest
-from ...contract.errors import EngramError, ErrorCode
-from ...contract.models import (
-    RequestAdmissionInput,
-)
-from ...contract.types import format_instant, parse_instant
-from ..journal import build_event
-from ..kernel import Call, Kernel
-from ..ports import (
+from engram_memory.contract.canonical import digest
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.models import RequestAdmissionInput
+from engram_memory.contract.types import format_instant, parse_instant
+from engram_memory.engine.journal import build_event
+from engram_memory.engine.kernel import Call, Kernel
+from engram_memory.engine.ports import (
     AdmissionRequest,
     CandidateRow,
     ChangeSet,
@@ -23,11 +21,7 @@ from ..ports import (
     RecordRow,
     StateTransition,
 )
-from ..records import (
-    decode,
-    receipt,
-    scope_ref,
-)
+from engram_memory.engine.records import decode, receipt, scope_ref
 
 
 def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dict[str, Any]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...contract.errors import EngramError
-from ..context import TrustedContext
-from ..kernel import Call, Kernel
-from ..ports import AuditEvent
+from engram_memory.contract.errors import EngramError
+from engram_memory.engine.context import TrustedContext
+from engram_memory.engine.kernel import Call, Kernel
+from engram_memory.engine.ports import AuditEvent
 
 AUDIT_CODE = "APPROVAL_SUBJECT_OPENED"
 

@@ -4,25 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract.canonical import candidate_id_for
-from ...contract.errors import EngramError, ErrorCode
-from ...contract.models import (
-    CaptureInput,
-)
-from ...contract.types import format_instant, parse_instant
-from ..journal import build_event
-from ..kernel import Call, Kernel, StateMoved
-from ..ports import (
-    CandidateRow,
-    ChangeSet,
-    JournalHead,
-)
-from ..records import (
-    build_record,
-    decode,
-    evidence_object,
-    stored_payload,
-)
+from engram_memory.contract.canonical import candidate_id_for
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.models import CaptureInput
+from engram_memory.contract.types import format_instant, parse_instant
+from engram_memory.engine.journal import build_event
+from engram_memory.engine.kernel import Call, Kernel, StateMoved
+from engram_memory.engine.ports import CandidateRow, ChangeSet, JournalHead
+from engram_memory.engine.records import build_record, decode, evidence_object, stored_payload
 
 
 def capture(k: Kernel, call: Call, args: CaptureInput) -> dict[str, Any]:

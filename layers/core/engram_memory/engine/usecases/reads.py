@@ -5,33 +5,22 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...contract.canonical import (
+from engram_memory.contract.canonical import (
     canonical_array,
     canonical_bytes,
     canonical_object,
     digest,
     digest_of_canonical,
 )
-from ...contract.errors import EngramError, ErrorCode
-from ...contract.models import (
-    GetInput,
-    SearchInput,
-)
-from ...contract.types import format_instant
-from .. import lexical, semantic, temporal
-from ..kernel import Call, Kernel
-from ..paging import PageState, decode_cursor, encode_cursor
-from ..ports import (
-    EmbedderUnavailable,
-    IndexHit,
-    IndexUnavailable,
-    RecordRow,
-)
-from ..records import (
-    receipt,
-    scope_ref,
-)
-from ..redaction import redact
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.models import GetInput, SearchInput
+from engram_memory.contract.types import format_instant
+from engram_memory.engine import lexical, semantic, temporal
+from engram_memory.engine.kernel import Call, Kernel
+from engram_memory.engine.paging import PageState, decode_cursor, encode_cursor
+from engram_memory.engine.ports import EmbedderUnavailable, IndexHit, IndexUnavailable, RecordRow
+from engram_memory.engine.records import receipt, scope_ref
+from engram_memory.engine.redaction import redact
 
 log = logging.getLogger(__name__)
 

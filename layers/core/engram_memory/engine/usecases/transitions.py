@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...contract.errors import EngramError, ErrorCode
-from ...contract.models import (
-    ForgetInput,
-    WithdrawInput,
-)
-from ..journal import build_event
-from ..kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
-from ..ports import (
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.models import ForgetInput, WithdrawInput
+from engram_memory.engine.journal import build_event
+from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
+from engram_memory.engine.ports import (
     CandidateRow,
     ChangeSet,
     JournalHead,
@@ -20,9 +17,7 @@ from ..ports import (
     RecordRow,
     StateTransition,
 )
-from ..records import (
-    decode,
-)
+from engram_memory.engine.records import decode
 
 
 def withdraw(k: Kernel, call: Call, args: WithdrawInput) -> dict[str, Any]:

@@ -16,12 +16,12 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from .adapters.local.vault import next_master_key_path
-from .bootstrap import KEYS_DIR, MASTER_KEY_FILE, open_existing
-from .engine.context import Scope
-from .engine.operations import audited
-from .host._files import write_private_file
-from .host.tokens import rotate_issuer_key
+from engram_memory.adapters.local.vault import next_master_key_path
+from engram_memory.embedded.composition import KEYS_DIR, MASTER_KEY_FILE, open_existing
+from engram_memory.embedded.issuer_keys import rotate_issuer_key
+from engram_memory.embedded.private_files import write_private_file
+from engram_memory.engine.context import Scope
+from engram_memory.operator_plane.usecases import audited
 
 __all__ = ["rotate_keys"]
 

@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
-from ..contract.canonical import digest
-from ..contract.errors import EngramError, ErrorCode
-from ..contract.types import format_instant
-from .context import TOOLS, Scope, TrustedContext, new_audit_id
-from .journal import build_event, event_id_for, verify_journal
-from .kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
-from .ports import (
+from engram_memory.contract.canonical import digest
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.types import format_instant
+from engram_memory.engine.context import TOOLS, Scope, TrustedContext, new_audit_id
+from engram_memory.engine.journal import build_event, event_id_for, verify_journal
+from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
+from engram_memory.engine.ports import (
     AuditEvent,
     CandidateRow,
     ChangeSet,
@@ -39,9 +39,9 @@ from .ports import (
     StoreUnavailable,
     VaultUnavailable,
 )
-from .records import decode, scope_ref
-from .usecases.admission import settle
-from .usecases.transitions import commit_forget, commit_withdraw
+from engram_memory.engine.records import decode, scope_ref
+from engram_memory.engine.usecases.admission import settle
+from engram_memory.engine.usecases.transitions import commit_forget, commit_withdraw
 
 OPERATOR_POLICY_ID = "operator-adjudication"
 OPERATIONS_PURPOSE: Final = "operations"

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .contract.errors import ErrorCode, TrustedContextUnavailable
-from .engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
+from engram_memory.contract.errors import ErrorCode, TrustedContextUnavailable
+from engram_memory.engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
 
 if TYPE_CHECKING:
-    from .engine.context import TrustedContext
-    from .engine.ports import Clock
-    from .engine.service import Engine
+    from engram_memory.engine.context import TrustedContext
+    from engram_memory.engine.ports import Clock
+    from engram_memory.engine.service import Engine
 
 AskHuman = Callable[[ConfirmationRequest], bool]
 # The human's answer as data: an approval, or ``None`` when they declined.

@@ -48,12 +48,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from .cli_approvals import add_approvals_parser
-from .engine.context import TOOLS, TrustedContext, new_audit_id
-from .host.errors import HostConfigError
+from engram_memory.embedded.cli_approvals import add_approvals_parser
+from engram_memory.embedded.errors import HostConfigError
+from engram_memory.engine.context import TOOLS, TrustedContext, new_audit_id
 
 if TYPE_CHECKING:  # the commands import what they use: `--help` stays light
-    from .engine.gate import ConfirmationRequest
+    from engram_memory.engine.gate import ConfirmationRequest
 
 TOUR_TENANT = "local"
 TOUR_WORKSPACE = "default"
@@ -125,9 +125,10 @@ def _capture_args(text: str, key: str, now_ms: int) -> dict[str, Any]:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from .bootstrap import AUDIT_FILE, DATABASE_FILE, init_data_dir
-    from .host.config import DEFAULT_RESOURCE, host_config_path
-    from .host.tokens import issuer_key_path
+    from engram_memory.binding.host_config import DEFAULT_RESOURCE
+    from engram_memory.embedded.composition import AUDIT_FILE, DATABASE_FILE, init_data_dir
+    from engram_memory.embedded.host_file import host_config_path
+    from engram_memory.embedded.issuer_keys import issuer_key_path
 
     data_dir = Path(args.data_dir)
     config = init_data_dir(data_dir, resource=args.resource)
@@ -149,7 +150,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_tour(args: argparse.Namespace) -> int:
-    from .bootstrap import open_embedded
+    from engram_memory.embedded.composition import open_embedded
 
     data_dir = Path(args.data_dir)
     host = open_embedded(data_dir, ask_human=(lambda _request: True) if args.yes else _ask_terminal)
@@ -236,10 +237,10 @@ def cmd_tour(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .bootstrap import open_existing
-    from .contract.errors import EngramError
-    from .engine.context import Scope
-    from .engine.journal import verify_journal
+    from engram_memory.contract.errors import EngramError
+    from engram_memory.embedded.composition import open_existing
+    from engram_memory.engine.context import Scope
+    from engram_memory.engine.journal import verify_journal
 
     host = open_existing(Path(args.data_dir))
     try:
@@ -295,8 +296,8 @@ def _tool_list(text: str, option: str) -> list[str]:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from .host.config import load_host_config
-    from .host.tokens import local_issuer
+    from engram_memory.embedded.host_file import load_host_config
+    from engram_memory.embedded.issuer_keys import local_issuer
 
     data_dir = _data_dir(args)
     config = load_host_config(data_dir).serving_on(args.host, args.port)
@@ -350,8 +351,8 @@ def _embedded_only(args: argparse.Namespace, where: str) -> None:
 
 
 def cmd_admin_audit(args: argparse.Namespace) -> int:
-    from .adapters.local.audit import audit_lines
-    from .bootstrap import AUDIT_FILE
+    from engram_memory.adapters.local.audit import audit_lines
+    from engram_memory.embedded.composition import AUDIT_FILE
 
     _embedded_only(
         args,
@@ -396,7 +397,7 @@ def cmd_admin_audit(args: argparse.Namespace) -> int:
 
 def cmd_admin_policy_show(args: argparse.Namespace) -> int:
     _embedded_only(args, "the admission mode is the stack's AdmissionMode parameter (sam deploy)")
-    from .host.config import host_config_path, load_host_config
+    from engram_memory.embedded.host_file import host_config_path, load_host_config
 
     data_dir = _data_dir(args)
     config = load_host_config(data_dir)
@@ -424,7 +425,8 @@ def cmd_admin_policy_show(args: argparse.Namespace) -> int:
 
 def cmd_admin_policy_set(args: argparse.Namespace) -> int:
     _embedded_only(args, "the admission mode is the stack's AdmissionMode parameter (sam deploy)")
-    from .host.config import HostConfig, load_host_config, save_host_config
+    from engram_memory.binding.host_config import HostConfig
+    from engram_memory.embedded.host_file import load_host_config, save_host_config
 
     data_dir = _data_dir(args)
     config = load_host_config(data_dir)
@@ -450,10 +452,10 @@ def _operate(
     of ``--operator`` in ``--workspace`` (or on ``--stack``'s, as the caller's AWS identity; an
     operation that ``mutates`` then has the drainer apply its projection changes); print its
     result as JSON (or hand it to ``show``). A contract failure is one line, exit code 1."""
-    from .bootstrap import open_existing
-    from .contract.errors import EngramError
-    from .engine.context import Scope
-    from .host.config import load_host_config
+    from engram_memory.contract.errors import EngramError
+    from engram_memory.embedded.composition import open_existing
+    from engram_memory.embedded.host_file import load_host_config
+    from engram_memory.engine.context import Scope
 
     if _stack(args):
         return _on_stack(
@@ -485,7 +487,7 @@ def _operate(
 
 
 def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
-    from .engine.operations import adjudicate
+    from engram_memory.operator_plane.usecases import adjudicate
 
     return _operate(
         args,
@@ -498,10 +500,10 @@ def cmd_admin_adjudicate(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_reindex(args: argparse.Namespace) -> int:
-    from .engine.operations import reindex
+    from engram_memory.operator_plane.usecases import reindex
 
     if _stack(args):
-        from .cloud.operator import reindex_stack
+        from engram_memory.cloud.operator import reindex_stack
 
         return _on_stack(args, "reindex", lambda op: reindex_stack(op, args.workspace))
 
@@ -516,7 +518,7 @@ def cmd_admin_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_pending_list(args: argparse.Namespace) -> int:
-    from .engine.operations import pending_list
+    from engram_memory.operator_plane.usecases import pending_list
 
     return _operate(
         args,
@@ -528,7 +530,7 @@ def cmd_admin_pending_list(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_pending_show(args: argparse.Namespace) -> int:
-    from .engine.operations import pending_show
+    from engram_memory.operator_plane.usecases import pending_show
 
     return _operate(
         args,
@@ -538,7 +540,7 @@ def cmd_admin_pending_show(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_pending_withdraw(args: argparse.Namespace) -> int:
-    from .engine.operations import withdraw_candidate
+    from engram_memory.operator_plane.usecases import withdraw_candidate
 
     return _operate(
         args,
@@ -551,7 +553,7 @@ def cmd_admin_pending_withdraw(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_records_list(args: argparse.Namespace) -> int:
-    from .engine.operations import records_list
+    from engram_memory.operator_plane.usecases import records_list
 
     return _operate(
         args,
@@ -563,7 +565,7 @@ def cmd_admin_records_list(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_records_show(args: argparse.Namespace) -> int:
-    from .engine.operations import record_show
+    from engram_memory.operator_plane.usecases import record_show
 
     return _operate(
         args,
@@ -573,7 +575,7 @@ def cmd_admin_records_show(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_records_history(args: argparse.Namespace) -> int:
-    from .engine.operations import record_history
+    from engram_memory.operator_plane.usecases import record_history
 
     return _operate(
         args,
@@ -583,7 +585,7 @@ def cmd_admin_records_history(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_records_transition(args: argparse.Namespace) -> int:
-    from .engine.operations import transition
+    from engram_memory.operator_plane.usecases import transition
 
     operation = args.records_command.replace("-", "_")
     return _operate(
@@ -603,7 +605,7 @@ def cmd_admin_records_transition(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_records_forget(args: argparse.Namespace) -> int:
-    from .engine.operations import forget_record
+    from engram_memory.operator_plane.usecases import forget_record
 
     return _operate(
         args,
@@ -616,14 +618,14 @@ def cmd_admin_records_forget(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_status(args: argparse.Namespace) -> int:
-    from .engine.operations import status
+    from engram_memory.operator_plane.usecases import status
 
     return _operate(args, "status", status)
 
 
 def cmd_admin_export(args: argparse.Namespace) -> int:
-    from .engine.operations import export_records
-    from .host._files import write_private_file
+    from engram_memory.embedded.private_files import write_private_file
+    from engram_memory.operator_plane.usecases import export_records
 
     def write(lines: list[dict[str, Any]]) -> None:
         text = "".join(
@@ -646,10 +648,10 @@ def cmd_admin_export(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_backup(args: argparse.Namespace) -> int:
-    from .backup import backup
+    from engram_memory.embedded.backup import backup
 
     if _stack(args):
-        from .cloud.stack_backup import backup_stack
+        from engram_memory.cloud.stack_backup import backup_stack
 
         return _on_stack(args, "backup", lambda op: backup_stack(op, to=args.target))
     if args.target is None:
@@ -660,10 +662,10 @@ def cmd_admin_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_restore(args: argparse.Namespace) -> int:
-    from .backup import restore
+    from engram_memory.embedded.backup import restore
 
     if _stack(args):
-        from .cloud.stack_backup import restore_stack
+        from engram_memory.cloud.stack_backup import restore_stack
 
         return _on_stack(
             args, "restore", lambda op: restore_stack(op, args.backup, new_keys=args.new_keys)
@@ -694,8 +696,8 @@ def _on_stack(
     projection changes the operation left. A contract failure is one line and exit code 1."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from .cloud.operator import StackError, open_stack
-    from .contract.errors import EngramError
+    from engram_memory.cloud.operator import StackError, open_stack
+    from engram_memory.contract.errors import EngramError
 
     try:
         op = open_stack(args.stack, region=args.region)
@@ -732,7 +734,7 @@ def _operation_failed(what: str, error: Exception) -> int:
 def _host_operation(what: str, run: Callable[[], dict[str, Any]]) -> int:
     """Run a host-wide operation (backup, restore, keys, tokens); print its report as JSON. A
     contract failure is one line on stderr (with the operator's detail) and exit code 1."""
-    from .contract.errors import EngramError
+    from engram_memory.contract.errors import EngramError
 
     try:
         report = run()
@@ -743,8 +745,8 @@ def _host_operation(what: str, run: Callable[[], dict[str, Any]]) -> int:
 
 
 def cmd_admin_tokens_revoke(args: argparse.Namespace) -> int:
-    from .bootstrap import open_existing
-    from .engine.operations import revoke_credentials
+    from engram_memory.embedded.composition import open_existing
+    from engram_memory.operator_plane.usecases import revoke_credentials
 
     token_id = args.token_id
     if args.token is not None:
@@ -782,10 +784,10 @@ def cmd_admin_tokens_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_admin_keys_rotate(args: argparse.Namespace) -> int:
-    from .rotation import rotate_keys
+    from engram_memory.embedded.rotation import rotate_keys
 
     if _stack(args):
-        from .cloud.operator import rotate_stack_keys
+        from engram_memory.cloud.operator import rotate_stack_keys
 
         return _on_stack(args, "key rotation", rotate_stack_keys)
     data_dir = _data_dir(args)
@@ -1057,8 +1059,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .host.memory_trace import start_from_environment
-    from .mcp_surface.embedded import ServeError, serve
+    from engram_memory.embedded.memory_trace import start_from_environment
+    from engram_memory.embedded.serve import ServeError, serve
 
     start_from_environment()  # an opt-in leak diagnostic (ENGRAM_MEMORY_TRACE_DIR)
     try:

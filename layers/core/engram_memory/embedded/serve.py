@@ -20,31 +20,26 @@ from urllib.parse import urlparse
 
 import anyio
 
-from ..adapters.local.approvals import ApprovalBook
-from ..adapters.local.clock import SystemClock
-from ..contract.errors import ErrorCode, TrustedContextUnavailable
-from ..engine.context import TOOLS, TrustedContext
-from ..engine.gate import Approval, ConfirmationNeeded
-from ..host._files import write_private_file
-from ..host.allocator import cap_malloc_arenas
-from ..host.config import DEFAULT_PORT, HostConfig, host_config_path, load_host_config
-from ..host.tokens import (
-    InvalidToken,
-    TokenIssuer,
-    context_from_claims,
-    issuer_key_path,
-    local_issuer,
-    local_verifier,
-)
-from ..host.verified_tokens import cached
-from .catalog import instructions_for
-from .embedded_approvals import EmbeddedApprovals
-from .request_state import RequestStateSealer
-from .server import EngramMcp, SurfaceRuntime
-from .transports import MCP_PATH, http_app, serve_stdio
+from engram_memory.adapters.local.approvals import ApprovalBook
+from engram_memory.adapters.local.clock import SystemClock
+from engram_memory.binding.host_config import DEFAULT_PORT, HostConfig
+from engram_memory.binding.tokens import InvalidToken, TokenIssuer, context_from_claims
+from engram_memory.binding.verified_tokens import cached
+from engram_memory.contract.errors import ErrorCode, TrustedContextUnavailable
+from engram_memory.embedded.allocator import cap_malloc_arenas
+from engram_memory.embedded.approval_channel import EmbeddedApprovals
+from engram_memory.embedded.host_file import host_config_path, load_host_config
+from engram_memory.embedded.issuer_keys import issuer_key_path, local_issuer, local_verifier
+from engram_memory.embedded.private_files import write_private_file
+from engram_memory.engine.context import TOOLS, TrustedContext
+from engram_memory.engine.gate import Approval, ConfirmationNeeded
+from engram_memory.mcp_surface.catalog import instructions_for
+from engram_memory.mcp_surface.request_state import RequestStateSealer
+from engram_memory.mcp_surface.server import EngramMcp, SurfaceRuntime
+from engram_memory.mcp_surface.transports import MCP_PATH, http_app, serve_stdio
 
 if TYPE_CHECKING:  # the engine (and the encryption SDK under it) loads when first needed
-    from ..bootstrap import EmbeddedHost
+    from engram_memory.embedded.composition import EmbeddedHost
 
 DEFAULT_PRINCIPAL = "default-agent"
 DEFAULT_WORKSPACE = "default"
@@ -138,7 +133,11 @@ def open_server(
     ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``),
     or here when the data directory is new: initializing it is that one open.
     """
-    from ..bootstrap import check_key_store, init_host_files, prepare_data_dir
+    from engram_memory.embedded.composition import (
+        check_key_store,
+        init_host_files,
+        prepare_data_dir,
+    )
 
     check_key_store(data_dir)  # memories without their keys: refused before anything is made
     new = not _initialised(data_dir)
@@ -151,7 +150,7 @@ def open_server(
     config = stored.serving_on(bind_host, port) if port is not None else stored
 
     def open_engine() -> EmbeddedHost:
-        from ..bootstrap import open_embedded
+        from engram_memory.embedded.composition import open_embedded
 
         return open_embedded(data_dir, config=config, **engine_options)
 
@@ -389,7 +388,7 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
 def _run_uvicorn(server: EmbeddedServer, bind_host: str, sock: socket.socket) -> None:
     import uvicorn
 
-    from .http_server import uvicorn_config
+    from engram_memory.embedded.http_server import uvicorn_config
 
     surface = server.surface
 

@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from ..adapters.local.approvals import ApprovalBook, Bound, OpenApproval
-from ..approval_page import (
+from engram_memory.adapters.local.approvals import ApprovalBook, Bound, OpenApproval
+from engram_memory.approval_page import (
     PAGE_HEADERS,
     ApprovalView,
     Decision,
@@ -40,14 +40,14 @@ from ..approval_page import (
     plain_summary,
     render_error,
 )
-from ..engine.context import TrustedContext, new_audit_id
-from ..engine.gate import Approval, ConfirmationRequest
-from ..engine.ports import Clock
-from ..host.config import host_matches
-from .confirmations import APPROVAL_SCHEMA, approved
+from engram_memory.binding.host_config import host_matches
+from engram_memory.engine.context import TrustedContext, new_audit_id
+from engram_memory.engine.gate import Approval, ConfirmationRequest
+from engram_memory.engine.ports import Clock
+from engram_memory.mcp_surface.confirmations import APPROVAL_SCHEMA, approved
 
 if TYPE_CHECKING:
-    from ..engine.kernel import Kernel
+    from engram_memory.engine.kernel import Kernel
 
 APPROVALS_PATH: Final = "/approvals"
 SECRET_PARAM: Final = "secret"  # noqa: S105 - the query parameter's name
@@ -109,7 +109,7 @@ class EmbeddedApprovals:
     def view_of(self, row: OpenApproval) -> ApprovalView:
         """The row as the approver sees it, with the memory it acts on (when it can be shown)."""
         # the engine's modules load with the engine, on first use, not when a server starts
-        from ..engine.usecases.approval_subject import approval_subject
+        from engram_memory.engine.usecases.approval_subject import approval_subject
 
         ctx = TrustedContext(
             tenant_id=row.tenant_id,

@@ -1,4 +1,7 @@
-"""The host configuration of the embedded default, persisted as ``<data_dir>/host.json``.
+"""The host configuration: what a host binds every call to (both hosts build one).
+
+The embedded host persists it as ``<data_dir>/host.json`` (``embedded.host_file``); the cloud
+builds it from its settings.
 
 CONTRACT.md §12 fixes the embedded defaults: resource ``http://127.0.0.1:8765/mcp`` (the audience of
 every token), admission policy ``auto``, retention ceiling 365 days with ``allow_retain`` false,
@@ -8,8 +11,6 @@ with mode 0600, and a missing file means "all defaults".
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import urlsplit
 
@@ -22,31 +23,23 @@ from pydantic import (
     model_validator,
 )
 
-from ..engine.context import RetentionPolicy
-from ._files import write_private_file
-from .errors import HostConfigError
+from engram_memory.engine.context import RetentionPolicy
 
 if TYPE_CHECKING:  # the policy (a secret scanner) loads only when a policy is needed
-    from ..policy.builtin import BuiltinAdmissionPolicy
+    from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
 __all__ = [
     "DEFAULT_ALLOWED_ORIGINS",
     "DEFAULT_PORT",
     "DEFAULT_RESOURCE",
-    "HOST_CONFIG_FILE",
     "AdmissionConfig",
     "EmbeddingModelConfig",
     "HostConfig",
-    "HostConfigError",
     "RetentionConfig",
     "SearchConfig",
-    "host_config_path",
     "host_matches",
-    "load_host_config",
-    "save_host_config",
 ]
 
-HOST_CONFIG_FILE: Final = "host.json"
 DEFAULT_PORT: Final = 8765
 DEFAULT_RESOURCE: Final = f"http://127.0.0.1:{DEFAULT_PORT}/mcp"
 DEFAULT_ALLOWED_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
@@ -75,7 +68,7 @@ class AdmissionConfig(_Closed):
     def _valid_rules(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not value:
             return value
-        from ..policy.builtin import parse_host_rules
+        from engram_memory.policy.builtin import parse_host_rules
 
         try:
             parse_host_rules(value)
@@ -221,7 +214,7 @@ class HostConfig(_Closed):
 
     def admission_policy(self) -> BuiltinAdmissionPolicy:
         """The built-in admission policy this configuration describes."""
-        from ..policy.builtin import BuiltinAdmissionPolicy, parse_host_rules
+        from engram_memory.policy.builtin import BuiltinAdmissionPolicy, parse_host_rules
 
         return BuiltinAdmissionPolicy(
             mode=self.admission.mode, host_rules=parse_host_rules(self.admission.host_rules)
@@ -298,50 +291,6 @@ def _valid_port(port: str, wildcard: bool) -> bool:
     if port == "*":
         return wildcard
     return port.isascii() and port.isdigit() and 0 < int(port) < 65536
-
-
-def host_config_path(data_dir: Path) -> Path:
-    """Where the host configuration of ``data_dir`` lives."""
-    return Path(data_dir) / HOST_CONFIG_FILE
-
-
-def load_host_config(data_dir: Path) -> HostConfig:
-    """Read ``<data_dir>/host.json``; a missing file gives the defaults.
-
-    Raises ``HostConfigError`` (with a message for a person) when the file cannot be read, is not
-    JSON, or does not describe a valid configuration.
-    """
-    path = host_config_path(data_dir)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return HostConfig()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = error.strerror if isinstance(error, OSError) and error.strerror else "unreadable"
-        raise HostConfigError(f"cannot read the host configuration {path}: {reason}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise HostConfigError(
-            f"the host configuration {path} is not valid JSON"
-            f" (line {error.lineno}, column {error.colno}: {error.msg})"
-        ) from None
-    if not isinstance(data, dict):
-        raise HostConfigError(f"the host configuration {path} must hold a JSON object")
-    try:
-        return HostConfig.model_validate(data)
-    except ValidationError as error:
-        raise HostConfigError(
-            f"the host configuration {path} is invalid: {describe_validation_error(error)}"
-        ) from None
-
-
-def save_host_config(data_dir: Path, config: HostConfig) -> Path:
-    """Write ``config`` to ``<data_dir>/host.json`` atomically (mode 0600); returns the path."""
-    path = host_config_path(data_dir)
-    text = json.dumps(config.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
-    write_private_file(path, text.encode("utf-8"), replace=True)
-    return path
 
 
 def describe_validation_error(error: ValidationError) -> str:

@@ -7,7 +7,7 @@ import os
 import secrets
 from pathlib import Path
 
-from ..adapters.local.private_files import fsync_dir, make_private_dirs, write_all
+from engram_memory.adapters.local.private_files import fsync_dir, make_private_dirs, write_all
 
 
 def write_private_file(path: Path, data: bytes, *, replace: bool) -> bool:

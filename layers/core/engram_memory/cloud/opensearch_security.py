@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-from .observability import get_logger, instrumented
+from engram_memory.cloud.observability import get_logger, instrumented
 
 if TYPE_CHECKING:
     from botocore.credentials import Credentials

@@ -35,7 +35,7 @@ from urllib.parse import urlencode
 
 import jwt
 
-from .tokens import ALLOWED_ALGORITHMS, LEEWAY_S
+from engram_memory.binding.tokens import ALLOWED_ALGORITHMS, LEEWAY_S
 
 # GET (form None) or POST form-encoded (form given) a URL; the decoded JSON object.
 Fetch = Callable[[str, Mapping[str, str] | None], Mapping[str, Any]]

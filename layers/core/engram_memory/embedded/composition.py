@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
-from .engine.ports import (
+from engram_memory.binding.host_config import (
+    EmbeddingModelConfig,
+    HostConfig,
+    describe_validation_error,
+)
+from engram_memory.embedded.errors import DataDirectoryRefused, HostConfigError
+from engram_memory.embedded.host_file import host_config_path, load_host_config, save_host_config
+from engram_memory.embedded.issuer_keys import issuer_key_path, load_or_create_issuer_key
+from engram_memory.engine.ports import (
     AdmissionPolicy,
     AuditSink,
     Clock,
@@ -36,24 +44,13 @@ from .engine.ports import (
     EmbedderUnavailable,
     RecordKeys,
 )
-from .host.config import (
-    EmbeddingModelConfig,
-    HostConfig,
-    HostConfigError,
-    describe_validation_error,
-    host_config_path,
-    load_host_config,
-    save_host_config,
-)
-from .host.errors import DataDirectoryRefused
-from .host.tokens import issuer_key_path, load_or_create_issuer_key
 
 if TYPE_CHECKING:  # the engine and its adapters (the encryption SDK) load in open_embedded
-    from .adapters.local.sqlite_store import SqliteStore
-    from .adapters.local.vault import LocalVault
-    from .engine.context import Scope, TrustedContext
-    from .engine.service import Engine
-    from .in_process import AskHuman
+    from engram_memory.adapters.local.sqlite_store import SqliteStore
+    from engram_memory.adapters.local.vault import LocalVault
+    from engram_memory.embedded.in_process import AskHuman
+    from engram_memory.engine.context import Scope, TrustedContext
+    from engram_memory.engine.service import Engine
 
 DATABASE_FILE = "engram.db"
 AUDIT_FILE = "audit.log"
@@ -82,7 +79,7 @@ class EmbeddedHost:
 
     def call(self, tool: str, arguments: Any, ctx: TrustedContext) -> dict[str, Any]:
         """One tool call in this process, asking ``ask_human`` when it needs an approval."""
-        from .in_process import ask_approval, call_in_process
+        from engram_memory.embedded.in_process import ask_approval, call_in_process
 
         obtain = ask_approval(self.ask_human, self.engine.clock) if self.ask_human else None
         return call_in_process(self.engine, tool, arguments, ctx, obtain)
@@ -207,15 +204,19 @@ def open_embedded(
     ``search.semantic = "local"`` (the local embedder; ``HostConfigError`` when the semantic
     extra is not installed). Vectors live beside the FTS5 tables in ``engram.db``.
     """
-    from .adapters.local.audit import JsonlAuditLog
-    from .adapters.local.clock import SystemClock
-    from .adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore, SqliteVectorIndex
-    from .adapters.local.vault import (
+    from engram_memory.adapters.local.audit import JsonlAuditLog
+    from engram_memory.adapters.local.clock import SystemClock
+    from engram_memory.adapters.local.sqlite_store import (
+        SqliteLexicalIndex,
+        SqliteStore,
+        SqliteVectorIndex,
+    )
+    from engram_memory.adapters.local.vault import (
         LocalVault,
         finish_master_rotation,
         load_or_create_master_key,
     )
-    from .engine.service import Engine, EngineSettings
+    from engram_memory.engine.service import Engine, EngineSettings
 
     check_key_store(data_dir)
     config = config if config is not None else load_host_config(data_dir)
@@ -292,8 +293,8 @@ def _refresh_projections(
     """Re-index what an analyzer change or a newly enabled embedder made stale (usually nothing:
     a check of one row). The records' sealed bodies in the store are the source; a record whose
     key is destroyed is not re-indexed."""
-    from .engine import lexical, semantic
-    from .engine.records import decode
+    from engram_memory.engine import lexical, semantic
+    from engram_memory.engine.records import decode
 
     def opened(scope: Scope, record_id: str, body: bytes) -> Any:
         plaintext = record_keys.open_many(scope, {record_id: body}).get(record_id)
@@ -314,7 +315,7 @@ def _refresh_projections(
     if embedder is None:
         store.refresh_projections(lexical.PROFILE_CONFIG_DIGEST, fields_of)
         return
-    from .adapters.local.embedder import MODEL_ID
+    from engram_memory.adapters.local.embedder import MODEL_ID
 
     # A data directory from before the model was recorded has the shipped model's vectors.
     store.refresh_projections(
@@ -327,7 +328,7 @@ def _refresh_projections(
 
 
 def _local_embedder(data_dir: Path, model: EmbeddingModelConfig | None) -> Embedder:
-    from .adapters.local.embedder import (
+    from engram_memory.adapters.local.embedder import (
         EmbeddingModelError,
         OnnxSentenceEmbedder,
         SemanticExtraMissing,

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final, Protocol
 
-from .tokens import LEEWAY_S, TokenVerifier, VerifiedClaims
+from engram_memory.binding.tokens import LEEWAY_S, TokenVerifier, VerifiedClaims
 
 __all__ = ["MAX_ENTRIES", "ClaimsVerifier", "VerifiedTokenCache", "cached"]
 

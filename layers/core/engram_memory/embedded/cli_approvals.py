@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .approval_page.view import action_of
+from engram_memory.approval_page.view import action_of
 
 
 def _book(args: argparse.Namespace) -> Any:
-    from .adapters.local.approvals import FILE_NAME, ApprovalBook
+    from engram_memory.adapters.local.approvals import FILE_NAME, ApprovalBook
 
     data_dir = Path(args.data_dir)
     if not (data_dir / FILE_NAME).exists():

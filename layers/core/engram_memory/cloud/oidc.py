@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 import jwt
 
-from .tokens import TokenVerifier
+from engram_memory.binding.tokens import TokenVerifier
 
 __all__ = [
     "DISCOVERY_PATH",

@@ -20,15 +20,14 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .adapters.local.sqlite_store import SqliteStore
-from .adapters.local.vault import LocalVault, load_or_create_master_key
-from .adapters.record_sealing import is_sealed_body
-from .bootstrap import (
+from engram_memory.adapters.local.sqlite_store import SqliteStore
+from engram_memory.adapters.local.vault import LocalVault, load_or_create_master_key
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.embedded.composition import (
     CANDIDATE_KEYS_FILE,
     DATABASE_FILE,
     KEY_STORE_META,
@@ -41,25 +40,18 @@ from .bootstrap import (
     open_existing,
     prepare_data_dir,
 )
-from .contract.errors import EngramError, ErrorCode
-from .engine.context import Scope
-from .engine.journal import verify_journal
-from .engine.operations import audited, reindex
-from .engine.ports import RecordKeys, SealIntegrityError, StoreUnavailable, VaultUnavailable
-from .engine.records import decode, record_digest_matches
+from engram_memory.engine.context import Scope
+from engram_memory.engine.journal import verify_journal
+from engram_memory.engine.ports import (
+    RecordKeys,
+    StoreUnavailable,
+)
+from engram_memory.operator_plane.backup_checks import OperationRefused, check_record_bodies
+from engram_memory.operator_plane.usecases import audited, reindex
 
-__all__ = ["OperationRefused", "backup", "check_record_bodies", "record_body_intact", "restore"]
+__all__ = ["OperationRefused", "backup", "restore"]
 
 _PAGE = 500
-
-
-class OperationRefused(EngramError):
-    """``BACKUP_INVALID`` or ``RESTORE_REFUSED`` with a sentence for the operator (``detail``);
-    the contract message stays the constant one."""
-
-    def __init__(self, code: ErrorCode, detail: str) -> None:
-        super().__init__(code)
-        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,45 +150,6 @@ def _check_records(
         without_key += check_record_bodies(scope, bodies, record_keys)
         after = rows[-1].record_id
     return checked, without_key
-
-
-def check_record_bodies(
-    scope: Scope, bodies: Mapping[str, tuple[bytes, str]], record_keys: RecordKeys | None
-) -> int:
-    """Check stored record bodies (record id -> (body, the row's digest)): each sealed one is
-    opened with ``record_keys`` and every plaintext must hash to its digest. Returns how many
-    could not be opened for want of their key; raises ``OperationRefused``."""
-    sealed = {rid: body for rid, (body, _) in bodies.items() if is_sealed_body(body)}
-    try:
-        opened = record_keys.open_many(scope, sealed) if record_keys and sealed else {}
-    except SealIntegrityError:
-        raise OperationRefused(
-            ErrorCode.BACKUP_INVALID, "a record body fails its authentication"
-        ) from None
-    except VaultUnavailable:
-        raise OperationRefused(
-            ErrorCode.RESTORE_REFUSED, "the key store could not be read"
-        ) from None
-    without_key = 0
-    for record_id, (body, record_digest) in bodies.items():
-        # A body from before sealed bodies is checked as it is (sealed when the store opens).
-        plaintext = opened.get(record_id) if record_id in sealed else body
-        if plaintext is None:
-            without_key += 1
-        elif not record_body_intact(plaintext, record_digest):
-            raise OperationRefused(
-                ErrorCode.BACKUP_INVALID, f"record {record_id} does not match its digest"
-            )
-    return without_key
-
-
-def record_body_intact(body: bytes, record_digest: str) -> bool:
-    """Whether a stored record body hashes to its own digest, the one its row names."""
-    try:
-        record = decode(body)
-        return record_digest_matches(record) and record["record_digest"] == record_digest
-    except (ValueError, KeyError, TypeError):
-        return False
 
 
 def restore(

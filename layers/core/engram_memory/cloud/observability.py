@@ -39,9 +39,9 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from .contract.errors import ErrorCode
-from .engine.context import TOOLS
-from .engine.ports import AuditEvent
+from engram_memory.contract.errors import ErrorCode
+from engram_memory.engine.context import TOOLS
+from engram_memory.engine.ports import AuditEvent
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -198,7 +198,7 @@ class PowertoolsAuditSink:
         self._namespace = namespace
 
     def record(self, event: AuditEvent) -> None:
-        from .adapters.local.audit import audit_line
+        from engram_memory.adapters.local.audit import audit_line
 
         line = audit_line(event)
         line["tool"] = _tool_label(event.tool)
@@ -214,7 +214,7 @@ class PowertoolsAuditSink:
 
 
 if TYPE_CHECKING:
-    from .engine.ports import AuditSink
+    from engram_memory.engine.ports import AuditSink
 
     def _conforms(sink: PowertoolsAuditSink) -> AuditSink:
         # Static check only: the class satisfies the engine's port structurally.

@@ -1,0 +1,141 @@
+"""The embedded host's own token issuer: its Ed25519 key in the data directory, minting with it,
+the previous keys a rotation retired, and the verifier for the tokens it mints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from engram_memory.binding.host_config import HostConfig
+from engram_memory.binding.tokens import JWT_TYP, TokenIssuer, TokenVerifier, key_id, public_jwks
+from engram_memory.embedded.private_files import write_private_file
+
+__all__ = [
+    "ISSUER_KEY_FILE",
+    "issuer_key_path",
+    "load_or_create_issuer_key",
+    "local_issuer",
+    "local_verifier",
+    "previous_issuer_keys",
+    "rotate_issuer_key",
+]
+
+ISSUER_KEY_FILE: Final = "issuer-ed25519.pem"
+
+
+def issuer_key_path(data_dir: Path) -> Path:
+    """The default place of the local issuer key: ``<data_dir>/keys/issuer-ed25519.pem``."""
+    return Path(data_dir) / "keys" / ISSUER_KEY_FILE
+
+
+def load_or_create_issuer_key(path: Path) -> Ed25519PrivateKey:
+    """Return the Ed25519 issuer key stored at ``path`` (PKCS#8 PEM), creating it if missing.
+
+    A new key file is written atomically with mode 0600 (missing parent directories with 0700);
+    concurrent callers all end up with the same key. Raises ``ValueError`` when the existing file
+    does not hold an unencrypted Ed25519 private key.
+    """
+    path = Path(path)
+    try:
+        return _read_issuer_key(path)
+    except FileNotFoundError:
+        pass
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        encoding=serialization.Encoding.PEM,
+        format=serialization.PrivateFormat.PKCS8,
+        encryption_algorithm=serialization.NoEncryption(),
+    )
+    write_private_file(path, pem, replace=False)
+    return _read_issuer_key(path)
+
+
+def _read_issuer_key(path: Path) -> Ed25519PrivateKey:
+    data = path.read_bytes()
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        raise ValueError(f"{path} does not hold an unencrypted PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path} does not hold an Ed25519 private key")
+    return key
+
+
+def local_issuer(data_dir: Path, config: HostConfig) -> TokenIssuer:
+    """The embedded host's issuer: its key in ``data_dir`` (created if missing), ``kid`` = thumbprint."""
+    private_key = load_or_create_issuer_key(issuer_key_path(data_dir))
+    return TokenIssuer(
+        private_key,
+        issuer=config.issuer,
+        audience=config.resource,
+        kid=key_id(private_key.public_key()),
+    )
+
+
+PREVIOUS_ISSUER_KEYS_FILE: Final = "issuer-previous.jwks.json"
+
+
+def previous_issuer_keys_path(data_dir: Path) -> Path:
+    """The public keys of the issuer keys ``keys rotate`` retired: their tokens stay valid until
+    they expire."""
+    return Path(data_dir) / "keys" / PREVIOUS_ISSUER_KEYS_FILE
+
+
+def previous_issuer_keys(data_dir: Path) -> list[dict[str, Any]]:
+    """The retired issuer keys' public JWKs (none when no rotation happened)."""
+    path = previous_issuer_keys_path(data_dir)
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    keys = stored.get("keys") if isinstance(stored, dict) else None
+    if not isinstance(keys, list):
+        raise ValueError(f"{path} does not hold a JWKS")
+    return [key for key in keys if isinstance(key, dict)]
+
+
+def rotate_issuer_key(data_dir: Path) -> tuple[str, str]:
+    """Replace the local issuer key with a new one, keeping the old one's public key among the
+    previous keys (its tokens verify until they expire). Returns ``(old kid, new kid)``."""
+    path = issuer_key_path(data_dir)
+    old = _read_issuer_key(path)
+    old_kid = key_id(old.public_key())
+    retired = [k for k in previous_issuer_keys(data_dir) if k.get("kid") != old_kid]
+    retired += public_jwks(old, old_kid)["keys"]
+    write_private_file(
+        previous_issuer_keys_path(data_dir),
+        json.dumps({"keys": retired}, indent=2).encode("utf-8"),
+        replace=True,
+    )
+    new = Ed25519PrivateKey.generate()
+    pem = new.private_bytes(
+        encoding=serialization.Encoding.PEM,
+        format=serialization.PrivateFormat.PKCS8,
+        encryption_algorithm=serialization.NoEncryption(),
+    )
+    write_private_file(path, pem, replace=True)
+    return old_kid, key_id(new.public_key())
+
+
+def local_verifier(data_dir: Path, config: HostConfig) -> TokenVerifier:
+    """A verifier for the tokens ``local_issuer`` mints (keyed by ``kid``).
+
+    RFC 9068: the local issuer mints access tokens with ``typ: at+jwt`` and only those are
+    accepted, so no other JWT signed with the issuer key can stand in for one. (A cloud identity
+    provider's verifier does not require it: Cognito and Entra ID, for example, issue access
+    tokens without it; there the exact audience, our resource URI, keeps ID tokens out.)
+
+    The issuer keys ``keys rotate`` retired are trusted too: tokens they signed are accepted
+    until they expire (or are revoked)."""
+    issuer = local_issuer(data_dir, config)
+    current = issuer.public_jwks()["keys"]
+    retired = [key for key in previous_issuer_keys(data_dir) if key.get("kid") != issuer.kid]
+    return TokenVerifier.from_jwks(
+        {"keys": current + retired},
+        issuer=config.issuer,
+        audience=config.resource,
+        token_type=JWT_TYP,
+    )
