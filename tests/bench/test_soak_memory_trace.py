@@ -16,7 +16,7 @@ from engram_memory.embedded.memory_trace import (
     TRACE_FRAMES_ENV,
     start_from_environment,
 )
-from engram_memory.host import memory_trace
+from engram_memory.embedded import memory_trace
 
 WAIT_S = 120.0
 
