@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from bench.soak import memory
+from engram_memory.embedded import memory_trace
 from engram_memory.embedded.memory_trace import (
     TRACE_DIR_ENV,
     TRACE_EVERY_ENV,
     TRACE_FRAMES_ENV,
     start_from_environment,
 )
-from engram_memory.embedded import memory_trace
 
 WAIT_S = 120.0
 
