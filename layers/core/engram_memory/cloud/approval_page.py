@@ -24,7 +24,8 @@ step. Nothing here logs a cookie, a code, a token or the memory's text.
 
 What the page shows: forget, the record's text and citations (read from the canonical table, or
 its S3 blob when large); withdraw, the pending candidate's digest and capture time only (this
-function holds no KMS permission on the data key: see README, "Approving in the cloud").
+function holds no KMS permission on the data key: see docs/deploying-aws.md, "Approving in the
+cloud").
 """
 
 from __future__ import annotations
