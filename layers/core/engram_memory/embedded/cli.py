@@ -39,90 +39,28 @@ Bad input exits with code 2 and one line on stderr; a failed operation exits wit
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import sys
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, NoReturn, cast
 
 from engram_memory.embedded.cli_approvals import add_approvals_parser
 from engram_memory.embedded.errors import HostConfigError
-from engram_memory.engine.context import TOOLS, TrustedContext, new_audit_id
+from engram_memory.embedded.tour import TOUR_TENANT, TOUR_WORKSPACE
+from engram_memory.engine.context import TOOLS
 from engram_memory.operator_plane.commands import SeatOpener, Sub, add_admin_parser
 from engram_memory.operator_plane.commands import fail as _fail
 from engram_memory.operator_plane.seat import OperatorSeat, UsageError
 
 if TYPE_CHECKING:  # the commands import what they use: `--help` stays light
-    from engram_memory.engine.gate import ConfirmationRequest
+    pass
 
-TOUR_TENANT = "local"
-TOUR_WORKSPACE = "default"
-TOUR_PURPOSE = "general"
 DEFAULT_DATA_DIR = ".engram"
 
 
-def _sha(text: str) -> str:
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+def cmd_tour(args: argparse.Namespace) -> int:
+    from engram_memory.embedded.tour import run_tour
 
-
-def _ask_terminal(request: ConfirmationRequest) -> bool:
-    print("\n--- confirmation needed ---------------------------------", file=sys.stderr)
-    print(request.summary, file=sys.stderr)
-    try:
-        answer = input("Approve? [y/N] ")
-    except EOFError:
-        return False
-    return answer.strip().lower() in {"y", "yes"}
-
-
-def _context() -> TrustedContext:
-    return TrustedContext(
-        tenant_id=TOUR_TENANT,
-        workspace_id=TOUR_WORKSPACE,
-        principal="tour-agent",
-        purpose_ref=TOUR_PURPOSE,
-        audit_id=new_audit_id(),
-    )
-
-
-def _show(title: str, envelope: dict[str, Any]) -> dict[str, Any]:
-    print(f"\n=== {title}")
-    print(json.dumps(envelope, indent=2, ensure_ascii=False))
-    return envelope
-
-
-def _capture_args(text: str, key: str, now_ms: int) -> dict[str, Any]:
-    return {
-        "idempotency_key": key,
-        "payload": {
-            "schema_version": 2,
-            "purpose_ref": TOUR_PURPOSE,
-            "valid_time": {"t": now_ms - 60_000},
-            "components": [
-                {"component_id": "c1", "kind": "decision", "text": text, "citation_ids": ["s1"]}
-            ],
-            "primary_component_id": "c1",
-            "primary_event": {
-                "at": now_ms - 60_000,
-                "type_ref": "event:decided",
-                "citation_id": "s1",
-            },
-            "citations": [
-                {
-                    "citation_id": "s1",
-                    "source_ref": "source:engram-tour",
-                    "locator": {"scheme": "document", "value": "tour#1"},
-                    "content_digest": _sha(text),
-                }
-            ],
-        },
-        "evidence": {
-            "evidence_ref": "evidence:tour",
-            "evidence_digest": _sha(text),
-            "citation_ids": ["s1"],
-        },
-    }
+    return run_tour(Path(args.data_dir), approve_all=args.yes)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -147,93 +85,6 @@ def cmd_init(args: argparse.Namespace) -> int:
         "Mint a bearer token: engram-memory token --data-dir DIR --principal P --workspace W"
         " --purpose REF --tools search,get,capture,request_admission,withdraw,forget"
     )
-    return 0
-
-
-def cmd_tour(args: argparse.Namespace) -> int:
-    from engram_memory.embedded.composition import open_embedded
-
-    data_dir = Path(args.data_dir)
-    host = open_embedded(data_dir, ask_human=(lambda _request: True) if args.yes else _ask_terminal)
-    run = f"{int(time.time())}"
-    now_ms = int(time.time() * 1000)
-    try:
-        text = f"Tour {run}: the embedded store runs SQLite in WAL mode so readers never block the writer."
-        captured = _show(
-            "capture (a sealed, pending candidate)",
-            host.call("capture", _capture_args(text, f"tour-capture-{run}", now_ms), _context()),
-        )
-        candidate_id = captured["output"]["value"]["candidate_id"]
-        _show(
-            "search before admission (pending memories are never returned)",
-            host.call(
-                "search", {"query": "WAL readers writer", "purpose_ref": TOUR_PURPOSE}, _context()
-            ),
-        )
-        admitted = _show(
-            "request_admission (the host policy decides)",
-            host.call(
-                "request_admission",
-                {"candidate_id": candidate_id, "idempotency_key": f"tour-admit-{run}"},
-                _context(),
-            ),
-        )
-        record_id = admitted["output"]["value"]["outcome"].get("record_id")
-        _show(
-            "search",
-            host.call(
-                "search",
-                {"query": "WAL readers writer", "purpose_ref": TOUR_PURPOSE, "limit": 3},
-                _context(),
-            ),
-        )
-        if record_id:
-            _show(
-                "get",
-                host.call("get", {"record_id": record_id, "purpose_ref": TOUR_PURPOSE}, _context()),
-            )
-        draft = _show(
-            "capture a draft to withdraw",
-            host.call(
-                "capture",
-                _capture_args(
-                    f"Tour {run}: a draft that should not be kept.", f"tour-draft-{run}", now_ms
-                ),
-                _context(),
-            ),
-        )
-        _show(
-            "withdraw (needs your confirmation; crypto-shreds the candidate)",
-            host.call(
-                "withdraw",
-                {
-                    "candidate_id": draft["output"]["value"]["candidate_id"],
-                    "idempotency_key": f"tour-withdraw-{run}",
-                    "reason_ref": "reason:tour-draft",
-                },
-                _context(),
-            ),
-        )
-        if record_id:
-            _show(
-                "forget (needs your confirmation; the record becomes permanently ineligible)",
-                host.call(
-                    "forget",
-                    {
-                        "record_id": record_id,
-                        "idempotency_key": f"tour-forget-{run}",
-                        "reason_ref": "reason:tour",
-                    },
-                    _context(),
-                ),
-            )
-            _show(
-                "get after forget",
-                host.call("get", {"record_id": record_id, "purpose_ref": TOUR_PURPOSE}, _context()),
-            )
-        print(f"\nAudit log: {(data_dir / 'audit.log').resolve()}")
-    finally:
-        host.close()
     return 0
 
 
@@ -321,29 +172,7 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser(open_seat: SeatOpener) -> argparse.ArgumentParser:
-    parser = _Parser(prog="engram-memory", description="Governed memory for AI agents.")
-    # the subcommands are _Parser too (argparse makes them of the parent's class)
-    sub = cast("Sub", parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-
-    init = sub.add_parser("init", help="create the data directory and the host configuration")
-    init.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
-    init.add_argument(
-        "--resource", help="the service's resource URI, the audience of every token (CONTRACT §12)"
-    )
-    init.set_defaults(func=cmd_init)
-
-    tour = sub.add_parser("tour", help="walk the six tools against the embedded engine")
-    tour.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
-    tour.add_argument("--yes", action="store_true", help="approve confirmations without asking")
-    tour.set_defaults(func=cmd_tour)
-
-    verify = sub.add_parser("verify", help="check a scope's journal (operations plane)")
-    verify.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
-    verify.add_argument("--tenant", default=TOUR_TENANT)
-    verify.add_argument("--workspace", default=TOUR_WORKSPACE)
-    verify.set_defaults(func=cmd_verify)
-
+def _add_token_parser(sub: Sub) -> None:
     token = sub.add_parser("token", help="mint a bearer token for an agent (prints only the token)")
     token.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     token.add_argument("--principal", required=True, help="the agent's principal (`sub`)")
@@ -371,6 +200,32 @@ def build_parser(open_seat: SeatOpener) -> argparse.ArgumentParser:
         " sets a resource",
     )
     token.set_defaults(func=cmd_token)
+
+
+def build_parser(open_seat: SeatOpener) -> argparse.ArgumentParser:
+    parser = _Parser(prog="engram-memory", description="Governed memory for AI agents.")
+    # the subcommands are _Parser too (argparse makes them of the parent's class)
+    sub = cast("Sub", parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+
+    init = sub.add_parser("init", help="create the data directory and the host configuration")
+    init.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    init.add_argument(
+        "--resource", help="the service's resource URI, the audience of every token (CONTRACT §12)"
+    )
+    init.set_defaults(func=cmd_init)
+
+    tour = sub.add_parser("tour", help="walk the six tools against the embedded engine")
+    tour.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    tour.add_argument("--yes", action="store_true", help="approve confirmations without asking")
+    tour.set_defaults(func=cmd_tour)
+
+    verify = sub.add_parser("verify", help="check a scope's journal (operations plane)")
+    verify.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    verify.add_argument("--tenant", default=TOUR_TENANT)
+    verify.add_argument("--workspace", default=TOUR_WORKSPACE)
+    verify.set_defaults(func=cmd_verify)
+
+    _add_token_parser(sub)
 
     serve = sub.add_parser("serve", help="serve MCP on the embedded default (HTTP, or --stdio)")
     serve.add_argument("--data-dir", default=".engram")
