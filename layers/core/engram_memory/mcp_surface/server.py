@@ -200,56 +200,72 @@ class EngramMcp:
         if grant is None:  # only the six engram_memory_* names name a tool (CONTRACT.md §1)
             engine.refuse(audited, trusted, audit_id, "PROTOCOL_UNKNOWN_TOOL")
             raise _refusal(UnknownTool())
-
-        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        approval: Approval | None = None
-        # A requestState only means something to a call that is waiting for a confirmation.
-        if modern and params.request_state is not None and trusted.needs_confirmation(grant):
-            try:
-                state = self.runtime.sealer.open(params.request_state)
-            except RequestStateInvalid:
-                return envelope_result(
-                    engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
-                )
-            owner = (state.principal, state.tenant_id, state.workspace_id)
-            if owner != (trusted.principal, trusted.tenant_id, trusted.workspace_id):
-                return envelope_result(
-                    engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
-                )
-            approval = approval_of_state(state, self.runtime.clock.now_ms())
-            if self.runtime.approvals is not None:  # answered in the client: close its question
-                await anyio.to_thread.run_sync(self.runtime.approvals.expire, approval)
-            if not approved(_answer(params.input_responses)):
-                return envelope_result(
-                    engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
-                )
-
         # Arguments the wire screen refused (duplicate keys, -0, a lone surrogate) reach the
         # engine as something that is not an object: INVALID_SCHEMA, audited like any other.
         meta = params.meta or {}
         arguments: Any = [] if meta.get(INVALID_ARGUMENTS_META) else params.arguments or {}
-        answer = await self._handle(grant, arguments, trusted, approval)
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        call = _Call(ctx, grant, arguments, trusted, modern=modern)
+
+        approval: Approval | None = None
+        # A requestState only means something to a call that is waiting for a confirmation.
+        if modern and params.request_state is not None and trusted.needs_confirmation(grant):
+            retried = await self._retried(call, params)
+            if isinstance(retried, types.CallToolResult):
+                return retried
+            approval = retried
+        answer = await self._handle(call, approval)
         if isinstance(answer, ConfirmationNeeded):
             if self.runtime.approvals is not None:
-                return await self._confirm_by_channel(
-                    self.runtime.approvals, ctx, grant, arguments, trusted, answer, modern=modern
-                )
-            return await self._confirm(ctx, grant, arguments, trusted, answer, modern=modern)
+                return await self._confirm_by_channel(self.runtime.approvals, call, answer)
+            return await self._confirm(call, answer)
         return envelope_result(answer)
 
+    async def _retried(
+        self, call: _Call, params: types.CallToolRequestParams
+    ) -> Approval | types.CallToolResult:
+        """2026-07-28: the retry of a form round trip brings the sealed state and the human's
+        answer back: the approval they gave, or ``gate_failed``."""
+        assert params.request_state is not None
+        try:
+            state = self.runtime.sealer.open(params.request_state)
+        except RequestStateInvalid:
+            return self._refused(call, ErrorCode.GATE_FAILED)
+        trusted = call.trusted
+        owner = (state.principal, state.tenant_id, state.workspace_id)
+        if owner != (trusted.principal, trusted.tenant_id, trusted.workspace_id):
+            return self._refused(call, ErrorCode.GATE_FAILED)
+        approval = approval_of_state(state, self.runtime.clock.now_ms())
+        if self.runtime.approvals is not None:  # answered in the client: close its question
+            await anyio.to_thread.run_sync(self.runtime.approvals.expire, approval)
+        if not approved(_answer(params.input_responses)):
+            return self._refused(call, ErrorCode.GATE_FAILED)
+        return approval
+
     async def _handle(
-        self, grant: str, arguments: Any, trusted: TrustedContext, approval: Approval | None
+        self, call: _Call, approval: Approval | None
     ) -> dict[str, Any] | ConfirmationNeeded:
+        handle = self.runtime.engine.handle
         try:
             return await anyio.to_thread.run_sync(
-                functools.partial(self.runtime.engine.handle, grant, arguments, trusted, approval)
+                functools.partial(handle, call.grant, call.arguments, call.trusted, approval)
             )
         except ProtocolRefusal as refusal:
             raise _refusal(refusal) from None
 
-    def _unavailable(self, grant: str, trusted: TrustedContext) -> NoReturn:
+    def _refused(self, call: _Call, code: ErrorCode) -> types.CallToolResult:
+        """The call's envelope for ``code``, audited."""
+        trusted = call.trusted
+        return envelope_result(
+            self.runtime.engine.refuse(call.grant, trusted, trusted.audit_id, code)
+        )
+
+    def _unavailable(self, call: _Call) -> NoReturn:
         """No way to reach the human: -32603, audited."""
-        self.runtime.engine.refuse(grant, trusted, trusted.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
+        trusted = call.trusted
+        self.runtime.engine.refuse(
+            call.grant, trusted, trusted.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE"
+        )
         raise _refusal(TrustedContextUnavailable())
 
     def _form_round_trip(
@@ -262,84 +278,57 @@ class EngramMcp:
         )
 
     async def _confirm(
-        self,
-        ctx: ServerRequestContext[Any, Any],
-        grant: str,
-        arguments: Any,
-        trusted: TrustedContext,
-        needed: ConfirmationNeeded,
-        *,
-        modern: bool,
+        self, call: _Call, needed: ConfirmationNeeded
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Ask the human for the approval the engine needs (module ``confirmations``)."""
-        capabilities = ctx.session.client_capabilities
-        if needed.url is not None and opens_urls(capabilities, modern=modern):
-            return _url_elicitation(url_params(needed), modern=modern)
-        if not can_elicit(capabilities) or not (modern or ctx.session.can_send_request):
-            self._unavailable(grant, trusted)
-        if modern:
+        session = call.ctx.session
+        capabilities = session.client_capabilities
+        if needed.url is not None and opens_urls(capabilities, modern=call.modern):
+            return _url_elicitation(url_params(needed), modern=call.modern)
+        if not can_elicit(capabilities) or not (call.modern or session.can_send_request):
+            self._unavailable(call)
+        if call.modern:
             return self._form_round_trip(needed.request, self.runtime.clock.now_ms())
         approval = await elicit_on_stream(
-            ctx.session, ctx.request_id, needed.request, self.runtime.clock
+            session, call.ctx.request_id, needed.request, self.runtime.clock
         )
-        return await self._approved(grant, arguments, trusted, approval)
+        return await self._approved(call, approval)
 
-    async def _approved(
-        self, grant: str, arguments: Any, trusted: TrustedContext, approval: Approval | None
-    ) -> types.CallToolResult:
+    async def _approved(self, call: _Call, approval: Approval | None) -> types.CallToolResult:
         """Run the call again with the human's approval (None: declined, ``gate_failed``)."""
-        engine = self.runtime.engine
         if approval is None:
-            return envelope_result(
-                engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.GATE_FAILED)
-            )
-        answer = await self._handle(grant, arguments, trusted, approval)
+            return self._refused(call, ErrorCode.GATE_FAILED)
+        answer = await self._handle(call, approval)
         if isinstance(answer, ConfirmationNeeded):  # a transport that ignored the approval
-            return envelope_result(
-                engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.GATE_FAILED)
-            )
+            return self._refused(call, ErrorCode.GATE_FAILED)
         return envelope_result(answer)
 
     async def _confirm_by_channel(
-        self,
-        channel: ApprovalChannel,
-        ctx: ServerRequestContext[Any, Any],
-        grant: str,
-        arguments: Any,
-        trusted: TrustedContext,
-        needed: ConfirmationNeeded,
-        *,
-        modern: bool,
+        self, channel: ApprovalChannel, call: _Call, needed: ConfirmationNeeded
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Ask through the host's approval channel (module ``approval_channel``): an answer
         already given wins; else URL mode (the question's link) for a client that declared URL
         only, a form for one that declared form, -32603 for one that declared none."""
         request = needed.request
-        mode = confirmation_mode(ctx.session.client_capabilities)
-        if mode is None or (mode == "form" and not (modern or ctx.session.can_send_request)):
-            self._unavailable(grant, trusted)
+        session = call.ctx.session
+        mode = confirmation_mode(session.client_capabilities)
+        if mode is None or (mode == "form" and not (call.modern or session.can_send_request)):
+            self._unavailable(call)
         given = await anyio.to_thread.run_sync(channel.given, request)
         if given is not None:
-            approval = None if given == "declined" else given
-            return await self._approved(grant, arguments, trusted, approval)
-        question = await anyio.to_thread.run_sync(channel.ask, request, trusted, mode)
+            return await self._approved(call, None if given == "declined" else given)
+        question = await anyio.to_thread.run_sync(channel.ask, request, call.trusted, mode)
         if mode == "url":
             link = types.ElicitRequestURLParams(
                 message=question.message, url=question.link, elicitation_id=question.approval_id
             )
-            return _url_elicitation(link, modern=modern)
-        if modern:
+            return _url_elicitation(link, modern=call.modern)
+        if call.modern:
             return self._form_round_trip(request, question.issued_at_ms, question.message)
-        return await self._answer_on_stream(channel, ctx, grant, arguments, trusted, question)
+        return await self._answer_on_stream(channel, call, question)
 
     async def _answer_on_stream(
-        self,
-        channel: ApprovalChannel,
-        ctx: ServerRequestContext[Any, Any],
-        grant: str,
-        arguments: Any,
-        trusted: TrustedContext,
-        question: Question,
+        self, channel: ApprovalChannel, call: _Call, question: Question
     ) -> types.CallToolResult:
         """2025-11-25: the form on the request's stream, its answer recorded on the question.
 
@@ -355,17 +344,27 @@ class EngramMcp:
             try:
                 if self._stopping:
                     waiting.cancel()
-                result = await elicit_form(ctx.session, ctx.request_id, question.message)
+                result = await elicit_form(call.ctx.session, call.ctx.request_id, question.message)
                 approval = await anyio.to_thread.run_sync(
                     channel.answer, question, approved(result)
                 )
             finally:
                 self._waits.discard(waiting)
         if waiting.cancelled_caught:
-            return envelope_result(
-                self.runtime.engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.CANCELLED)
-            )
-        return await self._approved(grant, arguments, trusted, approval)
+            return self._refused(call, ErrorCode.CANCELLED)
+        return await self._approved(call, approval)
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One ``tools/call`` being served: its request, tool, arguments and trusted context, and
+    whether it speaks the stateless revision (2026-07-28)."""
+
+    ctx: ServerRequestContext[Any, Any]
+    grant: str
+    arguments: Any
+    trusted: TrustedContext
+    modern: bool
 
 
 def _url_elicitation(
