@@ -3,7 +3,9 @@
 It knows no storage and no sign-in: a composition puts its own ``ApprovalDesk`` behind it (the
 embedded server: a single-use secret in the link; the cloud: the signed-in principal). The core
 checks what both share: the request still open and not expired, the CSRF token on the form, the
-Origin of a POST, an explicit Approve or Decline.
+Origin of a POST, an explicit Approve or Decline. Both hosts' desks are ``QuestionDesk``s (the
+CSRF tokens are issued here); ``read_form``, ``error_page`` and ``redirect`` are the rest of the
+HTTP exchange they share.
 """
 
 from __future__ import annotations
