@@ -16,6 +16,7 @@ generation, bumped in the transaction of every vector write or delete, moved.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -189,6 +190,37 @@ def _candidate_row(row: tuple[Any, ...]) -> CandidateRow:
         _digest_out(record_digest),
         *rest,
     )
+
+
+def _scope_key(scope: Scope) -> tuple[str, str]:
+    return scope.tenant_id, scope.workspace_id
+
+
+def _stored(row: CandidateRow | RecordRow, table: str) -> tuple[Any, ...]:
+    """The row's values in its table's column order (the dataclass's field order is the
+    table's), the digests of ``_DIGEST_COLUMNS`` as the store keeps them."""
+    digests = _DIGEST_COLUMNS[table]
+    values = ((f.name, getattr(row, f.name)) for f in dataclasses.fields(row))
+    return tuple(_digest_in(value) if name in digests else value for name, value in values)
+
+
+def _insert_or_conflict(
+    conn: sqlite3.Connection,
+    sql: str,
+    values: tuple[Any, ...],
+    conflict: Literal["ledger", "state", "approval"],
+) -> None:
+    # A key already taken is another commit having won the race: the engine retries or answers.
+    try:
+        conn.execute(sql, values)
+    except sqlite3.IntegrityError:
+        raise CommitConflict(conflict) from None
+
+
+def _update_one(conn: sqlite3.Connection, sql: str, values: tuple[Any, ...]) -> None:
+    # A transition's ``from_state`` no longer holding means another commit moved the row first.
+    if conn.execute(sql, values).rowcount != 1:
+        raise CommitConflict("state")
 
 
 def _unpacked(value: Any) -> bytes:
@@ -795,167 +827,154 @@ class SqliteStore:
             raise StoreUnavailable("sqlite store error") from exc
 
     def _apply(self, conn: sqlite3.Connection, changes: ChangeSet) -> None:
-        scope = changes.scope
-        t, w = scope.tenant_id, scope.workspace_id
+        # The steps run in this order, each after its fault point, so a fault injected at any one
+        # leaves the steps before it written and rolled back together.
+        self._check_head(conn, changes)
+        self._insert_ledger(conn, changes)
+        if changes.event is not None:
+            self._fault("event")
+            self._append_event(conn, changes.scope, changes.event)
+        if changes.new_candidate is not None or changes.candidate_transition is not None:
+            self._fault("candidate")
+            self._apply_candidate(conn, changes)
+        if changes.new_record is not None or changes.record_transition is not None:
+            self._fault("record")
+            self._apply_record(conn, changes)
+        if changes.tombstone_payload_digest is not None and changes.record_transition is not None:
+            self._fault("tombstone")
+            self._insert_tombstone(
+                conn,
+                changes,
+                changes.tombstone_payload_digest,
+                changes.record_transition.target_id,
+            )
+        if changes.projection is not None:
+            self._fault("projection")
+            self._project(conn, changes.scope, changes.projection)
+        if changes.approval_id is not None:
+            self._fault("approval")
+            self._spend_approval(conn, changes)
+        if changes.outbox:
+            self._fault("outbox")
+            self._enqueue(conn, changes.outbox)
 
+    def _check_head(self, conn: sqlite3.Connection, changes: ChangeSet) -> None:
         self._fault("head")
         row = conn.execute(
             "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
-            (t, w),
+            (changes.scope.tenant_id, changes.scope.workspace_id),
         ).fetchone()
         current = JournalHead(row[0], _digest_out(row[1])) if row else JournalHead(0, GENESIS_HASH)
         if current != changes.expected_head:
             raise CommitConflict("head")
 
+    def _insert_ledger(self, conn: sqlite3.Connection, changes: ChangeSet) -> None:
         self._fault("ledger")
         entry = changes.ledger
-        try:
-            conn.execute(
-                "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    t,
-                    w,
-                    entry.principal,
-                    entry.idempotency_key,
-                    entry.tool,
-                    entry.target,
-                    _digest_in(entry.intent_hash),
-                    pack(entry.output),
-                    entry.cursor,
-                ),
-            )
-        except sqlite3.IntegrityError:
-            raise CommitConflict("ledger") from None
+        _insert_or_conflict(
+            conn,
+            "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                *_scope_key(changes.scope),
+                entry.principal,
+                entry.idempotency_key,
+                entry.tool,
+                entry.target,
+                _digest_in(entry.intent_hash),
+                pack(entry.output),
+                entry.cursor,
+            ),
+            "ledger",
+        )
 
-        if changes.event is not None:
-            self._fault("event")
-            event = changes.event
-            conn.execute(
-                "INSERT INTO journal_events VALUES (?, ?, ?, ?, ?)",
-                (t, w, event.cursor, _digest_in(event.event_hash), pack(event.body)),
-            )
-            conn.execute(
-                "INSERT INTO journal_heads VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, workspace_id) "
-                "DO UPDATE SET cursor = excluded.cursor, event_hash = excluded.event_hash",
-                (t, w, event.cursor, _digest_in(event.event_hash)),
-            )
+    @staticmethod
+    def _append_event(conn: sqlite3.Connection, scope: Scope, event: JournalEvent) -> None:
+        t, w = _scope_key(scope)
+        conn.execute(
+            "INSERT INTO journal_events VALUES (?, ?, ?, ?, ?)",
+            (t, w, event.cursor, _digest_in(event.event_hash), pack(event.body)),
+        )
+        conn.execute(
+            "INSERT INTO journal_heads VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, workspace_id) "
+            "DO UPDATE SET cursor = excluded.cursor, event_hash = excluded.event_hash",
+            (t, w, event.cursor, _digest_in(event.event_hash)),
+        )
 
-        if changes.new_candidate is not None or changes.candidate_transition is not None:
-            self._fault("candidate")
+    @staticmethod
+    def _apply_candidate(conn: sqlite3.Connection, changes: ChangeSet) -> None:
+        t, w = _scope_key(changes.scope)
         if changes.new_candidate is not None:
-            c = changes.new_candidate
-            try:
-                conn.execute(
-                    "INSERT INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        t,
-                        w,
-                        c.candidate_id,
-                        c.principal,
-                        c.state,
-                        _digest_in(c.payload_digest),
-                        _digest_in(c.record_digest),
-                        c.record_id,
-                        c.capture_cursor,
-                        c.key_ref,
-                        c.sealed,
-                        c.policy_version,
-                        c.created_at_ms,
-                    ),
-                )
-            except sqlite3.IntegrityError:
-                raise CommitConflict("ledger") from None
+            _insert_or_conflict(
+                conn,
+                "INSERT INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (t, w, *_stored(changes.new_candidate, "candidates")),
+                "ledger",
+            )
         if changes.candidate_transition is not None:
             move = changes.candidate_transition
             # A candidate leaving ``pending`` (admitted, rejected, withdrawn) is never opened
             # again and its key's destruction is queued in this same commit: its ciphertext is
             # dead weight (2-3 KB a record), dropped here and zeroed by secure_delete.
-            updated = conn.execute(
+            _update_one(
+                conn,
                 "UPDATE candidates SET state = ?, sealed = CASE WHEN ? = 'pending' THEN sealed "
                 "ELSE X'' END WHERE tenant_id = ? AND workspace_id = ? "
                 "AND candidate_id = ? AND state = ?",
                 (move.to_state, move.to_state, t, w, move.target_id, move.from_state),
-            ).rowcount
-            if updated != 1:
-                raise CommitConflict("state")
+            )
 
-        if changes.new_record is not None or changes.record_transition is not None:
-            self._fault("record")
+    @staticmethod
+    def _apply_record(conn: sqlite3.Connection, changes: ChangeSet) -> None:
+        t, w = _scope_key(changes.scope)
         if changes.new_record is not None:
-            r = changes.new_record
-            try:
-                conn.execute(
-                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                    (
-                        t,
-                        w,
-                        r.record_id,
-                        r.state,
-                        _digest_in(r.record_digest),
-                        _digest_in(r.payload_digest),
-                        r.candidate_id,
-                        r.valid_from_ms,
-                        r.valid_to_ms,
-                        r.expires_at_ms,
-                        r.accepted_cursor,
-                        r.body,
-                    ),
-                )
-            except sqlite3.IntegrityError:
-                raise CommitConflict("state") from None
+            _insert_or_conflict(
+                conn,
+                "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                (t, w, *_stored(changes.new_record, "records")),
+                "state",
+            )
         if changes.record_transition is not None:
             move = changes.record_transition
-            updated = conn.execute(
+            _update_one(
+                conn,
                 "UPDATE records SET state = ?, body = CASE WHEN ? THEN NULL ELSE body END "
                 "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ? AND state = ?",
                 (move.to_state, changes.shred_record_body, t, w, move.target_id, move.from_state),
-            ).rowcount
-            if updated != 1:
-                raise CommitConflict("state")
-
-        if changes.tombstone_payload_digest is not None and changes.record_transition is not None:
-            self._fault("tombstone")
-            conn.execute(
-                "INSERT OR IGNORE INTO tombstones VALUES (?, ?, ?, ?, ?)",
-                (
-                    t,
-                    w,
-                    _digest_in(changes.tombstone_payload_digest),
-                    changes.record_transition.target_id,
-                    changes.event.cursor if changes.event else 0,
-                ),
             )
 
-        if changes.projection is not None:
-            self._fault("projection")
-            self._project(conn, scope, changes.projection)
+    @staticmethod
+    def _insert_tombstone(
+        conn: sqlite3.Connection, changes: ChangeSet, payload_digest: str, record_id: str
+    ) -> None:
+        conn.execute(
+            "INSERT OR IGNORE INTO tombstones VALUES (?, ?, ?, ?, ?)",
+            (
+                *_scope_key(changes.scope),
+                _digest_in(payload_digest),
+                record_id,
+                changes.event.cursor if changes.event else 0,
+            ),
+        )
 
-        if changes.approval_id is not None:
-            self._fault("approval")
-            try:
-                conn.execute(
-                    "INSERT INTO used_approvals VALUES (?, ?, ?, ?)",
-                    (changes.approval_id, t, w, changes.event.cursor if changes.event else 0),
-                )
-            except sqlite3.IntegrityError:
-                raise CommitConflict("approval") from None
+    @staticmethod
+    def _spend_approval(conn: sqlite3.Connection, changes: ChangeSet) -> None:
+        _insert_or_conflict(
+            conn,
+            "INSERT INTO used_approvals VALUES (?, ?, ?, ?)",
+            (
+                changes.approval_id,
+                *_scope_key(changes.scope),
+                changes.event.cursor if changes.event else 0,
+            ),
+            "approval",
+        )
 
-        if changes.outbox:
-            self._fault("outbox")
-            conn.executemany(
-                "INSERT OR IGNORE INTO outbox VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        i.item_id,
-                        i.kind,
-                        i.scope.tenant_id,
-                        i.scope.workspace_id,
-                        i.target,
-                        i.surface,
-                    )
-                    for i in changes.outbox
-                ],
-            )
+    @staticmethod
+    def _enqueue(conn: sqlite3.Connection, items: Sequence[OutboxItem]) -> None:
+        conn.executemany(
+            "INSERT OR IGNORE INTO outbox VALUES (?, ?, ?, ?, ?, ?)",
+            [(i.item_id, i.kind, *_scope_key(i.scope), i.target, i.surface) for i in items],
+        )
 
     # -- the lexical projection (same database, same transaction) ------------------------------
 
@@ -1242,24 +1261,9 @@ class SqliteStore:
         callbacks open it; ``fields_of`` answers None for a body that can no longer be opened,
         whose projection is then dropped).
         """
-        with self._guard(), self._pool.connection() as conn:
-            row = conn.execute(
-                "SELECT value FROM store_meta WHERE key = 'lexical_version'"
-            ).fetchone()
-            projected = conn.execute(
-                "SELECT tenant_id, workspace_id, record_id, body FROM records "
-                "WHERE lex_rowid IS NOT NULL AND body IS NOT NULL ORDER BY tenant_id, "
-                "workspace_id, record_id"
-            ).fetchall()
-            model_row = conn.execute(
-                "SELECT value FROM store_meta WHERE key = 'vector_model'"
-            ).fetchone()
-        stale_lexical = (row is None and bool(projected)) or (
-            row is not None and row[0] != lexical_version
+        projected, stale_lexical, stale_vectors = self._staleness(
+            lexical_version, vector_model if vector_of is not None else None, legacy_vector_model
         )
-        vectors_by = legacy_vector_model if model_row is None else model_row[0]
-        stale_vectors = vector_of is not None and vector_model is not None
-        stale_vectors = stale_vectors and vectors_by != vector_model
         done = 0
         for tenant_id, workspace_id, record_id, raw in projected:
             if not stale_lexical and vector_of is None:
@@ -1277,19 +1281,34 @@ class SqliteStore:
             doc = ProjectionDoc(record_id, fields, vector)
             self.lexical_apply(scope, ProjectionChange(upsert=doc))
             done += 1
-        with self._guard(), self._pool.connection() as conn:
-            conn.execute(
-                "INSERT INTO store_meta VALUES ('lexical_version', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (lexical_version,),
-            )
-            if vector_of is not None and vector_model is not None:
-                conn.execute(
-                    "INSERT INTO store_meta VALUES ('vector_model', ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (vector_model,),
-                )
+        self.meta_set("lexical_version", lexical_version)
+        if vector_of is not None and vector_model is not None:
+            self.meta_set("vector_model", vector_model)
         return done
+
+    def _staleness(
+        self, lexical_version: str, vector_model: str | None, legacy_vector_model: str | None
+    ) -> tuple[list[tuple[Any, ...]], bool, bool]:
+        """The projected records, whether their lexical fields are stale, and whether their
+        vectors are (``vector_model`` None: the host has no semantic channel)."""
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT value FROM store_meta WHERE key = 'lexical_version'"
+            ).fetchone()
+            projected = conn.execute(
+                "SELECT tenant_id, workspace_id, record_id, body FROM records "
+                "WHERE lex_rowid IS NOT NULL AND body IS NOT NULL ORDER BY tenant_id, "
+                "workspace_id, record_id"
+            ).fetchall()
+            model_row = conn.execute(
+                "SELECT value FROM store_meta WHERE key = 'vector_model'"
+            ).fetchone()
+        stale_lexical = (row is None and bool(projected)) or (
+            row is not None and row[0] != lexical_version
+        )
+        vectors_by = legacy_vector_model if model_row is None else model_row[0]
+        stale_vectors = vector_model is not None and vectors_by != vector_model
+        return projected, stale_lexical, stale_vectors
 
     def seal_plaintext_bodies(self, seal: Callable[[Scope, str, bytes], bytes]) -> int:
         """Seal the record bodies a database from before sealed bodies holds in plaintext (the
