@@ -28,6 +28,7 @@ from engram_memory.engine.gate import (
     approval_conflict,
     check_approval,
 )
+from engram_memory.engine.journal import build_event
 from engram_memory.engine.ports import (
     RECORD_KEY_TARGET,
     AdmissionPolicy,
@@ -40,6 +41,7 @@ from engram_memory.engine.ports import (
     Embedder,
     EmbedderUnavailable,
     IndexUnavailable,
+    JournalEvent,
     JournalHead,
     KeyDestroyed,
     LedgerEntry,
@@ -106,6 +108,20 @@ class EngineSettings:
     semantic_mode: Literal["hybrid", "semantic_only"] = "hybrid"
     # Time-aware ranking (engine/temporal.py): a query's dates matched against valid_time.
     time_aware: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class JournalStep:
+    """One commit's journal event (``Kernel.journal_step``), with what its output quotes."""
+
+    operation: str
+    event: JournalEvent
+    event_id: str
+    transaction_receipt_digest: str
+
+    @property
+    def cursor(self) -> int:
+        return self.event.cursor
 
 
 class StateMoved(Exception):
@@ -370,6 +386,29 @@ class Kernel:
             },
         )
 
+    def journal_step(
+        self,
+        call: Call,
+        head: JournalHead,
+        operation: str,
+        target: str,
+        intent: str,
+        digests: Mapping[str, str],
+    ) -> JournalStep:
+        """The event a commit appends after ``head`` (its ``digests`` then the intent hash) and
+        the transaction receipt over it, which the use case's output quotes."""
+        event, event_id = build_event(
+            head,
+            operation=operation,
+            target=target,
+            at_ms=call.now_ms,
+            digests={**digests, "intent_hash": intent},
+        )
+        receipt_digest = self.transaction_receipt(
+            call, operation, target, event.cursor, event.event_hash, intent
+        )
+        return JournalStep(operation, event, event_id, receipt_digest)
+
     def authorization_receipt(
         self, call: Call, approval: Approval | None, extra: Mapping[str, Any]
     ) -> str:
@@ -565,12 +604,16 @@ class Kernel:
     @staticmethod
     def destroy_record_key(scope: Scope, record_id: str, now_ms: int) -> OutboxItem:
         """The outbox item destroying a record's key (after forget, or a candidate's end)."""
-        target = RECORD_KEY_TARGET + record_id
+        return Kernel.destroy_candidate_key(scope, RECORD_KEY_TARGET + record_id, now_ms)
+
+    @staticmethod
+    def destroy_candidate_key(scope: Scope, key_ref: str, now_ms: int) -> OutboxItem:
+        """The outbox item destroying a candidate's key (``Vault``) once it leaves ``pending``."""
         return OutboxItem(
-            item_id=f"destroy_key:{target}",
+            item_id=f"destroy_key:{key_ref}",
             kind="destroy_key",
             scope=scope,
-            target=target,
+            target=key_ref,
             enqueued_at_ms=now_ms,
         )
 
