@@ -27,6 +27,7 @@ import threading
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeVar
 
@@ -50,6 +51,7 @@ from engram_memory.engine.ports import (
     ProjectionChange,
     ProjectionDoc,
     RecordRow,
+    StateTransition,
     StoreUnavailable,
 )
 
@@ -190,6 +192,38 @@ def _candidate_row(row: tuple[Any, ...]) -> CandidateRow:
         _digest_out(record_digest),
         *rest,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _RowTable:
+    """How a commit writes one kind of row: ``insert`` a new one (``taken``: the conflict when
+    its key already is), ``move`` one from a state to the next, dropping its heavy column when
+    the commit says so (the statements' second parameter)."""
+
+    name: str
+    insert: str
+    taken: Literal["ledger", "state"]
+    move: str
+
+
+_CANDIDATES: Final = _RowTable(
+    "candidates",
+    "INSERT INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "ledger",
+    # A candidate leaving ``pending`` (admitted, rejected, withdrawn) is never opened again and
+    # its key's destruction is queued in this same commit: its ciphertext is dead weight (2-3 KB
+    # a record), dropped here and zeroed by secure_delete.
+    "UPDATE candidates SET state = ?, sealed = CASE WHEN ? THEN X'' ELSE sealed END "
+    "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ? AND state = ?",
+)
+_RECORDS: Final = _RowTable(
+    "records",
+    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+    "state",
+    # Forget shreds the body in the commit that tombstones the record.
+    "UPDATE records SET state = ?, body = CASE WHEN ? THEN NULL ELSE body END "
+    "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ? AND state = ?",
+)
 
 
 def _scope_key(scope: Scope) -> tuple[str, str]:
@@ -834,12 +868,23 @@ class SqliteStore:
         if changes.event is not None:
             self._fault("event")
             self._append_event(conn, changes.scope, changes.event)
-        if changes.new_candidate is not None or changes.candidate_transition is not None:
+        moved = changes.candidate_transition
+        if changes.new_candidate is not None or moved is not None:
             self._fault("candidate")
-            self._apply_candidate(conn, changes)
+            leaves_pending = moved is not None and moved.to_state != "pending"
+            self._apply_row(
+                conn, changes.scope, _CANDIDATES, changes.new_candidate, moved, drop=leaves_pending
+            )
         if changes.new_record is not None or changes.record_transition is not None:
             self._fault("record")
-            self._apply_record(conn, changes)
+            self._apply_row(
+                conn,
+                changes.scope,
+                _RECORDS,
+                changes.new_record,
+                changes.record_transition,
+                drop=changes.shred_record_body,
+            )
         if changes.tombstone_payload_digest is not None and changes.record_transition is not None:
             self._fault("tombstone")
             self._insert_tombstone(
@@ -901,45 +946,21 @@ class SqliteStore:
         )
 
     @staticmethod
-    def _apply_candidate(conn: sqlite3.Connection, changes: ChangeSet) -> None:
-        t, w = _scope_key(changes.scope)
-        if changes.new_candidate is not None:
-            _insert_or_conflict(
-                conn,
-                "INSERT INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (t, w, *_stored(changes.new_candidate, "candidates")),
-                "ledger",
-            )
-        if changes.candidate_transition is not None:
-            move = changes.candidate_transition
-            # A candidate leaving ``pending`` (admitted, rejected, withdrawn) is never opened
-            # again and its key's destruction is queued in this same commit: its ciphertext is
-            # dead weight (2-3 KB a record), dropped here and zeroed by secure_delete.
+    def _apply_row(
+        conn: sqlite3.Connection,
+        scope: Scope,
+        table: _RowTable,
+        new: CandidateRow | RecordRow | None,
+        move: StateTransition | None,
+        *,
+        drop: bool,
+    ) -> None:
+        t, w = _scope_key(scope)
+        if new is not None:
+            _insert_or_conflict(conn, table.insert, (t, w, *_stored(new, table.name)), table.taken)
+        if move is not None:
             _update_one(
-                conn,
-                "UPDATE candidates SET state = ?, sealed = CASE WHEN ? = 'pending' THEN sealed "
-                "ELSE X'' END WHERE tenant_id = ? AND workspace_id = ? "
-                "AND candidate_id = ? AND state = ?",
-                (move.to_state, move.to_state, t, w, move.target_id, move.from_state),
-            )
-
-    @staticmethod
-    def _apply_record(conn: sqlite3.Connection, changes: ChangeSet) -> None:
-        t, w = _scope_key(changes.scope)
-        if changes.new_record is not None:
-            _insert_or_conflict(
-                conn,
-                "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                (t, w, *_stored(changes.new_record, "records")),
-                "state",
-            )
-        if changes.record_transition is not None:
-            move = changes.record_transition
-            _update_one(
-                conn,
-                "UPDATE records SET state = ?, body = CASE WHEN ? THEN NULL ELSE body END "
-                "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ? AND state = ?",
-                (move.to_state, changes.shred_record_body, t, w, move.target_id, move.from_state),
+                conn, table.move, (move.to_state, drop, t, w, move.target_id, move.from_state)
             )
 
     @staticmethod
