@@ -258,16 +258,8 @@ class Kernel:
         raise EngramError(ErrorCode.FENCE_LOST)
 
     def intent(self, call: Call, model: ClosedModel, target: str | None) -> str:
-        arguments = model.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
-        intent = digest(
-            "intent",
-            {
-                "tool": call.tool,
-                "target": target if target is not None else "",
-                "arguments": arguments,
-                "purpose": call.ctx.purpose_ref,
-                "scope": scope_ref(call.scope),
-            },
+        intent = _call_digest(
+            "intent", call, model, target, purpose=call.ctx.purpose_ref, scope=scope_ref(call.scope)
         )
         call.digests["intent_hash"] = intent
         return intent
@@ -291,16 +283,13 @@ class Kernel:
         if not call.ctx.needs_confirmation(call.tool):
             call.approval = None  # an approval nobody asked for authorizes nothing
             return None
-        arguments = model.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
-        operation_digest = digest(
+        operation_digest = _call_digest(
             "operation",
-            {
-                "tool": call.tool,
-                "target": target if target is not None else "",
-                "arguments": arguments,
-                "scope": {"tenant_id": call.ctx.tenant_id, "workspace_id": call.ctx.workspace_id},
-                "principal": call.ctx.principal,
-            },
+            call,
+            model,
+            target,
+            scope={"tenant_id": call.ctx.tenant_id, "workspace_id": call.ctx.workspace_id},
+            principal=call.ctx.principal,
         )
         request = ConfirmationRequest(
             tool=call.tool,
@@ -790,6 +779,23 @@ class _Contention:
             raise EngramError(ErrorCode.FENCE_LOST)
         ceiling = min(self._cap_s, 0.005 * 2 ** min(self._attempt, 16))
         time.sleep(min(left, random.uniform(0, ceiling)))  # noqa: S311 - jitter, not crypto
+
+
+def _call_digest(
+    kind: str, call: Call, model: ClosedModel, target: str | None, **binding: Any
+) -> str:
+    """A digest over what the call asks for: its tool, target and arguments (the idempotency
+    key aside: a retry asks for the same thing), with what binds it (``binding``)."""
+    arguments = model.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
+    return digest(
+        kind,
+        {
+            "tool": call.tool,
+            "target": target if target is not None else "",
+            "arguments": arguments,
+            **binding,
+        },
+    )
 
 
 def _summary(call: Call, target: str | None, reason_ref: str | None) -> str:

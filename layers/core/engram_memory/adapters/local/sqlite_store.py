@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeVar
 
+from engram_memory.adapters.local.transactions import immediate
 from engram_memory.adapters.local.vector_matrix import VectorMatrices
 from engram_memory.adapters.record_sealing import BODY_FORMAT
 from engram_memory.contract.canonical import GENESIS_HASH
@@ -462,8 +463,7 @@ class SqliteStore:
         row = conn.execute("SELECT value FROM store_meta WHERE key = 'store_format'").fetchone()
         if row is not None and int(row[0]) >= STORE_FORMAT:
             return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(conn):
             found = self._format(conn)
             if found < STORE_FORMAT:
                 self._migrate_from_1(conn)
@@ -473,10 +473,6 @@ class SqliteStore:
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (str(STORE_FORMAT),),
                 )
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
         if found < STORE_FORMAT:
             log.info("migrated engram.db from store format %d to %d", found, STORE_FORMAT)
             try:
@@ -1215,13 +1211,8 @@ class SqliteStore:
 
     def lexical_apply(self, scope: Scope, change: ProjectionChange) -> None:
         with self._guard(), self._pool.connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(conn):
                 self._project(conn, scope, change)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
             if _drops_projection(change):
                 self._scrub_wal(conn)
 
@@ -1352,17 +1343,12 @@ class SqliteStore:
                 (seal(Scope(t, w), record_id, _as_bytes(body)), t, w, record_id)
                 for t, w, record_id, body in legacy
             ]
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(conn):
                 conn.executemany(
                     "UPDATE records SET body = ? WHERE tenant_id = ? AND workspace_id = ? "
                     "AND record_id = ?",
                     sealed,
                 )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
             self._scrub_wal(conn)
         log.info("sealed the plaintext bodies of a database from before sealed bodies")
         return len(sealed)

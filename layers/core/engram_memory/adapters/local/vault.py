@@ -34,6 +34,7 @@ from engram_memory.adapters.local.key_durability import commit_synced_once, dele
 from engram_memory.adapters.local.private_files import fsync_dir, make_private_dirs, write_all
 from engram_memory.adapters.local.record_keys import SCHEMA as RECORD_KEYS_SCHEMA
 from engram_memory.adapters.local.record_keys import LocalRecordKeys
+from engram_memory.adapters.local.transactions import immediate
 from engram_memory.adapters.sealing import (
     KEY_NAMESPACE,
     encryption_context,
@@ -217,8 +218,7 @@ class LocalVault:
         rewrapper = AESGCM(new_master_key)
 
         def run(conn: sqlite3.Connection) -> tuple[int, int]:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(conn):
                 rows = conn.execute("SELECT key_ref, nonce, wrapped FROM data_keys").fetchall()
                 done = unbound = 0
                 for key_ref, nonce, wrapped in rows:
@@ -240,10 +240,6 @@ class LocalVault:
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (master_fingerprint(new_master_key),),
                 )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
             return done, unbound
 
         try:

@@ -102,25 +102,18 @@ def settle(
     decision_digest = _decision_receipt(call, candidate, verdict, policy_id, policy_version)
     if verdict == "adjudication_required":
         return _held(k, call, candidate_id, decision_digest, intent)
+    accepted = verdict == "accept"
     return _commit_decision(
-        k,
-        call,
-        candidate,
-        record,
-        accepted=verdict == "accept",
-        decision_digest=decision_digest,
-        idempotency_key=idempotency_key,
-        intent=intent,
+        k, call, accepted, candidate, record, decision_digest, idempotency_key, intent
     )
 
 
 def _commit_decision(
     k: Kernel,
     call: Call,
+    accepted: bool,
     candidate: CandidateRow,
     record: dict[str, Any],
-    *,
-    accepted: bool,
     decision_digest: str,
     idempotency_key: str,
     intent: str,
