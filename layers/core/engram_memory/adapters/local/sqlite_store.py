@@ -155,6 +155,21 @@ _RECORD_COLUMNS: Final = (
 )
 
 
+def _select(columns: str, table: str, id_column: str, *, page: bool) -> str:
+    """A row of ``table`` by its id, or (``page``) a page of its rows in one state or any
+    (``state`` None) after an id: one constant statement per table and purpose."""
+    scoped = f"SELECT {columns} FROM {table} WHERE tenant_id = ? AND workspace_id = ? "  # noqa: S608
+    if not page:
+        return scoped + f"AND {id_column} = ?"
+    return scoped + f"AND (? IS NULL OR state = ?) AND {id_column} > ? ORDER BY {id_column} LIMIT ?"
+
+
+_CANDIDATE_BY_ID: Final = _select(_CANDIDATE_COLUMNS, "candidates", "candidate_id", page=False)
+_RECORD_BY_ID: Final = _select(_RECORD_COLUMNS, "records", "record_id", page=False)
+_CANDIDATES_PAGE: Final = _select(_CANDIDATE_COLUMNS, "candidates", "candidate_id", page=True)
+_RECORDS_PAGE: Final = _select(_RECORD_COLUMNS, "records", "record_id", page=True)
+
+
 def _as_bytes(value: Any) -> bytes:
     # A blob edited outside the engine may come back as TEXT; integrity checks still need bytes.
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
@@ -600,22 +615,17 @@ class SqliteStore:
         )
 
     def candidate_get(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
-        with self._guard(), self._pool.connection() as conn:
-            row = conn.execute(
-                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates "  # noqa: S608 - constant column list
-                "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ?",
-                (scope.tenant_id, scope.workspace_id, candidate_id),
-            ).fetchone()
-        return _candidate_row(row) if row else None
+        rows = self._fetch(_CANDIDATE_BY_ID, (*_scope_key(scope), candidate_id))
+        return _candidate_row(rows[0]) if rows else None
 
     def record_get(self, scope: Scope, record_id: str) -> RecordRow | None:
+        rows = self._fetch(_RECORD_BY_ID, (*_scope_key(scope), record_id))
+        return _record_row(rows[0]) if rows else None
+
+    def _fetch(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._guard(), self._pool.connection() as conn:
-            row = conn.execute(
-                f"SELECT {_RECORD_COLUMNS} FROM records "  # noqa: S608 - constant column list
-                "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
-                (scope.tenant_id, scope.workspace_id, record_id),
-            ).fetchone()
-        return _record_row(row) if row else None
+            rows: list[tuple[Any, ...]] = conn.execute(sql, parameters).fetchall()
+        return rows
 
     def records_get(self, scope: Scope, record_ids: Sequence[str]) -> dict[str, RecordRow]:
         found: dict[str, RecordRow] = {}
@@ -720,26 +730,14 @@ class SqliteStore:
     def candidates_list(
         self, scope: Scope, state: str | None, after: str, limit: int
     ) -> list[CandidateRow]:
-        with self._guard(), self._pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates "  # noqa: S608 - constant columns
-                "WHERE tenant_id = ? AND workspace_id = ? AND (? IS NULL OR state = ?) "
-                "AND candidate_id > ? ORDER BY candidate_id LIMIT ?",
-                (scope.tenant_id, scope.workspace_id, state, state, after, limit),
-            ).fetchall()
-        return [_candidate_row(row) for row in rows]
+        listed = self._fetch(_CANDIDATES_PAGE, (*_scope_key(scope), state, state, after, limit))
+        return [_candidate_row(row) for row in listed]
 
     def records_list(
         self, scope: Scope, state: str | None, after: str, limit: int
     ) -> list[RecordRow]:
-        with self._guard(), self._pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_RECORD_COLUMNS} FROM records "  # noqa: S608 - constant columns
-                "WHERE tenant_id = ? AND workspace_id = ? AND (? IS NULL OR state = ?) "
-                "AND record_id > ? ORDER BY record_id LIMIT ?",
-                (scope.tenant_id, scope.workspace_id, state, state, after, limit),
-            ).fetchall()
-        return [_record_row(row) for row in rows]
+        listed = self._fetch(_RECORDS_PAGE, (*_scope_key(scope), state, state, after, limit))
+        return [_record_row(row) for row in listed]
 
     def state_counts(self, scope: Scope) -> dict[str, int]:
         where = "WHERE tenant_id = ? AND workspace_id = ?"
@@ -1397,14 +1395,15 @@ class _StoreSurface:
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
 
-    def _unavailable(self) -> IndexUnavailable:
-        return IndexUnavailable(f"{self.name} index unavailable")
+    def _asked(self, ask: Callable[[], T]) -> T:
+        """The store's answer; the store being unavailable is this index being unavailable."""
+        try:
+            return ask()
+        except StoreUnavailable as exc:
+            raise IndexUnavailable(f"{self.name} index unavailable") from exc
 
     def apply(self, scope: Scope, change: ProjectionChange) -> None:
-        try:
-            self._store.lexical_apply(scope, change)
-        except StoreUnavailable as exc:
-            raise self._unavailable() from exc
+        self._asked(lambda: self._store.lexical_apply(scope, change))
 
 
 class SqliteLexicalIndex(_StoreSurface):
@@ -1414,10 +1413,7 @@ class SqliteLexicalIndex(_StoreSurface):
     scoring_formula_ref: Final = lexical.SCORING_FORMULA_REF  # FTS5 bm25() with column weights
 
     def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
-        try:
-            return self._store.lexical_search(scope, terms, depth)
-        except StoreUnavailable as exc:
-            raise self._unavailable() from exc
+        return self._asked(lambda: self._store.lexical_search(scope, terms, depth))
 
     def contains(self, scope: Scope, record_id: str) -> bool:
         return self._store.lexical_contains(scope, record_id)
@@ -1431,24 +1427,15 @@ class SqliteVectorIndex(_StoreSurface):
     vector_formula_ref: Final = scoring_formula_ref
 
     def nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
-        try:
-            return self._store.vector_nearest(scope, vector, depth)
-        except StoreUnavailable as exc:
-            raise self._unavailable() from exc
+        return self._asked(lambda: self._store.vector_nearest(scope, vector, depth))
 
     def score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
-        try:
-            return self._store.vector_score_at(scope, vector, rank)
-        except StoreUnavailable as exc:
-            raise self._unavailable() from exc
+        return self._asked(lambda: self._store.vector_score_at(scope, vector, rank))
 
     def similarities(
         self, scope: Scope, vector: Sequence[float], record_ids: Sequence[str]
     ) -> dict[str, float]:
-        try:
-            return self._store.vector_similarities(scope, vector, record_ids)
-        except StoreUnavailable as exc:
-            raise self._unavailable() from exc
+        return self._asked(lambda: self._store.vector_similarities(scope, vector, record_ids))
 
     def contains(self, scope: Scope, record_id: str) -> bool:
         return self._store.vector_contains(scope, record_id)
