@@ -159,29 +159,27 @@ def _canonical_adapters(
             s3=s3_client if s3_client is not None else aws.client("s3"),
             session=aws.session(),
         )
+
+    def key_table() -> dict[str, Any]:  # each adapter its own KMS client, as when built apart
+        return {
+            "kms_key_id": env.data_key_arn,
+            "key_table": env.key_table,
+            "kms_client": kms_client if kms_client is not None else aws.client("kms"),
+            "dynamodb_client": dynamodb_client,
+            "session": aws.session(),
+        }
+
     if vault is None:
         from engram_memory.adapters.aws.kms_vault import KmsVault
 
         try:
-            vault = KmsVault(
-                kms_key_id=env.data_key_arn,
-                key_table=env.key_table,
-                kms_client=kms_client if kms_client is not None else aws.client("kms"),
-                dynamodb_client=dynamodb_client,
-                session=aws.session(),
-            )
+            vault = KmsVault(**key_table())
         except ValueError as exc:
             raise ConfigurationError("ENGRAM_DATA_KEY_ARN must be a KMS key ARN") from exc
     if record_keys is None:
         from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 
-        record_keys = KmsRecordKeys(
-            kms_key_id=env.data_key_arn,
-            key_table=env.key_table,
-            kms_client=kms_client if kms_client is not None else aws.client("kms"),
-            dynamodb_client=dynamodb_client,
-            session=aws.session(),
-        )
+        record_keys = KmsRecordKeys(**key_table())
     return store, vault, record_keys
 
 

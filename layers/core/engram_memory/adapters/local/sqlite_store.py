@@ -601,15 +601,14 @@ class SqliteStore:
         return JournalHead(row[0], _digest_out(row[1])) if row else JournalHead(0, GENESIS_HASH)
 
     def ledger_get(self, scope: Scope, principal: str, idempotency_key: str) -> LedgerEntry | None:
-        with self._guard(), self._pool.connection() as conn:
-            row = conn.execute(
-                "SELECT principal, idempotency_key, tool, target, intent_hash, output, cursor FROM ledger "
-                "WHERE tenant_id = ? AND workspace_id = ? AND principal = ? AND idempotency_key = ?",
-                (scope.tenant_id, scope.workspace_id, principal, idempotency_key),
-            ).fetchone()
-        if row is None:
+        rows = self._fetch(
+            "SELECT principal, idempotency_key, tool, target, intent_hash, output, cursor FROM ledger "
+            "WHERE tenant_id = ? AND workspace_id = ? AND principal = ? AND idempotency_key = ?",
+            (*_scope_key(scope), principal, idempotency_key),
+        )
+        if not rows:
             return None
-        principal, key, tool, target, intent_hash, output, cursor = row
+        principal, key, tool, target, intent_hash, output, cursor = rows[0]
         return LedgerEntry(
             principal, key, tool, target, _digest_out(intent_hash), _unpacked(output), cursor
         )
@@ -656,12 +655,11 @@ class SqliteStore:
         return row is not None
 
     def events(self, scope: Scope, after_cursor: int, limit: int) -> list[JournalEvent]:
-        with self._guard(), self._pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT cursor, event_hash, body FROM journal_events "
-                "WHERE tenant_id = ? AND workspace_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
-                (scope.tenant_id, scope.workspace_id, after_cursor, limit),
-            ).fetchall()
+        rows = self._fetch(
+            "SELECT cursor, event_hash, body FROM journal_events "
+            "WHERE tenant_id = ? AND workspace_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
+            (*_scope_key(scope), after_cursor, limit),
+        )
         return [
             JournalEvent(cursor, _digest_out(event_hash), _unpacked(body))
             for cursor, event_hash, body in rows
