@@ -506,32 +506,39 @@ class TokenVerifier:
                 leeway=LEEWAY_S,
                 options={"require": list(REQUIRED_CLAIMS)},
             )
-        except jwt.ExpiredSignatureError:
-            raise InvalidToken("expired", "the bearer token has expired") from None
-        except jwt.ImmatureSignatureError:
-            raise InvalidToken("not_yet_valid", "the bearer token is not valid yet") from None
-        except jwt.InvalidAudienceError:
-            raise InvalidToken(
-                "audience", "the bearer token was issued for another service (audience)"
-            ) from None
-        except jwt.InvalidIssuerError:
-            raise InvalidToken("issuer", "the bearer token comes from an unknown issuer") from None
         except jwt.MissingRequiredClaimError as error:
             claim = error.claim if error.claim in REQUIRED_CLAIMS else "?"
             raise InvalidToken(
                 "missing_claim", f"the bearer token lacks the required claim {claim}"
             ) from None
-        except jwt.InvalidSignatureError:
-            raise InvalidToken("signature", "the bearer token's signature is not valid") from None
-        except jwt.InvalidAlgorithmError:
-            raise InvalidToken(
-                "algorithm", "the bearer token's signing algorithm is not accepted"
-            ) from None
-        except (jwt.PyJWTError, ValueError, TypeError, OverflowError):
-            raise InvalidToken("malformed", "the bearer token is malformed") from None
+        except (jwt.PyJWTError, ValueError, TypeError, OverflowError) as error:
+            reason, message = next(
+                (refusal for kind, *refusal in _JWT_REFUSALS if isinstance(error, kind)),
+                ("malformed", "the bearer token is malformed"),
+            )
+            raise InvalidToken(reason, message) from None
         if not isinstance(payload, dict):
             raise InvalidToken("malformed", "the bearer token is malformed")
         return payload
+
+
+# PyJWT's refusals as this module's (reason, message); any other failure is a malformed token.
+_JWT_REFUSALS: Final = (
+    (jwt.ExpiredSignatureError, "expired", "the bearer token has expired"),
+    (jwt.ImmatureSignatureError, "not_yet_valid", "the bearer token is not valid yet"),
+    (
+        jwt.InvalidAudienceError,
+        "audience",
+        "the bearer token was issued for another service (audience)",
+    ),
+    (jwt.InvalidIssuerError, "issuer", "the bearer token comes from an unknown issuer"),
+    (jwt.InvalidSignatureError, "signature", "the bearer token's signature is not valid"),
+    (
+        jwt.InvalidAlgorithmError,
+        "algorithm",
+        "the bearer token's signing algorithm is not accepted",
+    ),
+)
 
 
 def _is_type(typ: object, expected: str) -> bool:
