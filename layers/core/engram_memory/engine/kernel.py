@@ -11,7 +11,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
@@ -627,6 +627,18 @@ class Kernel:
             return self.policy.version()
         except PolicyUnavailable:
             raise EngramError(ErrorCode.POLICY_UNAVAILABLE) from None
+
+    def record_leaving(self, scope: Scope, record_id: str, sources: Collection[str]) -> RecordRow:
+        """The record a transition is to move: NOT_FOUND without one, ALREADY_TERMINAL once
+        tombstoned, ILLEGAL_TRANSITION from a state not among ``sources``."""
+        row = self.read(lambda: self.store.record_get(scope, record_id))
+        if row is None:
+            raise EngramError(ErrorCode.NOT_FOUND)
+        if row.state == "tombstoned":
+            raise EngramError(ErrorCode.ALREADY_TERMINAL)
+        if row.state not in sources:
+            raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+        return row
 
     def pending_candidate(self, call: Call, candidate_id: str) -> CandidateRow:
         candidate = self.read(lambda: self.store.candidate_get(call.scope, candidate_id))

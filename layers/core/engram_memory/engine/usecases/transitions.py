@@ -103,13 +103,7 @@ def forget(k: Kernel, call: Call, args: ForgetInput) -> dict[str, Any]:
         progress = k.invalidation_progress(call.scope, record_id, int(stored["receipt"]["cursor"]))
         return {**stored, "replayed": True, **progress}
 
-    row = k.read(lambda: k.store.record_get(call.scope, record_id))
-    if row is None:
-        raise EngramError(ErrorCode.NOT_FOUND)
-    if row.state == "tombstoned":
-        raise EngramError(ErrorCode.ALREADY_TERMINAL)
-    if row.state not in RECORD_STATES_FORGETTABLE:
-        raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+    row = k.record_leaving(call.scope, record_id, RECORD_STATES_FORGETTABLE)
     approval = k.confirm(call, args, record_id, args.reason_ref)
     authorization = k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref})
     return commit_forget(
