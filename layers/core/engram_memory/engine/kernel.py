@@ -264,6 +264,16 @@ class Kernel:
         call.digests["intent_hash"] = intent
         return intent
 
+    def prior(
+        self, call: Call, args: ClosedModel, key: str, target: str | None
+    ) -> tuple[str, dict[str, Any] | None]:
+        """The call's intent hash, and the output of the first call made with its idempotency
+        ``key`` when there was one (the call is then a replay; DIGEST_CONFLICT when it asks for
+        something else)."""
+        intent = self.intent(call, args, target)
+        entry = self.ledger(call, key, target, intent)
+        return intent, None if entry is None else decode(entry.output)
+
     def ledger(self, call: Call, key: str, target: str | None, intent: str) -> LedgerEntry | None:
         entry = self.read(lambda: self.store.ledger_get(call.scope, call.ctx.principal, key))
         if entry is None:

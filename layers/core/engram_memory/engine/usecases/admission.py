@@ -20,16 +20,14 @@ from engram_memory.engine.ports import (
     RecordRow,
     StateTransition,
 )
-from engram_memory.engine.records import decode, receipt, scope_ref
+from engram_memory.engine.records import receipt, scope_ref
 
 
 def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dict[str, Any]:
     candidate_id = args.candidate_id
     call.target = candidate_id
-    intent = k.intent(call, args, candidate_id)
-    replay = k.ledger(call, args.idempotency_key, candidate_id, intent)
-    if replay is not None:
-        stored = decode(replay.output)
+    intent, stored = k.prior(call, args, args.idempotency_key, candidate_id)
+    if stored is not None:
         outcome = stored["outcome"]
         if outcome.get("status") == "accepted":
             # The first call's commit landed but its answer (and maybe its upsert) was lost.

@@ -11,7 +11,7 @@ from engram_memory.contract.models import CaptureInput
 from engram_memory.contract.types import format_instant, parse_instant
 from engram_memory.engine.kernel import Call, Kernel, StateMoved
 from engram_memory.engine.ports import CandidateRow, ChangeSet, JournalHead, SealedBlob
-from engram_memory.engine.records import build_record, decode, evidence_object, stored_payload
+from engram_memory.engine.records import build_record, evidence_object, stored_payload
 
 
 def capture(k: Kernel, call: Call, args: CaptureInput) -> dict[str, Any]:
@@ -21,10 +21,8 @@ def capture(k: Kernel, call: Call, args: CaptureInput) -> dict[str, Any]:
         ctx.tenant_id, ctx.workspace_id, ctx.principal, args.idempotency_key
     )
     call.target = candidate_id
-    intent = k.intent(call, args, None)
-    replay = k.ledger(call, args.idempotency_key, None, intent)
-    if replay is not None:
-        stored: dict[str, Any] = decode(replay.output)
+    intent, stored = k.prior(call, args, args.idempotency_key, None)
+    if stored is not None:
         return {**stored, "status": "duplicate_exact"}
 
     check_retention(k, call, args)

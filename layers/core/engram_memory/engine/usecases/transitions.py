@@ -15,16 +15,13 @@ from engram_memory.engine.ports import (
     RecordRow,
     StateTransition,
 )
-from engram_memory.engine.records import decode
 
 
 def withdraw(k: Kernel, call: Call, args: WithdrawInput) -> dict[str, Any]:
     candidate_id = args.candidate_id
     call.target = candidate_id
-    intent = k.intent(call, args, candidate_id)
-    replay = k.ledger(call, args.idempotency_key, candidate_id, intent)
-    if replay is not None:
-        stored = decode(replay.output)
+    intent, stored = k.prior(call, args, args.idempotency_key, candidate_id)
+    if stored is not None:
         candidate = k.read(lambda: k.store.candidate_get(call.scope, candidate_id))
         return {**stored, "replayed": True, "key_destruction": k.key_destruction(candidate)}
 
@@ -96,10 +93,8 @@ def commit_withdraw(
 def forget(k: Kernel, call: Call, args: ForgetInput) -> dict[str, Any]:
     record_id = args.record_id
     call.target = record_id
-    intent = k.intent(call, args, record_id)
-    replay = k.ledger(call, args.idempotency_key, record_id, intent)
-    if replay is not None:
-        stored = decode(replay.output)
+    intent, stored = k.prior(call, args, args.idempotency_key, record_id)
+    if stored is not None:
         progress = k.invalidation_progress(call.scope, record_id, int(stored["receipt"]["cursor"]))
         return {**stored, "replayed": True, **progress}
 
