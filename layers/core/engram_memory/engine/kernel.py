@@ -119,10 +119,6 @@ class JournalStep:
     event_id: str
     transaction_receipt_digest: str
 
-    @property
-    def cursor(self) -> int:
-        return self.event.cursor
-
 
 class StateMoved(Exception):
     """A commit condition on the target's state or the ledger failed: re-run the use case."""

@@ -138,13 +138,15 @@ def _commit_decision(
             {"outcome": _outcome(step, candidate, accepted, decision_digest), "replayed": False}
         )
         new_record = (
-            _accepted_row(candidate, record, step.cursor, sealed_body) if accepted else None
+            _accepted_row(candidate, record, step.event.cursor, sealed_body) if accepted else None
         )
         projection = ProjectionChange(upsert=doc) if accepted and k.projects_in_store else None
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
-            ledger=k.ledger_entry(call, idempotency_key, candidate_id, intent, output, step.cursor),
+            ledger=k.ledger_entry(
+                call, idempotency_key, candidate_id, intent, output, step.event.cursor
+            ),
             event=step.event,
             candidate_transition=StateTransition(
                 candidate_id, "pending", "admitted" if accepted else "rejected"
@@ -166,7 +168,7 @@ def _outcome(
     outcome: dict[str, Any] = {
         "status": "accepted" if accepted else "rejected",
         "candidate_id": candidate.candidate_id,
-        "cursor": str(step.cursor),
+        "cursor": str(step.event.cursor),
         "decision_receipt_digest": decision_digest,
         "transaction_receipt_digest": step.transaction_receipt_digest,
     }

@@ -65,7 +65,7 @@ def _commit_capture(
                 "status": "committed_pending",
                 "candidate_id": candidate_id,
                 "record_digest": record["record_digest"],
-                "cursor": str(step.cursor),
+                "cursor": str(step.event.cursor),
                 "transaction_receipt_digest": step.transaction_receipt_digest,
             }
         )
@@ -73,10 +73,12 @@ def _commit_capture(
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
-            ledger=k.ledger_entry(call, args.idempotency_key, None, intent, output, step.cursor),
+            ledger=k.ledger_entry(
+                call, args.idempotency_key, None, intent, output, step.event.cursor
+            ),
             event=step.event,
             new_candidate=_pending_row(
-                call, candidate_id, record, step.cursor, blob, policy_version
+                call, candidate_id, record, step.event.cursor, blob, policy_version
             ),
             approval_id=approval.approval_id if approval else None,
         )

@@ -78,7 +78,9 @@ def commit_withdraw(
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
-            ledger=k.ledger_entry(call, idempotency_key, candidate_id, intent, output, step.cursor),
+            ledger=k.ledger_entry(
+                call, idempotency_key, candidate_id, intent, output, step.event.cursor
+            ),
             event=step.event,
             candidate_transition=StateTransition(candidate_id, "pending", "withdrawn"),
             approval_id=approval_id,
@@ -134,28 +136,24 @@ def commit_forget(
         *k.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms),
         k.destroy_record_key(call.scope, record_id, call.now_ms),
     ]
+    digests = {
+        "record_digest": row.record_digest,
+        "payload_digest": row.payload_digest,
+        "authorization_receipt_digest": authorization,
+    }
     output: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:
-        step = k.journal_step(
-            call,
-            head,
-            "tombstone",
-            record_id,
-            intent,
-            {
-                "record_digest": row.record_digest,
-                "payload_digest": row.payload_digest,
-                "authorization_receipt_digest": authorization,
-            },
-        )
+        step = k.journal_step(call, head, "tombstone", record_id, intent, digests)
         output.clear()
         output.update(_terminal_output(step, row.state, "tombstoned", authorization))
         output["projection_invalidation"] = "pending"
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
-            ledger=k.ledger_entry(call, idempotency_key, record_id, intent, output, step.cursor),
+            ledger=k.ledger_entry(
+                call, idempotency_key, record_id, intent, output, step.event.cursor
+            ),
             event=step.event,
             record_transition=StateTransition(record_id, row.state, "tombstoned"),
             shred_record_body=True,
@@ -184,7 +182,7 @@ def _terminal_output(
             "operation": step.operation,
             "from_state": from_state,
             "to_state": to_state,
-            "cursor": str(step.cursor),
+            "cursor": str(step.event.cursor),
             "event_digest": step.event.event_hash,
             "authorization_receipt_digest": authorization,
             "transaction_receipt_digest": step.transaction_receipt_digest,
