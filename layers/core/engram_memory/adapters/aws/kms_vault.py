@@ -46,8 +46,8 @@ from engram_memory.adapters.sealing import (
     KEY_NAMESPACE,
     decrypt_message,
     encryption_context,
-    open_candidate,
-    seal_candidate,
+    open_sealed_blob,
+    seal_sealed_blob,
 )
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
@@ -188,12 +188,9 @@ class KmsVault(KeyTableClients):
         """
         data_key = secrets.token_bytes(_KEY_BYTES)
         key_ref = "key_" + secrets.token_hex(16)
-        try:
-            ciphertext = seal_candidate(
-                self._esdk, key_ref, data_key, plaintext, encryption_context(scope, candidate_id)
-            )
-        except Exception as exc:
-            raise VaultUnavailable("the KMS vault could not encrypt the candidate") from exc
+        sealed = seal_sealed_blob(
+            self._esdk, "KMS", scope, candidate_id, key_ref, data_key, plaintext
+        )
         wrapped = self._wrap(data_key, _wrap_context(key_ref, scope, candidate_id))
         # The key item is written last so a failed seal leaves no orphan key behind.
         item = {
@@ -209,7 +206,7 @@ class KmsVault(KeyTableClients):
                 ConditionExpression="attribute_not_exists(key_ref)",
             ),
         )
-        return SealedBlob(key_ref=key_ref, ciphertext=ciphertext)
+        return sealed
 
     def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
         """Decrypt ``blob``, which must have been sealed for this ``scope`` and ``candidate_id``.
@@ -233,13 +230,7 @@ class KmsVault(KeyTableClients):
         if not isinstance(wrapped, bytes):
             raise SealIntegrityError(f"data key {blob.key_ref} is malformed")
         data_key = self._unwrap(wrapped, _wrap_context(blob.key_ref, scope, candidate_id))
-        return open_candidate(
-            self._esdk,
-            blob.key_ref,
-            data_key,
-            blob.ciphertext,
-            encryption_context(scope, candidate_id),
-        )
+        return open_sealed_blob(self._esdk, scope, candidate_id, blob, data_key)
 
     def destroy(self, key_ref: str) -> None:
         """Durably delete the data key; idempotent (destroying a missing key is not an error)."""
