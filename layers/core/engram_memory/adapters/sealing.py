@@ -28,7 +28,7 @@ from aws_encryption_sdk.key_providers.base import MasterKeyProvider
 from aws_encryption_sdk.key_providers.raw import RawMasterKey
 
 from engram_memory.engine.context import Scope
-from engram_memory.engine.ports import SealIntegrityError
+from engram_memory.engine.ports import SealedBlob, SealIntegrityError, VaultUnavailable
 
 KEY_NAMESPACE: Final = "engram-memory/candidate"
 """Raw AES keyring namespace of every candidate data key (the key name is the ``key_ref``)."""
@@ -86,6 +86,35 @@ def open_candidate(
     if dict(context) != dict(expected) or algorithm != CANDIDATE_ALGORITHM:
         raise SealIntegrityError("sealed blob does not belong to this candidate")
     return plaintext
+
+
+def seal_sealed_blob(
+    esdk: Any,
+    vault: str,
+    scope: Scope,
+    candidate_id: str,
+    key_ref: str,
+    data_key: bytes,
+    plaintext: bytes,
+) -> SealedBlob:
+    """``plaintext`` sealed for the candidate under its data key; any failure of the SDK is the
+    ``vault`` (its name, for the message) being unable to seal right now."""
+    try:
+        ciphertext = seal_candidate(
+            esdk, key_ref, data_key, plaintext, encryption_context(scope, candidate_id)
+        )
+    except Exception as exc:
+        raise VaultUnavailable(f"the {vault} vault could not encrypt the candidate") from exc
+    return SealedBlob(key_ref=key_ref, ciphertext=ciphertext)
+
+
+def open_sealed_blob(
+    esdk: Any, scope: Scope, candidate_id: str, blob: SealedBlob, data_key: bytes
+) -> bytes:
+    """The plaintext of ``blob``, which must have been sealed for exactly this candidate."""
+    return open_candidate(
+        esdk, blob.key_ref, data_key, blob.ciphertext, encryption_context(scope, candidate_id)
+    )
 
 
 def decrypt_message(

@@ -169,6 +169,35 @@ def _tool_names(name: str, values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
+def _optional_claims(
+    agent_id: str | None,
+    session_id: str | None,
+    retention: Mapping[str, Any] | None,
+    reconcile: bool | None,
+) -> dict[str, Any]:
+    """The claims a token carries only when the issuer sets them, checked like the others."""
+    claims: dict[str, Any] = {}
+    if agent_id is not None:
+        claims["agent_id"] = _nonempty("agent_id", agent_id)
+    if session_id is not None:
+        claims["sid"] = _nonempty("session_id", session_id)
+    if retention is not None:
+        policy = _retention_claim(retention)
+        if policy is None:
+            raise ValueError(
+                "retention must be {'allow_retain': bool, 'max_expires_in_s': int >= 0}"
+            )
+        claims["engram_retention"] = {
+            "allow_retain": policy.allow_retain,
+            "max_expires_in_s": policy.max_expires_in_s,
+        }
+    if reconcile is not None:
+        if not isinstance(reconcile, bool):
+            raise ValueError("reconcile must be a boolean")
+        claims["engram_reconcile"] = reconcile
+    return claims
+
+
 class TokenIssuer:
     """Mints EdDSA access tokens for this service (the embedded host's authorization server)."""
 
@@ -232,24 +261,7 @@ class TokenIssuer:
             "engram_tools": granted,
             "engram_confirm": confirmed,
         }
-        if agent_id is not None:
-            claims["agent_id"] = _nonempty("agent_id", agent_id)
-        if session_id is not None:
-            claims["sid"] = _nonempty("session_id", session_id)
-        if retention is not None:
-            policy = _retention_claim(retention)
-            if policy is None:
-                raise ValueError(
-                    "retention must be {'allow_retain': bool, 'max_expires_in_s': int >= 0}"
-                )
-            claims["engram_retention"] = {
-                "allow_retain": policy.allow_retain,
-                "max_expires_in_s": policy.max_expires_in_s,
-            }
-        if reconcile is not None:
-            if not isinstance(reconcile, bool):
-                raise ValueError("reconcile must be a boolean")
-            claims["engram_reconcile"] = reconcile
+        claims.update(_optional_claims(agent_id, session_id, retention, reconcile))
         return jwt.encode(
             claims, self._key, algorithm="EdDSA", headers={"kid": self.kid, "typ": JWT_TYP}
         )
@@ -494,32 +506,39 @@ class TokenVerifier:
                 leeway=LEEWAY_S,
                 options={"require": list(REQUIRED_CLAIMS)},
             )
-        except jwt.ExpiredSignatureError:
-            raise InvalidToken("expired", "the bearer token has expired") from None
-        except jwt.ImmatureSignatureError:
-            raise InvalidToken("not_yet_valid", "the bearer token is not valid yet") from None
-        except jwt.InvalidAudienceError:
-            raise InvalidToken(
-                "audience", "the bearer token was issued for another service (audience)"
-            ) from None
-        except jwt.InvalidIssuerError:
-            raise InvalidToken("issuer", "the bearer token comes from an unknown issuer") from None
         except jwt.MissingRequiredClaimError as error:
             claim = error.claim if error.claim in REQUIRED_CLAIMS else "?"
             raise InvalidToken(
                 "missing_claim", f"the bearer token lacks the required claim {claim}"
             ) from None
-        except jwt.InvalidSignatureError:
-            raise InvalidToken("signature", "the bearer token's signature is not valid") from None
-        except jwt.InvalidAlgorithmError:
-            raise InvalidToken(
-                "algorithm", "the bearer token's signing algorithm is not accepted"
-            ) from None
-        except (jwt.PyJWTError, ValueError, TypeError, OverflowError):
-            raise InvalidToken("malformed", "the bearer token is malformed") from None
+        except (jwt.PyJWTError, ValueError, TypeError, OverflowError) as error:
+            reason, message = next(
+                (refusal for kind, *refusal in _JWT_REFUSALS if isinstance(error, kind)),
+                ("malformed", "the bearer token is malformed"),
+            )
+            raise InvalidToken(reason, message) from None
         if not isinstance(payload, dict):
             raise InvalidToken("malformed", "the bearer token is malformed")
         return payload
+
+
+# PyJWT's refusals as this module's (reason, message); any other failure is a malformed token.
+_JWT_REFUSALS: Final = (
+    (jwt.ExpiredSignatureError, "expired", "the bearer token has expired"),
+    (jwt.ImmatureSignatureError, "not_yet_valid", "the bearer token is not valid yet"),
+    (
+        jwt.InvalidAudienceError,
+        "audience",
+        "the bearer token was issued for another service (audience)",
+    ),
+    (jwt.InvalidIssuerError, "issuer", "the bearer token comes from an unknown issuer"),
+    (jwt.InvalidSignatureError, "signature", "the bearer token's signature is not valid"),
+    (
+        jwt.InvalidAlgorithmError,
+        "algorithm",
+        "the bearer token's signing algorithm is not accepted",
+    ),
+)
 
 
 def _is_type(typ: object, expected: str) -> bool:
@@ -632,6 +651,19 @@ def _retention_claim(value: object) -> RetentionPolicy | None:
     return RetentionPolicy(allow_retain=allow, max_expires_in_s=ceiling)
 
 
+def _capped_retention(claim: object, ceiling: RetentionPolicy) -> RetentionPolicy:
+    """The token's retention policy never looser than the host's ``ceiling``."""
+    if claim is None:
+        return ceiling
+    requested = _retention_claim(claim)
+    if requested is None:
+        _refuse("claim engram_retention is malformed")
+    return RetentionPolicy(
+        allow_retain=requested.allow_retain and ceiling.allow_retain,
+        max_expires_in_s=min(requested.max_expires_in_s, ceiling.max_expires_in_s),
+    )
+
+
 def context_from_claims(
     claims: VerifiedClaims,
     *,
@@ -669,16 +701,7 @@ def context_from_claims(
     grants = _names("engram_tools", claims.engram_tools)
     confirm = _names("engram_confirm", claims.engram_confirm) & CONFIRMABLE
 
-    ceiling = host.retention_policy()
-    retention = ceiling
-    if claims.engram_retention is not None:
-        requested = _retention_claim(claims.engram_retention)
-        if requested is None:
-            _refuse("claim engram_retention is malformed")
-        retention = RetentionPolicy(
-            allow_retain=requested.allow_retain and ceiling.allow_retain,
-            max_expires_in_s=min(requested.max_expires_in_s, ceiling.max_expires_in_s),
-        )
+    retention = _capped_retention(claims.engram_retention, host.retention_policy())
     reconcile = claims.engram_reconcile
     if reconcile is not None and not isinstance(reconcile, bool):
         _refuse("claim engram_reconcile must be a boolean")

@@ -65,132 +65,34 @@ def build_engine(
     audit: AuditSink | None = None,
     embedder: Embedder | None = None,
 ) -> Engine:
-    """The cloud engine of one tenant: ``settings`` in (an ``EngineEnvironment``, or the
-    environment the SAM template sets, parsed here), engine out.
-
-    - store: ``DynamoStore`` over ``ENGRAM_TABLE`` with large attributes in
-      ``ENGRAM_BLOB_BUCKET``;
-    - vault: ``KmsVault`` under the key ARN ``ENGRAM_DATA_KEY_ARN``, data keys in
-      ``ENGRAM_KEY_TABLE``;
-    - record keys: ``KmsRecordKeys``, per-record keys in ``ENGRAM_KEY_TABLE`` under per-scope
-      KMS data keys of ``ENGRAM_DATA_KEY_ARN`` (key class ``record-scope``);
-    - lexical index: ``OpenSearchLexicalIndex`` at ``ENGRAM_OPENSEARCH_ENDPOINT``, index
-      ``ENGRAM_OPENSEARCH_INDEX`` (default ``engram-records``), SigV4 service
-      ``ENGRAM_OPENSEARCH_SERVICE`` (``es``, the default, for a domain; ``aoss`` for
-      OpenSearch Serverless);
-    - admission policy: ``BuiltinAdmissionPolicy(ENGRAM_ADMISSION_MODE)`` (``auto`` | ``manual``,
-      default ``auto``);
-    - search cursor key: the secret ``ENGRAM_CURSOR_SECRET_ARN``, read once, here;
-    - semantic channel (off by default): ``ENGRAM_SEMANTIC=local`` loads the local embedder (the
-      ``semantic`` extra must be in the layer; ``ConfigurationError`` otherwise), or pass
-      ``embedder``; the vectors live in the lexical index's documents (OpenSearch k-NN), which
-      must then also be a ``VectorIndex``. ``ENGRAM_FUSION`` = ``minmax`` (default) | ``rrf``;
-    - clock: the system clock; audit: ``PowertoolsAuditSink``; clients: from ``session`` (default: a boto3 session in
-      ``AWS_REGION``), created on first use.
-
-    Every dependency may be passed instead (tests, local endpoints); the settings are parsed
-    whole all the same (``EngineEnvironment``: one model, one line per bad variable).
-    ``ENGRAM_TENANT_ID`` and ``ENGRAM_RETENTION_CEILING_S`` bind the contexts, not the engine
-    (``settings.binding()``). Raises ``ConfigurationError`` for a missing or invalid variable or
-    an unreadable secret.
+    """The cloud engine of one tenant: ``settings`` (an ``EngineEnvironment``, or the
+    environment the SAM template sets, parsed here: one model, one line per bad variable) in,
+    engine out. The store, vault and record keys are ``_canonical_adapters``', the index
+    ``_lexical_index``'s, the semantic channel ``_semantic_channel``'s; the admission policy is
+    ``BuiltinAdmissionPolicy(ENGRAM_ADMISSION_MODE)`` (``auto`` | ``manual``, default ``auto``),
+    the search cursor key the secret ``ENGRAM_CURSOR_SECRET_ARN`` (read once, here), the fusion
+    ``ENGRAM_FUSION`` (``minmax``, the default, | ``rrf``), the clock the system's, the audit
+    ``PowertoolsAuditSink``; clients come from ``session`` (default: a boto3 session in
+    ``AWS_REGION``), created on first use. Every dependency may be passed instead (tests, local
+    endpoints). ``ENGRAM_TENANT_ID`` and ``ENGRAM_RETENTION_CEILING_S`` bind the contexts, not
+    the engine (``settings.binding()``). Raises ``ConfigurationError`` for a missing or invalid
+    variable or an unreadable secret.
     """
-    env = (
-        settings
-        if isinstance(settings, EngineEnvironment)
-        else EngineEnvironment.from_env(settings)
+    aws = _Aws(settings, session)
+    store, vault, record_keys = _canonical_adapters(
+        aws, store, vault, record_keys, dynamodb_client, s3_client, kms_client
     )
-    sessions: list[Session] = [session] if session is not None else []
-
-    def session_of_env() -> Session:
-        if not sessions:
-            sessions.append(env.session())
-        return sessions[0]
-
-    def client(name: str) -> Any:  # every client with the one policy of ``client_config``
-        return session_of_env().client(name, config=client_config())  # type: ignore[call-overload]
-
-    if (store is None or vault is None or record_keys is None) and dynamodb_client is None:
-        dynamodb_client = client("dynamodb")
-
-    if store is None:
-        from engram_memory.adapters.aws.dynamo_store import DynamoStore
-
-        store = DynamoStore(
-            table_name=env.table,
-            bucket=env.blob_bucket,
-            dynamodb=dynamodb_client,
-            s3=s3_client if s3_client is not None else client("s3"),
-            session=session_of_env(),
-        )
-    if vault is None:
-        from engram_memory.adapters.aws.kms_vault import KmsVault
-
-        try:
-            vault = KmsVault(
-                kms_key_id=env.data_key_arn,
-                key_table=env.key_table,
-                kms_client=kms_client if kms_client is not None else client("kms"),
-                dynamodb_client=dynamodb_client,
-                session=session_of_env(),
-            )
-        except ValueError as exc:
-            raise ConfigurationError("ENGRAM_DATA_KEY_ARN must be a KMS key ARN") from exc
-    if record_keys is None:
-        from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
-
-        record_keys = KmsRecordKeys(
-            kms_key_id=env.data_key_arn,
-            key_table=env.key_table,
-            kms_client=kms_client if kms_client is not None else client("kms"),
-            dynamodb_client=dynamodb_client,
-            session=session_of_env(),
-        )
     if lexical_index is None:
-        from engram_memory.adapters.aws.opensearch_index import OpenSearchLexicalIndex
-
-        index_name = env.opensearch_index
-        try:
-            if opensearch_client is not None:
-                lexical_index = OpenSearchLexicalIndex(
-                    client=opensearch_client, index_name=index_name
-                )
-            else:
-                lexical_index = OpenSearchLexicalIndex(
-                    endpoint=env.opensearch_endpoint,
-                    region=session_of_env().region_name,
-                    index_name=index_name,
-                    session=session_of_env(),
-                    service=env.opensearch_service,
-                )
-        except ValueError as exc:
-            raise ConfigurationError(
-                "ENGRAM_OPENSEARCH_ENDPOINT must be https://host[:port] and "
-                "ENGRAM_OPENSEARCH_INDEX a lowercase index name"
-            ) from exc
+        lexical_index = _lexical_index(aws, opensearch_client)
     if admission_policy is None:
         from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
-        admission_policy = BuiltinAdmissionPolicy(env.admission_mode)
+        admission_policy = BuiltinAdmissionPolicy(aws.env.admission_mode)
     if secrets_client is None:
-        secrets_client = client("secretsmanager")
-    cursor_key = read_cursor_key(secrets_client, env.cursor_secret_arn)
-    if clock is None:
-        from engram_memory.adapters.local.clock import SystemClock
-
-        clock = SystemClock()
-    if audit is None:
-        from engram_memory.cloud.observability import PowertoolsAuditSink
-
-        audit = PowertoolsAuditSink()
-    if embedder is None and env.semantic == "local":
-        embedder = _configured_embedder(env)
-    elif env.embedding_model_dir is not None:
-        raise ConfigurationError("ENGRAM_EMBEDDING_MODEL_DIR needs ENGRAM_SEMANTIC=local")
-    vector_index: VectorIndex | None = None
-    if embedder is not None:
-        if not callable(getattr(lexical_index, "nearest", None)):
-            raise ConfigurationError("ENGRAM_SEMANTIC needs an index that stores vectors")
-        vector_index = cast("VectorIndex", lexical_index)
+        secrets_client = aws.client("secretsmanager")
+    cursor_key = read_cursor_key(secrets_client, aws.env.cursor_secret_arn)
+    clock, audit = _clock_and_audit(clock, audit)
+    embedder, vector_index = _semantic_channel(aws.env, embedder, lexical_index)
     return Engine(
         store=store,
         vault=vault,
@@ -200,11 +102,140 @@ def build_engine(
         clock=clock,
         audit=audit,
         settings=EngineSettings(
-            cursor_key=cursor_key, fusion=env.fusion, time_aware=env.time_aware
+            cursor_key=cursor_key, fusion=aws.env.fusion, time_aware=aws.env.time_aware
         ),
         embedder=embedder,
         vector_index=vector_index,
     )
+
+
+class _Aws:
+    """The settings and the boto3 session one engine is wired from. The session is made on
+    first use, so a caller passing every client never needs credentials or a region."""
+
+    def __init__(
+        self, settings: EngineEnvironment | Mapping[str, str], session: Session | None
+    ) -> None:
+        self.env = (
+            settings
+            if isinstance(settings, EngineEnvironment)
+            else EngineEnvironment.from_env(settings)
+        )
+        self._session = session
+
+    def session(self) -> Session:
+        if self._session is None:
+            self._session = self.env.session()
+        return self._session
+
+    def client(self, name: str) -> Any:  # every client with the one policy of ``client_config``
+        return self.session().client(name, config=client_config())  # type: ignore[call-overload]
+
+
+def _canonical_adapters(
+    aws: _Aws,
+    store: Store | None,
+    vault: Vault | None,
+    record_keys: RecordKeys | None,
+    dynamodb_client: DynamoDBClient | None,
+    s3_client: S3Client | None,
+    kms_client: KMSClient | None,
+) -> tuple[Store, Vault, RecordKeys]:
+    """The ones not passed of: the store, ``DynamoStore`` over ``ENGRAM_TABLE`` with large
+    attributes in ``ENGRAM_BLOB_BUCKET``; the vault, ``KmsVault`` under the key ARN
+    ``ENGRAM_DATA_KEY_ARN``, data keys in ``ENGRAM_KEY_TABLE``; the record keys,
+    ``KmsRecordKeys``, per-record keys in ``ENGRAM_KEY_TABLE`` under per-scope KMS data keys of
+    ``ENGRAM_DATA_KEY_ARN`` (key class ``record-scope``)."""
+    env = aws.env
+    if (store is None or vault is None or record_keys is None) and dynamodb_client is None:
+        dynamodb_client = aws.client("dynamodb")
+    if store is None:
+        from engram_memory.adapters.aws.dynamo_store import DynamoStore
+
+        store = DynamoStore(
+            table_name=env.table,
+            bucket=env.blob_bucket,
+            dynamodb=dynamodb_client,
+            s3=s3_client if s3_client is not None else aws.client("s3"),
+            session=aws.session(),
+        )
+
+    def key_table() -> dict[str, Any]:  # each adapter its own KMS client, as when built apart
+        return {
+            "kms_key_id": env.data_key_arn,
+            "key_table": env.key_table,
+            "kms_client": kms_client if kms_client is not None else aws.client("kms"),
+            "dynamodb_client": dynamodb_client,
+            "session": aws.session(),
+        }
+
+    if vault is None:
+        from engram_memory.adapters.aws.kms_vault import KmsVault
+
+        try:
+            vault = KmsVault(**key_table())
+        except ValueError as exc:
+            raise ConfigurationError("ENGRAM_DATA_KEY_ARN must be a KMS key ARN") from exc
+    if record_keys is None:
+        from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
+
+        record_keys = KmsRecordKeys(**key_table())
+    return store, vault, record_keys
+
+
+def _lexical_index(aws: _Aws, opensearch_client: Any) -> LexicalIndex:
+    """``OpenSearchLexicalIndex`` at ``ENGRAM_OPENSEARCH_ENDPOINT`` (or over
+    ``opensearch_client``), index ``ENGRAM_OPENSEARCH_INDEX`` (default ``engram-records``), SigV4
+    service ``ENGRAM_OPENSEARCH_SERVICE`` (``es``, the default, for a domain; ``aoss`` for
+    OpenSearch Serverless)."""
+    from engram_memory.adapters.aws.opensearch_index import OpenSearchLexicalIndex
+
+    index_name = aws.env.opensearch_index
+    try:
+        if opensearch_client is not None:
+            return OpenSearchLexicalIndex(client=opensearch_client, index_name=index_name)
+        return OpenSearchLexicalIndex(
+            endpoint=aws.env.opensearch_endpoint,
+            region=aws.session().region_name,
+            index_name=index_name,
+            session=aws.session(),
+            service=aws.env.opensearch_service,
+        )
+    except ValueError as exc:
+        raise ConfigurationError(
+            "ENGRAM_OPENSEARCH_ENDPOINT must be https://host[:port] and "
+            "ENGRAM_OPENSEARCH_INDEX a lowercase index name"
+        ) from exc
+
+
+def _clock_and_audit(clock: Clock | None, audit: AuditSink | None) -> tuple[Clock, AuditSink]:
+    if clock is None:
+        from engram_memory.adapters.local.clock import SystemClock
+
+        clock = SystemClock()
+    if audit is None:
+        from engram_memory.cloud.observability import PowertoolsAuditSink
+
+        audit = PowertoolsAuditSink()
+    return clock, audit
+
+
+def _semantic_channel(
+    env: EngineEnvironment, embedder: Embedder | None, lexical_index: LexicalIndex
+) -> tuple[Embedder | None, VectorIndex | None]:
+    """The semantic channel, off by default: ``ENGRAM_SEMANTIC=local`` loads the local embedder
+    (the ``semantic`` extra must be in the layer; ``ConfigurationError`` otherwise), or the
+    caller passes ``embedder``; the vectors live in the lexical index's documents (OpenSearch
+    k-NN), which must then also be a ``VectorIndex``."""
+    if embedder is None and env.semantic == "local":
+        embedder = _configured_embedder(env)
+    elif env.embedding_model_dir is not None:
+        raise ConfigurationError("ENGRAM_EMBEDDING_MODEL_DIR needs ENGRAM_SEMANTIC=local")
+    if embedder is None:
+        return None, None
+    if not callable(getattr(lexical_index, "nearest", None)):
+        raise ConfigurationError("ENGRAM_SEMANTIC needs an index that stores vectors")
+    return embedder, cast("VectorIndex", lexical_index)
 
 
 def build_execution_gate(

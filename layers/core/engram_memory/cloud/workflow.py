@@ -11,8 +11,7 @@ Step Functions error the machine catches or retries (``ApprovalWindowExpired``, 
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from engram_memory.cloud.approvals import (
@@ -21,11 +20,9 @@ from engram_memory.cloud.approvals import (
     GateFailed,
     WorkflowRequest,
 )
-from engram_memory.cloud.composition import build_engine
 from engram_memory.cloud.observability import get_logger, record_projection_lag
 from engram_memory.cloud.settings import (
     LAMBDA_DEADLINE_MARGIN_MS,
-    EngineEnvironment,
     HostBinding,
     WorkflowSettings,
     client_config,
@@ -54,15 +51,7 @@ class WorkflowHandler(EngineHandler):
     steps."""
 
     settings_model = WorkflowSettings
-
-    def __init__(
-        self,
-        *,
-        env: Mapping[str, str] = os.environ,
-        build: Callable[[EngineEnvironment], Engine] = build_engine,
-    ) -> None:
-        self.approvals: ApprovalStore | None = None
-        super().__init__(env=env, build=build)
+    approvals: ApprovalStore | None = None  # made with the engine, on the first step
 
     def _ready_steps(self) -> tuple[Engine, ApprovalStore, HostBinding]:
         with self._lock:

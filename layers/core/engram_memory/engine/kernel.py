@@ -11,7 +11,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
@@ -28,6 +28,7 @@ from engram_memory.engine.gate import (
     approval_conflict,
     check_approval,
 )
+from engram_memory.engine.journal import build_event
 from engram_memory.engine.ports import (
     RECORD_KEY_TARGET,
     AdmissionPolicy,
@@ -40,6 +41,7 @@ from engram_memory.engine.ports import (
     Embedder,
     EmbedderUnavailable,
     IndexUnavailable,
+    JournalEvent,
     JournalHead,
     KeyDestroyed,
     LedgerEntry,
@@ -106,6 +108,16 @@ class EngineSettings:
     semantic_mode: Literal["hybrid", "semantic_only"] = "hybrid"
     # Time-aware ranking (engine/temporal.py): a query's dates matched against valid_time.
     time_aware: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class JournalStep:
+    """One commit's journal event (``Kernel.journal_step``), with what its output quotes."""
+
+    operation: str
+    event: JournalEvent
+    event_id: str
+    transaction_receipt_digest: str
 
 
 class StateMoved(Exception):
@@ -242,19 +254,21 @@ class Kernel:
         raise EngramError(ErrorCode.FENCE_LOST)
 
     def intent(self, call: Call, model: ClosedModel, target: str | None) -> str:
-        arguments = model.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
-        intent = digest(
-            "intent",
-            {
-                "tool": call.tool,
-                "target": target if target is not None else "",
-                "arguments": arguments,
-                "purpose": call.ctx.purpose_ref,
-                "scope": scope_ref(call.scope),
-            },
+        intent = _call_digest(
+            "intent", call, model, target, purpose=call.ctx.purpose_ref, scope=scope_ref(call.scope)
         )
         call.digests["intent_hash"] = intent
         return intent
+
+    def prior(
+        self, call: Call, args: ClosedModel, key: str, target: str | None
+    ) -> tuple[str, dict[str, Any] | None]:
+        """The call's intent hash, and the output of the first call made with its idempotency
+        ``key`` when there was one (the call is then a replay; DIGEST_CONFLICT when it asks for
+        something else)."""
+        intent = self.intent(call, args, target)
+        entry = self.ledger(call, key, target, intent)
+        return intent, None if entry is None else decode(entry.output)
 
     def ledger(self, call: Call, key: str, target: str | None, intent: str) -> LedgerEntry | None:
         entry = self.read(lambda: self.store.ledger_get(call.scope, call.ctx.principal, key))
@@ -275,16 +289,13 @@ class Kernel:
         if not call.ctx.needs_confirmation(call.tool):
             call.approval = None  # an approval nobody asked for authorizes nothing
             return None
-        arguments = model.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
-        operation_digest = digest(
+        operation_digest = _call_digest(
             "operation",
-            {
-                "tool": call.tool,
-                "target": target if target is not None else "",
-                "arguments": arguments,
-                "scope": {"tenant_id": call.ctx.tenant_id, "workspace_id": call.ctx.workspace_id},
-                "principal": call.ctx.principal,
-            },
+            call,
+            model,
+            target,
+            scope={"tenant_id": call.ctx.tenant_id, "workspace_id": call.ctx.workspace_id},
+            principal=call.ctx.principal,
         )
         request = ConfirmationRequest(
             tool=call.tool,
@@ -369,6 +380,29 @@ class Kernel:
                 "intent_hash": intent,
             },
         )
+
+    def journal_step(
+        self,
+        call: Call,
+        head: JournalHead,
+        operation: str,
+        target: str,
+        intent: str,
+        digests: Mapping[str, str],
+    ) -> JournalStep:
+        """The event a commit appends after ``head`` (its ``digests`` then the intent hash) and
+        the transaction receipt over it, which the use case's output quotes."""
+        event, event_id = build_event(
+            head,
+            operation=operation,
+            target=target,
+            at_ms=call.now_ms,
+            digests={**digests, "intent_hash": intent},
+        )
+        receipt_digest = self.transaction_receipt(
+            call, operation, target, event.cursor, event.event_hash, intent
+        )
+        return JournalStep(operation, event, event_id, receipt_digest)
 
     def authorization_receipt(
         self, call: Call, approval: Approval | None, extra: Mapping[str, Any]
@@ -565,12 +599,16 @@ class Kernel:
     @staticmethod
     def destroy_record_key(scope: Scope, record_id: str, now_ms: int) -> OutboxItem:
         """The outbox item destroying a record's key (after forget, or a candidate's end)."""
-        target = RECORD_KEY_TARGET + record_id
+        return Kernel.destroy_candidate_key(scope, RECORD_KEY_TARGET + record_id, now_ms)
+
+    @staticmethod
+    def destroy_candidate_key(scope: Scope, key_ref: str, now_ms: int) -> OutboxItem:
+        """The outbox item destroying a candidate's key (``Vault``) once it leaves ``pending``."""
         return OutboxItem(
-            item_id=f"destroy_key:{target}",
+            item_id=f"destroy_key:{key_ref}",
             kind="destroy_key",
             scope=scope,
-            target=target,
+            target=key_ref,
             enqueued_at_ms=now_ms,
         )
 
@@ -595,6 +633,18 @@ class Kernel:
             return self.policy.version()
         except PolicyUnavailable:
             raise EngramError(ErrorCode.POLICY_UNAVAILABLE) from None
+
+    def record_leaving(self, scope: Scope, record_id: str, sources: Collection[str]) -> RecordRow:
+        """The record a transition is to move: NOT_FOUND without one, ALREADY_TERMINAL once
+        tombstoned, ILLEGAL_TRANSITION from a state not among ``sources``."""
+        row = self.read(lambda: self.store.record_get(scope, record_id))
+        if row is None:
+            raise EngramError(ErrorCode.NOT_FOUND)
+        if row.state == "tombstoned":
+            raise EngramError(ErrorCode.ALREADY_TERMINAL)
+        if row.state not in sources:
+            raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+        return row
 
     def pending_candidate(self, call: Call, candidate_id: str) -> CandidateRow:
         candidate = self.read(lambda: self.store.candidate_get(call.scope, candidate_id))
@@ -747,6 +797,23 @@ class _Contention:
             raise EngramError(ErrorCode.FENCE_LOST)
         ceiling = min(self._cap_s, 0.005 * 2 ** min(self._attempt, 16))
         time.sleep(min(left, random.uniform(0, ceiling)))  # noqa: S311 - jitter, not crypto
+
+
+def _call_digest(
+    kind: str, call: Call, model: ClosedModel, target: str | None, **binding: Any
+) -> str:
+    """A digest over what the call asks for: its tool, target and arguments (the idempotency
+    key aside: a retry asks for the same thing), with what binds it (``binding``)."""
+    arguments = model.model_dump(mode="json", exclude_none=True, exclude={"idempotency_key"})
+    return digest(
+        kind,
+        {
+            "tool": call.tool,
+            "target": target if target is not None else "",
+            "arguments": arguments,
+            **binding,
+        },
+    )
 
 
 def _summary(call: Call, target: str | None, reason_ref: str | None) -> str:

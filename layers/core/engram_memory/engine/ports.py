@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
-from engram_memory.engine.context import HostFactDigests, Scope
+from engram_memory.engine.context import HostFactDigests, Scope, TrustedContext
 
 CandidateState = Literal["pending", "rejected", "withdrawn", "admitted"]
 RecordState = Literal[
@@ -480,6 +480,34 @@ class AuditEvent:
     code: str  # "OK" or the contract error code
     target: str | None = None
     digests: Mapping[str, str] = field(default_factory=dict)  # never plaintext
+
+    @classmethod
+    def of_call(
+        cls,
+        ctx: TrustedContext,
+        *,
+        at_ms: int,
+        tool: str,
+        ok: bool,
+        code: str,
+        target: str | None,
+        digests: Mapping[str, str],
+    ) -> AuditEvent:
+        """The event of a call made in ``ctx``: who and where come from the trusted context."""
+        return cls(
+            ctx.audit_id,
+            at_ms,
+            ctx.tenant_id,
+            ctx.workspace_id,
+            ctx.principal,
+            ctx.agent_id,
+            ctx.session_id,
+            tool,
+            ok,
+            code,
+            target,
+            digests,
+        )
 
 
 class AuditSink(Protocol):

@@ -150,14 +150,9 @@ class Engine(Kernel):
 
     def _audit(self, call: Call, *, ok: bool, code: str) -> None:
         ctx = call.ctx
-        event = AuditEvent(
-            audit_id=ctx.audit_id,
+        event = AuditEvent.of_call(
+            ctx,
             at_ms=call.now_ms,
-            tenant_id=ctx.tenant_id,
-            workspace_id=ctx.workspace_id,
-            principal=ctx.principal,
-            agent_id=ctx.agent_id,
-            session_id=ctx.session_id,
             tool=call.tool,
             ok=ok,
             code=code,

@@ -25,22 +25,16 @@ scope key or an item failing authentication raise ``SealIntegrityError``. Nothin
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from engram_memory.adapters.aws.kms_vault import is_transient_kms_error
+from engram_memory.adapters.aws.kms_vault import KeyTableClients, is_transient_kms_error
 from engram_memory.adapters.record_sealing import KEY_BYTES, ScopeKeys
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import SealIntegrityError, VaultUnavailable
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb.client import DynamoDBClient
-    from mypy_boto3_kms.client import KMSClient
 
 __all__ = ["KEY_CLASS", "RECORD_ITEM_PREFIX", "SCOPE_ITEM_PREFIX", "KmsRecordKeys"]
 
@@ -75,27 +69,14 @@ def scope_item_key(scope: Scope) -> str:
     return SCOPE_ITEM_PREFIX + _hashed(scope.tenant_id, scope.workspace_id)
 
 
-class KmsRecordKeys:
+class KmsRecordKeys(KeyTableClients):
     """``RecordKeys`` over the key table and a KMS key (its ARN ``kms_key_id``). Clients may be
     injected; otherwise made from ``session`` on first use. Safe to share between threads."""
 
-    def __init__(
-        self,
-        *,
-        kms_key_id: str,
-        key_table: str,
-        kms_client: KMSClient | None = None,
-        dynamodb_client: DynamoDBClient | None = None,
-        session: boto3.session.Session | None = None,
-    ) -> None:
-        if not key_table:
-            raise ValueError("key_table must name the DynamoDB key table")
-        self._kms_key_id = kms_key_id
-        self._table = key_table
-        self._session = session
-        self._kms_client: Any = kms_client
-        self._dynamodb_client: Any = dynamodb_client
-        self._lock = threading.Lock()
+    _client_config: ClassVar[Config] = _CLIENT_CONFIG
+    _no_client: ClassVar[str] = "could not create a {} client"
+
+    def _set_up(self) -> None:
         self._scope_keys = ScopeKeys(self._load_scope_key)
 
     # -- RecordKeys ----------------------------------------------------------------------------
@@ -221,17 +202,8 @@ class KmsRecordKeys:
             raise SealIntegrityError("KMS refused the scope key") from exc
 
     def _client(self, service: str) -> Any:
-        attribute = f"_{service}_client"
         with self._lock:
-            client = getattr(self, attribute)
-            if client is None:
-                try:
-                    session = self._session or boto3.session.Session()
-                    client = session.client(service, config=_CLIENT_CONFIG)  # type: ignore[call-overload]
-                except (BotoCoreError, ValueError) as exc:
-                    raise VaultUnavailable(f"could not create a {service} client") from exc
-                setattr(self, attribute, client)
-            return client
+            return self._client_locked(service)
 
 
 def _wrapped_bytes(item: Mapping[str, Any]) -> bytes:

@@ -29,7 +29,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import aws_encryption_sdk
 import boto3
@@ -37,6 +37,7 @@ from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialPro
 from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
 from aws_cryptographic_material_providers.mpl.models import CreateAwsKmsKeyringInput
 from aws_encryption_sdk import CommitmentPolicy
+from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from engram_memory.adapters.aws.client_config import client_config
@@ -45,8 +46,8 @@ from engram_memory.adapters.sealing import (
     KEY_NAMESPACE,
     decrypt_message,
     encryption_context,
-    open_candidate,
-    seal_candidate,
+    open_sealed_blob,
+    seal_sealed_blob,
 )
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
@@ -101,15 +102,13 @@ _CLIENT_CONFIG: Final = client_config()
 _T = TypeVar("_T")
 
 
-class KmsVault:
-    """A ``Vault`` whose per-candidate data keys are KMS-wrapped items of a DynamoDB key table.
+class KeyTableClients:
+    """The KMS and key-table (DynamoDB) clients of a key store under the KMS key ``kms_key_id``:
+    injected, or made from ``session`` (or a default boto3 session) on first use, under one
+    lock. Nothing opens a client at import or construction time."""
 
-    ``kms_key_id`` must be the **key ARN** of the tenant's symmetric KMS key (the KMS keyring
-    cannot decrypt with a bare key id or an alias). ``key_table`` is the name of the key table
-    (see ``create_key_table``). Clients may be injected; otherwise they are created from
-    ``session`` (or a default boto3 session) on first use. Nothing opens a client at import or
-    construction time. Safe to share between threads.
-    """
+    _client_config: ClassVar[Config] = _CLIENT_CONFIG
+    _no_client: ClassVar[str] = "the KMS vault could not create a {} client"
 
     def __init__(
         self,
@@ -120,8 +119,7 @@ class KmsVault:
         dynamodb_client: DynamoDBClient | None = None,
         session: boto3.session.Session | None = None,
     ) -> None:
-        if not _KEY_ARN.fullmatch(kms_key_id):
-            raise ValueError("kms_key_id must be the ARN of a KMS key (arn:aws:kms:...:key/...)")
+        self._check_key_id(kms_key_id)
         if not key_table:
             raise ValueError("key_table must name the DynamoDB key table")
         self._kms_key_id = kms_key_id
@@ -130,6 +128,45 @@ class KmsVault:
         self._lock = threading.Lock()
         self._kms_client: Any = kms_client
         self._dynamodb_client: Any = dynamodb_client
+        self._set_up()
+
+    @staticmethod
+    def _check_key_id(kms_key_id: str) -> None:
+        """Refuse (``ValueError``) a key id this store cannot work with."""
+
+    def _set_up(self) -> None:
+        """The store's own state, made once the clients' is."""
+
+    def _client_locked(self, service: str) -> Any:
+        """The ``kms`` or ``dynamodb`` client, made now if needed; the caller holds the lock."""
+        attribute = f"_{service}_client"
+        client = getattr(self, attribute)
+        if client is None:
+            try:
+                session = self._session if self._session is not None else boto3.session.Session()
+                client = session.client(service, config=self._client_config)  # type: ignore[call-overload]
+            except (BotoCoreError, ValueError) as exc:
+                raise VaultUnavailable(self._no_client.format(service)) from exc
+            setattr(self, attribute, client)
+        return client
+
+
+class KmsVault(KeyTableClients):
+    """A ``Vault`` whose per-candidate data keys are KMS-wrapped items of a DynamoDB key table.
+
+    ``kms_key_id`` must be the **key ARN** of the tenant's symmetric KMS key (the KMS keyring
+    cannot decrypt with a bare key id or an alias). ``key_table`` is the name of the key table
+    (see ``create_key_table``). Clients may be injected; otherwise they are created from
+    ``session`` (or a default boto3 session) on first use. Nothing opens a client at import or
+    construction time. Safe to share between threads.
+    """
+
+    @staticmethod
+    def _check_key_id(kms_key_id: str) -> None:
+        if not _KEY_ARN.fullmatch(kms_key_id):
+            raise ValueError("kms_key_id must be the ARN of a KMS key (arn:aws:kms:...:key/...)")
+
+    def _set_up(self) -> None:
         self._kms_recorder: _RecordingKmsClient | None = None
         self._kms_keyring: Any = None
         self._materials = AwsCryptographicMaterialProviders(config=MaterialProvidersConfig())
@@ -151,12 +188,9 @@ class KmsVault:
         """
         data_key = secrets.token_bytes(_KEY_BYTES)
         key_ref = "key_" + secrets.token_hex(16)
-        try:
-            ciphertext = seal_candidate(
-                self._esdk, key_ref, data_key, plaintext, encryption_context(scope, candidate_id)
-            )
-        except Exception as exc:
-            raise VaultUnavailable("the KMS vault could not encrypt the candidate") from exc
+        sealed = seal_sealed_blob(
+            self._esdk, "KMS", scope, candidate_id, key_ref, data_key, plaintext
+        )
         wrapped = self._wrap(data_key, _wrap_context(key_ref, scope, candidate_id))
         # The key item is written last so a failed seal leaves no orphan key behind.
         item = {
@@ -172,7 +206,7 @@ class KmsVault:
                 ConditionExpression="attribute_not_exists(key_ref)",
             ),
         )
-        return SealedBlob(key_ref=key_ref, ciphertext=ciphertext)
+        return sealed
 
     def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
         """Decrypt ``blob``, which must have been sealed for this ``scope`` and ``candidate_id``.
@@ -196,13 +230,7 @@ class KmsVault:
         if not isinstance(wrapped, bytes):
             raise SealIntegrityError(f"data key {blob.key_ref} is malformed")
         data_key = self._unwrap(wrapped, _wrap_context(blob.key_ref, scope, candidate_id))
-        return open_candidate(
-            self._esdk,
-            blob.key_ref,
-            data_key,
-            blob.ciphertext,
-            encryption_context(scope, candidate_id),
-        )
+        return open_sealed_blob(self._esdk, scope, candidate_id, blob, data_key)
 
     def destroy(self, key_ref: str) -> None:
         """Durably delete the data key; idempotent (destroying a missing key is not an error)."""
@@ -266,9 +294,7 @@ class KmsVault:
     def _kms(self) -> tuple[Any, _RecordingKmsClient]:
         with self._lock:
             if self._kms_keyring is None or self._kms_recorder is None:
-                if self._kms_client is None:
-                    self._kms_client = self._new_client("kms")
-                recorder = _RecordingKmsClient(self._kms_client)
+                recorder = _RecordingKmsClient(self._client_locked("kms"))
                 try:
                     keyring = self._materials.create_aws_kms_keyring(
                         input=CreateAwsKmsKeyringInput(
@@ -286,22 +312,13 @@ class KmsVault:
 
     def _dynamodb_call(self, action: str, operation: Callable[[Any], _T]) -> _T:
         with self._lock:
-            if self._dynamodb_client is None:
-                self._dynamodb_client = self._new_client("dynamodb")
-            client = self._dynamodb_client
+            client = self._client_locked("dynamodb")
         try:
             return operation(client)
         # Every failure of the key table is transient from the vault's point of view: there is
         # no integrity question to answer until the item has been read.
         except (ClientError, BotoCoreError) as exc:
             raise VaultUnavailable(f"the KMS vault key table failed during {action}") from exc
-
-    def _new_client(self, service: str) -> Any:
-        try:
-            session = self._session if self._session is not None else boto3.session.Session()
-            return session.client(service, config=_CLIENT_CONFIG)  # type: ignore[call-overload]
-        except (BotoCoreError, ValueError) as exc:
-            raise VaultUnavailable(f"the KMS vault could not create a {service} client") from exc
 
 
 def create_key_table(dynamodb_client: DynamoDBClient, name: str) -> None:

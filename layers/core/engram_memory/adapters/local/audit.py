@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from engram_memory.adapters.local.private_files import fsync_dir
 from engram_memory.contract.types import format_instant
 from engram_memory.engine.ports import AuditEvent
 
@@ -114,14 +115,6 @@ def _write_durably(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(temporary, path)
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def audit_line(event: AuditEvent) -> dict[str, Any]:
@@ -217,12 +210,12 @@ class JsonlAuditLog:
         plain = self._path.with_name(f"{self._path.name}.{number:06d}")
         os.rename(self._path, plain)
         os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        _sync_directory(self._path.parent)
+        fsync_dir(self._path.parent)
         for _, segment in _segments(self._path):
             if segment.suffix != ".gz":
                 sealed = segment.with_name(segment.name + ".gz")
                 _write_durably(sealed, gzip.compress(segment.read_bytes(), mtime=0))
-                _sync_directory(self._path.parent)
+                fsync_dir(self._path.parent)
                 segment.unlink()
         for number_, segment in _segments(self._path):  # a crash after writing, before unlinking
             leftover = segment.with_name(f"{self._path.name}.{number_:06d}")

@@ -121,6 +121,16 @@ class _OnnxEncoder(_InBatches):
             raise EmbedderUnavailable("embedding failed") from exc
         return hidden, mask
 
+    def _batch(self, texts: list[str]) -> list[tuple[float, ...]]:
+        if not texts:
+            return []
+        hidden, mask = self._encode(texts)
+        return [tuple(float(x) for x in row) for row in self._vectors(hidden, mask)]
+
+    def _vectors(self, hidden: Any, mask: Any) -> Any:
+        """The batch's embeddings (one row a text) from its token states."""
+        raise NotImplementedError
+
 
 class OnnxMiniLmEmbedder(_OnnxEncoder):
     """The ``Embedder`` port: all-MiniLM-L6-v2 (int8 ONNX), local and deterministic."""
@@ -149,15 +159,12 @@ class OnnxMiniLmEmbedder(_OnnxEncoder):
         self._np: Any = numpy
         self._lock = threading.Lock()  # one inference at a time: reproducible and bounded
 
-    def _batch(self, texts: list[str]) -> list[tuple[float, ...]]:
-        if not texts:
-            return []
+    def _vectors(self, hidden: Any, mask: Any) -> Any:
+        # Mean pooling over the real tokens, then unit length: the model's own recipe.
         np = self._np
-        hidden, mask = self._encode(texts)
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-        return [tuple(float(x) for x in row) for row in pooled / norms]
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
 
 class OnnxSentenceEmbedder(_OnnxEncoder):
@@ -217,11 +224,8 @@ class OnnxSentenceEmbedder(_OnnxEncoder):
         self._np: Any = numpy
         self._lock = threading.Lock()  # one inference at a time: reproducible and bounded
 
-    def _batch(self, texts: list[str]) -> list[tuple[float, ...]]:
-        if not texts:
-            return []
+    def _vectors(self, hidden: Any, mask: Any) -> Any:
         np = self._np
-        hidden, mask = self._encode(texts)
         if hidden.ndim != 3 or hidden.shape[2] != self.dimensions:
             raise EmbedderUnavailable(
                 f"the model's output {hidden.shape} is not (batch, tokens, {self.dimensions})"
@@ -229,7 +233,7 @@ class OnnxSentenceEmbedder(_OnnxEncoder):
         pooled = self._pool(hidden, mask)
         if self._spec.normalize:
             pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-        return [tuple(float(x) for x in row) for row in pooled]
+        return pooled
 
     def _pool(self, hidden: Any, mask: Any) -> Any:
         np = self._np

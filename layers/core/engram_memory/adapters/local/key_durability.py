@@ -47,6 +47,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from engram_memory.adapters.local.transactions import immediate
+
 
 def commit_synced_once(
     conn: sqlite3.Connection, path: Path, write: Callable[[sqlite3.Connection], None]
@@ -62,13 +64,8 @@ def commit_synced_once(
         conn.execute("PRAGMA wal_autocheckpoint=0")
         conn.execute("PRAGMA synchronous=OFF")
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(conn):
             write(conn)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
         if fresh:
             try:
                 _fsync(wal)

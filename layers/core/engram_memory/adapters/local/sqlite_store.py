@@ -16,6 +16,7 @@ generation, bumped in the transaction of every vector write or delete, moved.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -26,9 +27,11 @@ import threading
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeVar
 
+from engram_memory.adapters.local.transactions import immediate
 from engram_memory.adapters.local.vector_matrix import VectorMatrices
 from engram_memory.adapters.record_sealing import BODY_FORMAT
 from engram_memory.contract.canonical import GENESIS_HASH
@@ -49,6 +52,7 @@ from engram_memory.engine.ports import (
     ProjectionChange,
     ProjectionDoc,
     RecordRow,
+    StateTransition,
     StoreUnavailable,
 )
 
@@ -151,6 +155,21 @@ _RECORD_COLUMNS: Final = (
 )
 
 
+def _select(columns: str, table: str, id_column: str, *, page: bool) -> str:
+    """A row of ``table`` by its id, or (``page``) a page of its rows in one state or any
+    (``state`` None) after an id: one constant statement per table and purpose."""
+    scoped = f"SELECT {columns} FROM {table} WHERE tenant_id = ? AND workspace_id = ? "  # noqa: S608
+    if not page:
+        return scoped + f"AND {id_column} = ?"
+    return scoped + f"AND (? IS NULL OR state = ?) AND {id_column} > ? ORDER BY {id_column} LIMIT ?"
+
+
+_CANDIDATE_BY_ID: Final = _select(_CANDIDATE_COLUMNS, "candidates", "candidate_id", page=False)
+_RECORD_BY_ID: Final = _select(_RECORD_COLUMNS, "records", "record_id", page=False)
+_CANDIDATES_PAGE: Final = _select(_CANDIDATE_COLUMNS, "candidates", "candidate_id", page=True)
+_RECORDS_PAGE: Final = _select(_RECORD_COLUMNS, "records", "record_id", page=True)
+
+
 def _as_bytes(value: Any) -> bytes:
     # A blob edited outside the engine may come back as TEXT; integrity checks still need bytes.
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
@@ -189,6 +208,69 @@ def _candidate_row(row: tuple[Any, ...]) -> CandidateRow:
         _digest_out(record_digest),
         *rest,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _RowTable:
+    """How a commit writes one kind of row: ``insert`` a new one (``taken``: the conflict when
+    its key already is), ``move`` one from a state to the next, dropping its heavy column when
+    the commit says so (the statements' second parameter)."""
+
+    name: str
+    insert: str
+    taken: Literal["ledger", "state"]
+    move: str
+
+
+_CANDIDATES: Final = _RowTable(
+    "candidates",
+    "INSERT INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "ledger",
+    # A candidate leaving ``pending`` (admitted, rejected, withdrawn) is never opened again and
+    # its key's destruction is queued in this same commit: its ciphertext is dead weight (2-3 KB
+    # a record), dropped here and zeroed by secure_delete.
+    "UPDATE candidates SET state = ?, sealed = CASE WHEN ? THEN X'' ELSE sealed END "
+    "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ? AND state = ?",
+)
+_RECORDS: Final = _RowTable(
+    "records",
+    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+    "state",
+    # Forget shreds the body in the commit that tombstones the record.
+    "UPDATE records SET state = ?, body = CASE WHEN ? THEN NULL ELSE body END "
+    "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ? AND state = ?",
+)
+
+
+def _scope_key(scope: Scope) -> tuple[str, str]:
+    return scope.tenant_id, scope.workspace_id
+
+
+def _stored(row: CandidateRow | RecordRow, table: str) -> tuple[Any, ...]:
+    """The row's values in its table's column order (the dataclass's field order is the
+    table's), the digests of ``_DIGEST_COLUMNS`` as the store keeps them."""
+    digests = _DIGEST_COLUMNS[table]
+    values = ((f.name, getattr(row, f.name)) for f in dataclasses.fields(row))
+    return tuple(_digest_in(value) if name in digests else value for name, value in values)
+
+
+def _insert_or_conflict(
+    conn: sqlite3.Connection,
+    sql: str,
+    values: tuple[Any, ...],
+    conflict: Literal["ledger", "state", "approval"],
+) -> None:
+    # A key already taken is another commit having won the race: the engine retries or answers.
+    try:
+        conn.execute(sql, values)
+    except sqlite3.IntegrityError:
+        raise CommitConflict(conflict) from None
+
+
+def _update_one(conn: sqlite3.Connection, sql: str, values: tuple[Any, ...]) -> None:
+    # A transition's ``from_state`` no longer holding means another commit moved the row first.
+    if conn.execute(sql, values).rowcount != 1:
+        raise CommitConflict("state")
 
 
 def _unpacked(value: Any) -> bytes:
@@ -396,8 +478,7 @@ class SqliteStore:
         row = conn.execute("SELECT value FROM store_meta WHERE key = 'store_format'").fetchone()
         if row is not None and int(row[0]) >= STORE_FORMAT:
             return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(conn):
             found = self._format(conn)
             if found < STORE_FORMAT:
                 self._migrate_from_1(conn)
@@ -407,10 +488,6 @@ class SqliteStore:
                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (str(STORE_FORMAT),),
                 )
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
         if found < STORE_FORMAT:
             log.info("migrated engram.db from store format %d to %d", found, STORE_FORMAT)
             try:
@@ -524,36 +601,30 @@ class SqliteStore:
         return JournalHead(row[0], _digest_out(row[1])) if row else JournalHead(0, GENESIS_HASH)
 
     def ledger_get(self, scope: Scope, principal: str, idempotency_key: str) -> LedgerEntry | None:
-        with self._guard(), self._pool.connection() as conn:
-            row = conn.execute(
-                "SELECT principal, idempotency_key, tool, target, intent_hash, output, cursor FROM ledger "
-                "WHERE tenant_id = ? AND workspace_id = ? AND principal = ? AND idempotency_key = ?",
-                (scope.tenant_id, scope.workspace_id, principal, idempotency_key),
-            ).fetchone()
-        if row is None:
+        rows = self._fetch(
+            "SELECT principal, idempotency_key, tool, target, intent_hash, output, cursor FROM ledger "
+            "WHERE tenant_id = ? AND workspace_id = ? AND principal = ? AND idempotency_key = ?",
+            (*_scope_key(scope), principal, idempotency_key),
+        )
+        if not rows:
             return None
-        principal, key, tool, target, intent_hash, output, cursor = row
+        principal, key, tool, target, intent_hash, output, cursor = rows[0]
         return LedgerEntry(
             principal, key, tool, target, _digest_out(intent_hash), _unpacked(output), cursor
         )
 
     def candidate_get(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
-        with self._guard(), self._pool.connection() as conn:
-            row = conn.execute(
-                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates "  # noqa: S608 - constant column list
-                "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ?",
-                (scope.tenant_id, scope.workspace_id, candidate_id),
-            ).fetchone()
-        return _candidate_row(row) if row else None
+        rows = self._fetch(_CANDIDATE_BY_ID, (*_scope_key(scope), candidate_id))
+        return _candidate_row(rows[0]) if rows else None
 
     def record_get(self, scope: Scope, record_id: str) -> RecordRow | None:
+        rows = self._fetch(_RECORD_BY_ID, (*_scope_key(scope), record_id))
+        return _record_row(rows[0]) if rows else None
+
+    def _fetch(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._guard(), self._pool.connection() as conn:
-            row = conn.execute(
-                f"SELECT {_RECORD_COLUMNS} FROM records "  # noqa: S608 - constant column list
-                "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
-                (scope.tenant_id, scope.workspace_id, record_id),
-            ).fetchone()
-        return _record_row(row) if row else None
+            rows: list[tuple[Any, ...]] = conn.execute(sql, parameters).fetchall()
+        return rows
 
     def records_get(self, scope: Scope, record_ids: Sequence[str]) -> dict[str, RecordRow]:
         found: dict[str, RecordRow] = {}
@@ -584,12 +655,11 @@ class SqliteStore:
         return row is not None
 
     def events(self, scope: Scope, after_cursor: int, limit: int) -> list[JournalEvent]:
-        with self._guard(), self._pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT cursor, event_hash, body FROM journal_events "
-                "WHERE tenant_id = ? AND workspace_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
-                (scope.tenant_id, scope.workspace_id, after_cursor, limit),
-            ).fetchall()
+        rows = self._fetch(
+            "SELECT cursor, event_hash, body FROM journal_events "
+            "WHERE tenant_id = ? AND workspace_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
+            (*_scope_key(scope), after_cursor, limit),
+        )
         return [
             JournalEvent(cursor, _digest_out(event_hash), _unpacked(body))
             for cursor, event_hash, body in rows
@@ -658,26 +728,14 @@ class SqliteStore:
     def candidates_list(
         self, scope: Scope, state: str | None, after: str, limit: int
     ) -> list[CandidateRow]:
-        with self._guard(), self._pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_CANDIDATE_COLUMNS} FROM candidates "  # noqa: S608 - constant columns
-                "WHERE tenant_id = ? AND workspace_id = ? AND (? IS NULL OR state = ?) "
-                "AND candidate_id > ? ORDER BY candidate_id LIMIT ?",
-                (scope.tenant_id, scope.workspace_id, state, state, after, limit),
-            ).fetchall()
-        return [_candidate_row(row) for row in rows]
+        listed = self._fetch(_CANDIDATES_PAGE, (*_scope_key(scope), state, state, after, limit))
+        return [_candidate_row(row) for row in listed]
 
     def records_list(
         self, scope: Scope, state: str | None, after: str, limit: int
     ) -> list[RecordRow]:
-        with self._guard(), self._pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_RECORD_COLUMNS} FROM records "  # noqa: S608 - constant columns
-                "WHERE tenant_id = ? AND workspace_id = ? AND (? IS NULL OR state = ?) "
-                "AND record_id > ? ORDER BY record_id LIMIT ?",
-                (scope.tenant_id, scope.workspace_id, state, state, after, limit),
-            ).fetchall()
-        return [_record_row(row) for row in rows]
+        listed = self._fetch(_RECORDS_PAGE, (*_scope_key(scope), state, state, after, limit))
+        return [_record_row(row) for row in listed]
 
     def state_counts(self, scope: Scope) -> dict[str, int]:
         where = "WHERE tenant_id = ? AND workspace_id = ?"
@@ -795,167 +853,141 @@ class SqliteStore:
             raise StoreUnavailable("sqlite store error") from exc
 
     def _apply(self, conn: sqlite3.Connection, changes: ChangeSet) -> None:
-        scope = changes.scope
-        t, w = scope.tenant_id, scope.workspace_id
+        # The steps run in this order, each after its fault point, so a fault injected at any one
+        # leaves the steps before it written and rolled back together.
+        self._check_head(conn, changes)
+        self._insert_ledger(conn, changes)
+        if changes.event is not None:
+            self._fault("event")
+            self._append_event(conn, changes.scope, changes.event)
+        moved = changes.candidate_transition
+        if changes.new_candidate is not None or moved is not None:
+            self._fault("candidate")
+            leaves_pending = moved is not None and moved.to_state != "pending"
+            self._apply_row(
+                conn, changes.scope, _CANDIDATES, changes.new_candidate, moved, drop=leaves_pending
+            )
+        if changes.new_record is not None or changes.record_transition is not None:
+            self._fault("record")
+            self._apply_row(
+                conn,
+                changes.scope,
+                _RECORDS,
+                changes.new_record,
+                changes.record_transition,
+                drop=changes.shred_record_body,
+            )
+        if changes.tombstone_payload_digest is not None and changes.record_transition is not None:
+            self._fault("tombstone")
+            self._insert_tombstone(
+                conn,
+                changes,
+                changes.tombstone_payload_digest,
+                changes.record_transition.target_id,
+            )
+        if changes.projection is not None:
+            self._fault("projection")
+            self._project(conn, changes.scope, changes.projection)
+        if changes.approval_id is not None:
+            self._fault("approval")
+            self._spend_approval(conn, changes)
+        if changes.outbox:
+            self._fault("outbox")
+            self._enqueue(conn, changes.outbox)
 
+    def _check_head(self, conn: sqlite3.Connection, changes: ChangeSet) -> None:
         self._fault("head")
         row = conn.execute(
             "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
-            (t, w),
+            (changes.scope.tenant_id, changes.scope.workspace_id),
         ).fetchone()
         current = JournalHead(row[0], _digest_out(row[1])) if row else JournalHead(0, GENESIS_HASH)
         if current != changes.expected_head:
             raise CommitConflict("head")
 
+    def _insert_ledger(self, conn: sqlite3.Connection, changes: ChangeSet) -> None:
         self._fault("ledger")
         entry = changes.ledger
-        try:
-            conn.execute(
-                "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    t,
-                    w,
-                    entry.principal,
-                    entry.idempotency_key,
-                    entry.tool,
-                    entry.target,
-                    _digest_in(entry.intent_hash),
-                    pack(entry.output),
-                    entry.cursor,
-                ),
-            )
-        except sqlite3.IntegrityError:
-            raise CommitConflict("ledger") from None
+        _insert_or_conflict(
+            conn,
+            "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                *_scope_key(changes.scope),
+                entry.principal,
+                entry.idempotency_key,
+                entry.tool,
+                entry.target,
+                _digest_in(entry.intent_hash),
+                pack(entry.output),
+                entry.cursor,
+            ),
+            "ledger",
+        )
 
-        if changes.event is not None:
-            self._fault("event")
-            event = changes.event
-            conn.execute(
-                "INSERT INTO journal_events VALUES (?, ?, ?, ?, ?)",
-                (t, w, event.cursor, _digest_in(event.event_hash), pack(event.body)),
-            )
-            conn.execute(
-                "INSERT INTO journal_heads VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, workspace_id) "
-                "DO UPDATE SET cursor = excluded.cursor, event_hash = excluded.event_hash",
-                (t, w, event.cursor, _digest_in(event.event_hash)),
-            )
+    @staticmethod
+    def _append_event(conn: sqlite3.Connection, scope: Scope, event: JournalEvent) -> None:
+        t, w = _scope_key(scope)
+        conn.execute(
+            "INSERT INTO journal_events VALUES (?, ?, ?, ?, ?)",
+            (t, w, event.cursor, _digest_in(event.event_hash), pack(event.body)),
+        )
+        conn.execute(
+            "INSERT INTO journal_heads VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, workspace_id) "
+            "DO UPDATE SET cursor = excluded.cursor, event_hash = excluded.event_hash",
+            (t, w, event.cursor, _digest_in(event.event_hash)),
+        )
 
-        if changes.new_candidate is not None or changes.candidate_transition is not None:
-            self._fault("candidate")
-        if changes.new_candidate is not None:
-            c = changes.new_candidate
-            try:
-                conn.execute(
-                    "INSERT INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        t,
-                        w,
-                        c.candidate_id,
-                        c.principal,
-                        c.state,
-                        _digest_in(c.payload_digest),
-                        _digest_in(c.record_digest),
-                        c.record_id,
-                        c.capture_cursor,
-                        c.key_ref,
-                        c.sealed,
-                        c.policy_version,
-                        c.created_at_ms,
-                    ),
-                )
-            except sqlite3.IntegrityError:
-                raise CommitConflict("ledger") from None
-        if changes.candidate_transition is not None:
-            move = changes.candidate_transition
-            # A candidate leaving ``pending`` (admitted, rejected, withdrawn) is never opened
-            # again and its key's destruction is queued in this same commit: its ciphertext is
-            # dead weight (2-3 KB a record), dropped here and zeroed by secure_delete.
-            updated = conn.execute(
-                "UPDATE candidates SET state = ?, sealed = CASE WHEN ? = 'pending' THEN sealed "
-                "ELSE X'' END WHERE tenant_id = ? AND workspace_id = ? "
-                "AND candidate_id = ? AND state = ?",
-                (move.to_state, move.to_state, t, w, move.target_id, move.from_state),
-            ).rowcount
-            if updated != 1:
-                raise CommitConflict("state")
-
-        if changes.new_record is not None or changes.record_transition is not None:
-            self._fault("record")
-        if changes.new_record is not None:
-            r = changes.new_record
-            try:
-                conn.execute(
-                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                    (
-                        t,
-                        w,
-                        r.record_id,
-                        r.state,
-                        _digest_in(r.record_digest),
-                        _digest_in(r.payload_digest),
-                        r.candidate_id,
-                        r.valid_from_ms,
-                        r.valid_to_ms,
-                        r.expires_at_ms,
-                        r.accepted_cursor,
-                        r.body,
-                    ),
-                )
-            except sqlite3.IntegrityError:
-                raise CommitConflict("state") from None
-        if changes.record_transition is not None:
-            move = changes.record_transition
-            updated = conn.execute(
-                "UPDATE records SET state = ?, body = CASE WHEN ? THEN NULL ELSE body END "
-                "WHERE tenant_id = ? AND workspace_id = ? AND record_id = ? AND state = ?",
-                (move.to_state, changes.shred_record_body, t, w, move.target_id, move.from_state),
-            ).rowcount
-            if updated != 1:
-                raise CommitConflict("state")
-
-        if changes.tombstone_payload_digest is not None and changes.record_transition is not None:
-            self._fault("tombstone")
-            conn.execute(
-                "INSERT OR IGNORE INTO tombstones VALUES (?, ?, ?, ?, ?)",
-                (
-                    t,
-                    w,
-                    _digest_in(changes.tombstone_payload_digest),
-                    changes.record_transition.target_id,
-                    changes.event.cursor if changes.event else 0,
-                ),
+    @staticmethod
+    def _apply_row(
+        conn: sqlite3.Connection,
+        scope: Scope,
+        table: _RowTable,
+        new: CandidateRow | RecordRow | None,
+        move: StateTransition | None,
+        *,
+        drop: bool,
+    ) -> None:
+        t, w = _scope_key(scope)
+        if new is not None:
+            _insert_or_conflict(conn, table.insert, (t, w, *_stored(new, table.name)), table.taken)
+        if move is not None:
+            _update_one(
+                conn, table.move, (move.to_state, drop, t, w, move.target_id, move.from_state)
             )
 
-        if changes.projection is not None:
-            self._fault("projection")
-            self._project(conn, scope, changes.projection)
+    @staticmethod
+    def _insert_tombstone(
+        conn: sqlite3.Connection, changes: ChangeSet, payload_digest: str, record_id: str
+    ) -> None:
+        conn.execute(
+            "INSERT OR IGNORE INTO tombstones VALUES (?, ?, ?, ?, ?)",
+            (
+                *_scope_key(changes.scope),
+                _digest_in(payload_digest),
+                record_id,
+                changes.event.cursor if changes.event else 0,
+            ),
+        )
 
-        if changes.approval_id is not None:
-            self._fault("approval")
-            try:
-                conn.execute(
-                    "INSERT INTO used_approvals VALUES (?, ?, ?, ?)",
-                    (changes.approval_id, t, w, changes.event.cursor if changes.event else 0),
-                )
-            except sqlite3.IntegrityError:
-                raise CommitConflict("approval") from None
+    @staticmethod
+    def _spend_approval(conn: sqlite3.Connection, changes: ChangeSet) -> None:
+        _insert_or_conflict(
+            conn,
+            "INSERT INTO used_approvals VALUES (?, ?, ?, ?)",
+            (
+                changes.approval_id,
+                *_scope_key(changes.scope),
+                changes.event.cursor if changes.event else 0,
+            ),
+            "approval",
+        )
 
-        if changes.outbox:
-            self._fault("outbox")
-            conn.executemany(
-                "INSERT OR IGNORE INTO outbox VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        i.item_id,
-                        i.kind,
-                        i.scope.tenant_id,
-                        i.scope.workspace_id,
-                        i.target,
-                        i.surface,
-                    )
-                    for i in changes.outbox
-                ],
-            )
+    @staticmethod
+    def _enqueue(conn: sqlite3.Connection, items: Sequence[OutboxItem]) -> None:
+        conn.executemany(
+            "INSERT OR IGNORE INTO outbox VALUES (?, ?, ?, ?, ?, ?)",
+            [(i.item_id, i.kind, *_scope_key(i.scope), i.target, i.surface) for i in items],
+        )
 
     # -- the lexical projection (same database, same transaction) ------------------------------
 
@@ -1175,13 +1207,8 @@ class SqliteStore:
 
     def lexical_apply(self, scope: Scope, change: ProjectionChange) -> None:
         with self._guard(), self._pool.connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(conn):
                 self._project(conn, scope, change)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
             if _drops_projection(change):
                 self._scrub_wal(conn)
 
@@ -1242,24 +1269,9 @@ class SqliteStore:
         callbacks open it; ``fields_of`` answers None for a body that can no longer be opened,
         whose projection is then dropped).
         """
-        with self._guard(), self._pool.connection() as conn:
-            row = conn.execute(
-                "SELECT value FROM store_meta WHERE key = 'lexical_version'"
-            ).fetchone()
-            projected = conn.execute(
-                "SELECT tenant_id, workspace_id, record_id, body FROM records "
-                "WHERE lex_rowid IS NOT NULL AND body IS NOT NULL ORDER BY tenant_id, "
-                "workspace_id, record_id"
-            ).fetchall()
-            model_row = conn.execute(
-                "SELECT value FROM store_meta WHERE key = 'vector_model'"
-            ).fetchone()
-        stale_lexical = (row is None and bool(projected)) or (
-            row is not None and row[0] != lexical_version
+        projected, stale_lexical, stale_vectors = self._staleness(
+            lexical_version, vector_model if vector_of is not None else None, legacy_vector_model
         )
-        vectors_by = legacy_vector_model if model_row is None else model_row[0]
-        stale_vectors = vector_of is not None and vector_model is not None
-        stale_vectors = stale_vectors and vectors_by != vector_model
         done = 0
         for tenant_id, workspace_id, record_id, raw in projected:
             if not stale_lexical and vector_of is None:
@@ -1277,19 +1289,34 @@ class SqliteStore:
             doc = ProjectionDoc(record_id, fields, vector)
             self.lexical_apply(scope, ProjectionChange(upsert=doc))
             done += 1
-        with self._guard(), self._pool.connection() as conn:
-            conn.execute(
-                "INSERT INTO store_meta VALUES ('lexical_version', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (lexical_version,),
-            )
-            if vector_of is not None and vector_model is not None:
-                conn.execute(
-                    "INSERT INTO store_meta VALUES ('vector_model', ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (vector_model,),
-                )
+        self.meta_set("lexical_version", lexical_version)
+        if vector_of is not None and vector_model is not None:
+            self.meta_set("vector_model", vector_model)
         return done
+
+    def _staleness(
+        self, lexical_version: str, vector_model: str | None, legacy_vector_model: str | None
+    ) -> tuple[list[tuple[Any, ...]], bool, bool]:
+        """The projected records, whether their lexical fields are stale, and whether their
+        vectors are (``vector_model`` None: the host has no semantic channel)."""
+        with self._guard(), self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT value FROM store_meta WHERE key = 'lexical_version'"
+            ).fetchone()
+            projected = conn.execute(
+                "SELECT tenant_id, workspace_id, record_id, body FROM records "
+                "WHERE lex_rowid IS NOT NULL AND body IS NOT NULL ORDER BY tenant_id, "
+                "workspace_id, record_id"
+            ).fetchall()
+            model_row = conn.execute(
+                "SELECT value FROM store_meta WHERE key = 'vector_model'"
+            ).fetchone()
+        stale_lexical = (row is None and bool(projected)) or (
+            row is not None and row[0] != lexical_version
+        )
+        vectors_by = legacy_vector_model if model_row is None else model_row[0]
+        stale_vectors = vector_model is not None and vectors_by != vector_model
+        return projected, stale_lexical, stale_vectors
 
     def seal_plaintext_bodies(self, seal: Callable[[Scope, str, bytes], bytes]) -> int:
         """Seal the record bodies a database from before sealed bodies holds in plaintext (the
@@ -1312,17 +1339,12 @@ class SqliteStore:
                 (seal(Scope(t, w), record_id, _as_bytes(body)), t, w, record_id)
                 for t, w, record_id, body in legacy
             ]
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(conn):
                 conn.executemany(
                     "UPDATE records SET body = ? WHERE tenant_id = ? AND workspace_id = ? "
                     "AND record_id = ?",
                     sealed,
                 )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
             self._scrub_wal(conn)
         log.info("sealed the plaintext bodies of a database from before sealed bodies")
         return len(sealed)
@@ -1371,14 +1393,15 @@ class _StoreSurface:
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
 
-    def _unavailable(self) -> IndexUnavailable:
-        return IndexUnavailable(f"{self.name} index unavailable")
+    def _asked(self, ask: Callable[[], T]) -> T:
+        """The store's answer; the store being unavailable is this index being unavailable."""
+        try:
+            return ask()
+        except StoreUnavailable as exc:
+            raise IndexUnavailable(f"{self.name} index unavailable") from exc
 
     def apply(self, scope: Scope, change: ProjectionChange) -> None:
-        try:
-            self._store.lexical_apply(scope, change)
-        except StoreUnavailable as exc:
-            raise self._unavailable() from exc
+        self._asked(lambda: self._store.lexical_apply(scope, change))
 
 
 class SqliteLexicalIndex(_StoreSurface):
@@ -1388,10 +1411,7 @@ class SqliteLexicalIndex(_StoreSurface):
     scoring_formula_ref: Final = lexical.SCORING_FORMULA_REF  # FTS5 bm25() with column weights
 
     def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
-        try:
-            return self._store.lexical_search(scope, terms, depth)
-        except StoreUnavailable as exc:
-            raise self._unavailable() from exc
+        return self._asked(lambda: self._store.lexical_search(scope, terms, depth))
 
     def contains(self, scope: Scope, record_id: str) -> bool:
         return self._store.lexical_contains(scope, record_id)
@@ -1405,24 +1425,15 @@ class SqliteVectorIndex(_StoreSurface):
     vector_formula_ref: Final = scoring_formula_ref
 
     def nearest(self, scope: Scope, vector: Sequence[float], depth: int) -> list[IndexHit]:
-        try:
-            return self._store.vector_nearest(scope, vector, depth)
-        except StoreUnavailable as exc:
-            raise self._unavailable() from exc
+        return self._asked(lambda: self._store.vector_nearest(scope, vector, depth))
 
     def score_at(self, scope: Scope, vector: Sequence[float], rank: int) -> float | None:
-        try:
-            return self._store.vector_score_at(scope, vector, rank)
-        except StoreUnavailable as exc:
-            raise self._unavailable() from exc
+        return self._asked(lambda: self._store.vector_score_at(scope, vector, rank))
 
     def similarities(
         self, scope: Scope, vector: Sequence[float], record_ids: Sequence[str]
     ) -> dict[str, float]:
-        try:
-            return self._store.vector_similarities(scope, vector, record_ids)
-        except StoreUnavailable as exc:
-            raise self._unavailable() from exc
+        return self._asked(lambda: self._store.vector_similarities(scope, vector, record_ids))
 
     def contains(self, scope: Scope, record_id: str) -> bool:
         return self._store.vector_contains(scope, record_id)

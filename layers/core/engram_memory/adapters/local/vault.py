@@ -34,12 +34,8 @@ from engram_memory.adapters.local.key_durability import commit_synced_once, dele
 from engram_memory.adapters.local.private_files import fsync_dir, make_private_dirs, write_all
 from engram_memory.adapters.local.record_keys import SCHEMA as RECORD_KEYS_SCHEMA
 from engram_memory.adapters.local.record_keys import LocalRecordKeys
-from engram_memory.adapters.sealing import (
-    KEY_NAMESPACE,
-    encryption_context,
-    open_candidate,
-    seal_candidate,
-)
+from engram_memory.adapters.local.transactions import immediate
+from engram_memory.adapters.sealing import KEY_NAMESPACE, open_sealed_blob, seal_sealed_blob
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
     KeyDestroyed,
@@ -119,12 +115,9 @@ class LocalVault:
         key_ref = "key_" + secrets.token_hex(16)
         nonce = secrets.token_bytes(_NONCE_BYTES)
         wrapped = self._wrapper.encrypt(nonce, data_key, _wrap_aad(key_ref, scope, candidate_id))
-        try:
-            ciphertext = seal_candidate(
-                self._esdk, key_ref, data_key, plaintext, encryption_context(scope, candidate_id)
-            )
-        except Exception as exc:
-            raise VaultUnavailable("the local vault could not encrypt the candidate") from exc
+        sealed = seal_sealed_blob(
+            self._esdk, "local", scope, candidate_id, key_ref, data_key, plaintext
+        )
         # The key row is written after encryption succeeded so a failed seal leaves no orphan key,
         # and with the record keys made meanwhile (``LocalRecordKeys.prepare``): one commit.
         created_at_ms = time.time_ns() // 1_000_000
@@ -139,7 +132,7 @@ class LocalVault:
 
         # Durable on return after one sync of the -wal (key_durability.py).
         self._run("seal", lambda conn: commit_synced_once(conn, self._path, write_keys))
-        return SealedBlob(key_ref=key_ref, ciphertext=ciphertext)
+        return sealed
 
     def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
         """Decrypt ``blob``, which must have been sealed for this ``scope`` and ``candidate_id``.
@@ -165,13 +158,7 @@ class LocalVault:
             raise SealIntegrityError(
                 f"data key {blob.key_ref} does not belong to this candidate"
             ) from exc
-        return open_candidate(
-            self._esdk,
-            blob.key_ref,
-            data_key,
-            blob.ciphertext,
-            encryption_context(scope, candidate_id),
-        )
+        return open_sealed_blob(self._esdk, scope, candidate_id, blob, data_key)
 
     def destroy(self, key_ref: str) -> None:
         """Durably delete the data key; idempotent (destroying a missing key is not an error).
@@ -217,8 +204,7 @@ class LocalVault:
         rewrapper = AESGCM(new_master_key)
 
         def run(conn: sqlite3.Connection) -> tuple[int, int]:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(conn):
                 rows = conn.execute("SELECT key_ref, nonce, wrapped FROM data_keys").fetchall()
                 done = unbound = 0
                 for key_ref, nonce, wrapped in rows:
@@ -240,10 +226,6 @@ class LocalVault:
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (master_fingerprint(new_master_key),),
                 )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
             return done, unbound
 
         try:

@@ -8,8 +8,7 @@ from engram_memory.contract.canonical import digest
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.models import RequestAdmissionInput
 from engram_memory.contract.types import format_instant, parse_instant
-from engram_memory.engine.journal import build_event
-from engram_memory.engine.kernel import Call, Kernel
+from engram_memory.engine.kernel import Call, JournalStep, Kernel
 from engram_memory.engine.ports import (
     AdmissionRequest,
     CandidateRow,
@@ -21,16 +20,14 @@ from engram_memory.engine.ports import (
     RecordRow,
     StateTransition,
 )
-from engram_memory.engine.records import decode, receipt, scope_ref
+from engram_memory.engine.records import receipt, scope_ref
 
 
 def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dict[str, Any]:
     candidate_id = args.candidate_id
     call.target = candidate_id
-    intent = k.intent(call, args, candidate_id)
-    replay = k.ledger(call, args.idempotency_key, candidate_id, intent)
-    if replay is not None:
-        stored = decode(replay.output)
+    intent, stored = k.prior(call, args, args.idempotency_key, candidate_id)
+    if stored is not None:
         outcome = stored["outcome"]
         if outcome.get("status") == "accepted":
             # The first call's commit landed but its answer (and maybe its upsert) was lost.
@@ -100,6 +97,90 @@ def settle(
     After the commit the outbox items run at once; what fails is left to the drainer.
     """
     candidate_id = candidate.candidate_id
+    decision_digest = _decision_receipt(call, candidate, verdict, policy_id, policy_version)
+    if verdict == "adjudication_required":
+        return _held(k, call, candidate_id, decision_digest, intent)
+    accepted = verdict == "accept"
+    return _commit_decision(
+        k, call, accepted, candidate, record, decision_digest, idempotency_key, intent
+    )
+
+
+def _commit_decision(
+    k: Kernel,
+    call: Call,
+    accepted: bool,
+    candidate: CandidateRow,
+    record: dict[str, Any],
+    decision_digest: str,
+    idempotency_key: str,
+    intent: str,
+) -> dict[str, Any]:
+    candidate_id = candidate.candidate_id
+    doc = k.projection_doc(candidate.record_id, record) if accepted else None
+    # Accepted: the body sealed under the record's key (made at capture). Rejected: that key
+    # protects nothing and is destroyed with the candidate's.
+    sealed_body = k.seal_record(call, record) if accepted else None
+    outbox = _settling_outbox(k, call, candidate, accepted)
+    output: dict[str, Any] = {}
+
+    def build(head: JournalHead) -> ChangeSet:
+        step = k.journal_step(
+            call,
+            head,
+            "admit" if accepted else "reject",
+            candidate_id,
+            intent,
+            {"record_digest": candidate.record_digest, "decision_receipt_digest": decision_digest},
+        )
+        output.clear()
+        output.update(
+            {"outcome": _outcome(step, candidate, accepted, decision_digest), "replayed": False}
+        )
+        new_record = (
+            _accepted_row(candidate, record, step.event.cursor, sealed_body) if accepted else None
+        )
+        projection = ProjectionChange(upsert=doc) if accepted and k.projects_in_store else None
+        return ChangeSet(
+            scope=call.scope,
+            expected_head=head,
+            ledger=k.ledger_entry(
+                call, idempotency_key, candidate_id, intent, output, step.event.cursor
+            ),
+            event=step.event,
+            candidate_transition=StateTransition(
+                candidate_id, "pending", "admitted" if accepted else "rejected"
+            ),
+            new_record=new_record,
+            projection=projection,
+            approval_id=call.approval.approval_id if call.approval else None,
+            outbox=outbox,
+        )
+
+    changes = k.commit(call, build)
+    k.run_outbox(changes.outbox, {candidate.record_id: doc} if doc is not None else None)
+    return output
+
+
+def _outcome(
+    step: JournalStep, candidate: CandidateRow, accepted: bool, decision_digest: str
+) -> dict[str, Any]:
+    outcome: dict[str, Any] = {
+        "status": "accepted" if accepted else "rejected",
+        "candidate_id": candidate.candidate_id,
+        "cursor": str(step.event.cursor),
+        "decision_receipt_digest": decision_digest,
+        "transaction_receipt_digest": step.transaction_receipt_digest,
+    }
+    if accepted:
+        outcome["record_id"] = candidate.record_id
+    return outcome
+
+
+def _decision_receipt(
+    call: Call, candidate: CandidateRow, verdict: str, policy_id: str, policy_version: str
+) -> str:
+    """The digest of the decision envelope, recorded on the call for the audit."""
     envelope = receipt(
         "admission-decision",
         {
@@ -110,119 +191,66 @@ def settle(
             "issued_at": format_instant(call.now_ms),
         },
     )
-    decision_digest = envelope["receipt_digest"]
+    decision_digest: str = envelope["receipt_digest"]
     call.digests.update(
         decision_receipt_digest=decision_digest, record_digest=candidate.record_digest
     )
+    return decision_digest
 
-    if verdict == "adjudication_required":
-        head = k.read(lambda: k.store.head(call.scope))
-        held = {
-            "status": "pending_adjudication",
-            "candidate_id": candidate_id,
-            "cursor": str(head.cursor),
-            "decision_receipt_digest": decision_digest,
-            "transaction_receipt_digest": digest(
-                "canonical-transaction",
-                {
-                    "operation": "admission_held",
-                    "scope_ref": scope_ref(call.scope),
-                    "target": candidate_id,
-                    "cursor": str(head.cursor),
-                    "decision_receipt_digest": decision_digest,
-                    "intent_hash": intent,
-                },
-            ),
-        }
-        return {"outcome": held, "replayed": False}
 
-    accepted = verdict == "accept"
-    output: dict[str, Any] = {}
-    destroy = OutboxItem(
-        item_id=f"destroy_key:{candidate.key_ref}",
-        kind="destroy_key",
-        scope=call.scope,
-        target=candidate.key_ref,
-        enqueued_at_ms=call.now_ms,
-    )
-    doc = k.projection_doc(candidate.record_id, record) if accepted else None
-    # Accepted: the body sealed under the record's key (made at capture). Rejected: that key
-    # protects nothing and is destroyed with the candidate's.
-    sealed_body = k.seal_record(call, record) if accepted else None
-    destroys = (
-        (destroy,)
-        if accepted
-        else (destroy, k.destroy_record_key(call.scope, candidate.record_id, call.now_ms))
-    )
-    upserts = (
-        k.deferred_projections(call.scope, candidate.record_id, "upsert_projection", call.now_ms)
-        if accepted
-        else []
-    )
-
-    def build(head: JournalHead) -> ChangeSet:
-        cursor = head.cursor + 1
-        event, _ = build_event(
-            head,
-            operation="admit" if accepted else "reject",
-            target=candidate_id,
-            at_ms=call.now_ms,
-            digests={
-                "record_digest": candidate.record_digest,
+def _held(
+    k: Kernel, call: Call, candidate_id: str, decision_digest: str, intent: str
+) -> dict[str, Any]:
+    """A decision held for an operator: nothing is written, so the receipt quotes the head."""
+    head = k.read(lambda: k.store.head(call.scope))
+    held = {
+        "status": "pending_adjudication",
+        "candidate_id": candidate_id,
+        "cursor": str(head.cursor),
+        "decision_receipt_digest": decision_digest,
+        "transaction_receipt_digest": digest(
+            "canonical-transaction",
+            {
+                "operation": "admission_held",
+                "scope_ref": scope_ref(call.scope),
+                "target": candidate_id,
+                "cursor": str(head.cursor),
                 "decision_receipt_digest": decision_digest,
                 "intent_hash": intent,
             },
-        )
-        outcome: dict[str, Any] = {
-            "status": "accepted" if accepted else "rejected",
-            "candidate_id": candidate_id,
-            "cursor": str(cursor),
-            "decision_receipt_digest": decision_digest,
-            "transaction_receipt_digest": k.transaction_receipt(
-                call,
-                "admit" if accepted else "reject",
-                candidate_id,
-                cursor,
-                event.event_hash,
-                intent,
-            ),
-        }
-        if accepted:
-            outcome["record_id"] = candidate.record_id
-        output.clear()
-        output.update({"outcome": outcome, "replayed": False})
-        new_record = projection = None
-        if accepted:
-            valid_time = record["valid_time"]
-            expires_at = record["retention"].get("expires_at")
-            new_record = RecordRow(
-                record_id=candidate.record_id,
-                state="accepted_current",
-                record_digest=candidate.record_digest,
-                payload_digest=candidate.payload_digest,
-                candidate_id=candidate_id,
-                valid_from_ms=valid_time["t"],
-                valid_to_ms=valid_time.get("t_end"),
-                expires_at_ms=parse_instant(expires_at) if expires_at else None,
-                accepted_cursor=cursor,
-                body=sealed_body,
-            )
-            if k.projects_in_store:
-                projection = ProjectionChange(upsert=doc)
-        return ChangeSet(
-            scope=call.scope,
-            expected_head=head,
-            ledger=k.ledger_entry(call, idempotency_key, candidate_id, intent, output, cursor),
-            event=event,
-            candidate_transition=StateTransition(
-                candidate_id, "pending", "admitted" if accepted else "rejected"
-            ),
-            new_record=new_record,
-            projection=projection,
-            approval_id=call.approval.approval_id if call.approval else None,
-            outbox=(*upserts, *destroys),
-        )
+        ),
+    }
+    return {"outcome": held, "replayed": False}
 
-    changes = k.commit(call, build)
-    k.run_outbox(changes.outbox, {candidate.record_id: doc} if doc is not None else None)
-    return output
+
+def _settling_outbox(
+    k: Kernel, call: Call, candidate: CandidateRow, accepted: bool
+) -> tuple[OutboxItem, ...]:
+    """The candidate's key always goes; an accepted record is projected, a rejected one's key
+    goes too."""
+    destroy = k.destroy_candidate_key(call.scope, candidate.key_ref, call.now_ms)
+    if not accepted:
+        return (destroy, k.destroy_record_key(call.scope, candidate.record_id, call.now_ms))
+    upserts = k.deferred_projections(
+        call.scope, candidate.record_id, "upsert_projection", call.now_ms
+    )
+    return (*upserts, destroy)
+
+
+def _accepted_row(
+    candidate: CandidateRow, record: dict[str, Any], cursor: int, sealed_body: bytes | None
+) -> RecordRow:
+    valid_time = record["valid_time"]
+    expires_at = record["retention"].get("expires_at")
+    return RecordRow(
+        record_id=candidate.record_id,
+        state="accepted_current",
+        record_digest=candidate.record_digest,
+        payload_digest=candidate.payload_digest,
+        candidate_id=candidate.candidate_id,
+        valid_from_ms=valid_time["t"],
+        valid_to_ms=valid_time.get("t_end"),
+        expires_at_ms=parse_instant(expires_at) if expires_at else None,
+        accepted_cursor=cursor,
+        body=sealed_body,
+    )

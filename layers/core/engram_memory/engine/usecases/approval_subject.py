@@ -43,14 +43,9 @@ def approval_subject(
             candidate = k.pending_candidate(call, target)  # NOT_FOUND for another principal
             content = k.open_candidate(call, candidate)
             k.audit.record(
-                AuditEvent(
-                    audit_id=ctx.audit_id,
+                AuditEvent.of_call(
+                    ctx,
                     at_ms=now_ms,
-                    tenant_id=ctx.tenant_id,
-                    workspace_id=ctx.workspace_id,
-                    principal=ctx.principal,
-                    agent_id=ctx.agent_id,
-                    session_id=ctx.session_id,
                     tool=tool,
                     ok=True,
                     code=AUDIT_CODE,

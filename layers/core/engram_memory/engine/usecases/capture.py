@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from engram_memory.contract.canonical import candidate_id_for
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.models import CaptureInput
 from engram_memory.contract.types import format_instant, parse_instant
-from engram_memory.engine.journal import build_event
 from engram_memory.engine.kernel import Call, Kernel, StateMoved
-from engram_memory.engine.ports import CandidateRow, ChangeSet, JournalHead
-from engram_memory.engine.records import build_record, decode, evidence_object, stored_payload
+from engram_memory.engine.ports import CandidateRow, ChangeSet, JournalHead, SealedBlob
+from engram_memory.engine.records import build_record, evidence_object, stored_payload
 
 
 def capture(k: Kernel, call: Call, args: CaptureInput) -> dict[str, Any]:
@@ -21,13 +21,18 @@ def capture(k: Kernel, call: Call, args: CaptureInput) -> dict[str, Any]:
         ctx.tenant_id, ctx.workspace_id, ctx.principal, args.idempotency_key
     )
     call.target = candidate_id
-    intent = k.intent(call, args, None)
-    replay = k.ledger(call, args.idempotency_key, None, intent)
-    if replay is not None:
-        stored: dict[str, Any] = decode(replay.output)
+    intent, stored = k.prior(call, args, args.idempotency_key, None)
+    if stored is not None:
         return {**stored, "status": "duplicate_exact"}
 
     check_retention(k, call, args)
+    return _commit_capture(k, call, args, candidate_id, intent)
+
+
+def _commit_capture(
+    k: Kernel, call: Call, args: CaptureInput, candidate_id: str, intent: str
+) -> dict[str, Any]:
+    ctx = call.ctx
     payload = stored_payload(args, call.scope)
     evidence = evidence_object(args)
     approval = k.confirm(call, args, None, None)
@@ -39,64 +44,54 @@ def capture(k: Kernel, call: Call, args: CaptureInput) -> dict[str, Any]:
     output: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:
-        cursor = head.cursor + 1
         record = build_record(
             payload,
             evidence,
             recorded_at_ms=call.now_ms,
-            recorded_cursor=cursor,
+            recorded_cursor=head.cursor + 1,
             authorization_receipt_digest=authorization,
         )
         k.prepare_record_key(call, record["record_id"])
         blob = k.seal(call, candidate_id, {"record": record, "evidence": evidence})
         sealed_keys.append(blob.key_ref)
-        event, _ = build_event(
-            head,
-            operation="capture",
-            target=candidate_id,
-            at_ms=call.now_ms,
-            digests={
-                "payload_digest": record["payload_digest"],
-                "record_digest": record["record_digest"],
-                "intent_hash": intent,
-            },
-        )
+        digests = {
+            "payload_digest": record["payload_digest"],
+            "record_digest": record["record_digest"],
+        }
+        step = k.journal_step(call, head, "capture", candidate_id, intent, digests)
         output.clear()
         output.update(
             {
                 "status": "committed_pending",
                 "candidate_id": candidate_id,
                 "record_digest": record["record_digest"],
-                "cursor": str(cursor),
-                "transaction_receipt_digest": k.transaction_receipt(
-                    call, "capture", candidate_id, cursor, event.event_hash, intent
-                ),
+                "cursor": str(step.event.cursor),
+                "transaction_receipt_digest": step.transaction_receipt_digest,
             }
         )
-        call.digests.update(
-            payload_digest=record["payload_digest"], record_digest=record["record_digest"]
-        )
+        call.digests.update(digests)
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
-            ledger=k.ledger_entry(call, args.idempotency_key, None, intent, output, cursor),
-            event=event,
-            new_candidate=CandidateRow(
-                candidate_id=candidate_id,
-                principal=ctx.principal,
-                state="pending",
-                payload_digest=record["payload_digest"],
-                record_digest=record["record_digest"],
-                record_id=record["record_id"],
-                capture_cursor=cursor,
-                key_ref=blob.key_ref,
-                sealed=blob.ciphertext,
-                policy_version=policy_version,
-                created_at_ms=call.now_ms,
+            ledger=k.ledger_entry(
+                call, args.idempotency_key, None, intent, output, step.event.cursor
+            ),
+            event=step.event,
+            new_candidate=_pending_row(
+                call, candidate_id, record, step.event.cursor, blob, policy_version
             ),
             approval_id=approval.approval_id if approval else None,
         )
 
+    _commit_sealed(k, call, build, sealed_keys)
+    return output
+
+
+def _commit_sealed(
+    k: Kernel, call: Call, build: Callable[[JournalHead], ChangeSet], sealed_keys: list[str]
+) -> None:
+    """Commit, then shred every candidate key a ``build`` sealed that no committed candidate
+    holds (a commit retried after the head moved seals again, under a new key)."""
     try:
         changes = k.commit(call, build)
     except EngramError as error:
@@ -110,7 +105,29 @@ def capture(k: Kernel, call: Call, args: CaptureInput) -> dict[str, Any]:
         raise
     committed_key = changes.new_candidate.key_ref if changes.new_candidate else None
     k.shred_unused(sealed_keys, [committed_key] if committed_key else [])
-    return output
+
+
+def _pending_row(
+    call: Call,
+    candidate_id: str,
+    record: dict[str, Any],
+    cursor: int,
+    blob: SealedBlob,
+    policy_version: str,
+) -> CandidateRow:
+    return CandidateRow(
+        candidate_id=candidate_id,
+        principal=call.ctx.principal,
+        state="pending",
+        payload_digest=record["payload_digest"],
+        record_digest=record["record_digest"],
+        record_id=record["record_id"],
+        capture_cursor=cursor,
+        key_ref=blob.key_ref,
+        sealed=blob.ciphertext,
+        policy_version=policy_version,
+        created_at_ms=call.now_ms,
+    )
 
 
 def check_retention(k: Kernel, call: Call, args: CaptureInput) -> None:

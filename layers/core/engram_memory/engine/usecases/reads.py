@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engram_memory.contract.canonical import (
@@ -18,7 +19,14 @@ from engram_memory.contract.types import format_instant
 from engram_memory.engine import lexical, semantic, temporal
 from engram_memory.engine.kernel import Call, Kernel
 from engram_memory.engine.paging import PageState, decode_cursor, encode_cursor
-from engram_memory.engine.ports import EmbedderUnavailable, IndexHit, IndexUnavailable, RecordRow
+from engram_memory.engine.ports import (
+    Embedder,
+    EmbedderUnavailable,
+    IndexHit,
+    IndexUnavailable,
+    RecordRow,
+    VectorIndex,
+)
 from engram_memory.engine.records import receipt, scope_ref
 from engram_memory.engine.redaction import redact
 
@@ -27,22 +35,11 @@ log = logging.getLogger(__name__)
 
 def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
     k.check_purpose(call, args.purpose_ref)
-    if (
-        args.capability_policy.minimum_channels == "lexical_and_semantic"
-        and not k.semantic_available
-    ):
+    require_semantic = args.capability_policy.minimum_channels == "lexical_and_semantic"
+    if require_semantic and not k.semantic_available:
         raise EngramError(ErrorCode.RANKING_UNAVAILABLE)
     now = call.now_ms
-    request_digest = digest(
-        "search-request",
-        {
-            "query": args.query,
-            "purpose_ref": args.purpose_ref,
-            "limit": args.limit,
-            "max_packet_bytes": args.max_packet_bytes,
-            "capability_policy": args.capability_policy.model_dump(mode="json"),
-        },
-    )
+    request_digest = _request_digest(args)
     call.digests["request_digest"] = request_digest
     binding = digest(
         "page-binding", {"scope_ref": scope_ref(call.scope), "principal": call.ctx.principal}
@@ -52,29 +49,115 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
     # (and searchable) or still in the outbox, which makes the answer PROJECTION_STALE.
     k.check_projection_current(call.scope)
 
-    require_semantic = args.capability_policy.minimum_channels == "lexical_and_semantic"
     # Fixed by the page size, so every page of one search ranks the same list.
     depth = k.search_depth(args.limit)
     hits, ranked, rows, profile = _rank(k, call, args.query, now, require_semantic, depth)
-    ordered_ids = [h.record_id for h in ranked]
-    ordered_digest = digest("ordered-ids", ordered_ids)
-
-    offset, valid_as_of, system_as_of = 0, now, str(head.cursor)
+    ordered_digest = digest("ordered-ids", [h.record_id for h in ranked])
+    page = PageState(
+        request_digest=request_digest,
+        binding=binding,
+        valid_as_of=now,
+        system_as_of=str(head.cursor),
+        ordered_ids_digest=ordered_digest,
+        offset=0,
+    )
     if args.page_cursor is not None:
-        state = decode_cursor(args.page_cursor, k.settings.cursor_key)
-        if (
-            state.request_digest != request_digest
-            or state.binding != binding
-            or state.ordered_ids_digest != ordered_digest
-            or not 0 < state.offset < len(ordered_ids)
-        ):
-            raise EngramError(ErrorCode.STALE_PAGE)
-        offset, valid_as_of, system_as_of = state.offset, state.valid_as_of, state.system_as_of
+        page = _resumed(k, args.page_cursor, page, len(ranked))
+    packets, packet_bytes, next_offset = _packets(k, call, args, ranked, rows, page.offset)
+    rank_receipt = receipt(
+        "rank-receipt",
+        {
+            "request_digest": request_digest,
+            **profile,
+            "valid_as_of": page.valid_as_of,
+            "system_as_of": page.system_as_of,
+            "candidate_count": len(hits),
+            "candidate_ids_digest": digest("candidate-ids", sorted(h.record_id for h in hits)),
+            "ordered_ids_digest": ordered_digest,
+            "revalidation_receipt_digest": _revalidation(now, head.cursor, hits, ranked, page),
+            "issued_at": format_instant(now),
+        },
+    )
+    value: dict[str, Any] = {"records": packets, "rank_receipt": rank_receipt}
+    if next_offset < len(ranked):
+        value["next_page_cursor"] = encode_cursor(
+            replace(page, offset=next_offset), k.settings.cursor_key
+        )
+    value["response_digest"] = digest_of_canonical(
+        "search-response",
+        canonical_object(
+            {
+                "records": canonical_array(packet_bytes),
+                **{key: canonical_bytes(item) for key, item in value.items() if key != "records"},
+            }
+        ),
+    )
+    return value
 
+
+def _request_digest(args: SearchInput) -> str:
+    """What binds a page cursor to its search: the request without its cursor."""
+    return digest(
+        "search-request",
+        {
+            "query": args.query,
+            "purpose_ref": args.purpose_ref,
+            "limit": args.limit,
+            "max_packet_bytes": args.max_packet_bytes,
+            "capability_policy": args.capability_policy.model_dump(mode="json"),
+        },
+    )
+
+
+def _resumed(k: Kernel, cursor: str, first: PageState, ranked: int) -> PageState:
+    """The state a page cursor carries, refused (STALE_PAGE) unless it continues this very
+    search: the same request, caller and ranked list, at an offset inside it."""
+    state = decode_cursor(cursor, k.settings.cursor_key)
+    if (
+        state.request_digest != first.request_digest
+        or state.binding != first.binding
+        or state.ordered_ids_digest != first.ordered_ids_digest
+        or not 0 < state.offset < ranked
+    ):
+        raise EngramError(ErrorCode.STALE_PAGE)
+    return replace(
+        first,
+        valid_as_of=state.valid_as_of,
+        system_as_of=state.system_as_of,
+        offset=state.offset,
+    )
+
+
+def _revalidation(
+    now: int, cursor: int, hits: list[IndexHit], ranked: list[IndexHit], page: PageState
+) -> str:
+    return digest(
+        "revalidation",
+        {
+            "valid_as_of": now,
+            "system_as_of": str(cursor),
+            "checked": len(hits),
+            "eligible": len(ranked),
+            "ordered_ids_digest": page.ordered_ids_digest,
+        },
+    )
+
+
+def _packets(
+    k: Kernel,
+    call: Call,
+    args: SearchInput,
+    ranked: list[IndexHit],
+    rows: dict[str, RecordRow],
+    offset: int,
+) -> tuple[list[dict[str, Any]], list[bytes], int]:
+    """The page's packets from ``offset`` while they fit ``max_packet_bytes``, each one's
+    canonical bytes (sized once, digested as they are), and the offset past the last hit the
+    page answered or skipped."""
     packets: list[dict[str, Any]] = []
-    packet_bytes: list[bytes] = []  # each packet's canonical bytes: sized once, digested as is
+    packet_bytes: list[bytes] = []
     used = 0
-    next_offset = offset  # past the last hit this page answered or skipped
+    next_offset = offset
     page = ranked[offset : offset + args.limit]
     # The page's bodies, opened together: one key-store read, no KMS call (RecordKeys).
     opened = k.bodies(call.scope, [rows[hit.record_id] for hit in page])
@@ -104,54 +187,19 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
         packets.append(packet)
         packet_bytes.append(encoded)
         next_offset = position + 1
+    return packets, packet_bytes, next_offset
 
-    revalidation = digest(
-        "revalidation",
-        {
-            "valid_as_of": now,
-            "system_as_of": str(head.cursor),
-            "checked": len(hits),
-            "eligible": len(ranked),
-            "ordered_ids_digest": ordered_digest,
-        },
-    )
-    rank_receipt = receipt(
-        "rank-receipt",
-        {
-            "request_digest": request_digest,
-            **profile,
-            "valid_as_of": valid_as_of,
-            "system_as_of": system_as_of,
-            "candidate_count": len(hits),
-            "candidate_ids_digest": digest("candidate-ids", sorted(h.record_id for h in hits)),
-            "ordered_ids_digest": ordered_digest,
-            "revalidation_receipt_digest": revalidation,
-            "issued_at": format_instant(now),
-        },
-    )
-    value: dict[str, Any] = {"records": packets, "rank_receipt": rank_receipt}
-    if next_offset < len(ranked):
-        value["next_page_cursor"] = encode_cursor(
-            PageState(
-                request_digest=request_digest,
-                binding=binding,
-                valid_as_of=valid_as_of,
-                system_as_of=system_as_of,
-                ordered_ids_digest=ordered_digest,
-                offset=next_offset,
-            ),
-            k.settings.cursor_key,
-        )
-    value["response_digest"] = digest_of_canonical(
-        "search-response",
-        canonical_object(
-            {
-                "records": canonical_array(packet_bytes),
-                **{key: canonical_bytes(item) for key, item in value.items() if key != "records"},
-            }
-        ),
-    )
-    return value
+
+@dataclass(slots=True)
+class _Channels:
+    """What the ranking channels answered for one query."""
+
+    semantic_on: bool
+    lexical_on: bool
+    lexical_hits: list[IndexHit]
+    semantic_hits: list[IndexHit] = field(default_factory=list)
+    semantic_floor: float | None = None
+    semantic_list: list[IndexHit] | None = None  # with the lexical hits' similarities (hybrid)
 
 
 def _rank(
@@ -168,38 +216,9 @@ def _rank(
 
     Returns every index hit (the candidates), the eligible records in rank order, their rows,
     and the rank receipt's profile fields (``profile``, version, config digest, formula).
-
-    When the semantic channel fails (embedder or vector index down): ``RANKING_UNAVAILABLE`` if
-    the caller required ``lexical_and_semantic`` (or the host ranks by vectors alone), else the
-    lexical ranking, and the receipt names the profile that ran (``offline_lexical_v1``).
     """
-    semantic_on = k.semantic_available
-    lexical_on = not semantic_on or k.settings.semantic_mode == "hybrid"
-    terms = lexical.query_terms(query) if lexical_on else []
-    try:
-        lexical_hits = k.lexical.search(call.scope, terms, depth) if terms else []
-    except IndexUnavailable:
-        raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
-    semantic_hits: list[IndexHit] = []
-    semantic_floor: float | None = None
-    semantic_list: list[IndexHit] | None = None  # with the lexical hits' similarities (hybrid)
-    if k.embedder is not None and k.vectors is not None:
-        try:
-            (vector,) = k.embedder.embed([query])
-            semantic_hits = k.vectors.nearest(call.scope, vector, depth)
-            semantic_floor = semantic.normalization_floor(
-                k.vectors, call.scope, vector, semantic_hits, depth
-            )
-            if lexical_on and lexical_hits:
-                semantic_list = semantic.completed(
-                    k.vectors, call.scope, vector, semantic_hits, lexical_hits
-                )
-        except (IndexUnavailable, EmbedderUnavailable):
-            if require_semantic or not lexical_on:
-                raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
-            log.warning("semantic channel down: lexical ranking only")
-            semantic_on = False
-    hits = list({h.record_id: h for h in [*lexical_hits, *semantic_hits]}.values())
+    found = _query_channels(k, call, query, require_semantic, depth)
+    hits = list({h.record_id: h for h in [*found.lexical_hits, *found.semantic_hits]}.values())
     rows = k.read(lambda: k.store.records_get(call.scope, [h.record_id for h in hits]))
 
     def eligible(channel: list[IndexHit]) -> list[IndexHit]:
@@ -207,41 +226,24 @@ def _rank(
 
     time_aware = k.settings.time_aware
     intervals = temporal.query_intervals(query, now) if time_aware else []
-    if not semantic_on or k.embedder is None or k.vectors is None:
-        version, config_digest = lexical.receipt_profile(time_aware)
-        profile = {
-            "profile": lexical.PROFILE,
-            "profile_version": version,
-            "profile_config_digest": config_digest,
-            "scoring_formula_ref": k.lexical.scoring_formula_ref,
-        }
+    if not found.semantic_on or k.embedder is None or k.vectors is None:
         ranked = temporal.rerank(
-            eligible(lexical_hits), rows, intervals, text_channels=1, normalized=False
+            eligible(found.lexical_hits), rows, intervals, text_channels=1, normalized=False
         )
-        return hits, ranked, rows, profile
+        return hits, ranked, rows, _lexical_profile(k, time_aware)
     mode, fusion = k.settings.semantic_mode, k.settings.fusion
-    profile = {
-        "profile": semantic.PROFILE,
-        "profile_version": semantic.profile_version(time_aware),
-        "profile_config_digest": semantic.profile_config_digest(
-            k.embedder.model_id, mode, fusion, time_aware
-        ),
-        "scoring_formula_ref": (
-            f"{k.vectors.vector_formula_ref}"
-            if mode == "semantic_only"
-            else f"{fusion}({k.lexical.scoring_formula_ref}|{k.vectors.vector_formula_ref})"
-        ),
-    }
+    profile = _semantic_profile(k, k.embedder, k.vectors, time_aware)
     if mode == "semantic_only":
         ranked = temporal.rerank(
-            eligible(semantic_hits), rows, intervals, text_channels=1, normalized=False
+            eligible(found.semantic_hits), rows, intervals, text_channels=1, normalized=False
         )
         return hits, ranked, rows, profile
+    semantic_list = found.semantic_list
     fused = semantic.fuse(
-        eligible(lexical_hits),
-        eligible(semantic_list if semantic_list is not None else semantic_hits),
+        eligible(found.lexical_hits),
+        eligible(semantic_list if semantic_list is not None else found.semantic_hits),
         fusion,
-        semantic_floor,
+        found.semantic_floor,
     )
     ranked = temporal.rerank(
         fused,
@@ -252,6 +254,71 @@ def _rank(
         rrf_k=semantic.RRF_K if fusion == "rrf" else None,
     )
     return hits, ranked, rows, profile
+
+
+def _query_channels(
+    k: Kernel, call: Call, query: str, require_semantic: bool, depth: int
+) -> _Channels:
+    """The lexical and semantic hits of ``query``.
+
+    When the semantic channel fails (embedder or vector index down): ``RANKING_UNAVAILABLE`` if
+    the caller required ``lexical_and_semantic`` (or the host ranks by vectors alone), else the
+    lexical hits alone, so the receipt names the profile that ran (``offline_lexical_v1``).
+    """
+    semantic_on = k.semantic_available
+    lexical_on = not semantic_on or k.settings.semantic_mode == "hybrid"
+    terms = lexical.query_terms(query) if lexical_on else []
+    try:
+        lexical_hits = k.lexical.search(call.scope, terms, depth) if terms else []
+    except IndexUnavailable:
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
+    found = _Channels(semantic_on, lexical_on, lexical_hits)
+    if k.embedder is None or k.vectors is None:
+        return found
+    try:
+        (vector,) = k.embedder.embed([query])
+        found.semantic_hits = k.vectors.nearest(call.scope, vector, depth)
+        found.semantic_floor = semantic.normalization_floor(
+            k.vectors, call.scope, vector, found.semantic_hits, depth
+        )
+        if lexical_on and lexical_hits:
+            found.semantic_list = semantic.completed(
+                k.vectors, call.scope, vector, found.semantic_hits, lexical_hits
+            )
+    except (IndexUnavailable, EmbedderUnavailable):
+        if require_semantic or not lexical_on:
+            raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
+        log.warning("semantic channel down: lexical ranking only")
+        found.semantic_on = False
+    return found
+
+
+def _lexical_profile(k: Kernel, time_aware: bool) -> dict[str, str]:
+    version, config_digest = lexical.receipt_profile(time_aware)
+    return {
+        "profile": lexical.PROFILE,
+        "profile_version": version,
+        "profile_config_digest": config_digest,
+        "scoring_formula_ref": k.lexical.scoring_formula_ref,
+    }
+
+
+def _semantic_profile(
+    k: Kernel, embedder: Embedder, vectors: VectorIndex, time_aware: bool
+) -> dict[str, str]:
+    mode, fusion = k.settings.semantic_mode, k.settings.fusion
+    return {
+        "profile": semantic.PROFILE,
+        "profile_version": semantic.profile_version(time_aware),
+        "profile_config_digest": semantic.profile_config_digest(
+            embedder.model_id, mode, fusion, time_aware
+        ),
+        "scoring_formula_ref": (
+            f"{vectors.vector_formula_ref}"
+            if mode == "semantic_only"
+            else f"{fusion}({k.lexical.scoring_formula_ref}|{vectors.vector_formula_ref})"
+        ),
+    }
 
 
 def get(k: Kernel, call: Call, args: GetInput) -> dict[str, Any]:

@@ -6,27 +6,22 @@ from typing import Any
 
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.models import ForgetInput, WithdrawInput
-from engram_memory.engine.journal import build_event
-from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
+from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE, Call, JournalStep, Kernel
 from engram_memory.engine.ports import (
     CandidateRow,
     ChangeSet,
     JournalHead,
-    OutboxItem,
     ProjectionChange,
     RecordRow,
     StateTransition,
 )
-from engram_memory.engine.records import decode
 
 
 def withdraw(k: Kernel, call: Call, args: WithdrawInput) -> dict[str, Any]:
     candidate_id = args.candidate_id
     call.target = candidate_id
-    intent = k.intent(call, args, candidate_id)
-    replay = k.ledger(call, args.idempotency_key, candidate_id, intent)
-    if replay is not None:
-        stored = decode(replay.output)
+    intent, stored = k.prior(call, args, args.idempotency_key, candidate_id)
+    if stored is not None:
         candidate = k.read(lambda: k.store.candidate_get(call.scope, candidate_id))
         return {**stored, "replayed": True, "key_destruction": k.key_destruction(candidate)}
 
@@ -61,53 +56,35 @@ def commit_withdraw(
     """End a pending candidate as ``withdrawn`` and shred its key: the agent's withdraw, or an
     operator's (who is the human, so no confirmation). Returns the output with its receipt."""
     candidate_id = candidate.candidate_id
-    destroy = OutboxItem(
-        item_id=f"destroy_key:{candidate.key_ref}",
-        kind="destroy_key",
-        scope=call.scope,
-        target=candidate.key_ref,
-        enqueued_at_ms=call.now_ms,
+    # The candidate's key, and the key made at capture for the record it would have become.
+    destroys = (
+        k.destroy_candidate_key(call.scope, candidate.key_ref, call.now_ms),
+        k.destroy_record_key(call.scope, candidate.record_id, call.now_ms),
     )
-    # The key made at capture for the record this candidate would have become.
-    destroy_record_key = k.destroy_record_key(call.scope, candidate.record_id, call.now_ms)
     output: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:
-        cursor = head.cursor + 1
-        event, event_id = build_event(
+        step = k.journal_step(
+            call,
             head,
-            operation="withdraw",
-            target=candidate_id,
-            at_ms=call.now_ms,
-            digests={"authorization_receipt_digest": authorization, "intent_hash": intent},
+            "withdraw",
+            candidate_id,
+            intent,
+            {"authorization_receipt_digest": authorization},
         )
         output.clear()
-        output.update(
-            {
-                "receipt": {
-                    "event_id": event_id,
-                    "operation": "withdraw",
-                    "from_state": "pending",
-                    "to_state": "withdrawn",
-                    "cursor": str(cursor),
-                    "event_digest": event.event_hash,
-                    "authorization_receipt_digest": authorization,
-                    "transaction_receipt_digest": k.transaction_receipt(
-                        call, "withdraw", candidate_id, cursor, event.event_hash, intent
-                    ),
-                },
-                "replayed": False,
-                "key_destruction": "pending",
-            }
-        )
+        output.update(_terminal_output(step, "pending", "withdrawn", authorization))
+        output["key_destruction"] = "pending"
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
-            ledger=k.ledger_entry(call, idempotency_key, candidate_id, intent, output, cursor),
-            event=event,
+            ledger=k.ledger_entry(
+                call, idempotency_key, candidate_id, intent, output, step.event.cursor
+            ),
+            event=step.event,
             candidate_transition=StateTransition(candidate_id, "pending", "withdrawn"),
             approval_id=approval_id,
-            outbox=(destroy, destroy_record_key),
+            outbox=destroys,
         )
 
     changes = k.commit(call, build)
@@ -118,20 +95,12 @@ def commit_withdraw(
 def forget(k: Kernel, call: Call, args: ForgetInput) -> dict[str, Any]:
     record_id = args.record_id
     call.target = record_id
-    intent = k.intent(call, args, record_id)
-    replay = k.ledger(call, args.idempotency_key, record_id, intent)
-    if replay is not None:
-        stored = decode(replay.output)
+    intent, stored = k.prior(call, args, args.idempotency_key, record_id)
+    if stored is not None:
         progress = k.invalidation_progress(call.scope, record_id, int(stored["receipt"]["cursor"]))
         return {**stored, "replayed": True, **progress}
 
-    row = k.read(lambda: k.store.record_get(call.scope, record_id))
-    if row is None:
-        raise EngramError(ErrorCode.NOT_FOUND)
-    if row.state == "tombstoned":
-        raise EngramError(ErrorCode.ALREADY_TERMINAL)
-    if row.state not in RECORD_STATES_FORGETTABLE:
-        raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+    row = k.record_leaving(call.scope, record_id, RECORD_STATES_FORGETTABLE)
     approval = k.confirm(call, args, record_id, args.reason_ref)
     authorization = k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref})
     return commit_forget(
@@ -167,46 +136,25 @@ def commit_forget(
         *k.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms),
         k.destroy_record_key(call.scope, record_id, call.now_ms),
     ]
+    digests = {
+        "record_digest": row.record_digest,
+        "payload_digest": row.payload_digest,
+        "authorization_receipt_digest": authorization,
+    }
     output: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:
-        cursor = head.cursor + 1
-        event, event_id = build_event(
-            head,
-            operation="tombstone",
-            target=record_id,
-            at_ms=call.now_ms,
-            digests={
-                "record_digest": row.record_digest,
-                "payload_digest": row.payload_digest,
-                "authorization_receipt_digest": authorization,
-                "intent_hash": intent,
-            },
-        )
+        step = k.journal_step(call, head, "tombstone", record_id, intent, digests)
         output.clear()
-        output.update(
-            {
-                "receipt": {
-                    "event_id": event_id,
-                    "operation": "tombstone",
-                    "from_state": row.state,
-                    "to_state": "tombstoned",
-                    "cursor": str(cursor),
-                    "event_digest": event.event_hash,
-                    "authorization_receipt_digest": authorization,
-                    "transaction_receipt_digest": k.transaction_receipt(
-                        call, "tombstone", record_id, cursor, event.event_hash, intent
-                    ),
-                },
-                "replayed": False,
-                "projection_invalidation": "pending",
-            }
-        )
+        output.update(_terminal_output(step, row.state, "tombstoned", authorization))
+        output["projection_invalidation"] = "pending"
         return ChangeSet(
             scope=call.scope,
             expected_head=head,
-            ledger=k.ledger_entry(call, idempotency_key, record_id, intent, output, cursor),
-            event=event,
+            ledger=k.ledger_entry(
+                call, idempotency_key, record_id, intent, output, step.event.cursor
+            ),
+            event=step.event,
             record_transition=StateTransition(record_id, row.state, "tombstoned"),
             shred_record_body=True,
             tombstone_payload_digest=row.payload_digest,
@@ -221,3 +169,23 @@ def commit_forget(
     k.retry_pending_upsert(call.scope, record_id, call.now_ms)
     cursor = int(output["receipt"]["cursor"])
     return {**output, **k.invalidation_progress(call.scope, record_id, cursor)}
+
+
+def _terminal_output(
+    step: JournalStep, from_state: str, to_state: str, authorization: str
+) -> dict[str, Any]:
+    """The output of a terminal transition before its progress field (which says what of the
+    shredding is still pending)."""
+    return {
+        "receipt": {
+            "event_id": step.event_id,
+            "operation": step.operation,
+            "from_state": from_state,
+            "to_state": to_state,
+            "cursor": str(step.event.cursor),
+            "event_digest": step.event.event_hash,
+            "authorization_receipt_digest": authorization,
+            "transaction_receipt_digest": step.transaction_receipt_digest,
+        },
+        "replayed": False,
+    }
