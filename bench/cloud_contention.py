@@ -43,6 +43,7 @@ import boto3
 from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
+from bench.in_process import envelope
 from engram_memory.adapters.aws.dynamo_store import DynamoStore, create_bucket, create_tables
 from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 from engram_memory.adapters.aws.kms_vault import KmsVault, create_key_table
@@ -131,7 +132,7 @@ def run_writers(
     clock = SystemClock()
     engines = [
         Engine(
-            store=counting,  # type: ignore[arg-type]  # a pass-through proxy of the Store port
+            store=counting,  # a pass-through proxy of the Store port
             vault=vault,
             record_keys=record_keys,
             lexical_index=_NullIndex(),
@@ -157,13 +158,14 @@ def run_writers(
             deadline_ms=clock.now_ms() + deadline_ms,
         )
         began = time.perf_counter()
-        envelope = engine.handle(tool, arguments, ctx)
+        handled = engine.handle(tool, arguments, ctx)
         elapsed = (time.perf_counter() - began) * 1000
-        code = "OK" if envelope["ok"] else str(envelope["error"]["code"])
+        answer = envelope(handled)
+        code = "OK" if answer["ok"] else str(answer["error"]["code"])
         with guard:
             codes[code] += 1
             latencies.append(elapsed)
-        return envelope
+        return answer
 
     def writer(index: int) -> None:
         engine = engines[index]
@@ -224,7 +226,8 @@ def run(writer_counts: Sequence[int], *, rounds: int, deadline_ms: int) -> list[
     for writers in writer_counts:
         with serialized_moto():
             session = boto3.session.Session(region_name=REGION)
-            dynamodb, s3, kms = (session.client(name) for name in ("dynamodb", "s3", "kms"))
+            dynamodb, s3 = session.client("dynamodb"), session.client("s3")
+            kms = session.client("kms")
             create_tables(dynamodb, TABLE)
             create_bucket(s3, BUCKET, REGION)
             create_key_table(dynamodb, KEY_TABLE)

@@ -134,7 +134,10 @@ def side_by_side(before: dict[str, Any], after: dict[str, Any]) -> str:
     def row(label: str, old: float | None, new: float | None) -> None:
         if max(old or 0.0, new or 0.0) < 0.5:
             return
-        fmt = lambda v: "" if v is None else f"{v:,.0f}"  # noqa: E731
+
+        def fmt(v: float | None) -> str:
+            return "" if v is None else f"{v:,.0f}"
+
         lines.append(f"| {label} | {fmt(old)} | {fmt(new)} |")
 
     row("whole data directory", before["bytes_per_record"], after["bytes_per_record"])

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.hotpath.corpus import Corpus
-from bench.in_process import DEFAULT_LOCOMO, bench_context, remember_all
+from bench.in_process import DEFAULT_LOCOMO, bench_context, envelope, remember_all
 from bench.locomo.runner import PURPOSE
 
 
@@ -192,15 +192,20 @@ def run(corpus: Corpus, records: int, searches: int, repeat: int) -> dict[str, A
             full_pages: list[dict[str, Any]] = []
             for index in range(searches):
                 query = {"query": corpus.query(index), "purpose_ref": PURPOSE, "limit": 10}
-                found = engine.handle("search", query, bench_context())
+                found = envelope(engine.handle("search", query, bench_context()))
                 assert found["ok"], found
                 if len(found["output"]["value"]["records"]) == 10:
                     full_pages.append(found)
             gets = [
-                engine.handle(
-                    "get",
-                    {"record_id": record_ids[(i * 7919) % len(record_ids)], "purpose_ref": PURPOSE},
-                    bench_context(),
+                envelope(
+                    engine.handle(
+                        "get",
+                        {
+                            "record_id": record_ids[(i * 7919) % len(record_ids)],
+                            "purpose_ref": PURPOSE,
+                        },
+                        bench_context(),
+                    )
                 )
                 for i in range(searches)
             ]
