@@ -79,13 +79,15 @@ def capture(h: Harness, text: str, key: str) -> str | None:
     return candidate_id
 
 
-def admit(h: Harness, candidate_id: str, key: str, **arguments: Any) -> tuple[str, str] | None:
+def admit(
+    h: Harness, candidate_id: str, key: str, arguments: dict[str, Any] | None = None
+) -> tuple[str, str] | None:
     """request_admission of the candidate: the record's id and the outcome's status (None when
     the answer has no outcome, reported)."""
     admitted = call(
         h,
         "request_admission",
-        {**arguments, "candidate_id": candidate_id, "idempotency_key": key},
+        {**(arguments or {}), "candidate_id": candidate_id, "idempotency_key": key},
     )
     try:
         outcome_ = value(admitted)["outcome"]
@@ -103,7 +105,7 @@ def remember(h: Harness) -> str | None:
         return None
     h.report.check(True, f"flow: capture -> {candidate_id[:20]}…")
     admission = sample("request_admission.json")["arguments"]
-    admitted = admit(h, candidate_id, "cloud-check-admit-00001", **admission)
+    admitted = admit(h, candidate_id, "cloud-check-admit-00001", admission)
     if admitted is None:
         return None
     record_id, status = admitted
