@@ -130,19 +130,7 @@ def run_writers(
     """``writers`` engines writing concurrently into ``workspace``; one row of the table."""
     counting = CountingStore(store)
     clock = SystemClock()
-    engines = [
-        Engine(
-            store=counting,  # a pass-through proxy of the Store port
-            vault=vault,
-            record_keys=record_keys,
-            lexical_index=_NullIndex(),
-            admission_policy=BuiltinAdmissionPolicy(),
-            clock=clock,
-            audit=MemoryAuditLog(),
-            settings=EngineSettings(cursor_key=b"\x01" * 32),
-        )
-        for _ in range(writers)
-    ]
+    engines = [_engine(counting, vault, record_keys, clock) for _ in range(writers)]
     codes: Counter[str] = Counter()
     latencies: list[float] = []
     guard = threading.Lock()
@@ -187,6 +175,26 @@ def run_writers(
     with ThreadPoolExecutor(max_workers=writers) as pool:
         list(pool.map(writer, range(writers)))
     wall = time.perf_counter() - began
+    return _row(writers, codes, latencies, counting.conflicts, wall)
+
+
+def _engine(store: CountingStore, vault: Any, record_keys: Any, clock: SystemClock) -> Engine:
+    """One writer's engine (one Lambda instance) over the shared, counting store."""
+    return Engine(
+        store=store,  # a pass-through proxy of the Store port
+        vault=vault,
+        record_keys=record_keys,
+        lexical_index=_NullIndex(),
+        admission_policy=BuiltinAdmissionPolicy(),
+        clock=clock,
+        audit=MemoryAuditLog(),
+        settings=EngineSettings(cursor_key=b"\x01" * 32),
+    )
+
+
+def _row(
+    writers: int, codes: Counter[str], latencies: list[float], conflicts: int, wall: float
+) -> Row:
     calls = sum(codes.values())
     ok = codes.get("OK", 0)
     return Row(
@@ -194,7 +202,7 @@ def run_writers(
         calls=calls,
         ok=ok,
         failed_share=round((calls - ok) / calls, 4) if calls else 0.0,
-        conflicts_per_success=round(counting.conflicts / ok, 3) if ok else float("inf"),
+        conflicts_per_success=round(conflicts / ok, 3) if ok else float("inf"),
         wall_s=round(wall, 2),
         p50_ms=round(statistics.median(latencies), 1) if latencies else 0.0,
         p95_ms=round(_percentile(latencies, 0.95), 1),
