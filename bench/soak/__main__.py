@@ -13,7 +13,7 @@ from .flatness import PASS
 from .runner import MIX, READ_ONLY_FRACTION, REVISIONS, Traffic, run_soak, table
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.soak",
         description="Soak: many MCP clients of mixed traffic against engram-memory serve.",
@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         help="tracemalloc frames per allocation; 0: no tracemalloc, only RSS, malloc, SQLite"
         " and object counts (default 1)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else args.minutes * 60
     if seconds <= 0 or args.clients < 1:
