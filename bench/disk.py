@@ -33,6 +33,7 @@ from typing import Any
 
 from bench.hotpath.corpus import Corpus
 from bench.in_process import DEFAULT_LOCOMO, remember_all
+from bench.output import write_json
 
 REPO = Path(__file__).resolve().parent.parent
 _SCOPED = re.compile(r"^(lex|vec)_[0-9a-f]{32}")
@@ -170,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             args.before, ["--records", str(args.records), "--locomo", str(args.locomo)]
         )
         report = {"before": before, "after": report, "table": side_by_side(before, report)}
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json, report)
     json.dump(report, sys.stdout, indent=2)
     print()
     if args.before is not None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from bench.in_process import DEFAULT_LOCOMO
+from bench.output import write_json
 
 from .corpus import Corpus
 from .report import table
@@ -133,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv
     )
     print(table(report))
-    if args.json_path is not None:
-        args.json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json_path, report)
     return 0
 
 

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench.output import write_json
 from engram_memory.embedded.memory_trace import TRACE_DIR_ENV, TRACE_EVERY_ENV, TRACE_FRAMES_ENV
 
 from .flatness import PASS
@@ -90,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds=seconds, clients=args.clients, seed=args.seed, traffic=traffic, server_env=env
     )
     print(table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json, result)
     print(json.dumps({key: value for key, value in result.items() if key != "server"}))
     sys.stdout.flush()
     if args.require_flat and result["flatness"]["verdict"] != PASS:
