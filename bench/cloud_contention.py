@@ -43,6 +43,7 @@ import boto3
 from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
+from bench.in_process import envelope
 from engram_memory.adapters.aws.dynamo_store import DynamoStore, create_bucket, create_tables
 from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 from engram_memory.adapters.aws.kms_vault import KmsVault, create_key_table
@@ -129,19 +130,7 @@ def run_writers(
     """``writers`` engines writing concurrently into ``workspace``; one row of the table."""
     counting = CountingStore(store)
     clock = SystemClock()
-    engines = [
-        Engine(
-            store=counting,  # type: ignore[arg-type]  # a pass-through proxy of the Store port
-            vault=vault,
-            record_keys=record_keys,
-            lexical_index=_NullIndex(),
-            admission_policy=BuiltinAdmissionPolicy(),
-            clock=clock,
-            audit=MemoryAuditLog(),
-            settings=EngineSettings(cursor_key=b"\x01" * 32),
-        )
-        for _ in range(writers)
-    ]
+    engines = [_engine(counting, vault, record_keys, clock) for _ in range(writers)]
     codes: Counter[str] = Counter()
     latencies: list[float] = []
     guard = threading.Lock()
@@ -157,13 +146,14 @@ def run_writers(
             deadline_ms=clock.now_ms() + deadline_ms,
         )
         began = time.perf_counter()
-        envelope = engine.handle(tool, arguments, ctx)
+        handled = engine.handle(tool, arguments, ctx)
         elapsed = (time.perf_counter() - began) * 1000
-        code = "OK" if envelope["ok"] else str(envelope["error"]["code"])
+        answer = envelope(handled)
+        code = "OK" if answer["ok"] else str(answer["error"]["code"])
         with guard:
             codes[code] += 1
             latencies.append(elapsed)
-        return envelope
+        return answer
 
     def writer(index: int) -> None:
         engine = engines[index]
@@ -185,6 +175,26 @@ def run_writers(
     with ThreadPoolExecutor(max_workers=writers) as pool:
         list(pool.map(writer, range(writers)))
     wall = time.perf_counter() - began
+    return _row(writers, codes, latencies, counting.conflicts, wall)
+
+
+def _engine(store: CountingStore, vault: Any, record_keys: Any, clock: SystemClock) -> Engine:
+    """One writer's engine (one Lambda instance) over the shared, counting store."""
+    return Engine(
+        store=store,  # a pass-through proxy of the Store port
+        vault=vault,
+        record_keys=record_keys,
+        lexical_index=_NullIndex(),
+        admission_policy=BuiltinAdmissionPolicy(),
+        clock=clock,
+        audit=MemoryAuditLog(),
+        settings=EngineSettings(cursor_key=b"\x01" * 32),
+    )
+
+
+def _row(
+    writers: int, codes: Counter[str], latencies: list[float], conflicts: int, wall: float
+) -> Row:
     calls = sum(codes.values())
     ok = codes.get("OK", 0)
     return Row(
@@ -192,7 +202,7 @@ def run_writers(
         calls=calls,
         ok=ok,
         failed_share=round((calls - ok) / calls, 4) if calls else 0.0,
-        conflicts_per_success=round(counting.conflicts / ok, 3) if ok else float("inf"),
+        conflicts_per_success=round(conflicts / ok, 3) if ok else float("inf"),
         wall_s=round(wall, 2),
         p50_ms=round(statistics.median(latencies), 1) if latencies else 0.0,
         p95_ms=round(_percentile(latencies, 0.95), 1),
@@ -224,7 +234,8 @@ def run(writer_counts: Sequence[int], *, rounds: int, deadline_ms: int) -> list[
     for writers in writer_counts:
         with serialized_moto():
             session = boto3.session.Session(region_name=REGION)
-            dynamodb, s3, kms = (session.client(name) for name in ("dynamodb", "s3", "kms"))
+            dynamodb, s3 = session.client("dynamodb"), session.client("s3")
+            kms = session.client("kms")
             create_tables(dynamodb, TABLE)
             create_bucket(s3, BUCKET, REGION)
             create_key_table(dynamodb, KEY_TABLE)

@@ -33,6 +33,7 @@ from typing import Any
 
 from bench.hotpath.corpus import Corpus
 from bench.in_process import DEFAULT_LOCOMO, remember_all
+from bench.output import write_json
 
 REPO = Path(__file__).resolve().parent.parent
 _SCOPED = re.compile(r"^(lex|vec)_[0-9a-f]{32}")
@@ -134,7 +135,10 @@ def side_by_side(before: dict[str, Any], after: dict[str, Any]) -> str:
     def row(label: str, old: float | None, new: float | None) -> None:
         if max(old or 0.0, new or 0.0) < 0.5:
             return
-        fmt = lambda v: "" if v is None else f"{v:,.0f}"  # noqa: E731
+
+        def fmt(v: float | None) -> str:
+            return "" if v is None else f"{v:,.0f}"
+
         lines.append(f"| {label} | {fmt(old)} | {fmt(new)} |")
 
     row("whole data directory", before["bytes_per_record"], after["bytes_per_record"])
@@ -167,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             args.before, ["--records", str(args.records), "--locomo", str(args.locomo)]
         )
         report = {"before": before, "after": report, "table": side_by_side(before, report)}
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json, report)
     json.dump(report, sys.stdout, indent=2)
     print()
     if args.before is not None:

@@ -17,6 +17,13 @@ DEFAULT_LOCOMO = next(
 )
 
 
+def envelope(answer: object) -> dict[str, Any]:
+    """``Engine.handle``'s answer as the envelope it is: the benches call no tool that asks for
+    an approval, so a ``ConfirmationNeeded`` stops the bench."""
+    assert isinstance(answer, dict), answer
+    return answer
+
+
 def bench_context() -> Any:
     """A trusted context for one call: the engine's import stays inside, so a bench that is run
     against another tree (``PYTHONPATH=/tmp/before/layers/core``) gets that tree's class."""

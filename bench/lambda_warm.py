@@ -190,6 +190,87 @@ def _group(stats: pstats.Stats, calls: int) -> dict[str, float]:
     return {package: seconds * 1000 / calls for package, seconds in own.items()}
 
 
+class _WarmTools:
+    """The built handlers over one engine, and what their calls need: record ids to get,
+    captured candidates to admit, a serial number for idempotency keys."""
+
+    def __init__(self, engine: Any, context_class: Any) -> None:
+        self.apps = {tool: _load_app(tool) for tool in TOOLS}
+        for app in self.apps.values():
+            app.handler.engine = engine
+        self.context_class = context_class
+        self.record_ids: list[str] = []
+        self.pending: list[tuple[str, int]] = []
+        self.serial = iter(range(10**9))
+
+    def call(self, tool: str, event: dict[str, Any]) -> dict[str, Any]:
+        context = self.context_class(function_name=f"engram-memory-dev-{tool}")
+        answer: dict[str, Any] = self.apps[tool].handler(event, context)
+        if not answer.get("ok"):
+            raise RuntimeError(f"{tool} answered {answer.get('error')}")
+        return answer
+
+    def remember(self) -> str:
+        self.capture_once()
+        admitted = self.admit_once()
+        return str(admitted["output"]["value"]["outcome"]["record_id"])
+
+    def capture_once(self) -> dict[str, Any]:
+        n = next(self.serial)
+        answer = self.call("capture", _capture_event(_text(n), f"warm-capture-{n:08d}"))
+        self.pending.append((answer["output"]["value"]["candidate_id"], n))
+        return answer
+
+    def admit_once(self) -> dict[str, Any]:
+        candidate, n = self.pending.pop(0)
+        return self.call(
+            "request_admission",
+            _event(
+                "request_admission",
+                candidate_id=candidate,
+                idempotency_key=f"warm-admit-{n:08d}",
+            ),
+        )
+
+    def search_once(self, i: int) -> dict[str, Any]:
+        query = f"what did the team agree on the {TOPICS[i % len(TOPICS)]} option {i % 13}"
+        return self.call("search", _event("search", query=query, limit=10))
+
+    def get_once(self, i: int) -> dict[str, Any]:
+        return self.call("get", _event("get", record_id=self.record_ids[i % len(self.record_ids)]))
+
+    def steps(self) -> dict[str, Callable[[int], Any]]:
+        return {
+            "capture": lambda _i: self.capture_once(),
+            "request_admission": lambda _i: self.admit_once(),
+            "search": self.search_once,
+            "get": self.get_once,
+        }
+
+
+def _profile_tool(tool: str, step: Callable[[int], Any], calls: int) -> ToolProfile:
+    """``calls`` warm calls of ``tool`` under cProfile on this thread's CPU time."""
+    profiler = cProfile.Profile(time.thread_time)  # CPU: waiting on moto is not cost
+    wall, cpu = time.perf_counter(), time.thread_time()
+    profiler.enable()
+    for i in range(calls):
+        step(i + 1)
+    profiler.disable()
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    grouped = _group(pstats.Stats(profiler), calls)
+    fake = sum(ms for package, ms in grouped.items() if package in FAKE_CLOUD)
+    top = dict(sorted(grouped.items(), key=lambda item: -item[1])[:12])
+    return ToolProfile(
+        tool=tool,
+        calls=calls,
+        wall_ms=round(wall * 1000 / calls, 2),
+        cpu_ms=round(cpu * 1000 / calls, 2),
+        service_ms=round(sum(grouped.values()) - fake, 2),
+        fake_cloud_ms=round(fake, 2),
+        by_package_ms={k: round(v, 2) for k, v in top.items()},
+    )
+
+
 def profile(records: int, calls: int) -> list[ToolProfile]:
     if str(ROOT / "tests") not in sys.path:  # the tests' moto helpers and in-memory index
         sys.path.insert(0, str(ROOT / "tests"))
@@ -197,7 +278,6 @@ def profile(records: int, calls: int) -> list[ToolProfile]:
 
     from engram_memory.cloud.composition import build_engine
 
-    results: list[ToolProfile] = []
     with _tenant_on_moto() as tenant:
         clients = tenant["clients"]
         engine = build_engine(
@@ -208,93 +288,13 @@ def profile(records: int, calls: int) -> list[ToolProfile]:
             secrets_client=clients["secretsmanager"],
             lexical_index=tenant["index"],
         )
-        apps = {tool: _load_app(tool) for tool in TOOLS}
-        for app in apps.values():
-            app.handler.engine = engine
-
-        def call(tool: str, event: dict[str, Any]) -> dict[str, Any]:
-            context = FakeLambdaContext(function_name=f"engram-memory-dev-{tool}")
-            answer: dict[str, Any] = apps[tool].handler(event, context)
-            if not answer.get("ok"):
-                raise RuntimeError(f"{tool} answered {answer.get('error')}")
-            return answer
-
-        record_ids: list[str] = []
-        serial = iter(range(10**9))
-
-        def remember() -> str:
-            n = next(serial)
-            captured = call("capture", _capture_event(_text(n), f"warm-capture-{n:08d}"))
-            candidate = captured["output"]["value"]["candidate_id"]
-            admitted = call(
-                "request_admission",
-                _event(
-                    "request_admission",
-                    candidate_id=candidate,
-                    idempotency_key=f"warm-admit-{n:08d}",
-                ),
-            )
-            return str(admitted["output"]["value"]["outcome"]["record_id"])
-
+        tools = _WarmTools(engine, FakeLambdaContext)
         for _ in range(records):
-            record_ids.append(remember())
-        pending: list[tuple[str, int]] = []
-
-        def capture_once() -> dict[str, Any]:
-            n = next(serial)
-            answer = call("capture", _capture_event(_text(n), f"warm-capture-{n:08d}"))
-            pending.append((answer["output"]["value"]["candidate_id"], n))
-            return answer
-
-        def admit_once() -> dict[str, Any]:
-            candidate, n = pending.pop(0)
-            return call(
-                "request_admission",
-                _event(
-                    "request_admission",
-                    candidate_id=candidate,
-                    idempotency_key=f"warm-admit-{n:08d}",
-                ),
-            )
-
-        def search_once(i: int) -> dict[str, Any]:
-            query = f"what did the team agree on the {TOPICS[i % len(TOPICS)]} option {i % 13}"
-            return call("search", _event("search", query=query, limit=10))
-
-        def get_once(i: int) -> dict[str, Any]:
-            return call("get", _event("get", record_id=record_ids[i % len(record_ids)]))
-
-        steps: dict[str, Callable[[int], Any]] = {
-            "capture": lambda _i: capture_once(),
-            "request_admission": lambda _i: admit_once(),
-            "search": search_once,
-            "get": get_once,
-        }
+            tools.record_ids.append(tools.remember())
+        steps = tools.steps()
         for tool in TOOLS:  # one warm-up call each: lazily built clients and caches
             steps[tool](0)
-        for tool in TOOLS:
-            profiler = cProfile.Profile(time.thread_time)  # CPU: waiting on moto is not cost
-            wall, cpu = time.perf_counter(), time.thread_time()
-            profiler.enable()
-            for i in range(calls):
-                steps[tool](i + 1)
-            profiler.disable()
-            wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
-            grouped = _group(pstats.Stats(profiler), calls)
-            fake = sum(ms for package, ms in grouped.items() if package in FAKE_CLOUD)
-            top = dict(sorted(grouped.items(), key=lambda item: -item[1])[:12])
-            results.append(
-                ToolProfile(
-                    tool=tool,
-                    calls=calls,
-                    wall_ms=round(wall * 1000 / calls, 2),
-                    cpu_ms=round(cpu * 1000 / calls, 2),
-                    service_ms=round(sum(grouped.values()) - fake, 2),
-                    fake_cloud_ms=round(fake, 2),
-                    by_package_ms={k: round(v, 2) for k, v in top.items()},
-                )
-            )
-    return results
+        return [_profile_tool(tool, steps[tool], calls) for tool in TOOLS]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.hotpath.corpus import Corpus
 from bench.hotpath.stores import directory_bytes
-from bench.in_process import DEFAULT_LOCOMO, bench_context, remember_all
+from bench.in_process import DEFAULT_LOCOMO, bench_context, envelope, remember_all
 from bench.locomo.runner import PURPOSE, percentile
 
 
@@ -61,7 +61,7 @@ def run(corpus: Corpus, records: int, searches: int) -> dict[str, Any]:
                 found = engine.handle("search", query, bench_context())
                 search_ms.append((time.perf_counter() - began) * 1000)
                 search_cpu_ms.append((time.process_time() - began_cpu) * 1000)
-                hits += len(found["output"]["value"]["records"])
+                hits += len(envelope(found)["output"]["value"]["records"])
             get_ms: list[float] = []
             for index in range(searches):
                 record_id = record_ids[(index * 7919) % len(record_ids)]
@@ -70,7 +70,7 @@ def run(corpus: Corpus, records: int, searches: int) -> dict[str, Any]:
                     "get", {"record_id": record_id, "purpose_ref": PURPOSE}, bench_context()
                 )
                 get_ms.append((time.perf_counter() - began) * 1000)
-                assert got["ok"], got
+                assert envelope(got)["ok"], got
             open_page_us = _open_page_us(host, record_ids[:10])
         finally:
             host.close()

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.hotpath.corpus import Corpus
-from bench.in_process import DEFAULT_LOCOMO, bench_context, remember_all
+from bench.in_process import DEFAULT_LOCOMO, bench_context, envelope, remember_all
 from bench.locomo.runner import PURPOSE
 
 
@@ -176,12 +176,13 @@ def _json_bytes(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def run(corpus: Corpus, records: int, searches: int, repeat: int) -> dict[str, Any]:
-    import engram_memory
+def _answers(
+    corpus: Corpus, records: int, searches: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """On a fresh embedded store of ``records``: the search envelopes that hold a full page of
+    10 records, and ``searches`` get envelopes."""
     from engram_memory.embedded.composition import init_data_dir, open_embedded
-    from engram_memory.mcp_surface.catalog import TOOL_NAMES
 
-    schemas = published_output_schemas()
     with tempfile.TemporaryDirectory(prefix="engram-wire-bench-") as tmp:
         data = Path(tmp) / "data"
         init_data_dir(data)
@@ -192,25 +193,31 @@ def run(corpus: Corpus, records: int, searches: int, repeat: int) -> dict[str, A
             full_pages: list[dict[str, Any]] = []
             for index in range(searches):
                 query = {"query": corpus.query(index), "purpose_ref": PURPOSE, "limit": 10}
-                found = engine.handle("search", query, bench_context())
+                found = envelope(engine.handle("search", query, bench_context()))
                 assert found["ok"], found
                 if len(found["output"]["value"]["records"]) == 10:
                     full_pages.append(found)
-            gets = [
-                engine.handle(
-                    "get",
-                    {"record_id": record_ids[(i * 7919) % len(record_ids)], "purpose_ref": PURPOSE},
-                    bench_context(),
-                )
-                for i in range(searches)
-            ]
+            gets = []
+            for i in range(searches):
+                record_id = record_ids[(i * 7919) % len(record_ids)]
+                arguments = {"record_id": record_id, "purpose_ref": PURPOSE}
+                gets.append(envelope(engine.handle("get", arguments, bench_context())))
         finally:
             host.close()
+    return full_pages, gets
+
+
+def run(corpus: Corpus, records: int, searches: int, repeat: int) -> dict[str, Any]:
+    import engram_memory
+    from engram_memory.mcp_surface.catalog import TOOL_NAMES
+
+    schemas = published_output_schemas()
+    full_pages, gets = _answers(corpus, records, searches)
     if not full_pages:
         raise SystemExit("no search returned 10 records: seed more --records")
-    search_results = [on_the_wire(envelope)[0] for envelope in full_pages]
-    get_results = [on_the_wire(envelope)[0] for envelope in gets]
-    sizes = [breakdown(envelope) for envelope in full_pages]
+    search_results = [on_the_wire(page)[0] for page in full_pages]
+    get_results = [on_the_wire(got)[0] for got in gets]
+    sizes = [breakdown(page) for page in full_pages]
     median_page = sorted(sizes, key=lambda size: size["response_bytes"])[len(sizes) // 2]
     return {
         "package": str(Path(engram_memory.__file__).parent),

@@ -14,7 +14,7 @@
 #  4. run: every function of the template from its build folder + the built layer, in
 #     `python3.12 -I -S` workers, boto3/botocore from a separate runtime directory, against moto
 #     running out of process; each function's events/ samples, then the end-to-end MCP flow with
-#     the state machines executed on moto — scripts/cloud_run.py.
+#     the state machines executed on moto — scripts/cloud_run (a package run as a folder).
 #
 # The tools (cfn-lint, samtranslator, checkov, moto server, pyjwt) live in .venv-cloud/ (pinned in
 # scripts/cloud-tools.txt and, every dependency, scripts/cloud-tools.constraints.txt; created on
@@ -151,7 +151,7 @@ echo "cloud-check: [3/4] $((SECONDS - start))s"
 echo "cloud-check: [4/4] the built functions on python3.12 -I -S against moto (out of process)"
 start=$SECONDS
 if [[ -n "$run_build" ]]; then
-  counted "$tools_python" scripts/cloud_run.py --build-dir "$run_build" \
+  counted "$tools_python" scripts/cloud_run --build-dir "$run_build" \
     --python312 "$python312_dir/python3.12" --runtime-dir "$TOOLS_VENV/lambda-runtime" \
     --logs "${CLOUD_CHECK_LOGS:-$work_dir/logs}"
 else

@@ -71,7 +71,8 @@ def _packaged(template: dict[str, Any], base: Path) -> dict[str, Any]:
         ):
             definition = json.loads((base / props.pop("DefinitionUri")).read_text("utf-8"))
             props["Definition"] = definition
-    return _inline_includes(packaged, base)
+    inlined: dict[str, Any] = _inline_includes(packaged, base)
+    return inlined
 
 
 def _inline_includes(node: Any, base: Path) -> Any:

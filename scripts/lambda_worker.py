@@ -1,7 +1,7 @@
 """One Lambda function run from its built folder, as the python3.12 runtime would run it.
 
-Started by ``scripts/cloud_run.py`` as ``python3.12 -I -S lambda_worker.py CODE LAYER RUNTIME
-HANDLER``: isolated mode and no ``site`` module, so neither a virtualenv, nor ``PYTHONPATH``, nor
+Started by ``scripts/cloud_run`` (its ``lambdas`` module) as ``python3.12 -I -S lambda_worker.py
+CODE LAYER RUNTIME HANDLER``: isolated mode and no ``site`` module, so neither a virtualenv, nor ``PYTHONPATH``, nor
 any site-packages of that interpreter is importable. ``sys.path`` is then what Lambda gives a
 function: the function's folder (``/var/task``), the layer's ``python/`` (``/opt/python``) and,
 last, the runtime's own boto3/botocore (``/var/runtime``).
@@ -21,6 +21,8 @@ import sys
 import time
 import traceback
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 
 class LambdaContext:
@@ -74,8 +76,8 @@ def main() -> None:
     answers = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # the handler's prints and logs: stderr
     module_name, attribute = handler_name.rsplit(".", 1)
-    handler = None
-    init_error = None
+    handler: Callable[[Any, LambdaContext], Any] | None = None
+    init_error: dict[str, str] = {}
     try:
         handler = getattr(importlib.import_module(module_name), attribute)
     except Exception as exc:
@@ -86,9 +88,10 @@ def main() -> None:
         }
     for line in sys.stdin:
         request = json.loads(line)
+        answer: dict[str, Any]
         if request.get("modules"):
             answer = {"result": _outside_stdlib(roots)}
-        elif init_error is not None:
+        elif handler is None:
             answer = {"error": init_error}
         else:
             context = LambdaContext(request["function_name"], int(request["timeout_ms"]))

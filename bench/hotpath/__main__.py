@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from bench.in_process import DEFAULT_LOCOMO
+from bench.output import write_json
 
 from .corpus import Corpus
 from .report import table
@@ -37,7 +37,7 @@ def _transports(text: str) -> list[str]:
     return chosen
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.hotpath",
         description="Hot path through MCP (stdio and HTTP) beside @modelcontextprotocol/server-memory.",
@@ -83,6 +83,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="seed (or find) the cached stores of --sizes and stop: nothing is measured",
     )
+    return parser
+
+
+def _seed_only(args: argparse.Namespace, corpus: Corpus, sizes: list[int]) -> None:
+    """Seed (or find) the cached store of each size and say where it is."""
+    for size in sorted(sizes):
+        store = seeded_store(args.store_cache, corpus, size, args.profile)
+        added = store.size - store.seeded_from
+        rate = added / store.seed_seconds if store.seed_seconds else 0.0
+        print(
+            f"{args.profile} n={size}: {store.root}"
+            f" (grown from {store.seeded_from} at {rate:.1f} pairs/s)"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     base = QUICK if args.quick else Counts()
     counts = Counts(
@@ -95,14 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.sizes or _sizes(QUICK_SIZES if args.quick else "1000,10000")
     corpus = Corpus.load(args.locomo)
     if args.seed_only:
-        for size in sorted(sizes):
-            store = seeded_store(args.store_cache, corpus, size, args.profile)
-            added = store.size - store.seeded_from
-            rate = added / store.seed_seconds if store.seed_seconds else 0.0
-            print(
-                f"{args.profile} n={size}: {store.root}"
-                f" (grown from {store.seeded_from} at {rate:.1f} pairs/s)"
-            )
+        _seed_only(args, corpus, sizes)
         return 0
     try:
         report = run(
@@ -123,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv
     )
     print(table(report))
-    if args.json_path is not None:
-        args.json_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json_path, report)
     return 0
 
 

@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.in_process import DEFAULT_LOCOMO
 from bench.locomo.runner import percentile, value
 
-from .__main__ import DEFAULT_CACHE, DEFAULT_LOCOMO, _sizes
+from .__main__ import DEFAULT_CACHE, _sizes
 from .corpus import Corpus
 from .stores import DATA, LEXICAL, PROFILES, WORKSPACE, seeded_store
 

@@ -32,6 +32,60 @@ def _spread(cell: dict[str, Any]) -> str:
     return f"{_num(cell['median'])} [{_num(cell['min'])}–{_num(cell['max'])}]"
 
 
+def _metric_rows(found: dict[str, Any], servers: list[str], ours: list[str]) -> list[str]:
+    """One size's table rows: each metric's median per server, then each of ours over the
+    peer (median [range])."""
+    lines: list[str] = []
+    for label, metric, ratio_metric in ROWS:
+        if metric == "single_writes_per_s" and PEER not in servers:
+            continue
+        row = f"{label:<28}"
+        for name in servers:
+            cell = found["summary"][name][metric]
+            shown = "" if metric == "single_writes_per_s" and name != PEER else _num(cell["median"])
+            row += f"{shown:>22}"
+        if PEER in servers and ratio_metric is not None:
+            for name in ours:
+                row += f"{_spread(found['ratios'][name][ratio_metric]):>22}"
+        lines.append(row)
+    return lines
+
+
+def _size_notes(found: dict[str, Any], servers: list[str], size: str) -> list[str]:
+    """Below one size's table: disk per record, the 10-record response, the time-aware cost
+    and the seeding rate."""
+    lines: list[str] = []
+    disk = found["disk"]
+    lines.append(
+        f"disk per record (text {disk['text_bytes_per_record']:.0f} B): engram "
+        f"{disk['engram']['per_record']:.0f} B ({disk['engram']['beyond_text_per_record']:.0f} "
+        f"beyond text); server-memory {disk[PEER]['per_record']:.0f} B "
+        f"({disk[PEER]['beyond_text_per_record']:.0f} beyond text)"
+    )
+    envelopes = []
+    for name in servers:
+        envelope = found["repetitions"][0]["servers"][name].get("envelope")
+        if envelope:
+            envelopes.append(
+                f"{name} {envelope['response_bytes']} B = {envelope['bytes_per_result']:.0f} "
+                f"B/result, {envelope['times_text']}× its text"
+            )
+    if envelopes:
+        lines.append("10-record response: " + "; ".join(envelopes))
+    cost = found.get("time_aware_over_notime")
+    if cost:
+        lines.append(
+            "time-aware over notime (engram-stdio / engram-stdio-notime, per repetition): "
+            f"search p50 {_spread(cost['search_p50_ms'])}, p99 {_spread(cost['search_p99_ms'])}"
+        )
+    seed = found["seed"]
+    lines.append(
+        f"seeded in process: {seed['engine_pairs_per_s']} pairs/s "
+        f"(records {seed['grown_from']}..{size}, when the cached store was made)"
+    )
+    return lines
+
+
 def table(report: dict[str, Any]) -> str:
     servers = report["servers"]
     calibration = report["calibration"]
@@ -53,48 +107,8 @@ def table(report: dict[str, Any]) -> str:
             f"{reps} interleaved repetitions",
             head,
         ]
-        for label, metric, ratio_metric in ROWS:
-            if metric == "single_writes_per_s" and PEER not in servers:
-                continue
-            row = f"{label:<28}"
-            for name in servers:
-                cell = found["summary"][name][metric]
-                shown = (
-                    "" if metric == "single_writes_per_s" and name != PEER else _num(cell["median"])
-                )
-                row += f"{shown:>22}"
-            if PEER in servers and ratio_metric is not None:
-                for name in ours:
-                    row += f"{_spread(found['ratios'][name][ratio_metric]):>22}"
-            lines.append(row)
-        disk = found["disk"]
-        lines.append(
-            f"disk per record (text {disk['text_bytes_per_record']:.0f} B): engram "
-            f"{disk['engram']['per_record']:.0f} B ({disk['engram']['beyond_text_per_record']:.0f} "
-            f"beyond text); server-memory {disk[PEER]['per_record']:.0f} B "
-            f"({disk[PEER]['beyond_text_per_record']:.0f} beyond text)"
-        )
-        envelopes = []
-        for name in servers:
-            envelope = found["repetitions"][0]["servers"][name].get("envelope")
-            if envelope:
-                envelopes.append(
-                    f"{name} {envelope['response_bytes']} B = {envelope['bytes_per_result']:.0f} "
-                    f"B/result, {envelope['times_text']}× its text"
-                )
-        if envelopes:
-            lines.append("10-record response: " + "; ".join(envelopes))
-        cost = found.get("time_aware_over_notime")
-        if cost:
-            lines.append(
-                "time-aware over notime (engram-stdio / engram-stdio-notime, per repetition): "
-                f"search p50 {_spread(cost['search_p50_ms'])}, p99 {_spread(cost['search_p99_ms'])}"
-            )
-        seed = found["seed"]
-        lines.append(
-            f"seeded in process: {seed['engine_pairs_per_s']} pairs/s "
-            f"(records {seed['grown_from']}..{size}, when the cached store was made)"
-        )
+        lines += _metric_rows(found, servers, ours)
+        lines += _size_notes(found, servers, size)
     for server, grown in report.get("growth", {}).items():
         for size, cell in grown["sizes"].items():
             lines.append(

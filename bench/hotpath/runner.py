@@ -222,6 +222,33 @@ def plan_for(corpus: Corpus, size: int, counts: Counts, repetition: int) -> Plan
     )
 
 
+def _report_header(
+    corpus: Corpus,
+    counts: Counts,
+    servers: list[str],
+    profile: str,
+    with_peer: bool,
+    seeded_with: str | None,
+) -> dict[str, Any]:
+    """The report before any measurement: the machine, the calibration, what is compared."""
+    return {
+        "machine": {"cpus": os.cpu_count(), "load_average_before": os.getloadavg()},
+        "calibration": calibration(with_peer),
+        "profile": profile,
+        "counts": counts.__dict__,
+        "servers": servers,
+        "peer": {
+            "package": "@modelcontextprotocol/server-memory",
+            "version": installed_peer_version(),
+        }
+        if with_peer
+        else None,
+        "dataset": {"conversations": corpus.names, "distinct_turns": corpus.distinct_turns},
+        "sizes": {},
+        "stores_seeded_with": seeded_with or fingerprint(corpus),
+    }
+
+
 def run(
     corpus: Corpus,
     sizes: Sequence[int],
@@ -240,22 +267,7 @@ def run(
     servers = [*ours, PEER] if with_peer else list(ours)
     if with_peer:
         ensure_peer()
-    report: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "load_average_before": os.getloadavg()},
-        "calibration": calibration(with_peer),
-        "profile": profile,
-        "counts": counts.__dict__,
-        "servers": servers,
-        "peer": {
-            "package": "@modelcontextprotocol/server-memory",
-            "version": installed_peer_version(),
-        }
-        if with_peer
-        else None,
-        "dataset": {"conversations": corpus.names, "distinct_turns": corpus.distinct_turns},
-        "sizes": {},
-        "stores_seeded_with": seeded_with or fingerprint(corpus),
-    }
+    report = _report_header(corpus, counts, servers, profile, with_peer, seeded_with)
     stores = {}
     for size in sizes:
         print(f"store of {size} records", file=log, flush=True)

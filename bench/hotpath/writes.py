@@ -205,7 +205,7 @@ def _summary(runs: list[dict[str, Any]], key: str) -> str:
     return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.hotpath.writes", description=__doc__)
     parser.add_argument("--before", default="main", help="git ref of the 'before' tree (main)")
     parser.add_argument(
@@ -224,7 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, dest="json_path", help="also write the report here")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.child is not None:
         result = child(args.child, args.locomo, args.warmup, args.pairs, run="writes")
         print(json.dumps(result))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from bench.output import write_json
 
 from .dataset import load_dir
 from .runner import PROFILES, run_benchmark, table
@@ -46,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         fusion=args.fusion,
     )
     print(table(result))
-    if args.json_path is not None:
-        args.json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json_path, result)
     return 0
 
 

@@ -15,6 +15,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.in_process import envelope
 from engram_memory.binding.host_config import HostConfig
 from engram_memory.embedded.composition import open_embedded
 from engram_memory.engine.context import TrustedContext
@@ -46,7 +47,7 @@ class EngineClient:
             purpose_ref=PURPOSE,
             audit_id=new_audit_id(),
         )
-        return self.engine.handle(tool, arguments, ctx)
+        return envelope(self.engine.handle(tool, arguments, ctx))
 
 
 def engine_options(profiles: Sequence[str], fusion: str) -> dict[str, dict[str, Any]]:

@@ -10,12 +10,12 @@ the microseconds per scan.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from bench.output import write_json
 from engram_memory.policy.secrets import SecretScanner
 
 from .evaluate import evaluate, load_cases, measure_cost, report
@@ -62,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             "false_positive_ids": [case.id for case in outcome.flagged_harmless],
             "cost": asdict(cost),
         }
-    if args.json_path:
-        args.json_path.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json_path, figures)
     return 0
 
 

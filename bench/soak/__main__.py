@@ -7,13 +7,14 @@ import json
 import sys
 from pathlib import Path
 
+from bench.output import write_json
 from engram_memory.embedded.memory_trace import TRACE_DIR_ENV, TRACE_EVERY_ENV, TRACE_FRAMES_ENV
 
 from .flatness import PASS
 from .runner import MIX, READ_ONLY_FRACTION, REVISIONS, Traffic, run_soak, table
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.soak",
         description="Soak: many MCP clients of mixed traffic against engram-memory serve.",
@@ -59,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         help="tracemalloc frames per allocation; 0: no tracemalloc, only RSS, malloc, SQLite"
         " and object counts (default 1)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else args.minutes * 60
     if seconds <= 0 or args.clients < 1:
@@ -85,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds=seconds, clients=args.clients, seed=args.seed, traffic=traffic, server_env=env
     )
     print(table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json, result)
     print(json.dumps({key: value for key, value in result.items() if key != "server"}))
     sys.stdout.flush()
     if args.require_flat and result["flatness"]["verdict"] != PASS:

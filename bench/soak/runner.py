@@ -251,7 +251,7 @@ def capture_arguments(text: str, key: str) -> dict[str, Any]:
     }
 
 
-async def approve(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+async def approve(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
     """The client's human: approves every withdraw and forget confirmation."""
     return types.ElicitResult(action="accept", content={"decision": "approve"})
 
@@ -474,7 +474,7 @@ def run_soak(
         ]
         traffic = traffic or Traffic()
         tally, samples, elapsed = anyio.run(drive, server, tokens, seconds, seed, traffic)
-    read_only_from_s = seconds * (1 - traffic.read_only_fraction)
+    read_only_from_s: float | None = seconds * (1 - traffic.read_only_fraction)
     if traffic.read_only_fraction <= 0:
         read_only_from_s = None
     return report(tally, samples, elapsed, clients, read_only_from_s=read_only_from_s)

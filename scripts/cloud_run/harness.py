@@ -1,0 +1,160 @@
+"""The harness's state: moto, the Lambda service and its workers, the HTTPS server (issuer,
+CloudFormation answers, fake OpenSearch), the stack; started and stopped in one place."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..cloud_template import Report, load_template
+from .endpoints import CloudFormationAnswers, https_server
+from .identity import Issuer, self_signed
+from .lambdas import LambdaService, Worker, function_env
+from .moto_server import route_lambda_tasks, start_moto
+from .opensearch import FakeOpenSearch
+from .settings import ACCOUNT, APPROVAL_AUDIENCE, AUDIENCE, REGION, ROOT, TENANT, WORKER
+from .stack import MotoSession, Stack, Unresolvable
+from .tally import Tally
+
+
+def template_parameters(https_url: str) -> dict[str, str]:
+    """The stack's parameters: the harness's issuer, a domain created with the stack."""
+    return {
+        "TenantId": TENANT,
+        "IssuerUrl": https_url,
+        "Audience": AUDIENCE,
+        "ApprovalAudience": APPROVAL_AUDIENCE,
+        "OpenSearchMode": "create",
+        "KeyAdminRoleArn": f"arn:aws:iam::{ACCOUNT}:role/engram-key-admin",
+    }
+
+
+class Harness:
+    moto_url: str
+    lambdas: LambdaService
+    cert: Path
+    search: FakeOpenSearch
+    issuer: Issuer
+    cloudformation: CloudFormationAnswers
+    https_url: str
+    session: Any
+    sfn: Any
+    stack: Stack
+
+    def __init__(self, args: argparse.Namespace, work: Path, report: Report) -> None:
+        self.args = args
+        self.work = work
+        self.report = report
+        self.build = Path(args.build_dir).resolve()
+        self.stopping: list[Callable[[], None]] = []
+        self.tally = Tally()
+
+    # -- set-up --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        import boto3
+
+        self.tally.hook_moto()
+        self.moto_url, stop_moto = start_moto()
+        self.stopping.append(stop_moto)
+        self.lambdas = LambdaService()
+        self.stopping.append(self.lambdas.server.shutdown)
+        route_lambda_tasks(self.lambdas.url)
+        self._start_https()
+        self.session = boto3.session.Session(
+            region_name=REGION, aws_access_key_id="cloud-check", aws_secret_access_key="x"
+        )
+        self.sfn = self.session.client("stepfunctions", endpoint_url=self.moto_url)
+        template = load_template(ROOT / "template.yaml")
+        parameters = template_parameters(self.https_url)
+        self.stack = Stack(template, parameters, MotoSession(self.session, self.moto_url))
+        self.stack.provision(self.https_url)
+
+    def _start_https(self) -> None:
+        self.cert, key = self_signed(self.work)
+        self.search = FakeOpenSearch()
+        self.issuer = Issuer("")
+        self.cloudformation = CloudFormationAnswers()
+        https = https_server(self.cert, key, self.search, self.issuer, self.cloudformation)
+        self.stopping.append(https.shutdown)
+        self.https_url = f"https://127.0.0.1:{https.server_port}"
+        self.issuer.url = self.https_url
+
+    def stop(self) -> None:
+        for worker in self.lambdas.workers.values() if hasattr(self, "lambdas") else []:
+            worker.stop()
+        for stop in reversed(self.stopping):
+            with contextlib.suppress(Exception):
+                stop()
+
+    # -- the workers ---------------------------------------------------------------------------
+
+    def start_workers(self) -> bool:
+        if not self._python312_runs():
+            return False
+        ok = True
+        for name, props in self.stack.functions().items():
+            try:
+                variables = {
+                    key: str(self.stack.resolve(value))
+                    for key, value in props["Environment"]["Variables"].items()
+                }
+            except Unresolvable as exc:
+                ok = self.report.check(False, f"{name}: environment: {exc}")
+                continue
+            self._start_worker(name, props, variables)
+        return ok
+
+    def _python312_runs(self) -> bool:
+        version = subprocess.run(
+            [self.args.python312, "-I", "-S", "-c", "import sys; print(sys.version.split()[0])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        return self.report.check(
+            version.startswith("3.12."), f"the workers run Python {version or '?'} (-I -S)"
+        )
+
+    def _start_worker(self, name: str, props: dict[str, Any], variables: dict[str, str]) -> None:
+        """The function ``name`` in its worker, on its build folder and the built layer."""
+        code = self.build / name
+        function_name = self.stack.refs[name]
+        env = function_env(
+            variables,
+            function_name=function_name,
+            memory=str(props.get("MemorySize", 128)),
+            code=code,
+            moto_url=self.moto_url,
+            lambda_url=self.lambdas.url,
+            cert=self.cert,
+        )
+        layers = [ref["Ref"] for ref in props.get("Layers", []) if isinstance(ref, dict)]
+        built_layers = self.stack.of_type("AWS::Serverless::LayerVersion")
+        layer = self.work / "no-layer"
+        if layers and layers[0] in built_layers:
+            layer = self.build / layers[0] / "python"
+        argv = [
+            self.args.python312,
+            "-I",
+            "-S",
+            str(WORKER),
+            str(code),
+            str(layer),
+            str(Path(self.args.runtime_dir).resolve()),
+            str(props.get("Handler", "app.handler")),
+        ]
+        timeout_ms = int(props.get("Timeout", 3)) * 1000
+        self.lambdas.workers[function_name] = Worker(
+            function_name, argv, env, timeout_ms, self.work / f"{name}.log"
+        )
+
+    def worker(self, logical_id: str) -> Worker:
+        """The worker of the template's function ``logical_id``."""
+        found = self.lambdas.worker(self.stack.refs[logical_id])
+        assert found is not None, logical_id
+        return found

@@ -1,0 +1,158 @@
+"""The Lambda service: ``Invoke`` over HTTP, each function a python3.12 worker on its build folder.
+
+A worker is ``python3.12 -I -S scripts/lambda_worker.py`` whose ``sys.path`` is only the
+function's build folder, the built layer's ``python/`` and a runtime boto3 directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from .endpoints import send_json
+from .settings import REGION
+
+
+class Worker:
+    """One built function in its own ``python3.12 -I -S`` process (see lambda_worker.py)."""
+
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], timeout_ms: int, log: Path
+    ) -> None:
+        self.name = name
+        self.timeout_ms = timeout_ms
+        self.lock = threading.Lock()
+        self.log = log
+        self._stderr = log.open("ab")
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
+
+    def request(self, payload: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            assert self.process.stdin is not None and self.process.stdout is not None
+            self.process.stdin.write(json.dumps(payload) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        if not line:
+            return {"error": {"errorType": "Runtime.ExitError", "errorMessage": "worker exited"}}
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def invoke(self, event: Any) -> dict[str, Any]:
+        return self.request(
+            {"event": event, "function_name": self.name, "timeout_ms": self.timeout_ms}
+        )
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._stderr.close()
+
+
+class LambdaService:
+    """``POST /2015-03-31/functions/<name>/invocations`` → the function's worker."""
+
+    def __init__(self) -> None:
+        self.workers: dict[str, Worker] = {}
+        self.invocations: list[tuple[str, str]] = []
+        self.payloads: list[bytes] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def worker(self, function: str) -> Worker | None:
+        name = function.rsplit(":function:", 1)[-1].split(":", 1)[0]
+        return self.workers.get(name)
+
+    def answer(self, path: str, body: bytes) -> tuple[int, bytes, dict[str, str]]:
+        """Status, body and the Lambda headers of one ``Invoke`` request."""
+        match = re.fullmatch(r"/2015-03-31/functions/([^/]+)/invocations", path)
+        worker = self.worker(unquote(match.group(1))) if match else None
+        if worker is None:
+            data = json.dumps({"Type": "User", "message": "Function not found"}).encode()
+            return 404, data, {"x-amzn-errortype": "ResourceNotFoundException"}
+        event = json.loads(body or b"{}")
+        step = event.get("step") or event.get("tool") or "-"
+        self.invocations.append((worker.name, str(step)))
+        self.payloads.append(body)
+        answer = worker.invoke(event)
+        headers: dict[str, str] = {}
+        if "error" in answer:
+            headers["x-amz-function-error"] = "Unhandled"
+            data = json.dumps(answer["error"]).encode()
+        else:
+            data = json.dumps(answer["result"]).encode()
+        headers["x-amz-executed-version"] = "$LATEST"
+        return 200, data, headers
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_: Any) -> None:
+                return
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b"{}"
+                status, data, headers = service.answer(self.path, body)
+                send_json(self, status, data, **headers)
+
+        return Handler
+
+
+def function_env(
+    variables: dict[str, str],
+    *,
+    function_name: str,
+    memory: str,
+    code: Path,
+    moto_url: str,
+    lambda_url: str,
+    cert: Path,
+) -> dict[str, str]:
+    """The template's variables plus what the Lambda runtime sets, pointed at the harness."""
+    return {
+        **variables,
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "cloud-check",
+        "AWS_SECRET_ACCESS_KEY": "cloud-check",
+        "AWS_ENDPOINT_URL": moto_url,
+        "AWS_ENDPOINT_URL_LAMBDA": lambda_url,
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_LAMBDA_FUNCTION_NAME": function_name,
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": memory,
+        "AWS_EXECUTION_ENV": "AWS_Lambda_python3.12",
+        "LAMBDA_TASK_ROOT": str(code),
+        # no X-Ray daemon here; Lambda runs one next to each function
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "SSL_CERT_FILE": str(cert),
+        "REQUESTS_CA_BUNDLE": str(cert),
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "TZ": "UTC",
+    }

@@ -1,0 +1,210 @@
+"""The template: its resources on moto, and a resolver for the intrinsics that name them."""
+
+from __future__ import annotations
+
+import copy
+import re
+import secrets
+from typing import Any, Protocol
+
+from .settings import ACCOUNT, REGION, ROOT, TENANT
+
+
+class Unresolvable(Exception):
+    pass
+
+
+class Clients(Protocol):
+    def client(self, name: str) -> Any: ...
+
+
+class MotoSession:
+    """boto3 clients of ``session``, every one sent to the moto server at ``url``."""
+
+    def __init__(self, session: Any, url: str) -> None:
+        self._session, self._url = session, url
+
+    def client(self, name: str) -> Any:
+        return self._session.client(name, endpoint_url=self._url)
+
+
+def _pseudo_parameters() -> dict[str, Any]:
+    return {
+        "AWS::Region": REGION,
+        "AWS::AccountId": ACCOUNT,
+        "AWS::Partition": "aws",
+        "AWS::URLSuffix": "amazonaws.com",
+        "AWS::StackName": f"engram-memory-{TENANT}",
+        "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/engram-memory-"
+        f"{TENANT}/0a1b2c3d-0000-4000-8000-000000000000",
+    }
+
+
+class Stack:
+    """The template's resources on moto and a resolver for the intrinsics that name them."""
+
+    def __init__(
+        self, template: dict[str, Any], parameters: dict[str, Any], session: Clients
+    ) -> None:
+        self.template = template
+        self.session = session
+        self.refs: dict[str, Any] = _pseudo_parameters()
+        for name, spec in template.get("Parameters", {}).items():
+            value = parameters.get(name, spec.get("Default"))
+            if spec.get("Type") == "CommaDelimitedList":
+                value = [v.strip() for v in str(value or "").split(",") if v.strip()]
+            if value is not None:
+                self.refs[name] = value
+        self.conditions: dict[str, bool] = {}
+        for name, expression in template.get("Conditions", {}).items():
+            self.conditions[name] = bool(self.resolve(expression))
+
+    def resource(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.template["Resources"][name]
+        return found
+
+    def of_type(self, kind: str) -> list[str]:
+        return [n for n, r in self.template["Resources"].items() if r.get("Type") == kind]
+
+    # -- intrinsics ------------------------------------------------------------------------------
+
+    def resolve(self, node: Any) -> Any:
+        if isinstance(node, list):
+            return [self.resolve(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if len(node) != 1:
+            return {key: self.resolve(value) for key, value in node.items()}
+        ((key, value),) = node.items()
+        return self._intrinsic(key, value)
+
+    def _intrinsic(self, key: str, value: Any) -> Any:
+        if key == "Ref":
+            return self._ref(value)
+        if key == "Fn::GetAtt":
+            target = value if isinstance(value, list) else value.split(".", 1)
+            return self._ref(f"{target[0]}.{target[1]}")
+        if key == "Fn::Sub":
+            return self._sub(value)
+        if key == "Fn::Join":
+            separator, items = value[0], self.resolve(value[1])
+            return separator.join(str(i) for i in items)
+        if key == "Fn::Select":
+            return self.resolve(value[1])[int(self.resolve(value[0]))]
+        if key == "Fn::Split":
+            return str(self.resolve(value[1])).split(value[0])
+        if key == "Fn::If":
+            return self.resolve(value[1] if self.conditions[value[0]] else value[2])
+        if key == "Fn::Equals":
+            return self.resolve(value[0]) == self.resolve(value[1])
+        if key == "Fn::Not":
+            return not self.resolve(value[0])
+        if key == "Condition":
+            return self.conditions[value]
+        return {key: self.resolve(value)}
+
+    def _sub(self, value: Any) -> str:
+        text, variables = (value[0], value[1]) if isinstance(value, list) else (value, {})
+        local = {name: self.resolve(v) for name, v in variables.items()}
+
+        def substitute(match: re.Match[str]) -> str:
+            name = match.group(1)
+            return str(local[name] if name in local else self._ref(name))
+
+        return re.sub(r"\$\{([^}!][^}]*)\}", substitute, text)
+
+    def _ref(self, name: str) -> Any:
+        if name not in self.refs:
+            raise Unresolvable(f"the harness has no value for {name}")
+        return self.refs[name]
+
+    # -- resources on moto -------------------------------------------------------------------
+
+    def provision(self, search_endpoint: str) -> None:
+        self._tables()
+        self._storage_and_keys()
+        self._named_only(search_endpoint)
+        self._state_machines()
+
+    def _tables(self) -> None:
+        dynamodb = self.session.client("dynamodb")
+        for name in self.of_type("AWS::DynamoDB::Table"):
+            props = self.resource(name)["Properties"]
+            table = f"engram-{TENANT}-{name}"
+            dynamodb.create_table(
+                TableName=table,
+                KeySchema=props["KeySchema"],
+                AttributeDefinitions=props["AttributeDefinitions"],
+                BillingMode=props.get("BillingMode", "PAY_PER_REQUEST"),
+            )
+            ttl = props.get("TimeToLiveSpecification")
+            if ttl:
+                dynamodb.update_time_to_live(
+                    TableName=table,
+                    TimeToLiveSpecification={
+                        "Enabled": bool(ttl["Enabled"]),
+                        "AttributeName": ttl["AttributeName"],
+                    },
+                )
+            self.refs[name] = table
+
+    def _storage_and_keys(self) -> None:
+        """Buckets, KMS keys and generated secrets."""
+        client = self.session.client
+        for name in self.of_type("AWS::S3::Bucket"):
+            bucket = f"engram-{TENANT}-{name.lower()}"
+            client("s3").create_bucket(Bucket=bucket)
+            self.refs[name] = bucket
+            self.refs[f"{name}.Arn"] = f"arn:aws:s3:::{bucket}"
+        for name in self.of_type("AWS::KMS::Key"):
+            meta = client("kms").create_key(Description=name)["KeyMetadata"]
+            self.refs[name], self.refs[f"{name}.Arn"] = meta["KeyId"], meta["Arn"]
+        for name in self.of_type("AWS::SecretsManager::Secret"):
+            spec = self.resource(name)["Properties"].get("GenerateSecretString", {})
+            value = secrets.token_urlsafe(96)[: int(spec.get("PasswordLength", 64))]
+            self.refs[name] = client("secretsmanager").create_secret(
+                Name=f"engram-{TENANT}-{name}", SecretString=value
+            )["ARN"]
+
+    def _named_only(self, search_endpoint: str) -> None:
+        """Roles, the domain and the functions: names and ARNs, nothing created on moto."""
+        for name in self.of_type("AWS::IAM::Role"):
+            self.refs[name] = f"engram-{TENANT}-{name}"
+            self.refs[f"{name}.Arn"] = f"arn:aws:iam::{ACCOUNT}:role/engram-{TENANT}-{name}"
+        for name in self.of_type("AWS::OpenSearchService::Domain"):
+            self.refs[f"{name}.DomainEndpoint"] = search_endpoint.removeprefix("https://")
+            self.refs[f"{name}.Arn"] = f"arn:aws:es:{REGION}:{ACCOUNT}:domain/engram-{TENANT}"
+        for name in self.of_type("AWS::Serverless::Function"):
+            function_name = self.resolve(self.resource(name)["Properties"]["FunctionName"])
+            self.refs[name] = function_name
+            self.refs[f"{name}.Arn"] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function_name}"
+
+    def _state_machines(self) -> None:
+        stepfunctions = self.session.client("stepfunctions")
+        for name in self.of_type("AWS::Serverless::StateMachine"):
+            props = self.resource(name)["Properties"]
+            text = (ROOT / props["DefinitionUri"]).read_text("utf-8")
+            for variable, value in props.get("DefinitionSubstitutions", {}).items():
+                text = text.replace("${" + variable + "}", str(self.resolve(value)))
+            self.refs[name] = stepfunctions.create_state_machine(
+                name=self.resolve(props["Name"]),
+                definition=text,
+                roleArn=f"arn:aws:iam::{ACCOUNT}:role/{name}Role",
+                type=props.get("Type", "STANDARD"),
+            )["stateMachineArn"]
+
+    # -- functions ---------------------------------------------------------------------------
+
+    def functions(self) -> dict[str, dict[str, Any]]:
+        """Logical id -> its merged properties (Globals.Function, then its own)."""
+        defaults = self.template.get("Globals", {}).get("Function", {})
+        merged: dict[str, dict[str, Any]] = {}
+        for name in self.of_type("AWS::Serverless::Function"):
+            props = {**copy.deepcopy(defaults), **self.resource(name)["Properties"]}
+            variables = {
+                **defaults.get("Environment", {}).get("Variables", {}),
+                **self.resource(name)["Properties"].get("Environment", {}).get("Variables", {}),
+            }
+            props["Environment"] = {"Variables": variables}
+            merged[name] = props
+        return merged
