@@ -23,6 +23,7 @@ from typing import Any
 from unittest import mock
 
 import boto3
+import pytest
 from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
@@ -361,3 +362,13 @@ def _held_kms_keys(store: DynamoStore, vault: KmsVault, dynamodb: Any) -> list[b
             except Exception:  # noqa: S112 - wrong binding: not this item's key
                 continue
     return keys
+
+
+@pytest.fixture
+def aws(tmp_path: Path) -> Iterator[Harness]:
+    """The engine over the AWS adapter set (DynamoDB, S3 and KMS on moto); integration's fixture."""
+    harness = aws_harness(tmp_path)
+    try:
+        yield harness
+    finally:
+        harness.close()

@@ -580,3 +580,26 @@ def age_approval(
             f"UPDATE approvals SET issued_at_ms = issued_at_ms - ?{answered} WHERE approval_id = ?",
             args,
         )
+
+
+# The suite's fixtures (``conftest.py`` re-exports them). Both servers are per session, so under
+# xdist each worker gets its own data directories and its own free port; tests keep apart from
+# each other by using a fresh workspace.
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def http_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpService]:
+    with serve_http(tmp_path_factory.mktemp("engram-http")) as service:
+        yield service
+
+
+@pytest.fixture(scope="session")
+def stdio_home(tmp_path_factory: pytest.TempPathFactory) -> StdioHome:
+    return prepare_stdio_home(
+        tmp_path_factory.mktemp("engram-stdio"), tmp_path_factory.mktemp("stdio-logs")
+    )

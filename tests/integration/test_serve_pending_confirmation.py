@@ -31,10 +31,10 @@ import mcp.types as types
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
+from test_serve_day_one import engram, free_port, init, listening
 
 from engram_memory.adapters.local.approvals import FILE_NAME as APPROVALS_FILE
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from tests.integration.test_serve_day_one import engram, free_port, init, listening
 
 from engram_testing import capture_args
 

@@ -3,14 +3,12 @@ and the stamp knows what was installed (no real pip here: the commands are recor
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import devenv
+from scripts import devenv
 
 
 @pytest.fixture
