@@ -16,7 +16,7 @@ import math
 import threading
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -276,8 +276,8 @@ def aws_harness(
 ) -> Harness:
     from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
-    moto = moto_aws()
-    moto.__enter__()
+    moto = ExitStack()
+    moto.enter_context(moto_aws())
     try:
         store = provision(inline_limit_bytes=inline_limit_bytes)
         clock = FakeClock()
@@ -306,7 +306,7 @@ def aws_harness(
             embedder=embedder,  # the index also serves the vectors, as OpenSearch does
         )
     except BaseException:
-        moto.__exit__(None, None, None)
+        moto.close()
         raise
 
     def held_keys() -> list[bytes]:
@@ -322,7 +322,7 @@ def aws_harness(
         clock=clock,
         confirmations=confirmations,
         audit=audit,
-        closers=[lambda: moto.__exit__(None, None, None)],
+        closers=[moto.close],
     )
 
 

@@ -1,4 +1,4 @@
-"""The opt-in memory trace (``host.memory_trace``) and its reader (``bench.soak.memory``)."""
+"""The opt-in memory trace (``embedded.memory_trace``) and its reader (``bench.soak.memory``)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from bench.soak import memory
+from engram_memory.embedded import memory_trace
 from engram_memory.embedded.memory_trace import (
     TRACE_DIR_ENV,
     TRACE_EVERY_ENV,
     TRACE_FRAMES_ENV,
     start_from_environment,
 )
-from engram_memory.host import memory_trace
 
 WAIT_S = 120.0
 

@@ -193,7 +193,13 @@ def _client_error(code: str, status: int = 400) -> Callable[[str], Exception]:
         return ClientError(
             {
                 "Error": {"Code": code, "Message": f"{code} (test)"},
-                "ResponseMetadata": {"HTTPStatusCode": status},
+                "ResponseMetadata": {
+                    "HTTPStatusCode": status,
+                    "HTTPHeaders": {},
+                    "HostId": "",
+                    "RequestId": "test",
+                    "RetryAttempts": 0,
+                },
             },
             operation,
         )
@@ -638,7 +644,7 @@ class _RecordingSession:
 
     def client(self, service: str, **kwargs: Any) -> Any:
         self.created.append(service)
-        return self._inner.client(service, **kwargs)
+        return self._inner.client(service, **kwargs)  # type: ignore[call-overload]  # the stubs overload client() per literal service name
 
 
 def test_no_client_is_created_until_the_first_call(aws: Aws) -> None:

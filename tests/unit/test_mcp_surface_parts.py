@@ -132,4 +132,6 @@ def test_the_text_content_is_the_envelope_byte_for_byte() -> None:
     result = envelope_result(envelope)
     assert result.is_error is True
     assert result.structured_content == envelope
-    assert json.loads(result.content[0].text) == envelope
+    content = result.content[0]
+    assert isinstance(content, types.TextContent)
+    assert json.loads(content.text) == envelope
