@@ -24,6 +24,7 @@ from unittest import mock
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
@@ -183,6 +184,23 @@ def moto_aws(*, execute_state_machines: bool = False) -> Iterator[None]:
 
 
 TENANT = "dev"  # the sample events' tenant: the default stack's TenantId
+
+
+def client_error(code: str, status: int, operation: str, message: str) -> ClientError:
+    """What botocore raises for an AWS error response."""
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {
+                "HTTPStatusCode": status,
+                "HTTPHeaders": {},
+                "HostId": "",
+                "RequestId": "test",
+                "RetryAttempts": 0,
+            },
+        },
+        operation,
+    )
 
 
 @dataclass

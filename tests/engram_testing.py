@@ -25,7 +25,7 @@ from engram_memory.contract.packing import unpack_all
 from engram_memory.embedded.in_process import call_in_process
 from engram_memory.engine import lexical
 from engram_memory.engine.context import TOOLS, RetentionPolicy, TrustedContext
-from engram_memory.engine.gate import Approval, ConfirmationRequest
+from engram_memory.engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
 from engram_memory.engine.ports import (
     AdmissionRequest,
     EmbedderUnavailable,
@@ -232,6 +232,14 @@ def capture_args(
             "citation_ids": ["citation:source"],
         },
     }
+
+
+def handled(engine: Engine, tool: str, arguments: Any, ctx: TrustedContext) -> dict[str, Any]:
+    """One call straight to the engine that no human confirms (capture, search, get, ...): its
+    envelope."""
+    envelope = engine.handle(tool, arguments, ctx)
+    assert not isinstance(envelope, ConfirmationNeeded), envelope
+    return envelope
 
 
 @dataclass

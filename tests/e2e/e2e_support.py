@@ -36,7 +36,7 @@ import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.session import ClientSession
+from mcp.client.session import ClientRequestContext, ClientSession, ElicitationFnT
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -309,7 +309,9 @@ class Human:
     action: str = "accept"
     asked: list[str] = field(default_factory=list)
 
-    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def __call__(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         assert isinstance(params, types.ElicitRequestFormParams)
         self.asked.append(params.message)
         if self.action == "accept":
@@ -531,11 +533,13 @@ class UrlOnlyClient(Client):
 
 @contextlib.asynccontextmanager
 async def url_only_client(
-    url: str, token: str, mode: str, callback: Any = None
+    url: str, token: str, mode: str, callback: ElicitationFnT | None = None
 ) -> AsyncIterator[Client]:
     """A client declaring URL-only elicitation; ``callback`` answers 2026-07-28 URL requests."""
 
-    async def unanswered(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def unanswered(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         return types.ElicitResult(action="cancel")
 
     with anyio.fail_after(CALL_DEADLINE_S):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import anyio
 import httpx2
 import mcp.types as types
 import pytest
+from mcp.client.session import ClientRequestContext
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -93,7 +95,9 @@ class Person:
         )
         return str(outcome.get_attribute("data-decision"))
 
-    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def __call__(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         """The 2026-07-28 client's elicitation callback: a URL elicitation, answered on the page."""
         assert isinstance(params, types.ElicitRequestURLParams), params
         await anyio.to_thread.run_sync(self.answer, params.url)
@@ -105,7 +109,7 @@ async def gated(
 ) -> types.CallToolResult:
     """Call a gated tool as the client would: on 2025-11-25 the -32042 link is opened by the
     person and the call retried with the same key; 2026-07-28 does both inside the client."""
-    call = lambda: agent.client.call_tool(tool, arguments)  # noqa: E731
+    call = partial(agent.client.call_tool, tool, arguments)
     if mode == MODERN:
         return await call()
     link = await link_of(call)
@@ -160,7 +164,7 @@ async def test_an_expired_request_shows_an_error_page_and_the_retry_asks_anew(
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        call = lambda: client.call_tool(FORGET, arguments)  # noqa: E731
+        call = partial(client.call_tool, FORGET, arguments)
         first = await link_of(call)
         age_approval(http_service, approval_id_of(first), 301_000)
         browser.get(first)
@@ -182,7 +186,7 @@ async def test_a_post_without_the_page_csrf_token_is_refused_and_changes_nothing
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        call = lambda: client.call_tool(FORGET, arguments)  # noqa: E731
+        call = partial(client.call_tool, FORGET, arguments)
         link = await link_of(call)
         async with httpx2.AsyncClient() as http:
             forged = await http.post(link, data={"decision": "approve"})

@@ -9,6 +9,7 @@ memory's text and asks for an explicit choice; the terminal answers the same que
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ import mcp.types as types
 import pytest
 from bs4 import BeautifulSoup, Tag
 from mcp import Client
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 
 from engram_memory.embedded.cli import main
@@ -91,7 +93,7 @@ async def test_an_approval_older_than_30_s_is_not_used_and_the_retry_asks_anew(
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        call = lambda: client.call_tool(FORGET, arguments)  # noqa: E731
+        call = partial(client.call_tool, FORGET, arguments)
         link = await link_of(call)
         assert await answer_on_page(link, "approve") == 200
         age_approval(http_service, approval_id_of(link), 31_000, answer_too=True)
@@ -108,7 +110,9 @@ async def test_the_form_shows_the_memory_and_asks_for_an_explicit_choice(
     token = http_service.tokens.mint(workspace=workspace)
     asked: list[types.ElicitRequestFormParams] = []
 
-    async def human(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def human(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         assert isinstance(params, types.ElicitRequestFormParams)
         asked.append(params)
         return types.ElicitResult(action="accept", content={"decision": "approve"})
@@ -139,7 +143,9 @@ async def test_a_form_the_client_could_not_show_is_answered_from_the_terminal_wi
     token = http_service.tokens.mint(workspace=new_workspace())
     asked: list[str] = []
 
-    async def gone(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def gone(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         asked.append(params.message)
         raise RuntimeError("the client's form went away (timeout)")
 
@@ -165,7 +171,9 @@ async def test_a_form_answered_after_the_client_gave_up_waiting_is_kept_for_its_
     token = http_service.tokens.mint(workspace=new_workspace())
     asked: list[str] = []
 
-    async def slow_person(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def slow_person(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         asked.append(params.message)
         await anyio.sleep(4)  # longer than the client waits for the call
         return types.ElicitResult(action="accept", content={"decision": "approve"})

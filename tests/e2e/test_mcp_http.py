@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 import httpx2
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 import pytest
 
 from engram_memory.contract.canonical import canonical_bytes

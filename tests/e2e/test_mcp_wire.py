@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from functools import partial
 from typing import Any
 
 import anyio
@@ -74,9 +75,7 @@ async def test_a_bare_grant_name_is_unknown_tool_and_runs_nothing(
             "forget": agent.forget_arguments(record_id),
         }
         for name, arguments in calls.items():
-            error = await protocol_error(
-                lambda name=name, arguments=arguments: client.call_tool(name, arguments)
-            )
+            error = await protocol_error(partial(client.call_tool, name, arguments))
             assert (error.code, error.message) == (UNKNOWN_TOOL, "Unknown tool"), name
         assert http_service.journal_cursor(workspace) == written
         assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id

@@ -30,7 +30,7 @@ from engram_memory.embedded.composition import open_embedded
 from engram_memory.embedded.errors import HostConfigError
 from engram_memory.engine import semantic
 
-from engram_testing import PURPOSE, capture_args, context
+from engram_testing import PURPOSE, capture_args, context, handled
 
 pytestmark = pytest.mark.skipif(
     not semantic_extra_installed(),
@@ -162,10 +162,11 @@ def test_a_digest_mismatch_or_missing_directory_refuses_to_open_in_one_line(
 def search_receipt(data_dir: Path) -> dict[str, Any]:
     host = open_embedded(data_dir)
     try:
-        captured = host.engine.handle(
-            "capture", capture_args(TEXTS[0], key="model-capture-0001"), context()
+        captured = handled(
+            host.engine, "capture", capture_args(TEXTS[0], key="model-capture-0001"), context()
         )
-        host.engine.handle(
+        handled(
+            host.engine,
             "request_admission",
             {
                 "candidate_id": captured["output"]["value"]["candidate_id"],
@@ -173,7 +174,8 @@ def search_receipt(data_dir: Path) -> dict[str, Any]:
             },
             context(),
         )
-        envelope = host.engine.handle(
+        envelope = handled(
+            host.engine,
             "search",
             {
                 "query": "where does the cat sleep?",
@@ -244,10 +246,11 @@ def test_a_model_change_re_embeds_the_stored_vectors_when_the_host_opens(
     configure("mean")
     host = open_embedded(data)
     try:
-        captured = host.engine.handle(
-            "capture", capture_args(TEXTS[0], key="model-capture-0002"), context()
+        captured = handled(
+            host.engine, "capture", capture_args(TEXTS[0], key="model-capture-0002"), context()
         )
-        admitted = host.engine.handle(
+        admitted = handled(
+            host.engine,
             "request_admission",
             {
                 "candidate_id": captured["output"]["value"]["candidate_id"],

@@ -19,7 +19,7 @@ from engram_memory.embedded.issuer_keys import local_verifier
 from engram_memory.engine.context import TOOLS, TrustedContext
 from engram_memory.engine.service import new_audit_id
 
-from engram_testing import capture_args
+from engram_testing import capture_args, handled
 
 Capture = pytest.CaptureFixture[str]
 
@@ -306,11 +306,12 @@ def _held_candidate(data: Path, text: str, key: str) -> str:
     host = open_embedded(data)
     try:
         now_ms = int(time.time() * 1000)
-        captured: dict[str, Any] = host.engine.handle(
-            "capture", capture_args(text, key=key, valid_from=now_ms - 60_000), _ctx()
+        captured: dict[str, Any] = handled(
+            host.engine, "capture", capture_args(text, key=key, valid_from=now_ms - 60_000), _ctx()
         )
         candidate_id: str = captured["output"]["value"]["candidate_id"]
-        held = host.engine.handle(
+        held = handled(
+            host.engine,
             "request_admission",
             {"candidate_id": candidate_id, "idempotency_key": f"{key}-admit"},
             _ctx(),
@@ -344,8 +345,11 @@ def test_an_operator_accepts_and_rejects_candidates_held_in_manual_mode(
 
     host = open_embedded(data)
     try:
-        got = host.engine.handle(
-            "get", {"record_id": accepted["record_id"], "purpose_ref": "purpose:general"}, _ctx()
+        got = handled(
+            host.engine,
+            "get",
+            {"record_id": accepted["record_id"], "purpose_ref": "purpose:general"},
+            _ctx(),
         )
     finally:
         host.close()

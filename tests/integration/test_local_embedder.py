@@ -21,7 +21,7 @@ from engram_memory.embedded.composition import open_embedded
 from engram_memory.embedded.errors import HostConfigError
 from engram_memory.engine import semantic
 
-from engram_testing import PURPOSE, capture_args, context
+from engram_testing import PURPOSE, capture_args, context, handled
 
 pytestmark = pytest.mark.skipif(
     not semantic_extra_installed(),
@@ -67,10 +67,11 @@ def test_the_embedded_host_with_semantic_local_ranks_hybrid(tmp_path: Path) -> N
         for i, text in enumerate(
             ["The kitten naps on a carpet by the door.", "Quarterly budget review on Thursday."]
         ):
-            captured = host.engine.handle(
-                "capture", capture_args(text, key=f"real-model-{i:08d}"), ctx
+            captured = handled(
+                host.engine, "capture", capture_args(text, key=f"real-model-{i:08d}"), ctx
             )
-            admitted = host.engine.handle(
+            admitted = handled(
+                host.engine,
                 "request_admission",
                 {
                     "candidate_id": captured["output"]["value"]["candidate_id"],
@@ -79,7 +80,8 @@ def test_the_embedded_host_with_semantic_local_ranks_hybrid(tmp_path: Path) -> N
                 context(),
             )
             ids.append(admitted["output"]["value"]["outcome"]["record_id"])
-        envelope = host.engine.handle(
+        envelope = handled(
+            host.engine,
             "search",
             {
                 "query": "where does the cat sleep?",  # no word in common with the record

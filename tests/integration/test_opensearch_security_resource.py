@@ -191,7 +191,9 @@ def event(
     writers: list[str] = WRITERS,
     physical_id: str | None = None,
 ) -> dict[str, Any]:
-    sample = json.loads((ROOT / "events" / "opensearch_security_create.json").read_text("utf-8"))
+    sample: dict[str, Any] = json.loads(
+        (ROOT / "events" / "opensearch_security_create.json").read_text("utf-8")
+    )
     sample["RequestType"] = request_type
     sample["ResponseURL"] = loopback.response_url
     sample["ResourceProperties"].update(

@@ -15,7 +15,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx2
@@ -41,9 +41,9 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def wait_until(condition: object, what: str) -> None:
+def wait_until(condition: Callable[[], object], what: str) -> None:
     deadline = time.monotonic() + DEADLINE_S
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() > deadline:
             pytest.fail(f"gave up waiting: {what}")
         time.sleep(0.1)
@@ -208,11 +208,12 @@ def test_a_read_only_data_directory_is_one_clear_line_and_is_left_as_it_was(
 def test_a_wrong_stdio_token_is_said_on_stderr_in_one_line(tmp_path: Path, kind: str) -> None:
     data = tmp_path / "data"
     init(data)
-    bad = {
+    tokens: dict[str, Callable[[], str]] = {
         "expired": lambda: token(data, "--expires-in", "1"),
         "garbage": lambda: "not-a-token",
         "other-port": lambda: token(data, "--port", "9999"),
-    }[kind]()
+    }
+    bad = tokens[kind]()
     if kind == "expired":
         time.sleep(32)  # past the 30 s leeway
     done = subprocess.run(

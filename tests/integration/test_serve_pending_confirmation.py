@@ -30,6 +30,7 @@ import httpx2
 import mcp.types as types
 import pytest
 from mcp import Client, MCPError
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from test_serve_day_one import engram, free_port, init, listening
 
@@ -92,7 +93,9 @@ class SilentHuman:
     def __init__(self) -> None:
         self.asked = anyio.Event()
 
-    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def __call__(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         self.asked.set()
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
@@ -240,7 +243,7 @@ def test_a_stdio_server_waiting_on_a_confirmation_stops(tmp_path: Path, stop: st
     with (tmp_path / "stderr.log").open("w", encoding="utf-8") as errlog:
         host = StdioHost(data, bearer, errlog)
         try:
-            capabilities = {"elicitation": {"form": {}}}
+            capabilities: dict[str, Any] = {"elicitation": {"form": {}}}
             client_info = {"name": "shutdown-test", "version": "1"}
             host.send(
                 {

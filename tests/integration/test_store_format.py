@@ -21,7 +21,7 @@ from engram_memory.engine.context import TrustedContext, new_audit_id
 from engram_memory.engine.journal import verify_journal
 from engram_memory.engine.ports import StoreUnavailable
 
-from engram_testing import PURPOSE, scanned_bytes
+from engram_testing import PURPOSE, handled, scanned_bytes
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "store-format-1"
 EXPECTED: dict[str, Any] = json.loads((FIXTURE / "expected.json").read_text())
@@ -66,20 +66,20 @@ def _answers(data: Path) -> dict[str, Any]:
         searches = {
             query: [
                 packet["record"]["record_id"]
-                for packet in engine.handle(
-                    "search", {"query": query, "purpose_ref": PURPOSE}, _ctx()
+                for packet in handled(
+                    engine, "search", {"query": query, "purpose_ref": PURPOSE}, _ctx()
                 )["output"]["value"]["records"]
             ]
             for query in EXPECTED["searches"]
         }
         gets = {
-            record_id: engine.handle(
-                "get", {"record_id": record_id, "purpose_ref": PURPOSE}, _ctx()
+            record_id: handled(
+                engine, "get", {"record_id": record_id, "purpose_ref": PURPOSE}, _ctx()
             )["output"]["value"]["record"]
             for record_id in EXPECTED["record_ids"]
         }
-        forgotten = engine.handle(
-            "get", {"record_id": EXPECTED["forgotten"], "purpose_ref": PURPOSE}, _ctx()
+        forgotten = handled(
+            engine, "get", {"record_id": EXPECTED["forgotten"], "purpose_ref": PURPOSE}, _ctx()
         )
     finally:
         host.close()

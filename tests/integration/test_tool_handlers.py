@@ -38,11 +38,10 @@ from pydantic import ValidationError
 
 from engram_memory.cloud.composition import build_engine, build_execution_gate
 from engram_memory.cloud.observability import AUDIT_MESSAGE, get_logger
-from engram_memory.cloud.settings import ConfigurationError, HostBinding
+from engram_memory.cloud.settings import ConfigurationError, HostBinding, ToolName
 from engram_memory.cloud.wire import (
     ConfirmableTool,
     ToolInvocation,
-    ToolName,
     context_from_event,
     request_of,
 )

@@ -45,7 +45,7 @@ from engram_memory.engine.ports import (
 )
 from engram_memory.engine.service import Engine, new_audit_id
 
-from engram_testing import FakeClock, sha
+from engram_testing import FakeClock, handled, sha
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "events"
@@ -108,12 +108,13 @@ class _Context:
 def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     with moto_aws():
         session = boto3.session.Session(region_name=REGION)
-        clients = {n: session.client(n) for n in ("dynamodb", "s3", "kms", "secretsmanager")}
-        create_tables(clients["dynamodb"], TABLE)
-        create_key_table(clients["dynamodb"], KEY_TABLE)
-        create_bucket(clients["s3"], BUCKET, REGION)
-        key_arn = clients["kms"].create_key()["KeyMetadata"]["Arn"]
-        secret = clients["secretsmanager"].create_secret(Name="cursor", SecretString="c" * 64)
+        dynamodb, s3 = session.client("dynamodb"), session.client("s3")
+        kms, secrets = session.client("kms"), session.client("secretsmanager")
+        create_tables(dynamodb, TABLE)
+        create_key_table(dynamodb, KEY_TABLE)
+        create_bucket(s3, BUCKET, REGION)
+        key_arn = kms.create_key()["KeyMetadata"]["Arn"]
+        secret = secrets.create_secret(Name="cursor", SecretString="c" * 64)
         env = {
             "AWS_REGION": REGION,
             "ENGRAM_TABLE": TABLE,
@@ -130,23 +131,27 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         index = MemoryLexicalIndex()
         engine = build_engine(
             env,
-            dynamodb_client=clients["dynamodb"],
-            s3_client=clients["s3"],
-            kms_client=clients["kms"],
-            secrets_client=clients["secretsmanager"],
+            dynamodb_client=dynamodb,
+            s3_client=s3,
+            kms_client=kms,
+            secrets_client=secrets,
             lexical_index=index,
             clock=clock,
         )
-        store = ApprovalStore(clients["dynamodb"], TABLE)
+        store = ApprovalStore(dynamodb, TABLE)
         workflow, sfn = load_app("workflow"), FakeSfn()
         workflow.handler.engine = engine
         workflow.handler.approvals = store
         approval = approval_page(
-            store, sfn, clients=clients, data_key_arn=key_arn, now_ms=clock.now_ms
+            store,
+            sfn,
+            clients={"dynamodb": dynamodb, "s3": s3, "kms": kms},
+            data_key_arn=key_arn,
+            now_ms=clock.now_ms,
         )
         drainer = load_app("outbox_drainer")
         drainer.handler.engine = engine
-        yield World(engine, clock, clients["dynamodb"], workflow, approval, sfn, drainer, index)
+        yield World(engine, clock, dynamodb, workflow, approval, sfn, drainer, index)
 
 
 def pending_candidate(world: World, text: str = "Draft note captured by mistake.") -> str:
@@ -162,7 +167,7 @@ def pending_candidate(world: World, text: str = "Draft note captured by mistake.
     )
     invocation = ToolInvocation.model_validate(sample)
     ctx = invocation.trusted_context(HostBinding(TENANT))
-    envelope = world.engine.handle("capture", invocation.arguments, ctx)
+    envelope = handled(world.engine, "capture", invocation.arguments, ctx)
     assert envelope["ok"] is True, envelope
     candidate: str = envelope["output"]["value"]["candidate_id"]
     return candidate
@@ -339,7 +344,8 @@ def sample_context() -> TrustedContext:
 
 def admitted_record(world: World, text: str) -> str:
     candidate_id = pending_candidate(world, text)
-    envelope = world.engine.handle(
+    envelope = handled(
+        world.engine,
         "request_admission",
         {"candidate_id": candidate_id, "idempotency_key": sha(text)[-20:]},
         sample_context(),
@@ -350,8 +356,8 @@ def admitted_record(world: World, text: str) -> str:
 
 
 def search_ids(world: World, query: str) -> list[str]:
-    envelope = world.engine.handle(
-        "search", {"query": query, "purpose_ref": "purpose:general"}, sample_context()
+    envelope = handled(
+        world.engine, "search", {"query": query, "purpose_ref": "purpose:general"}, sample_context()
     )
     assert envelope["ok"], envelope
     return [p["record"]["record_id"] for p in envelope["output"]["value"]["records"]]

@@ -20,6 +20,7 @@ from aws_cryptographic_material_providers.mpl.models import (
     CreateRawAesKeyringInput,
 )
 from aws_encryption_sdk.internal.formatting.deserialize import deserialize_header
+from aws_testing import client_error
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from botocore.stub import Stubber
 from moto import mock_aws
@@ -190,19 +191,7 @@ class _FailingKms:
 
 def _client_error(code: str, status: int = 400) -> Callable[[str], Exception]:
     def make(operation: str) -> Exception:
-        return ClientError(
-            {
-                "Error": {"Code": code, "Message": f"{code} (test)"},
-                "ResponseMetadata": {
-                    "HTTPStatusCode": status,
-                    "HTTPHeaders": {},
-                    "HostId": "",
-                    "RequestId": "test",
-                    "RetryAttempts": 0,
-                },
-            },
-            operation,
-        )
+        return client_error(code, status, operation, f"{code} (test)")
 
     return make
 
