@@ -42,10 +42,8 @@ def test_the_standard_librarys_own_time_belongs_to_the_package_that_called_it() 
         ("/v/lib/python3.12/site-packages/botocore/client.py", "botocore"),
         ("/v/lib/python3.12/site-packages/moto/dynamodb/models/table.py", "moto"),
         ("/w/layers/core/engram_memory/engine/kernel.py", "engram_memory.engine"),
-        (
-            "/w/layers/core/engram_memory/cloud/observability.py",
-            "engram_memory.cloud.observability",
-        ),
+        ("/w/layers/core/engram_memory/cloud/observability.py", "engram_memory.cloud"),
+        ("/w/layers/core/engram_memory/entry.py", "engram_memory.entry"),
         ("/root/.pyenv/versions/3.11.7/lib/python3.11/copy.py", "stdlib"),
         ("~", "stdlib"),
     ],

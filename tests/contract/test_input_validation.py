@@ -36,7 +36,7 @@ NON_NFC = "e\u0301"  # "e" + combining acute: NFC is "\u00e9"
 
 
 def _golden_agent_payload() -> dict[str, Any]:
-    """The golden payload (spec/golden-payload.json) as an agent writes it: no ``scope_ref``."""
+    """The golden payload (tests/fixtures/golden-payload.json) as an agent writes it: no ``scope_ref``."""
     return {
         "schema_version": 2,
         "purpose_ref": "purpose:case",

@@ -46,7 +46,6 @@ from engram_memory.embedded.issuer_keys import issuer_key_path, load_or_create_i
 from engram_memory.embedded.serve import EmbeddedServer, open_server
 from engram_memory.engine.context import TOOLS, Scope
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from engram_memory.mcp_surface.transports import http_app
 
 from engram_testing import capture_args
 
@@ -235,7 +234,7 @@ def serve_http(data_dir: Path) -> Iterator[HttpService]:
     sock = _free_socket()
     port = sock.getsockname()[1]
     embedded = open_server(data_dir, port=port)
-    app = http_app(embedded.surface, bind_host="127.0.0.1")
+    app = embedded.http_app(bind_host="127.0.0.1")
     server = uvicorn.Server(
         uvicorn.Config(
             app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3

@@ -10,7 +10,6 @@ import mcp.types as types
 import pytest
 
 from engram_memory.adapters.local.approvals import FILE_NAME, ApprovalBook
-from engram_memory.embedded.approval_channel import confirmation_mode
 from engram_memory.embedded.cli import main
 from engram_memory.engine.context import Scope
 from engram_memory.engine.gate import (
@@ -19,6 +18,7 @@ from engram_memory.engine.gate import (
     ConfirmationRequest,
     check_approval,
 )
+from engram_memory.mcp_surface.approval_channel import confirmation_mode
 
 T0 = 1_790_000_000_000
 

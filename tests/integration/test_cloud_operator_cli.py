@@ -30,9 +30,9 @@ from engram_memory.cloud.composition import build_engine
 from engram_memory.cloud.drainer import DrainerHandler
 from engram_memory.cloud.operator import REQUIRED_OUTPUTS, resolve_stack
 from engram_memory.cloud.settings import HostBinding
-from engram_memory.embedded.cli import main
 from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.service import Engine
+from engram_memory.entry import main
 
 from engram_testing import capture_args, context
 

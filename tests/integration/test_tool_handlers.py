@@ -34,7 +34,7 @@ from aws_testing import (
     moto_aws,
     tenant_resources,
 )
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from engram_memory.cloud.composition import build_engine, build_execution_gate
 from engram_memory.cloud.observability import AUDIT_MESSAGE, get_logger
@@ -597,7 +597,10 @@ def test_the_bearer_token_crosses_to_the_function_only_as_a_keyed_digest() -> No
 
 
 def test_the_event_model_names_exactly_the_six_tools() -> None:
-    assert set(get_args(ToolName)) == set(TOOLS)
+    tool_name: TypeAdapter[str] = TypeAdapter(ToolName)
+    assert [tool_name.validate_python(tool) for tool in TOOLS] == list(TOOLS)
+    with pytest.raises(ValidationError, match="unknown tool"):
+        tool_name.validate_python("delete_everything")
     assert set(get_args(ConfirmableTool)) == set(CONFIRMABLE)
 
 

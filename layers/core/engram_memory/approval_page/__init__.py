@@ -6,12 +6,16 @@ embedded server and the cloud approval function put their own storage and sign-i
 from __future__ import annotations
 
 from engram_memory.approval_page.handler import (
+    MAX_FORM_BYTES,
     ApprovalDesk,
     DeskAnswer,
     PageRequest,
     PageResponse,
     csrf_token,
+    error_page,
     handle_page,
+    read_form,
+    redirect,
 )
 from engram_memory.approval_page.render import (
     PAGE_HEADERS,
@@ -22,6 +26,7 @@ from engram_memory.approval_page.render import (
 )
 from engram_memory.approval_page.view import (
     ApprovalView,
+    Asked,
     Citation,
     Component,
     Decision,
@@ -32,9 +37,11 @@ from engram_memory.approval_page.view import (
 )
 
 __all__ = [
+    "MAX_FORM_BYTES",
     "PAGE_HEADERS",
     "ApprovalDesk",
     "ApprovalView",
+    "Asked",
     "Citation",
     "Component",
     "Decision",
@@ -44,9 +51,12 @@ __all__ = [
     "PageRequest",
     "PageResponse",
     "csrf_token",
+    "error_page",
     "handle_page",
     "memory_from_record",
     "plain_summary",
+    "read_form",
+    "redirect",
     "render_answered",
     "render_approval",
     "render_error",

@@ -12,7 +12,8 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
+from urllib.parse import parse_qsl
 
 from engram_memory.approval_page.render import (
     CSRF_FIELD,
@@ -23,6 +24,8 @@ from engram_memory.approval_page.render import (
     render_error,
 )
 from engram_memory.approval_page.view import ApprovalView, Decision, PageError
+
+MAX_FORM_BYTES: Final = 4096
 
 
 class ApprovalDesk(Protocol):
@@ -58,6 +61,28 @@ class PageRequest:
     origin: str | None = None  # the POST's Origin header, when the browser sent one
     fetch_site: str | None = None  # its Sec-Fetch-Site header, when the browser sent one
 
+    @classmethod
+    def of(
+        cls,
+        method: str,
+        approval_id: str,
+        credential: str,
+        action_url: str,
+        *,
+        headers: Mapping[str, str],
+        form: Mapping[str, str],
+    ) -> PageRequest:
+        """A host's HTTP request to the page (``headers`` by lower-case name)."""
+        return cls(
+            method=method,
+            approval_id=approval_id,
+            credential=credential,
+            action_url=action_url,
+            form=form,
+            origin=headers.get("origin"),
+            fetch_site=headers.get("sec-fetch-site"),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class PageResponse:
@@ -71,9 +96,23 @@ def csrf_token(key: bytes, *parts: str) -> str:
     return hmac.new(key, "\x1f".join(parts).encode(), hashlib.sha256).hexdigest()
 
 
-def _error(error: PageError) -> PageResponse:
-    status, html = render_error(error)
-    return PageResponse(status, html)
+def read_form(body: bytes, *, limit: int = MAX_FORM_BYTES) -> dict[str, str] | None:
+    """The page's form from a urlencoded body (blank values kept); None when it is larger than
+    ``limit`` bytes."""
+    if len(body) > limit:
+        return None
+    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+
+
+def error_page(error: PageError, status: int | None = None) -> PageResponse:
+    """An error as a page: its own status, or ``status`` (a host's refusal before the page)."""
+    own_status, html = render_error(error)
+    return PageResponse(status or own_status, html)
+
+
+def redirect(location: str) -> PageResponse:
+    """A 302 elsewhere (the sign-in), never cached: it carries a one-time state."""
+    return PageResponse(302, "", {"Location": location, "Cache-Control": "no-store"})
 
 
 def _same_origin(request: PageRequest, allowed_origin: str | None) -> bool:
@@ -90,12 +129,12 @@ def handle_page(
 ) -> PageResponse:
     """Answer one request to ``/approvals/{id}`` (``allowed_origin``: this page's own origin)."""
     if request.method not in ("GET", "POST"):
-        return _error(PageError.BAD_REQUEST)
+        return error_page(PageError.BAD_REQUEST)
     shown = desk.view(request.approval_id, request.credential)
     if isinstance(shown, PageError):
-        return _error(shown)
+        return error_page(shown)
     if shown.expires_at_ms <= now_ms:
-        return _error(PageError.EXPIRED)
+        return error_page(PageError.EXPIRED)
     expected = desk.csrf_token(request.approval_id, request.credential)
     if request.method == "GET":
         html = render_approval(
@@ -103,15 +142,15 @@ def handle_page(
         )
         return PageResponse(200, html)
     if not _same_origin(request, allowed_origin):
-        return _error(PageError.CSRF)
+        return error_page(PageError.CSRF)
     sent = request.form.get(CSRF_FIELD, "")
     if not sent or not hmac.compare_digest(sent.encode(), expected.encode()):
-        return _error(PageError.CSRF)
+        return error_page(PageError.CSRF)
     try:
         decision = Decision(request.form.get(DECISION_FIELD, ""))
     except ValueError:
-        return _error(PageError.BAD_REQUEST)
+        return error_page(PageError.BAD_REQUEST)
     answered = desk.answer(request.approval_id, request.credential, decision, now_ms)
     if isinstance(answered, PageError):
-        return _error(answered)
+        return error_page(answered)
     return PageResponse(200, render_answered(answered.view, answered.decision))

@@ -7,7 +7,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 # by the engine's tool (grant) name; the MCP names add the "engram_memory_" prefix
 ACTIONS: Final = {
@@ -101,6 +101,32 @@ class Decision(enum.StrEnum):
     DECLINE = "decline"
 
 
+class Asked(Protocol):
+    """A question as a host keeps it: the open ``Approval`` and who asked (the embedded book's
+    ``OpenApproval``, the cloud's ``ParkedApproval``)."""
+
+    @property
+    def approval_id(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def target(self) -> str | None: ...
+    @property
+    def principal(self) -> str: ...
+    @property
+    def agent_id(self) -> str | None: ...
+    @property
+    def session_id(self) -> str | None: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def workspace_id(self) -> str: ...
+    @property
+    def reason_ref(self) -> str | None: ...
+    @property
+    def expires_at_ms(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalView:
     """One confirmation as the approver sees it."""
@@ -118,6 +144,26 @@ class ApprovalView:
     memory: Memory | None
     # the cloud: a run commits the approval itself (within 30 s of it), whenever the agent retries
     committed_by_run: bool = False
+
+    @classmethod
+    def of(
+        cls, asked: Asked, memory: Memory | None, *, committed_by_run: bool = False
+    ) -> ApprovalView:
+        """The view of a host's question and the memory it acts on (None: none shown)."""
+        return cls(
+            approval_id=asked.approval_id,
+            tool=asked.tool,
+            target=asked.target,
+            principal=asked.principal,
+            agent_id=asked.agent_id,
+            session_id=asked.session_id,
+            tenant_id=asked.tenant_id,
+            workspace_id=asked.workspace_id,
+            reason_ref=asked.reason_ref,
+            expires_at_ms=asked.expires_at_ms,
+            memory=memory,
+            committed_by_run=committed_by_run,
+        )
 
     @property
     def title(self) -> str:

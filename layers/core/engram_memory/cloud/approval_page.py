@@ -24,7 +24,8 @@ step. Nothing here logs a cookie, a code, a token or the memory's text.
 
 What the page shows: forget, the record's text and citations (read from the canonical table, or
 its S3 blob when large); withdraw, the pending candidate's digest and capture time only (this
-function holds no KMS permission on the data key: see README, "Approving in the cloud").
+function holds no KMS permission on the data key: see docs/deploying-aws.md, "Approving in the
+cloud").
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from engram_memory.approval_page import (
-    PAGE_HEADERS,
     ApprovalView,
     Decision,
     DeskAnswer,
@@ -53,9 +53,11 @@ from engram_memory.approval_page import (
     PageRequest,
     PageResponse,
     csrf_token,
+    error_page,
     handle_page,
     memory_from_record,
-    render_error,
+    read_form,
+    redirect,
     render_signed_in,
 )
 from engram_memory.cloud.approvals import (
@@ -83,13 +85,11 @@ from engram_memory.cloud.settings import (
     read_secret_bytes,
 )
 from engram_memory.engine.context import Scope
-from engram_memory.engine.gate import APPROVAL_TTL_MS
 from engram_memory.engine.kernel import checked_record
 from engram_memory.engine.ports import RecordKeys, StoreUnavailable, VaultUnavailable
 
 APPROVALS_PATH: Final = "/approvals"
 CALLBACK_PATH: Final = "/approvals/callback"
-MAX_FORM_BYTES: Final = 4096
 FETCH_TIMEOUT_S: Final = 5.0
 MAX_DOCUMENT_BYTES: Final = 1_000_000
 _APPROVAL_ID: Final = re.compile(APPROVAL_ID_PATTERN)
@@ -127,20 +127,7 @@ def https_fetch(context: ssl.SSLContext | None = None) -> Fetch:
 
 
 def _view(parked: ParkedApproval, memory: Memory | None) -> ApprovalView:
-    return ApprovalView(
-        approval_id=parked.approval_id,
-        tool=parked.tool,
-        target=parked.target,
-        principal=parked.principal,
-        agent_id=parked.agent_id,
-        session_id=parked.session_id,
-        tenant_id=parked.tenant_id,
-        workspace_id=parked.workspace_id,
-        reason_ref=parked.reason_ref,
-        expires_at_ms=parked.issued_at_ms + APPROVAL_TTL_MS,
-        memory=memory,
-        committed_by_run=True,  # the Step Functions run commits it
-    )
+    return ApprovalView.of(parked, memory, committed_by_run=True)  # the run commits it
 
 
 class StoredMemories:
@@ -264,7 +251,7 @@ class _Request:
     query: Mapping[str, str]
     headers: Mapping[str, str]
     cookie_header: str
-    body: str
+    body: bytes
 
     @classmethod
     def of(cls, event: Mapping[str, Any]) -> _Request:
@@ -272,9 +259,8 @@ class _Request:
         headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
         # payload 2.0 moves the Cookie header into ``cookies``
         cookies = "; ".join(str(c) for c in event.get("cookies") or []) or headers.get("cookie", "")
-        body = str(event.get("body") or "")
-        if event.get("isBase64Encoded") and body:
-            body = base64.b64decode(body).decode("utf-8", "replace")
+        text = str(event.get("body") or "")
+        body = base64.b64decode(text) if event.get("isBase64Encoded") else text.encode()
         return cls(
             method=str(http.get("method", "GET")).upper(),
             path=str(event.get("rawPath") or http.get("path") or ""),
@@ -286,20 +272,18 @@ class _Request:
         )
 
     def form(self) -> dict[str, str]:
+        """The posted form; none unless urlencoded and at most ``MAX_FORM_BYTES``."""
         if "application/x-www-form-urlencoded" not in self.headers.get("content-type", ""):
             return {}
-        if len(self.body.encode()) > MAX_FORM_BYTES:
-            return {}
-        return dict(parse_qsl(self.body))
+        return read_form(self.body) or {}
 
 
-def _answer(
-    status: int, html: str, *, headers: Mapping[str, str] | None = None, cookies: list[str]
-) -> dict[str, Any]:
+def _response(page: PageResponse, cookies: list[str] | None = None) -> dict[str, Any]:
+    """The page as the HTTP API's response (payload 2.0), with the cookies to set."""
     response: dict[str, Any] = {
-        "statusCode": status,
-        "headers": dict(PAGE_HEADERS) | dict(headers or {}),
-        "body": html,
+        "statusCode": page.status,
+        "headers": dict(page.headers),
+        "body": page.html,
     }
     if cookies:
         response["cookies"] = cookies
@@ -307,8 +291,7 @@ def _answer(
 
 
 def _error(error: PageError, cookies: list[str] | None = None) -> dict[str, Any]:
-    status, html = render_error(error)
-    return _answer(status, html, cookies=cookies or [])
+    return _response(error_page(error), cookies)
 
 
 @dataclass
@@ -429,25 +412,18 @@ class ApprovalHandler:
         session = cookie_value(request.cookie_header, SESSION_COOKIE) or ""
         if parts.cookies.approver(session) is None:
             return self._sign_in(parts, request)
-        page = handle_page(
-            parts.desk,
-            PageRequest(
-                method=request.method,
-                approval_id=request.approval_id,
-                credential=session,
-                action_url=f"{APPROVALS_PATH}/{request.approval_id}",
-                form=request.form(),
-                origin=request.headers.get("origin"),
-                fetch_site=request.headers.get("sec-fetch-site"),
-            ),
-            now_ms=self.now_ms(),
-            allowed_origin=parts.origin,
+        page_request = PageRequest.of(
+            request.method,
+            request.approval_id,
+            session,
+            f"{APPROVALS_PATH}/{request.approval_id}",
+            headers=request.headers,
+            form=request.form(),
         )
-        return self._page(page)
-
-    @staticmethod
-    def _page(page: PageResponse) -> dict[str, Any]:
-        return _answer(page.status, page.html, headers=page.headers, cookies=[])
+        page = handle_page(
+            parts.desk, page_request, now_ms=self.now_ms(), allowed_origin=parts.origin
+        )
+        return _response(page)
 
     def _sign_in(self, parts: _Parts, request: _Request) -> dict[str, Any]:
         """No session: a GET goes to the identity provider and comes back here; a POST (its
@@ -458,12 +434,7 @@ class ApprovalHandler:
             url, pending = parts.signin.start(f"{APPROVALS_PATH}/{request.approval_id}")
         except (SignInFailed, IssuerKeysUnavailable):
             return _error(PageError.UNAVAILABLE)
-        return {
-            "statusCode": 302,
-            "headers": {"Location": url, "Cache-Control": "no-store"},
-            "cookies": [parts.cookies.pending_cookie(pending)],
-            "body": "",
-        }
+        return _response(redirect(url), [parts.cookies.pending_cookie(pending)])
 
     def _callback(self, parts: _Parts, request: _Request) -> dict[str, Any]:
         cleared = [SignedCookies.cleared(SIGNIN_COOKIE)]
@@ -486,7 +457,7 @@ class ApprovalHandler:
         ):
             return _error(PageError.NOT_FOUND, cleared)
         session = parts.cookies.session_cookie(subject)
-        return _answer(200, render_signed_in(return_to), cookies=[*cleared, session])
+        return _response(PageResponse(200, render_signed_in(return_to)), [*cleared, session])
 
 
 __all__ = [

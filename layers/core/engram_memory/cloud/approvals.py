@@ -175,33 +175,44 @@ class ApprovalStore:
             agent_id=ctx.agent_id,
             session_id=ctx.session_id,
         )
-        item: dict[str, Any] = {
-            **self._key(approval_id),
-            **to_item(parked),
-            "ttl": _n(issued_at_ms // 1000 + APPROVAL_TOKEN_TTL_S),
-        }
+        if self._put_new(parked):
+            return approval_id
+        # A retried await_approval step: the execution already has its approval; hand it the
+        # new task token unless the human has answered already.
+        existing = self.for_execution(execution_name)
+        if existing is None:
+            raise StoreUnavailable("could not park the task token")
+        self._update(
+            existing.approval_id,
+            "SET task_token = :token",
+            "attribute_exists(pk) AND attribute_not_exists(used_at_ms)",
+            {":token": _s(task_token)},
+            failure="could not park the task token",
+        )  # answered meanwhile (False): the answer went to the earlier token
+        return existing.approval_id
+
+    def _put_new(self, parked: ParkedApproval) -> bool:
+        """Write the parked token and its execution pointer in one transaction; False when the
+        execution has parked one already."""
+        ttl = _n(parked.issued_at_ms // 1000 + APPROVAL_TOKEN_TTL_S)
+        item = {**self._key(parked.approval_id), **to_item(parked), "ttl": ttl}
         pointer = {
-            **self._pointer_key(execution_name),
-            "approval_id": _s(approval_id),
-            "ttl": item["ttl"],
+            **self._pointer_key(parked.execution_name),
+            "approval_id": _s(parked.approval_id),
+            "ttl": ttl,
         }
         from botocore.exceptions import BotoCoreError, ClientError
 
+        new = "attribute_not_exists(pk)"
         try:
             self._db.transact_write_items(
                 TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self._table,
-                            "Item": item,
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
-                    },
+                    {"Put": {"TableName": self._table, "Item": item, "ConditionExpression": new}},
                     {
                         "Put": {
                             "TableName": self._table,
                             "Item": pointer,
-                            "ConditionExpression": "attribute_not_exists(pk)",
+                            "ConditionExpression": new,
                         }
                     },
                 ]
@@ -209,34 +220,42 @@ class ApprovalStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
                 raise StoreUnavailable("could not park the task token") from exc
-            # A retried await_approval step: the execution already has its approval; hand it
-            # the new task token unless the human has answered already.
-            existing = self.for_execution(execution_name)
-            if existing is None:
-                raise StoreUnavailable("could not park the task token") from exc
-            self._refresh_token(existing.approval_id, task_token)
-            return existing.approval_id
+            return False
         except BotoCoreError as exc:
             raise StoreUnavailable("could not park the task token") from exc
-        return approval_id
+        return True
 
-    def _refresh_token(self, approval_id: str, task_token: str) -> None:
+    def _update(
+        self,
+        approval_id: str,
+        update: str,
+        condition: str,
+        values: dict[str, Any],
+        *,
+        failure: str,
+        old: bool = False,
+    ) -> dict[str, Any] | None:
+        """One conditional ``UpdateItem`` of a parked token: None when the condition does not
+        hold, else the item's old attributes (``old``) or {}; ``StoreUnavailable(failure)``."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            self._db.update_item(
+            response = self._db.update_item(
                 TableName=self._table,
                 Key=self._key(approval_id),
-                UpdateExpression="SET task_token = :token",
-                ConditionExpression="attribute_exists(pk) AND attribute_not_exists(used_at_ms)",
-                ExpressionAttributeValues={":token": _s(task_token)},
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
+                **({"ReturnValues": "ALL_OLD"} if old else {}),
             )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return  # answered meanwhile: the answer went to the earlier token
-            raise StoreUnavailable("could not park the task token") from exc
+                return None
+            raise StoreUnavailable(failure) from exc
         except BotoCoreError as exc:
-            raise StoreUnavailable("could not park the task token") from exc
+            raise StoreUnavailable(failure) from exc
+        attributes: dict[str, Any] = response.get("Attributes", {}) if old else {}
+        return attributes
 
     def _pointer_key(self, execution_name: str) -> dict[str, Any]:
         return {"pk": _s(f"APPROVAL_EXEC#{execution_name}"), "sk": _s(_POINTER_SK)}
@@ -263,24 +282,15 @@ class ApprovalStore:
 
     def take(self, approval_id: str, now_ms: int) -> ParkedApproval | None:
         """Consume the token (conditional, single use); ``None`` when unknown or already used."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            response = self._db.update_item(
-                TableName=self._table,
-                Key=self._key(approval_id),
-                UpdateExpression="SET used_at_ms = :now REMOVE task_token",
-                ConditionExpression="attribute_exists(task_token) AND attribute_not_exists(used_at_ms)",
-                ExpressionAttributeValues={":now": _n(now_ms)},
-                ReturnValues="ALL_OLD",
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return None
-            raise StoreUnavailable("could not consume the parked approval") from exc
-        except BotoCoreError as exc:
-            raise StoreUnavailable("could not consume the parked approval") from exc
-        return from_item(response["Attributes"])
+        taken = self._update(
+            approval_id,
+            "SET used_at_ms = :now REMOVE task_token",
+            "attribute_exists(task_token) AND attribute_not_exists(used_at_ms)",
+            {":now": _n(now_ms)},
+            failure="could not consume the parked approval",
+            old=True,
+        )
+        return None if taken is None else from_item(taken)
 
     def first_report(self, approval_id: str, now_ms: int) -> bool:
         """Mark the commit of this approval's run as reported to the agent; True the first time.
@@ -289,23 +299,14 @@ class ApprovalStore:
         answered (in the client, or on the page before the agent's retry); every later one is
         a replay. One conditional ``UpdateItem``; an unknown id is never a first report.
         """
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            self._db.update_item(
-                TableName=self._table,
-                Key=self._key(approval_id),
-                UpdateExpression="SET reported_at_ms = :now",
-                ConditionExpression="attribute_exists(pk) AND attribute_not_exists(reported_at_ms)",
-                ExpressionAttributeValues={":now": _n(now_ms)},
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            raise StoreUnavailable("could not mark the report") from exc
-        except BotoCoreError as exc:
-            raise StoreUnavailable("could not mark the report") from exc
-        return True
+        marked = self._update(
+            approval_id,
+            "SET reported_at_ms = :now",
+            "attribute_exists(pk) AND attribute_not_exists(reported_at_ms)",
+            {":now": _n(now_ms)},
+            failure="could not mark the report",
+        )
+        return marked is not None
 
 
 def execution_name(workflow: str, ledger_key: str) -> str:

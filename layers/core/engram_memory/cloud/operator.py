@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from engram_memory.cloud.composition import build_engine
 from engram_memory.cloud.settings import ConfigurationError, client_config
@@ -42,9 +42,14 @@ from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import AuditEvent, IndexHit, IndexUnavailable, ProjectionChange
 from engram_memory.engine.service import Engine
+from engram_memory.operator_plane.seat import AuditPage, SeatFailure, UsageError
 
 if TYPE_CHECKING:
     from boto3.session import Session
+
+    from engram_memory.operator_plane.seat import UseCase
+
+T = TypeVar("T")
 
 __all__ = [
     "CloudWatchAuditSink",
@@ -52,6 +57,7 @@ __all__ = [
     "OperatorSession",
     "StackError",
     "StackResources",
+    "StackSeat",
     "open_stack",
     "operator_identity",
     "resolve_stack",
@@ -402,3 +408,94 @@ def rotate_stack_keys(op: OperatorSession) -> dict[str, Any]:
     return audited(
         op.engine, op.scope("*"), op.operator, "keys_rotate", op.resources.data_key_arn, run
     )
+
+
+class StackSeat:
+    """A deployed stack, opened for the caller of the operator's AWS credentials: the cloud's
+    ``operator_plane.seat.OperatorSeat``. The stack is resolved on first need, so a command this
+    host does not have (``audit``, ``policy``) is refused without touching AWS."""
+
+    def __init__(self, stack_name: str, *, region: str | None = None, **open_options: Any) -> None:
+        self._stack_name = stack_name
+        self._region = region
+        self._open_options = open_options
+        self._op: OperatorSession | None = None
+        self.notes: list[str] = []
+
+    @property
+    def session(self) -> OperatorSession:
+        if self._op is None:
+            try:
+                self._op = open_stack(self._stack_name, region=self._region, **self._open_options)
+            except StackError as error:
+                raise SeatFailure(str(error)) from None
+            self.notes = self._op.notes
+        return self._op
+
+    @property
+    def operator(self) -> str:
+        return self.session.operator
+
+    @property
+    def tenant_id(self) -> str:
+        return self.session.resources.tenant_id
+
+    def _aws(self, run: Callable[[OperatorSession], T]) -> T:
+        """Run against AWS; a refusal of the operator's role is one line, not a traceback."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return run(self.session)
+        except (BotoCoreError, ClientError) as error:  # e.g. AccessDenied for the operator's role
+            code = (
+                error.response.get("Error", {}).get("Code")
+                if isinstance(error, ClientError)
+                else ""
+            )
+            raise SeatFailure(f"AWS answered {code or type(error).__name__}") from None
+
+    def call(self, workspace: str, run: UseCase[T], *, mutates: bool) -> T:
+        def on_stack(op: OperatorSession) -> T:
+            result = run(op.engine, op.scope(workspace), op.operator)
+            if mutates:  # the drainer applies the projection changes the operation left
+                op.finish()
+            return result
+
+        return self._aws(on_stack)
+
+    def backup(self, target: str | None) -> dict[str, Any]:
+        from engram_memory.cloud.stack_backup import backup_stack
+
+        return self._aws(lambda op: backup_stack(op, to=target))
+
+    def restore(self, source: str, *, new_keys: bool) -> dict[str, Any]:
+        from engram_memory.cloud.stack_backup import restore_stack
+
+        return self._aws(lambda op: restore_stack(op, source, new_keys=new_keys))
+
+    def rotate_keys(self) -> dict[str, Any]:
+        return self._aws(rotate_stack_keys)
+
+    def reindex(self, workspace: str) -> dict[str, Any]:
+        return self._aws(lambda op: reindex_stack(op, workspace))
+
+    def audit(self, limit: int) -> AuditPage:
+        raise UsageError(
+            "with --stack, the audit is in CloudWatch Logs: the functions' log groups and the"
+            " stack's OperatorAuditLogGroupName output (e.g. CloudWatch Logs Insights,"
+            " message = 'audit')"
+        )
+
+    def policy_lines(self) -> list[str]:
+        raise UsageError(_POLICY_ON_STACK)
+
+    def set_admission_mode(self, mode: str) -> list[str]:
+        raise UsageError(_POLICY_ON_STACK)
+
+    def close(self) -> None:
+        """The clients close with the process; nothing is held open on the stack."""
+
+
+_POLICY_ON_STACK: Final = (
+    "with --stack, the admission mode is the stack's AdmissionMode parameter (sam deploy)"
+)

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
@@ -38,7 +39,7 @@ from pydantic import (
 )
 
 from engram_memory.adapters.aws.client_config import client_config
-from engram_memory.engine.context import RetentionPolicy
+from engram_memory.engine.context import TOOLS, RetentionPolicy
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -118,7 +119,16 @@ def _json(value: Any) -> Any:
 Text = Annotated[str, Field(min_length=1)]
 Csv = Annotated[list[str], BeforeValidator(_csv)]
 Https = Annotated[str, Field(pattern=r"^https://[^\s/?#]+(/[^\s?#]*)?$")]
-ToolName = Literal["search", "get", "capture", "request_admission", "withdraw", "forget"]
+
+
+def _known_tool(name: str) -> str:
+    if name not in TOOLS:
+        raise ValueError(f"unknown tool {name!r} (the tools are {', '.join(TOOLS)})")
+    return name
+
+
+# A tool's grant name (engine.context.TOOLS: the contract's tools, so a new tool needs no edit here).
+ToolName = Annotated[str, AfterValidator(_known_tool)]
 
 
 class _Settings(BaseModel):

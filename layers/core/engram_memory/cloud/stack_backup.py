@@ -245,6 +245,76 @@ def _key_store(op: OperatorSession) -> dict[str, str]:
     return {"key_table_arn": str(table["TableArn"]), "data_key_arn": op.resources.data_key_arn}
 
 
+def _export(
+    op: OperatorSession,
+    table_arn: str,
+    bucket: str,
+    prefix: str,
+    *,
+    sleep: Callable[[float], None],
+    poll_s: float,
+    wait_s: float,
+) -> dict[str, Any]:
+    """A point-in-time export of the canonical table to ``s3://bucket/prefix``, waited for."""
+    export: dict[str, Any] = op.dynamodb.export_table_to_point_in_time(
+        TableArn=table_arn,
+        S3Bucket=bucket,
+        S3Prefix=prefix,
+        ExportFormat="DYNAMODB_JSON",
+    )["ExportDescription"]
+    waited = 0.0
+    while export["ExportStatus"] == "IN_PROGRESS":
+        if waited >= wait_s:
+            raise OperationRefused(
+                ErrorCode.BACKUP_INVALID,
+                f"the export {export['ExportArn']} is still running; it completes on its own,"
+                " but this command stopped waiting: take the backup again",
+            )
+        sleep(poll_s)
+        waited += poll_s
+        export = op.dynamodb.describe_export(ExportArn=export["ExportArn"])["ExportDescription"]
+    if export["ExportStatus"] != "COMPLETED":
+        raise OperationRefused(
+            ErrorCode.BACKUP_INVALID,
+            f"the export failed: {export.get('FailureCode')}: {export.get('FailureMessage')}",
+        )
+    return export
+
+
+def _write_manifest(
+    op: OperatorSession,
+    bucket: str,
+    prefix: str,
+    export: dict[str, Any],
+    table_arn: str,
+    data_files: list[str],
+    checked: _Checked,
+) -> None:
+    resources = op.resources
+    manifest = {
+        "format": FORMAT,
+        "stack": resources.stack_name,
+        "tenant_id": resources.tenant_id,
+        "export_arn": export["ExportArn"],
+        "export_time": str(export.get("ExportTime", "")),
+        "table_arn": table_arn,
+        "data_files": data_files,
+        "items": len(checked.items),
+        "journal_heads": checked.heads,
+        "records": checked.records,
+        "blobs": checked.blobs,
+        "key_store": _key_store(op),
+        "keys_included": False,
+        "projections_included": False,
+    }
+    op.s3.put_object(
+        Bucket=bucket,
+        Key=f"{prefix}/{MANIFEST}",
+        Body=json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"),
+        ContentType="application/json",
+    )
+
+
 def backup_stack(
     op: OperatorSession,
     *,
@@ -267,28 +337,7 @@ def backup_stack(
                 ErrorCode.BACKUP_INVALID, f"s3://{bucket}/{prefix}/ already holds objects"
             )
         table_arn = op.dynamodb.describe_table(TableName=resources.table)["Table"]["TableArn"]
-        export = op.dynamodb.export_table_to_point_in_time(
-            TableArn=table_arn,
-            S3Bucket=bucket,
-            S3Prefix=prefix,
-            ExportFormat="DYNAMODB_JSON",
-        )["ExportDescription"]
-        waited = 0.0
-        while export["ExportStatus"] == "IN_PROGRESS":
-            if waited >= wait_s:
-                raise OperationRefused(
-                    ErrorCode.BACKUP_INVALID,
-                    f"the export {export['ExportArn']} is still running; it completes on its own,"
-                    " but this command stopped waiting: take the backup again",
-                )
-            sleep(poll_s)
-            waited += poll_s
-            export = op.dynamodb.describe_export(ExportArn=export["ExportArn"])["ExportDescription"]
-        if export["ExportStatus"] != "COMPLETED":
-            raise OperationRefused(
-                ErrorCode.BACKUP_INVALID,
-                f"the export failed: {export.get('FailureCode')}: {export.get('FailureMessage')}",
-            )
+        export = _export(op, table_arn, bucket, prefix, sleep=sleep, poll_s=poll_s, wait_s=wait_s)
         data_files = sorted(
             key
             for key in _objects(op.s3, bucket, f"{prefix}/AWSDynamoDB/")
@@ -305,28 +354,7 @@ def backup_stack(
                 Key=f"{prefix}/blobs/{key}",
                 CopySource={"Bucket": resources.blob_bucket, "Key": key},
             )
-        manifest = {
-            "format": FORMAT,
-            "stack": resources.stack_name,
-            "tenant_id": resources.tenant_id,
-            "export_arn": export["ExportArn"],
-            "export_time": str(export.get("ExportTime", "")),
-            "table_arn": table_arn,
-            "data_files": data_files,
-            "items": len(checked.items),
-            "journal_heads": checked.heads,
-            "records": checked.records,
-            "blobs": checked.blobs,
-            "key_store": _key_store(op),
-            "keys_included": False,
-            "projections_included": False,
-        }
-        op.s3.put_object(
-            Bucket=bucket,
-            Key=f"{prefix}/{MANIFEST}",
-            Body=json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8"),
-            ContentType="application/json",
-        )
+        _write_manifest(op, bucket, prefix, export, table_arn, data_files, checked)
         call.digests["exported_items"] = str(len(checked.items))
         return {
             "backup": f"s3://{bucket}/{prefix}",
@@ -379,6 +407,50 @@ def _write(op: OperatorSession, items: list[Item]) -> None:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE)
 
 
+def _may_restore(op: OperatorSession, manifest: dict[str, Any], *, new_keys: bool) -> bool:
+    """Refuse a restore onto another tenant, a table that holds memories, or a key store that
+    is not the backup's (unless ``new_keys``); answer whether the key store is the backup's."""
+    resources = op.resources
+    if manifest.get("tenant_id") != resources.tenant_id:
+        raise OperationRefused(
+            ErrorCode.RESTORE_REFUSED,
+            f"the backup is of tenant {manifest.get('tenant_id')!r}, the stack serves"
+            f" {resources.tenant_id!r}",
+        )
+    if op.engine.read(op.engine.store.scopes):
+        raise OperationRefused(
+            ErrorCode.RESTORE_REFUSED,
+            f"the table of stack {resources.stack_name} already holds memories; restore"
+            " into a new stack (or one whose table is empty)",
+        )
+    own_keys = manifest.get("key_store") == _key_store(op)
+    if not own_keys and not new_keys:
+        raise OperationRefused(
+            ErrorCode.RESTORE_REFUSED,
+            f"the key store of stack {resources.stack_name} is not the backup's (keys are"
+            " never in a backup); restore into the stack whose key table and data key the"
+            " backup names, or pass --new-keys to restore the records on this stack's keys"
+            " (pending candidates will not open)",
+        )
+    return own_keys
+
+
+def _reproject(op: OperatorSession, restored: dict[str, int]) -> tuple[int, int]:
+    """Rebuild every restored workspace's search documents (the drainer's reindex); answer
+    (documents projected, pending candidates whose key is gone)."""
+    projected = unopenable = 0
+    for name in restored:
+        workspace_id = name.partition("/")[2]
+        answer = op.invoke_drainer({"operation": "reindex", "workspace_id": workspace_id})
+        projected += int(answer.get("indexed", 0))
+        scope = Scope(op.resources.tenant_id, workspace_id)
+        after = ""
+        while rows := op.engine.store.candidates_list(scope, "pending", after, 500):
+            unopenable += sum(1 for row in rows if not op.engine.vault.key_exists(row.key_ref))
+            after = rows[-1].candidate_id
+    return projected, unopenable
+
+
 def restore_stack(op: OperatorSession, source: str, *, new_keys: bool = False) -> dict[str, Any]:
     """Restore the backup at ``source`` into the stack (see the module docstring)."""
     resources = op.resources
@@ -392,27 +464,7 @@ def restore_stack(op: OperatorSession, source: str, *, new_keys: bool = False) -
             lambda key: _read(op.s3, bucket, f"{prefix}/blobs/{key}"),
             op.engine.record_keys,
         )
-        if manifest.get("tenant_id") != resources.tenant_id:
-            raise OperationRefused(
-                ErrorCode.RESTORE_REFUSED,
-                f"the backup is of tenant {manifest.get('tenant_id')!r}, the stack serves"
-                f" {resources.tenant_id!r}",
-            )
-        if op.engine.read(op.engine.store.scopes):
-            raise OperationRefused(
-                ErrorCode.RESTORE_REFUSED,
-                f"the table of stack {resources.stack_name} already holds memories; restore"
-                " into a new stack (or one whose table is empty)",
-            )
-        own_keys = manifest.get("key_store") == _key_store(op)
-        if not own_keys and not new_keys:
-            raise OperationRefused(
-                ErrorCode.RESTORE_REFUSED,
-                f"the key store of stack {resources.stack_name} is not the backup's (keys are"
-                " never in a backup); restore into the stack whose key table and data key the"
-                " backup names, or pass --new-keys to restore the records on this stack's keys"
-                " (pending candidates will not open)",
-            )
+        own_keys = _may_restore(op, manifest, new_keys=new_keys)
         for key in checked.blobs:
             op.s3.copy_object(
                 Bucket=resources.blob_bucket,
@@ -431,17 +483,7 @@ def restore_stack(op: OperatorSession, source: str, *, new_keys: bool = False) -
             raise OperationRefused(
                 ErrorCode.BACKUP_INVALID, "the restored journals differ from the backup's"
             )
-        projected = 0
-        unopenable = 0
-        for name in restored:
-            workspace_id = name.partition("/")[2]
-            answer = op.invoke_drainer({"operation": "reindex", "workspace_id": workspace_id})
-            projected += int(answer.get("indexed", 0))
-            scope = Scope(resources.tenant_id, workspace_id)
-            after = ""
-            while rows := op.engine.store.candidates_list(scope, "pending", after, 500):
-                unopenable += sum(1 for row in rows if not op.engine.vault.key_exists(row.key_ref))
-                after = rows[-1].candidate_id
+        projected, unopenable = _reproject(op, restored)
         call.digests["restored_items"] = str(len(kept))
         return {
             "restored": resources.stack_name,

@@ -9,7 +9,7 @@ models (``contract.schemas``).
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -44,6 +44,27 @@ class ClosedModel(BaseModel):
                         "null_value", "omit optional fields; null is not allowed"
                     )
         return data
+
+
+# What a tool does to memory, as its MCP annotations say it (read-only; an idempotent write;
+# an idempotent destructive write that needs a human's confirmation).
+ToolEffect = Literal["read", "write", "destructive"]
+
+TOOL_ERRORS: Final = (
+    " Every result is an envelope: act on ok, error.code and error.retriable, never on the message."
+    " retriable: back off and retry (for a mutation, with the same idempotency_key and identical"
+    " arguments)."
+)
+
+
+class ToolInput(ClosedModel):
+    """Base of the six tools' inputs: a tool is its input model, which also carries what an agent
+    reads about the tool in ``tools/list`` (title, description, effect), so adding a tool means
+    one input model, one output model, one use case and its wiring."""
+
+    tool_title: ClassVar[str]
+    tool_effect: ClassVar[ToolEffect]
+    tool_description: ClassVar[str]
 
 
 def _distinct(values: list[str]) -> list[str]:
@@ -84,8 +105,20 @@ class CapabilityPolicy(ClosedModel):
     )
 
 
-class SearchInput(ClosedModel):
+class SearchInput(ToolInput):
     """Find current, accepted memories with citations and a rank receipt."""
+
+    tool_title: ClassVar[str] = "Search memory"
+    tool_effect: ClassVar[ToolEffect] = "read"
+    tool_description: ClassVar[str] = (
+        "Search durable, admitted memories of this workspace (decisions with their reasons, verified"
+        " facts with citations, conventions, recurring pitfalls and fixes). Use it before capture, and"
+        " before answering from assumptions. Returns only current accepted records, each with its"
+        " citations, a score and a rank, plus a rank receipt. records: [] means no match."
+        " STALE_PAGE: search again without page_cursor. PROJECTION_OVERSIZED / RESULT_TOO_LARGE: lower"
+        " limit or raise max_packet_bytes. RANKING_UNAVAILABLE: retry, or ask for lexical ranking."
+        + TOOL_ERRORS
+    )
 
     query: QueryText = Field(description="What to look for: 1..8,192 UTF-8 bytes, NFC.")
     purpose_ref: Ref = Field(description="The purpose your host bound; must match it exactly.")
@@ -111,8 +144,16 @@ class SearchInput(ClosedModel):
 # --------------------------------------------------------------------------------------------
 
 
-class GetInput(ClosedModel):
+class GetInput(ToolInput):
     """Read one known, current record without ranking."""
+
+    tool_title: ClassVar[str] = "Get a memory"
+    tool_effect: ClassVar[ToolEffect] = "read"
+    tool_description: ClassVar[str] = (
+        "Read one known record by record_id (copied exactly from search or admission), without ranking,"
+        " with a read receipt. NOT_FOUND means unknown, out of your scope or no longer current —"
+        " indistinguishable by design; do not probe variants." + TOOL_ERRORS
+    )
 
     record_id: RecordId = Field(description="A record_id exactly as returned (mem_ + base32).")
     purpose_ref: Ref = Field(description="The purpose your host bound; must match it exactly.")
@@ -249,8 +290,23 @@ class Evidence(ClosedModel):
         return self
 
 
-class CaptureInput(ClosedModel):
+class CaptureInput(ToolInput):
     """Submit cited material as an encrypted pending candidate."""
+
+    tool_title: ClassVar[str] = "Capture a memory (pending)"
+    tool_effect: ClassVar[ToolEffect] = "write"
+    tool_description: ClassVar[str] = (
+        "Submit durable, cited knowledge worth finding again later (a decision and its reason, a"
+        " verified fact with a source, a convention, a hand-off fact) as an encrypted PENDING candidate."
+        " Search first: if an equivalent current record exists, cite its record_id instead. Never"
+        " capture secrets, credentials, tokens, passwords, connection strings, .env values or the host's"
+        " own ids; never capture chat transcripts, raw tool output, temporary task state or speculation."
+        " A candidate is not searchable or readable until request_admission accepts it; a candidate_id"
+        " is not a record_id. status committed_pending = new candidate; duplicate_exact = the same"
+        " idempotency_key with the same content again (not a semantic duplicate check)."
+        " DIGEST_CONFLICT: the key was used for other content. Omit retention and reconciliation unless"
+        " instructed." + TOOL_ERRORS
+    )
 
     idempotency_key: IdempotencyKey = Field(
         description="16..256 UTF-8 bytes, NFC; one key per logical operation, reused on retry."
@@ -294,8 +350,19 @@ class CaptureInput(ClosedModel):
 # --------------------------------------------------------------------------------------------
 
 
-class RequestAdmissionInput(ClosedModel):
+class RequestAdmissionInput(ToolInput):
     """Ask the host's admission policy to decide on one of your pending candidates."""
+
+    tool_title: ClassVar[str] = "Request admission of a memory"
+    tool_effect: ClassVar[ToolEffect] = "write"
+    tool_description: ClassVar[str] = (
+        "Ask the host's admission policy to decide on one of your pending candidates. You cannot supply"
+        " or influence the decision; report the outcome exactly. accepted: the record is now current and"
+        " outcome.record_id identifies it. rejected: the policy refused it (e.g. it held a secret); the"
+        " candidate is destroyed. pending_adjudication: a human decides later; nothing was stored —"
+        " including when forgotten content was captured again. These are successful outcomes, not"
+        " errors. NOT_FOUND: unknown, not yours, or not pending." + TOOL_ERRORS
+    )
 
     candidate_id: CandidateId = Field(description="A candidate_id exactly as capture returned it.")
     idempotency_key: IdempotencyKey = Field(
@@ -303,8 +370,19 @@ class RequestAdmissionInput(ClosedModel):
     )
 
 
-class WithdrawInput(ClosedModel):
+class WithdrawInput(ToolInput):
     """End one of your pending candidates and crypto-shred it (needs human confirmation)."""
+
+    tool_title: ClassVar[str] = "Withdraw a pending memory"
+    tool_effect: ClassVar[ToolEffect] = "destructive"
+    tool_description: ClassVar[str] = (
+        "End one of your pending candidates (for example captured by mistake) and crypto-shred it: its"
+        " data key is destroyed, so it can never be read again. Needs a human's confirmation, which the"
+        " host asks for; you cannot confirm yourself. gate_failed: the human declined or the confirmation"
+        " failed — ask the human through the host, do not retry blindly. ALREADY_TERMINAL: already"
+        " withdrawn or rejected. ILLEGAL_TRANSITION: it was admitted; use forget on its record."
+        + TOOL_ERRORS
+    )
 
     candidate_id: CandidateId = Field(description="A candidate_id exactly as capture returned it.")
     idempotency_key: IdempotencyKey = Field(
@@ -313,8 +391,18 @@ class WithdrawInput(ClosedModel):
     reason_ref: Ref = Field(description="Opaque reference to why; shown to the human who confirms.")
 
 
-class ForgetInput(ClosedModel):
+class ForgetInput(ToolInput):
     """Make an admitted record permanently ineligible (needs human confirmation)."""
+
+    tool_title: ClassVar[str] = "Forget a memory"
+    tool_effect: ClassVar[ToolEffect] = "destructive"
+    tool_description: ClassVar[str] = (
+        "Make an admitted record permanently ineligible: search and get stop returning it at once and"
+        " the same content can never be admitted again without a human. Needs a human's confirmation,"
+        " which the host asks for. gate_failed: declined or failed confirmation. ALREADY_TERMINAL: it"
+        " was already forgotten. projection_invalidation pending/complete reports the index clean-up,"
+        " which completes on its own." + TOOL_ERRORS
+    )
 
     record_id: RecordId = Field(description="A record_id exactly as returned.")
     idempotency_key: IdempotencyKey = Field(
@@ -323,7 +411,8 @@ class ForgetInput(ClosedModel):
     reason_ref: Ref = Field(description="Opaque reference to why; shown to the human who confirms.")
 
 
-INPUT_MODELS: dict[str, type[ClosedModel]] = {
+# The tools, in the order agents see them: each grant name and its input model.
+INPUT_MODELS: dict[str, type[ToolInput]] = {
     "search": SearchInput,
     "get": GetInput,
     "capture": CaptureInput,

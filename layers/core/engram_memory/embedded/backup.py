@@ -152,16 +152,9 @@ def _check_records(
     return checked, without_key
 
 
-def restore(
-    backup_file: Path, data_dir: Path, operator: str, *, new_keys: bool = False
-) -> dict[str, Any]:
-    """Restore ``backup_file`` into ``data_dir`` (see the module docstring); return a report.
-
-    Raises ``OperationRefused`` (``BACKUP_INVALID`` or ``RESTORE_REFUSED``) before anything in
-    ``data_dir`` changes."""
-    backup_file, data_dir = Path(backup_file), Path(data_dir)
-    if not backup_file.is_file():
-        raise OperationRefused(ErrorCode.BACKUP_INVALID, f"no backup file at {backup_file}")
+def _target_refusal(data_dir: Path, *, new_keys: bool) -> list[str]:
+    """Refuse a target that holds memories, or whose key store is partial or (without
+    ``new_keys``) absent; answer the key files missing (all of them: a new key store)."""
     if holds_memories(data_dir):
         raise OperationRefused(
             ErrorCode.RESTORE_REFUSED,
@@ -180,6 +173,20 @@ def restore(
             " (keys are never in a backup), or pass --new-keys to restore onto new keys"
             " (no record body and no pending candidate will open)",
         )
+    return missing
+
+
+def restore(
+    backup_file: Path, data_dir: Path, operator: str, *, new_keys: bool = False
+) -> dict[str, Any]:
+    """Restore ``backup_file`` into ``data_dir`` (see the module docstring); return a report.
+
+    Raises ``OperationRefused`` (``BACKUP_INVALID`` or ``RESTORE_REFUSED``) before anything in
+    ``data_dir`` changes."""
+    backup_file, data_dir = Path(backup_file), Path(data_dir)
+    if not backup_file.is_file():
+        raise OperationRefused(ErrorCode.BACKUP_INVALID, f"no backup file at {backup_file}")
+    missing = _target_refusal(data_dir, new_keys=new_keys)
     created = not data_dir.exists()
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     staged = data_dir / f".{DATABASE_FILE}.restore-{secrets.token_hex(6)}"

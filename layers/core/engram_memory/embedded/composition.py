@@ -206,48 +206,26 @@ def open_embedded(
     """
     from engram_memory.adapters.local.audit import JsonlAuditLog
     from engram_memory.adapters.local.clock import SystemClock
-    from engram_memory.adapters.local.sqlite_store import (
-        SqliteLexicalIndex,
-        SqliteStore,
-        SqliteVectorIndex,
-    )
-    from engram_memory.adapters.local.vault import (
-        LocalVault,
-        finish_master_rotation,
-        load_or_create_master_key,
-    )
-    from engram_memory.engine.service import Engine, EngineSettings
+    from engram_memory.adapters.local.sqlite_store import SqliteStore
 
     check_key_store(data_dir)
     config = config if config is not None else load_host_config(data_dir)
-    policy = policy if policy is not None else config.admission_policy()
     if embedder is None and config.search.semantic == "local":
         embedder = _local_embedder(data_dir, config.search.embedding_model)
     prepare_data_dir(data_dir)
-    clock = clock or SystemClock()
-    keys = data_dir / KEYS_DIR
     store = store or SqliteStore(data_dir / DATABASE_FILE)
-    finish_master_rotation(keys / CANDIDATE_KEYS_FILE, keys / MASTER_KEY_FILE)
-    vault = LocalVault(
-        keys / CANDIDATE_KEYS_FILE, load_or_create_master_key(keys / MASTER_KEY_FILE)
-    )
+    vault = _open_vault(data_dir / KEYS_DIR)
     audit = audit or JsonlAuditLog(data_dir / AUDIT_FILE)
-    engine = Engine(
-        store=store,
-        vault=vault,
-        record_keys=vault.record_keys,
-        lexical_index=SqliteLexicalIndex(store),
-        admission_policy=policy,
-        clock=clock,
+    engine = _engine(
+        data_dir,
+        config,
+        store,
+        vault,
+        policy=policy if policy is not None else config.admission_policy(),
+        clock=clock or SystemClock(),
         audit=audit,
-        settings=EngineSettings(
-            cursor_key=load_or_create_master_key(keys / CURSOR_KEY_FILE),
-            fusion=config.search.fusion,
-            semantic_mode=semantic_mode,
-            time_aware=config.search.time_aware,
-        ),
         embedder=embedder,
-        vector_index=SqliteVectorIndex(store) if embedder is not None else None,
+        semantic_mode=semantic_mode,
     )
     _check_key_store_belongs(data_dir, store, vault)
     # A data directory from before sealed bodies: seal its plaintext bodies now (migration).
@@ -261,6 +239,53 @@ def open_embedded(
         audit=audit,
         config=config,
         ask_human=ask_human,
+    )
+
+
+def _open_vault(keys: Path) -> LocalVault:
+    """The candidate and record key store, finishing a master-key rotation left half done."""
+    from engram_memory.adapters.local.vault import (
+        LocalVault,
+        finish_master_rotation,
+        load_or_create_master_key,
+    )
+
+    finish_master_rotation(keys / CANDIDATE_KEYS_FILE, keys / MASTER_KEY_FILE)
+    return LocalVault(keys / CANDIDATE_KEYS_FILE, load_or_create_master_key(keys / MASTER_KEY_FILE))
+
+
+def _engine(
+    data_dir: Path,
+    config: HostConfig,
+    store: SqliteStore,
+    vault: LocalVault,
+    *,
+    policy: AdmissionPolicy,
+    clock: Clock,
+    audit: AuditSink,
+    embedder: Embedder | None,
+    semantic_mode: Literal["hybrid", "semantic_only"],
+) -> Engine:
+    from engram_memory.adapters.local.sqlite_store import SqliteLexicalIndex, SqliteVectorIndex
+    from engram_memory.adapters.local.vault import load_or_create_master_key
+    from engram_memory.engine.service import Engine, EngineSettings
+
+    return Engine(
+        store=store,
+        vault=vault,
+        record_keys=vault.record_keys,
+        lexical_index=SqliteLexicalIndex(store),
+        admission_policy=policy,
+        clock=clock,
+        audit=audit,
+        settings=EngineSettings(
+            cursor_key=load_or_create_master_key(data_dir / KEYS_DIR / CURSOR_KEY_FILE),
+            fusion=config.search.fusion,
+            semantic_mode=semantic_mode,
+            time_aware=config.search.time_aware,
+        ),
+        embedder=embedder,
+        vector_index=SqliteVectorIndex(store) if embedder is not None else None,
     )
 
 

@@ -27,7 +27,7 @@ from engram_memory.binding.tokens import InvalidToken, TokenIssuer, context_from
 from engram_memory.binding.verified_tokens import cached
 from engram_memory.contract.errors import ErrorCode, TrustedContextUnavailable
 from engram_memory.embedded.allocator import cap_malloc_arenas
-from engram_memory.embedded.approval_channel import EmbeddedApprovals
+from engram_memory.embedded.approval_channel import EmbeddedApprovals, LinkDesk, approval_routes
 from engram_memory.embedded.host_file import host_config_path, load_host_config
 from engram_memory.embedded.issuer_keys import issuer_key_path, local_issuer, local_verifier
 from engram_memory.embedded.private_files import write_private_file
@@ -36,7 +36,7 @@ from engram_memory.engine.gate import Approval, ConfirmationNeeded
 from engram_memory.mcp_surface.catalog import instructions_for
 from engram_memory.mcp_surface.request_state import RequestStateSealer
 from engram_memory.mcp_surface.server import EngramMcp, SurfaceRuntime
-from engram_memory.mcp_surface.transports import MCP_PATH, http_app, serve_stdio
+from engram_memory.mcp_surface.transports import MCP_PATH, McpGate, http_app, serve_stdio
 
 if TYPE_CHECKING:  # the engine (and the encryption SDK under it) loads when first needed
     from engram_memory.embedded.composition import EmbeddedHost
@@ -92,11 +92,20 @@ class EmbeddedServer:
     issuer: TokenIssuer
     engine: EngineOnDemand
     approvals: EmbeddedApprovals
+    desk: LinkDesk  # the approval page's
 
     @property
     def host(self) -> EmbeddedHost:
         """The opened embedded host (opening it now if needed)."""
         return self.engine.host
+
+    def http_app(self, *, bind_host: str) -> McpGate:
+        """The ASGI app: ``/mcp``, its metadata and the approval page, on one loopback address."""
+        return http_app(
+            self.surface,
+            bind_host=bind_host,
+            routes=lambda hosts: approval_routes(self.desk, hosts),
+        )
 
     def close(self) -> None:
         self.engine.close()
@@ -133,26 +142,13 @@ def open_server(
     ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``),
     or here when the data directory is new: initializing it is that one open.
     """
-    from engram_memory.embedded.composition import (
-        check_key_store,
-        init_host_files,
-        prepare_data_dir,
-    )
-
-    check_key_store(data_dir)  # memories without their keys: refused before anything is made
-    new = not _initialised(data_dir)
-    if new:
-        written = init_host_files(data_dir)
-        stored = config or written
-    else:
-        prepare_data_dir(data_dir)  # a read-only data directory is one line now, not later
-        stored = config or load_host_config(data_dir)
-    config = stored.serving_on(bind_host, port) if port is not None else stored
+    new, stored = _prepared(data_dir, config)
+    served = stored.serving_on(bind_host, port) if port is not None else stored
 
     def open_engine() -> EmbeddedHost:
         from engram_memory.embedded.composition import open_embedded
 
-        return open_embedded(data_dir, config=config, **engine_options)
+        return open_embedded(data_dir, config=served, **engine_options)
 
     engine = EngineOnDemand(open_engine)
     if new:
@@ -162,14 +158,13 @@ def open_server(
     approvals = EmbeddedApprovals(
         lambda: ApprovalBook(data_dir),
         lambda: engine.host.engine,
-        base_url=_origin(config.resource),
-        csrf_key=hashlib.sha256(b"engram-memory/approval-csrf/v1" + state_key).digest(),
+        base_url=_origin(served.resource),
         clock=clock,
     )
     runtime = SurfaceRuntime(
         engine=engine,
-        verifier=cached(local_verifier(data_dir, config)),  # verified once per token
-        host=config,
+        verifier=cached(local_verifier(data_dir, served)),  # verified once per token
+        host=served,
         sealer=RequestStateSealer(state_key),
         clock=clock,
         stdio_token=stdio_token,
@@ -179,10 +174,33 @@ def open_server(
     purpose = binding.purpose_ref if isinstance(binding, TrustedContext) else None
     return EmbeddedServer(
         surface=EngramMcp(runtime, instructions=instructions_for(purpose)),
-        issuer=local_issuer(data_dir, config),
+        issuer=local_issuer(data_dir, served),
         engine=engine,
         approvals=approvals,
+        desk=LinkDesk(approvals, csrf_key=_csrf_key(state_key)),
     )
+
+
+def _csrf_key(state_key: bytes) -> bytes:
+    """The approval page's CSRF key, derived from the request-state key."""
+    return hashlib.sha256(b"engram-memory/approval-csrf/v1" + state_key).digest()
+
+
+def _prepared(data_dir: Path, config: HostConfig | None) -> tuple[bool, HostConfig]:
+    """Whether ``data_dir`` is new (initialized now), and the host configuration: ``config``,
+    or the data directory's ``host.json``."""
+    from engram_memory.embedded.composition import (
+        check_key_store,
+        init_host_files,
+        prepare_data_dir,
+    )
+
+    check_key_store(data_dir)  # memories without their keys: refused before anything is made
+    if not _initialised(data_dir):
+        written = init_host_files(data_dir)
+        return True, config or written
+    prepare_data_dir(data_dir)  # a read-only data directory is one line now, not later
+    return False, config or load_host_config(data_dir)
 
 
 def _origin(resource: str) -> str:
@@ -400,7 +418,7 @@ def _run_uvicorn(server: EmbeddedServer, bind_host: str, sock: socket.socket) ->
             surface.stop_waiting()
             await super().shutdown(sockets)
 
-    app = http_app(surface, bind_host=bind_host)
+    app = server.http_app(bind_host=bind_host)
     try:
         Server(uvicorn_config(app)).run(sockets=[sock])
     finally:

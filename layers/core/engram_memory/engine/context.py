@@ -13,7 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-TOOLS: Final = ("search", "get", "capture", "request_admission", "withdraw", "forget")
+from engram_memory.contract.models import INPUT_MODELS
+
+# The grant names of the tools, in the contract's order: a tool exists once it has an input model.
+TOOLS: Final = tuple(INPUT_MODELS)
 ALWAYS_CONFIRMED: Final = frozenset({"withdraw", "forget"})
 CONFIRMABLE: Final = frozenset({"capture", "request_admission"})
 

@@ -7,97 +7,24 @@ from typing import Any, Final
 
 import mcp.types as types
 
+from engram_memory.contract.models import INPUT_MODELS
+
 # Grant names (token claims) -> MCP tool names (CONTRACT.md §7, §12).
-TOOL_NAMES: Final = {
-    "search": "engram_memory_search",
-    "get": "engram_memory_get",
-    "capture": "engram_memory_capture",
-    "request_admission": "engram_memory_request_admission",
-    "withdraw": "engram_memory_withdraw",
-    "forget": "engram_memory_forget",
-}
+TOOL_NAMES: Final = {grant: f"engram_memory_{grant}" for grant in INPUT_MODELS}
 GRANT_OF: Final = {name: grant for grant, name in TOOL_NAMES.items()}
 
-_ERRORS: Final = (
-    " Every result is an envelope: act on ok, error.code and error.retriable, never on the message."
-    " retriable: back off and retry (for a mutation, with the same idempotency_key and identical"
-    " arguments)."
-)
-
-DESCRIPTIONS: Final = {
-    "search": (
-        "Search durable, admitted memories of this workspace (decisions with their reasons, verified"
-        " facts with citations, conventions, recurring pitfalls and fixes). Use it before capture, and"
-        " before answering from assumptions. Returns only current accepted records, each with its"
-        " citations, a score and a rank, plus a rank receipt. records: [] means no match."
-        " STALE_PAGE: search again without page_cursor. PROJECTION_OVERSIZED / RESULT_TOO_LARGE: lower"
-        " limit or raise max_packet_bytes. RANKING_UNAVAILABLE: retry, or ask for lexical ranking."
-        + _ERRORS
-    ),
-    "get": (
-        "Read one known record by record_id (copied exactly from search or admission), without ranking,"
-        " with a read receipt. NOT_FOUND means unknown, out of your scope or no longer current —"
-        " indistinguishable by design; do not probe variants." + _ERRORS
-    ),
-    "capture": (
-        "Submit durable, cited knowledge worth finding again later (a decision and its reason, a"
-        " verified fact with a source, a convention, a hand-off fact) as an encrypted PENDING candidate."
-        " Search first: if an equivalent current record exists, cite its record_id instead. Never"
-        " capture secrets, credentials, tokens, passwords, connection strings, .env values or the host's"
-        " own ids; never capture chat transcripts, raw tool output, temporary task state or speculation."
-        " A candidate is not searchable or readable until request_admission accepts it; a candidate_id"
-        " is not a record_id. status committed_pending = new candidate; duplicate_exact = the same"
-        " idempotency_key with the same content again (not a semantic duplicate check)."
-        " DIGEST_CONFLICT: the key was used for other content. Omit retention and reconciliation unless"
-        " instructed." + _ERRORS
-    ),
-    "request_admission": (
-        "Ask the host's admission policy to decide on one of your pending candidates. You cannot supply"
-        " or influence the decision; report the outcome exactly. accepted: the record is now current and"
-        " outcome.record_id identifies it. rejected: the policy refused it (e.g. it held a secret); the"
-        " candidate is destroyed. pending_adjudication: a human decides later; nothing was stored —"
-        " including when forgotten content was captured again. These are successful outcomes, not"
-        " errors. NOT_FOUND: unknown, not yours, or not pending." + _ERRORS
-    ),
-    "withdraw": (
-        "End one of your pending candidates (for example captured by mistake) and crypto-shred it: its"
-        " data key is destroyed, so it can never be read again. Needs a human's confirmation, which the"
-        " host asks for; you cannot confirm yourself. gate_failed: the human declined or the confirmation"
-        " failed — ask the human through the host, do not retry blindly. ALREADY_TERMINAL: already"
-        " withdrawn or rejected. ILLEGAL_TRANSITION: it was admitted; use forget on its record."
-        + _ERRORS
-    ),
-    "forget": (
-        "Make an admitted record permanently ineligible: search and get stop returning it at once and"
-        " the same content can never be admitted again without a human. Needs a human's confirmation,"
-        " which the host asks for. gate_failed: declined or failed confirmation. ALREADY_TERMINAL: it"
-        " was already forgotten. projection_invalidation pending/complete reports the index clean-up,"
-        " which completes on its own." + _ERRORS
-    ),
-}
-
-_TITLES: Final = {
-    "search": "Search memory",
-    "get": "Get a memory",
-    "capture": "Capture a memory (pending)",
-    "request_admission": "Request admission of a memory",
-    "withdraw": "Withdraw a pending memory",
-    "forget": "Forget a memory",
-}
+DESCRIPTIONS: Final = {grant: model.tool_description for grant, model in INPUT_MODELS.items()}
 
 
 def _annotations(grant: str) -> types.ToolAnnotations:
-    if grant in ("search", "get"):
+    effect = INPUT_MODELS[grant].tool_effect
+    if effect == "read":
         return types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
-    if grant in ("capture", "request_admission"):
-        return types.ToolAnnotations(
-            read_only_hint=False,
-            destructive_hint=False,
-            idempotent_hint=True,
-            open_world_hint=False,
-        )
     return types.ToolAnnotations(
-        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+        read_only_hint=False,
+        destructive_hint=effect == "destructive",
+        idempotent_hint=True,
+        open_world_hint=False,
     )
 
 
@@ -142,7 +69,7 @@ def build_tools() -> dict[str, types.Tool]:
     return {
         grant: types.Tool(
             name=name,
-            title=_TITLES[grant],
+            title=INPUT_MODELS[grant].tool_title,
             description=DESCRIPTIONS[grant],
             input_schema=input_schema(grant),
             output_schema=output_envelope_schema(grant),

@@ -108,14 +108,20 @@ def approval_of_state(state: Approval, approved_at_ms: int) -> Approval:
     return state.approved(approved_at_ms)
 
 
+async def elicit_form(session: Any, request_id: Any, message: str) -> types.ElicitResult:
+    """2025-11-25: the form on the request's own stream (the answer comes back on it)."""
+    result: types.ElicitResult = await session.elicit_form(
+        message, APPROVAL_SCHEMA, related_request_id=request_id
+    )
+    return result
+
+
 async def elicit_on_stream(
     session: Any, request_id: Any, request: ConfirmationRequest, clock: Clock
 ) -> Approval | None:
     """2025-11-25: ask on the request's stream and wait; ``None`` when declined or cancelled."""
     issued_at = clock.now_ms()
-    result: types.ElicitResult = await session.elicit_form(
-        elicitation_message(request), APPROVAL_SCHEMA, related_request_id=request_id
-    )
+    result = await elicit_form(session, request_id, elicitation_message(request))
     if not approved(result):
         return None
     return Approval.fresh(request, issued_at_ms=issued_at, approved_at_ms=clock.now_ms())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import anyio.to_thread
 import mcp.types as types
@@ -27,14 +27,20 @@ from engram_memory.contract.errors import (
     UnknownTool,
 )
 from engram_memory.engine.context import TrustedContext, new_audit_id
-from engram_memory.engine.gate import Approval, ConfirmationNeeded
+from engram_memory.engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
 from engram_memory.engine.ports import Clock
+from engram_memory.mcp_surface.approval_channel import (
+    ApprovalChannel,
+    Question,
+    confirmation_mode,
+)
 from engram_memory.mcp_surface.catalog import GRANT_OF, INSTRUCTIONS, build_tools, for_purpose
 from engram_memory.mcp_surface.confirmations import (
     ANSWER_KEY,
     approval_of_state,
     approved,
     can_elicit,
+    elicit_form,
     elicit_on_stream,
     form_params,
     opens_urls,
@@ -43,9 +49,6 @@ from engram_memory.mcp_surface.confirmations import (
 )
 from engram_memory.mcp_surface.request_state import RequestStateInvalid, RequestStateSealer
 from engram_memory.mcp_surface.wire import INVALID_ARGUMENTS_META
-
-if TYPE_CHECKING:
-    from engram_memory.embedded.approval_channel import EmbeddedApprovals
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +79,9 @@ class SurfaceRuntime:
     sealer: RequestStateSealer
     clock: Clock
     stdio_token: str | None = None  # stdio: the token the host started the process with
-    # The embedded host's approval page and book (None in the cloud, whose adapter has its own).
-    approvals: EmbeddedApprovals | None = None
+    # The host's questions to humans, kept beyond one request (the embedded host's approval
+    # book); None in the cloud, whose runs ask (see ``approval_channel``).
+    approvals: ApprovalChannel | None = None
 
 
 def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
@@ -107,15 +111,15 @@ class EngramMcp:
             get_tool_input_schema=self._input_schema,
         )
         self.server.middleware.append(self._internal_errors)
-        # The calls waiting, shielded, on a human's answer (``_confirm_embedded``), and whether
+        # The calls waiting, shielded, on a human's answer (``_answer_on_stream``), and whether
         # the host is stopping: ``stop_waiting`` wakes them, and no call starts a wait after it.
         self._waits: set[anyio.CancelScope] = set()
         self._stopping = False
 
     def stop_waiting(self) -> None:
         """The host is stopping: every call waiting on a human's answer stops waiting now and
-        answers ``CANCELLED`` (retriable); its question stays open in the approval book, so the
-        page, the terminal and the client's retry still take the answer.
+        answers ``CANCELLED`` (retriable); its question stays open in the host's approval
+        channel, so the page, the terminal and the client's retry still take the answer.
 
         Without this a waiting call holds the server up for as long as its question lives: the
         wait is shielded from the transport's cancellation. Call it on the event loop's thread.
@@ -196,174 +200,182 @@ class EngramMcp:
         if grant is None:  # only the six engram_memory_* names name a tool (CONTRACT.md §1)
             engine.refuse(audited, trusted, audit_id, "PROTOCOL_UNKNOWN_TOOL")
             raise _refusal(UnknownTool())
-
-        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        approval: Approval | None = None
-        # A requestState only means something to a call that is waiting for a confirmation.
-        if modern and params.request_state is not None and trusted.needs_confirmation(grant):
-            try:
-                state = self.runtime.sealer.open(params.request_state)
-            except RequestStateInvalid:
-                return envelope_result(
-                    engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
-                )
-            owner = (state.principal, state.tenant_id, state.workspace_id)
-            if owner != (trusted.principal, trusted.tenant_id, trusted.workspace_id):
-                return envelope_result(
-                    engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
-                )
-            approval = approval_of_state(state, self.runtime.clock.now_ms())
-            if self.runtime.approvals is not None:  # answered in the client: close its question
-                await anyio.to_thread.run_sync(self.runtime.approvals.settle, approval)
-            if not approved(_answer(params.input_responses)):
-                return envelope_result(
-                    engine.refuse(grant, trusted, audit_id, ErrorCode.GATE_FAILED)
-                )
-
         # Arguments the wire screen refused (duplicate keys, -0, a lone surrogate) reach the
         # engine as something that is not an object: INVALID_SCHEMA, audited like any other.
         meta = params.meta or {}
         arguments: Any = [] if meta.get(INVALID_ARGUMENTS_META) else params.arguments or {}
-        answer = await self._handle(grant, arguments, trusted, approval)
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        call = _Call(ctx, grant, arguments, trusted, modern=modern)
+
+        approval: Approval | None = None
+        # A requestState only means something to a call that is waiting for a confirmation.
+        if modern and params.request_state is not None and trusted.needs_confirmation(grant):
+            retried = await self._retried(call, params)
+            if isinstance(retried, types.CallToolResult):
+                return retried
+            approval = retried
+        answer = await self._handle(call, approval)
         if isinstance(answer, ConfirmationNeeded):
             if self.runtime.approvals is not None:
-                return await self._confirm_embedded(
-                    self.runtime.approvals, ctx, grant, arguments, trusted, answer, modern=modern
-                )
-            return await self._confirm(ctx, grant, arguments, trusted, answer, modern=modern)
+                return await self._confirm_by_channel(self.runtime.approvals, call, answer)
+            return await self._confirm(call, answer)
         return envelope_result(answer)
 
+    async def _retried(
+        self, call: _Call, params: types.CallToolRequestParams
+    ) -> Approval | types.CallToolResult:
+        """2026-07-28: the retry of a form round trip brings the sealed state and the human's
+        answer back: the approval they gave, or ``gate_failed``."""
+        assert params.request_state is not None
+        try:
+            state = self.runtime.sealer.open(params.request_state)
+        except RequestStateInvalid:
+            return self._refused(call, ErrorCode.GATE_FAILED)
+        trusted = call.trusted
+        owner = (state.principal, state.tenant_id, state.workspace_id)
+        if owner != (trusted.principal, trusted.tenant_id, trusted.workspace_id):
+            return self._refused(call, ErrorCode.GATE_FAILED)
+        approval = approval_of_state(state, self.runtime.clock.now_ms())
+        if self.runtime.approvals is not None:  # answered in the client: close its question
+            await anyio.to_thread.run_sync(self.runtime.approvals.expire, approval)
+        if not approved(_answer(params.input_responses)):
+            return self._refused(call, ErrorCode.GATE_FAILED)
+        return approval
+
     async def _handle(
-        self, grant: str, arguments: Any, trusted: TrustedContext, approval: Approval | None
+        self, call: _Call, approval: Approval | None
     ) -> dict[str, Any] | ConfirmationNeeded:
+        handle = self.runtime.engine.handle
         try:
             return await anyio.to_thread.run_sync(
-                functools.partial(self.runtime.engine.handle, grant, arguments, trusted, approval)
+                functools.partial(handle, call.grant, call.arguments, call.trusted, approval)
             )
         except ProtocolRefusal as refusal:
             raise _refusal(refusal) from None
 
+    def _refused(self, call: _Call, code: ErrorCode) -> types.CallToolResult:
+        """The call's envelope for ``code``, audited."""
+        trusted = call.trusted
+        return envelope_result(
+            self.runtime.engine.refuse(call.grant, trusted, trusted.audit_id, code)
+        )
+
+    def _unavailable(self, call: _Call) -> NoReturn:
+        """No way to reach the human: -32603, audited."""
+        trusted = call.trusted
+        self.runtime.engine.refuse(
+            call.grant, trusted, trusted.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE"
+        )
+        raise _refusal(TrustedContextUnavailable())
+
+    def _form_round_trip(
+        self, request: ConfirmationRequest, issued_at_ms: int, message: str | None = None
+    ) -> types.InputRequiredResult:
+        """2026-07-28: the form, and the sealed state the client's retry brings back."""
+        return types.InputRequiredResult(
+            input_requests={ANSWER_KEY: types.ElicitRequest(params=form_params(request, message))},
+            request_state=self.runtime.sealer.seal(state_for(request, issued_at_ms)),
+        )
+
     async def _confirm(
-        self,
-        ctx: ServerRequestContext[Any, Any],
-        grant: str,
-        arguments: Any,
-        trusted: TrustedContext,
-        needed: ConfirmationNeeded,
-        *,
-        modern: bool,
+        self, call: _Call, needed: ConfirmationNeeded
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Ask the human for the approval the engine needs (module ``confirmations``)."""
-        engine = self.runtime.engine
-        capabilities = ctx.session.client_capabilities
-        if needed.url is not None and opens_urls(capabilities, modern=modern):
-            if modern:
-                return types.InputRequiredResult(
-                    input_requests={ANSWER_KEY: types.ElicitRequest(params=url_params(needed))}
-                )
-            raise UrlElicitationRequiredError([url_params(needed)]) from None
-        if not can_elicit(capabilities) or not (modern or ctx.session.can_send_request):
-            engine.refuse(grant, trusted, trusted.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
-            raise _refusal(TrustedContextUnavailable())
-        if modern:
-            state = state_for(needed.request, self.runtime.clock.now_ms())
-            return types.InputRequiredResult(
-                input_requests={
-                    ANSWER_KEY: types.ElicitRequest(params=form_params(needed.request))
-                },
-                request_state=self.runtime.sealer.seal(state),
-            )
+        session = call.ctx.session
+        capabilities = session.client_capabilities
+        if needed.url is not None and opens_urls(capabilities, modern=call.modern):
+            return _url_elicitation(url_params(needed), modern=call.modern)
+        if not can_elicit(capabilities) or not (call.modern or session.can_send_request):
+            self._unavailable(call)
+        if call.modern:
+            return self._form_round_trip(needed.request, self.runtime.clock.now_ms())
         approval = await elicit_on_stream(
-            ctx.session, ctx.request_id, needed.request, self.runtime.clock
+            session, call.ctx.request_id, needed.request, self.runtime.clock
         )
-        return await self._approved(grant, arguments, trusted, approval)
+        return await self._approved(call, approval)
 
-    async def _approved(
-        self, grant: str, arguments: Any, trusted: TrustedContext, approval: Approval | None
-    ) -> types.CallToolResult:
+    async def _approved(self, call: _Call, approval: Approval | None) -> types.CallToolResult:
         """Run the call again with the human's approval (None: declined, ``gate_failed``)."""
-        engine = self.runtime.engine
         if approval is None:
-            return envelope_result(
-                engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.GATE_FAILED)
-            )
-        answer = await self._handle(grant, arguments, trusted, approval)
+            return self._refused(call, ErrorCode.GATE_FAILED)
+        answer = await self._handle(call, approval)
         if isinstance(answer, ConfirmationNeeded):  # a transport that ignored the approval
-            return envelope_result(
-                engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.GATE_FAILED)
-            )
+            return self._refused(call, ErrorCode.GATE_FAILED)
         return envelope_result(answer)
 
-    async def _confirm_embedded(
-        self,
-        approvals: EmbeddedApprovals,
-        ctx: ServerRequestContext[Any, Any],
-        grant: str,
-        arguments: Any,
-        trusted: TrustedContext,
-        needed: ConfirmationNeeded,
-        *,
-        modern: bool,
+    async def _confirm_by_channel(
+        self, channel: ApprovalChannel, call: _Call, needed: ConfirmationNeeded
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """The embedded host asks through its approval book (``embedded_approvals``): an answer
-        already given wins; else URL mode (a link to ``/approvals/{id}``) for a client that
-        declared URL only, a form for one that declared form, -32603 for one that declared none."""
-        from engram_memory.embedded.approval_channel import confirmation_mode, elicit_form
-
+        """Ask through the host's approval channel (module ``approval_channel``): an answer
+        already given wins; else URL mode (the question's link) for a client that declared URL
+        only, a form for one that declared form, -32603 for one that declared none."""
         request = needed.request
-        mode = confirmation_mode(ctx.session.client_capabilities)
-        if mode is None or (mode == "form" and not (modern or ctx.session.can_send_request)):
-            self.runtime.engine.refuse(
-                grant, trusted, trusted.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE"
-            )
-            raise _refusal(TrustedContextUnavailable())
-        given = await anyio.to_thread.run_sync(approvals.given, request)
+        session = call.ctx.session
+        mode = confirmation_mode(session.client_capabilities)
+        if mode is None or (mode == "form" and not (call.modern or session.can_send_request)):
+            self._unavailable(call)
+        given = await anyio.to_thread.run_sync(channel.given, request)
         if given is not None:
-            return await self._approved(
-                grant, arguments, trusted, None if given == "declined" else given
-            )
-        row = await anyio.to_thread.run_sync(approvals.ask, request, trusted)
-        message = await anyio.to_thread.run_sync(
-            functools.partial(approvals.message, row, mode=mode)
-        )
+            return await self._approved(call, None if given == "declined" else given)
+        question = await anyio.to_thread.run_sync(channel.ask, request, call.trusted, mode)
         if mode == "url":
             link = types.ElicitRequestURLParams(
-                message=message, url=approvals.link(row), elicitation_id=row.approval_id
+                message=question.message, url=question.link, elicitation_id=question.approval_id
             )
-            if modern:
-                return types.InputRequiredResult(
-                    input_requests={ANSWER_KEY: types.ElicitRequest(params=link)}
-                )
-            raise UrlElicitationRequiredError([link]) from None
-        if modern:
-            state = state_for(request, row.issued_at_ms)
-            return types.InputRequiredResult(
-                input_requests={
-                    ANSWER_KEY: types.ElicitRequest(params=form_params(request, message))
-                },
-                request_state=self.runtime.sealer.seal(state),
-            )
-        # The client may stop waiting for this call (a timeout, a cancel) while its person is
-        # still answering the form: the wait is shielded, for as long as the question lives, so
-        # that answer is still written to the book and the client's retry takes it (``given``).
-        # Unanswered, the row stays open for the page and the terminal.
-        # ``stop_waiting`` cancels the shielded scope itself: the host is stopping.
+            return _url_elicitation(link, modern=call.modern)
+        if call.modern:
+            return self._form_round_trip(request, question.issued_at_ms, question.message)
+        return await self._answer_on_stream(channel, call, question)
+
+    async def _answer_on_stream(
+        self, channel: ApprovalChannel, call: _Call, question: Question
+    ) -> types.CallToolResult:
+        """2025-11-25: the form on the request's stream, its answer recorded on the question.
+
+        The client may stop waiting for this call (a timeout, a cancel) while its person is
+        still answering the form: the wait is shielded, for as long as the question lives, so
+        that answer is still recorded and the client's retry takes it (``given``). Unanswered,
+        the question stays open for the page and the terminal. ``stop_waiting`` cancels the
+        shielded scope itself: the host is stopping."""
         approval: Approval | None = None
-        left_s = (row.expires_at_ms - self.runtime.clock.now_ms()) / 1000
+        left_s = (question.expires_at_ms - self.runtime.clock.now_ms()) / 1000
         with anyio.CancelScope(shield=True) as waiting, anyio.move_on_after(max(left_s, 0)):
             self._waits.add(waiting)
             try:
                 if self._stopping:
                     waiting.cancel()
-                result = await elicit_form(ctx.session, ctx.request_id, message)
-                approval = await anyio.to_thread.run_sync(approvals.record, row, approved(result))
+                result = await elicit_form(call.ctx.session, call.ctx.request_id, question.message)
+                approval = await anyio.to_thread.run_sync(
+                    channel.answer, question, approved(result)
+                )
             finally:
                 self._waits.discard(waiting)
         if waiting.cancelled_caught:
-            return envelope_result(
-                self.runtime.engine.refuse(grant, trusted, trusted.audit_id, ErrorCode.CANCELLED)
-            )
-        return await self._approved(grant, arguments, trusted, approval)
+            return self._refused(call, ErrorCode.CANCELLED)
+        return await self._approved(call, approval)
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One ``tools/call`` being served: its request, tool, arguments and trusted context, and
+    whether it speaks the stateless revision (2026-07-28)."""
+
+    ctx: ServerRequestContext[Any, Any]
+    grant: str
+    arguments: Any
+    trusted: TrustedContext
+    modern: bool
+
+
+def _url_elicitation(
+    link: types.ElicitRequestURLParams, *, modern: bool
+) -> types.InputRequiredResult:
+    """URL mode: an input request (2026-07-28), or -32042 (2025-11-25)."""
+    if modern:
+        return types.InputRequiredResult(
+            input_requests={ANSWER_KEY: types.ElicitRequest(params=link)}
+        )
+    raise UrlElicitationRequiredError([link])
 
 
 def _answer(responses: dict[str, Any] | None) -> types.ElicitResult | None:

@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Final, TextIO, cast
@@ -29,7 +29,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from engram_memory.binding.host_config import host_matches
@@ -152,17 +152,19 @@ def _stopping_waits(
     return stopping
 
 
-def http_app(surface: EngramMcp, *, bind_host: str) -> McpGate:
-    """The ASGI app serving ``/mcp`` and the protected-resource metadata (embedded host)."""
+# A host's own pages beside ``/mcp`` (the embedded approval page), given the Host values served.
+HostRoutes = Callable[[list[str]], Sequence[BaseRoute]]
+
+
+def http_app(surface: EngramMcp, *, bind_host: str, routes: HostRoutes | None = None) -> McpGate:
+    """The ASGI app serving ``/mcp`` and the protected-resource metadata (embedded host), and
+    the caller's ``routes`` on the same loopback address."""
     resource_host = urlparse(surface.runtime.host.resource).netloc
     hosts = sorted({f"{bind_host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*", resource_host})
     # 2025-11-25 needs the session's stream for elicitation/create: not stateless.
     gate = streamable_app(surface, stateless=False, allowed_hosts=hosts, bind_host=bind_host)
-    approvals = surface.runtime.approvals
-    if approvals is not None:  # the approval page, on the same loopback address
-        from engram_memory.embedded.approval_channel import approval_routes
-
-        gate.app.router.routes[:0] = approval_routes(approvals, hosts)
+    if routes is not None:
+        gate.app.router.routes[:0] = routes(hosts)
     return gate
 
 
@@ -342,6 +344,7 @@ class _LineWriter:
 __all__: list[Any] = [
     "MCP_PATH",
     "BearerVerifier",
+    "HostRoutes",
     "McpGate",
     "authorization_servers",
     "http_app",

@@ -222,9 +222,7 @@ def adjudicate(
         arguments["reason"] = _reason(reason)
 
     def run(call: Call) -> dict[str, Any]:
-        principal = call.ctx.principal
         call.tool = "request_admission"
-        key = f"adjudicate:{candidate_id}"
         intent = digest(
             "intent",
             {
@@ -236,36 +234,48 @@ def adjudicate(
             },
         )
         call.digests["intent_hash"] = intent
-
-        def attempt() -> dict[str, Any]:
-            replay = engine.ledger(call, key, candidate_id, intent)
-            if replay is not None:
-                stored: dict[str, Any] = decode(replay.output)
-                return stored
-            candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
-            if candidate is None or candidate.state != "pending":
-                raise EngramError(ErrorCode.NOT_FOUND)
-            content = engine.open_candidate(call, candidate)
-            return settle(
-                engine,
-                call,
-                candidate,
-                content["record"],
-                verdict=decision,
-                policy_id=OPERATOR_POLICY_ID,
-                policy_version=principal,
-                idempotency_key=key,
-                intent=intent,
-            )
-
         try:
-            result = engine.mutation(call, attempt)
+            result = engine.mutation(
+                call, lambda: _decide(engine, call, scope, candidate_id, decision, intent)
+            )
         finally:
             call.tool = "adjudicate"
         outcome: dict[str, Any] = result["outcome"]
         return outcome
 
     return audited(engine, scope, operator, "adjudicate", candidate_id, run)
+
+
+def _decide(
+    engine: Kernel,
+    call: Call,
+    scope: Scope,
+    candidate_id: str,
+    decision: Literal["accept", "reject"],
+    intent: str,
+) -> dict[str, Any]:
+    """One attempt at the operator's decision: a replay of the same one, or the candidate
+    settled as a policy decision with the operator as the policy."""
+    key = f"adjudicate:{candidate_id}"
+    replay = engine.ledger(call, key, candidate_id, intent)
+    if replay is not None:
+        stored: dict[str, Any] = decode(replay.output)
+        return stored
+    candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
+    if candidate is None or candidate.state != "pending":
+        raise EngramError(ErrorCode.NOT_FOUND)
+    content = engine.open_candidate(call, candidate)
+    return settle(
+        engine,
+        call,
+        candidate,
+        content["record"],
+        verdict=decision,
+        policy_id=OPERATOR_POLICY_ID,
+        policy_version=call.ctx.principal,
+        idempotency_key=key,
+        intent=intent,
+    )
 
 
 def withdraw_candidate(
@@ -453,6 +463,24 @@ def transition(
     return audited(engine, scope, operator, operation, record_id, run)
 
 
+def _projection_follows(
+    engine: Kernel, call: Call, row: RecordRow, to_state: str
+) -> tuple[ProjectionChange | None, list[OutboxItem]]:
+    """What the search projection does when ``row`` moves to ``to_state``: a record leaving
+    ``accepted_current`` is dropped from it, one returning is upserted, others leave it alone."""
+    record_id = row.record_id
+    if row.state == "accepted_current":
+        outbox = engine.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms)
+        return ProjectionChange(delete_record_id=record_id), outbox
+    if to_state == "accepted_current":
+        doc = engine.projection_doc(record_id, engine.body(call.scope, row))
+        outbox = engine.deferred_projections(
+            call.scope, record_id, "upsert_projection", call.now_ms
+        )
+        return ProjectionChange(upsert=doc), outbox
+    return None, []
+
+
 def _commit_transition(
     engine: Kernel,
     call: Call,
@@ -465,26 +493,13 @@ def _commit_transition(
 ) -> dict[str, Any]:
     record_id = row.record_id
     call.digests["record_digest"] = row.record_digest
-    leaving = row.state == "accepted_current"
-    returning = to_state == "accepted_current"
-    projection: ProjectionChange | None = None
-    outbox: list[OutboxItem] = []
-    if leaving:
-        projection = ProjectionChange(delete_record_id=record_id)
-        outbox = engine.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms)
-    elif returning:
-        doc = engine.projection_doc(record_id, engine.body(call.scope, row))
-        projection = ProjectionChange(upsert=doc)
-        outbox = engine.deferred_projections(
-            call.scope, record_id, "upsert_projection", call.now_ms
-        )
+    projection, outbox = _projection_follows(engine, call, row, to_state)
     digests = {
         "record_digest": row.record_digest,
         "authorization_receipt_digest": authorization,
         "intent_hash": intent,
+        **({"superseded_by": superseded_by} if superseded_by is not None else {}),
     }
-    if superseded_by is not None:
-        digests["superseded_by"] = superseded_by
     output: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:

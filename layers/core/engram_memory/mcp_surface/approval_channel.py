@@ -1,0 +1,94 @@
+"""The approval channel: the port through which the MCP surface asks a human, whatever the host.
+
+A host that keeps its questions beyond the request that asked them (the embedded server's
+``ApprovalBook``, answered on its page, at the terminal or in the client's form) hands the
+surface an ``ApprovalChannel`` (``SurfaceRuntime.approvals``). The surface then
+(``EngramMcp``):
+
+1. takes the answer already given for the operation (``given``): the client's retry after an
+   answer on the page or at the terminal commits, or fails after a decline, and never asks twice;
+2. else picks the mode from the client's capabilities (``confirmation_mode``), opens a question
+   (``ask``) and sends its message: a link (URL mode) or a form whose answer it records
+   (``answer``);
+3. closes the question of a stateless round trip the client answered itself (``expire``).
+
+``pending`` lists the questions still waiting for a human.
+
+The cloud passes no channel. There a question is a Step Functions run parked on a task token
+(``cloud.approvals.ApprovalStore``): the tool function starts the run and answers
+``confirmation_required`` with the run's approval page, which reaches the surface as a
+``ConfirmationNeeded`` with a ``url``; the page (or the form's answer, handed to the tool function
+with the retried call) sends the task token back, and the run, not the surface, carries out the
+operation. The adapter Lambda that runs the surface is stateless: it holds no question between
+two requests, so there is nothing for it to ask, record or expire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import mcp.types as types
+
+from engram_memory.engine.context import TrustedContext
+from engram_memory.engine.gate import Approval, ConfirmationRequest
+
+Mode = Literal["url", "form"]
+
+
+def confirmation_mode(capabilities: types.ClientCapabilities | None) -> Mode | None:
+    """How to ask this client's human: ``form`` when it declared form elicitation (or the bare
+    ``{}``, which means form), ``url`` when it declared URL only, None when it declared neither.
+
+    Form first: the human answers inside the client, and the form carries the page's whole
+    summary; the page's link (and the terminal) answer the same question when the client stops
+    waiting."""
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    if elicitation is None:
+        return None
+    if elicitation.form is not None or elicitation.url is None:
+        return "form"
+    return "url"
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """An open question, as the surface holds it while it asks: the handle ``ask`` returns."""
+
+    approval_id: str
+    issued_at_ms: int
+    expires_at_ms: int
+    message: str  # what the human reads, for the mode it was asked in
+    link: str  # the page that answers it too
+
+
+class ApprovalChannel(Protocol):
+    """A host's questions to humans (see the module doc). Blocking: the surface calls each in a
+    worker thread."""
+
+    def given(self, request: ConfirmationRequest) -> Approval | Literal["declined"] | None:
+        """The answer already given for this operation: an approval still usable, ``"declined"``
+        (reported once: the next call asks anew), or None."""
+        ...
+
+    def ask(self, request: ConfirmationRequest, ctx: TrustedContext, mode: Mode) -> Question:
+        """The open question for this operation (the one already open, or a new one)."""
+        ...
+
+    def answer(self, question: Question, approve: bool) -> Approval | None:
+        """The client's form answered ``question``: the approval, or None after a decline. The
+        first answer wins (the page or the terminal may have answered meanwhile)."""
+        ...
+
+    def expire(self, approval: Approval) -> None:
+        """The client answered a stateless round trip itself: its question is closed (never
+        marked approved: the round trip's approval has its own single-use id)."""
+        ...
+
+    def pending(self) -> Sequence[Approval]:
+        """The questions waiting for a human, oldest first."""
+        ...
+
+
+__all__ = ["ApprovalChannel", "Mode", "Question", "confirmation_mode"]

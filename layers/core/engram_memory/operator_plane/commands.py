@@ -1,0 +1,559 @@
+"""``engram-memory admin ...``: the operator plane's one command line, for both hosts.
+
+Each command opens a seat (``operator_plane.seat``: the data directory of ``--data-dir``, or the
+stack of ``--stack``), runs one operator use case (``operator_plane.usecases``) or one host-wide
+operation there, and prints its result as JSON. Every operation is audited under
+``operator:<identity>``; nothing here is reachable through an agent's MCP endpoint.
+
+Bad input exits with code 2 and one line on stderr; a failed operation exits with code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, TypeAlias, TypeVar
+
+from engram_memory.contract.errors import EngramError
+from engram_memory.operator_plane.seat import AuditPage, OperatorSeat, SeatFailure, UsageError
+
+__all__ = ["SeatOpener", "add_admin_parser", "fail", "one_line"]
+
+T = TypeVar("T")
+# Opens the seat a command names (``--data-dir`` or ``--stack``); the entry point supplies it.
+SeatOpener = Callable[[argparse.Namespace], OperatorSeat]
+
+DEFAULT_DATA_DIR: Final = ".engram"
+DEFAULT_WORKSPACE: Final = "default"
+_MAX_CELL: Final = 64
+_AUDIT_COLUMNS: Final = (
+    ("auditId", "audit_id"),
+    ("time", "at"),
+    ("principal", "principal"),
+    ("tool", "tool"),
+    ("outcome", "code"),
+)
+_RECORD_STATES: Final = (
+    "accepted_current",
+    "accepted_disputed",
+    "historical",
+    "expired",
+    "trust_invalid",
+    "tombstoned",
+)
+_LIFECYCLE_STEPS: Final = (
+    ("dispute", "accepted_current -> accepted_disputed (leaves search and get)"),
+    ("resolve", "accepted_disputed -> accepted_current"),
+    ("supersede", "-> historical (leaves search and get); --by names the successor"),
+    ("expire", "-> expired (leaves search and get)"),
+    ("trust-invalidate", "-> trust_invalid (leaves search and get)"),
+    ("forget", "-> tombstoned from any of the five states; shreds the body"),
+)
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def fail(message: str) -> None:
+    print(f"engram-memory: error: {one_line(message)}", file=sys.stderr)
+
+
+def cell(value: object) -> str:
+    """A table cell: printable characters only (no terminal escapes), bounded in length."""
+    text = "" if value is None else str(value)
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
+
+
+# --------------------------------------------------------------------------------------------
+# Running a command on a seat
+# --------------------------------------------------------------------------------------------
+
+
+def _operation_failed(what: str, error: EngramError) -> int:
+    """One line on stderr with the contract code and the operator's detail; exit code 1."""
+    detail = getattr(error, "detail", error.message)
+    print(f"engram-memory: {what} failed: {error.code.value}: {one_line(detail)}", file=sys.stderr)
+    return 1
+
+
+def _print_json(result: Any) -> None:
+    print(json.dumps(result, indent=2, ensure_ascii=False))
+
+
+def _on_seat(
+    args: argparse.Namespace,
+    what: str,
+    run: Callable[[OperatorSeat], T],
+    show: Callable[[T], None] = _print_json,
+) -> int:
+    """Open the command's seat, run ``run`` there, show its result, close the seat. A contract
+    failure or a host failure is one line and exit code 1."""
+    try:
+        seat = args.open_seat(args)
+    except SeatFailure as error:
+        fail(str(error))
+        return 1
+    try:
+        result = run(seat)
+    except EngramError as error:
+        return _operation_failed(what, error)
+    except SeatFailure as error:
+        fail(f"{what} failed: {error}")
+        return 1
+    finally:
+        seat.close()
+    for note in seat.notes:
+        print(f"engram-memory: {one_line(note)}", file=sys.stderr)
+    show(result)
+    return 0
+
+
+def _use_case(
+    args: argparse.Namespace,
+    what: str,
+    run: Callable[..., T],
+    show: Callable[[T], None] = _print_json,
+    *,
+    mutates: bool = False,
+) -> int:
+    """Run one operator use case ``run(engine, scope, operator)`` in ``--workspace``."""
+    return _on_seat(args, what, lambda seat: seat.call(args.workspace, run, mutates=mutates), show)
+
+
+def _limit(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    return int(args.limit)
+
+
+def _token_id_of(token: str) -> str:
+    """The ``jti`` of a token, read without checking it: revoking needs only the id, and an
+    expired or foreign token revoked by mistake harms nothing."""
+    import jwt
+
+    try:
+        claims = jwt.decode(token.strip(), options={"verify_signature": False})
+    except jwt.PyJWTError:
+        raise UsageError("--token is not a token (a JWT)") from None
+    token_id = claims.get("jti") if isinstance(claims, dict) else None
+    if not isinstance(token_id, str) or not token_id:
+        raise UsageError("--token carries no token id (jti) to revoke; use --principal")
+    return token_id
+
+
+# --------------------------------------------------------------------------------------------
+# The commands
+# --------------------------------------------------------------------------------------------
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    limit = _limit(args)
+    return _on_seat(args, "audit", lambda seat: seat.audit(limit), _show_audit)
+
+
+def _show_audit(page: AuditPage) -> None:
+    if page.empty_reason is not None:
+        print(page.empty_reason)
+        return
+    table = [[header for header, _ in _AUDIT_COLUMNS]]
+    table += [[cell(entry.get(key)) for _, key in _AUDIT_COLUMNS] for entry in page.entries]
+    widths = [max(len(row[i]) for row in table) for i in range(len(_AUDIT_COLUMNS))]
+    for row in table:
+        print(
+            "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip()
+        )
+    print(f"({len(page.entries)} of {page.total} entries, most recent last)")
+    if page.unreadable:
+        print(
+            f"engram-memory: {page.unreadable} unreadable line(s) in {page.source} skipped",
+            file=sys.stderr,
+        )
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        print(line)
+
+
+def cmd_policy_show(args: argparse.Namespace) -> int:
+    return _on_seat(args, "policy show", lambda seat: seat.policy_lines(), _print_lines)
+
+
+def cmd_policy_set(args: argparse.Namespace) -> int:
+    return _on_seat(
+        args, "policy set", lambda seat: seat.set_admission_mode(args.mode), _print_lines
+    )
+
+
+def cmd_adjudicate(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import adjudicate
+
+    return _use_case(
+        args,
+        f"adjudication of {cell(args.candidate)}",
+        lambda engine, scope, operator: adjudicate(
+            engine, scope, args.candidate, args.decision, operator, reason=args.reason
+        ),
+        mutates=True,
+    )
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    return _on_seat(args, f"reindex of {cell(args.workspace)}", lambda s: s.reindex(args.workspace))
+
+
+def cmd_pending_list(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import pending_list
+
+    limit = _limit(args)
+    return _use_case(
+        args,
+        "pending list",
+        lambda engine, scope, operator: pending_list(
+            engine, scope, operator, after=args.after, limit=limit
+        ),
+    )
+
+
+def cmd_pending_show(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import pending_show
+
+    return _use_case(
+        args,
+        f"pending show {cell(args.candidate)}",
+        lambda engine, scope, operator: pending_show(engine, scope, args.candidate, operator),
+    )
+
+
+def cmd_pending_withdraw(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import withdraw_candidate
+
+    return _use_case(
+        args,
+        f"withdraw of {cell(args.candidate)}",
+        lambda engine, scope, operator: withdraw_candidate(
+            engine, scope, args.candidate, operator, args.reason
+        ),
+        mutates=True,
+    )
+
+
+def cmd_records_list(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import records_list
+
+    limit = _limit(args)
+    return _use_case(
+        args,
+        "records list",
+        lambda engine, scope, operator: records_list(
+            engine, scope, operator, state=args.state, after=args.after, limit=limit
+        ),
+    )
+
+
+def cmd_records_show(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import record_show
+
+    return _use_case(
+        args,
+        f"records show {cell(args.record)}",
+        lambda engine, scope, operator: record_show(engine, scope, args.record, operator),
+    )
+
+
+def cmd_records_history(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import record_history
+
+    return _use_case(
+        args,
+        f"records history {cell(args.record)}",
+        lambda engine, scope, operator: record_history(engine, scope, args.record, operator),
+    )
+
+
+def cmd_records_transition(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import transition
+
+    operation = args.records_command.replace("-", "_")
+    by = getattr(args, "by", None)
+    return _use_case(
+        args,
+        f"{args.records_command} of {cell(args.record)}",
+        lambda engine, scope, operator: transition(
+            engine, scope, args.record, operation, operator, args.reason, superseded_by=by
+        ),
+        mutates=True,
+    )
+
+
+def cmd_records_forget(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import forget_record
+
+    return _use_case(
+        args,
+        f"forget of {cell(args.record)}",
+        lambda engine, scope, operator: forget_record(
+            engine, scope, args.record, operator, args.reason
+        ),
+        mutates=True,
+    )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import status
+
+    return _use_case(args, "status", status)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import export_records
+
+    return _use_case(
+        args,
+        "export",
+        lambda engine, scope, operator: list(export_records(engine, scope, operator)),
+        lambda lines: _write_export(args, lines),
+    )
+
+
+def _write_export(args: argparse.Namespace, lines: list[dict[str, Any]]) -> None:
+    text = "".join(
+        json.dumps(line, ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n"
+        for line in lines
+    )
+    if args.output is None:
+        sys.stdout.write(text)
+        return
+    path = Path(args.output)
+    try:  # the records' text: readable by the operator alone, never over an existing file
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise UsageError(f"--output: {args.output} already exists; choose a new file") from None
+    with os.fdopen(fd, "wb") as out:
+        out.write(text.encode("utf-8"))
+        out.flush()
+        os.fsync(out.fileno())
+    print(f"exported {len(lines)} record(s) to {path.resolve()}", file=sys.stderr)
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    return _on_seat(args, "backup", lambda seat: seat.backup(args.target))
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    return _on_seat(args, "restore", lambda seat: seat.restore(args.backup, new_keys=args.new_keys))
+
+
+def cmd_tokens_revoke(args: argparse.Namespace) -> int:
+    from engram_memory.operator_plane.usecases import revoke_credentials
+
+    token_id = args.token_id
+    if args.token is not None:
+        token_id = _token_id_of(args.token)
+    if (token_id is None) == (args.principal is None):
+        raise UsageError("name exactly one of --token, --token-id and --principal")
+    return _use_case(
+        args,
+        "revocation",
+        lambda engine, scope, operator: revoke_credentials(
+            engine, scope.tenant_id, operator, token_id=token_id, principal=args.principal
+        ),
+    )
+
+
+def cmd_keys_rotate(args: argparse.Namespace) -> int:
+    return _on_seat(args, "key rotation", lambda seat: seat.rotate_keys())
+
+
+# --------------------------------------------------------------------------------------------
+# The parser
+# --------------------------------------------------------------------------------------------
+
+# argparse names its subcommand action privately; it is the type add_subparsers returns.
+Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def default_operator() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (e.g. some containers)
+        return "operator"
+
+
+def _operation(sub: Sub, name: str, summary: str) -> argparse.ArgumentParser:
+    """A subcommand of the operations plane: the data directory, workspace and operator."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=summary, description=summary)
+    _data_dir_option(parser)
+    parser.add_argument("--workspace", default=DEFAULT_WORKSPACE)
+    parser.add_argument(
+        "--operator",
+        default=default_operator(),
+        help="who acts, as audited (default: your login; with --stack: your AWS caller ARN)",
+    )
+    return parser
+
+
+def _data_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+
+
+def _paging(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=int, default=100, help="at most N (default 100)")
+    parser.add_argument("--after", default="", metavar="ID", help="start after this id")
+
+
+def _nested(sub: Sub, name: str, summary: str) -> Sub:
+    parser = sub.add_parser(name, help=summary)
+    nested: Sub = parser.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
+    return nested
+
+
+def add_admin_parser(sub: Sub, open_seat: SeatOpener) -> None:
+    """``admin ...``: every operator command, each opening its seat with ``open_seat``."""
+    admin = sub.add_parser("admin", help="the operations plane (never reachable by an agent)")
+    admin.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="operate the deployed CloudFormation stack NAME with your AWS credentials (audited"
+        " as your caller ARN) instead of a data directory",
+    )
+    admin.add_argument("--region", help="the stack's AWS region (default: your AWS config)")
+    admin.set_defaults(open_seat=open_seat)
+    admin_sub: Sub = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+    _add_inspection(admin_sub)
+    _add_pending(admin_sub)
+    _add_records(admin_sub)
+    _add_host_operations(admin_sub)
+
+
+def _add_inspection(admin_sub: Sub) -> None:
+    audit = admin_sub.add_parser("audit", help="show the audit log (ids and outcomes, no content)")
+    _data_dir_option(audit)
+    audit.add_argument("--limit", type=int, default=50, help="show the N most recent entries")
+    audit.set_defaults(func=cmd_audit)
+
+    policy_sub = _nested(admin_sub, "policy", "show or change the admission policy")
+    show = policy_sub.add_parser("show", help="show the host's admission policy and ceilings")
+    _data_dir_option(show)
+    show.set_defaults(func=cmd_policy_show)
+    set_mode = policy_sub.add_parser("set", help="change the admission mode in host.json")
+    _data_dir_option(set_mode)
+    set_mode.add_argument("--mode", required=True, choices=("auto", "manual"))
+    set_mode.set_defaults(func=cmd_policy_set)
+
+    state = _operation(
+        admin_sub, "status", "counts by state, outbox backlog, index freshness, key store health"
+    )
+    state.set_defaults(func=cmd_status)
+    export = _operation(
+        admin_sub, "export", "current records with their receipts, as JSON Lines (migration)"
+    )
+    export.add_argument("--output", metavar="FILE", help="write to FILE (0600) instead of stdout")
+    export.set_defaults(func=cmd_export)
+
+
+def _add_pending(admin_sub: Sub) -> None:
+    adjudicate = _operation(
+        admin_sub, "adjudicate", "accept or reject a pending candidate (see `admin pending`)"
+    )
+    adjudicate.add_argument("candidate", metavar="CANDIDATE", help="the candidate id")
+    adjudicate.add_argument("decision", choices=("accept", "reject"))
+    adjudicate.add_argument("--reason", help="why (journaled with the decision)")
+    adjudicate.set_defaults(func=cmd_adjudicate)
+
+    pending_sub = _nested(admin_sub, "pending", "the candidates that wait for a decision")
+    listing = _operation(pending_sub, "list", "list the pending candidates (ids, no content)")
+    _paging(listing)
+    listing.set_defaults(func=cmd_pending_list)
+    show = _operation(pending_sub, "show", "open a pending candidate: what it says (audited)")
+    show.add_argument("candidate", metavar="CANDIDATE")
+    show.set_defaults(func=cmd_pending_show)
+    withdraw = _operation(pending_sub, "withdraw", "withdraw a pending candidate, shred its key")
+    withdraw.add_argument("candidate", metavar="CANDIDATE")
+    withdraw.add_argument("--reason", required=True, help="why (journaled)")
+    withdraw.set_defaults(func=cmd_pending_withdraw)
+
+
+def _add_records(admin_sub: Sub) -> None:
+    records_sub = _nested(admin_sub, "records", "what memory holds, and its lifecycle")
+    listing = _operation(records_sub, "list", "list the records (ids, states, digests)")
+    listing.add_argument("--state", choices=_RECORD_STATES)
+    _paging(listing)
+    listing.set_defaults(func=cmd_records_list)
+    show = _operation(records_sub, "show", "one record in any state, with its body")
+    show.add_argument("record", metavar="RECORD")
+    show.set_defaults(func=cmd_records_show)
+    history = _operation(records_sub, "history", "the journal events of one record")
+    history.add_argument("record", metavar="RECORD")
+    history.set_defaults(func=cmd_records_history)
+    for name, summary in _LIFECYCLE_STEPS:
+        step = _operation(records_sub, name, summary)
+        step.add_argument("record", metavar="RECORD")
+        step.add_argument("--reason", required=True, help="why (journaled)")
+        if name == "supersede":
+            step.add_argument("--by", metavar="RECORD", help="the current record replacing it")
+        step.set_defaults(func=cmd_records_forget if name == "forget" else cmd_records_transition)
+
+
+def _add_host_operations(admin_sub: Sub) -> None:
+    save = _operation(
+        admin_sub, "backup", "a consistent online copy of the database (no keys, no projections)"
+    )
+    save.add_argument(
+        "target",
+        metavar="FILE",
+        nargs="?",
+        help="the backup file to write (must not exist); with --stack an optional"
+        " s3://bucket/prefix (default: the stack's blob bucket, backups/<time>)",
+    )
+    save.set_defaults(func=cmd_backup)
+    load = _operation(
+        admin_sub,
+        "restore",
+        "restore a backup into an empty data directory beside its own key store",
+    )
+    load.add_argument(
+        "backup",
+        metavar="FILE",
+        help="a file written by `admin backup` (with --stack: its s3://bucket/prefix)",
+    )
+    load.add_argument(
+        "--new-keys",
+        action="store_true",
+        help="restore onto a new key store (records only: pending candidates will not open)",
+    )
+    load.set_defaults(func=cmd_restore)
+    _add_tokens_and_keys(admin_sub)
+    rebuild = admin_sub.add_parser(
+        "reindex", help="rebuild a workspace's search index from the canonical store"
+    )
+    _data_dir_option(rebuild)
+    rebuild.add_argument("--workspace", default=DEFAULT_WORKSPACE)
+    rebuild.set_defaults(func=cmd_reindex)
+
+
+def _add_tokens_and_keys(admin_sub: Sub) -> None:
+    tokens_sub = _nested(admin_sub, "tokens", "bearer tokens: revoke")
+    revoke = _operation(
+        tokens_sub, "revoke", "revoke a token, or every current token of a principal"
+    )
+    which = revoke.add_mutually_exclusive_group(required=True)
+    which.add_argument("--token", help="the token itself (its id is read from it)")
+    which.add_argument("--token-id", help="the token's id (its jti claim)")
+    which.add_argument("--principal", help="every token of this principal issued until now")
+    revoke.set_defaults(func=cmd_tokens_revoke)
+    keys_sub = _nested(admin_sub, "keys", "the key store: rotate")
+    rotate = _operation(
+        keys_sub,
+        "rotate",
+        "new issuer (signing) and master keys; data keys re-wrapped; previous tokens stay valid"
+        " until they expire (stop the server first)",
+    )
+    rotate.set_defaults(func=cmd_keys_rotate)
