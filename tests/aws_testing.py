@@ -214,7 +214,21 @@ class FakeLambdaContext:
         "arn:aws:lambda:us-east-1:123456789012:function:engram-memory-dev-tool"
     )
     aws_request_id: str = "5a3b2c1d-0e9f-4a8b-9c7d-6e5f4a3b2c1d"
+    log_stream_name: str = "2026/12/03/[$LATEST]0123456789abcdef"
     remaining_ms: int = 30_000
+
+    @classmethod
+    def of(
+        cls, function_name: str, *, remaining_ms: int = 30_000, memory_limit_in_mb: int = 512
+    ) -> FakeLambdaContext:
+        """The context of the function with that name (and the ARN to match)."""
+        arn = f"arn:aws:lambda:{REGION}:123456789012:function:{function_name}"
+        return cls(
+            function_name=function_name,
+            invoked_function_arn=arn,
+            memory_limit_in_mb=memory_limit_in_mb,
+            remaining_ms=remaining_ms,
+        )
 
     def get_remaining_time_in_millis(self) -> int:
         return self.remaining_ms

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -187,6 +188,17 @@ def context(
     return replace(base, **overrides)
 
 
+GOLDEN_FILE = Path(__file__).resolve().parent / "fixtures" / "golden-payload.json"
+
+
+def golden_payload() -> dict[str, Any]:
+    """The golden payload (``fixtures/golden-payload.json``) as an agent writes it: no
+    ``scope_ref``, which the host derives."""
+    payload: dict[str, Any] = json.loads(GOLDEN_FILE.read_text(encoding="utf-8"))["payload"]
+    del payload["scope_ref"]
+    return payload
+
+
 def capture_args(
     text: str = "Use WAL mode for the embedded store; it lets readers run beside one writer.",
     *,
@@ -242,6 +254,26 @@ def handled(engine: Engine, tool: str, arguments: Any, ctx: TrustedContext) -> d
     return envelope
 
 
+def remember_in(engine: Engine, text: str, key: str, ctx: TrustedContext | None = None) -> str:
+    """Capture ``text`` and admit it straight through the engine: the record id."""
+    captured = handled(engine, "capture", capture_args(text, key=key), ctx or context())
+    admission = {"candidate_id": captured["output"]["value"]["candidate_id"]}
+    admitted = handled(
+        engine, "request_admission", {**admission, "idempotency_key": key + "-a"}, ctx or context()
+    )
+    record_id: str = admitted["output"]["value"]["outcome"]["record_id"]
+    return record_id
+
+
+def found_in(engine: Engine, query: str, ctx: TrustedContext | None = None, **options: Any) -> Any:
+    """The search's value straight from the engine (``options``: the search's other fields)."""
+    arguments = {"query": query, "purpose_ref": PURPOSE, **options}
+    return handled(engine, "search", arguments, ctx or context())["output"]["value"]
+
+
+LOCAL_HYBRID = {"minimum_channels": "lexical_and_semantic", "network": "forbid"}
+
+
 @dataclass
 class Harness:
     """One engine over one adapter set, with the fakes a behavioural test steers."""
@@ -284,6 +316,13 @@ class Harness:
         return code
 
     # -- shortcuts -----------------------------------------------------------------------------
+
+    def admission(self, text: str, key: str) -> dict[str, Any]:
+        """Capture ``text`` (committed pending) and ask for its admission: that call's envelope."""
+        captured = self.capture(text)
+        assert captured["status"] == "committed_pending"
+        arguments = {"candidate_id": captured["candidate_id"], "idempotency_key": key}
+        return self.call("request_admission", arguments)
 
     def next_key(self, prefix: str = "key") -> str:
         self._keys += 1

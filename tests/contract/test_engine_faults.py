@@ -51,9 +51,9 @@ def test_a_store_failure_at_any_step_of_a_promotion_leaves_every_table_unchanged
 ) -> None:
     harness, fault = faulty
     captured = harness.capture()
+    args = {"candidate_id": captured["candidate_id"], "idempotency_key": "admit-fault-00001"}
     before = harness.store.table_snapshot()
     fault.step = step
-    args = {"candidate_id": captured["candidate_id"], "idempotency_key": "admit-fault-00001"}
     envelope = harness.call("request_admission", args)
     assert (
         envelope["error"]["code"] == "STORE_UNAVAILABLE" and envelope["error"]["retriable"] is True

@@ -111,24 +111,23 @@ def _approved_for_another_tool(approval: Approval) -> Approval:
     return approval.model_copy(update={"tool": "forget"})
 
 
-def _expired(approval: Approval) -> Approval:
-    assert approval.approved_at_ms is not None  # doctored after the human approved
-    return approval.model_copy(
-        update={
-            "issued_at_ms": approval.issued_at_ms - 301_000,
-            "approved_at_ms": approval.approved_at_ms - 1_000,
-        }
-    )
+def _earlier(issued_ms: int, approved_ms: int) -> Callable[[Approval], Approval]:
+    """The approval as if issued and approved that many milliseconds earlier."""
+
+    def doctor(approval: Approval) -> Approval:
+        assert approval.approved_at_ms is not None  # doctored after the human approved
+        return approval.model_copy(
+            update={
+                "issued_at_ms": approval.issued_at_ms - issued_ms,
+                "approved_at_ms": approval.approved_at_ms - approved_ms,
+            }
+        )
+
+    return doctor
 
 
-def _executed_late(approval: Approval) -> Approval:
-    assert approval.approved_at_ms is not None  # doctored after the human approved
-    return approval.model_copy(
-        update={
-            "issued_at_ms": approval.issued_at_ms - 40_000,
-            "approved_at_ms": approval.approved_at_ms - 31_000,
-        }
-    )
+_expired = _earlier(301_000, 1_000)
+_executed_late = _earlier(40_000, 31_000)
 
 
 @pytest.mark.parametrize(

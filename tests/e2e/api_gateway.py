@@ -20,19 +20,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from aws_testing import FakeLambdaContext
+
 Handler = Callable[[Mapping[str, Any], Any], Mapping[str, Any]]
 CALLBACK = "/approvals/callback"
-
-
-class LambdaContext:
-    function_name = "engram-dev-local"
-    function_version = "$LATEST"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:engram-dev-local"
-    aws_request_id = "6f1e2d3c-4b5a-4697-8877-665544332211"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 29_000
 
 
 def route_of(method: str, path: str) -> tuple[str, dict[str, str] | None]:
@@ -97,7 +88,9 @@ def serve_api(
                 answer: Mapping[str, Any] = {"statusCode": 404, "body": ""}
             else:
                 event = event_of(self.command, self.path, dict(self.headers), body, domain)
-                answer = handler(event, LambdaContext())
+                answer = handler(
+                    event, FakeLambdaContext.of("engram-dev-local", remaining_ms=29_000)
+                )
             raw = str(answer.get("body") or "")
             data = base64.b64decode(raw) if answer.get("isBase64Encoded") else raw.encode()
             self.send_response(int(answer.get("statusCode", 200)))

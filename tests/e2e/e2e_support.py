@@ -555,6 +555,27 @@ async def url_only_client(
                 yield client
 
 
+@contextlib.asynccontextmanager
+async def new_agent(
+    service: HttpService,
+    mode: str,
+    human: ElicitationFnT | None = None,
+    *,
+    url_only: bool = False,
+    **claims: Any,
+) -> AsyncIterator[Agent]:
+    """An agent in a fresh workspace of the HTTP service, its token minted with ``claims``
+    (``tools``, ``confirm``, ``principal``, ...); ``human`` answers its elicitations, on a client
+    that declares URL-only elicitation with ``url_only``."""
+    token = service.tokens.mint(workspace=new_workspace(), **claims)
+    if url_only:
+        opened = url_only_client(service.url, token, mode, human)
+    else:
+        opened = http_client(service.url, token, mode, human=human)
+    async with opened as client:
+        yield Agent(client, purpose=claims.get("purpose", PURPOSE))
+
+
 async def link_of(attempt: Callable[[], Any]) -> str:
     """The 2025-11-25 answer to a gated call: -32042 with one URL elicitation; its link."""
     error = await protocol_error(attempt)

@@ -47,10 +47,9 @@ from e2e_support import (
     envelope,
     error_code,
     link_of,
+    new_agent,
     new_key,
-    new_workspace,
     ok_value,
-    url_only_client,
 )
 
 pytestmark = pytest.mark.anyio
@@ -124,10 +123,8 @@ async def gated(
 async def test_approving_on_the_page_lets_the_retry_forget_the_record(
     http_service: HttpService, browser: webdriver.Chrome, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser, "Approve")
-    async with url_only_client(http_service.url, token, mode, person) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id, new_key("forget"))
         forgotten = ok_value(await gated(agent, person, mode, FORGET, arguments))
@@ -143,10 +140,8 @@ async def test_approving_on_the_page_lets_the_retry_forget_the_record(
 async def test_declining_on_the_page_fails_the_retry_and_keeps_the_candidate(
     http_service: HttpService, browser: webdriver.Chrome, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser, "Decline")
-    async with url_only_client(http_service.url, token, mode, person) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, person, url_only=True) as agent:
         candidate_id = await agent.captured(DRAFT)
         arguments = agent.withdraw_arguments(candidate_id, new_key("withdraw"))
         refused = envelope(await gated(agent, person, mode, WITHDRAW, arguments))
@@ -158,13 +153,11 @@ async def test_declining_on_the_page_fails_the_retry_and_keeps_the_candidate(
 async def test_an_expired_request_shows_an_error_page_and_the_retry_asks_anew(
     http_service: HttpService, browser: webdriver.Chrome
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser)
-    async with url_only_client(http_service.url, token, LEGACY, person) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, LEGACY, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        call = partial(client.call_tool, FORGET, arguments)
+        call = partial(agent.client.call_tool, FORGET, arguments)
         first = await link_of(call)
         age_approval(http_service, approval_id_of(first), 301_000)
         browser.get(first)
@@ -180,13 +173,11 @@ async def test_an_expired_request_shows_an_error_page_and_the_retry_asks_anew(
 async def test_a_post_without_the_page_csrf_token_is_refused_and_changes_nothing(
     http_service: HttpService, browser: webdriver.Chrome
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser)
-    async with url_only_client(http_service.url, token, LEGACY, person) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, LEGACY, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        call = partial(client.call_tool, FORGET, arguments)
+        call = partial(agent.client.call_tool, FORGET, arguments)
         link = await link_of(call)
         async with httpx2.AsyncClient() as http:
             forged = await http.post(link, data={"decision": "approve"})
@@ -207,12 +198,12 @@ async def test_a_post_without_the_page_csrf_token_is_refused_and_changes_nothing
 async def test_the_page_reads_at_phone_width_and_on_a_desktop(
     http_service: HttpService, browser: webdriver.Chrome, screenshots: Path
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser)
-    async with url_only_client(http_service.url, token, LEGACY, person) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, LEGACY, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
-        link = await link_of(lambda: client.call_tool(FORGET, agent.forget_arguments(record_id)))
+        link = await link_of(
+            lambda: agent.client.call_tool(FORGET, agent.forget_arguments(record_id))
+        )
         try:
             as_desktop(browser)
             browser.get(link)

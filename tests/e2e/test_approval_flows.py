@@ -36,6 +36,7 @@ from e2e_support import (
     error_code,
     http_client,
     link_of,
+    new_agent,
     new_key,
     new_workspace,
     now_ms,
@@ -76,7 +77,7 @@ async def test_an_approval_given_after_the_client_disconnected_commits_on_its_re
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        link = await link_of(lambda: client.call_tool(FORGET, arguments))
+        link = await link_of(partial(client.call_tool, FORGET, arguments))
     # the client is gone; the human answers on the page a little later
     assert await answer_on_page(link, "approve") == 200
     async with url_only_client(http_service.url, token, LEGACY) as client:
@@ -88,12 +89,10 @@ async def test_an_approval_given_after_the_client_disconnected_commits_on_its_re
 async def test_an_approval_older_than_30_s_is_not_used_and_the_retry_asks_anew(
     http_service: HttpService,
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
-    async with url_only_client(http_service.url, token, LEGACY) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, LEGACY, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        call = partial(client.call_tool, FORGET, arguments)
+        call = partial(agent.client.call_tool, FORGET, arguments)
         link = await link_of(call)
         assert await answer_on_page(link, "approve") == 200
         age_approval(http_service, approval_id_of(link), 31_000, answer_too=True)

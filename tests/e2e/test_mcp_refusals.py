@@ -31,6 +31,7 @@ from e2e_support import (
     envelope,
     error_code,
     http_client,
+    new_agent,
     new_key,
     new_workspace,
     ok_value,
@@ -237,10 +238,9 @@ async def test_an_ungranted_tool_is_not_listed_and_calling_it_is_unknown_tool(
 async def test_a_token_without_grants_lists_no_tools_and_every_call_is_unknown_tool(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace(), tools=[])
-    async with http_client(http_service.url, token, mode) as client:
-        assert (await client.list_tools()).tools == []
-        error = await protocol_error(lambda: Agent(client).search("anything"))
+    async with new_agent(http_service, mode, tools=[]) as agent:
+        assert (await agent.client.list_tools()).tools == []
+        error = await protocol_error(lambda: agent.search("anything"))
         assert error.code == UNKNOWN_TOOL
 
 

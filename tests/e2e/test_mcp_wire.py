@@ -39,6 +39,7 @@ from e2e_support import (
     engram_cli,
     error_code,
     http_client,
+    new_agent,
     new_workspace,
     ok_value,
     protocol_error,
@@ -454,14 +455,13 @@ async def test_tools_list_tells_the_connection_the_purpose_its_token_binds(
     http_service: HttpService, mode: str
 ) -> None:
     purpose = "purpose:release-notes"
-    token = http_service.tokens.mint(workspace=new_workspace(), purpose=purpose)
-    async with http_client(http_service.url, token, mode) as client:
-        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    async with new_agent(http_service, mode, purpose=purpose) as agent:
+        tools = {tool.name: tool for tool in (await agent.client.list_tools()).tools}
         for name in (SEARCH, "engram_memory_get"):
             assert tools[name].input_schema["properties"]["purpose_ref"]["const"] == purpose
         assert f'"const": "{purpose}"' in json.dumps(tools[CAPTURE].input_schema)  # the payload's
         assert "purpose_ref" not in json.dumps(tools[FORGET].input_schema)
-        assert ok_value(await Agent(client, purpose=purpose).search("anything"))["records"] == []
+        assert ok_value(await agent.search("anything"))["records"] == []
 
 
 async def test_a_stdio_connection_is_told_its_purpose_in_the_instructions(

@@ -20,7 +20,7 @@ from typing import Any
 import boto3
 import pytest
 from approval_testing import PageContext, answer, approval_page, outcome, page_event, session_of
-from aws_testing import BUCKET, REGION, TABLE, MemoryLexicalIndex, moto_aws
+from aws_testing import BUCKET, REGION, TABLE, FakeLambdaContext, MemoryLexicalIndex, moto_aws
 
 from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
 from engram_memory.adapters.aws.kms_vault import create_key_table
@@ -93,15 +93,8 @@ class World:
     index: MemoryLexicalIndex
 
 
-class _Context:
-    function_name = "engram-dev-workflow"
-    function_version = "$LATEST"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:engram-dev-workflow"
-    aws_request_id = "0f6e5d4c-3b2a-4190-8f7e-6d5c4b3a2910"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
+def _context() -> FakeLambdaContext:
+    return FakeLambdaContext.of("engram-dev-workflow", remaining_ms=60_000)
 
 
 @pytest.fixture
@@ -203,7 +196,7 @@ def post(world: World, approval_id: str, approve: bool) -> dict[str, Any]:
 
 
 def approve(world: World, steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    parked = world.workflow.handler(steps["await_approval"], _Context())
+    parked = world.workflow.handler(steps["await_approval"], _context())
     signed_in = [session_of(world.approval, "agent-alice")]
     page = world.approval(page_event(parked["approval_id"], cookies=signed_in), PageContext())
     assert page["statusCode"] == 200 and "withdraw" in page["body"]
@@ -223,7 +216,7 @@ def test_a_withdraw_runs_through_the_steps(world: World) -> None:
     approval = approve(world, steps)
     assert approval["approved_at_ms"] == world.clock.now_ms()
 
-    handler, ctx = world.workflow.handler, _Context()
+    handler, ctx = world.workflow.handler, _context()
     world.clock.advance(2_000)
     committed = handler({**steps["commit_transition"], "approval": approval}, ctx)
     envelope = committed["envelope"]
@@ -240,7 +233,7 @@ def test_a_withdraw_runs_through_the_steps(world: World) -> None:
 
 def test_a_declined_approval_fails_the_task(world: World) -> None:
     steps = withdraw_events(world)
-    parked = world.workflow.handler(steps["await_approval"], _Context())
+    parked = world.workflow.handler(steps["await_approval"], _context())
     assert post(world, parked["approval_id"], False)["statusCode"] == 200
     name, call = world.sfn.calls[-1]
     assert name == "SendTaskFailure" and call["error"] == "ApprovalDeclined"
@@ -251,7 +244,7 @@ def test_a_late_approval_expires_the_window(world: World) -> None:
     approval = approve(world, steps)
     world.clock.advance(30_001)
     with pytest.raises(ApprovalWindowExpired):
-        world.workflow.handler({**steps["commit_transition"], "approval": approval}, _Context())
+        world.workflow.handler({**steps["commit_transition"], "approval": approval}, _context())
 
 
 def test_an_approval_is_answered_once(world: World) -> None:
@@ -291,7 +284,7 @@ def test_a_bearer_token_no_longer_answers_a_confirmation(world: World) -> None:
     # the former API: an approval-audience (or the agent's) JWT and {"approve": true}. Only a
     # person signed in at the page, with its form's CSRF token, answers now.
     steps = withdraw_events(world)
-    parked = world.workflow.handler(steps["await_approval"], _Context())
+    parked = world.workflow.handler(steps["await_approval"], _context())
     event = load("approval_post")
     event["pathParameters"]["approvalId"] = parked["approval_id"]
     event["requestContext"]["authorizer"] = {"jwt": {"claims": {"sub": "agent-alice"}}}
@@ -315,7 +308,7 @@ def test_the_invalidation_step_reports_the_projection_lag(
 
     world.workflow.handler(
         {**steps["finish_tail"], "commit": {"committed_at_ms": committed_at}},
-        _Context(),
+        _context(),
     )
 
     documents = [
@@ -399,9 +392,9 @@ def test_the_invalidation_step_checks_its_own_scope_not_the_first_page_of_the_qu
     step = load("workflow_finish_tail")
     world.index.available = False
     with pytest.raises(IndexUnavailable):  # the Step Functions Retry catches it
-        world.workflow.handler(step, _Context())
+        world.workflow.handler(step, _context())
     world.index.available = True
-    assert world.workflow.handler(step, _Context())["projections"] == "complete"
+    assert world.workflow.handler(step, _context())["projections"] == "complete"
     assert not world.index.contains(SAMPLE_SCOPE, record_id)
     # the other workspace's queue is the drainer's business, not this execution's
     assert len(world.engine.store.outbox_pending(200)) == 120
@@ -415,7 +408,7 @@ def test_the_drainer_runs_what_the_commit_path_left_and_reports_the_outbox_age(
     world.clock.advance(90_000)
     schedule = load("outbox_drainer")
     capsys.readouterr()
-    stuck = world.drainer.handler(schedule, _Context())
+    stuck = world.drainer.handler(schedule, _context())
     assert stuck == {"drained": 0, "pending": 1, "oldest_age_s": 90.0}
     documents = [
         json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")
@@ -424,7 +417,7 @@ def test_the_drainer_runs_what_the_commit_path_left_and_reports_the_outbox_age(
     assert ages == [[90.0]], documents
 
     world.index.available = True
-    assert world.drainer.handler(schedule, _Context()) == {
+    assert world.drainer.handler(schedule, _context()) == {
         "drained": 1,
         "pending": 0,
         "oldest_age_s": 0.0,
@@ -436,6 +429,6 @@ def test_the_drainer_reindexes_a_workspace_for_an_operator(world: World) -> None
     record_id = admitted_record(world, "The staging deploy needs the blue flag.")
     world.index.apply(SAMPLE_SCOPE, ProjectionChange(delete_record_id=record_id))  # index lost
     assert search_ids(world, "staging deploy") == []
-    report = world.drainer.handler(load("outbox_drainer_reindex"), _Context())
+    report = world.drainer.handler(load("outbox_drainer_reindex"), _context())
     assert report == {"operation": "reindex", "indexed": 1, "dropped": 0, "pending_upserts": 0}
     assert search_ids(world, "staging deploy") == [record_id]

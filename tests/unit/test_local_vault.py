@@ -380,6 +380,11 @@ def test_every_operation_on_a_closed_vault_is_unavailable(vault: LocalVault) -> 
 
     with pytest.raises(VaultUnavailable):
         vault.seal(SCOPE, "cand_2", SECRET)
+    _assert_unavailable(vault, blob)
+
+
+def _assert_unavailable(vault: LocalVault, blob: SealedBlob) -> None:
+    """Opening the blob, destroying its key and asking for it all answer ``VaultUnavailable``."""
     with pytest.raises(VaultUnavailable):
         vault.open(SCOPE, "cand_1", blob)
     with pytest.raises(VaultUnavailable):
@@ -403,12 +408,7 @@ def test_a_key_file_broken_underneath_the_vault_makes_operations_unavailable(
         vault.seal(SCOPE, "cand_2", SECRET)
     assert isinstance(caught.value.__cause__, sqlite3.Error)
     assert "swordfish" not in str(caught.value)
-    with pytest.raises(VaultUnavailable):
-        vault.open(SCOPE, "cand_1", blob)
-    with pytest.raises(VaultUnavailable):
-        vault.destroy(blob.key_ref)
-    with pytest.raises(VaultUnavailable):
-        vault.key_exists(blob.key_ref)
+    _assert_unavailable(vault, blob)
 
 
 def test_failed_opens_log_no_errors_and_nothing_logs_the_plaintext(
