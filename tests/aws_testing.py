@@ -344,18 +344,8 @@ def aws_harness(
     def held_keys() -> list[bytes]:
         return _held_kms_keys(store, vault, dynamodb)
 
-    return Harness(
-        held_keys=held_keys,
-        engine=engine,
-        store=store,
-        vault=vault,
-        record_keys=record_keys,
-        index=index,
-        clock=clock,
-        confirmations=confirmations,
-        audit=audit,
-        closers=[moto.close],
-    )
+    parts = (engine, store, vault, record_keys, index, clock, confirmations, audit)
+    return Harness(*parts, closers=[moto.close], held_keys=held_keys)
 
 
 def another_engine(harness: Harness, **settings: Any) -> Engine:

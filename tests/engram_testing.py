@@ -25,7 +25,7 @@ from engram_memory.adapters.local.vault import LocalVault
 from engram_memory.contract.packing import unpack_all
 from engram_memory.embedded.in_process import call_in_process
 from engram_memory.engine import lexical
-from engram_memory.engine.context import TOOLS, RetentionPolicy, TrustedContext
+from engram_memory.engine.context import TOOLS, RetentionPolicy, Scope, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
 from engram_memory.engine.ports import (
     AdmissionRequest,
@@ -186,6 +186,43 @@ def context(
         retention=RetentionPolicy(),
     )
     return replace(base, **overrides)
+
+
+REQUEST_SCOPE = Scope("t", "w")
+
+
+def forget_request(
+    target: str = "mem_abc",
+    *,
+    scope: Scope = REQUEST_SCOPE,
+    reason_ref: str = "reason:obsolete",
+    summary: str = "",
+    digest: str = "sha256:" + "1" * 64,
+) -> ConfirmationRequest:
+    """The confirmation alice is asked for before ``target`` is forgotten."""
+    return ConfirmationRequest(
+        tool="forget",
+        target=target,
+        operation_digest=digest,
+        principal="alice",
+        scope=scope,
+        reason_ref=reason_ref,
+        summary=summary,
+    )
+
+
+def initialize_request(client_name: str) -> dict[str, Any]:
+    """The JSON-RPC ``initialize`` request (id 1) an MCP 2025-11-25 client opens with."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": client_name, "version": "1"},
+        },
+    }
 
 
 GOLDEN_FILE = Path(__file__).resolve().parent / "fixtures" / "golden-payload.json"
@@ -367,28 +404,28 @@ class Harness:
     def forget(
         self, record_id: str, key: str | None = None, ctx: TrustedContext | None = None
     ) -> dict[str, Any]:
-        return self.call(
-            "forget",
-            {
-                "record_id": record_id,
-                "idempotency_key": key or self.next_key("forget"),
-                "reason_ref": "reason:obsolete",
-            },
-            ctx,
-        )
+        return self._end("forget", {"record_id": record_id}, "reason:obsolete", key, ctx)
 
     def withdraw(
         self, candidate_id: str, key: str | None = None, ctx: TrustedContext | None = None
     ) -> dict[str, Any]:
-        return self.call(
-            "withdraw",
-            {
-                "candidate_id": candidate_id,
-                "idempotency_key": key or self.next_key("withdraw"),
-                "reason_ref": "reason:mistake",
-            },
-            ctx,
-        )
+        return self._end("withdraw", {"candidate_id": candidate_id}, "reason:mistake", key, ctx)
+
+    def _end(
+        self,
+        tool: str,
+        target: dict[str, str],
+        reason_ref: str,
+        key: str | None,
+        ctx: TrustedContext | None,
+    ) -> dict[str, Any]:
+        """A forget or a withdraw: its envelope (the scripted human asked as the host asks)."""
+        arguments = {
+            **target,
+            "idempotency_key": key or self.next_key(tool),
+            "reason_ref": reason_ref,
+        }
+        return self.call(tool, arguments, ctx)
 
 
 def embedded_harness(
@@ -447,18 +484,8 @@ def embedded_harness(
                         continue
         return keys
 
-    return Harness(
-        held_keys=held_keys,
-        engine=engine,
-        store=store,
-        vault=vault,
-        record_keys=vault.record_keys,
-        index=index,
-        clock=clock,
-        confirmations=confirmations,
-        audit=audit,
-        closers=[store.close, vault.close],
-    )
+    parts = (engine, store, vault, vault.record_keys, index, clock, confirmations, audit)
+    return Harness(*parts, closers=[store.close, vault.close], held_keys=held_keys)
 
 
 def aws_harness(tmp_path: Path, *, embedder: Any = None) -> Harness:

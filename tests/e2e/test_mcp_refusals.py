@@ -39,6 +39,7 @@ from e2e_support import (
     stdio_client_for,
     without_audit_id,
 )
+from engram_testing import initialize_request
 
 pytestmark = pytest.mark.anyio
 
@@ -48,16 +49,7 @@ NOTE = "Convention: release branches are cut on Thursdays after the integration 
 RAW_REQUESTS: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "2025-11-25": (
         {},
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "e2e", "version": "1"},
-            },
-        },
+        initialize_request("e2e"),
     ),
     "2026-07-28": (
         {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"},

@@ -21,6 +21,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from engram_testing import initialize_request
+
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
 
@@ -55,23 +57,18 @@ def init(data_dir: Path, *extra: str) -> None:
     )
 
 
-def token(data_dir: Path, *extra: str) -> str:
+def token(
+    data_dir: Path,
+    *extra: str,
+    principal: str = "day-one",
+    workspace: str = "default",
+    purpose: str = "general",
+    tools: str = "search,get",
+) -> str:
+    """A bearer token from ``engram-memory token`` (``extra``: its other options)."""
+    claims = ["--principal", principal, "--workspace", workspace, "--purpose", purpose]
     done = subprocess.run(
-        [
-            engram(),
-            "token",
-            "--data-dir",
-            str(data_dir),
-            "--principal",
-            "day-one",
-            "--workspace",
-            "default",
-            "--purpose",
-            "general",
-            "--tools",
-            "search,get",
-            *extra,
-        ],
+        [engram(), "token", "--data-dir", str(data_dir), *claims, "--tools", tools, *extra],
         check=True,
         capture_output=True,
         text=True,
@@ -102,16 +99,7 @@ def initialize(port: int, bearer: str | None) -> httpx2.Response:
     headers = {"Accept": "application/json, text/event-stream"}
     if bearer is not None:
         headers["Authorization"] = f"Bearer {bearer}"
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "day-one", "version": "1"},
-        },
-    }
+    body = initialize_request("day-one")
     return httpx2.post(
         f"http://127.0.0.1:{port}/mcp", json=body, headers=headers, timeout=DEADLINE_S
     )

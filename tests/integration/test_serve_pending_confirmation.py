@@ -32,7 +32,7 @@ import pytest
 from mcp import Client, MCPError
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
-from test_serve_day_one import engram, free_port, init, listening
+from test_serve_day_one import engram, free_port, init, listening, token
 
 from engram_memory.adapters.local.approvals import FILE_NAME as APPROVALS_FILE
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
@@ -53,27 +53,14 @@ def anyio_backend() -> str:
 
 
 def _token(data_dir: Path, *extra: str) -> str:
-    done = subprocess.run(
-        [
-            engram(),
-            "token",
-            "--data-dir",
-            str(data_dir),
-            "--principal",
-            "shutdown-agent",
-            "--workspace",
-            WORKSPACE,
-            "--purpose",
-            PURPOSE,
-            "--tools",
-            "capture,withdraw",
-            *extra,
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
+    return token(
+        data_dir,
+        *extra,
+        principal="shutdown-agent",
+        workspace=WORKSPACE,
+        purpose=PURPOSE,
+        tools="capture,withdraw",
     )
-    return done.stdout.strip()
 
 
 def _wal_bytes(database: Path) -> int:
