@@ -188,6 +188,19 @@ def context(
     return replace(base, **overrides)
 
 
+def object_paths(node: Any, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    """The path (keys and list indexes) to every JSON object in ``node``, itself included."""
+    found: list[tuple[str | int, ...]] = []
+    if isinstance(node, dict):
+        found.append(path)
+        for name, child in node.items():
+            found.extend(object_paths(child, (*path, name)))
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            found.extend(object_paths(child, (*path, index)))
+    return found
+
+
 REQUEST_SCOPE = Scope("t", "w")
 
 

@@ -99,6 +99,11 @@ class Tokens:
         self._key = load_or_create_issuer_key(issuer_key_path(data_dir))
         self._kid = key_id(self._key.public_key())
 
+    def fresh(self, **claims: Any) -> tuple[str, str]:
+        """A new workspace and a token for it (``claims``: as ``mint``'s)."""
+        workspace = new_workspace()
+        return workspace, self.mint(workspace=workspace, **claims)
+
     def mint(
         self,
         *,

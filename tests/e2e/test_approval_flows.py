@@ -105,8 +105,7 @@ async def test_an_approval_older_than_30_s_is_not_used_and_the_retry_asks_anew(
 async def test_the_form_shows_the_memory_and_asks_for_an_explicit_choice(
     http_service: HttpService, mode: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
+    workspace, token = http_service.tokens.fresh()
     asked: list[types.ElicitRequestFormParams] = []
 
     async def human(

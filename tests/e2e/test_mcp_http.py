@@ -38,6 +38,7 @@ from e2e_support import (
     ok_value,
     protocol_error,
 )
+from engram_testing import object_paths
 
 pytestmark = pytest.mark.anyio
 
@@ -254,26 +255,14 @@ async def test_tool_annotations_tell_reads_appends_and_destructive_changes_apart
 
 def _with_extra_field_at_each_level(arguments: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """One copy of ``arguments`` per object in it, with an unexpected field added to that object."""
-
-    def objects(node: Any, path: str) -> list[str]:
-        found: list[str] = []
-        if isinstance(node, dict):
-            found.append(path)
-            for name, child in node.items():
-                found.extend(objects(child, f"{path}/{name}"))
-        elif isinstance(node, list):
-            for index, child in enumerate(node):
-                found.extend(objects(child, f"{path}/{index}"))
-        return found
-
     variants = []
-    for pointer in objects(arguments, ""):
+    for path in object_paths(arguments):
         variant = copy.deepcopy(arguments)
         target: Any = variant
-        for part in [p for p in pointer.split("/") if p]:
-            target = target[int(part)] if isinstance(target, list) else target[part]
+        for part in path:
+            target = target[part]
         target["unexpected_field"] = 1
-        variants.append((pointer or "/", variant))
+        variants.append(("/" + "/".join(map(str, path)), variant))
     return variants
 
 

@@ -186,8 +186,7 @@ async def test_a_foreign_origin_reaches_the_official_client_as_32603(
 async def test_a_purpose_other_than_the_tokens_is_refused_with_32603_and_writes_nothing(
     http_service: HttpService, mode: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
+    workspace, token = http_service.tokens.fresh()
     async with http_client(http_service.url, token, mode) as client:
         record_id = await Agent(client).remember(NOTE)
         written = http_service.journal_cursor(workspace)
@@ -207,8 +206,7 @@ async def test_a_purpose_other_than_the_tokens_is_refused_with_32603_and_writes_
 async def test_an_ungranted_tool_is_not_listed_and_calling_it_is_unknown_tool(
     http_service: HttpService, mode: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace, tools=["search", "get"])
+    workspace, token = http_service.tokens.fresh(tools=["search", "get"])
     async with http_client(http_service.url, token, mode) as client:
         assert sorted(tool.name for tool in (await client.list_tools()).tools) == sorted(
             [SEARCH, GET]
@@ -335,8 +333,7 @@ async def answer(
 async def test_a_replayed_request_state_is_gate_failed_and_authorizes_nothing_more(
     http_service: HttpService,
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace, confirm=["capture"])
+    workspace, token = http_service.tokens.fresh(confirm=["capture"])
     async with http_client(http_service.url, token, MODERN, human=Human()) as client:
         agent = Agent(client)
         arguments = agent.capture_arguments(NOTE, new_key("capture"))
@@ -400,10 +397,8 @@ async def test_a_request_state_not_minted_for_this_very_operation_is_gate_failed
 async def test_a_declined_hand_driven_round_trip_is_gate_failed_and_changes_nothing(
     http_service: HttpService,
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
-    async with http_client(http_service.url, token, MODERN, human=Human()) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, MODERN, Human()) as agent:
+        client = agent.client
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
         for action in ("decline", "cancel"):

@@ -60,8 +60,7 @@ PARSE_ERROR = -32700
 async def test_a_bare_grant_name_is_unknown_tool_and_runs_nothing(
     http_service: HttpService, mode: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
+    workspace, token = http_service.tokens.fresh()
     async with http_client(http_service.url, token, mode, human=Human()) as client:
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
@@ -287,8 +286,7 @@ async def _legacy_session(service: HttpService, token: str) -> dict[str, str]:
 async def test_arguments_with_duplicate_keys_minus_zero_or_lone_surrogates_are_invalid_schema(
     http_service: HttpService, kind: str, revision: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
+    workspace, token = http_service.tokens.fresh()
     text = capture_text("capture-key-" + kind + "-" + workspace)
     if kind != "none":
         before, after = CAPTURE_DEFECTS[kind]
@@ -420,10 +418,8 @@ async def test_a_token_expired_ten_seconds_ago_is_still_served_within_the_leeway
 async def test_a_mismatched_confirmation_attempt_leaves_the_state_for_the_legitimate_retry(
     http_service: HttpService, mismatch: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
-    async with http_client(http_service.url, token, MODERN, human=Human()) as client:
-        owner = Agent(client)
+    async with new_agent(http_service, MODERN, Human()) as owner:
+        client = owner.client
         record_id = await owner.remember(NOTE)
         other_id = await owner.remember("Convention: snapshots are kept for fourteen days.")
         arguments = owner.forget_arguments(record_id)
