@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import aws_encryption_sdk
+from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
+from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
+from aws_cryptographic_material_providers.mpl.models import AesWrappingAlg, CreateRawAesKeyringInput
 
 from engram_memory.adapters.local.audit import MemoryAuditLog
 from engram_memory.adapters.local.sqlite_store import (
@@ -224,11 +230,11 @@ def forget_request(
     )
 
 
-def initialize_request(client_name: str) -> dict[str, Any]:
-    """The JSON-RPC ``initialize`` request (id 1) an MCP 2025-11-25 client opens with."""
+def initialize_request(client_name: str, request_id: int = 1) -> dict[str, Any]:
+    """The JSON-RPC ``initialize`` request an MCP 2025-11-25 client opens with."""
     return {
         "jsonrpc": "2.0",
-        "id": 1,
+        "id": request_id,
         "method": "initialize",
         "params": {
             "protocolVersion": "2025-11-25",
@@ -294,6 +300,44 @@ def capture_args(
             "citation_ids": ["citation:source"],
         },
     }
+
+
+def esdk() -> aws_encryption_sdk.EncryptionSDKClient:
+    """The Encryption SDK client the vaults' messages are read with (key commitment required)."""
+    return aws_encryption_sdk.EncryptionSDKClient(
+        commitment_policy=aws_encryption_sdk.CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT
+    )
+
+
+def raw_aes_keyring(namespace: str, key_name: str, wrapping_key: bytes) -> Any:
+    """The Material Providers' raw AES keyring for one wrapping key."""
+    return AwsCryptographicMaterialProviders(
+        config=MaterialProvidersConfig()
+    ).create_raw_aes_keyring(
+        input=CreateRawAesKeyringInput(
+            key_namespace=namespace,
+            key_name=key_name,
+            wrapping_key=wrapping_key,
+            wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
+        )
+    )
+
+
+def decrypts_with(
+    namespace: str, wrapping_key: bytes, key_name: str, ciphertext: bytes, plaintext: bytes
+) -> bool:
+    """Whether someone holding ``wrapping_key`` could decrypt ``ciphertext`` to ``plaintext`` with
+    the Encryption SDK."""
+    keyring = raw_aes_keyring(namespace, key_name, wrapping_key)
+    decryptor = esdk().stream(mode="decrypt", source=io.BytesIO(ciphertext), keyring=keyring)
+    try:
+        found = decryptor.read()
+    except Exception:
+        return False
+    finally:
+        # Skip the SDK's own close, which raises again for a half-read message.
+        io.IOBase.close(decryptor)
+    return bool(found == plaintext)
 
 
 def handled(engine: Engine, tool: str, arguments: Any, ctx: TrustedContext) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from e2e_support import (
     protocol_error,
     stdio_client_for,
 )
-from engram_testing import capture_args
+from engram_testing import capture_args, initialize_request
 
 pytestmark = pytest.mark.anyio
 
@@ -155,16 +155,7 @@ async def _stdio_exchange(
 ) -> tuple[list[dict[str, Any]], bytes]:
     """Send ``initialize`` then ``lines`` then a ping with ``last_id``; every reply until the
     ping's and those of ids 1..``awaited``, and what the server wrote on stderr."""
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw-e2e", "version": "1"},
-        },
-    }
+    initialize = initialize_request("raw-e2e", request_id=0)
     initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     ping = {"jsonrpc": "2.0", "id": last_id, "method": "ping"}
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
@@ -262,16 +253,7 @@ async def _legacy_session(service: HttpService, token: str) -> dict[str, str]:
         "Content-Type": "application/json",
         "Authorization": f"Bearer {token}",
     }
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw-e2e", "version": "1"},
-        },
-    }
+    init = initialize_request("raw-e2e", request_id=0)
     async with httpx2.AsyncClient(timeout=10) as http:
         opened = await http.post(service.url, json=init, headers=headers)
         session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}

@@ -15,9 +15,7 @@ import pytest
 from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
 from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
 from aws_cryptographic_material_providers.mpl.models import (
-    AesWrappingAlg,
     CreateAwsKmsKeyringInput,
-    CreateRawAesKeyringInput,
 )
 from aws_encryption_sdk.internal.formatting.deserialize import deserialize_header
 from aws_testing import client_error
@@ -35,6 +33,8 @@ from engram_memory.engine.ports import (
     Vault,
     VaultUnavailable,
 )
+
+from engram_testing import decrypts_with
 
 REGION = "us-east-1"
 TABLE = "engram-keys"
@@ -125,23 +125,7 @@ def _unwrap_through_kms(aws: Aws, wrapped: bytes) -> tuple[bytes, dict[str, str]
 
 def _decrypts_with(wrapping_key: bytes, key_name: str, ciphertext: bytes) -> bool:
     """Whether someone holding ``wrapping_key`` could decrypt ``ciphertext`` with the ESDK."""
-    keyring = _MATERIALS.create_raw_aes_keyring(
-        input=CreateRawAesKeyringInput(
-            key_namespace=KEY_NAMESPACE,
-            key_name=key_name,
-            wrapping_key=wrapping_key,
-            wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
-        )
-    )
-    decryptor = _ESDK.stream(mode="decrypt", source=io.BytesIO(ciphertext), keyring=keyring)
-    try:
-        plaintext = decryptor.read()
-    except Exception:
-        return False
-    finally:
-        # Skip the SDK's own close, which raises again for a half-read message.
-        io.IOBase.close(decryptor)
-    return bool(plaintext == SECRET)
+    return decrypts_with(KEY_NAMESPACE, wrapping_key, key_name, ciphertext, SECRET)
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import sqlite3
 import stat
@@ -10,14 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import aws_encryption_sdk
 import pytest
-from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
-from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
-from aws_cryptographic_material_providers.mpl.models import (
-    AesWrappingAlg,
-    CreateRawAesKeyringInput,
-)
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engram_memory.adapters.local.vault import (
@@ -34,6 +26,8 @@ from engram_memory.engine.ports import (
     Vault,
     VaultUnavailable,
 )
+
+from engram_testing import decrypts_with
 
 SCOPE = Scope("tenant-a", "workspace-1")
 SECRET = b"the launch code is swordfish-7731"
@@ -72,28 +66,7 @@ def _unwrap(master_key: bytes, key_ref: str, row: tuple[bytes, bytes], candidate
 
 def _decrypts_with(wrapping_key: bytes, key_name: str, ciphertext: bytes) -> bool:
     """Whether an attacker holding ``wrapping_key`` could decrypt ``ciphertext`` with the ESDK."""
-    keyring = AwsCryptographicMaterialProviders(
-        config=MaterialProvidersConfig()
-    ).create_raw_aes_keyring(
-        input=CreateRawAesKeyringInput(
-            key_namespace=KEY_NAMESPACE,
-            key_name=key_name,
-            wrapping_key=wrapping_key,
-            wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
-        )
-    )
-    client = aws_encryption_sdk.EncryptionSDKClient(
-        commitment_policy=aws_encryption_sdk.CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT
-    )
-    decryptor = client.stream(mode="decrypt", source=ciphertext, keyring=keyring)
-    try:
-        plaintext = decryptor.read()
-    except Exception:
-        return False
-    finally:
-        # Skip the SDK's own close, which raises again for a half-read message.
-        io.IOBase.close(decryptor)
-    return bool(plaintext == SECRET)
+    return decrypts_with(KEY_NAMESPACE, wrapping_key, key_name, ciphertext, SECRET)
 
 
 def test_a_vault_satisfies_the_vault_port(vault: LocalVault) -> None:
