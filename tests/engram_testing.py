@@ -31,7 +31,7 @@ from engram_memory.adapters.local.vault import LocalVault
 from engram_memory.contract.packing import unpack_all
 from engram_memory.embedded.in_process import call_in_process
 from engram_memory.engine import lexical
-from engram_memory.engine.context import TOOLS, RetentionPolicy, Scope, TrustedContext
+from engram_memory.engine.context import TOOLS, Scope, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
 from engram_memory.engine.ports import (
     AdmissionRequest,
@@ -188,8 +188,7 @@ def context(
         principal=principal,
         purpose_ref=purpose,
         audit_id=new_audit_id(),
-        grants=frozenset(TOOLS),
-        retention=RetentionPolicy(),
+        grants=frozenset(TOOLS),  # and the default retention policy
     )
     return replace(base, **overrides)
 
