@@ -10,7 +10,6 @@ import gzip
 import hashlib
 import io
 import json
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -99,17 +98,8 @@ class ScriptedConfirmations:
             return None
         if self.fixed is not None:
             return self.fixed
-        approval = Approval(
-            approval_id="apr_" + uuid.uuid4().hex,
-            tool=request.tool,
-            target=request.target,
-            operation_digest=request.operation_digest,
-            principal=request.principal,
-            tenant_id=request.scope.tenant_id,
-            workspace_id=request.scope.workspace_id,
-            issued_at_ms=self.clock.now_ms(),
-            approved_at_ms=self.clock.now_ms(),
-        )
+        now_ms = self.clock.now_ms()
+        approval = Approval.fresh(request, issued_at_ms=now_ms, approved_at_ms=now_ms)
         if self.doctor is not None:
             approval = self.doctor(approval)
         self.last = approval
