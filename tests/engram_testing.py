@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import io
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -327,6 +328,15 @@ def decrypts_with(
         # Skip the SDK's own close, which raises again for a half-read message.
         io.IOBase.close(decryptor)
     return bool(found == plaintext)
+
+
+def run_in_threads(work: Callable[[int], object], count: int) -> None:
+    """Run ``work(0)`` .. ``work(count - 1)`` on as many threads at once; wait for them all."""
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def handled(engine: Engine, tool: str, arguments: Any, ctx: TrustedContext) -> dict[str, Any]:

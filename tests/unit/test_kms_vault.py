@@ -33,7 +33,7 @@ from engram_memory.engine.ports import (
     VaultUnavailable,
 )
 
-from engram_testing import decrypts_with
+from engram_testing import decrypts_with, run_in_threads
 
 REGION = "us-east-1"
 TABLE = "engram-keys"
@@ -666,11 +666,7 @@ def test_concurrent_seals_and_opens_from_four_threads(vault: KmsVault) -> None:
             with lock:
                 errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(work, 4)
 
     assert errors == []
     assert len(results) == 20

@@ -26,7 +26,7 @@ from engram_memory.engine.ports import (
     VaultUnavailable,
 )
 
-from engram_testing import decrypts_with
+from engram_testing import decrypts_with, run_in_threads
 
 SCOPE = Scope("tenant-a", "workspace-1")
 SECRET = b"the launch code is swordfish-7731"
@@ -389,11 +389,7 @@ def test_concurrent_seals_from_eight_threads_all_round_trip(vault: LocalVault) -
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(worker, 8)
 
     assert errors == []
     everything = [item for n in range(8) for item in sealed[n]]
