@@ -174,11 +174,11 @@ def context(
     **overrides: Any,
 ) -> TrustedContext:
     base = TrustedContext(
+        audit_id=new_audit_id(),
         tenant_id=tenant,
         workspace_id=workspace,
         principal=principal,
         purpose_ref=purpose,
-        audit_id=new_audit_id(),
         grants=frozenset(TOOLS),  # and the default retention policy
     )
     return replace(base, **overrides)

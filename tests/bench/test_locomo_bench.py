@@ -77,12 +77,18 @@ def conversation() -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def data(tmp_path: Path) -> Path:
+def locomo_folder(tmp_path: Path, *conversations: dict[str, Any]) -> Path:
+    """A LoCoMo data folder holding ``conversations`` (conv-1.json, conv-2.json, ...)."""
     folder = tmp_path / "locomo"
     folder.mkdir()
-    (folder / "conv-1.json").write_text(json.dumps(conversation()))
+    for number, conversation_ in enumerate(conversations, start=1):
+        (folder / f"conv-{number}.json").write_text(json.dumps(conversation_))
     return folder
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return locomo_folder(tmp_path, conversation())
 
 
 def test_loading_keeps_categories_one_to_four_and_splits_packed_evidence(data: Path) -> None:

@@ -18,7 +18,7 @@ import jwt
 import pytest
 from aws_testing import TABLE, FakeLambdaContext
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from test_tool_handlers import Cloud, capture_event, cloud, event, load_app
+from test_tool_handlers import Cloud, capture_event, cloud, event, warm_apps
 
 from engram_memory.adapters.local.clock import SystemClock
 from engram_memory.binding.tokens import TokenIssuer
@@ -98,12 +98,7 @@ class Adapter:
 
 @pytest.fixture
 def adapter(cloud: Cloud) -> Adapter:
-    engine = cloud.engine()
-    apps = {tool: load_app(tool) for tool in TOOLS}
-    for app in apps.values():
-        app.handler.engine = engine
-        app.handler.use_gate(None)  # withdraw/forget commit in the function (no state machine)
-    return adapter_over(cloud, apps)
+    return adapter_over(cloud, warm_apps(cloud))
 
 
 def adapter_over(cloud: Cloud, apps: dict[str, Any], clock: Any = None) -> Adapter:

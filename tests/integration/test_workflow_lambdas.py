@@ -9,18 +9,16 @@ fake, and the execution-name idempotency runs against moto's Step Functions with
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
 from approval_testing import PageContext, answer, approval_page, outcome, page_event, session_of
 from aws_testing import BUCKET, REGION, TABLE, FakeLambdaContext, MemoryLexicalIndex, moto_aws
+from test_tool_handlers import EVENTS, ROOT, load_app
 
 from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
 from engram_memory.adapters.aws.kms_vault import create_key_table
@@ -47,8 +45,6 @@ from engram_memory.engine.service import Engine, new_audit_id
 
 from engram_testing import FakeClock, handled, sha
 
-ROOT = Path(__file__).resolve().parents[2]
-EVENTS = ROOT / "events"
 KEY_TABLE = "engram-keys"
 TENANT = "dev"
 
@@ -56,16 +52,6 @@ TENANT = "dev"
 def load(name: str) -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads((EVENTS / f"{name}.json").read_text(encoding="utf-8"))
     return loaded
-
-
-def load_app(function: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"engram_{function}_app_under_test", ROOT / "functions" / function / "app.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass
