@@ -10,11 +10,14 @@ import gzip
 import hashlib
 import io
 import json
+import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aws_encryption_sdk
 from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
@@ -40,6 +43,9 @@ from engram_memory.engine.ports import (
     PolicyUnavailable,
 )
 from engram_memory.engine.service import Engine, EngineSettings, new_audit_id
+
+if TYPE_CHECKING:
+    import uvicorn
 
 TENANT = "tenant-acme-0001"
 WORKSPACE = "ws-research-0001"
@@ -328,6 +334,25 @@ def decrypts_with(
         # Skip the SDK's own close, which raises again for a half-read message.
         io.IOBase.close(decryptor)
     return bool(found == plaintext)
+
+
+@contextmanager
+def served(server: uvicorn.Server, sock: socket.socket, what: str, stop_s: float) -> Iterator[None]:
+    """Run ``server`` on ``sock`` in a background thread for the block (``what`` names it in the
+    error when it has not started within 30 s); then stop it, waiting up to ``stop_s``."""
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=what, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start")
+            time.sleep(0.02)
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(timeout=stop_s)
+        sock.close()
 
 
 def run_in_threads(work: Callable[[int], object], count: int) -> None:

@@ -19,7 +19,6 @@ import shutil
 import socket
 import sqlite3
 import sys
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -47,7 +46,7 @@ from engram_memory.embedded.serve import EmbeddedServer, open_server
 from engram_memory.engine.context import TOOLS, Scope
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
 
-from engram_testing import capture_args
+from engram_testing import capture_args, served
 
 # -- protocol revisions -------------------------------------------------------------------------
 
@@ -245,22 +244,11 @@ def serve_http(data_dir: Path) -> Iterator[HttpService]:
             app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3
         )
     )
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name="e2e-uvicorn", daemon=True
-    )
-    thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the in-process MCP HTTP server did not start")
-            time.sleep(0.02)
-        tokens = Tokens(data_dir, embedded.surface.runtime.host, embedded.issuer)
-        yield HttpService(server=embedded, base_url=f"http://127.0.0.1:{port}", tokens=tokens)
+        with served(server, sock, "the in-process MCP HTTP server", stop_s=15):
+            tokens = Tokens(data_dir, embedded.surface.runtime.host, embedded.issuer)
+            yield HttpService(server=embedded, base_url=f"http://127.0.0.1:{port}", tokens=tokens)
     finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
         embedded.close()
 
 
