@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from engram_memory.embedded.serve import open_server
 from engram_memory.engine.context import TOOLS
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from engram_memory.mcp_surface.transports import MCP_PATH, http_app
+from engram_memory.mcp_surface.transports import MCP_PATH
 
 from .runner import PRINCIPAL, PURPOSE
 
@@ -35,7 +35,7 @@ from .runner import PRINCIPAL, PURPOSE
 def serve(data_dir: Path, **engine_options: Any) -> Iterator[tuple[str, Any]]:
     """The embedded MCP server on a free loopback port; yields (url, server)."""
     server = open_server(data_dir, **engine_options)
-    app = http_app(server.surface, bind_host="127.0.0.1")
+    app = server.http_app(bind_host="127.0.0.1")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

@@ -1,7 +1,13 @@
-"""The approval page a person opens to answer a confirmation (CONTRACT.md §8), for both
-compositions: ``view`` is what is shown, ``render`` turns it into HTML (no JavaScript, strict CSP,
-readable at 320 px), ``handler`` is the small request core (GET shows, POST answers) that the
-embedded server and the cloud approval function put their own storage and sign-in behind."""
+"""The approval page a person opens to answer a confirmation (CONTRACT.md §8), one module for
+both hosts: ``view`` is what is shown (``ApprovalView.of`` a host's question), ``render`` turns it
+into HTML (no JavaScript, strict CSP, readable at 320 px), ``handler`` is the request core: the
+desk a host's storage and sign-in stand behind (``QuestionDesk``, with its CSRF tokens), the
+form read from the body, GET shows, POST answers (CSRF token, same origin, an explicit choice),
+the pages' headers, errors and redirects.
+
+What stays with a host: the embedded server's ``embedded.approval_channel`` (the link's
+single-use secret, the ``ApprovalBook``, a starlette route); the cloud's ``cloud.approval_page``
+(OIDC sign-in and the session cookie, DynamoDB and Step Functions, API Gateway events)."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from engram_memory.approval_page.handler import (
     DeskAnswer,
     PageRequest,
     PageResponse,
+    QuestionDesk,
     csrf_token,
     error_page,
     handle_page,
@@ -50,6 +57,7 @@ __all__ = [
     "PageError",
     "PageRequest",
     "PageResponse",
+    "QuestionDesk",
     "csrf_token",
     "error_page",
     "handle_page",

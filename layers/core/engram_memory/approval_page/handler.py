@@ -3,16 +3,19 @@
 It knows no storage and no sign-in: a composition puts its own ``ApprovalDesk`` behind it (the
 embedded server: a single-use secret in the link; the cloud: the signed-in principal). The core
 checks what both share: the request still open and not expired, the CSRF token on the form, the
-Origin of a POST, an explicit Approve or Decline.
+Origin of a POST, an explicit Approve or Decline. Both hosts' desks are ``QuestionDesk``s (the
+CSRF tokens are issued here); ``read_form``, ``error_page`` and ``redirect`` are the rest of the
+HTTP exchange they share.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final, Generic, Protocol, TypeVar
 from urllib.parse import parse_qsl
 
 from engram_memory.approval_page.render import (
@@ -26,6 +29,7 @@ from engram_memory.approval_page.render import (
 from engram_memory.approval_page.view import ApprovalView, Decision, PageError
 
 MAX_FORM_BYTES: Final = 4096
+Q = TypeVar("Q")
 
 
 class ApprovalDesk(Protocol):
@@ -49,6 +53,38 @@ class ApprovalDesk(Protocol):
 class DeskAnswer:
     view: ApprovalView
     decision: Decision
+
+
+class QuestionDesk(ABC, Generic[Q]):
+    """An ``ApprovalDesk`` over a host's stored questions: the host finds the question a
+    credential may see (``question``), shows it (``shown``) and answers it (``answer``); the
+    desk issues the CSRF tokens, bound to the approval and the credential under the host's key
+    (``purpose`` sets two desks' tokens apart)."""
+
+    def __init__(self, csrf_key: bytes, *purpose: str) -> None:
+        self._csrf_key = csrf_key
+        self._purpose = purpose
+
+    @abstractmethod
+    def question(self, approval_id: str, credential: str) -> Q | PageError:
+        """The open question, or why this credential may not see it."""
+
+    @abstractmethod
+    def shown(self, question: Q) -> ApprovalView | PageError:
+        """The question as the page shows it."""
+
+    @abstractmethod
+    def answer(
+        self, approval_id: str, credential: str, decision: Decision, now_ms: int
+    ) -> DeskAnswer | PageError:
+        """Record the answer once (the first answer wins)."""
+
+    def view(self, approval_id: str, credential: str) -> ApprovalView | PageError:
+        found = self.question(approval_id, credential)
+        return found if isinstance(found, PageError) else self.shown(found)
+
+    def csrf_token(self, approval_id: str, credential: str) -> str:
+        return csrf_token(self._csrf_key, *self._purpose, approval_id, credential)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ from engram_memory.approval_page import (
     PageError,
     PageRequest,
     PageResponse,
-    csrf_token,
+    QuestionDesk,
     error_page,
     handle_page,
     memory_from_record,
@@ -165,8 +165,8 @@ class StoredMemories:
         return None
 
 
-class CloudDesk:
-    """The page's ``ApprovalDesk`` in the cloud: the credential is the session cookie's value."""
+class CloudDesk(QuestionDesk[ParkedApproval]):
+    """The page's desk in the cloud: the credential is the session cookie's value."""
 
     def __init__(
         self,
@@ -176,13 +176,13 @@ class CloudDesk:
         csrf_key: bytes,
         memories: Callable[[ParkedApproval], Memory | None],
     ) -> None:
+        super().__init__(csrf_key, "approval-form")
         self._approvals = approvals
         self._sfn = sfn
         self._cookies = cookies
-        self._csrf_key = csrf_key
         self._memories = memories
 
-    def _parked(self, approval_id: str, credential: str) -> ParkedApproval | PageError:
+    def question(self, approval_id: str, credential: str) -> ParkedApproval | PageError:
         approver = self._cookies.approver(credential)
         if approver is None:
             return PageError.SIGN_IN
@@ -198,18 +198,12 @@ class CloudDesk:
             return PageError.ANSWERED
         return parked
 
-    def view(self, approval_id: str, credential: str) -> ApprovalView | PageError:
-        parked = self._parked(approval_id, credential)
-        if isinstance(parked, PageError):
-            return parked
+    def shown(self, question: ParkedApproval) -> ApprovalView | PageError:
         try:
-            memory = self._memories(parked)
+            memory = self._memories(question)
         except StoreUnavailable:
             return PageError.UNAVAILABLE
-        return _view(parked, memory)
-
-    def csrf_token(self, approval_id: str, credential: str) -> str:
-        return csrf_token(self._csrf_key, "approval-form", approval_id, credential)
+        return _view(question, memory)
 
     def answer(
         self, approval_id: str, credential: str, decision: Decision, now_ms: int

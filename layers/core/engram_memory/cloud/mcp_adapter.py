@@ -310,6 +310,27 @@ _HOST_VARIABLES: Final = {
 }
 
 
+def _verifier(
+    host: HostConfig,
+    jwks: Mapping[str, Any] | None,
+    jwks_fetcher: Callable[[str], dict[str, Any]] | None,
+) -> TokenVerifier:
+    """The bearer tokens' verifier: the issuer's keys from its discovery document (following its
+    rotations), or the pinned ``jwks``. Raises ``ConfigurationError``."""
+    try:
+        if jwks is None and jwks_fetcher is not None:
+            jwks = jwks_fetcher(host.issuer)
+        if jwks is None:
+            return oidc_verifier(host.issuer, audience=host.resource)
+        return TokenVerifier.from_jwks(jwks, issuer=host.issuer, audience=host.resource)
+    except IssuerKeysUnavailable as exc:
+        raise ConfigurationError(f"ENGRAM_ISSUER: {exc}") from exc
+    except ValueError as exc:
+        raise ConfigurationError(
+            "ENGRAM_ISSUER is invalid: its JWKS has no usable signing key"
+        ) from exc
+
+
 def build_adapter(
     settings: AdapterSettings | Mapping[str, str] = os.environ,
     *,
@@ -337,24 +358,10 @@ def build_adapter(
         return sessions[0]
 
     host = _host_config(env)
-    functions = {str(tool): name for tool, name in env.tool_functions.items()}
-    secret_arn = env.request_state_secret_arn
-    try:
-        if jwks is None and jwks_fetcher is not None:
-            jwks = jwks_fetcher(host.issuer)
-        if jwks is None:  # the keys follow the issuer's discovery document and rotations
-            verifier = oidc_verifier(host.issuer, audience=host.resource)
-        else:
-            verifier = TokenVerifier.from_jwks(jwks, issuer=host.issuer, audience=host.resource)
-    except IssuerKeysUnavailable as exc:
-        raise ConfigurationError(f"ENGRAM_ISSUER: {exc}") from exc
-    except ValueError as exc:
-        raise ConfigurationError(
-            "ENGRAM_ISSUER is invalid: its JWKS has no usable signing key"
-        ) from exc
+    verifier = _verifier(host, jwks, jwks_fetcher)
     if secrets_client is None:
         secrets_client = session_of_env().client("secretsmanager", config=client_config())
-    sealer = RequestStateSealer(request_state_key(secrets_client, secret_arn))
+    sealer = RequestStateSealer(request_state_key(secrets_client, env.request_state_secret_arn))
     if clock is None:
         from engram_memory.adapters.local.clock import SystemClock
 
@@ -370,20 +377,16 @@ def build_adapter(
         return session_of_env().client("lambda", config=config)
 
     engine = LambdaToolEngine(
-        functions,
+        {str(tool): name for tool, name in env.tool_functions.items()},
         clock=clock,
         audit=audit,
         lambda_client=lambda_client,
         client_factory=new_lambda_client,
     )
-    runtime = SurfaceRuntime(
-        engine=engine,
-        verifier=verifier,
-        host=host,
-        sealer=sealer,
-        clock=clock,
+    # No approval channel: a run asks, not the surface (``mcp_surface.approval_channel``).
+    return EngramMcp(
+        SurfaceRuntime(engine=engine, verifier=verifier, host=host, sealer=sealer, clock=clock)
     )
-    return EngramMcp(runtime)
 
 
 def stateless_app(surface: EngramMcp, *, extra_hosts: list[str] | None = None) -> McpGate:

@@ -31,7 +31,7 @@ from engram_memory.approval_page import (
     PageError,
     PageRequest,
     PageResponse,
-    csrf_token,
+    QuestionDesk,
     error_page,
     handle_page,
     memory_from_record,
@@ -173,16 +173,16 @@ class EmbeddedApprovals:
         return self.book.pending(self.clock.now_ms())
 
 
-class LinkDesk:
-    """The approval page's ``ApprovalDesk`` on the embedded host: the credential is the secret
-    in the link (``EmbeddedApprovals.link``), which alone lets a visitor see or answer."""
+class LinkDesk(QuestionDesk[OpenApproval]):
+    """The approval page's desk on the embedded host: the credential is the secret in the link
+    (``EmbeddedApprovals.link``), which alone lets a visitor see or answer."""
 
     def __init__(self, approvals: EmbeddedApprovals, *, csrf_key: bytes) -> None:
+        super().__init__(csrf_key)
         self._approvals = approvals
-        self._csrf_key = csrf_key
         self.clock = approvals.clock
 
-    def _row(self, approval_id: str, credential: str) -> OpenApproval | PageError:
+    def question(self, approval_id: str, credential: str) -> OpenApproval | PageError:
         book = self._approvals.book
         row = book.get(approval_id) if approval_id.startswith("apr_") else None
         if row is None or not hmac.compare_digest(row.secret.encode(), credential.encode()):
@@ -191,17 +191,13 @@ class LinkDesk:
             return PageError.ANSWERED
         return row
 
-    def view(self, approval_id: str, credential: str) -> ApprovalView | PageError:
-        row = self._row(approval_id, credential)
-        return row if isinstance(row, PageError) else self._approvals.view_of(row)
-
-    def csrf_token(self, approval_id: str, credential: str) -> str:
-        return csrf_token(self._csrf_key, approval_id, credential)
+    def shown(self, question: OpenApproval) -> ApprovalView:
+        return self._approvals.view_of(question)
 
     def answer(
         self, approval_id: str, credential: str, decision: Decision, now_ms: int
     ) -> DeskAnswer | PageError:
-        row = self._row(approval_id, credential)
+        row = self.question(approval_id, credential)
         if isinstance(row, PageError):
             return row
         answered = self._approvals.book.answer(

@@ -17,10 +17,15 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, TypeAlias, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from engram_memory.contract.errors import EngramError
 from engram_memory.operator_plane.seat import AuditPage, OperatorSeat, SeatFailure, UsageError
+
+if TYPE_CHECKING:
+    from engram_memory.engine.context import Scope
+    from engram_memory.engine.kernel import Kernel
 
 __all__ = ["SeatOpener", "add_admin_parser", "fail", "one_line"]
 
@@ -192,17 +197,20 @@ def cmd_policy_set(args: argparse.Namespace) -> int:
     )
 
 
-def cmd_adjudicate(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import adjudicate
+def _usecases() -> ModuleType:
+    """The operator use cases, imported when a command runs (``--help`` stays light)."""
+    from engram_memory.operator_plane import usecases
 
-    return _use_case(
-        args,
-        f"adjudication of {cell(args.candidate)}",
-        lambda engine, scope, operator: adjudicate(
+    return usecases
+
+
+def cmd_adjudicate(args: argparse.Namespace) -> int:
+    def run(engine: Kernel, scope: Scope, operator: str) -> Any:
+        return _usecases().adjudicate(
             engine, scope, args.candidate, args.decision, operator, reason=args.reason
-        ),
-        mutates=True,
-    )
+        )
+
+    return _use_case(args, f"adjudication of {cell(args.candidate)}", run, mutates=True)
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -210,115 +218,80 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_pending_list(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import pending_list
-
     limit = _limit(args)
-    return _use_case(
-        args,
-        "pending list",
-        lambda engine, scope, operator: pending_list(
-            engine, scope, operator, after=args.after, limit=limit
-        ),
-    )
 
+    def run(engine: Kernel, scope: Scope, operator: str) -> Any:
+        return _usecases().pending_list(engine, scope, operator, after=args.after, limit=limit)
 
-def cmd_pending_show(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import pending_show
-
-    return _use_case(
-        args,
-        f"pending show {cell(args.candidate)}",
-        lambda engine, scope, operator: pending_show(engine, scope, args.candidate, operator),
-    )
-
-
-def cmd_pending_withdraw(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import withdraw_candidate
-
-    return _use_case(
-        args,
-        f"withdraw of {cell(args.candidate)}",
-        lambda engine, scope, operator: withdraw_candidate(
-            engine, scope, args.candidate, operator, args.reason
-        ),
-        mutates=True,
-    )
+    return _use_case(args, "pending list", run)
 
 
 def cmd_records_list(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import records_list
-
     limit = _limit(args)
-    return _use_case(
-        args,
-        "records list",
-        lambda engine, scope, operator: records_list(
+
+    def run(engine: Kernel, scope: Scope, operator: str) -> Any:
+        return _usecases().records_list(
             engine, scope, operator, state=args.state, after=args.after, limit=limit
-        ),
-    )
+        )
+
+    return _use_case(args, "records list", run)
 
 
-def cmd_records_show(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import record_show
-
-    return _use_case(
-        args,
-        f"records show {cell(args.record)}",
-        lambda engine, scope, operator: record_show(engine, scope, args.record, operator),
-    )
+# (command, use case, the argument naming its target): one id in, one document out
+_SHOWS: Final = {
+    "pending show": ("pending_show", "candidate"),
+    "records show": ("record_show", "record"),
+    "records history": ("record_history", "record"),
+}
 
 
-def cmd_records_history(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import record_history
+def cmd_show(args: argparse.Namespace) -> int:
+    command = f"{args.admin_command} {getattr(args, f'{args.admin_command}_command')}"
+    name, target = _SHOWS[command]
+    target_id = getattr(args, target)
 
-    return _use_case(
-        args,
-        f"records history {cell(args.record)}",
-        lambda engine, scope, operator: record_history(engine, scope, args.record, operator),
-    )
+    def run(engine: Kernel, scope: Scope, operator: str) -> Any:
+        return getattr(_usecases(), name)(engine, scope, target_id, operator)
 
-
-def cmd_records_transition(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import transition
-
-    operation = args.records_command.replace("-", "_")
-    by = getattr(args, "by", None)
-    return _use_case(
-        args,
-        f"{args.records_command} of {cell(args.record)}",
-        lambda engine, scope, operator: transition(
-            engine, scope, args.record, operation, operator, args.reason, superseded_by=by
-        ),
-        mutates=True,
-    )
+    return _use_case(args, f"{command} {cell(target_id)}", run)
 
 
-def cmd_records_forget(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import forget_record
+def cmd_pending_withdraw(args: argparse.Namespace) -> int:
+    def run(engine: Kernel, scope: Scope, operator: str) -> Any:
+        return _usecases().withdraw_candidate(engine, scope, args.candidate, operator, args.reason)
 
-    return _use_case(
-        args,
-        f"forget of {cell(args.record)}",
-        lambda engine, scope, operator: forget_record(
-            engine, scope, args.record, operator, args.reason
-        ),
-        mutates=True,
-    )
+    return _use_case(args, f"withdraw of {cell(args.candidate)}", run, mutates=True)
+
+
+def cmd_records_step(args: argparse.Namespace) -> int:
+    """A lifecycle step of a record (dispute … trust-invalidate), or its forgetting."""
+    step = args.records_command
+
+    def run(engine: Kernel, scope: Scope, operator: str) -> Any:
+        if step == "forget":
+            return _usecases().forget_record(engine, scope, args.record, operator, args.reason)
+        return _usecases().transition(
+            engine,
+            scope,
+            args.record,
+            step.replace("-", "_"),
+            operator,
+            args.reason,
+            superseded_by=getattr(args, "by", None),
+        )
+
+    return _use_case(args, f"{step} of {cell(args.record)}", run, mutates=True)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import status
-
-    return _use_case(args, "status", status)
+    return _use_case(args, "status", lambda e, s, o: _usecases().status(e, s, o))
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import export_records
-
     return _use_case(
         args,
         "export",
-        lambda engine, scope, operator: list(export_records(engine, scope, operator)),
+        lambda engine, scope, operator: list(_usecases().export_records(engine, scope, operator)),
         lambda lines: _write_export(args, lines),
     )
 
@@ -352,8 +325,6 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_tokens_revoke(args: argparse.Namespace) -> int:
-    from engram_memory.operator_plane.usecases import revoke_credentials
-
     token_id = args.token_id
     if args.token is not None:
         token_id = _token_id_of(args.token)
@@ -362,7 +333,7 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
     return _use_case(
         args,
         "revocation",
-        lambda engine, scope, operator: revoke_credentials(
+        lambda engine, scope, operator: _usecases().revoke_credentials(
             engine, scope.tenant_id, operator, token_id=token_id, principal=args.principal
         ),
     )
@@ -474,7 +445,7 @@ def _add_pending(admin_sub: Sub) -> None:
     listing.set_defaults(func=cmd_pending_list)
     show = _operation(pending_sub, "show", "open a pending candidate: what it says (audited)")
     show.add_argument("candidate", metavar="CANDIDATE")
-    show.set_defaults(func=cmd_pending_show)
+    show.set_defaults(func=cmd_show)
     withdraw = _operation(pending_sub, "withdraw", "withdraw a pending candidate, shred its key")
     withdraw.add_argument("candidate", metavar="CANDIDATE")
     withdraw.add_argument("--reason", required=True, help="why (journaled)")
@@ -489,17 +460,17 @@ def _add_records(admin_sub: Sub) -> None:
     listing.set_defaults(func=cmd_records_list)
     show = _operation(records_sub, "show", "one record in any state, with its body")
     show.add_argument("record", metavar="RECORD")
-    show.set_defaults(func=cmd_records_show)
+    show.set_defaults(func=cmd_show)
     history = _operation(records_sub, "history", "the journal events of one record")
     history.add_argument("record", metavar="RECORD")
-    history.set_defaults(func=cmd_records_history)
+    history.set_defaults(func=cmd_show)
     for name, summary in _LIFECYCLE_STEPS:
         step = _operation(records_sub, name, summary)
         step.add_argument("record", metavar="RECORD")
         step.add_argument("--reason", required=True, help="why (journaled)")
         if name == "supersede":
             step.add_argument("--by", metavar="RECORD", help="the current record replacing it")
-        step.set_defaults(func=cmd_records_forget if name == "forget" else cmd_records_transition)
+        step.set_defaults(func=cmd_records_step)
 
 
 def _add_host_operations(admin_sub: Sub) -> None:

@@ -1,0 +1,140 @@
+"""The embedded approval channel (``EmbeddedApprovals``, the ``ApprovalChannel`` port over the
+data directory's ``ApprovalBook``) and the page's link desk (``LinkDesk``) that answers the same
+questions: ask, answer, expire, list, and the answer a retry takes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from engram_memory.adapters.local.approvals import ApprovalBook
+from engram_memory.approval_page import Decision, PageError
+from engram_memory.embedded.approval_channel import EmbeddedApprovals, LinkDesk
+from engram_memory.engine.context import Scope
+from engram_memory.engine.gate import ConfirmationRequest, check_approval
+from engram_memory.mcp_surface.approval_channel import ApprovalChannel, Question
+from engram_memory.mcp_surface.confirmations import approval_of_state, state_for
+
+from engram_testing import FakeClock, context
+
+T0 = 1_790_000_000_000
+BASE_URL = "http://127.0.0.1:8765"
+
+
+class NoMemoryKernel:
+    """A kernel whose store holds no record: the page shows no memory."""
+
+    class store:  # the kernel's attribute
+        @staticmethod
+        def record_get(scope: Scope, record_id: str) -> None:
+            return None
+
+    @staticmethod
+    def read(run: Callable[[], Any]) -> Any:
+        return run()
+
+
+def a_request(target: str = "mem_abc") -> ConfirmationRequest:
+    ctx = context()
+    return ConfirmationRequest(
+        tool="forget",
+        target=target,
+        operation_digest="sha256:" + "1" * 64,
+        principal=ctx.principal,
+        scope=ctx.scope,
+        reason_ref="reason:obsolete",
+        summary="",
+    )
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def channel(tmp_path: Path, clock: FakeClock) -> Iterator[EmbeddedApprovals]:
+    opened = EmbeddedApprovals(
+        lambda: ApprovalBook(tmp_path),
+        lambda: cast(Any, NoMemoryKernel()),
+        base_url=BASE_URL + "/",
+        clock=clock,
+    )
+    yield opened
+    opened.close()
+
+
+def secret_of(question: Question) -> str:
+    return parse_qs(urlsplit(question.link).query)["secret"][0]
+
+
+def test_a_question_carries_its_link_and_the_pages_summary_for_its_mode(
+    channel: EmbeddedApprovals,
+) -> None:
+    port: ApprovalChannel = channel
+    form = port.ask(a_request(), context(), "form")
+    url = port.ask(a_request(), context(), "url")
+
+    assert url.approval_id == form.approval_id  # one question per operation
+    assert form.link == f"{BASE_URL}/approvals/{form.approval_id}?secret={secret_of(form)}"
+    assert form.issued_at_ms == T0 and form.expires_at_ms > T0
+    assert "Forget this memory?" in form.message and form.link in form.message
+    assert form.link not in url.message  # the link travels as the URL elicitation's url
+    assert f"engram-memory approvals approve {form.approval_id}" in url.message
+    assert [row.approval_id for row in port.pending()] == [form.approval_id]
+
+
+def test_the_page_answers_and_the_retry_takes_that_answer_once(
+    channel: EmbeddedApprovals, clock: FakeClock
+) -> None:
+    question = channel.ask(a_request(), context(), "url")
+    desk = LinkDesk(channel, csrf_key=b"k" * 32)
+    assert channel.given(a_request()) is None
+    assert desk.view(question.approval_id, "wrong") is PageError.NOT_FOUND
+
+    clock.advance(5_000)
+    answered = desk.answer(question.approval_id, secret_of(question), Decision.APPROVE, clock.now)
+    assert not isinstance(answered, PageError) and answered.decision is Decision.APPROVE
+    assert desk.view(question.approval_id, secret_of(question)) is PageError.ANSWERED
+
+    given = channel.given(a_request())
+    assert given is not None and given != "declined"
+    check_approval(given, a_request(), clock.now)  # the engine takes it as is
+    assert channel.pending() == []
+
+
+def test_a_declined_form_is_reported_once_then_the_operation_asks_anew(
+    channel: EmbeddedApprovals,
+) -> None:
+    question = channel.ask(a_request(), context(), "form")
+
+    assert channel.answer(question, approve=False) is None
+    assert channel.given(a_request()) is None  # the decline was reported by the answer
+    assert channel.ask(a_request(), context(), "form").approval_id != question.approval_id
+
+
+def test_the_first_answer_wins_over_a_later_form(
+    channel: EmbeddedApprovals, clock: FakeClock
+) -> None:
+    question = channel.ask(a_request(), context(), "form")
+    desk = LinkDesk(channel, csrf_key=b"k" * 32)
+    desk.answer(question.approval_id, secret_of(question), Decision.APPROVE, clock.now)
+
+    approval = channel.answer(question, approve=False)  # the page answered first
+    assert approval is not None and approval.approval_id == question.approval_id
+
+
+def test_a_round_trip_answered_in_the_client_expires_its_question(
+    channel: EmbeddedApprovals, clock: FakeClock
+) -> None:
+    question = channel.ask(a_request(), context(), "form")
+    round_trip = approval_of_state(state_for(a_request(), question.issued_at_ms), clock.now)
+
+    channel.expire(round_trip)
+    assert channel.pending() == []
+    assert channel.given(a_request()) is None  # never marked approved: its own id is single use
+    assert channel.book.get(question.approval_id) is None
