@@ -296,16 +296,21 @@ class StdioHome:
 
 @dataclass
 class Human:
-    """The elicitation callback: a human who answers every confirmation the same way."""
+    """The elicitation callback: a human who answers every confirmation the same way, after
+    ``delay_s``; with ``action="gone"`` the client's form goes away instead (the callback raises)."""
 
     action: str = "accept"
     asked: list[str] = field(default_factory=list)
+    delay_s: float = 0.0
 
     async def __call__(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult:
         assert isinstance(params, types.ElicitRequestFormParams)
         self.asked.append(params.message)
+        await anyio.sleep(self.delay_s)
+        if self.action == "gone":
+            raise RuntimeError("the client's form went away (timeout)")
         if self.action == "accept":
             return types.ElicitResult(action="accept", content={"decision": "approve"})
         return types.ElicitResult(action=self.action)

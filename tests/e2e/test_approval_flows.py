@@ -139,14 +139,8 @@ async def test_a_form_the_client_could_not_show_is_answered_from_the_terminal_wi
     http_service: HttpService,
 ) -> None:
     token = http_service.tokens.mint(workspace=new_workspace())
-    asked: list[str] = []
-
-    async def gone(
-        context: ClientRequestContext, params: types.ElicitRequestParams
-    ) -> types.ElicitResult:
-        asked.append(params.message)
-        raise RuntimeError("the client's form went away (timeout)")
-
+    gone = Human("gone")
+    asked = gone.asked
     async with http_client(http_service.url, token, LEGACY, human=Human()) as client:
         agent = Agent(client)
         candidate_id = await agent.captured(NOTE)
@@ -167,15 +161,8 @@ async def test_a_form_answered_after_the_client_gave_up_waiting_is_kept_for_its_
     """The client's request times out while its person is still on the form (the TypeScript
     SDK gives up after 60 s); the person approves anyway; the retry commits without asking."""
     token = http_service.tokens.mint(workspace=new_workspace())
-    asked: list[str] = []
-
-    async def slow_person(
-        context: ClientRequestContext, params: types.ElicitRequestParams
-    ) -> types.ElicitResult:
-        asked.append(params.message)
-        await anyio.sleep(4)  # longer than the client waits for the call
-        return types.ElicitResult(action="accept", content={"decision": "approve"})
-
+    slow_person = Human(delay_s=4)  # longer than the client waits for the call
+    asked = slow_person.asked
     async with http_client(http_service.url, token, LEGACY, human=Human()) as client:
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
