@@ -423,6 +423,11 @@ def without_audit_id(env: dict[str, Any]) -> dict[str, Any]:
 # -- an agent's calls ---------------------------------------------------------------------------
 
 
+def _ending(key: str, reason_ref: str) -> dict[str, str]:
+    """The arguments a forget and a withdraw share: the idempotency key and the reason."""
+    return {"idempotency_key": key, "reason_ref": reason_ref}
+
+
 class Agent:
     """The six tools called through one client with the token's purpose."""
 
@@ -483,21 +488,14 @@ class Agent:
         )
 
     def forget_arguments(self, record_id: str, key: str | None = None) -> dict[str, Any]:
-        return {
-            "record_id": record_id,
-            "idempotency_key": key or new_key("forget"),
-            "reason_ref": "reason:obsolete",
-        }
+        return {"record_id": record_id, **_ending(key or new_key("forget"), "reason:obsolete")}
 
     async def forget(self, record_id: str, key: str | None = None) -> types.CallToolResult:
         return await self.client.call_tool(FORGET, self.forget_arguments(record_id, key))
 
     def withdraw_arguments(self, candidate_id: str, key: str | None = None) -> dict[str, Any]:
-        return {
-            "candidate_id": candidate_id,
-            "idempotency_key": key or new_key("withdraw"),
-            "reason_ref": "reason:captured-by-mistake",
-        }
+        ending = _ending(key or new_key("withdraw"), "reason:captured-by-mistake")
+        return {"candidate_id": candidate_id, **ending}
 
     async def withdraw(self, candidate_id: str, key: str | None = None) -> types.CallToolResult:
         return await self.client.call_tool(WITHDRAW, self.withdraw_arguments(candidate_id, key))
