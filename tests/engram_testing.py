@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -334,6 +335,20 @@ def decrypts_with(
         # Skip the SDK's own close, which raises again for a half-read message.
         io.IOBase.close(decryptor)
     return bool(found == plaintext)
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A test server's HTTP/1.1 request handler that logs nothing."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_: Any) -> None:
+        return
+
+    def body(self) -> bytes:
+        """The request's body (``Content-Length`` bytes)."""
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length else b""
 
 
 @contextmanager

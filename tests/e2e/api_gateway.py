@@ -15,12 +15,14 @@ import contextlib
 import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from aws_testing import FakeLambdaContext
+
+from engram_testing import QuietHandler
 
 Handler = Callable[[Mapping[str, Any], Any], Mapping[str, Any]]
 CALLBACK = "/approvals/callback"
@@ -74,15 +76,9 @@ def serve_api(
     """Serve ``routes`` (path → handler, or None for 404) over HTTPS on a free 127.0.0.1 port;
     yields the base URL."""
 
-    class Bridge(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_: Any) -> None:
-            return
-
+    class Bridge(QuietHandler):
         def _serve(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(length) if length else b""
+            body = self.body()
             handler = routes(urlsplit(self.path).path)
             if handler is None:
                 answer: Mapping[str, Any] = {"statusCode": 404, "body": ""}

@@ -36,6 +36,8 @@ from engram_memory.cloud.opensearch_security import (
 )
 from scripts.cloud_run import self_signed
 
+from engram_testing import QuietHandler
+
 ROOT: Final = Path(__file__).resolve().parents[2]
 REGION: Final = "us-east-1"
 ACCESS_KEY: Final = "AKIDCUSTOMRESOURCE01"
@@ -96,20 +98,10 @@ class Domain:
 
 
 def _recording_handler(on_request: Any) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_: Any) -> None:
-            return
-
+    class Handler(QuietHandler):
         def do_PUT(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            recorded = Recorded(
-                "PUT",
-                self.path,
-                {k.lower(): v for k, v in self.headers.items()},
-                self.rfile.read(length),
-            )
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            recorded = Recorded("PUT", self.path, headers, self.body())
             status = on_request(recorded)
             data = json.dumps({"status": "OK" if status < 300 else "ERROR"}).encode()
             self.send_response(status)
