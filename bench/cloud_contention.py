@@ -49,7 +49,7 @@ from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 from engram_memory.adapters.aws.kms_vault import KmsVault, create_key_table
 from engram_memory.adapters.local.audit import MemoryAuditLog
 from engram_memory.adapters.local.clock import SystemClock
-from engram_memory.embedded.cli import TOUR_PURPOSE, _capture_args
+from engram_memory.embedded.tour import TOUR_PURPOSE, _capture_args
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.ports import ChangeSet, CommitConflict
 from engram_memory.engine.service import Engine, EngineSettings, new_audit_id

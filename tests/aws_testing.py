@@ -16,13 +16,15 @@ import math
 import threading
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import boto3
+import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
@@ -184,6 +186,23 @@ def moto_aws(*, execute_state_machines: bool = False) -> Iterator[None]:
 TENANT = "dev"  # the sample events' tenant: the default stack's TenantId
 
 
+def client_error(code: str, status: int, operation: str, message: str) -> ClientError:
+    """What botocore raises for an AWS error response."""
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {
+                "HTTPStatusCode": status,
+                "HTTPHeaders": {},
+                "HostId": "",
+                "RequestId": "test",
+                "RetryAttempts": 0,
+            },
+        },
+        operation,
+    )
+
+
 @dataclass
 class FakeLambdaContext:
     """The Lambda context a handler reads (name, request id, remaining time)."""
@@ -195,7 +214,21 @@ class FakeLambdaContext:
         "arn:aws:lambda:us-east-1:123456789012:function:engram-memory-dev-tool"
     )
     aws_request_id: str = "5a3b2c1d-0e9f-4a8b-9c7d-6e5f4a3b2c1d"
+    log_stream_name: str = "2026/12/03/[$LATEST]0123456789abcdef"
     remaining_ms: int = 30_000
+
+    @classmethod
+    def of(
+        cls, function_name: str, *, remaining_ms: int = 30_000, memory_limit_in_mb: int = 512
+    ) -> FakeLambdaContext:
+        """The context of the function with that name (and the ARN to match)."""
+        arn = f"arn:aws:lambda:{REGION}:123456789012:function:{function_name}"
+        return cls(
+            function_name=function_name,
+            invoked_function_arn=arn,
+            memory_limit_in_mb=memory_limit_in_mb,
+            remaining_ms=remaining_ms,
+        )
 
     def get_remaining_time_in_millis(self) -> int:
         return self.remaining_ms
@@ -275,8 +308,8 @@ def aws_harness(
 ) -> Harness:
     from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
-    moto = moto_aws()
-    moto.__enter__()
+    moto = ExitStack()
+    moto.enter_context(moto_aws())
     try:
         store = provision(inline_limit_bytes=inline_limit_bytes)
         clock = FakeClock()
@@ -305,24 +338,14 @@ def aws_harness(
             embedder=embedder,  # the index also serves the vectors, as OpenSearch does
         )
     except BaseException:
-        moto.__exit__(None, None, None)
+        moto.close()
         raise
 
     def held_keys() -> list[bytes]:
         return _held_kms_keys(store, vault, dynamodb)
 
-    return Harness(
-        held_keys=held_keys,
-        engine=engine,
-        store=store,
-        vault=vault,
-        record_keys=record_keys,
-        index=index,
-        clock=clock,
-        confirmations=confirmations,
-        audit=audit,
-        closers=[lambda: moto.__exit__(None, None, None)],
-    )
+    parts = (engine, store, vault, record_keys, index, clock, confirmations, audit)
+    return Harness(*parts, closers=[moto.close], held_keys=held_keys)
 
 
 def another_engine(harness: Harness, **settings: Any) -> Engine:
@@ -361,3 +384,13 @@ def _held_kms_keys(store: DynamoStore, vault: KmsVault, dynamodb: Any) -> list[b
             except Exception:  # noqa: S112 - wrong binding: not this item's key
                 continue
     return keys
+
+
+@pytest.fixture
+def aws(tmp_path: Path) -> Iterator[Harness]:
+    """The engine over the AWS adapter set (DynamoDB, S3 and KMS on moto); integration's fixture."""
+    harness = aws_harness(tmp_path)
+    try:
+        yield harness
+    finally:
+        harness.close()

@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import uuid
-from collections.abc import Callable
+import io
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import aws_encryption_sdk
+from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
+from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
+from aws_cryptographic_material_providers.mpl.models import AesWrappingAlg, CreateRawAesKeyringInput
 
 from engram_memory.adapters.local.audit import MemoryAuditLog
 from engram_memory.adapters.local.sqlite_store import (
@@ -24,8 +35,8 @@ from engram_memory.adapters.local.vault import LocalVault
 from engram_memory.contract.packing import unpack_all
 from engram_memory.embedded.in_process import call_in_process
 from engram_memory.engine import lexical
-from engram_memory.engine.context import TOOLS, RetentionPolicy, TrustedContext
-from engram_memory.engine.gate import Approval, ConfirmationRequest
+from engram_memory.engine.context import TOOLS, Scope, TrustedContext
+from engram_memory.engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
 from engram_memory.engine.ports import (
     AdmissionRequest,
     EmbedderUnavailable,
@@ -33,6 +44,9 @@ from engram_memory.engine.ports import (
     PolicyUnavailable,
 )
 from engram_memory.engine.service import Engine, EngineSettings, new_audit_id
+
+if TYPE_CHECKING:
+    import uvicorn
 
 TENANT = "tenant-acme-0001"
 WORKSPACE = "ws-research-0001"
@@ -92,17 +106,8 @@ class ScriptedConfirmations:
             return None
         if self.fixed is not None:
             return self.fixed
-        approval = Approval(
-            approval_id="apr_" + uuid.uuid4().hex,
-            tool=request.tool,
-            target=request.target,
-            operation_digest=request.operation_digest,
-            principal=request.principal,
-            tenant_id=request.scope.tenant_id,
-            workspace_id=request.scope.workspace_id,
-            issued_at_ms=self.clock.now_ms(),
-            approved_at_ms=self.clock.now_ms(),
-        )
+        now_ms = self.clock.now_ms()
+        approval = Approval.fresh(request, issued_at_ms=now_ms, approved_at_ms=now_ms)
         if self.doctor is not None:
             approval = self.doctor(approval)
         self.last = approval
@@ -176,15 +181,75 @@ def context(
     **overrides: Any,
 ) -> TrustedContext:
     base = TrustedContext(
+        audit_id=new_audit_id(),
         tenant_id=tenant,
         workspace_id=workspace,
         principal=principal,
         purpose_ref=purpose,
-        audit_id=new_audit_id(),
-        grants=frozenset(TOOLS),
-        retention=RetentionPolicy(),
+        grants=frozenset(TOOLS),  # and the default retention policy
     )
     return replace(base, **overrides)
+
+
+def object_paths(node: Any, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    """The path (keys and list indexes) to every JSON object in ``node``, itself included."""
+    found: list[tuple[str | int, ...]] = []
+    if isinstance(node, dict):
+        found.append(path)
+        for name, child in node.items():
+            found.extend(object_paths(child, (*path, name)))
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            found.extend(object_paths(child, (*path, index)))
+    return found
+
+
+REQUEST_SCOPE = Scope("t", "w")
+
+
+def forget_request(
+    target: str = "mem_abc",
+    *,
+    scope: Scope = REQUEST_SCOPE,
+    reason_ref: str = "reason:obsolete",
+    summary: str = "",
+    digest: str = "sha256:" + "1" * 64,
+) -> ConfirmationRequest:
+    """The confirmation alice is asked for before ``target`` is forgotten."""
+    return ConfirmationRequest(
+        tool="forget",
+        target=target,
+        operation_digest=digest,
+        principal="alice",
+        scope=scope,
+        reason_ref=reason_ref,
+        summary=summary,
+    )
+
+
+def initialize_request(client_name: str, request_id: int = 1) -> dict[str, Any]:
+    """The JSON-RPC ``initialize`` request an MCP 2025-11-25 client opens with."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": client_name, "version": "1"},
+        },
+    }
+
+
+GOLDEN_FILE = Path(__file__).resolve().parent / "fixtures" / "golden-payload.json"
+
+
+def golden_payload() -> dict[str, Any]:
+    """The golden payload (``fixtures/golden-payload.json``) as an agent writes it: no
+    ``scope_ref``, which the host derives."""
+    payload: dict[str, Any] = json.loads(GOLDEN_FILE.read_text(encoding="utf-8"))["payload"]
+    del payload["scope_ref"]
+    return payload
 
 
 def capture_args(
@@ -234,6 +299,114 @@ def capture_args(
     }
 
 
+def esdk() -> aws_encryption_sdk.EncryptionSDKClient:
+    """The Encryption SDK client the vaults' messages are read with (key commitment required)."""
+    return aws_encryption_sdk.EncryptionSDKClient(
+        commitment_policy=aws_encryption_sdk.CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT
+    )
+
+
+def raw_aes_keyring(namespace: str, key_name: str, wrapping_key: bytes) -> Any:
+    """The Material Providers' raw AES keyring for one wrapping key."""
+    return AwsCryptographicMaterialProviders(
+        config=MaterialProvidersConfig()
+    ).create_raw_aes_keyring(
+        input=CreateRawAesKeyringInput(
+            key_namespace=namespace,
+            key_name=key_name,
+            wrapping_key=wrapping_key,
+            wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
+        )
+    )
+
+
+def decrypts_with(
+    namespace: str, wrapping_key: bytes, key_name: str, ciphertext: bytes, plaintext: bytes
+) -> bool:
+    """Whether someone holding ``wrapping_key`` could decrypt ``ciphertext`` to ``plaintext`` with
+    the Encryption SDK."""
+    keyring = raw_aes_keyring(namespace, key_name, wrapping_key)
+    decryptor = esdk().stream(mode="decrypt", source=io.BytesIO(ciphertext), keyring=keyring)
+    try:
+        found = decryptor.read()
+    except Exception:
+        return False
+    finally:
+        # Skip the SDK's own close, which raises again for a half-read message.
+        io.IOBase.close(decryptor)
+    return bool(found == plaintext)
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A test server's HTTP/1.1 request handler that logs nothing."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *_: Any) -> None:
+        return
+
+    def body(self) -> bytes:
+        """The request's body (``Content-Length`` bytes)."""
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length else b""
+
+
+@contextmanager
+def served(server: uvicorn.Server, sock: socket.socket, what: str, stop_s: float) -> Iterator[None]:
+    """Run ``server`` on ``sock`` in a background thread for the block (``what`` names it in the
+    error when it has not started within 30 s); then stop it, waiting up to ``stop_s``."""
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=what, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start")
+            time.sleep(0.02)
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(timeout=stop_s)
+        sock.close()
+
+
+def run_in_threads(work: Callable[[int], object], count: int) -> None:
+    """Run ``work(0)`` .. ``work(count - 1)`` on as many threads at once; wait for them all."""
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def handled(engine: Engine, tool: str, arguments: Any, ctx: TrustedContext) -> dict[str, Any]:
+    """One call straight to the engine that no human confirms (capture, search, get, ...): its
+    envelope."""
+    envelope = engine.handle(tool, arguments, ctx)
+    assert not isinstance(envelope, ConfirmationNeeded), envelope
+    return envelope
+
+
+def remember_in(engine: Engine, text: str, key: str, ctx: TrustedContext | None = None) -> str:
+    """Capture ``text`` and admit it straight through the engine: the record id."""
+    captured = handled(engine, "capture", capture_args(text, key=key), ctx or context())
+    admission = {"candidate_id": captured["output"]["value"]["candidate_id"]}
+    admitted = handled(
+        engine, "request_admission", {**admission, "idempotency_key": key + "-a"}, ctx or context()
+    )
+    record_id: str = admitted["output"]["value"]["outcome"]["record_id"]
+    return record_id
+
+
+def found_in(engine: Engine, query: str, ctx: TrustedContext | None = None, **options: Any) -> Any:
+    """The search's value straight from the engine (``options``: the search's other fields)."""
+    arguments = {"query": query, "purpose_ref": PURPOSE, **options}
+    return handled(engine, "search", arguments, ctx or context())["output"]["value"]
+
+
+LOCAL_HYBRID = {"minimum_channels": "lexical_and_semantic", "network": "forbid"}
+
+
 @dataclass
 class Harness:
     """One engine over one adapter set, with the fakes a behavioural test steers."""
@@ -276,6 +449,13 @@ class Harness:
         return code
 
     # -- shortcuts -----------------------------------------------------------------------------
+
+    def admission(self, text: str, key: str) -> dict[str, Any]:
+        """Capture ``text`` (committed pending) and ask for its admission: that call's envelope."""
+        captured = self.capture(text)
+        assert captured["status"] == "committed_pending"
+        arguments = {"candidate_id": captured["candidate_id"], "idempotency_key": key}
+        return self.call("request_admission", arguments)
 
     def next_key(self, prefix: str = "key") -> str:
         self._keys += 1
@@ -320,28 +500,28 @@ class Harness:
     def forget(
         self, record_id: str, key: str | None = None, ctx: TrustedContext | None = None
     ) -> dict[str, Any]:
-        return self.call(
-            "forget",
-            {
-                "record_id": record_id,
-                "idempotency_key": key or self.next_key("forget"),
-                "reason_ref": "reason:obsolete",
-            },
-            ctx,
-        )
+        return self._end("forget", {"record_id": record_id}, "reason:obsolete", key, ctx)
 
     def withdraw(
         self, candidate_id: str, key: str | None = None, ctx: TrustedContext | None = None
     ) -> dict[str, Any]:
-        return self.call(
-            "withdraw",
-            {
-                "candidate_id": candidate_id,
-                "idempotency_key": key or self.next_key("withdraw"),
-                "reason_ref": "reason:mistake",
-            },
-            ctx,
-        )
+        return self._end("withdraw", {"candidate_id": candidate_id}, "reason:mistake", key, ctx)
+
+    def _end(
+        self,
+        tool: str,
+        target: dict[str, str],
+        reason_ref: str,
+        key: str | None,
+        ctx: TrustedContext | None,
+    ) -> dict[str, Any]:
+        """A forget or a withdraw: its envelope (the scripted human asked as the host asks)."""
+        arguments = {
+            **target,
+            "idempotency_key": key or self.next_key(tool),
+            "reason_ref": reason_ref,
+        }
+        return self.call(tool, arguments, ctx)
 
 
 def embedded_harness(
@@ -400,18 +580,8 @@ def embedded_harness(
                         continue
         return keys
 
-    return Harness(
-        held_keys=held_keys,
-        engine=engine,
-        store=store,
-        vault=vault,
-        record_keys=vault.record_keys,
-        index=index,
-        clock=clock,
-        confirmations=confirmations,
-        audit=audit,
-        closers=[store.close, vault.close],
-    )
+    parts = (engine, store, vault, vault.record_keys, index, clock, confirmations, audit)
+    return Harness(*parts, closers=[store.close, vault.close], held_keys=held_keys)
 
 
 def aws_harness(tmp_path: Path, *, embedder: Any = None) -> Harness:

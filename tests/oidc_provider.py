@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,6 +30,8 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from engram_memory.binding.tokens import key_id, public_jwks
+
+from engram_testing import served
 
 
 @dataclass
@@ -163,16 +164,5 @@ def serve_provider(
         ssl_keyfile=str(tls[1]) if tls else None,
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the local OIDC provider did not start")
-            time.sleep(0.02)
+    with served(server, sock, "the local OIDC provider", stop_s=10):
         yield provider
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_locomo_bench import locomo_folder
 
 from bench.hotpath.__main__ import main
 from bench.hotpath.corpus import Corpus
@@ -58,10 +59,7 @@ def conversation(turns: int) -> dict[str, Any]:
 
 @pytest.fixture
 def locomo(tmp_path: Path) -> Path:
-    folder = tmp_path / "locomo"
-    folder.mkdir()
-    (folder / "conv-1.json").write_text(json.dumps(conversation(8)))
-    return folder
+    return locomo_folder(tmp_path, conversation(8))
 
 
 def test_memories_cycle_the_turns_under_their_own_keys(locomo: Path) -> None:

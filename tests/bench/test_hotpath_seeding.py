@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_locomo_bench import ANA_AND_BO
 
 from bench.hotpath.corpus import Corpus
 from bench.hotpath.stores import HYBRID, LEXICAL, WORKSPACE, RepeatedTexts, _seed_engine
@@ -46,9 +47,7 @@ TEXTS = (
 
 def conversation() -> dict[str, Any]:
     return {
-        "speaker_a": "Ana",
-        "speaker_b": "Bo",
-        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        **ANA_AND_BO,
         "session_1": [
             {"speaker": "Ana" if i % 2 else "Bo", "dia_id": f"D1:{i + 1}", "text": text}
             for i, text in enumerate(TEXTS)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from test_locomo_bench import ANA_AND_BO
+
 from bench.hotpath import writes
 
 ONE_SESSION = {
-    "speaker_a": "Ana",
-    "speaker_b": "Bo",
-    "session_1_date_time": "1:56 pm on 8 May, 2023",
+    **ANA_AND_BO,
     "session_1": [
         {"speaker": "Ana", "dia_id": "D1:1", "text": "The greenhouse fan is on a timer now."},
         {"speaker": "Bo", "dia_id": "D1:2", "text": "Good, the tomatoes were overheating."},

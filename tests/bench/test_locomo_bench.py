@@ -13,12 +13,17 @@ from bench.locomo.dataset import capture_arguments, load, parse_session_time
 from bench.locomo.runner import percentile, question_scores, run_benchmark
 from engram_memory.adapters.local.embedder import semantic_extra_installed
 
+# The head of a LoCoMo conversation file: its two speakers and when the first session was.
+ANA_AND_BO = {
+    "speaker_a": "Ana",
+    "speaker_b": "Bo",
+    "session_1_date_time": "1:56 pm on 8 May, 2023",
+}
+
 
 def conversation() -> dict[str, Any]:
     return {
-        "speaker_a": "Ana",
-        "speaker_b": "Bo",
-        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        **ANA_AND_BO,
         "session_1": [
             {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a grey kitten named Pixel."},
             {"speaker": "Bo", "dia_id": "D1:2", "text": "Lovely! My sister plays the cello."},
@@ -72,12 +77,18 @@ def conversation() -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def data(tmp_path: Path) -> Path:
+def locomo_folder(tmp_path: Path, *conversations: dict[str, Any]) -> Path:
+    """A LoCoMo data folder holding ``conversations`` (conv-1.json, conv-2.json, ...)."""
     folder = tmp_path / "locomo"
     folder.mkdir()
-    (folder / "conv-1.json").write_text(json.dumps(conversation()))
+    for number, conversation_ in enumerate(conversations, start=1):
+        (folder / f"conv-{number}.json").write_text(json.dumps(conversation_))
     return folder
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return locomo_folder(tmp_path, conversation())
 
 
 def test_loading_keeps_categories_one_to_four_and_splits_packed_evidence(data: Path) -> None:

@@ -51,7 +51,12 @@ def test_an_empty_side_has_neutral_rates() -> None:
 
 def test_cost_is_measured_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    cost = measure_cost(lambda text: calls.append(text) is None, ["a", "b"], repeats=3)
+
+    def flags(text: str) -> bool:
+        calls.append(text)
+        return True
+
+    cost = measure_cost(flags, ["a", "b"], repeats=3)
     # The corpus texts, then the ordinary 4 KiB text five times, then each backtracking text.
     units = len(BACKTRACKING_UNITS)
     assert calls[:6] == ["a", "b"] * 3 and len(calls) == 6 + 5 + units

@@ -49,7 +49,7 @@ def series(
             rss += new_records * kib_per_record / 1024 + new_calls * leak_kib_per_call / 1024
             if t <= 100:
                 rss += warm_climb_mb * every_s / 100
-            if read_only and t - every_s <= read_only_from_s:
+            if read_only_from_s is not None and read_only and t - every_s <= read_only_from_s:
                 rss += switch_step_mb
         samples.append(
             {

@@ -1,4 +1,4 @@
-"""The opt-in memory trace (``host.memory_trace``) and its reader (``bench.soak.memory``)."""
+"""The opt-in memory trace (``embedded.memory_trace``) and its reader (``bench.soak.memory``)."""
 
 from __future__ import annotations
 

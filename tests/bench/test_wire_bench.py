@@ -7,10 +7,10 @@ from typing import Any
 
 import anyio
 import pytest
+from test_hotpath_bench import conversation
 
 from bench import wire
 from bench.hotpath.corpus import Corpus
-from tests.bench.test_hotpath_bench import conversation
 
 
 @pytest.fixture(scope="module")

@@ -139,12 +139,7 @@ def test_capture_of_an_aws_key_is_sealed_then_rejected_without_echoing_it(
     access_key = "AKIA" + "QZ7RT4MX2PLK9WNB"
     secret_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY"
     text = f"Deploy creds: aws_access_key_id={access_key} aws_secret_access_key={secret_key}"
-    captured = harness.capture(text)
-    assert captured["status"] == "committed_pending"
-    envelope = harness.call(
-        "request_admission",
-        {"candidate_id": captured["candidate_id"], "idempotency_key": "admit-key-000008"},
-    )
+    envelope = harness.admission(text, "admit-key-000008")
     assert envelope["output"]["value"]["outcome"]["status"] == "rejected"
     _assert_nowhere(harness, envelope, access_key, secret_key)
     assert access_key not in caplog.text and secret_key not in caplog.text
@@ -156,11 +151,7 @@ def test_capture_of_a_private_key_is_rejected_without_echoing_it(
     caplog.set_level(logging.DEBUG)
     body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7" + "q" * 40
     pem = f"-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----"
-    captured = harness.capture(f"Server key follows:\n{pem}")
-    envelope = harness.call(
-        "request_admission",
-        {"candidate_id": captured["candidate_id"], "idempotency_key": "admit-key-000009"},
-    )
+    envelope = harness.admission(f"Server key follows:\n{pem}", "admit-key-000009")
     assert envelope["output"]["value"]["outcome"]["status"] == "rejected"
     _assert_nowhere(harness, envelope, body)
     assert body not in caplog.text

@@ -32,12 +32,7 @@ def test_an_obfuscated_secret_is_rejected_without_echoing_it(
     harness: Harness, caplog: pytest.LogCaptureFixture, text: str, secret: str
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    captured = harness.capture(text)
-    assert captured["status"] == "committed_pending"
-    envelope = harness.call(
-        "request_admission",
-        {"candidate_id": captured["candidate_id"], "idempotency_key": "admit-key-000031"},
-    )
+    envelope = harness.admission(text, "admit-key-000031")
     assert envelope["output"]["value"]["outcome"]["status"] == "rejected"
     surfaces = [
         repr(envelope),

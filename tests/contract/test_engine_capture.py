@@ -68,7 +68,7 @@ def test_the_same_key_from_another_principal_is_a_different_candidate(harness: H
 
 def _mutate(args: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     result = copy.deepcopy(args)
-    node = result
+    node: Any = result
     *parents, last = path.split(".")
     for part in parents:
         node = node[int(part)] if part.isdigit() else node[part]

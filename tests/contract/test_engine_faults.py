@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from engram_memory.engine.ports import VaultUnavailable
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import SealedBlob, Vault, VaultUnavailable
 
 from engram_testing import Harness, capture_args, context, embedded_harness
 
@@ -36,7 +38,7 @@ class Fault:
 
 
 @pytest.fixture
-def faulty(tmp_path: Path):  # type: ignore[no-untyped-def]
+def faulty(tmp_path: Path) -> Iterator[tuple[Harness, Fault]]:
     fault = Fault()
     harness = embedded_harness(tmp_path, fault_hook=fault)
     yield harness, fault
@@ -45,13 +47,13 @@ def faulty(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("step", PROMOTION_STEPS)
 def test_a_store_failure_at_any_step_of_a_promotion_leaves_every_table_unchanged(
-    faulty, step: str
-) -> None:  # type: ignore[no-untyped-def]
+    faulty: tuple[Harness, Fault], step: str
+) -> None:
     harness, fault = faulty
     captured = harness.capture()
+    args = {"candidate_id": captured["candidate_id"], "idempotency_key": "admit-fault-00001"}
     before = harness.store.table_snapshot()
     fault.step = step
-    args = {"candidate_id": captured["candidate_id"], "idempotency_key": "admit-fault-00001"}
     envelope = harness.call("request_admission", args)
     assert (
         envelope["error"]["code"] == "STORE_UNAVAILABLE" and envelope["error"]["retriable"] is True
@@ -62,7 +64,9 @@ def test_a_store_failure_at_any_step_of_a_promotion_leaves_every_table_unchanged
     assert retry["outcome"]["status"] == "accepted"
 
 
-def test_an_unknown_commit_outcome_after_commit_resolves_to_the_committed_output(faulty) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_commit_outcome_after_commit_resolves_to_the_committed_output(
+    faulty: tuple[Harness, Fault],
+) -> None:
     harness, fault = faulty
     captured = harness.capture()
     args = {"candidate_id": captured["candidate_id"], "idempotency_key": "admit-fault-00002"}
@@ -80,7 +84,9 @@ def test_an_unknown_commit_outcome_after_commit_resolves_to_the_committed_output
     assert harness.get(retry["outcome"]["record_id"])["ok"]
 
 
-def test_an_unknown_commit_outcome_that_did_not_commit_executes_once_on_retry(faulty) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_commit_outcome_that_did_not_commit_executes_once_on_retry(
+    faulty: tuple[Harness, Fault],
+) -> None:
     harness, fault = faulty
     fault.step = "commit"
     envelope = harness.call("capture", capture_args())
@@ -94,7 +100,9 @@ def test_an_unknown_commit_outcome_that_did_not_commit_executes_once_on_retry(fa
 @pytest.mark.parametrize(
     "step", ["ledger", "event", "record", "tombstone", "projection", "approval"]
 )
-def test_a_store_failure_during_forget_leaves_the_record_readable(faulty, step: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_store_failure_during_forget_leaves_the_record_readable(
+    faulty: tuple[Harness, Fault], step: str
+) -> None:
     harness, fault = faulty
     record_id = harness.remember()
     before = harness.store.table_snapshot()
@@ -107,7 +115,7 @@ def test_a_store_failure_during_forget_leaves_the_record_readable(faulty, step: 
     assert harness.forget(record_id, key="forget-fault-0001")["ok"]
 
 
-def test_a_capture_whose_commit_fails_leaves_no_orphan_key(faulty) -> None:  # type: ignore[no-untyped-def]
+def test_a_capture_whose_commit_fails_leaves_no_orphan_key(faulty: tuple[Harness, Fault]) -> None:
     harness, fault = faulty
     fault.step = "event"
     assert harness.call("capture", capture_args())["error"]["code"] == "STORE_UNAVAILABLE"
@@ -120,26 +128,26 @@ def test_a_capture_whose_commit_fails_leaves_no_orphan_key(faulty) -> None:  # t
 class FlakyVault:
     """Wraps a vault and fails chosen operations with VaultUnavailable."""
 
-    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, inner: Vault) -> None:
         self.inner = inner
         self.fail: set[str] = set()
 
-    def seal(self, *a):  # type: ignore[no-untyped-def]
+    def seal(self, scope: Scope, candidate_id: str, plaintext: bytes) -> SealedBlob:
         if "seal" in self.fail:
             raise VaultUnavailable("down")
-        return self.inner.seal(*a)
+        return self.inner.seal(scope, candidate_id, plaintext)
 
-    def open(self, *a):  # type: ignore[no-untyped-def]
+    def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
         if "open" in self.fail:
             raise VaultUnavailable("down")
-        return self.inner.open(*a)
+        return self.inner.open(scope, candidate_id, blob)
 
-    def destroy(self, key_ref):  # type: ignore[no-untyped-def]
+    def destroy(self, key_ref: str) -> None:
         if "destroy" in self.fail:
             raise VaultUnavailable("down")
-        return self.inner.destroy(key_ref)
+        self.inner.destroy(key_ref)
 
-    def key_exists(self, key_ref):  # type: ignore[no-untyped-def]
+    def key_exists(self, key_ref: str) -> bool:
         return self.inner.key_exists(key_ref)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engram_memory.contract.errors import UnknownTool
@@ -9,7 +11,7 @@ from engram_memory.contract.errors import UnknownTool
 from engram_testing import OTHER_WORKSPACE, Harness, context
 
 
-def _without_audit_id(envelope: dict) -> dict:  # type: ignore[type-arg]
+def _without_audit_id(envelope: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in envelope.items() if k != "auditId"}
 
 

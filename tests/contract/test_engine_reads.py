@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engram_memory.contract.canonical import digest, digest_without
@@ -42,7 +44,7 @@ def test_get_of_a_pending_record_id_is_not_found_before_admission(harness: Harne
 def test_records_outside_valid_time_or_expired_are_not_returned(
     harness: Harness, valid_time: dict[str, int], retention: dict[str, str] | None
 ) -> None:
-    extra = {"retention": retention} if retention else {}
+    extra: dict[str, Any] = {"retention": retention} if retention else {}
     args = capture_args(
         "Quarterly budget review moved to Thursday.", key="capture-window-01", **extra
     )

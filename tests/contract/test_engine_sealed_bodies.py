@@ -8,8 +8,7 @@ import dataclasses
 
 import pytest
 
-from engram_memory.adapters.record_sealing import is_sealed_body
-from engram_memory.engine.ports import SealIntegrityError
+from engram_memory.engine.ports import SealIntegrityError, is_sealed_body
 
 from engram_testing import Harness, ScriptedPolicy, context
 

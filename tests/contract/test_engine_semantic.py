@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from engram_memory.contract.canonical import digest
 from engram_memory.contract.outputs import SearchOutput
 from engram_memory.engine import lexical, semantic
-from engram_memory.engine.ports import IndexHit
+from engram_memory.engine.ports import IndexHit, VectorIndex
 
 from engram_testing import (
     PURPOSE,
@@ -264,14 +264,15 @@ class _FloorProbe:
 
 def test_the_semantic_floor_is_the_similarity_at_rank_1000_whatever_the_depth() -> None:
     probe = _FloorProbe()
+    index = cast(VectorIndex, probe)  # the floor calls nothing else
     scope = context().scope
     hits = [IndexHit(f"mem_{i:04d}", 1.0 - i / 2000) for i in range(1200)]
     floor = semantic.normalization_floor
-    assert floor(probe, scope, [1.0], hits[:40], 100) == hits[39].score  # the scope's lowest
-    assert floor(probe, scope, [1.0], [], 100) is None
-    assert floor(probe, scope, [1.0], hits, 1200) == hits[999].score  # already in the page
+    assert floor(index, scope, [1.0], hits[:40], 100) == hits[39].score  # the scope's lowest
+    assert floor(index, scope, [1.0], [], 100) is None
+    assert floor(index, scope, [1.0], hits, 1200) == hits[999].score  # already in the page
     assert probe.asked == []
-    assert floor(probe, scope, [1.0], hits[:100], 100) == -0.25  # asked, one similarity
+    assert floor(index, scope, [1.0], hits[:100], 100) == -0.25  # asked, one similarity
     assert probe.asked == [semantic.NORMALIZATION_RANK] == [1000]
     # With the floor, a list is normalized from it, not from its own lowest hit.
     fused = semantic.fuse([], [IndexHit("a", 0.5), IndexHit("b", 0.25)], "minmax", -0.5)
@@ -294,11 +295,12 @@ def test_the_first_page_is_the_same_whatever_the_page_size(tmp_path: Path) -> No
 
 def test_lexical_hits_beyond_the_semantic_page_are_scored_by_their_similarity() -> None:
     probe = _FloorProbe()
+    index = cast(VectorIndex, probe)  # completing a page calls nothing else
     scope = context().scope
     page = [IndexHit("a", 0.75), IndexHit("b", 0.25)]
     lexical_hits = [IndexHit("c", 9.0), IndexHit("a", 5.0), IndexHit("no-vector", 1.0)]
-    merged = semantic.completed(probe, scope, [1.0], page, lexical_hits)
+    merged = semantic.completed(index, scope, [1.0], page, lexical_hits)
     assert probe.named == [["c", "no-vector"]]  # only those the page does not hold
     assert merged == [IndexHit("a", 0.75), IndexHit("b", 0.25), IndexHit("c", 0.125)]
-    assert semantic.completed(probe, scope, [1.0], page, []) == page
+    assert semantic.completed(index, scope, [1.0], page, []) == page
     assert len(probe.named) == 1

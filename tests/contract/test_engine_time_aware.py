@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from engram_memory.engine import lexical
 
@@ -23,8 +24,8 @@ def _two_dated_records(h: Harness) -> tuple[str, str]:
     return march, may
 
 
-def _order(value: dict[str, object]) -> list[str]:
-    return [p["record"]["record_id"] for p in value["records"]]  # type: ignore[index, union-attr, attr-defined]
+def _order(value: dict[str, Any]) -> list[str]:
+    return [p["record"]["record_id"] for p in value["records"]]
 
 
 def test_a_date_in_the_query_ranks_the_records_valid_then_first(harness: Harness) -> None:

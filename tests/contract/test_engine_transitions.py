@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
 from aws_encryption_sdk.exceptions import AWSEncryptionSDKClientError
@@ -9,7 +11,7 @@ from aws_encryption_sdk.exceptions import AWSEncryptionSDKClientError
 from engram_memory.contract.errors import TrustedContextUnavailable
 from engram_memory.contract.outputs import ForgetOutput, WithdrawOutput
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
-from engram_memory.engine.ports import KeyDestroyed
+from engram_memory.engine.ports import CandidateRow, KeyDestroyed, SealedBlob
 
 from engram_testing import Harness, ScriptedPolicy, capture_args, context
 
@@ -101,30 +103,31 @@ def test_withdraw_of_unknown_or_foreign_candidates_is_not_found_identically(
     assert {k for k in foreign if k != "auditId"} == {k for k in unknown if k != "auditId"}
 
 
-def _approved_elsewhere(approval):  # type: ignore[no-untyped-def]
+def _approved_elsewhere(approval: Approval) -> Approval:
     return approval.model_copy(update={"target": "candidate_" + "e" * 64})
 
 
-def _approved_for_another_tool(approval):  # type: ignore[no-untyped-def]
+def _approved_for_another_tool(approval: Approval) -> Approval:
     return approval.model_copy(update={"tool": "forget"})
 
 
-def _expired(approval):  # type: ignore[no-untyped-def]
-    return approval.model_copy(
-        update={
-            "issued_at_ms": approval.issued_at_ms - 301_000,
-            "approved_at_ms": approval.approved_at_ms - 1_000,
-        }
-    )
+def _earlier(issued_ms: int, approved_ms: int) -> Callable[[Approval], Approval]:
+    """The approval as if issued and approved that many milliseconds earlier."""
+
+    def doctor(approval: Approval) -> Approval:
+        assert approval.approved_at_ms is not None  # doctored after the human approved
+        return approval.model_copy(
+            update={
+                "issued_at_ms": approval.issued_at_ms - issued_ms,
+                "approved_at_ms": approval.approved_at_ms - approved_ms,
+            }
+        )
+
+    return doctor
 
 
-def _executed_late(approval):  # type: ignore[no-untyped-def]
-    return approval.model_copy(
-        update={
-            "issued_at_ms": approval.issued_at_ms - 40_000,
-            "approved_at_ms": approval.approved_at_ms - 31_000,
-        }
-    )
+_expired = _earlier(301_000, 1_000)
+_executed_late = _earlier(40_000, 31_000)
 
 
 @pytest.mark.parametrize(
@@ -133,8 +136,8 @@ def _executed_late(approval):  # type: ignore[no-untyped-def]
     ids=["other-target", "other-tool", "expired", "executed-late"],
 )
 def test_a_confirmation_that_does_not_bind_is_gate_failed_and_changes_nothing(
-    harness: Harness, doctor
-) -> None:  # type: ignore[no-untyped-def]
+    harness: Harness, doctor: Callable[[Approval], Approval]
+) -> None:
     captured = harness.capture()
     harness.confirmations.doctor = doctor
     before = harness.store.table_snapshot()
@@ -162,6 +165,7 @@ def test_a_reused_approval_is_gate_failed(harness: Harness) -> None:
     second = harness.capture(key="reuse-capture-0002")
     assert harness.withdraw(first["candidate_id"])["ok"]
     used = harness.confirmations.last
+    assert used is not None
     harness.confirmations.fixed = used.model_copy(update={"target": second["candidate_id"]})
     # Same approval id, now even bound to the right target: single use still refuses it.
     assert harness.withdraw(second["candidate_id"])["error"]["code"] == "gate_failed"
@@ -183,9 +187,7 @@ def test_capture_needs_confirmation_when_the_host_says_so(harness: Harness) -> N
     assert harness.confirmations.requests[-1].tool == "capture"
 
 
-def _blob(row):  # type: ignore[no-untyped-def]
-    from engram_memory.engine.ports import SealedBlob
-
+def _blob(row: CandidateRow) -> SealedBlob:
     return SealedBlob(row.key_ref, row.sealed)
 
 

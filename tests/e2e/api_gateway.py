@@ -15,24 +15,17 @@ import contextlib
 import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from aws_testing import FakeLambdaContext
+
+from engram_testing import QuietHandler
+
 Handler = Callable[[Mapping[str, Any], Any], Mapping[str, Any]]
 CALLBACK = "/approvals/callback"
-
-
-class LambdaContext:
-    function_name = "engram-dev-local"
-    function_version = "$LATEST"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:engram-dev-local"
-    aws_request_id = "6f1e2d3c-4b5a-4697-8877-665544332211"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 29_000
 
 
 def route_of(method: str, path: str) -> tuple[str, dict[str, str] | None]:
@@ -83,21 +76,17 @@ def serve_api(
     """Serve ``routes`` (path → handler, or None for 404) over HTTPS on a free 127.0.0.1 port;
     yields the base URL."""
 
-    class Bridge(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_: Any) -> None:
-            return
-
+    class Bridge(QuietHandler):
         def _serve(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            body = self.rfile.read(length) if length else b""
+            body = self.body()
             handler = routes(urlsplit(self.path).path)
             if handler is None:
                 answer: Mapping[str, Any] = {"statusCode": 404, "body": ""}
             else:
                 event = event_of(self.command, self.path, dict(self.headers), body, domain)
-                answer = handler(event, LambdaContext())
+                answer = handler(
+                    event, FakeLambdaContext.of("engram-dev-local", remaining_ms=29_000)
+                )
             raw = str(answer.get("body") or "")
             data = base64.b64decode(raw) if answer.get("isBase64Encoded") else raw.encode()
             self.send_response(int(answer.get("statusCode", 200)))

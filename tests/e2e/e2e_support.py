@@ -19,7 +19,6 @@ import shutil
 import socket
 import sqlite3
 import sys
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -36,7 +35,7 @@ import pytest
 import uvicorn
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.session import ClientSession
+from mcp.client.session import ClientRequestContext, ClientSession, ElicitationFnT
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -47,7 +46,7 @@ from engram_memory.embedded.serve import EmbeddedServer, open_server
 from engram_memory.engine.context import TOOLS, Scope
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
 
-from engram_testing import capture_args
+from engram_testing import capture_args, served
 
 # -- protocol revisions -------------------------------------------------------------------------
 
@@ -98,6 +97,11 @@ class Tokens:
         self.issuer = issuer
         self._key = load_or_create_issuer_key(issuer_key_path(data_dir))
         self._kid = key_id(self._key.public_key())
+
+    def fresh(self, **claims: Any) -> tuple[str, str]:
+        """A new workspace and a token for it (``claims``: as ``mint``'s)."""
+        workspace = new_workspace()
+        return workspace, self.mint(workspace=workspace, **claims)
 
     def mint(
         self,
@@ -240,22 +244,11 @@ def serve_http(data_dir: Path) -> Iterator[HttpService]:
             app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3
         )
     )
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name="e2e-uvicorn", daemon=True
-    )
-    thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the in-process MCP HTTP server did not start")
-            time.sleep(0.02)
-        tokens = Tokens(data_dir, embedded.surface.runtime.host, embedded.issuer)
-        yield HttpService(server=embedded, base_url=f"http://127.0.0.1:{port}", tokens=tokens)
+        with served(server, sock, "the in-process MCP HTTP server", stop_s=15):
+            tokens = Tokens(data_dir, embedded.surface.runtime.host, embedded.issuer)
+            yield HttpService(server=embedded, base_url=f"http://127.0.0.1:{port}", tokens=tokens)
     finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
         embedded.close()
 
 
@@ -303,14 +296,21 @@ class StdioHome:
 
 @dataclass
 class Human:
-    """The elicitation callback: a human who answers every confirmation the same way."""
+    """The elicitation callback: a human who answers every confirmation the same way, after
+    ``delay_s``; with ``action="gone"`` the client's form goes away instead (the callback raises)."""
 
     action: str = "accept"
     asked: list[str] = field(default_factory=list)
+    delay_s: float = 0.0
 
-    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def __call__(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         assert isinstance(params, types.ElicitRequestFormParams)
         self.asked.append(params.message)
+        await anyio.sleep(self.delay_s)
+        if self.action == "gone":
+            raise RuntimeError("the client's form went away (timeout)")
         if self.action == "accept":
             return types.ElicitResult(action="accept", content={"decision": "approve"})
         return types.ElicitResult(action=self.action)
@@ -423,6 +423,11 @@ def without_audit_id(env: dict[str, Any]) -> dict[str, Any]:
 # -- an agent's calls ---------------------------------------------------------------------------
 
 
+def _ending(key: str, reason_ref: str) -> dict[str, str]:
+    """The arguments a forget and a withdraw share: the idempotency key and the reason."""
+    return {"idempotency_key": key, "reason_ref": reason_ref}
+
+
 class Agent:
     """The six tools called through one client with the token's purpose."""
 
@@ -483,21 +488,14 @@ class Agent:
         )
 
     def forget_arguments(self, record_id: str, key: str | None = None) -> dict[str, Any]:
-        return {
-            "record_id": record_id,
-            "idempotency_key": key or new_key("forget"),
-            "reason_ref": "reason:obsolete",
-        }
+        return {"record_id": record_id, **_ending(key or new_key("forget"), "reason:obsolete")}
 
     async def forget(self, record_id: str, key: str | None = None) -> types.CallToolResult:
         return await self.client.call_tool(FORGET, self.forget_arguments(record_id, key))
 
     def withdraw_arguments(self, candidate_id: str, key: str | None = None) -> dict[str, Any]:
-        return {
-            "candidate_id": candidate_id,
-            "idempotency_key": key or new_key("withdraw"),
-            "reason_ref": "reason:captured-by-mistake",
-        }
+        ending = _ending(key or new_key("withdraw"), "reason:captured-by-mistake")
+        return {"candidate_id": candidate_id, **ending}
 
     async def withdraw(self, candidate_id: str, key: str | None = None) -> types.CallToolResult:
         return await self.client.call_tool(WITHDRAW, self.withdraw_arguments(candidate_id, key))
@@ -530,11 +528,13 @@ class UrlOnlyClient(Client):
 
 @contextlib.asynccontextmanager
 async def url_only_client(
-    url: str, token: str, mode: str, callback: Any = None
+    url: str, token: str, mode: str, callback: ElicitationFnT | None = None
 ) -> AsyncIterator[Client]:
     """A client declaring URL-only elicitation; ``callback`` answers 2026-07-28 URL requests."""
 
-    async def unanswered(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def unanswered(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         return types.ElicitResult(action="cancel")
 
     with anyio.fail_after(CALL_DEADLINE_S):
@@ -549,6 +549,27 @@ async def url_only_client(
                 declared = client.session._build_capabilities("2025-11-25")
                 assert declared.elicitation is not None and declared.elicitation.form is None
                 yield client
+
+
+@contextlib.asynccontextmanager
+async def new_agent(
+    service: HttpService,
+    mode: str,
+    human: ElicitationFnT | None = None,
+    *,
+    url_only: bool = False,
+    **claims: Any,
+) -> AsyncIterator[Agent]:
+    """An agent in a fresh workspace of the HTTP service, its token minted with ``claims``
+    (``tools``, ``confirm``, ``principal``, ...); ``human`` answers its elicitations, on a client
+    that declares URL-only elicitation with ``url_only``."""
+    token = service.tokens.mint(workspace=new_workspace(), **claims)
+    if url_only:
+        opened = url_only_client(service.url, token, mode, human)
+    else:
+        opened = http_client(service.url, token, mode, human=human)
+    async with opened as client:
+        yield Agent(client, purpose=claims.get("purpose", PURPOSE))
 
 
 async def link_of(attempt: Callable[[], Any]) -> str:
@@ -579,3 +600,26 @@ def age_approval(
             f"UPDATE approvals SET issued_at_ms = issued_at_ms - ?{answered} WHERE approval_id = ?",
             args,
         )
+
+
+# The suite's fixtures (``conftest.py`` re-exports them). Both servers are per session, so under
+# xdist each worker gets its own data directories and its own free port; tests keep apart from
+# each other by using a fresh workspace.
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def http_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpService]:
+    with serve_http(tmp_path_factory.mktemp("engram-http")) as service:
+        yield service
+
+
+@pytest.fixture(scope="session")
+def stdio_home(tmp_path_factory: pytest.TempPathFactory) -> StdioHome:
+    return prepare_stdio_home(
+        tmp_path_factory.mktemp("engram-stdio"), tmp_path_factory.mktemp("stdio-logs")
+    )

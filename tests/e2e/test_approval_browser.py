@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import anyio
 import httpx2
 import mcp.types as types
 import pytest
+from mcp.client.session import ClientRequestContext
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -45,10 +47,9 @@ from e2e_support import (
     envelope,
     error_code,
     link_of,
+    new_agent,
     new_key,
-    new_workspace,
     ok_value,
-    url_only_client,
 )
 
 pytestmark = pytest.mark.anyio
@@ -93,7 +94,9 @@ class Person:
         )
         return str(outcome.get_attribute("data-decision"))
 
-    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def __call__(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         """The 2026-07-28 client's elicitation callback: a URL elicitation, answered on the page."""
         assert isinstance(params, types.ElicitRequestURLParams), params
         await anyio.to_thread.run_sync(self.answer, params.url)
@@ -105,7 +108,7 @@ async def gated(
 ) -> types.CallToolResult:
     """Call a gated tool as the client would: on 2025-11-25 the -32042 link is opened by the
     person and the call retried with the same key; 2026-07-28 does both inside the client."""
-    call = lambda: agent.client.call_tool(tool, arguments)  # noqa: E731
+    call = partial(agent.client.call_tool, tool, arguments)
     if mode == MODERN:
         return await call()
     link = await link_of(call)
@@ -120,10 +123,8 @@ async def gated(
 async def test_approving_on_the_page_lets_the_retry_forget_the_record(
     http_service: HttpService, browser: webdriver.Chrome, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser, "Approve")
-    async with url_only_client(http_service.url, token, mode, person) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id, new_key("forget"))
         forgotten = ok_value(await gated(agent, person, mode, FORGET, arguments))
@@ -139,10 +140,8 @@ async def test_approving_on_the_page_lets_the_retry_forget_the_record(
 async def test_declining_on_the_page_fails_the_retry_and_keeps_the_candidate(
     http_service: HttpService, browser: webdriver.Chrome, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser, "Decline")
-    async with url_only_client(http_service.url, token, mode, person) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, person, url_only=True) as agent:
         candidate_id = await agent.captured(DRAFT)
         arguments = agent.withdraw_arguments(candidate_id, new_key("withdraw"))
         refused = envelope(await gated(agent, person, mode, WITHDRAW, arguments))
@@ -154,13 +153,11 @@ async def test_declining_on_the_page_fails_the_retry_and_keeps_the_candidate(
 async def test_an_expired_request_shows_an_error_page_and_the_retry_asks_anew(
     http_service: HttpService, browser: webdriver.Chrome
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser)
-    async with url_only_client(http_service.url, token, LEGACY, person) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, LEGACY, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        call = lambda: client.call_tool(FORGET, arguments)  # noqa: E731
+        call = partial(agent.client.call_tool, FORGET, arguments)
         first = await link_of(call)
         age_approval(http_service, approval_id_of(first), 301_000)
         browser.get(first)
@@ -176,13 +173,11 @@ async def test_an_expired_request_shows_an_error_page_and_the_retry_asks_anew(
 async def test_a_post_without_the_page_csrf_token_is_refused_and_changes_nothing(
     http_service: HttpService, browser: webdriver.Chrome
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser)
-    async with url_only_client(http_service.url, token, LEGACY, person) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, LEGACY, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        call = lambda: client.call_tool(FORGET, arguments)  # noqa: E731
+        call = partial(agent.client.call_tool, FORGET, arguments)
         link = await link_of(call)
         async with httpx2.AsyncClient() as http:
             forged = await http.post(link, data={"decision": "approve"})
@@ -203,12 +198,12 @@ async def test_a_post_without_the_page_csrf_token_is_refused_and_changes_nothing
 async def test_the_page_reads_at_phone_width_and_on_a_desktop(
     http_service: HttpService, browser: webdriver.Chrome, screenshots: Path
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     person = Person(browser)
-    async with url_only_client(http_service.url, token, LEGACY, person) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, LEGACY, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
-        link = await link_of(lambda: client.call_tool(FORGET, agent.forget_arguments(record_id)))
+        link = await link_of(
+            lambda: agent.client.call_tool(FORGET, agent.forget_arguments(record_id))
+        )
         try:
             as_desktop(browser)
             browser.get(link)

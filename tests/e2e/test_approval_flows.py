@@ -9,6 +9,7 @@ memory's text and asks for an explicit choice; the terminal answers the same que
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ import mcp.types as types
 import pytest
 from bs4 import BeautifulSoup, Tag
 from mcp import Client
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 
 from engram_memory.embedded.cli import main
@@ -34,6 +36,7 @@ from e2e_support import (
     error_code,
     http_client,
     link_of,
+    new_agent,
     new_key,
     new_workspace,
     now_ms,
@@ -74,7 +77,7 @@ async def test_an_approval_given_after_the_client_disconnected_commits_on_its_re
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        link = await link_of(lambda: client.call_tool(FORGET, arguments))
+        link = await link_of(partial(client.call_tool, FORGET, arguments))
     # the client is gone; the human answers on the page a little later
     assert await answer_on_page(link, "approve") == 200
     async with url_only_client(http_service.url, token, LEGACY) as client:
@@ -86,12 +89,10 @@ async def test_an_approval_given_after_the_client_disconnected_commits_on_its_re
 async def test_an_approval_older_than_30_s_is_not_used_and_the_retry_asks_anew(
     http_service: HttpService,
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
-    async with url_only_client(http_service.url, token, LEGACY) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, LEGACY, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
-        call = lambda: client.call_tool(FORGET, arguments)  # noqa: E731
+        call = partial(agent.client.call_tool, FORGET, arguments)
         link = await link_of(call)
         assert await answer_on_page(link, "approve") == 200
         age_approval(http_service, approval_id_of(link), 31_000, answer_too=True)
@@ -104,11 +105,12 @@ async def test_an_approval_older_than_30_s_is_not_used_and_the_retry_asks_anew(
 async def test_the_form_shows_the_memory_and_asks_for_an_explicit_choice(
     http_service: HttpService, mode: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
+    workspace, token = http_service.tokens.fresh()
     asked: list[types.ElicitRequestFormParams] = []
 
-    async def human(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def human(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         assert isinstance(params, types.ElicitRequestFormParams)
         asked.append(params)
         return types.ElicitResult(action="accept", content={"decision": "approve"})
@@ -137,12 +139,8 @@ async def test_a_form_the_client_could_not_show_is_answered_from_the_terminal_wi
     http_service: HttpService,
 ) -> None:
     token = http_service.tokens.mint(workspace=new_workspace())
-    asked: list[str] = []
-
-    async def gone(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        asked.append(params.message)
-        raise RuntimeError("the client's form went away (timeout)")
-
+    gone = Human("gone")
+    asked = gone.asked
     async with http_client(http_service.url, token, LEGACY, human=Human()) as client:
         agent = Agent(client)
         candidate_id = await agent.captured(NOTE)
@@ -163,13 +161,8 @@ async def test_a_form_answered_after_the_client_gave_up_waiting_is_kept_for_its_
     """The client's request times out while its person is still on the form (the TypeScript
     SDK gives up after 60 s); the person approves anyway; the retry commits without asking."""
     token = http_service.tokens.mint(workspace=new_workspace())
-    asked: list[str] = []
-
-    async def slow_person(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        asked.append(params.message)
-        await anyio.sleep(4)  # longer than the client waits for the call
-        return types.ElicitResult(action="accept", content={"decision": "approve"})
-
+    slow_person = Human(delay_s=4)  # longer than the client waits for the call
+    asked = slow_person.asked
     async with http_client(http_service.url, token, LEGACY, human=Human()) as client:
         agent = Agent(client)
         record_id = await agent.remember(NOTE)

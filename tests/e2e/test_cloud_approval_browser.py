@@ -22,13 +22,16 @@ import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
+import mcp.types as types
 import pytest
 from api_gateway import serve_api
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from selenium import webdriver
 from selenium.webdriver.common.by import By
@@ -167,7 +170,9 @@ def site(
 async def agent_of(site: CloudSite) -> AsyncIterator[Agent]:
     """The official ``mcp`` client (2025-11-25, URL-only elicitation) at the cloud adapter."""
 
-    async def unanswered(ctx: Any, params: Any) -> Any:
+    async def unanswered(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         raise AssertionError("a 2025-11-25 client gets -32042, not an elicitation request")
 
     token = site.adapter.token()
@@ -239,7 +244,7 @@ async def test_signing_in_and_approving_lets_the_agents_retry_forget_the_record(
     async with agent_of(site) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id, new_key("forget"))
-        call = lambda: agent.client.call_tool(FORGET, arguments)  # noqa: E731
+        call = partial(agent.client.call_tool, FORGET, arguments)
         link = await link_of(call)
         assert link.startswith(f"{site.base}/approvals/apr_")
 
@@ -266,7 +271,7 @@ async def test_declining_leaves_the_candidate_and_the_retry_is_gate_failed(
     async with agent_of(site) as agent:
         candidate_id = await agent.captured("A draft: the staging flag ENGRAM_FAST is for tests.")
         arguments = agent.withdraw_arguments(candidate_id, new_key("withdraw"))
-        call = lambda: agent.client.call_tool(WITHDRAW, arguments)  # noqa: E731
+        call = partial(agent.client.call_tool, WITHDRAW, arguments)
         link = await link_of(call)
 
         decided = await anyio.to_thread.run_sync(person.answer, link, "Decline")
@@ -322,7 +327,7 @@ async def test_a_post_without_the_csrf_token_or_from_another_site_is_refused(
     async with agent_of(site) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id, new_key("forget"))
-        call = lambda: agent.client.call_tool(FORGET, arguments)  # noqa: E731
+        call = partial(agent.client.call_tool, FORGET, arguments)
         link = await link_of(call)
         await anyio.to_thread.run_sync(person.open, link)  # signed in: a valid session
         cookie = session_cookie(browser)
@@ -357,7 +362,7 @@ async def test_another_principal_who_signs_in_is_refused(
     async with agent_of(site) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id, new_key("forget"))
-        call = lambda: agent.client.call_tool(FORGET, arguments)  # noqa: E731
+        call = partial(agent.client.call_tool, FORGET, arguments)
         link = await link_of(call)
 
         await anyio.to_thread.run_sync(mallory.open, link)

@@ -17,7 +17,6 @@ from e2e_support import (
     HttpService,
     http_client,
     new_key,
-    new_workspace,
     ok_value,
 )
 
@@ -56,8 +55,7 @@ def note(index: int) -> str:
 async def test_twenty_concurrent_clients_lose_no_acknowledged_write_and_duplicate_none(
     http_service: HttpService, mode: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
+    workspace, token = http_service.tokens.fresh()
     acknowledged: dict[int, dict[str, Any]] = {}
 
     async def one_client(index: int) -> None:

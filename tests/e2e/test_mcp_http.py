@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 import httpx2
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 import pytest
 
 from engram_memory.contract.canonical import canonical_bytes
@@ -32,11 +32,13 @@ from e2e_support import (
     envelope,
     error_code,
     http_client,
+    new_agent,
     new_key,
     new_workspace,
     ok_value,
     protocol_error,
 )
+from engram_testing import object_paths
 
 pytestmark = pytest.mark.anyio
 
@@ -47,10 +49,8 @@ WAL_NOTE = "Decision: the embedded store runs SQLite in WAL mode so readers neve
 async def test_a_memory_is_captured_admitted_found_read_and_then_forgotten_for_good(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     human = Human("accept")
-    async with http_client(http_service.url, token, mode, human=human) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, human) as agent:
         candidate_id = await agent.captured(WAL_NOTE)
         assert await agent.found("WAL readers writer") == []  # pending is never returned
 
@@ -78,10 +78,8 @@ async def test_a_memory_is_captured_admitted_found_read_and_then_forgotten_for_g
 async def test_a_pending_candidate_is_withdrawn_with_confirmation_and_stays_ended(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     human = Human("accept")
-    async with http_client(http_service.url, token, mode, human=human) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, human) as agent:
         candidate_id = await agent.captured("A draft note about the staging deploy flag.")
 
         withdrawn = ok_value(await agent.withdraw(candidate_id))
@@ -102,10 +100,8 @@ async def test_a_pending_candidate_is_withdrawn_with_confirmation_and_stays_ende
 async def test_a_retried_forget_or_withdraw_returns_the_stored_result_without_asking_again(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     human = Human("accept")
-    async with http_client(http_service.url, token, mode, human=human) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, human) as agent:
         record_id = await agent.remember(WAL_NOTE)
         candidate_id = await agent.captured("A draft that is withdrawn, then withdrawn again.")
         calls = [
@@ -113,8 +109,8 @@ async def test_a_retried_forget_or_withdraw_returns_the_stored_result_without_as
             (WITHDRAW, agent.withdraw_arguments(candidate_id)),
         ]
         for tool, arguments in calls:
-            first = ok_value(await client.call_tool(tool, arguments))
-            again = ok_value(await client.call_tool(tool, arguments))
+            first = ok_value(await agent.client.call_tool(tool, arguments))
+            again = ok_value(await agent.client.call_tool(tool, arguments))
             assert (first["replayed"], again["replayed"]) == (False, True)
             assert again["receipt"] == first["receipt"]
         assert len(human.asked) == 2  # one approval per operation, none for the replays
@@ -125,10 +121,8 @@ async def test_a_retried_forget_or_withdraw_returns_the_stored_result_without_as
 async def test_a_declined_or_cancelled_confirmation_is_gate_failed_and_changes_nothing(
     http_service: HttpService, mode: str, answer: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     human = Human(answer)
-    async with http_client(http_service.url, token, mode, human=human) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, human) as agent:
         record_id = await agent.remember(WAL_NOTE)
         candidate_id = await agent.captured("A second note that somebody wants to keep.")
 
@@ -150,9 +144,7 @@ async def test_a_declined_or_cancelled_confirmation_is_gate_failed_and_changes_n
 async def test_a_client_that_cannot_ask_a_human_is_refused_with_32603_and_nothing_changes(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
-    async with http_client(http_service.url, token, mode, human=None) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, None) as agent:
         record_id = await agent.remember(WAL_NOTE)
         candidate_id = await agent.captured("A second note that stays pending.")
 
@@ -172,10 +164,9 @@ async def test_a_client_that_cannot_ask_a_human_is_refused_with_32603_and_nothin
 async def test_a_capture_the_host_makes_confirmable_is_written_only_after_approval(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace(), confirm=["capture"])
     human = Human("accept")
-    async with http_client(http_service.url, token, mode, human=human) as client:
-        value = ok_value(await Agent(client).capture(WAL_NOTE))
+    async with new_agent(http_service, mode, human, confirm=["capture"]) as agent:
+        value = ok_value(await agent.capture(WAL_NOTE))
         assert value["status"] == "committed_pending"
         assert len(human.asked) == 1
 
@@ -221,9 +212,8 @@ def _object_schemas(node: Any, path: str = "#") -> list[tuple[str, dict[str, Any
 async def test_every_published_input_schema_is_closed_at_every_level(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
-    async with http_client(http_service.url, token, mode) as client:
-        tools = (await client.list_tools()).tools
+    async with new_agent(http_service, mode) as agent:
+        tools = (await agent.client.list_tools()).tools
     assert sorted(tool.name for tool in tools) == sorted(
         [SEARCH, GET, CAPTURE, ADMIT, WITHDRAW, FORGET]
     )
@@ -243,11 +233,10 @@ async def test_every_published_input_schema_is_closed_at_every_level(
 async def test_tool_annotations_tell_reads_appends_and_destructive_changes_apart(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
-    async with http_client(http_service.url, token, mode) as client:
+    async with new_agent(http_service, mode) as agent:
         hints = {
             tool.name: tool.annotations.model_dump(by_alias=True, exclude_none=True)
-            for tool in (await client.list_tools()).tools
+            for tool in (await agent.client.list_tools()).tools
             if tool.annotations is not None
         }
     for name in (SEARCH, GET):
@@ -266,26 +255,14 @@ async def test_tool_annotations_tell_reads_appends_and_destructive_changes_apart
 
 def _with_extra_field_at_each_level(arguments: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """One copy of ``arguments`` per object in it, with an unexpected field added to that object."""
-
-    def objects(node: Any, path: str) -> list[str]:
-        found: list[str] = []
-        if isinstance(node, dict):
-            found.append(path)
-            for name, child in node.items():
-                found.extend(objects(child, f"{path}/{name}"))
-        elif isinstance(node, list):
-            for index, child in enumerate(node):
-                found.extend(objects(child, f"{path}/{index}"))
-        return found
-
     variants = []
-    for pointer in objects(arguments, ""):
+    for path in object_paths(arguments):
         variant = copy.deepcopy(arguments)
         target: Any = variant
-        for part in [p for p in pointer.split("/") if p]:
-            target = target[int(part)] if isinstance(target, list) else target[part]
+        for part in path:
+            target = target[part]
         target["unexpected_field"] = 1
-        variants.append((pointer or "/", variant))
+        variants.append(("/" + "/".join(map(str, path)), variant))
     return variants
 
 
@@ -293,10 +270,8 @@ def _with_extra_field_at_each_level(arguments: dict[str, Any]) -> list[tuple[str
 async def test_an_extra_field_at_any_level_is_an_invalid_schema_envelope_not_a_crash(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     human = Human("accept")
-    async with http_client(http_service.url, token, mode, human=human) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, human) as agent:
         record_id = await agent.remember(WAL_NOTE)
         candidate_id = await agent.captured("A pending note for the schema checks.")
         valid_arguments: dict[str, dict[str, Any]] = {
@@ -311,14 +286,14 @@ async def test_an_extra_field_at_any_level_is_an_invalid_schema_envelope_not_a_c
             WITHDRAW: agent.withdraw_arguments(candidate_id),
             FORGET: agent.forget_arguments(record_id),
         }
-        schemas = {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
+        schemas = {tool.name: tool.input_schema for tool in (await agent.client.list_tools()).tools}
         tried = 0
         for tool, arguments in valid_arguments.items():
             validator = jsonschema.Draft202012Validator(schemas[tool])
             validator.validate(arguments)  # the published schema accepts the valid call
             for pointer, variant in _with_extra_field_at_each_level(arguments):
                 assert not validator.is_valid(variant), (tool, pointer)  # and refuses the extra
-                env = envelope(await client.call_tool(tool, variant))
+                env = envelope(await agent.client.call_tool(tool, variant))
                 assert not env["ok"], (tool, pointer)
                 assert env["error"]["code"] == "INVALID_SCHEMA", (tool, pointer, env)
                 assert env["error"]["retriable"] is False
@@ -334,13 +309,11 @@ async def test_an_extra_field_at_any_level_is_an_invalid_schema_envelope_not_a_c
 async def test_a_model_written_confirmation_is_an_extra_field_and_nobody_is_asked(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
     human = Human("accept")
-    async with http_client(http_service.url, token, mode, human=human) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode, human) as agent:
         record_id = await agent.remember(WAL_NOTE)
         arguments = {**agent.forget_arguments(record_id), "confirmed": True}
-        assert error_code(await client.call_tool(FORGET, arguments)) == "INVALID_SCHEMA"
+        assert error_code(await agent.client.call_tool(FORGET, arguments)) == "INVALID_SCHEMA"
         assert human.asked == []
         assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
 
@@ -349,9 +322,7 @@ async def test_a_model_written_confirmation_is_an_extra_field_and_nobody_is_aske
 async def test_a_null_optional_field_or_a_wrong_type_is_invalid_schema(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
-    async with http_client(http_service.url, token, mode) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode) as agent:
         for options in ({"limit": None}, {"limit": "10"}, {"limit": True}, {"limit": 51}):
             assert error_code(await agent.search("WAL", **options)) == "INVALID_SCHEMA", options
 
@@ -360,9 +331,7 @@ async def test_a_null_optional_field_or_a_wrong_type_is_invalid_schema(
 async def test_the_text_content_is_the_structured_envelope_as_canonical_json(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace())
-    async with http_client(http_service.url, token, mode) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, mode) as agent:
         results = [
             await agent.capture(WAL_NOTE),
             await agent.search("WAL"),

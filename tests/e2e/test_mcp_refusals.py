@@ -31,6 +31,7 @@ from e2e_support import (
     envelope,
     error_code,
     http_client,
+    new_agent,
     new_key,
     new_workspace,
     ok_value,
@@ -38,6 +39,7 @@ from e2e_support import (
     stdio_client_for,
     without_audit_id,
 )
+from engram_testing import initialize_request
 
 pytestmark = pytest.mark.anyio
 
@@ -47,16 +49,7 @@ NOTE = "Convention: release branches are cut on Thursdays after the integration 
 RAW_REQUESTS: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "2025-11-25": (
         {},
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "e2e", "version": "1"},
-            },
-        },
+        initialize_request("e2e"),
     ),
     "2026-07-28": (
         {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"},
@@ -193,8 +186,7 @@ async def test_a_foreign_origin_reaches_the_official_client_as_32603(
 async def test_a_purpose_other_than_the_tokens_is_refused_with_32603_and_writes_nothing(
     http_service: HttpService, mode: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
+    workspace, token = http_service.tokens.fresh()
     async with http_client(http_service.url, token, mode) as client:
         record_id = await Agent(client).remember(NOTE)
         written = http_service.journal_cursor(workspace)
@@ -214,8 +206,7 @@ async def test_a_purpose_other_than_the_tokens_is_refused_with_32603_and_writes_
 async def test_an_ungranted_tool_is_not_listed_and_calling_it_is_unknown_tool(
     http_service: HttpService, mode: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace, tools=["search", "get"])
+    workspace, token = http_service.tokens.fresh(tools=["search", "get"])
     async with http_client(http_service.url, token, mode) as client:
         assert sorted(tool.name for tool in (await client.list_tools()).tools) == sorted(
             [SEARCH, GET]
@@ -237,10 +228,9 @@ async def test_an_ungranted_tool_is_not_listed_and_calling_it_is_unknown_tool(
 async def test_a_token_without_grants_lists_no_tools_and_every_call_is_unknown_tool(
     http_service: HttpService, mode: str
 ) -> None:
-    token = http_service.tokens.mint(workspace=new_workspace(), tools=[])
-    async with http_client(http_service.url, token, mode) as client:
-        assert (await client.list_tools()).tools == []
-        error = await protocol_error(lambda: Agent(client).search("anything"))
+    async with new_agent(http_service, mode, tools=[]) as agent:
+        assert (await agent.client.list_tools()).tools == []
+        error = await protocol_error(lambda: agent.search("anything"))
         assert error.code == UNKNOWN_TOOL
 
 
@@ -343,8 +333,7 @@ async def answer(
 async def test_a_replayed_request_state_is_gate_failed_and_authorizes_nothing_more(
     http_service: HttpService,
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace, confirm=["capture"])
+    workspace, token = http_service.tokens.fresh(confirm=["capture"])
     async with http_client(http_service.url, token, MODERN, human=Human()) as client:
         agent = Agent(client)
         arguments = agent.capture_arguments(NOTE, new_key("capture"))
@@ -408,10 +397,8 @@ async def test_a_request_state_not_minted_for_this_very_operation_is_gate_failed
 async def test_a_declined_hand_driven_round_trip_is_gate_failed_and_changes_nothing(
     http_service: HttpService,
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
-    async with http_client(http_service.url, token, MODERN, human=Human()) as client:
-        agent = Agent(client)
+    async with new_agent(http_service, MODERN, Human()) as agent:
+        client = agent.client
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
         for action in ("decline", "cancel"):

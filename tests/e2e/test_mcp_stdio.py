@@ -30,6 +30,7 @@ from e2e_support import (
     protocol_error,
     stdio_client_for,
 )
+from engram_testing import initialize_request
 
 pytestmark = pytest.mark.anyio
 
@@ -110,16 +111,7 @@ async def test_stdout_carries_only_json_rpc_messages_and_banners_go_to_stderr(
     """Speak the 2025-11-25 protocol by hand and look at every byte the server writes."""
     token = stdio_home.tokens.mint(workspace=new_workspace(), tools=["search"])
     requests: list[dict[str, Any]] = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "raw-e2e", "version": "1"},
-            },
-        },
+        initialize_request("raw-e2e"),
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
         {

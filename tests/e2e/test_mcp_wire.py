@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from functools import partial
 from typing import Any
 
 import anyio
@@ -38,12 +39,13 @@ from e2e_support import (
     engram_cli,
     error_code,
     http_client,
+    new_agent,
     new_workspace,
     ok_value,
     protocol_error,
     stdio_client_for,
 )
-from engram_testing import capture_args
+from engram_testing import capture_args, initialize_request
 
 pytestmark = pytest.mark.anyio
 
@@ -58,8 +60,7 @@ PARSE_ERROR = -32700
 async def test_a_bare_grant_name_is_unknown_tool_and_runs_nothing(
     http_service: HttpService, mode: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
+    workspace, token = http_service.tokens.fresh()
     async with http_client(http_service.url, token, mode, human=Human()) as client:
         agent = Agent(client)
         record_id = await agent.remember(NOTE)
@@ -74,9 +75,7 @@ async def test_a_bare_grant_name_is_unknown_tool_and_runs_nothing(
             "forget": agent.forget_arguments(record_id),
         }
         for name, arguments in calls.items():
-            error = await protocol_error(
-                lambda name=name, arguments=arguments: client.call_tool(name, arguments)
-            )
+            error = await protocol_error(partial(client.call_tool, name, arguments))
             assert (error.code, error.message) == (UNKNOWN_TOOL, "Unknown tool"), name
         assert http_service.journal_cursor(workspace) == written
         assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
@@ -156,16 +155,7 @@ async def _stdio_exchange(
 ) -> tuple[list[dict[str, Any]], bytes]:
     """Send ``initialize`` then ``lines`` then a ping with ``last_id``; every reply until the
     ping's and those of ids 1..``awaited``, and what the server wrote on stderr."""
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw-e2e", "version": "1"},
-        },
-    }
+    initialize = initialize_request("raw-e2e", request_id=0)
     initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     ping = {"jsonrpc": "2.0", "id": last_id, "method": "ping"}
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
@@ -263,16 +253,7 @@ async def _legacy_session(service: HttpService, token: str) -> dict[str, str]:
         "Content-Type": "application/json",
         "Authorization": f"Bearer {token}",
     }
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw-e2e", "version": "1"},
-        },
-    }
+    init = initialize_request("raw-e2e", request_id=0)
     async with httpx2.AsyncClient(timeout=10) as http:
         opened = await http.post(service.url, json=init, headers=headers)
         session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
@@ -287,8 +268,7 @@ async def _legacy_session(service: HttpService, token: str) -> dict[str, str]:
 async def test_arguments_with_duplicate_keys_minus_zero_or_lone_surrogates_are_invalid_schema(
     http_service: HttpService, kind: str, revision: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
+    workspace, token = http_service.tokens.fresh()
     text = capture_text("capture-key-" + kind + "-" + workspace)
     if kind != "none":
         before, after = CAPTURE_DEFECTS[kind]
@@ -420,10 +400,8 @@ async def test_a_token_expired_ten_seconds_ago_is_still_served_within_the_leeway
 async def test_a_mismatched_confirmation_attempt_leaves_the_state_for_the_legitimate_retry(
     http_service: HttpService, mismatch: str
 ) -> None:
-    workspace = new_workspace()
-    token = http_service.tokens.mint(workspace=workspace)
-    async with http_client(http_service.url, token, MODERN, human=Human()) as client:
-        owner = Agent(client)
+    async with new_agent(http_service, MODERN, Human()) as owner:
+        client = owner.client
         record_id = await owner.remember(NOTE)
         other_id = await owner.remember("Convention: snapshots are kept for fourteen days.")
         arguments = owner.forget_arguments(record_id)
@@ -455,14 +433,13 @@ async def test_tools_list_tells_the_connection_the_purpose_its_token_binds(
     http_service: HttpService, mode: str
 ) -> None:
     purpose = "purpose:release-notes"
-    token = http_service.tokens.mint(workspace=new_workspace(), purpose=purpose)
-    async with http_client(http_service.url, token, mode) as client:
-        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    async with new_agent(http_service, mode, purpose=purpose) as agent:
+        tools = {tool.name: tool for tool in (await agent.client.list_tools()).tools}
         for name in (SEARCH, "engram_memory_get"):
             assert tools[name].input_schema["properties"]["purpose_ref"]["const"] == purpose
         assert f'"const": "{purpose}"' in json.dumps(tools[CAPTURE].input_schema)  # the payload's
         assert "purpose_ref" not in json.dumps(tools[FORGET].input_schema)
-        assert ok_value(await Agent(client, purpose=purpose).search("anything"))["records"] == []
+        assert ok_value(await agent.search("anything"))["records"] == []
 
 
 async def test_a_stdio_connection_is_told_its_purpose_in_the_instructions(

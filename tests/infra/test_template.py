@@ -272,7 +272,8 @@ def dashboard_path() -> Path:
     body = props("Dashboard")["DashboardBody"]
     include = body["Fn::ToJsonString"]["Fn::Transform"]
     assert include["Name"] == "AWS::Include"
-    return ROOT / include["Parameters"]["Location"]
+    location: str = include["Parameters"]["Location"]
+    return ROOT / location
 
 
 def intrinsic_references(node: Any) -> Iterator[tuple[str, str]]:
@@ -1267,7 +1268,7 @@ def test_every_function_has_an_errors_alarm_on_the_alarm_topic() -> None:
 
 
 def metric_alarm_targets(metric_name: str) -> set[str]:
-    found = set()
+    found: set[str | None] = set()
     for alarm in resources("AWS::CloudWatch::Alarm").values():
         assert [ref_target(a) for a in alarm["Properties"]["AlarmActions"]] == ["AlarmTopic"]
         for query in alarm["Properties"].get("Metrics", []):
@@ -1294,7 +1295,8 @@ def alarm_on(metric_name: str) -> dict[str, Any]:
         if a["Properties"].get("MetricName") == metric_name
     ]
     assert [ref_target(a) for a in alarm["AlarmActions"]] == ["AlarmTopic"]
-    return alarm
+    found: dict[str, Any] = alarm
+    return found
 
 
 def test_http_api_5xx_raises_an_alarm() -> None:

@@ -1,19 +1,5 @@
-from __future__ import annotations
+"""Fixtures of the integration suite: defined (and type-checked) in ``aws_testing``."""
 
-from collections.abc import Iterator
-from pathlib import Path
+from aws_testing import aws
 
-import pytest
-from aws_testing import aws_harness
-
-from engram_testing import Harness
-
-
-@pytest.fixture
-def aws(tmp_path: Path) -> Iterator[Harness]:
-    """The engine over the AWS adapter set (DynamoDB, S3 and KMS on moto)."""
-    harness = aws_harness(tmp_path)
-    try:
-        yield harness
-    finally:
-        harness.close()
+__all__ = ["aws"]

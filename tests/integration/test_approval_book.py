@@ -20,19 +20,13 @@ from engram_memory.engine.gate import (
 )
 from engram_memory.mcp_surface.approval_channel import confirmation_mode
 
+from engram_testing import forget_request
+
 T0 = 1_790_000_000_000
 
 
 def a_request(target: str = "mem_abc", digest: str = "sha256:" + "1" * 64) -> ConfirmationRequest:
-    return ConfirmationRequest(
-        tool="forget",
-        target=target,
-        operation_digest=digest,
-        principal="alice",
-        scope=Scope("local", "w1"),
-        reason_ref="reason:obsolete",
-        summary="",
-    )
+    return forget_request(target, scope=Scope("local", "w1"), digest=digest)
 
 
 @pytest.fixture

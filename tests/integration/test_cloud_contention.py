@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from engram_memory.engine.journal import verify_journal
 
-from engram_testing import Harness, capture_args, context
+from engram_testing import Harness, capture_args, context, handled
 
 
 def transaction_conflicts(times: int) -> Any:
@@ -66,7 +66,7 @@ def test_contention_without_a_deadline_ends_fence_lost_after_the_budget(aws: Har
         "before-call.dynamodb.TransactWriteItems",
         transaction_conflicts(10_000),
     )
-    envelope = engine.handle("capture", capture_args(key="contended-capture-03"), context())
+    envelope = handled(engine, "capture", capture_args(key="contended-capture-03"), context())
     assert envelope["error"]["code"] == "FENCE_LOST" and envelope["error"]["retriable"]
 
 
@@ -81,8 +81,8 @@ def test_twenty_concurrent_writers_in_one_workspace_all_succeed(aws: Harness) ->
 
     def write(index: int) -> str:
         text = f"Writer {index} decided something."
-        envelope = engines[index].handle(
-            "capture", capture_args(text, key=f"writer-{index:03d}-capture"), ctx
+        envelope = handled(
+            engines[index], "capture", capture_args(text, key=f"writer-{index:03d}-capture"), ctx
         )
         assert envelope["ok"], envelope
         cursor: str = envelope["output"]["value"]["cursor"]

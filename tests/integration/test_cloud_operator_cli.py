@@ -22,8 +22,7 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_testing import REGION, MemoryLexicalIndex, moto_aws
-from test_tool_handlers import FakeLambdaContext
+from aws_testing import REGION, FakeLambdaContext, MemoryLexicalIndex, moto_aws
 
 from engram_memory.adapters.local.audit import MemoryAuditLog
 from engram_memory.cloud import operator as cloud_operator

@@ -64,9 +64,9 @@ def counted(tmp_path: Path) -> Iterator[tuple[Harness, Counts]]:
         client.meta.events.register("before-call.*.*", count)
     counting = CountingIndex(harness.engine.lexical, counts)
     harness.engine.lexical = counting
-    harness.engine.surfaces = [
+    harness.engine.surfaces = tuple(
         counting if surface is counting.inner else surface for surface in harness.engine.surfaces
-    ]
+    )
     try:
         yield harness, counts
     finally:

@@ -13,10 +13,11 @@ import hashlib
 import math
 import random
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -29,9 +30,11 @@ from aws_testing import (
     moto_aws,
     provision,
 )
+from aws_testing import (
+    client_error as aws_client_error,
+)
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
-from engram_memory.adapters.aws import dynamo_store
 from engram_memory.adapters.aws.dynamo_store import BlobMissing, DynamoStore, scope_key
 from engram_memory.adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore
 from engram_memory.contract.canonical import GENESIS_HASH
@@ -53,7 +56,10 @@ from engram_memory.engine.ports import (
     StoreUnavailable,
 )
 
-from engram_testing import Harness, capture_args, context
+from engram_testing import Harness, capture_args, context, handled
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import WriteRequestTypeDef
 
 SCOPE = Scope("tenant-acme-0001", "ws-research-0001")
 MIB = 1_048_576
@@ -126,10 +132,7 @@ def conflict(store: DynamoStore, changes: ChangeSet) -> str:
 def client_error(
     code: str, status: int = 400, operation: str = "TransactWriteItems"
 ) -> ClientError:
-    return ClientError(
-        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
-        operation,
-    )
+    return aws_client_error(code, status, operation, code)
 
 
 def fail_with(error: Exception) -> Any:
@@ -560,7 +563,7 @@ def test_throttled_reads_are_store_unavailable(store: DynamoStore, event: str, r
 def test_unprocessed_batch_keys_are_retried(store: DynamoStore) -> None:
     ids = [f"mem_{i:04d}" for i in range(250)]
     # Written in bulk (a transaction per record makes moto copy the table 250 times).
-    puts = [
+    puts: list[WriteRequestTypeDef] = [
         {"PutRequest": {"Item": item["Put"]["Item"]}}
         for rid in ids
         for item in store._plan(change(store, f"admit-{rid}-key", new_record=record(rid))).items
@@ -587,7 +590,7 @@ def test_unprocessed_batch_keys_are_retried(store: DynamoStore) -> None:
 def test_keys_that_stay_unprocessed_are_store_unavailable(
     store: DynamoStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dynamo_store.time, "sleep", lambda _: None)
+    monkeypatch.setattr(time, "sleep", lambda _: None)  # the module the store backs off with
     store.commit(change(store, "admit-key-0000001", new_record=record("mem_a")))
 
     def withhold_all(parsed: dict[str, Any], **_: Any) -> None:
@@ -681,7 +684,7 @@ def test_two_engines_over_one_store_keep_cursors_dense(aws: Harness) -> None:
 
     def capture(i: int) -> dict[str, Any]:
         args = capture_args(f"parallel note {i}", key=f"parallel-key-{i:06d}")
-        envelope = engines[i % 2].handle("capture", args, context())
+        envelope = handled(engines[i % 2], "capture", args, context())
         assert envelope["ok"], envelope
         value: dict[str, Any] = envelope["output"]["value"]
         return value

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,32 +16,18 @@ from engram_memory.embedded.in_process import call_in_process
 from engram_memory.engine import lexical
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.ports import ProjectionChange
+from engram_memory.engine.service import Engine
 
-from engram_testing import PURPOSE, HashingEmbedder, ScriptedConfirmations, capture_args, context
-
-
-def remember(engine: Any, text: str, key: str, ctx: TrustedContext | None = None) -> str:
-    captured = engine.handle("capture", capture_args(text, key=key), ctx or context())
-    admitted = engine.handle(
-        "request_admission",
-        {
-            "candidate_id": captured["output"]["value"]["candidate_id"],
-            "idempotency_key": key + "-a",
-        },
-        ctx or context(),
-    )
-    record_id: str = admitted["output"]["value"]["outcome"]["record_id"]
-    return record_id
+from engram_testing import HashingEmbedder, ScriptedConfirmations, context, found_in, remember_in
 
 
-def found(engine: Any, query: str, ctx: TrustedContext | None = None) -> list[str]:
-    value = engine.handle("search", {"query": query, "purpose_ref": PURPOSE}, ctx or context())
-    return [p["record"]["record_id"] for p in value["output"]["value"]["records"]]
+def found(engine: Engine, query: str, ctx: TrustedContext | None = None) -> list[str]:
+    return [p["record"]["record_id"] for p in found_in(engine, query, ctx)["records"]]
 
 
 def test_records_indexed_by_an_older_analyzer_are_reindexed_on_open(tmp_path: Path) -> None:
     host = open_embedded(tmp_path)
-    record_id = remember(
+    record_id = remember_in(
         host.engine, "She is painting sunsets over the harbour.", "reindex-key-0001"
     )
     assert found(host.engine, "paintings") == [record_id]  # stemmed on both sides
@@ -68,7 +53,7 @@ def test_enabling_the_semantic_channel_backfills_vectors_and_disabling_it_keeps_
     tmp_path: Path,
 ) -> None:
     host = open_embedded(tmp_path)
-    record_id = remember(host.engine, "The cat sleeps on the mat.", "reindex-key-0002")
+    record_id = remember_in(host.engine, "The cat sleeps on the mat.", "reindex-key-0002")
     host.close()
     host = open_embedded(tmp_path, embedder=HashingEmbedder())
     try:
@@ -93,10 +78,10 @@ def test_admin_reindex_rebuilds_a_workspace_index_from_the_store(
     ctx = context(tenant=config.tenant_id, workspace="ws-cli")
     host = open_embedded(data, config=config)
     try:
-        kept = remember(
+        kept = remember_in(
             host.engine, "The billing cron runs at midnight UTC.", "cli-reindex-key-0001", ctx
         )
-        gone = remember(
+        gone = remember_in(
             host.engine, "The billing password is in the vault.", "cli-reindex-key-0002", ctx
         )
         forget = {"record_id": gone, "idempotency_key": "cli-reindex-key-0003", "reason_ref": "r:x"}

@@ -30,7 +30,7 @@ from engram_memory.embedded.composition import open_embedded
 from engram_memory.embedded.errors import HostConfigError
 from engram_memory.engine import semantic
 
-from engram_testing import PURPOSE, capture_args, context
+from engram_testing import LOCAL_HYBRID, context, found_in, remember_in
 
 pytestmark = pytest.mark.skipif(
     not semantic_extra_installed(),
@@ -162,30 +162,8 @@ def test_a_digest_mismatch_or_missing_directory_refuses_to_open_in_one_line(
 def search_receipt(data_dir: Path) -> dict[str, Any]:
     host = open_embedded(data_dir)
     try:
-        captured = host.engine.handle(
-            "capture", capture_args(TEXTS[0], key="model-capture-0001"), context()
-        )
-        host.engine.handle(
-            "request_admission",
-            {
-                "candidate_id": captured["output"]["value"]["candidate_id"],
-                "idempotency_key": "model-admit-00001",
-            },
-            context(),
-        )
-        envelope = host.engine.handle(
-            "search",
-            {
-                "query": "where does the cat sleep?",
-                "purpose_ref": PURPOSE,
-                "capability_policy": {
-                    "minimum_channels": "lexical_and_semantic",
-                    "network": "forbid",
-                },
-            },
-            context(),
-        )
-        value = envelope["output"]["value"]
+        remember_in(host.engine, TEXTS[0], "model-capture-0001")
+        value = found_in(host.engine, "where does the cat sleep?", capability_policy=LOCAL_HYBRID)
         assert len(value["records"]) == 1
         receipt: dict[str, Any] = value["rank_receipt"]
         return receipt
@@ -244,18 +222,7 @@ def test_a_model_change_re_embeds_the_stored_vectors_when_the_host_opens(
     configure("mean")
     host = open_embedded(data)
     try:
-        captured = host.engine.handle(
-            "capture", capture_args(TEXTS[0], key="model-capture-0002"), context()
-        )
-        admitted = host.engine.handle(
-            "request_admission",
-            {
-                "candidate_id": captured["output"]["value"]["candidate_id"],
-                "idempotency_key": "model-admit-00002",
-            },
-            context(),
-        )
-        record_id = admitted["output"]["value"]["outcome"]["record_id"]
+        record_id = remember_in(host.engine, TEXTS[0], "model-capture-0002")
         scope = context().scope
         with_mean = host.store.vector_get(scope, record_id)
     finally:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import stat
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from test_operator_cli import _captured, _ctx, data
 
 from engram_memory.binding.host_config import HostConfig
 from engram_memory.binding.tokens import context_from_claims
@@ -16,24 +15,17 @@ from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import open_embedded
 from engram_memory.embedded.host_file import load_host_config
 from engram_memory.embedded.issuer_keys import local_verifier
-from engram_memory.engine.context import TOOLS, TrustedContext
-from engram_memory.engine.service import new_audit_id
+from engram_memory.engine.context import TOOLS
 
-from engram_testing import capture_args
+from engram_testing import handled
 
 Capture = pytest.CaptureFixture[str]
+
+__all__ = ["data"]  # the operator CLI tests' fixture, re-used
 
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
-
-
-@pytest.fixture
-def data(tmp_path: Path, capsys: Capture) -> Path:
-    directory = tmp_path / "data"
-    assert main(["init", "--data-dir", str(directory)]) == 0
-    capsys.readouterr()
-    return directory
 
 
 def _assert_one_line_error(capsys: Capture, *fragments: str) -> str:
@@ -292,29 +284,12 @@ def test_adjudicate_refuses_an_unknown_decision(data: Path, capsys: Capture) -> 
     _assert_one_line_error(capsys, "decision")
 
 
-def _ctx() -> TrustedContext:
-    return TrustedContext(
-        tenant_id="local",
-        workspace_id="default",
-        principal="agent-alice",
-        purpose_ref="purpose:general",
-        audit_id=new_audit_id(),
-    )
-
-
 def _held_candidate(data: Path, text: str, key: str) -> str:
+    candidate_id = _captured(data, text, key, admit=False)
     host = open_embedded(data)
     try:
-        now_ms = int(time.time() * 1000)
-        captured: dict[str, Any] = host.engine.handle(
-            "capture", capture_args(text, key=key, valid_from=now_ms - 60_000), _ctx()
-        )
-        candidate_id: str = captured["output"]["value"]["candidate_id"]
-        held = host.engine.handle(
-            "request_admission",
-            {"candidate_id": candidate_id, "idempotency_key": f"{key}-admit"},
-            _ctx(),
-        )
+        admission = {"candidate_id": candidate_id, "idempotency_key": f"{key}-admit"}
+        held = handled(host.engine, "request_admission", admission, _ctx())
         assert held["output"]["value"]["outcome"]["status"] == "pending_adjudication"
         return candidate_id
     finally:
@@ -344,8 +319,11 @@ def test_an_operator_accepts_and_rejects_candidates_held_in_manual_mode(
 
     host = open_embedded(data)
     try:
-        got = host.engine.handle(
-            "get", {"record_id": accepted["record_id"], "purpose_ref": "purpose:general"}, _ctx()
+        got = handled(
+            host.engine,
+            "get",
+            {"record_id": accepted["record_id"], "purpose_ref": "purpose:general"},
+            _ctx(),
         )
     finally:
         host.close()

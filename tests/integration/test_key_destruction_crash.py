@@ -219,9 +219,11 @@ def test_killed_between_the_delete_and_the_scrub_the_outbox_finishes_the_scrub(
         pending = [i.target for i in host.store.outbox_pending(100) if i.kind == "destroy_key"]
         assert pending == [sealed["key_ref"]]
         assert host.engine.drain_outbox() >= 1
-        record_id = host.store.candidate_get(
+        candidate = host.store.candidate_get(
             Scope(context().tenant_id, context().workspace_id), sealed["candidate_id"]
-        ).record_id
+        )
+        assert candidate is not None
+        record_id = candidate.record_id
     finally:
         host.close()
     _assert_record_intact_and_candidate_shredded(data_dir, sealed, record_id)

@@ -17,16 +17,16 @@ from engram_memory.engine.ports import IndexHit, ProjectionChange, ProjectionDoc
 
 SCOPE = Scope("tenant-a", "ws-lexical")
 WORDS = [
+    "backup",
+    "calendar",
     "deploy",
-    "staging",
     "flag",
     "release",
-    "train",
-    "backup",
-    "window",
     "rota",
-    "calendar",
     "search",
+    "staging",
+    "train",
+    "window",
 ]
 
 

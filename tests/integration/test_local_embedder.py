@@ -21,7 +21,7 @@ from engram_memory.embedded.composition import open_embedded
 from engram_memory.embedded.errors import HostConfigError
 from engram_memory.engine import semantic
 
-from engram_testing import PURPOSE, capture_args, context
+from engram_testing import LOCAL_HYBRID, context, found_in, remember_in
 
 pytestmark = pytest.mark.skipif(
     not semantic_extra_installed(),
@@ -62,36 +62,14 @@ def test_the_embedded_host_with_semantic_local_ranks_hybrid(tmp_path: Path) -> N
     (tmp_path / "host.json").write_text(json.dumps({"search": {"semantic": "local"}}))
     host = open_embedded(tmp_path)
     try:
-        ctx = context()
-        ids = []
-        for i, text in enumerate(
-            ["The kitten naps on a carpet by the door.", "Quarterly budget review on Thursday."]
-        ):
-            captured = host.engine.handle(
-                "capture", capture_args(text, key=f"real-model-{i:08d}"), ctx
+        ids = [
+            remember_in(host.engine, text, f"real-model-{i:08d}")
+            for i, text in enumerate(
+                ["The kitten naps on a carpet by the door.", "Quarterly budget review on Thursday."]
             )
-            admitted = host.engine.handle(
-                "request_admission",
-                {
-                    "candidate_id": captured["output"]["value"]["candidate_id"],
-                    "idempotency_key": f"real-admit-{i:08d}",
-                },
-                context(),
-            )
-            ids.append(admitted["output"]["value"]["outcome"]["record_id"])
-        envelope = host.engine.handle(
-            "search",
-            {
-                "query": "where does the cat sleep?",  # no word in common with the record
-                "purpose_ref": PURPOSE,
-                "capability_policy": {
-                    "minimum_channels": "lexical_and_semantic",
-                    "network": "forbid",
-                },
-            },
-            context(),
-        )
-        value = envelope["output"]["value"]
+        ]
+        # no word in common with the record
+        value = found_in(host.engine, "where does the cat sleep?", capability_policy=LOCAL_HYBRID)
         assert value["records"][0]["record"]["record_id"] == ids[0]
         receipt = value["rank_receipt"]
         assert receipt["profile"] == "semantic_v1"
@@ -99,7 +77,7 @@ def test_the_embedded_host_with_semantic_local_ranks_hybrid(tmp_path: Path) -> N
             MODEL_ID, "hybrid", "minmax", True
         )
         assert host.engine.vectors is not None
-        assert host.engine.vectors.has_vector(ctx.scope, ids[0])
+        assert host.engine.vectors.has_vector(context().scope, ids[0])
     finally:
         host.close()
 

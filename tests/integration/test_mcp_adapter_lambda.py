@@ -16,9 +16,9 @@ from typing import Any
 
 import jwt
 import pytest
-from aws_testing import TABLE
+from aws_testing import TABLE, FakeLambdaContext
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from test_tool_handlers import Cloud, FakeLambdaContext, capture_event, cloud, event, load_app
+from test_tool_handlers import Cloud, capture_event, cloud, event, warm_apps
 
 from engram_memory.adapters.local.clock import SystemClock
 from engram_memory.binding.tokens import TokenIssuer
@@ -98,12 +98,7 @@ class Adapter:
 
 @pytest.fixture
 def adapter(cloud: Cloud) -> Adapter:
-    engine = cloud.engine()
-    apps = {tool: load_app(tool) for tool in TOOLS}
-    for app in apps.values():
-        app.handler.engine = engine
-        app.handler.use_gate(None)  # withdraw/forget commit in the function (no state machine)
-    return adapter_over(cloud, apps)
+    return adapter_over(cloud, warm_apps(cloud))
 
 
 def adapter_over(cloud: Cloud, apps: dict[str, Any], clock: Any = None) -> Adapter:
@@ -506,7 +501,9 @@ def test_the_adapter_passes_its_deadline_and_a_spent_one_invokes_nothing(
     (sent,) = adapter.lam.calls
     deadline = sent["payload"]["context"]["deadline_ms"]
     # API Gateway's 30 s integration limit bounds it, less the adapter's own margin
-    assert 0 < deadline - adapter.handler.surface.runtime.clock.now_ms() <= 30_000
+    surface = adapter.handler.surface
+    assert surface is not None
+    assert 0 < deadline - surface.runtime.clock.now_ms() <= 30_000
 
     body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
     body["params"] = {"name": "engram_memory_search", "arguments": search}

@@ -429,9 +429,11 @@ def test_a_key_source_is_held_to_the_jwks_rules() -> None:
         jwt.algorithms.RSAAlgorithm.to_jwk(provider.keys[kid].public_key(), as_dict=True)
     )
     for returned, accepted in ((private, False), (symmetric, False), (None, False), (public, True)):
-        verifier = TokenVerifier.from_key_source(
-            lambda _kid, key=returned: key, issuer=provider.issuer, audience=AUDIENCE
-        )
+
+        def source(_kid: str, key: jwt.PyJWK | None = returned) -> jwt.PyJWK | None:
+            return key
+
+        verifier = TokenVerifier.from_key_source(source, issuer=provider.issuer, audience=AUDIENCE)
         if accepted:
             assert verifier.verify(provider.token(kid)).key_id == kid
         else:

@@ -492,40 +492,17 @@ def test_bulk_item_failures(index: OpenSearchLexicalIndex, cluster: FakeCluster)
         (SCOPE, _upsert("mem_a")),
         (SCOPE, ProjectionChange(delete_record_id="mem_gone")),
     ]
-    cluster.answer(
-        "POST",
-        "/_bulk",
-        (
-            200,
-            {
-                "errors": True,
-                "items": [
-                    {"index": {"status": 201, "result": "created"}},
-                    {"delete": {"status": 404, "result": "not_found"}},
-                ],
-            },
-        ),
+
+    def bulk_answers(*items: dict[str, Any]) -> None:
+        cluster.answer("POST", "/_bulk", (200, {"errors": True, "items": list(items)}))
+
+    bulk_answers(
+        {"index": {"status": 201, "result": "created"}},
+        {"delete": {"status": 404, "result": "not_found"}},
     )
     index.bulk_apply(changes)  # a delete that found nothing is success
-    cluster.answer(
-        "POST",
-        "/_bulk",
-        (
-            200,
-            {
-                "errors": True,
-                "items": [
-                    {
-                        "index": {
-                            "status": 429,
-                            "error": {"type": "es_rejected_execution_exception"},
-                        }
-                    },
-                    {"delete": {"status": 200, "result": "deleted"}},
-                ],
-            },
-        ),
-    )
+    rejected = {"status": 429, "error": {"type": "es_rejected_execution_exception"}}
+    bulk_answers({"index": rejected}, {"delete": {"status": 200, "result": "deleted"}})
     with pytest.raises(IndexUnavailable, match=r"1 item.*429 es_rejected_execution_exception"):
         index.bulk_apply(changes)
 

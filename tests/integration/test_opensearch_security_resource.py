@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from aws_testing import FakeLambdaContext
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
@@ -34,6 +35,8 @@ from engram_memory.cloud.opensearch_security import (
     SecurityConfigResource,
 )
 from scripts.cloud_run import self_signed
+
+from engram_testing import QuietHandler
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 REGION: Final = "us-east-1"
@@ -95,20 +98,10 @@ class Domain:
 
 
 def _recording_handler(on_request: Any) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *_: Any) -> None:
-            return
-
+    class Handler(QuietHandler):
         def do_PUT(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            recorded = Recorded(
-                "PUT",
-                self.path,
-                {k.lower(): v for k, v in self.headers.items()},
-                self.rfile.read(length),
-            )
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            recorded = Recorded("PUT", self.path, headers, self.body())
             status = on_request(recorded)
             data = json.dumps({"status": "OK" if status < 300 else "ERROR"}).encode()
             self.send_response(status)
@@ -166,20 +159,11 @@ def loopback(tmp_path: Path) -> Iterator[Loopback]:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class FakeLambdaContext:
-    function_name: str = "engram-dev-opensearch-security"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 256
-    invoked_function_arn: str = (
-        "arn:aws:lambda:us-east-1:123456789012:function:engram-dev-opensearch-security"
+def lambda_context(remaining_ms: int = 120_000) -> FakeLambdaContext:
+    """The custom resource's function, with the time CloudFormation leaves it."""
+    return FakeLambdaContext.of(
+        "engram-dev-opensearch-security", remaining_ms=remaining_ms, memory_limit_in_mb=256
     )
-    aws_request_id: str = "0f0e0d0c-0b0a-4998-8776-655443322110"
-    log_stream_name: str = "2026/12/03/[$LATEST]0123456789abcdef"
-    remaining_ms: int = 120_000
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining_ms
 
 
 def event(
@@ -191,7 +175,9 @@ def event(
     writers: list[str] = WRITERS,
     physical_id: str | None = None,
 ) -> dict[str, Any]:
-    sample = json.loads((ROOT / "events" / "opensearch_security_create.json").read_text("utf-8"))
+    sample: dict[str, Any] = json.loads(
+        (ROOT / "events" / "opensearch_security_create.json").read_text("utf-8")
+    )
     sample["RequestType"] = request_type
     sample["ResponseURL"] = loopback.response_url
     sample["ResourceProperties"].update(
@@ -256,7 +242,7 @@ def signature_is_valid(recorded: Recorded, endpoint: str) -> bool:
 def test_create_maps_the_roles_and_enables_audit_logs_with_signed_requests(
     loopback: Loopback,
 ) -> None:
-    outcome = resource(loopback)(event(loopback, "Create"), FakeLambdaContext())
+    outcome = resource(loopback)(event(loopback, "Create"), lambda_context())
 
     assert outcome["Status"] == "SUCCESS" and outcome["Answered"] is True
     assert [r.path for r in loopback.domain.requests] == EXPECTED_PATHS
@@ -297,7 +283,7 @@ def test_create_maps_the_roles_and_enables_audit_logs_with_signed_requests(
 def test_the_audit_configuration_records_failures_and_config_changes_but_no_content(
     loopback: Loopback,
 ) -> None:
-    resource(loopback)(event(loopback, "Create"), FakeLambdaContext())
+    resource(loopback)(event(loopback, "Create"), lambda_context())
     config = loopback.domain.state[f"{SECURITY_API}/audit/config"]
     audit, compliance = config["audit"], config["compliance"]
     assert config["enabled"] is True
@@ -319,14 +305,14 @@ def test_the_audit_configuration_records_failures_and_config_changes_but_no_cont
 
 def test_update_applies_the_same_configuration_again(loopback: Loopback) -> None:
     handler = resource(loopback)
-    handler(event(loopback, "Create"), FakeLambdaContext())
+    handler(event(loopback, "Create"), lambda_context())
     after_create = json.loads(json.dumps(loopback.domain.state))
     bodies = [r.body for r in loopback.domain.requests]
     loopback.answers.clear()
 
     outcome = handler(
         event(loopback, "Update", physical_id="engram-opensearch-security:127.0.0.1"),
-        FakeLambdaContext(),
+        lambda_context(),
     )
 
     assert outcome["Status"] == "SUCCESS"
@@ -340,8 +326,8 @@ def test_update_applies_the_same_configuration_again(loopback: Loopback) -> None
 
 def test_an_update_without_a_role_removes_it_from_the_mapping(loopback: Loopback) -> None:
     handler = resource(loopback)
-    handler(event(loopback, "Create"), FakeLambdaContext())
-    handler(event(loopback, "Update", writers=WRITERS[:2]), FakeLambdaContext())
+    handler(event(loopback, "Create"), lambda_context())
+    handler(event(loopback, "Update", writers=WRITERS[:2]), lambda_context())
     mapping = loopback.domain.state[f"{SECURITY_API}/rolesmapping/{WRITER_ROLE}"]
     assert mapping["backend_roles"] == WRITERS[:2]
 
@@ -349,7 +335,7 @@ def test_an_update_without_a_role_removes_it_from_the_mapping(loopback: Loopback
 def test_delete_leaves_the_domain_alone_and_answers_success(loopback: Loopback) -> None:
     outcome = resource(loopback)(
         event(loopback, "Delete", physical_id="engram-opensearch-security:old-domain"),
-        FakeLambdaContext(),
+        lambda_context(),
     )
     assert outcome["Status"] == "SUCCESS"
     assert loopback.domain.requests == []
@@ -372,14 +358,14 @@ def test_a_refused_step_fails_the_resource_naming_the_step(loopback: Loopback) -
     path = f"{SECURITY_API}/rolesmapping/{READER_ROLE}"
     loopback.domain.scripted[path] = [403]
 
-    outcome = resource(loopback)(event(loopback, "Create"), FakeLambdaContext())
+    outcome = resource(loopback)(event(loopback, "Create"), lambda_context())
 
     assert outcome["Status"] == "FAILED"
     assert [r.path for r in loopback.domain.requests] == EXPECTED_PATHS[:3]  # stops there
     answer = cloudformation_answer(loopback)
     assert answer["Status"] == "FAILED"
     assert answer["Reason"].startswith(f"PUT {path} answered HTTP 403")
-    assert FakeLambdaContext().log_stream_name in answer["Reason"]
+    assert lambda_context().log_stream_name in answer["Reason"]
     assert_no_secret(json.dumps(answer), loopback)
 
 
@@ -387,7 +373,7 @@ def test_throttling_and_unavailability_are_retried(loopback: Loopback) -> None:
     loopback.domain.scripted[f"{SECURITY_API}/roles/{READER_ROLE}"] = [503, 429]
     loopback.domain.scripted[f"{SECURITY_API}/audit/config"] = [502]
 
-    outcome = resource(loopback)(event(loopback, "Create"), FakeLambdaContext())
+    outcome = resource(loopback)(event(loopback, "Create"), lambda_context())
 
     assert outcome["Status"] == "SUCCESS"
     assert len(loopback.domain.requests) == len(EXPECTED_PATHS) + 3
@@ -407,7 +393,7 @@ def test_an_unreachable_domain_fails_by_the_deadline_and_still_answers(
     unreachable = f"https://127.0.0.1:{_closed_port()}"
     # 15 s of the Lambda's time are kept for the answer: 16 s leave one second of retries
     outcome = resource(loopback)(
-        event(loopback, "Create", endpoint=unreachable), FakeLambdaContext(remaining_ms=16_000)
+        event(loopback, "Create", endpoint=unreachable), lambda_context(16_000)
     )
     assert outcome["Status"] == "FAILED"
     answer = cloudformation_answer(loopback)
@@ -431,14 +417,14 @@ def test_malformed_properties_fail_before_any_request(
 ) -> None:
     sample = event(loopback, "Create")
     sample["ResourceProperties"].update(change)
-    outcome = resource(loopback)(sample, FakeLambdaContext())
+    outcome = resource(loopback)(sample, lambda_context())
     assert outcome["Status"] == "FAILED"
     assert loopback.domain.requests == []
     assert cloudformation_answer(loopback)["Reason"].startswith(reason)
 
 
 def test_an_unknown_request_type_is_answered_failed(loopback: Loopback) -> None:
-    outcome = resource(loopback)(event(loopback, "Rename"), FakeLambdaContext())
+    outcome = resource(loopback)(event(loopback, "Rename"), lambda_context())
     assert outcome["Status"] == "FAILED"
     assert loopback.domain.requests == []
     assert cloudformation_answer(loopback)["Status"] == "FAILED"
@@ -449,7 +435,7 @@ def test_an_unexpected_error_is_answered_with_its_type_only(loopback: Loopback) 
         raise RuntimeError(f"credential provider said {SECRET_KEY}")
 
     handler = SecurityConfigResource(credentials=broken, sleep=lambda _s: None)
-    outcome = handler(event(loopback, "Create"), FakeLambdaContext())
+    outcome = handler(event(loopback, "Create"), lambda_context())
     assert outcome["Status"] == "FAILED"
     answer = cloudformation_answer(loopback)
     assert answer["Reason"].startswith("unexpected RuntimeError")
@@ -459,7 +445,7 @@ def test_an_unexpected_error_is_answered_with_its_type_only(loopback: Loopback) 
 def test_a_lost_answer_is_retried_then_reported_without_raising(loopback: Loopback) -> None:
     sample = event(loopback, "Delete", physical_id="engram-opensearch-security:x")
     sample["ResponseURL"] = f"http://127.0.0.1:{_closed_port()}/cfn-response"
-    outcome = resource(loopback)(sample, FakeLambdaContext())
+    outcome = resource(loopback)(sample, lambda_context())
     assert outcome == {"Status": "SUCCESS", "Reason": "", "Answered": False}
 
 

@@ -24,7 +24,7 @@ from engram_memory.embedded.issuer_keys import local_verifier
 from engram_memory.embedded.serve import describe_lifetime, open_server, print_banner
 from engram_memory.engine.context import TrustedContext, new_audit_id
 
-from engram_testing import capture_args, scanned_bytes
+from engram_testing import capture_args, handled, scanned_bytes
 
 Capture = pytest.CaptureFixture[str]
 
@@ -163,12 +163,13 @@ def _captured(data: Path, text: str, key: str, *, admit: bool) -> str:
     host = open_embedded(data)
     try:
         now_ms = int(time.time() * 1000)
-        captured: dict[str, Any] = host.engine.handle(
-            "capture", capture_args(text, key=key, valid_from=now_ms - 60_000), _ctx()
+        captured: dict[str, Any] = handled(
+            host.engine, "capture", capture_args(text, key=key, valid_from=now_ms - 60_000), _ctx()
         )
         candidate_id: str = captured["output"]["value"]["candidate_id"]
         if admit:
-            host.engine.handle(
+            handled(
+                host.engine,
                 "request_admission",
                 {"candidate_id": candidate_id, "idempotency_key": f"{key}-admit"},
                 _ctx(),
@@ -272,8 +273,8 @@ def _agent(data: Path, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """One agent call on the data directory, in process; its envelope."""
     host = open_embedded(data)
     try:
-        envelope: dict[str, Any] = host.engine.handle(
-            tool, {**arguments, "purpose_ref": "purpose:general"}, _ctx()
+        envelope: dict[str, Any] = handled(
+            host.engine, tool, {**arguments, "purpose_ref": "purpose:general"}, _ctx()
         )
     finally:
         host.close()
@@ -393,6 +394,7 @@ def test_a_data_directory_from_before_sealed_bodies_is_sealed_when_opened(
     host = open_embedded(data)
     try:
         row = host.store.record_get(host.store.scopes()[0], record["record_id"])
+        assert row is not None
         plaintext = host.engine.bodies(host.store.scopes()[0], [row])[record["record_id"]]
     finally:
         host.close()
@@ -519,8 +521,8 @@ def _search_with(data: Path, token: str) -> dict[str, Any]:
     ctx = context_from_claims(claims, audit_id=new_audit_id(), host=config, raw_token=token)
     host = open_embedded(data)
     try:
-        envelope: dict[str, Any] = host.engine.handle(
-            "search", {"query": "anything", "purpose_ref": "purpose:general"}, ctx
+        envelope: dict[str, Any] = handled(
+            host.engine, "search", {"query": "anything", "purpose_ref": "purpose:general"}, ctx
         )
         return envelope
     finally:

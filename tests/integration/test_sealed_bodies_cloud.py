@@ -11,7 +11,7 @@ import boto3
 from aws_testing import KEY_TABLE, REGION, TABLE
 
 from engram_memory.adapters.aws.kms_record_keys import record_item_key, scope_item_key
-from engram_memory.adapters.record_sealing import is_sealed_body
+from engram_memory.engine.ports import is_sealed_body
 
 from engram_testing import Harness, context
 

@@ -15,11 +15,13 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
+
+from engram_testing import initialize_request
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
@@ -41,9 +43,9 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def wait_until(condition: object, what: str) -> None:
+def wait_until(condition: Callable[[], object], what: str) -> None:
     deadline = time.monotonic() + DEADLINE_S
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() > deadline:
             pytest.fail(f"gave up waiting: {what}")
         time.sleep(0.1)
@@ -55,23 +57,18 @@ def init(data_dir: Path, *extra: str) -> None:
     )
 
 
-def token(data_dir: Path, *extra: str) -> str:
+def token(
+    data_dir: Path,
+    *extra: str,
+    principal: str = "day-one",
+    workspace: str = "default",
+    purpose: str = "general",
+    tools: str = "search,get",
+) -> str:
+    """A bearer token from ``engram-memory token`` (``extra``: its other options)."""
+    claims = ["--principal", principal, "--workspace", workspace, "--purpose", purpose]
     done = subprocess.run(
-        [
-            engram(),
-            "token",
-            "--data-dir",
-            str(data_dir),
-            "--principal",
-            "day-one",
-            "--workspace",
-            "default",
-            "--purpose",
-            "general",
-            "--tools",
-            "search,get",
-            *extra,
-        ],
+        [engram(), "token", "--data-dir", str(data_dir), *claims, "--tools", tools, *extra],
         check=True,
         capture_output=True,
         text=True,
@@ -102,16 +99,7 @@ def initialize(port: int, bearer: str | None) -> httpx2.Response:
     headers = {"Accept": "application/json, text/event-stream"}
     if bearer is not None:
         headers["Authorization"] = f"Bearer {bearer}"
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "day-one", "version": "1"},
-        },
-    }
+    body = initialize_request("day-one")
     return httpx2.post(
         f"http://127.0.0.1:{port}/mcp", json=body, headers=headers, timeout=DEADLINE_S
     )
@@ -208,11 +196,12 @@ def test_a_read_only_data_directory_is_one_clear_line_and_is_left_as_it_was(
 def test_a_wrong_stdio_token_is_said_on_stderr_in_one_line(tmp_path: Path, kind: str) -> None:
     data = tmp_path / "data"
     init(data)
-    bad = {
+    tokens: dict[str, Callable[[], str]] = {
         "expired": lambda: token(data, "--expires-in", "1"),
         "garbage": lambda: "not-a-token",
         "other-port": lambda: token(data, "--port", "9999"),
-    }[kind]()
+    }
+    bad = tokens[kind]()
     if kind == "expired":
         time.sleep(32)  # past the 30 s leeway
     done = subprocess.run(

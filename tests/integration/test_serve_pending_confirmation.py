@@ -30,11 +30,12 @@ import httpx2
 import mcp.types as types
 import pytest
 from mcp import Client, MCPError
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
+from test_serve_day_one import engram, free_port, init, listening, token
 
 from engram_memory.adapters.local.approvals import FILE_NAME as APPROVALS_FILE
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from tests.integration.test_serve_day_one import engram, free_port, init, listening
 
 from engram_testing import capture_args
 
@@ -52,27 +53,14 @@ def anyio_backend() -> str:
 
 
 def _token(data_dir: Path, *extra: str) -> str:
-    done = subprocess.run(
-        [
-            engram(),
-            "token",
-            "--data-dir",
-            str(data_dir),
-            "--principal",
-            "shutdown-agent",
-            "--workspace",
-            WORKSPACE,
-            "--purpose",
-            PURPOSE,
-            "--tools",
-            "capture,withdraw",
-            *extra,
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
+    return token(
+        data_dir,
+        *extra,
+        principal="shutdown-agent",
+        workspace=WORKSPACE,
+        purpose=PURPOSE,
+        tools="capture,withdraw",
     )
-    return done.stdout.strip()
 
 
 def _wal_bytes(database: Path) -> int:
@@ -92,7 +80,9 @@ class SilentHuman:
     def __init__(self) -> None:
         self.asked = anyio.Event()
 
-    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def __call__(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
         self.asked.set()
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
@@ -240,7 +230,7 @@ def test_a_stdio_server_waiting_on_a_confirmation_stops(tmp_path: Path, stop: st
     with (tmp_path / "stderr.log").open("w", encoding="utf-8") as errlog:
         host = StdioHost(data, bearer, errlog)
         try:
-            capabilities = {"elicitation": {"form": {}}}
+            capabilities: dict[str, Any] = {"elicitation": {"form": {}}}
             client_info = {"name": "shutdown-test", "version": "1"}
             host.send(
                 {

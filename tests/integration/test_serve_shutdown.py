@@ -7,7 +7,7 @@ import signal
 import sqlite3
 from pathlib import Path
 
-from tests.integration.test_serve_day_one import (
+from test_serve_day_one import (
     DEADLINE_S,
     engram,
     free_port,

@@ -24,11 +24,10 @@ from unittest import mock
 
 import pytest
 from approval_testing import answer, approval_page, outcome
-from aws_testing import TABLE
+from aws_testing import TABLE, FakeLambdaContext
 from test_mcp_adapter_lambda import adapter_over, modern_call, remembered_then_forget
 from test_tool_handlers import (
     Cloud,
-    FakeLambdaContext,
     capture_event,
     cloud_on_moto,
     event,
@@ -150,7 +149,7 @@ def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sta
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 
     with cloud_on_moto(monkeypatch, execute_state_machines=True) as cloud:
-        original = lambda_eval_utils.boto_client_for
+        original = lambda_eval_utils.boto_client_for  # type: ignore[attr-defined]  # moto imports it there without re-exporting it
 
         def build(approval_wait_s: int = 300, approval_base: str = APPROVAL_BASE) -> Stack:
             clock = RealClock()
@@ -451,7 +450,7 @@ def test_a_2026_07_28_client_that_opens_urls_gets_the_page_as_input_required(
 ) -> None:
     adapter = adapter_over(stack.cloud, stack.tools, clock=stack.clock)
     _, forget = remembered_then_forget(adapter, "Rotate the webhook secret yearly.", "url-b")
-    both = {"form": {}, "url": {}}
+    both: dict[str, Any] = {"form": {}, "url": {}}
 
     asked = modern_call(adapter, "forget", forget, elicitation=both)
 

@@ -17,11 +17,11 @@ from engram_memory.adapters.local import sqlite_store
 from engram_memory.contract.packing import is_packed
 from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import open_embedded
-from engram_memory.engine.context import TrustedContext, new_audit_id
+from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.journal import verify_journal
 from engram_memory.engine.ports import StoreUnavailable
 
-from engram_testing import PURPOSE, scanned_bytes
+from engram_testing import PURPOSE, context, handled, scanned_bytes
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "store-format-1"
 EXPECTED: dict[str, Any] = json.loads((FIXTURE / "expected.json").read_text())
@@ -35,13 +35,7 @@ def data(tmp_path: Path) -> Path:
 
 
 def _ctx() -> TrustedContext:
-    return TrustedContext(
-        tenant_id="local",
-        workspace_id="default",
-        principal="agent-format",
-        purpose_ref=PURPOSE,
-        audit_id=new_audit_id(),
-    )
+    return context(tenant="local", workspace="default", principal="agent-format")
 
 
 def _layout(database: Path) -> tuple[str | None, bool, list[bytes]]:
@@ -66,20 +60,20 @@ def _answers(data: Path) -> dict[str, Any]:
         searches = {
             query: [
                 packet["record"]["record_id"]
-                for packet in engine.handle(
-                    "search", {"query": query, "purpose_ref": PURPOSE}, _ctx()
+                for packet in handled(
+                    engine, "search", {"query": query, "purpose_ref": PURPOSE}, _ctx()
                 )["output"]["value"]["records"]
             ]
             for query in EXPECTED["searches"]
         }
         gets = {
-            record_id: engine.handle(
-                "get", {"record_id": record_id, "purpose_ref": PURPOSE}, _ctx()
+            record_id: handled(
+                engine, "get", {"record_id": record_id, "purpose_ref": PURPOSE}, _ctx()
             )["output"]["value"]["record"]
             for record_id in EXPECTED["record_ids"]
         }
-        forgotten = engine.handle(
-            "get", {"record_id": EXPECTED["forgotten"], "purpose_ref": PURPOSE}, _ctx()
+        forgotten = handled(
+            engine, "get", {"record_id": EXPECTED["forgotten"], "purpose_ref": PURPOSE}, _ctx()
         )
     finally:
         host.close()

@@ -38,11 +38,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from engram_memory.cloud.composition import build_engine, build_execution_gate
 from engram_memory.cloud.observability import AUDIT_MESSAGE, get_logger
-from engram_memory.cloud.settings import ConfigurationError, HostBinding
+from engram_memory.cloud.settings import ConfigurationError, HostBinding, ToolName
 from engram_memory.cloud.wire import (
     ConfirmableTool,
     ToolInvocation,
-    ToolName,
     context_from_event,
     request_of,
 )
@@ -165,14 +164,21 @@ def load_app(tool: str) -> ModuleType:
 Invoke = Callable[..., dict[str, Any]]
 
 
-@pytest.fixture
-def invoke(cloud: Cloud) -> Invoke:
-    """Call a tool function's handler over one shared engine (as six warm containers would)."""
+def warm_apps(cloud: Cloud) -> dict[str, ModuleType]:
+    """The six tool functions over one shared engine; withdraw and forget commit in the function
+    (no state machine)."""
     engine = cloud.engine()
     apps = {tool: load_app(tool) for tool in TOOLS}
     for app in apps.values():
         app.handler.engine = engine
-        app.handler.use_gate(None)  # withdraw/forget commit in the function (no state machine)
+        app.handler.use_gate(None)
+    return apps
+
+
+@pytest.fixture
+def invoke(cloud: Cloud) -> Invoke:
+    """Call a tool function's handler over one shared engine (as six warm containers would)."""
+    apps = warm_apps(cloud)
 
     def call(function: str, event: Any, **context: Any) -> dict[str, Any]:
         result: dict[str, Any] = apps[function].handler(

@@ -68,10 +68,10 @@ def test_nearest_is_the_exact_scan_and_follows_writes_from_any_store(tmp_path: P
             assert searcher.vector_score_at(SCOPE, query, rank) == pytest.approx(at, abs=1e-6)
     assert searcher.vector_score_at(Scope("t", "empty"), queries[0], 10) is None
     # The similarities of named records: nearest's own scores; ids without a vector left out.
-    everything = {hit.record_id: hit.score for hit in _scan(path, queries[1], 10_000)}
+    scores = {hit.record_id: hit.score for hit in _scan(path, queries[1], 10_000)}
     named = ["mem_0599", "mem_twin_a", "mem_0003", "no_such_record"]
     found = searcher.vector_similarities(SCOPE, queries[1], named)
-    assert found == pytest.approx({rid: everything[rid] for rid in named[:3]}, abs=1e-12)
+    assert found == pytest.approx({rid: scores[rid] for rid in named[:3]}, abs=1e-12)
     assert searcher.vector_similarities(SCOPE, queries[1], []) == {}
     first = searcher.vector_nearest(SCOPE, queries[0], 10)
     assert first[0].record_id == "mem_new"

@@ -9,18 +9,16 @@ fake, and the execution-name idempotency runs against moto's Step Functions with
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import boto3
 import pytest
 from approval_testing import PageContext, answer, approval_page, outcome, page_event, session_of
-from aws_testing import BUCKET, REGION, TABLE, MemoryLexicalIndex, moto_aws
+from aws_testing import BUCKET, REGION, TABLE, FakeLambdaContext, MemoryLexicalIndex, moto_aws
+from test_tool_handlers import EVENTS, ROOT, load_app
 
 from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
 from engram_memory.adapters.aws.kms_vault import create_key_table
@@ -45,10 +43,8 @@ from engram_memory.engine.ports import (
 )
 from engram_memory.engine.service import Engine, new_audit_id
 
-from engram_testing import FakeClock, sha
+from engram_testing import FakeClock, handled, sha
 
-ROOT = Path(__file__).resolve().parents[2]
-EVENTS = ROOT / "events"
 KEY_TABLE = "engram-keys"
 TENANT = "dev"
 
@@ -56,16 +52,6 @@ TENANT = "dev"
 def load(name: str) -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads((EVENTS / f"{name}.json").read_text(encoding="utf-8"))
     return loaded
-
-
-def load_app(function: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"engram_{function}_app_under_test", ROOT / "functions" / function / "app.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass
@@ -93,27 +79,21 @@ class World:
     index: MemoryLexicalIndex
 
 
-class _Context:
-    function_name = "engram-dev-workflow"
-    function_version = "$LATEST"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:engram-dev-workflow"
-    aws_request_id = "0f6e5d4c-3b2a-4190-8f7e-6d5c4b3a2910"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
+def _context() -> FakeLambdaContext:
+    return FakeLambdaContext.of("engram-dev-workflow", remaining_ms=60_000)
 
 
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     with moto_aws():
         session = boto3.session.Session(region_name=REGION)
-        clients = {n: session.client(n) for n in ("dynamodb", "s3", "kms", "secretsmanager")}
-        create_tables(clients["dynamodb"], TABLE)
-        create_key_table(clients["dynamodb"], KEY_TABLE)
-        create_bucket(clients["s3"], BUCKET, REGION)
-        key_arn = clients["kms"].create_key()["KeyMetadata"]["Arn"]
-        secret = clients["secretsmanager"].create_secret(Name="cursor", SecretString="c" * 64)
+        dynamodb, s3 = session.client("dynamodb"), session.client("s3")
+        kms, secrets = session.client("kms"), session.client("secretsmanager")
+        create_tables(dynamodb, TABLE)
+        create_key_table(dynamodb, KEY_TABLE)
+        create_bucket(s3, BUCKET, REGION)
+        key_arn = kms.create_key()["KeyMetadata"]["Arn"]
+        secret = secrets.create_secret(Name="cursor", SecretString="c" * 64)
         env = {
             "AWS_REGION": REGION,
             "ENGRAM_TABLE": TABLE,
@@ -130,23 +110,27 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         index = MemoryLexicalIndex()
         engine = build_engine(
             env,
-            dynamodb_client=clients["dynamodb"],
-            s3_client=clients["s3"],
-            kms_client=clients["kms"],
-            secrets_client=clients["secretsmanager"],
+            dynamodb_client=dynamodb,
+            s3_client=s3,
+            kms_client=kms,
+            secrets_client=secrets,
             lexical_index=index,
             clock=clock,
         )
-        store = ApprovalStore(clients["dynamodb"], TABLE)
+        store = ApprovalStore(dynamodb, TABLE)
         workflow, sfn = load_app("workflow"), FakeSfn()
         workflow.handler.engine = engine
         workflow.handler.approvals = store
         approval = approval_page(
-            store, sfn, clients=clients, data_key_arn=key_arn, now_ms=clock.now_ms
+            store,
+            sfn,
+            clients={"dynamodb": dynamodb, "s3": s3, "kms": kms},
+            data_key_arn=key_arn,
+            now_ms=clock.now_ms,
         )
         drainer = load_app("outbox_drainer")
         drainer.handler.engine = engine
-        yield World(engine, clock, clients["dynamodb"], workflow, approval, sfn, drainer, index)
+        yield World(engine, clock, dynamodb, workflow, approval, sfn, drainer, index)
 
 
 def pending_candidate(world: World, text: str = "Draft note captured by mistake.") -> str:
@@ -162,7 +146,7 @@ def pending_candidate(world: World, text: str = "Draft note captured by mistake.
     )
     invocation = ToolInvocation.model_validate(sample)
     ctx = invocation.trusted_context(HostBinding(TENANT))
-    envelope = world.engine.handle("capture", invocation.arguments, ctx)
+    envelope = handled(world.engine, "capture", invocation.arguments, ctx)
     assert envelope["ok"] is True, envelope
     candidate: str = envelope["output"]["value"]["candidate_id"]
     return candidate
@@ -198,7 +182,7 @@ def post(world: World, approval_id: str, approve: bool) -> dict[str, Any]:
 
 
 def approve(world: World, steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    parked = world.workflow.handler(steps["await_approval"], _Context())
+    parked = world.workflow.handler(steps["await_approval"], _context())
     signed_in = [session_of(world.approval, "agent-alice")]
     page = world.approval(page_event(parked["approval_id"], cookies=signed_in), PageContext())
     assert page["statusCode"] == 200 and "withdraw" in page["body"]
@@ -218,7 +202,7 @@ def test_a_withdraw_runs_through_the_steps(world: World) -> None:
     approval = approve(world, steps)
     assert approval["approved_at_ms"] == world.clock.now_ms()
 
-    handler, ctx = world.workflow.handler, _Context()
+    handler, ctx = world.workflow.handler, _context()
     world.clock.advance(2_000)
     committed = handler({**steps["commit_transition"], "approval": approval}, ctx)
     envelope = committed["envelope"]
@@ -235,7 +219,7 @@ def test_a_withdraw_runs_through_the_steps(world: World) -> None:
 
 def test_a_declined_approval_fails_the_task(world: World) -> None:
     steps = withdraw_events(world)
-    parked = world.workflow.handler(steps["await_approval"], _Context())
+    parked = world.workflow.handler(steps["await_approval"], _context())
     assert post(world, parked["approval_id"], False)["statusCode"] == 200
     name, call = world.sfn.calls[-1]
     assert name == "SendTaskFailure" and call["error"] == "ApprovalDeclined"
@@ -246,7 +230,7 @@ def test_a_late_approval_expires_the_window(world: World) -> None:
     approval = approve(world, steps)
     world.clock.advance(30_001)
     with pytest.raises(ApprovalWindowExpired):
-        world.workflow.handler({**steps["commit_transition"], "approval": approval}, _Context())
+        world.workflow.handler({**steps["commit_transition"], "approval": approval}, _context())
 
 
 def test_an_approval_is_answered_once(world: World) -> None:
@@ -286,7 +270,7 @@ def test_a_bearer_token_no_longer_answers_a_confirmation(world: World) -> None:
     # the former API: an approval-audience (or the agent's) JWT and {"approve": true}. Only a
     # person signed in at the page, with its form's CSRF token, answers now.
     steps = withdraw_events(world)
-    parked = world.workflow.handler(steps["await_approval"], _Context())
+    parked = world.workflow.handler(steps["await_approval"], _context())
     event = load("approval_post")
     event["pathParameters"]["approvalId"] = parked["approval_id"]
     event["requestContext"]["authorizer"] = {"jwt": {"claims": {"sub": "agent-alice"}}}
@@ -310,7 +294,7 @@ def test_the_invalidation_step_reports_the_projection_lag(
 
     world.workflow.handler(
         {**steps["finish_tail"], "commit": {"committed_at_ms": committed_at}},
-        _Context(),
+        _context(),
     )
 
     documents = [
@@ -339,7 +323,8 @@ def sample_context() -> TrustedContext:
 
 def admitted_record(world: World, text: str) -> str:
     candidate_id = pending_candidate(world, text)
-    envelope = world.engine.handle(
+    envelope = handled(
+        world.engine,
         "request_admission",
         {"candidate_id": candidate_id, "idempotency_key": sha(text)[-20:]},
         sample_context(),
@@ -350,8 +335,8 @@ def admitted_record(world: World, text: str) -> str:
 
 
 def search_ids(world: World, query: str) -> list[str]:
-    envelope = world.engine.handle(
-        "search", {"query": query, "purpose_ref": "purpose:general"}, sample_context()
+    envelope = handled(
+        world.engine, "search", {"query": query, "purpose_ref": "purpose:general"}, sample_context()
     )
     assert envelope["ok"], envelope
     return [p["record"]["record_id"] for p in envelope["output"]["value"]["records"]]
@@ -393,9 +378,9 @@ def test_the_invalidation_step_checks_its_own_scope_not_the_first_page_of_the_qu
     step = load("workflow_finish_tail")
     world.index.available = False
     with pytest.raises(IndexUnavailable):  # the Step Functions Retry catches it
-        world.workflow.handler(step, _Context())
+        world.workflow.handler(step, _context())
     world.index.available = True
-    assert world.workflow.handler(step, _Context())["projections"] == "complete"
+    assert world.workflow.handler(step, _context())["projections"] == "complete"
     assert not world.index.contains(SAMPLE_SCOPE, record_id)
     # the other workspace's queue is the drainer's business, not this execution's
     assert len(world.engine.store.outbox_pending(200)) == 120
@@ -409,7 +394,7 @@ def test_the_drainer_runs_what_the_commit_path_left_and_reports_the_outbox_age(
     world.clock.advance(90_000)
     schedule = load("outbox_drainer")
     capsys.readouterr()
-    stuck = world.drainer.handler(schedule, _Context())
+    stuck = world.drainer.handler(schedule, _context())
     assert stuck == {"drained": 0, "pending": 1, "oldest_age_s": 90.0}
     documents = [
         json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")
@@ -418,7 +403,7 @@ def test_the_drainer_runs_what_the_commit_path_left_and_reports_the_outbox_age(
     assert ages == [[90.0]], documents
 
     world.index.available = True
-    assert world.drainer.handler(schedule, _Context()) == {
+    assert world.drainer.handler(schedule, _context()) == {
         "drained": 1,
         "pending": 0,
         "oldest_age_s": 0.0,
@@ -430,6 +415,6 @@ def test_the_drainer_reindexes_a_workspace_for_an_operator(world: World) -> None
     record_id = admitted_record(world, "The staging deploy needs the blue flag.")
     world.index.apply(SAMPLE_SCOPE, ProjectionChange(delete_record_id=record_id))  # index lost
     assert search_ids(world, "staging deploy") == []
-    report = world.drainer.handler(load("outbox_drainer_reindex"), _Context())
+    report = world.drainer.handler(load("outbox_drainer_reindex"), _context())
     assert report == {"operation": "reindex", "indexed": 1, "dropped": 0, "pending_upserts": 0}
     assert search_ids(world, "staging deploy") == [record_id]

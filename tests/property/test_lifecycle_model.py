@@ -46,13 +46,24 @@ class LifecycleModel(RuleBasedStateMachine):
     def _remember_key(
         self, principal: str, key: str, tool: str, intent: Any, envelope: dict[str, Any]
     ) -> str | None:
-        """Apply the ledger rules; return the code the engine must have answered with, or None."""
+        """Apply the ledger rules: None for a key not used yet, else "REPLAY", or "DIGEST_CONFLICT"
+        (checked here) for a key used for another call."""
         entry = self.ledger.get((principal, key))
         if entry is None:
             return None
         if entry[0] != tool or entry[1] != intent:
+            assert envelope["error"]["code"] == "DIGEST_CONFLICT"
             return "DIGEST_CONFLICT"
         return "REPLAY"
+
+    def _used_key(
+        self, principal: str, key: str, tool: str, target: str, envelope: dict[str, Any]
+    ) -> bool:
+        """For a forget or a withdraw: whether the key was used before (its answer checked)."""
+        expected = self._remember_key(principal, key, tool, target, envelope)
+        if expected == "REPLAY":
+            assert envelope["output"]["value"]["replayed"] is True
+        return expected is not None
 
     @rule(
         text=st.sampled_from(TEXTS),
@@ -63,7 +74,6 @@ class LifecycleModel(RuleBasedStateMachine):
         envelope = self.h.call("capture", capture_args(text, key=key), context(principal=principal))
         expected = self._remember_key(principal, key, "capture", text, envelope)
         if expected == "DIGEST_CONFLICT":
-            assert envelope["error"]["code"] == "DIGEST_CONFLICT"
             return
         value = envelope["output"]["value"]
         if expected == "REPLAY":
@@ -91,7 +101,6 @@ class LifecycleModel(RuleBasedStateMachine):
         )
         expected = self._remember_key(principal, key, "request_admission", candidate_id, envelope)
         if expected == "DIGEST_CONFLICT":
-            assert envelope["error"]["code"] == "DIGEST_CONFLICT"
             return
         if expected == "REPLAY":
             assert envelope["output"]["value"]["replayed"] is True
@@ -130,12 +139,7 @@ class LifecycleModel(RuleBasedStateMachine):
     def withdraw(self, data: st.DataObject, key: str, principal: str) -> None:
         candidate_id = data.draw(st.sampled_from(sorted(self.candidates)))
         envelope = self.h.withdraw(candidate_id, key=key, ctx=context(principal=principal))
-        expected = self._remember_key(principal, key, "withdraw", candidate_id, envelope)
-        if expected == "DIGEST_CONFLICT":
-            assert envelope["error"]["code"] == "DIGEST_CONFLICT"
-            return
-        if expected == "REPLAY":
-            assert envelope["output"]["value"]["replayed"] is True
+        if self._used_key(principal, key, "withdraw", candidate_id, envelope):
             return
         candidate = self.candidates[candidate_id]
         expected_code = (
@@ -160,12 +164,7 @@ class LifecycleModel(RuleBasedStateMachine):
     def forget(self, data: st.DataObject, key: str, principal: str) -> None:
         record_id = data.draw(st.sampled_from(sorted(self.records)))
         envelope = self.h.forget(record_id, key=key, ctx=context(principal=principal))
-        expected = self._remember_key(principal, key, "forget", record_id, envelope)
-        if expected == "DIGEST_CONFLICT":
-            assert envelope["error"]["code"] == "DIGEST_CONFLICT"
-            return
-        if expected == "REPLAY":
-            assert envelope["output"]["value"]["replayed"] is True
+        if self._used_key(principal, key, "forget", record_id, envelope):
             return
         if self.records[record_id] == "tombstoned":
             assert envelope["error"]["code"] == "ALREADY_TERMINAL"

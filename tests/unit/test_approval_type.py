@@ -8,24 +8,16 @@ import pytest
 from pydantic import ValidationError
 
 from engram_memory.cloud.approvals import ParkedApproval, from_item, to_item
-from engram_memory.engine.context import Scope
 from engram_memory.engine.gate import (
     APPROVAL_TTL_MS,
     EXECUTION_WINDOW_MS,
     Approval,
-    ConfirmationRequest,
 )
 from engram_memory.mcp_surface.request_state import RequestStateSealer
 
-REQUEST = ConfirmationRequest(
-    tool="forget",
-    target="mem_x",
-    operation_digest="sha256:" + "1" * 64,
-    principal="alice",
-    scope=Scope("t", "w"),
-    reason_ref="reason:obsolete",
-    summary="forget mem_x",
-)
+from engram_testing import forget_request
+
+REQUEST = forget_request("mem_x", summary="forget mem_x")
 ASKED = Approval.asked(REQUEST, approval_id="apr_" + "a" * 32, issued_at_ms=1_000)
 
 

@@ -26,6 +26,8 @@ from engram_memory.policy.builtin import (
 )
 from engram_memory.policy.secrets import SecretScanner
 
+from engram_testing import golden_payload
+
 HEX64 = "0123456789abcdef" * 4
 AKIA = "AKIA" + "Z" * 16
 DB_CREDENTIAL = "Sup3r" + "Secr3t" + "Value"
@@ -44,36 +46,12 @@ JWT = _jwt()
 
 def record(text: str = "Applied the documented correction.") -> dict[str, Any]:
     """A full record shaped like the golden payload plus the engine's derived fields."""
+    payload = golden_payload()
+    payload["components"][0]["text"] = text
+    payload["citations"][0]["content_digest"] = "sha256:" + HEX64
     return {
-        "schema_version": 2,
+        **payload,
         "scope_ref": "scope:" + HEX64[:32],
-        "purpose_ref": "purpose:case",
-        "valid_time": {"t": 1755350096789, "t_end": 1755350096789},
-        "components": [
-            {
-                "component_id": "component:decision",
-                "kind": "decision",
-                "text": text,
-                "citation_ids": ["citation:source"],
-            }
-        ],
-        "primary_component_id": "component:decision",
-        "primary_event": {
-            "at": 1755350096789,
-            "type_ref": "event:correction-applied",
-            "citation_id": "citation:source",
-        },
-        "citations": [
-            {
-                "citation_id": "citation:source",
-                "source_ref": "source:case",
-                "locator": {"scheme": "document", "value": "case-7#correction"},
-                "content_digest": "sha256:" + HEX64,
-                "observed_at": "2026-08-16T12:34:56.789Z",
-            }
-        ],
-        "retention": {"derivative_rule": "make-ineligible"},
-        "reconciliation": {"family_refs": []},
         "payload_digest": "sha256:" + HEX64,
         "recorded_at": "2026-08-16T12:34:57.000Z",
         "recorded_cursor": "12",

@@ -10,11 +10,6 @@ from pathlib import Path
 import aws_encryption_sdk
 import pytest
 from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
-from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
-from aws_cryptographic_material_providers.mpl.models import (
-    AesWrappingAlg,
-    CreateRawAesKeyringInput,
-)
 from aws_encryption_sdk import Algorithm
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -27,6 +22,8 @@ from engram_memory.adapters.local.vault import (
 )
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import SealedBlob, SealIntegrityError
+
+from engram_testing import esdk, raw_aes_keyring
 
 SCOPE = Scope("tenant-a", "workspace-1")
 CANDIDATE = "cand_1"
@@ -44,25 +41,6 @@ def vault(tmp_path: Path, master_key: bytes) -> Iterator[LocalVault]:
     local = LocalVault(tmp_path / "keys" / "candidate-keys.db", master_key)
     yield local
     local.close()
-
-
-def _esdk() -> aws_encryption_sdk.EncryptionSDKClient:
-    return aws_encryption_sdk.EncryptionSDKClient(
-        commitment_policy=aws_encryption_sdk.CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT
-    )
-
-
-def _keyring(key_ref: str, data_key: bytes) -> object:
-    return AwsCryptographicMaterialProviders(
-        config=MaterialProvidersConfig()
-    ).create_raw_aes_keyring(
-        input=CreateRawAesKeyringInput(
-            key_namespace=KEY_NAMESPACE,
-            key_name=key_ref,
-            wrapping_key=data_key,
-            wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
-        )
-    )
 
 
 def _data_key(vault: LocalVault, master_key: bytes, key_ref: str) -> bytes:
@@ -85,9 +63,9 @@ def _keyring_message(
     algorithm: Algorithm = Algorithm.AES_256_GCM_HKDF_SHA512_COMMIT_KEY,
 ) -> bytes:
     """A candidate message as the vault wrote it before: through the MPL raw AES keyring."""
-    ciphertext, _ = _esdk().encrypt(
+    ciphertext, _ = esdk().encrypt(
         source=plaintext,
-        keyring=_keyring(key_ref, data_key),
+        keyring=raw_aes_keyring(KEY_NAMESPACE, key_ref, data_key),
         encryption_context=context,
         algorithm=algorithm,
     )
@@ -108,10 +86,12 @@ def test_a_candidate_sealed_now_opens_with_the_keyring(
     vault: LocalVault, master_key: bytes
 ) -> None:
     blob = vault.seal(SCOPE, CANDIDATE, SECRET)
-    decryptor = _esdk().stream(
+    decryptor = esdk().stream(
         mode="decrypt-unsigned",
         source=io.BytesIO(blob.ciphertext),
-        keyring=_keyring(blob.key_ref, _data_key(vault, master_key, blob.key_ref)),
+        keyring=raw_aes_keyring(
+            KEY_NAMESPACE, blob.key_ref, _data_key(vault, master_key, blob.key_ref)
+        ),
         encryption_context=CONTEXT,
     )
 
@@ -183,24 +163,26 @@ def test_a_message_with_another_encryption_context_fails_integrity(
 
 def test_decrypt_message_checks_the_required_pairs_for_a_master_key_too() -> None:
     data_key = bytes(range(32))
-    message = sealing.seal_candidate(_esdk(), "key_x", data_key, SECRET, CONTEXT)
+    message = sealing.seal_candidate(esdk(), "key_x", data_key, SECRET, CONTEXT)
     other = {**CONTEXT, "engram:tenant": "tenant-b"}
 
     with pytest.raises(SealIntegrityError):
-        sealing.decrypt_message(_esdk(), sealing.candidate_key("key_x", data_key), message, other)
+        sealing.decrypt_message(esdk(), sealing.candidate_key("key_x", data_key), message, other)
     with pytest.raises(SealIntegrityError):
-        sealing.decrypt_message(_esdk(), _keyring("key_x", data_key), message, other)
+        sealing.decrypt_message(
+            esdk(), raw_aes_keyring(KEY_NAMESPACE, "key_x", data_key), message, other
+        )
     plaintext, context, _ = sealing.decrypt_message(
-        _esdk(), sealing.candidate_key("key_x", data_key), message, CONTEXT
+        esdk(), sealing.candidate_key("key_x", data_key), message, CONTEXT
     )
     assert (plaintext, context) == (SECRET, CONTEXT)
 
 
 def test_a_message_under_another_key_name_fails_integrity() -> None:
     data_key = bytes(range(32))
-    message = sealing.seal_candidate(_esdk(), "key_x", data_key, SECRET, CONTEXT)
+    message = sealing.seal_candidate(esdk(), "key_x", data_key, SECRET, CONTEXT)
 
     with pytest.raises(SealIntegrityError):
-        sealing.open_candidate(_esdk(), "key_y", data_key, message, CONTEXT)
+        sealing.open_candidate(esdk(), "key_y", data_key, message, CONTEXT)
     with pytest.raises(SealIntegrityError):
-        sealing.open_candidate(_esdk(), "key_x", bytes(32), message, CONTEXT)
+        sealing.open_candidate(esdk(), "key_x", bytes(32), message, CONTEXT)

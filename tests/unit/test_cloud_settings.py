@@ -177,11 +177,12 @@ def test_a_region_is_needed_only_to_build_a_client() -> None:
 
 def test_every_client_shares_one_policy_and_the_adapter_s_lambda_client_only_waits_longer() -> None:
     config = client_config()
-    assert (config.connect_timeout, config.read_timeout) == (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
-    assert config.retries == {"mode": "standard", "max_attempts": 3}
+    # botocore sets the options as attributes its stubs do not declare
+    assert (config.connect_timeout, config.read_timeout) == (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)  # type: ignore[attr-defined]
+    assert config.retries == {"mode": "standard", "max_attempts": 3}  # type: ignore[attr-defined]
     slow = client_config(read_timeout_s=28, retries=False)
-    assert (slow.connect_timeout, slow.read_timeout) == (CONNECT_TIMEOUT_S, 28)
-    assert slow.retries == {"mode": "standard", "max_attempts": 1}
+    assert (slow.connect_timeout, slow.read_timeout) == (CONNECT_TIMEOUT_S, 28)  # type: ignore[attr-defined]
+    assert slow.retries == {"mode": "standard", "max_attempts": 1}  # type: ignore[attr-defined]
 
 
 def test_the_adapter_s_host_configuration_names_the_variable_it_refuses() -> None:

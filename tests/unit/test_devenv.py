@@ -3,14 +3,13 @@ and the stamp knows what was installed (no real pip here: the commands are recor
 
 from __future__ import annotations
 
-import sys
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import devenv
+from scripts import devenv
 
 
 @pytest.fixture
@@ -25,7 +24,7 @@ def installs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]
     def run(args: list[str], **_: Any) -> None:
         commands.append(args)
 
-    monkeypatch.setattr(devenv.subprocess, "run", run)
+    monkeypatch.setattr(subprocess, "run", run)  # the module devenv runs pip with
     return commands
 
 

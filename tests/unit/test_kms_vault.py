@@ -15,11 +15,10 @@ import pytest
 from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
 from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
 from aws_cryptographic_material_providers.mpl.models import (
-    AesWrappingAlg,
     CreateAwsKmsKeyringInput,
-    CreateRawAesKeyringInput,
 )
 from aws_encryption_sdk.internal.formatting.deserialize import deserialize_header
+from aws_testing import client_error
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from botocore.stub import Stubber
 from moto import mock_aws
@@ -31,9 +30,10 @@ from engram_memory.engine.ports import (
     KeyDestroyed,
     SealedBlob,
     SealIntegrityError,
-    Vault,
     VaultUnavailable,
 )
+
+from engram_testing import decrypts_with, run_in_threads
 
 REGION = "us-east-1"
 TABLE = "engram-keys"
@@ -124,23 +124,7 @@ def _unwrap_through_kms(aws: Aws, wrapped: bytes) -> tuple[bytes, dict[str, str]
 
 def _decrypts_with(wrapping_key: bytes, key_name: str, ciphertext: bytes) -> bool:
     """Whether someone holding ``wrapping_key`` could decrypt ``ciphertext`` with the ESDK."""
-    keyring = _MATERIALS.create_raw_aes_keyring(
-        input=CreateRawAesKeyringInput(
-            key_namespace=KEY_NAMESPACE,
-            key_name=key_name,
-            wrapping_key=wrapping_key,
-            wrapping_alg=AesWrappingAlg.ALG_AES256_GCM_IV12_TAG16,
-        )
-    )
-    decryptor = _ESDK.stream(mode="decrypt", source=io.BytesIO(ciphertext), keyring=keyring)
-    try:
-        plaintext = decryptor.read()
-    except Exception:
-        return False
-    finally:
-        # Skip the SDK's own close, which raises again for a half-read message.
-        io.IOBase.close(decryptor)
-    return bool(plaintext == SECRET)
+    return decrypts_with(KEY_NAMESPACE, wrapping_key, key_name, ciphertext, SECRET)
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -190,13 +174,7 @@ class _FailingKms:
 
 def _client_error(code: str, status: int = 400) -> Callable[[str], Exception]:
     def make(operation: str) -> Exception:
-        return ClientError(
-            {
-                "Error": {"Code": code, "Message": f"{code} (test)"},
-                "ResponseMetadata": {"HTTPStatusCode": status},
-            },
-            operation,
-        )
+        return client_error(code, status, operation, f"{code} (test)")
 
     return make
 
@@ -204,21 +182,6 @@ def _client_error(code: str, status: int = 400) -> Callable[[str], Exception]:
 # --------------------------------------------------------------------------------------------
 # Sealing and opening
 # --------------------------------------------------------------------------------------------
-
-
-def test_a_vault_satisfies_the_vault_port(vault: KmsVault) -> None:
-    port: Vault = vault
-    assert port.key_exists("key_missing") is False
-
-
-@pytest.mark.parametrize("plaintext", [SECRET, b"", bytes(range(256)) * 300])
-def test_a_sealed_blob_opens_back_to_its_plaintext(vault: KmsVault, plaintext: bytes) -> None:
-    blob = vault.seal(SCOPE, "cand_1", plaintext)
-
-    assert blob.key_ref.startswith("key_")
-    assert len(blob.key_ref) == len("key_") + 32
-    assert vault.key_exists(blob.key_ref)
-    assert vault.open(SCOPE, "cand_1", blob) == plaintext
 
 
 def test_every_seal_uses_a_fresh_data_key(vault: KmsVault, aws: Aws) -> None:
@@ -299,25 +262,6 @@ def test_the_wrapped_key_is_a_kms_esdk_message_bound_to_tenant_workspace_candida
         assert refused.value.response["Error"]["Code"] == "InvalidCiphertextException"
     with pytest.raises(ClientError):
         aws.kms.decrypt(CiphertextBlob=kms_blob, EncryptionContext={})
-
-
-@pytest.mark.parametrize(
-    ("scope", "candidate_id"),
-    [
-        (Scope("tenant-b", "workspace-1"), "cand_1"),
-        (Scope("tenant-a", "workspace-2"), "cand_1"),
-        (SCOPE, "cand_2"),
-    ],
-)
-def test_opening_in_another_scope_or_for_another_candidate_fails_integrity(
-    vault: KmsVault, scope: Scope, candidate_id: str
-) -> None:
-    blob = vault.seal(SCOPE, "cand_1", SECRET)
-
-    with pytest.raises(SealIntegrityError) as failure:
-        vault.open(scope, candidate_id, blob)
-    _assert_reveals_nothing(failure.value, SECRET, blob.ciphertext[-48:])
-    assert vault.open(SCOPE, "cand_1", blob) == SECRET
 
 
 def test_a_blob_presented_under_another_key_ref_fails_integrity(vault: KmsVault) -> None:
@@ -638,7 +582,7 @@ class _RecordingSession:
 
     def client(self, service: str, **kwargs: Any) -> Any:
         self.created.append(service)
-        return self._inner.client(service, **kwargs)
+        return self._inner.client(service, **kwargs)  # type: ignore[call-overload]  # the stubs overload client() per literal service name
 
 
 def test_no_client_is_created_until_the_first_call(aws: Aws) -> None:
@@ -722,11 +666,7 @@ def test_concurrent_seals_and_opens_from_four_threads(vault: KmsVault) -> None:
             with lock:
                 errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(work, 4)
 
     assert errors == []
     assert len(results) == 20

@@ -6,8 +6,8 @@ import mcp.types as types
 import pytest
 
 from engram_memory.contract.errors import EngramError, ErrorCode
-from engram_memory.engine.context import TOOLS, Scope
-from engram_memory.engine.gate import Approval, ConfirmationRequest, check_approval
+from engram_memory.engine.context import TOOLS
+from engram_memory.engine.gate import Approval, check_approval
 from engram_memory.mcp_surface.catalog import GRANT_OF, INSTRUCTIONS, TOOL_NAMES, build_tools
 from engram_memory.mcp_surface.confirmations import (
     approval_of_state,
@@ -18,15 +18,9 @@ from engram_memory.mcp_surface.confirmations import (
 from engram_memory.mcp_surface.request_state import RequestStateInvalid, RequestStateSealer
 from engram_memory.mcp_surface.server import envelope_result
 
-REQUEST = ConfirmationRequest(
-    tool="forget",
-    target="mem_abc",
-    operation_digest="sha256:" + "1" * 64,
-    principal="alice",
-    scope=Scope("t", "w"),
-    reason_ref="reason:x",
-    summary="Tool: forget",
-)
+from engram_testing import forget_request
+
+REQUEST = forget_request("mem_abc", reason_ref="reason:x", summary="Tool: forget")
 ELICIT = types.ClientCapabilities(elicitation=types.ElicitationCapability())
 APPROVE = types.ElicitResult(action="accept", content={"decision": "approve"})
 
@@ -132,4 +126,6 @@ def test_the_text_content_is_the_envelope_byte_for_byte() -> None:
     result = envelope_result(envelope)
     assert result.is_error is True
     assert result.structured_content == envelope
-    assert json.loads(result.content[0].text) == envelope
+    content = result.content[0]
+    assert isinstance(content, types.TextContent)
+    assert json.loads(content.text) == envelope

@@ -32,7 +32,7 @@ import json
 import random
 import string
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -60,7 +60,7 @@ class Maker:
     def chars(self, n: int, alphabet: str) -> str:
         return "".join(self.rng.choice(alphabet) for _ in range(n))
 
-    def pick(self, options: list[str] | tuple[str, ...]) -> str:
+    def pick(self, options: Sequence[str]) -> str:
         return self.rng.choice(list(options))
 
     def b64url_json(self, value: object) -> str:

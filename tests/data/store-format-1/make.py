@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from engram_memory.embedded.cli import main as cli_main
 from engram_memory.embedded.composition import init_data_dir, open_embedded
 from engram_memory.engine.context import TrustedContext, new_audit_id
+from engram_memory.engine.service import Engine
 
 from engram_testing import PURPOSE, capture_args
 
@@ -40,27 +42,34 @@ def _ctx() -> TrustedContext:
     )
 
 
+def _call(engine: Engine, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A call no human confirms: its envelope."""
+    envelope = engine.handle(tool, arguments, _ctx())
+    assert isinstance(envelope, dict), envelope
+    return envelope
+
+
 def main() -> None:
     data = HERE / "data"
     shutil.rmtree(data, ignore_errors=True)
     init_data_dir(data)
     host = open_embedded(data)
     engine = host.engine
-    record_ids = []
+    record_ids: list[str] = []
     for number, text in enumerate(MEMORIES):
-        captured = engine.handle(
+        captured = _call(
+            engine,
             "capture",
             capture_args(text, key=f"format-capture-{number:04d}", valid_from=1_700_000_000_000),
-            _ctx(),
         )
         assert captured["ok"], captured
-        admitted = engine.handle(
+        admitted = _call(
+            engine,
             "request_admission",
             {
                 "candidate_id": captured["output"]["value"]["candidate_id"],
                 "idempotency_key": f"format-admit-{number:04d}",
             },
-            _ctx(),
         )
         record_ids.append(admitted["output"]["value"]["outcome"]["record_id"])
     host.close()
@@ -77,16 +86,16 @@ def main() -> None:
         "searches": {
             query: [
                 hit["record"]["record_id"]
-                for hit in engine.handle(
-                    "search", {"query": query, "purpose_ref": PURPOSE}, _ctx()
-                )["output"]["value"]["records"]
+                for hit in _call(engine, "search", {"query": query, "purpose_ref": PURPOSE})[
+                    "output"
+                ]["value"]["records"]
             ]
             for query in QUERIES
         },
         "gets": {
-            record_id: engine.handle(
-                "get", {"record_id": record_id, "purpose_ref": PURPOSE}, _ctx()
-            )["output"]["value"]["record"]
+            record_id: _call(engine, "get", {"record_id": record_id, "purpose_ref": PURPOSE})[
+                "output"
+            ]["value"]["record"]
             for record_id in record_ids[:-1]
         },
     }
