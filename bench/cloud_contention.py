@@ -49,7 +49,7 @@ from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 from engram_memory.adapters.aws.kms_vault import KmsVault, create_key_table
 from engram_memory.adapters.local.audit import MemoryAuditLog
 from engram_memory.adapters.local.clock import SystemClock
-from engram_memory.embedded.tour import TOUR_PURPOSE, _capture_args
+from engram_memory.embedded.tour import TOUR_PURPOSE, capture_args
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.ports import ChangeSet, CommitConflict
 from engram_memory.engine.service import Engine, EngineSettings, new_audit_id
@@ -161,7 +161,7 @@ def run_writers(
         for round_ in range(rounds):
             key = f"bench-{workspace}-{index:03d}-{round_:03d}"
             text = f"Writer {index} notes decision {round_} for the shared workspace."
-            captured = call(engine, "capture", _capture_args(text, key, clock.now_ms()))
+            captured = call(engine, "capture", capture_args(text, key, clock.now_ms()))
             if not captured["ok"]:
                 continue
             candidate_id = captured["output"]["value"]["candidate_id"]

@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, NoReturn, cast
 from engram_memory.embedded.cli_approvals import add_approvals_parser
 from engram_memory.embedded.errors import HostConfigError
 from engram_memory.embedded.tour import TOUR_TENANT, TOUR_WORKSPACE
-from engram_memory.engine.context import TOOLS
 from engram_memory.operator_plane.commands import SeatOpener, Sub, add_admin_parser
 from engram_memory.operator_plane.commands import fail as _fail
 from engram_memory.operator_plane.seat import OperatorSeat, UsageError
@@ -129,6 +128,8 @@ def _data_dir(args: argparse.Namespace) -> Path:
 
 
 def _tool_list(text: str, option: str) -> list[str]:
+    from engram_memory.engine.context import TOOLS  # the contract's models: not for --help
+
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in TOOLS]
     if unknown:
@@ -147,7 +148,7 @@ def cmd_token(args: argparse.Namespace) -> int:
     config = load_host_config(data_dir).serving_on(args.host, args.port)
     tools = _tool_list(args.tools, "--tools")
     if not tools:
-        raise CliError(f"--tools needs at least one of {','.join(TOOLS)}")
+        raise CliError("--tools needs at least one tool (search,get,capture,...)")
     confirm = _tool_list(args.confirm, "--confirm")
     outside = [name for name in confirm if name not in tools]
     if outside:
@@ -179,7 +180,10 @@ def _add_token_parser(sub: Sub) -> None:
     token.add_argument("--workspace", required=True, help="the workspace the token is bound to")
     token.add_argument("--purpose", required=True, help="the purpose_ref the agent must repeat")
     token.add_argument(
-        "--tools", required=True, help=f"granted tools, comma-separated: {','.join(TOOLS)}"
+        "--tools",
+        required=True,
+        help="granted tools, comma-separated grant names (search,get,capture,request_admission,"
+        "withdraw,forget: the MCP tool names without engram_memory_)",
     )
     token.add_argument(
         "--confirm",

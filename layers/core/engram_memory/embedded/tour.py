@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engram_memory.engine.context import TrustedContext, new_audit_id
-
 if TYPE_CHECKING:
     from engram_memory.embedded.composition import EmbeddedHost
+    from engram_memory.engine.context import TrustedContext
     from engram_memory.engine.gate import ConfirmationRequest
 
 __all__ = ["TOUR_PURPOSE", "TOUR_TENANT", "TOUR_WORKSPACE", "run_tour"]
@@ -42,6 +41,8 @@ def _ask_terminal(request: ConfirmationRequest) -> bool:
 
 
 def _context() -> TrustedContext:
+    from engram_memory.engine.context import TrustedContext, new_audit_id
+
     return TrustedContext(
         tenant_id=TOUR_TENANT,
         workspace_id=TOUR_WORKSPACE,
@@ -57,7 +58,7 @@ def _show(title: str, envelope: dict[str, Any]) -> dict[str, Any]:
     return envelope
 
 
-def _capture_args(text: str, key: str, now_ms: int) -> dict[str, Any]:
+def capture_args(text: str, key: str, now_ms: int) -> dict[str, Any]:
     return {
         "idempotency_key": key,
         "payload": {
@@ -102,7 +103,7 @@ class _Tour:
         return _show(title, self.host.call(tool, arguments, _context()))
 
     def capture(self, title: str, text: str, key: str) -> str:
-        captured = self.step(title, "capture", _capture_args(text, key, self.now_ms))
+        captured = self.step(title, "capture", capture_args(text, key, self.now_ms))
         return str(captured["output"]["value"]["candidate_id"])
 
     def search(self, title: str, **extra: Any) -> None:
