@@ -443,13 +443,18 @@ def _add_pending(admin_sub: Sub) -> None:
     listing = _operation(pending_sub, "list", "list the pending candidates (ids, no content)")
     _paging(listing)
     listing.set_defaults(func=cmd_pending_list)
-    show = _operation(pending_sub, "show", "open a pending candidate: what it says (audited)")
-    show.add_argument("candidate", metavar="CANDIDATE")
-    show.set_defaults(func=cmd_show)
+    _show_one(pending_sub, "show", "open a pending candidate: what it says (audited)", "candidate")
     withdraw = _operation(pending_sub, "withdraw", "withdraw a pending candidate, shred its key")
     withdraw.add_argument("candidate", metavar="CANDIDATE")
     withdraw.add_argument("--reason", required=True, help="why (journaled)")
     withdraw.set_defaults(func=cmd_pending_withdraw)
+
+
+def _show_one(sub: Sub, name: str, summary: str, target: str) -> None:
+    """A command that shows one candidate or record by id (``_SHOWS``)."""
+    show = _operation(sub, name, summary)
+    show.add_argument(target, metavar=target.upper())
+    show.set_defaults(func=cmd_show)
 
 
 def _add_records(admin_sub: Sub) -> None:
@@ -458,12 +463,8 @@ def _add_records(admin_sub: Sub) -> None:
     listing.add_argument("--state", choices=_RECORD_STATES)
     _paging(listing)
     listing.set_defaults(func=cmd_records_list)
-    show = _operation(records_sub, "show", "one record in any state, with its body")
-    show.add_argument("record", metavar="RECORD")
-    show.set_defaults(func=cmd_show)
-    history = _operation(records_sub, "history", "the journal events of one record")
-    history.add_argument("record", metavar="RECORD")
-    history.set_defaults(func=cmd_show)
+    _show_one(records_sub, "show", "one record in any state, with its body", "record")
+    _show_one(records_sub, "history", "the journal events of one record", "record")
     for name, summary in _LIFECYCLE_STEPS:
         step = _operation(records_sub, name, summary)
         step.add_argument("record", metavar="RECORD")

@@ -16,7 +16,7 @@ reachable through ``/mcp``. Each function takes the engine, the scope and the op
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
@@ -110,14 +110,9 @@ def audited(
         raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
     finally:
         engine.audit.record(
-            AuditEvent(
-                audit_id=ctx.audit_id,
+            AuditEvent.of_call(
+                ctx,
                 at_ms=call.now_ms,
-                tenant_id=scope.tenant_id,
-                workspace_id=scope.workspace_id,
-                principal=principal,
-                agent_id=None,
-                session_id=None,
                 tool=f"admin.{operation}",
                 ok=code == "OK",
                 code=code,
@@ -286,22 +281,44 @@ def withdraw_candidate(
     candidate, ``ILLEGAL_TRANSITION`` for an admitted one, ``NOT_FOUND`` for an unknown one."""
     arguments = {"reason": _reason(reason)}
 
+    def pending(_call: Call) -> CandidateRow:
+        candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
+        if candidate is None:
+            raise EngramError(ErrorCode.NOT_FOUND)
+        if candidate.state in ("withdrawn", "rejected"):
+            raise EngramError(ErrorCode.ALREADY_TERMINAL)
+        if candidate.state != "pending":
+            raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+        return candidate
+
+    return _operator_commit(
+        engine, scope, operator, "withdraw", candidate_id, arguments, pending, commit_withdraw
+    )
+
+
+def _operator_commit(
+    engine: Kernel,
+    scope: Scope,
+    operator: str,
+    operation: str,
+    target: str,
+    arguments: Mapping[str, Any],
+    find: Callable[[Call], Any],
+    commit: Callable[..., dict[str, Any]],
+) -> dict[str, Any]:
+    """An operator's withdraw or forget: audited, its intent and authorization bound to the
+    operator's arguments; each attempt finds what it moves and commits it (the agent's commit,
+    with no approval: the operator is the human)."""
+
     def run(call: Call) -> dict[str, Any]:
-        intent = _operator_intent(call, candidate_id, arguments)
+        intent = _operator_intent(call, target, arguments)
 
         def attempt() -> dict[str, Any]:
-            candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
-            if candidate is None:
-                raise EngramError(ErrorCode.NOT_FOUND)
-            if candidate.state in ("withdrawn", "rejected"):
-                raise EngramError(ErrorCode.ALREADY_TERMINAL)
-            if candidate.state != "pending":
-                raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
-            return commit_withdraw(
+            return commit(
                 engine,
                 call,
-                candidate,
-                idempotency_key=f"withdraw:{candidate_id}:{call.ctx.audit_id}",
+                find(call),
+                idempotency_key=f"{operation}:{target}:{call.ctx.audit_id}",
                 intent=intent,
                 authorization=_operator_authorization(engine, call, arguments),
                 approval_id=None,
@@ -309,7 +326,7 @@ def withdraw_candidate(
 
         return engine.mutation(call, attempt)
 
-    return audited(engine, scope, operator, "withdraw", candidate_id, run)
+    return audited(engine, scope, operator, operation, target, run)
 
 
 def _operator_authorization(engine: Kernel, call: Call, arguments: Mapping[str, Any]) -> str:
@@ -443,13 +460,7 @@ def transition(
         authorization = _operator_authorization(engine, call, arguments)
 
         def attempt() -> dict[str, Any]:
-            row = engine.read(lambda: engine.store.record_get(scope, record_id))
-            if row is None:
-                raise EngramError(ErrorCode.NOT_FOUND)
-            if row.state == "tombstoned":
-                raise EngramError(ErrorCode.ALREADY_TERMINAL)
-            if row.state not in sources:
-                raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
+            row = engine.record_leaving(scope, record_id, sources)
             if superseded_by is not None:
                 successor = engine.read(lambda: engine.store.record_get(scope, superseded_by))
                 if successor is None or successor.state != "accepted_current":
@@ -550,28 +561,12 @@ def forget_record(
     projections dropped; the receipt says which state it left (``from_state``)."""
     arguments = {"reason": _reason(reason)}
 
-    def run(call: Call) -> dict[str, Any]:
-        intent = _operator_intent(call, record_id, arguments)
+    def forgettable(_call: Call) -> RecordRow:
+        return engine.record_leaving(scope, record_id, RECORD_STATES_FORGETTABLE)
 
-        def attempt() -> dict[str, Any]:
-            row = engine.read(lambda: engine.store.record_get(scope, record_id))
-            if row is None:
-                raise EngramError(ErrorCode.NOT_FOUND)
-            if row.state == "tombstoned":
-                raise EngramError(ErrorCode.ALREADY_TERMINAL)
-            return commit_forget(
-                engine,
-                call,
-                row,
-                idempotency_key=f"forget:{record_id}:{call.ctx.audit_id}",
-                intent=intent,
-                authorization=_operator_authorization(engine, call, arguments),
-                approval_id=None,
-            )
-
-        return engine.mutation(call, attempt)
-
-    return audited(engine, scope, operator, "forget", record_id, run)
+    return _operator_commit(
+        engine, scope, operator, "forget", record_id, arguments, forgettable, commit_forget
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -620,24 +615,31 @@ def _missing_from_index(engine: Kernel, scope: Scope) -> tuple[int, int, int]:
     """How many current records were checked, how many some index does not hold, and how many
     of those are not indexed because their key is destroyed (forgotten since a restored backup
     was taken: right, not stale)."""
-    missing = without_key = 0
-    checked = 0
-    after = ""
-    while checked < _STATUS_SCAN_LIMIT:
-        rows = engine.store.records_list(scope, "accepted_current", after, _PAGE)
-        if not rows:
-            break
-        for row in rows:
-            checked += 1
-            if row.body is not None and not all(
-                surface.contains(scope, row.record_id) for surface in engine.surfaces
-            ):
-                if _key_held(engine, scope, row.record_id):
-                    missing += 1
-                else:
-                    without_key += 1
-        after = rows[-1].record_id
+    missing = without_key = checked = 0
+    for row in _scanned(
+        lambda after: engine.store.records_list(scope, "accepted_current", after, _PAGE),
+        "record_id",
+    ):
+        checked += 1
+        if row.body is not None and not all(
+            surface.contains(scope, row.record_id) for surface in engine.surfaces
+        ):
+            if _key_held(engine, scope, row.record_id):
+                missing += 1
+            else:
+                without_key += 1
     return checked, missing, without_key
+
+
+def _scanned(page: Callable[[str], Sequence[Any]], id_field: str) -> Iterator[Any]:
+    """The rows ``page(after)`` lists, page after page, at most ``_STATUS_SCAN_LIMIT``: the
+    status is a bounded look, not a full scan."""
+    after, seen = "", 0
+    while seen < _STATUS_SCAN_LIMIT and (rows := page(after)):
+        for row in rows:
+            seen += 1
+            yield row
+        after = getattr(rows[-1], id_field)
 
 
 def _key_held(engine: Kernel, scope: Scope, record_id: str) -> bool:
@@ -659,18 +661,14 @@ def _by_prefix(counts: Mapping[str, int], prefix: str) -> dict[str, int]:
 def _key_store_health(engine: Kernel, scope: Scope) -> dict[str, Any]:
     try:
         engine.vault.key_exists("key_health_probe")
-        unreadable = 0
-        after = ""
-        checked = 0
-        while checked < _STATUS_SCAN_LIMIT:
-            rows = engine.store.candidates_list(scope, "pending", after, _PAGE)
-            if not rows:
-                break
-            for row in rows:
-                checked += 1
-                if not engine.vault.key_exists(row.key_ref):
-                    unreadable += 1
-            after = rows[-1].candidate_id
+        pending = list(
+            _scanned(
+                lambda after: engine.store.candidates_list(scope, "pending", after, _PAGE),
+                "candidate_id",
+            )
+        )
+        checked = len(pending)
+        unreadable = sum(1 for row in pending if not engine.vault.key_exists(row.key_ref))
     except VaultUnavailable:
         return {"health": "unavailable"}
     return {
