@@ -64,7 +64,7 @@ def test_warm_handlers_answer_and_the_fake_cloud_is_reported_apart(
     for row in rows.values():
         assert row["calls"] == 2
         assert row["cpu_ms"] > 0 and row["service_ms"] > 0
-        assert "moto" not in row["by_package_ms"]  # moto answers in its own thread: not profiled
+        assert "moto" not in row["by_package_ms"]  # the stand-in cloud is reported apart
         assert row["wall_ms"] >= row["cpu_ms"]  # the handler thread waited for moto's answers
     assert rows["search"]["fake_cloud_ms"] > 0  # the in-memory index ranked, reported apart
     # the Encryption SDK seals a capture's candidate in the function, not in the fake cloud

@@ -47,7 +47,7 @@ def fetch(url: str, form: Mapping[str, str] | None) -> Mapping[str, Any]:
 
 
 def published_keys(provider: LocalOidcProvider) -> KeySource:
-    """The provider's JWKS as a key source (the cloud uses ``host.oidc.IssuerKeys``, https only)."""
+    """The provider's JWKS as a key source (the cloud uses ``cloud.oidc.IssuerKeys``, https only)."""
 
     def key(kid: str) -> jwt.PyJWK | None:
         keys = jwt.PyJWKSet.from_dict(dict(fetch(provider.issuer + "/jwks", None)))

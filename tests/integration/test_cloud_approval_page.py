@@ -1,6 +1,6 @@
 """The cloud approval function's sign-in, request by request (API Gateway v2 events), against a
 real OIDC provider over HTTPS (``tests/oidc_provider.py``) with the product's fetch and key
-source (``https_fetch``, ``host.oidc.IssuerKeys``). The approvals are a small in-memory store;
+source (``https_fetch``, ``cloud.oidc.IssuerKeys``). The approvals are a small in-memory store;
 the whole flow on moto, in Chromium, is ``tests/e2e/test_cloud_approval_browser.py``."""
 
 from __future__ import annotations

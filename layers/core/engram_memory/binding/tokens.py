@@ -16,7 +16,7 @@ Two steps, two failures:
 
 No message or exception raised here ever contains the token. There are no network calls in this
 module: for an external identity provider, the caller fetches its JWKS and passes the dict, or
-passes a key source (``TokenVerifier.from_key_source``; ``host/oidc.py`` is the one that follows
+passes a key source (``TokenVerifier.from_key_source``; ``cloud/oidc.py`` is the one that follows
 the issuer's OIDC discovery document and its key rotations).
 """
 

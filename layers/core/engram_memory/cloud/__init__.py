@@ -1,4 +1,4 @@
-"""The cloud composition: one tenant's AWS stack, in one place beside ``bootstrap.py``.
+"""The cloud host: one tenant's AWS stack, composed in ``composition.py`` (the embedded host's sibling).
 
 - ``wire``: the invocation event between the MCP adapter and the tool functions (and into an
   execution): ``{tool, arguments, context, approval}``, no credential;

@@ -9,7 +9,7 @@ Routes (all public on the HTTP API: the function itself checks who is signed in)
   session: the shared page (``engram_memory.approval_page``) with Approve / Decline and a CSRF
   token bound to the approval and the session.
 - ``GET /approvals/callback``: the code exchanged at the token endpoint, the ID token checked
-  (issuer, audience, nonce, signature against the issuer's JWKS via ``host.oidc.IssuerKeys``;
+  (issuer, audience, nonce, signature against the issuer's JWKS via ``cloud.oidc.IssuerKeys``;
   an ID token whose ``aud`` also names the MCP resource is an agent's and is refused), a session
   cookie set (``HttpOnly; Secure; SameSite=Strict``, 10 minutes, HMAC-signed under the key in
   ``ENGRAM_APPROVAL_SESSION_SECRET_ARN``), then a page that goes on to the approval.

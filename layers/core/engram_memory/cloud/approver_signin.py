@@ -39,7 +39,7 @@ from engram_memory.binding.tokens import ALLOWED_ALGORITHMS, LEEWAY_S
 
 # GET (form None) or POST form-encoded (form given) a URL; the decoded JSON object.
 Fetch = Callable[[str, Mapping[str, str] | None], Mapping[str, Any]]
-# The issuer's signing key named ``kid`` (``host.oidc.IssuerKeys``: cached JWKS), or None.
+# The issuer's signing key named ``kid`` (``cloud.oidc.IssuerKeys``: cached JWKS), or None.
 KeySource = Callable[[str], "jwt.PyJWK | None"]
 
 SESSION_COOKIE: Final = "engram_approver"

@@ -11,7 +11,7 @@ Two kinds of event:
   by item id, not age: with more than a page stuck, a lower bound).
 - **An operator's reindex**: ``{"operation": "reindex", "workspace_id": "<w>"}`` (tenant: the
   stack's own ``ENGRAM_TENANT_ID``), e.g. with ``aws lambda invoke``: rebuild that workspace's
-  OpenSearch documents from the canonical store (``engine.operations.reindex``) and answer the
+  OpenSearch documents from the canonical store (``operator_plane.usecases.reindex``) and answer the
   report (counts only).
 
 The function runs with the workflow function's role (DynamoDB, S3 bodies, data-key

@@ -9,7 +9,7 @@ event loop per container, its lifespan entered once, on the first invocation (co
 
 Environment (the SAM template's): ``ENGRAM_TOOL_FUNCTIONS`` (JSON object tool → function name),
 ``ENGRAM_RESOURCE_URI``, ``ENGRAM_ISSUER`` (its OIDC discovery document names the JWKS:
-``host/oidc.py``),
+``cloud/oidc.py``),
 ``ENGRAM_ALLOWED_ORIGINS`` (comma-separated), ``ENGRAM_REQUEST_STATE_SECRET_ARN`` (the
 request-state key is HKDF-SHA256 of the secret), ``ENGRAM_TENANT_ID``,
 ``ENGRAM_RETENTION_CEILING_S`` (optional), and

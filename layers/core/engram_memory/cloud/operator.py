@@ -1,6 +1,6 @@
 """The operator's plane against a deployed stack: ``engram-memory admin --stack NAME ...``.
 
-The same operations as the embedded host (``engine.operations``), run from the operator's
+The same operations as the embedded host (``operator_plane.usecases``), run from the operator's
 machine with the operator's own AWS credentials:
 
 - ``resolve_stack`` reads what the stack is from CloudFormation: the outputs (tables, bucket,

@@ -14,24 +14,10 @@
       operations plane: check a scope's journal (dense cursors, unbroken hash chain).
 - ``engram-memory approvals list|approve|decline [--data-dir DIR] [APPROVAL_ID]``
       answer the confirmations agents wait for, from a terminal (``cli_approvals``).
-- ``engram-memory admin audit [--data-dir DIR] [--limit N]``
-      operations plane: the audit log as a table (ids, principal, tool, outcome; never content).
-- ``engram-memory admin policy show|set [--data-dir DIR] [--mode auto|manual]``
-      operations plane: the admission policy of ``host.json``.
-- ``engram-memory admin adjudicate CANDIDATE accept|reject [--reason R]``
-- ``engram-memory admin pending list|show CANDIDATE|withdraw CANDIDATE --reason R``
-- ``engram-memory admin records list|show|history|dispute|resolve|supersede|expire|
-  trust-invalidate|forget RECORD``
-- ``engram-memory admin status``, ``admin export [--output FILE]``, ``admin backup FILE``,
-  ``admin restore FILE [--new-keys]``, ``admin tokens revoke``, ``admin keys rotate``
-      operations plane (``engine.operations``): every one audited under ``operator:<--operator>``;
-      each takes ``--data-dir``, ``--workspace`` and ``--operator``; none creates a data
-      directory but ``restore`` (its target).
-- ``engram-memory admin reindex [--data-dir DIR] [--workspace W]``
-      operations plane: rebuild a workspace's search index from the canonical store.
-- ``engram-memory admin --stack NAME [--region R] COMMAND ...``
-      the same operations against a deployed stack with your AWS credentials
-      (``cloud.operator``, ``cloud.stack_backup``); ``audit`` and ``policy`` are embedded only.
+- ``engram-memory admin ...``
+      the operations plane, one front end for both hosts (``operator_plane.commands``): on this
+      data directory's seat (``embedded.operator_seat``), or with ``--stack NAME`` on a deployed
+      stack's when run as ``engram-memory`` (``engram_memory.entry``). ``admin --help`` lists them.
 
 Bad input exits with code 2 and one line on stderr; a failed operation exits with code 1.
 """
