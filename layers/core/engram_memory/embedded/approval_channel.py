@@ -23,21 +23,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from engram_memory import approval_page as shared  # the page both hosts serve
 from engram_memory.adapters.local.approvals import ApprovalBook, Bound, OpenApproval
-from engram_memory.approval_page import (
-    ApprovalView,
-    Decision,
-    DeskAnswer,
-    PageError,
-    PageRequest,
-    PageResponse,
-    QuestionDesk,
-    error_page,
-    handle_page,
-    memory_from_record,
-    plain_summary,
-    read_form,
-)
 from engram_memory.binding.host_config import host_matches
 from engram_memory.engine.context import TrustedContext, new_audit_id
 from engram_memory.engine.gate import Approval, ConfirmationRequest
@@ -85,7 +72,7 @@ class EmbeddedApprovals:
     def link(self, row: OpenApproval) -> str:
         return f"{self._base_url}{APPROVALS_PATH}/{row.approval_id}?{SECRET_PARAM}={row.secret}"
 
-    def view_of(self, row: OpenApproval) -> ApprovalView:
+    def view_of(self, row: OpenApproval) -> shared.ApprovalView:
         """The row as the approver sees it, with the memory it acts on (when it can be shown)."""
         # the engine's modules load with the engine, on first use, not when a server starts
         from engram_memory.engine.usecases.approval_subject import approval_subject
@@ -101,15 +88,15 @@ class EmbeddedApprovals:
         )
         subject = approval_subject(self._kernel(), ctx, row.tool, row.target, self.clock.now_ms())
         if subject is None:
-            return ApprovalView.of(row, None)
-        memory = memory_from_record(
+            return shared.ApprovalView.of(row, None)
+        memory = shared.memory_from_record(
             subject.record, digest=subject.digest, captured_at_ms=subject.captured_at_ms
         )
-        return ApprovalView.of(row, memory)
+        return shared.ApprovalView.of(row, memory)
 
     def message(self, row: OpenApproval, *, mode: Mode) -> str:
         """The elicitation's text: the page's summary, and where else it can be answered."""
-        summary = plain_summary(self.view_of(row), self.clock.now_ms())
+        summary = shared.plain_summary(self.view_of(row), self.clock.now_ms())
         if mode == "url":
             return (
                 f"{summary}\n\nOpen the approval page to answer (or, on this machine, run"
@@ -173,7 +160,7 @@ class EmbeddedApprovals:
         return self.book.pending(self.clock.now_ms())
 
 
-class LinkDesk(QuestionDesk[OpenApproval]):
+class LinkDesk(shared.QuestionDesk[OpenApproval]):
     """The approval page's desk on the embedded host: the credential is the secret in the link
     (``EmbeddedApprovals.link``), which alone lets a visitor see or answer."""
 
@@ -182,30 +169,34 @@ class LinkDesk(QuestionDesk[OpenApproval]):
         self._approvals = approvals
         self.clock = approvals.clock
 
-    def question(self, approval_id: str, credential: str) -> OpenApproval | PageError:
+    def question(self, approval_id: str, credential: str) -> OpenApproval | shared.PageError:
         book = self._approvals.book
         row = book.get(approval_id) if approval_id.startswith("apr_") else None
         if row is None or not hmac.compare_digest(row.secret.encode(), credential.encode()):
-            return PageError.NOT_FOUND  # a wrong secret learns nothing, not even existence
+            return shared.PageError.NOT_FOUND  # a wrong secret learns nothing, not even existence
         if row.state != "pending":
-            return PageError.ANSWERED
+            return shared.PageError.ANSWERED
         return row
 
-    def shown(self, question: OpenApproval) -> ApprovalView:
+    def shown(self, question: OpenApproval) -> shared.ApprovalView:
         return self._approvals.view_of(question)
 
     def answer(
-        self, approval_id: str, credential: str, decision: Decision, now_ms: int
-    ) -> DeskAnswer | PageError:
+        self, approval_id: str, credential: str, decision: shared.Decision, now_ms: int
+    ) -> shared.DeskAnswer | shared.PageError:
         row = self.question(approval_id, credential)
-        if isinstance(row, PageError):
+        if isinstance(row, shared.PageError):
             return row
         answered = self._approvals.book.answer(
-            approval_id, decision is Decision.APPROVE, now_ms=now_ms, by="page"
+            approval_id, decision is shared.Decision.APPROVE, now_ms=now_ms, by="page"
         )
         if answered is None:
-            return PageError.ANSWERED if row.expires_at_ms > now_ms else PageError.EXPIRED
-        return DeskAnswer(self._approvals.view_of(answered), decision)
+            return (
+                shared.PageError.ANSWERED
+                if row.expires_at_ms > now_ms
+                else shared.PageError.EXPIRED
+            )
+        return shared.DeskAnswer(self._approvals.view_of(answered), decision)
 
 
 def approval_routes(desk: LinkDesk, allowed_hosts: list[str]) -> list[Route]:
@@ -213,11 +204,11 @@ def approval_routes(desk: LinkDesk, allowed_hosts: list[str]) -> list[Route]:
 
     async def page(request: Request) -> Response:
         if not host_matches(request.headers.get("host", ""), allowed_hosts):
-            return _html(error_page(PageError.NOT_FOUND, 421))
-        form = read_form(await request.body()) if request.method == "POST" else {}
+            return _html(shared.error_page(shared.PageError.NOT_FOUND, 421))
+        form = shared.read_form(await request.body()) if request.method == "POST" else {}
         if form is None:
-            return _html(error_page(PageError.BAD_REQUEST, 413))
-        page_request = PageRequest.of(
+            return _html(shared.error_page(shared.PageError.BAD_REQUEST, 413))
+        page_request = shared.PageRequest.of(
             request.method,
             request.path_params["approval_id"],
             request.query_params.get(SECRET_PARAM, ""),
@@ -227,7 +218,7 @@ def approval_routes(desk: LinkDesk, allowed_hosts: list[str]) -> list[Route]:
         )
         own_origin = f"{request.url.scheme}://{request.headers.get('host', '')}"
         response = await anyio.to_thread.run_sync(
-            lambda: handle_page(
+            lambda: shared.handle_page(
                 desk, page_request, now_ms=desk.clock.now_ms(), allowed_origin=own_origin
             )
         )
@@ -236,7 +227,7 @@ def approval_routes(desk: LinkDesk, allowed_hosts: list[str]) -> list[Route]:
     return [Route(APPROVALS_PATH + "/{approval_id}", endpoint=page, methods=["GET", "POST"])]
 
 
-def _html(page: PageResponse) -> Response:
+def _html(page: shared.PageResponse) -> Response:
     return HTMLResponse(page.html, page.status, headers=dict(page.headers))
 
 
