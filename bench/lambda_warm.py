@@ -131,6 +131,11 @@ def _tenant_on_moto() -> Iterator[dict[str, Any]]:
             yield {"env": env, "clients": clients, "index": MemoryLexicalIndex()}
     finally:
         server.stop()
+        # The process's Powertools logger was made at WARNING for the bench: give it back the
+        # level the environment asks for (a later user of this process logs at its own level).
+        from engram_memory.cloud.observability import get_logger
+
+        get_logger().setLevel(os.environ.get("POWERTOOLS_LOG_LEVEL", "INFO"))
 
 
 def _package_of(filename: str) -> str:
