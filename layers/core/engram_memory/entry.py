@@ -8,8 +8,8 @@ the cloud's seat is imported only when ``--stack`` is given (and boto3 with it).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from engram_memory.embedded.cli import data_dir_seat
 from engram_memory.embedded.cli import main as embedded_main
 from engram_memory.operator_plane.seat import OperatorSeat
 
@@ -22,9 +22,7 @@ def open_seat(args: argparse.Namespace) -> OperatorSeat:
         from engram_memory.cloud.operator import StackSeat
 
         return StackSeat(args.stack, region=args.region)
-    from engram_memory.embedded.operator_seat import DataDirSeat
-
-    return DataDirSeat(Path(args.data_dir), getattr(args, "operator", None))
+    return data_dir_seat(args)
 
 
 def main(argv: list[str] | None = None) -> int:

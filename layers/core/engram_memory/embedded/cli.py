@@ -247,7 +247,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _no_stack(args: argparse.Namespace) -> OperatorSeat:
+def data_dir_seat(args: argparse.Namespace) -> OperatorSeat:
+    """The seat of an ``admin`` command on this host: its ``--data-dir``."""
     from engram_memory.embedded.operator_seat import DataDirSeat
 
     if getattr(args, "stack", None):
@@ -257,7 +258,7 @@ def _no_stack(args: argparse.Namespace) -> OperatorSeat:
     return DataDirSeat(Path(args.data_dir), getattr(args, "operator", None))
 
 
-def main(argv: list[str] | None = None, *, open_seat: SeatOpener = _no_stack) -> int:
+def main(argv: list[str] | None = None, *, open_seat: SeatOpener = data_dir_seat) -> int:
     """Run one command. ``open_seat`` opens the seat of an ``admin`` command: the data directory
     here; the ``engram-memory`` entry point (``engram_memory.entry``) adds ``--stack``'s."""
     parser = build_parser(open_seat)
