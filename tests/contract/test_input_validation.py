@@ -26,6 +26,8 @@ from engram_memory.contract.models import (
     WithdrawInput,
 )
 
+from engram_testing import golden_payload
+
 MAX_SAFE = 2**53 - 1
 KEY = "capture-key-0001"  # 16 bytes
 DIGEST_A = "sha256:" + "a" * 64
@@ -35,42 +37,8 @@ CANDIDATE_ID = "candidate_" + "0123456789abcdef" * 4
 NON_NFC = "e\u0301"  # "e" + combining acute: NFC is "\u00e9"
 
 
-def _golden_agent_payload() -> dict[str, Any]:
-    """The golden payload (tests/fixtures/golden-payload.json) as an agent writes it: no ``scope_ref``."""
-    return {
-        "schema_version": 2,
-        "purpose_ref": "purpose:case",
-        "valid_time": {"t": 1755350096789, "t_end": 1755350096789},
-        "components": [
-            {
-                "component_id": "component:decision",
-                "kind": "decision",
-                "text": "Applied the documented correction.",
-                "citation_ids": ["citation:source"],
-            }
-        ],
-        "primary_component_id": "component:decision",
-        "primary_event": {
-            "at": 1755350096789,
-            "type_ref": "event:correction-applied",
-            "citation_id": "citation:source",
-        },
-        "citations": [
-            {
-                "citation_id": "citation:source",
-                "source_ref": "source:case",
-                "locator": {"scheme": "document", "value": "case-7#correction"},
-                "content_digest": DIGEST_A,
-                "observed_at": "2026-08-16T12:34:56.789Z",
-            }
-        ],
-        "retention": {"derivative_rule": "make-ineligible"},
-        "reconciliation": {"family_refs": []},
-    }
-
-
 def _minimal_capture() -> dict[str, Any]:
-    payload = _golden_agent_payload()
+    payload = golden_payload()
     del payload["retention"], payload["reconciliation"]
     del payload["valid_time"]["t_end"], payload["citations"][0]["observed_at"]
     return {
@@ -85,7 +53,7 @@ def _minimal_capture() -> dict[str, Any]:
 
 
 def _maximal_capture() -> dict[str, Any]:
-    payload = _golden_agent_payload()
+    payload = golden_payload()
     payload["retention"] = {"derivative_rule": "retain", "expires_at": "2027-08-16T12:34:56.789Z"}
     payload["reconciliation"] = {"family_refs": ["family:a"]}
     payload["components"].append(

@@ -26,7 +26,7 @@ from aws_testing import REGION, FakeLambdaContext, MemoryLexicalIndex, moto_aws
 
 from engram_memory.adapters.local.audit import MemoryAuditLog
 from engram_memory.cloud import operator as cloud_operator
-from engram_memory.cloud.composition import build_engine
+from engram_memory.cloud.composition import AwsClients, build_engine
 from engram_memory.cloud.drainer import DrainerHandler
 from engram_memory.cloud.operator import REQUIRED_OUTPUTS, resolve_stack
 from engram_memory.cloud.settings import HostBinding
@@ -128,7 +128,7 @@ class Stack:
 
     @property
     def env(self) -> dict[str, str]:
-        return resolve_stack(self.session, self.name).environment()
+        return resolve_stack(AwsClients.of(self.session), self.name).environment()
 
     def engine(self) -> Engine:
         """The engine the stack's functions build."""
@@ -173,12 +173,12 @@ class Stack:
 
     def audit_lines(self) -> list[dict[str, Any]]:
         logs = self.session.client("logs")
-        group = resolve_stack(self.session, self.name).audit_log_group
+        group = resolve_stack(AwsClients.of(self.session), self.name).audit_log_group
         events = logs.filter_log_events(logGroupName=group).get("events", [])
         return [json.loads(event["message"]) for event in events]
 
     def items(self) -> list[dict[str, Any]]:
-        table = resolve_stack(self.session, self.name).table
+        table = resolve_stack(AwsClients.of(self.session), self.name).table
         items: list[dict[str, Any]] = self.session.client("dynamodb").scan(TableName=table)["Items"]
         return items
 
@@ -205,7 +205,7 @@ class Stacks:
         stack = self.made[name] = Stack(name, self.session)
         # as the template sets it (moto's CloudFormation ignores the table's PITR property)
         self.session.client("dynamodb").update_continuous_backups(
-            TableName=resolve_stack(self.session, name).table,
+            TableName=resolve_stack(AwsClients.of(self.session), name).table,
             PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True},
         )
         return stack
@@ -403,7 +403,7 @@ def test_backup_and_restore_through_a_dynamodb_export(stacks: Stacks) -> None:
 
     # the source's own table lost: restored onto its own key store, the candidate opens again
     dynamodb = source.session.client("dynamodb")
-    table = resolve_stack(source.session, source.name).table
+    table = resolve_stack(AwsClients.of(source.session), source.name).table
     for item in source.items():
         dynamodb.delete_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})
     code, again, _ = stacks.admin(source, "restore", location)
@@ -510,7 +510,7 @@ def test_a_record_forgotten_after_a_backup_is_unreadable_and_unsearchable_after_
     assert code == 0, err
 
     dynamodb = stack.session.client("dynamodb")
-    table = resolve_stack(stack.session, stack.name).table
+    table = resolve_stack(AwsClients.of(stack.session), stack.name).table
     for item in stack.items():  # the table lost; the key table (never backed up) kept
         dynamodb.delete_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})
     stack.index._docs.clear()  # the OpenSearch domain lost too
@@ -528,7 +528,7 @@ def test_a_record_forgotten_after_a_backup_is_unreadable_and_unsearchable_after_
     assert code == 1 or shown.get("record") is None, shown
     # present in no file: not in the export's data files, the restored table or the bucket
     s3 = stack.session.client("s3")
-    bucket = resolve_stack(stack.session, stack.name).blob_bucket
+    bucket = resolve_stack(AwsClients.of(stack.session), stack.name).blob_bucket
     for listed in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
         data = s3.get_object(Bucket=bucket, Key=listed["Key"])["Body"].read()
         if listed["Key"].endswith(".gz"):

@@ -22,7 +22,8 @@ from test_tool_handlers import Cloud, capture_event, cloud, event, warm_apps
 
 from engram_memory.adapters.local.clock import SystemClock
 from engram_memory.binding.tokens import TokenIssuer
-from engram_memory.cloud.mcp_adapter import LambdaAdapter, build_adapter, execute_api_host
+from engram_memory.cloud.composition import build_adapter
+from engram_memory.cloud.mcp_adapter import LambdaAdapter, execute_api_host
 from engram_memory.engine.context import TOOLS
 from engram_memory.operator_plane.usecases import revoke_credentials
 

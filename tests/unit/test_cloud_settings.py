@@ -186,7 +186,7 @@ def test_every_client_shares_one_policy_and_the_adapter_s_lambda_client_only_wai
 
 
 def test_the_adapter_s_host_configuration_names_the_variable_it_refuses() -> None:
-    from engram_memory.cloud.mcp_adapter import build_adapter
+    from engram_memory.cloud.composition import build_adapter
 
     settings = AdapterSettings.from_env({**ADAPTER_ENV, "ENGRAM_RESOURCE_URI": "memory.example"})
     with pytest.raises(ConfigurationError) as raised:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
@@ -150,20 +150,8 @@ class ApprovalView:
         cls, asked: Asked, memory: Memory | None, *, committed_by_run: bool = False
     ) -> ApprovalView:
         """The view of a host's question and the memory it acts on (None: none shown)."""
-        return cls(
-            approval_id=asked.approval_id,
-            tool=asked.tool,
-            target=asked.target,
-            principal=asked.principal,
-            agent_id=asked.agent_id,
-            session_id=asked.session_id,
-            tenant_id=asked.tenant_id,
-            workspace_id=asked.workspace_id,
-            reason_ref=asked.reason_ref,
-            expires_at_ms=asked.expires_at_ms,
-            memory=memory,
-            committed_by_run=committed_by_run,
-        )
+        asked_fields = {name: getattr(asked, name) for name in _ASKED_FIELDS}
+        return cls(**asked_fields, memory=memory, committed_by_run=committed_by_run)
 
     @property
     def title(self) -> str:
@@ -192,6 +180,12 @@ class ApprovalView:
             ("Target", self.target or "(a new memory)"),
             ("Time left", self.time_left(now_ms)),
         ]
+
+
+# What the view takes of a host's question (``Asked``): all but what the host adds.
+_ASKED_FIELDS: Final = tuple(
+    field.name for field in fields(ApprovalView) if field.name not in {"memory", "committed_by_run"}
+)
 
 
 def plain_summary(view: ApprovalView, now_ms: int) -> str:

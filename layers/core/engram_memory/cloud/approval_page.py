@@ -77,12 +77,9 @@ from engram_memory.cloud.approver_signin import (
     cookie_value,
 )
 from engram_memory.cloud.observability import instrumented
-from engram_memory.cloud.oidc import IssuerKeys, IssuerKeysUnavailable
+from engram_memory.cloud.oidc import IssuerKeysUnavailable
 from engram_memory.cloud.settings import (
-    MIN_SESSION_KEY_BYTES,
     ApprovalSettings,
-    client_config,
-    read_secret_bytes,
 )
 from engram_memory.engine.context import Scope
 from engram_memory.engine.kernel import checked_record
@@ -289,7 +286,9 @@ def _error(error: PageError, cookies: list[str] | None = None) -> dict[str, Any]
 
 
 @dataclass
-class _Parts:
+class ApprovalPageParts:
+    """What the approval function is wired from (``composition.build_approval_page``)."""
+
     approvals: ApprovalStore
     desk: CloudDesk
     cookies: SignedCookies
@@ -318,75 +317,20 @@ class ApprovalHandler:
         self.keys: KeySource | None = None
         self.now_ms = now_ms
         self._env = env
-        self._parts: _Parts | None = None
+        self._parts: ApprovalPageParts | None = None
         self._lock = threading.Lock()
         self._entry = instrumented(self._handle)
 
-    def _ready(self) -> _Parts:
+    def _ready(self) -> ApprovalPageParts:
         with self._lock:
             if self._parts is None:
                 self._parts = self._build()
             return self._parts
 
-    def _build(self) -> _Parts:
-        settings = ApprovalSettings.from_env(self._env)
-        session = None
+    def _build(self) -> ApprovalPageParts:
+        from engram_memory.cloud.composition import build_approval_page
 
-        def client(name: str) -> Any:
-            nonlocal session
-            session = session or settings.session()
-            return session.client(name, config=client_config())  # type: ignore[call-overload]
-
-        if self.approvals is None:
-            self.approvals = ApprovalStore(client("dynamodb"), settings.table)
-        if self.sfn is None:
-            self.sfn = client("stepfunctions")
-        if self.memories is None:
-            from engram_memory.adapters.aws.dynamo_store import DynamoStore
-            from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
-
-            dynamodb = client("dynamodb")
-            self.memories = StoredMemories(
-                DynamoStore(
-                    table_name=settings.table,
-                    bucket=settings.blob_bucket,
-                    dynamodb=dynamodb,
-                    s3=client("s3"),
-                ),
-                KmsRecordKeys(
-                    kms_key_id=settings.data_key_arn,
-                    key_table=settings.key_table,
-                    kms_client=client("kms"),
-                    dynamodb_client=dynamodb,
-                ),
-            )
-        if self.session_key is None:
-            self.session_key = read_secret_bytes(
-                client("secretsmanager"),
-                settings.session_secret_arn,
-                name="approval session",
-                variable="ENGRAM_APPROVAL_SESSION_SECRET_ARN",
-                minimum=MIN_SESSION_KEY_BYTES,
-            )
-        import hashlib
-        import hmac
-
-        # one secret, two keys: the cookies' MAC and the CSRF tokens' (never the same bytes)
-        cookie_key = hmac.new(self.session_key, b"cookies", hashlib.sha256).digest()
-        csrf_key = hmac.new(self.session_key, b"csrf", hashlib.sha256).digest()
-        cookies = SignedCookies(cookie_key, clock=lambda: self.now_ms() / 1000)
-        signin = OidcClient(
-            issuer=settings.issuer,
-            client_id=settings.client_id,
-            redirect_uri=settings.base_url + CALLBACK_PATH,
-            fetch=self.fetch or https_fetch(),
-            keys=self.keys or IssuerKeys(settings.issuer),
-            refused_audiences=frozenset({settings.resource_uri}),
-            clock=lambda: self.now_ms() / 1000,
-        )
-        desk = CloudDesk(self.approvals, self.sfn, cookies, csrf_key, self.memories)
-        parts = urlsplit(settings.base_url)
-        return _Parts(self.approvals, desk, cookies, signin, f"{parts.scheme}://{parts.netloc}")
+        return build_approval_page(self, ApprovalSettings.from_env(self._env))
 
     def signed_cookies(self) -> SignedCookies:
         """The cookies this function signs and reads (what a sign-in sets, for tests)."""
@@ -419,7 +363,7 @@ class ApprovalHandler:
         )
         return _response(page)
 
-    def _sign_in(self, parts: _Parts, request: _Request) -> dict[str, Any]:
+    def _sign_in(self, parts: ApprovalPageParts, request: _Request) -> dict[str, Any]:
         """No session: a GET goes to the identity provider and comes back here; a POST (its
         session expired while the page was open) is told to open the link again."""
         if request.method != "GET":
@@ -430,7 +374,7 @@ class ApprovalHandler:
             return _error(PageError.UNAVAILABLE)
         return _response(redirect(url), [parts.cookies.pending_cookie(pending)])
 
-    def _callback(self, parts: _Parts, request: _Request) -> dict[str, Any]:
+    def _callback(self, parts: ApprovalPageParts, request: _Request) -> dict[str, Any]:
         cleared = [SignedCookies.cleared(SIGNIN_COOKIE)]
         pending = parts.cookies.pending(cookie_value(request.cookie_header, SIGNIN_COOKIE))
         if request.method != "GET" or pending is None or "error" in request.query:
@@ -457,6 +401,7 @@ class ApprovalHandler:
 __all__ = [
     "CALLBACK_PATH",
     "ApprovalHandler",
+    "ApprovalPageParts",
     "CloudDesk",
     "StoredMemories",
     "https_fetch",

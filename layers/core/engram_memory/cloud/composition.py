@@ -9,7 +9,7 @@ are imported inside, called on a function's first invocation (the cold-start sin
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -31,16 +31,24 @@ if TYPE_CHECKING:
     from mypy_boto3_kms.client import KMSClient
     from mypy_boto3_s3.client import S3Client
 
+    from engram_memory.cloud.approval_page import ApprovalHandler, ApprovalPageParts
+    from engram_memory.cloud.approvals import ApprovalStore
     from engram_memory.cloud.execution_gate import ExecutionGate
+    from engram_memory.cloud.settings import StoredRecordsSettings
     from engram_memory.engine.ports import AdmissionPolicy
+    from engram_memory.mcp_surface.server import EngramMcp
 
 from engram_memory.cloud.settings import (
+    MIN_SESSION_KEY_BYTES,
+    AdapterSettings,
+    ApprovalSettings,
     ConfigurationError,
     EngineEnvironment,
     GateSettings,
     client_config,
     gate_settings,
     read_cursor_key,
+    read_secret_bytes,
 )
 
 # The tools whose human confirmation and commit run in a Step Functions execution.
@@ -109,9 +117,38 @@ def build_engine(
     )
 
 
-class _Aws:
-    """The settings and the boto3 session one engine is wired from. The session is made on
-    first use, so a caller passing every client never needs credentials or a region."""
+class AwsClients:
+    """The one place a client of the cloud host is made: every client from one boto3 session,
+    made on first use (a caller passing every client never needs credentials or a region), with
+    the one timeout and retry policy of ``client_config``."""
+
+    def __init__(self, make_session: Callable[[], Session], session: Session | None = None) -> None:
+        self._make_session = make_session
+        self._session = session
+
+    @classmethod
+    def of(cls, session: Session) -> AwsClients:
+        """The clients of a session already made (the operator's, a test's)."""
+        return cls(lambda: session, session)
+
+    def session(self) -> Session:
+        if self._session is None:
+            self._session = self._make_session()
+        return self._session
+
+    def client(
+        self, name: str, *, read_timeout_s: float | None = None, retries: bool = True
+    ) -> Any:
+        config = (
+            client_config(retries=retries)
+            if read_timeout_s is None
+            else client_config(read_timeout_s=read_timeout_s, retries=retries)
+        )
+        return self.session().client(name, config=config)  # type: ignore[call-overload]
+
+
+class _Aws(AwsClients):
+    """The engine's settings and the clients it is wired from."""
 
     def __init__(
         self, settings: EngineEnvironment | Mapping[str, str], session: Session | None
@@ -121,15 +158,7 @@ class _Aws:
             if isinstance(settings, EngineEnvironment)
             else EngineEnvironment.from_env(settings)
         )
-        self._session = session
-
-    def session(self) -> Session:
-        if self._session is None:
-            self._session = self.env.session()
-        return self._session
-
-    def client(self, name: str) -> Any:  # every client with the one policy of ``client_config``
-        return self.session().client(name, config=client_config())  # type: ignore[call-overload]
+        super().__init__(self.env.session, session)
 
 
 def _canonical_adapters(
@@ -150,15 +179,7 @@ def _canonical_adapters(
     if (store is None or vault is None or record_keys is None) and dynamodb_client is None:
         dynamodb_client = aws.client("dynamodb")
     if store is None:
-        from engram_memory.adapters.aws.dynamo_store import DynamoStore
-
-        store = DynamoStore(
-            table_name=env.table,
-            bucket=env.blob_bucket,
-            dynamodb=dynamodb_client,
-            s3=s3_client if s3_client is not None else aws.client("s3"),
-            session=aws.session(),
-        )
+        store = canonical_store(aws, env, dynamodb_client, s3_client)
 
     def key_table() -> dict[str, Any]:  # each adapter its own KMS client, as when built apart
         return {
@@ -181,6 +202,101 @@ def _canonical_adapters(
 
         record_keys = KmsRecordKeys(**key_table())
     return store, vault, record_keys
+
+
+def canonical_store(
+    clients: AwsClients,
+    tables: StoredRecordsSettings,
+    dynamodb_client: DynamoDBClient | None = None,
+    s3_client: S3Client | None = None,
+) -> Store:
+    """``DynamoStore`` over ``ENGRAM_TABLE``, large attributes in ``ENGRAM_BLOB_BUCKET``."""
+    from engram_memory.adapters.aws.dynamo_store import DynamoStore
+
+    return DynamoStore(
+        table_name=tables.table,
+        bucket=tables.blob_bucket,
+        dynamodb=dynamodb_client if dynamodb_client is not None else clients.client("dynamodb"),
+        s3=s3_client if s3_client is not None else clients.client("s3"),
+        session=clients.session(),
+    )
+
+
+def approval_store(clients: AwsClients, table: str) -> ApprovalStore:
+    """The parked approvals of withdraw and forget runs, in the canonical table."""
+    from engram_memory.cloud.approvals import ApprovalStore
+
+    return ApprovalStore(clients.client("dynamodb"), table)
+
+
+def build_approval_page(handler: ApprovalHandler, settings: ApprovalSettings) -> ApprovalPageParts:
+    """The approval function's parts: ``ApprovalSettings`` in; what ``handler`` was given
+    before its first invocation (tests: the store, Step Functions, memories, the session key,
+    the identity provider's fetch and keys) is kept, the rest built here."""
+    from engram_memory.cloud.approval_page import StoredMemories
+
+    clients = AwsClients(settings.session)
+    if handler.approvals is None:
+        handler.approvals = approval_store(clients, settings.table)
+    if handler.sfn is None:
+        handler.sfn = clients.client("stepfunctions")
+    if handler.memories is None:
+        from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
+
+        dynamodb = clients.client("dynamodb")
+        handler.memories = StoredMemories(
+            canonical_store(clients, settings, dynamodb),
+            KmsRecordKeys(
+                kms_key_id=settings.data_key_arn,
+                key_table=settings.key_table,
+                kms_client=clients.client("kms"),
+                dynamodb_client=dynamodb,
+            ),
+        )
+    if handler.session_key is None:
+        handler.session_key = read_secret_bytes(
+            clients.client("secretsmanager"),
+            settings.session_secret_arn,
+            name="approval session",
+            variable="ENGRAM_APPROVAL_SESSION_SECRET_ARN",
+            minimum=MIN_SESSION_KEY_BYTES,
+        )
+    return _approval_page_parts(handler, settings, handler.approvals, handler.session_key)
+
+
+def _approval_page_parts(
+    handler: ApprovalHandler, settings: ApprovalSettings, approvals: ApprovalStore, key: bytes
+) -> ApprovalPageParts:
+    import hashlib
+    import hmac
+    from urllib.parse import urlsplit
+
+    from engram_memory.cloud.approval_page import (
+        CALLBACK_PATH,
+        ApprovalPageParts,
+        CloudDesk,
+        https_fetch,
+    )
+    from engram_memory.cloud.approver_signin import OidcClient, SignedCookies
+    from engram_memory.cloud.oidc import IssuerKeys
+
+    # one secret, two keys: the cookies' MAC and the CSRF tokens' (never the same bytes)
+    cookie_key = hmac.new(key, b"cookies", hashlib.sha256).digest()
+    csrf_key = hmac.new(key, b"csrf", hashlib.sha256).digest()
+    cookies = SignedCookies(cookie_key, clock=lambda: handler.now_ms() / 1000)
+    signin = OidcClient(
+        issuer=settings.issuer,
+        client_id=settings.client_id,
+        redirect_uri=settings.base_url + CALLBACK_PATH,
+        fetch=handler.fetch or https_fetch(),
+        keys=handler.keys or IssuerKeys(settings.issuer),
+        refused_audiences=frozenset({settings.resource_uri}),
+        clock=lambda: handler.now_ms() / 1000,
+    )
+    assert handler.memories is not None
+    desk = CloudDesk(approvals, handler.sfn, cookies, csrf_key, handler.memories)
+    origin = urlsplit(settings.base_url)
+    return ApprovalPageParts(approvals, desk, cookies, signin, f"{origin.scheme}://{origin.netloc}")
 
 
 def _lexical_index(aws: _Aws, opensearch_client: Any) -> LexicalIndex:
@@ -245,17 +361,69 @@ def build_execution_gate(
     ``ENGRAM_WITHDRAW_STATE_MACHINE_ARN`` / ``ENGRAM_FORGET_STATE_MACHINE_ARN``, the function's
     own machine; ``ENGRAM_TABLE``, parked approvals; ``ENGRAM_APPROVAL_BASE_URL``, the approval
     page's https origin), gate out; clients in ``AWS_REGION``."""
-    from engram_memory.cloud.approvals import ApprovalStore
     from engram_memory.cloud.execution_gate import ExecutionGate
 
     gate = settings if isinstance(settings, GateSettings) else gate_settings(tool, settings)
-    session = gate.session()
-    config = client_config()
+    clients = AwsClients(gate.session)
     return ExecutionGate(
-        sfn=session.client("stepfunctions", config=config),
-        approvals=ApprovalStore(session.client("dynamodb", config=config), gate.table),
+        sfn=clients.client("stepfunctions"),
+        approvals=approval_store(clients, gate.table),
         state_machine_arn=gate.state_machine_arn,
         approval_base_url=gate.approval_base_url,
+    )
+
+
+def build_adapter(
+    settings: AdapterSettings | Mapping[str, str] = os.environ,
+    *,
+    session: Session | None = None,
+    lambda_client: Any = None,
+    secrets_client: Any = None,
+    jwks: Mapping[str, Any] | None = None,
+    jwks_fetcher: Callable[[str], dict[str, Any]] | None = None,
+    clock: Clock | None = None,
+    audit: AuditSink | None = None,
+) -> EngramMcp:
+    """The MCP surface of the adapter Lambda: ``AdapterSettings`` in (or the template's
+    environment, parsed here), surface out.
+
+    Reads the issuer's discovery document and JWKS (``jwks`` / ``jwks_fetcher`` pin a static
+    JWKS instead; call this once per cold start) and the request-state secret; the
+    Lambda client is created on first use. Raises ``ConfigurationError``.
+    """
+    from engram_memory.cloud.mcp_adapter import (
+        TOOL_INVOKE_TIMEOUT_S,
+        LambdaToolEngine,
+        host_config_of,
+        request_state_key,
+        token_verifier,
+    )
+    from engram_memory.mcp_surface.request_state import RequestStateSealer
+    from engram_memory.mcp_surface.server import EngramMcp, SurfaceRuntime
+
+    env = settings if isinstance(settings, AdapterSettings) else AdapterSettings.from_env(settings)
+    clients = AwsClients(env.session, session)
+    host = host_config_of(env)
+    verifier = token_verifier(host, jwks, jwks_fetcher)
+    if secrets_client is None:
+        secrets_client = clients.client("secretsmanager")
+    sealer = RequestStateSealer(request_state_key(secrets_client, env.request_state_secret_arn))
+    clock, audit = _clock_and_audit(clock, audit)
+
+    def new_lambda_client() -> Any:
+        # invocations may take the tool function's whole timeout: no retries of a slow call
+        return clients.client("lambda", read_timeout_s=TOOL_INVOKE_TIMEOUT_S, retries=False)
+
+    engine = LambdaToolEngine(
+        {str(tool): name for tool, name in env.tool_functions.items()},
+        clock=clock,
+        audit=audit,
+        lambda_client=lambda_client,
+        client_factory=new_lambda_client,
+    )
+    # No approval channel: a run asks, not the surface (``mcp_surface.approval_channel``).
+    return EngramMcp(
+        SurfaceRuntime(engine=engine, verifier=verifier, host=host, sealer=sealer, clock=clock)
     )
 
 

@@ -1,6 +1,6 @@
 """The MCP adapter Lambda: the MCP surface, stateless, in front of the six tool functions.
 
-``build_adapter`` wires the same ``EngramMcp`` the embedded server runs, but over a
+``composition.build_adapter`` wires the same ``EngramMcp`` the embedded server runs, but over a
 ``LambdaToolEngine``: each tool call is a ``RequestResponse`` invocation of the tool's function
 (``ENGRAM_TOOL_FUNCTIONS``) with ``ToolInvocation.from_trusted(...)``. ``LambdaAdapter`` serves
 API Gateway HTTP API (payload v2) events through a small ASGI bridge: the Starlette app (bearer
@@ -47,7 +47,6 @@ from engram_memory.cloud.oidc import IssuerKeysUnavailable, oidc_verifier
 from engram_memory.cloud.settings import (
     AdapterSettings,
     ConfigurationError,
-    client_config,
     read_secret_bytes,
 )
 from engram_memory.cloud.wire import ToolInvocation, request_of
@@ -61,12 +60,11 @@ from engram_memory.contract.errors import (
 from engram_memory.engine.context import TOOLS, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
 from engram_memory.engine.ports import AuditEvent, AuditSink, Clock
-from engram_memory.mcp_surface.request_state import RequestStateSealer
-from engram_memory.mcp_surface.server import EngramMcp, SurfaceRuntime
+from engram_memory.mcp_surface.server import EngramMcp
 from engram_memory.mcp_surface.transports import McpGate, streamable_app
 
 if TYPE_CHECKING:
-    from boto3.session import Session
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +85,9 @@ __all__ = [
     "AsgiLambdaBridge",
     "LambdaAdapter",
     "LambdaToolEngine",
-    "build_adapter",
+    "host_config_of",
     "request_state_key",
+    "token_verifier",
 ]
 
 
@@ -279,7 +278,7 @@ def request_state_key(secrets_client: Any, secret_arn: str) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(secret)
 
 
-def _host_config(settings: AdapterSettings) -> HostConfig:
+def host_config_of(settings: AdapterSettings) -> HostConfig:
     options: dict[str, Any] = {
         "resource": settings.resource_uri,
         "issuer": settings.issuer,
@@ -310,7 +309,7 @@ _HOST_VARIABLES: Final = {
 }
 
 
-def _verifier(
+def token_verifier(
     host: HostConfig,
     jwks: Mapping[str, Any] | None,
     jwks_fetcher: Callable[[str], dict[str, Any]] | None,
@@ -329,64 +328,6 @@ def _verifier(
         raise ConfigurationError(
             "ENGRAM_ISSUER is invalid: its JWKS has no usable signing key"
         ) from exc
-
-
-def build_adapter(
-    settings: AdapterSettings | Mapping[str, str] = os.environ,
-    *,
-    session: Session | None = None,
-    lambda_client: Any = None,
-    secrets_client: Any = None,
-    jwks: Mapping[str, Any] | None = None,
-    jwks_fetcher: Callable[[str], dict[str, Any]] | None = None,
-    clock: Clock | None = None,
-    audit: AuditSink | None = None,
-) -> EngramMcp:
-    """The MCP surface of the adapter Lambda: ``AdapterSettings`` in (or the template's
-    environment, parsed here), surface out.
-
-    Reads the issuer's discovery document and JWKS (``jwks`` / ``jwks_fetcher`` pin a static
-    JWKS instead; call this once per cold start) and the request-state secret; the
-    Lambda client is created on first use. Raises ``ConfigurationError``.
-    """
-    env = settings if isinstance(settings, AdapterSettings) else AdapterSettings.from_env(settings)
-    sessions: list[Session] = [session] if session is not None else []
-
-    def session_of_env() -> Session:
-        if not sessions:
-            sessions.append(env.session())
-        return sessions[0]
-
-    host = _host_config(env)
-    verifier = _verifier(host, jwks, jwks_fetcher)
-    if secrets_client is None:
-        secrets_client = session_of_env().client("secretsmanager", config=client_config())
-    sealer = RequestStateSealer(request_state_key(secrets_client, env.request_state_secret_arn))
-    if clock is None:
-        from engram_memory.adapters.local.clock import SystemClock
-
-        clock = SystemClock()
-    if audit is None:
-        from engram_memory.cloud.observability import PowertoolsAuditSink
-
-        audit = PowertoolsAuditSink()
-
-    def new_lambda_client() -> Any:
-        # invocations may take the tool function's whole timeout: no retries of a slow call
-        config = client_config(read_timeout_s=TOOL_INVOKE_TIMEOUT_S, retries=False)
-        return session_of_env().client("lambda", config=config)
-
-    engine = LambdaToolEngine(
-        {str(tool): name for tool, name in env.tool_functions.items()},
-        clock=clock,
-        audit=audit,
-        lambda_client=lambda_client,
-        client_factory=new_lambda_client,
-    )
-    # No approval channel: a run asks, not the surface (``mcp_surface.approval_channel``).
-    return EngramMcp(
-        SurfaceRuntime(engine=engine, verifier=verifier, host=host, sealer=sealer, clock=clock)
-    )
 
 
 def stateless_app(surface: EngramMcp, *, extra_hosts: list[str] | None = None) -> McpGate:
@@ -597,7 +538,7 @@ class LambdaAdapter:
         self,
         *,
         env: Mapping[str, str] = os.environ,
-        build: Callable[[AdapterSettings], EngramMcp] = build_adapter,
+        build: Callable[[AdapterSettings], EngramMcp] | None = None,
     ) -> None:
         self._env = env
         self._build = build
@@ -614,7 +555,7 @@ class LambdaAdapter:
                 self.settings = AdapterSettings.from_env(self._env)
             if self.bridge is None:
                 if self.surface is None:
-                    self.surface = self._build(self.settings)
+                    self.surface = self._surface(self.settings)
                 self.gate = stateless_app(self.surface, extra_hosts=self.settings.allowed_hosts)
                 self.bridge = AsgiLambdaBridge(self.gate)
             assert self.gate is not None
@@ -623,6 +564,13 @@ class LambdaAdapter:
             if default_host is not None and default_host not in self.gate.allowed_hosts:
                 self.gate.allowed_hosts.append(default_host)
             return self.bridge
+
+    def _surface(self, settings: AdapterSettings) -> EngramMcp:
+        if self._build is not None:
+            return self._build(settings)
+        from engram_memory.cloud.composition import build_adapter
+
+        return build_adapter(settings)
 
     def __call__(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         answer: dict[str, Any] = self._entry(event, context)

@@ -36,8 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from engram_memory.cloud.composition import build_engine
-from engram_memory.cloud.settings import ConfigurationError, client_config
+from engram_memory.cloud.composition import AwsClients, build_engine
+from engram_memory.cloud.settings import ConfigurationError
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import AuditEvent, IndexHit, IndexUnavailable, ProjectionChange
@@ -113,23 +113,23 @@ class StackResources:
         }
 
 
-def resolve_stack(session: Session, stack_name: str) -> StackResources:
+def resolve_stack(clients: AwsClients, stack_name: str) -> StackResources:
     """The stack's resources from ``describe_stacks`` and ``list_stack_resources``."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    cloudformation = session.client("cloudformation", config=client_config())
+    cloudformation = clients.client("cloudformation")
     try:
         stacks = cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
         resources = cloudformation.list_stack_resources(StackName=stack_name)
     except ClientError as exc:
         raise StackError(
-            f"stack {stack_name!r} not found in {session.region_name}"
+            f"stack {stack_name!r} not found in {clients.session().region_name}"
             f" ({exc.response.get('Error', {}).get('Code', 'error')})"
         ) from None
     except BotoCoreError as exc:
         raise StackError(f"CloudFormation is unreachable: {type(exc).__name__}") from None
     if not stacks:
-        raise StackError(f"stack {stack_name!r} not found in {session.region_name}")
+        raise StackError(f"stack {stack_name!r} not found in {clients.session().region_name}")
     stack = stacks[0]
     outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs", [])}
     parameters = {
@@ -154,7 +154,7 @@ def resolve_stack(session: Session, stack_name: str) -> StackResources:
     )
     return StackResources(
         stack_name=stack_name,
-        region=str(session.region_name),
+        region=str(clients.session().region_name),
         tenant_id=tenant_id,
         table=outputs["EngramTableName"],
         key_table=outputs["EngramKeyTableName"],
@@ -168,12 +168,12 @@ def resolve_stack(session: Session, stack_name: str) -> StackResources:
     )
 
 
-def operator_identity(session: Session) -> str:
+def operator_identity(clients: AwsClients) -> str:
     """The caller's ARN (``sts:GetCallerIdentity``): the operator every audit line names."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        arn = session.client("sts", config=client_config()).get_caller_identity()["Arn"]
+        arn = clients.client("sts").get_caller_identity()["Arn"]
     except (BotoCoreError, ClientError) as exc:
         raise StackError(f"no AWS identity to act as ({type(exc).__name__})") from None
     return str(arn)
@@ -281,11 +281,11 @@ class OperatorSession:
             )
 
 
-def lambda_invoker(session: Session, function_name: str) -> DrainerInvoker:
+def lambda_invoker(clients: AwsClients, function_name: str) -> DrainerInvoker:
     """Invoke the stack's outbox drainer with an event, waiting for its answer."""
 
     def invoke(event: Mapping[str, Any]) -> Mapping[str, Any]:
-        client = session.client("lambda", config=client_config(read_timeout_s=300, retries=False))
+        client = clients.client("lambda", read_timeout_s=300, retries=False)
         response = client.invoke(
             FunctionName=function_name,
             InvocationType="RequestResponse",
@@ -318,13 +318,13 @@ def open_stack(
         session = boto3.session.Session(region_name=region) if region else boto3.session.Session()
     if not session.region_name:
         raise StackError("no AWS region: pass --region or set AWS_REGION")
-    resources = resolve_stack(session, stack_name)
-    operator = operator_identity(session)
-    config = client_config()
-    dynamodb = session.client("dynamodb", config=config)
-    kms = session.client("kms", config=config)
-    s3 = session.client("s3", config=config)
-    audit = CloudWatchAuditSink(session.client("logs", config=config), resources.audit_log_group)
+    clients = AwsClients.of(session)
+    resources = resolve_stack(clients, stack_name)
+    operator = operator_identity(clients)
+    dynamodb = clients.client("dynamodb")
+    kms = clients.client("kms")
+    s3 = clients.client("s3")
+    audit = CloudWatchAuditSink(clients.client("logs"), resources.audit_log_group)
     try:
         engine = build_engine(
             resources.environment(),
@@ -343,7 +343,7 @@ def open_stack(
         operator=operator,
         engine=engine,
         session=session,
-        invoke_drainer=invoke_drainer or lambda_invoker(session, resources.drainer_function),
+        invoke_drainer=invoke_drainer or lambda_invoker(clients, resources.drainer_function),
         kms=kms,
         dynamodb=dynamodb,
         s3=s3,

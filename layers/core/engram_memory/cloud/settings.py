@@ -196,7 +196,7 @@ class _BindingSettings(_Settings):
         return HostBinding(self.tenant_id, self.retention_ceiling_s)
 
 
-class _StoredRecords(_Settings):
+class StoredRecordsSettings(_Settings):
     """Where the records are, and the keys that open their sealed bodies."""
 
     table: Text = _env("ENGRAM_TABLE", "the canonical DynamoDB table's name")
@@ -209,7 +209,7 @@ class _StoredRecords(_Settings):
     )
 
 
-class EngineEnvironment(_BindingSettings, _StoredRecords):
+class EngineEnvironment(_BindingSettings, StoredRecordsSettings):
     """What ``composition.build_engine`` reads: the engine of one tenant, and its binding."""
 
     cursor_secret_arn: Text = _env(
@@ -333,7 +333,7 @@ class AdapterSettings(_BindingSettings):
     )
 
 
-class ApprovalSettings(_StoredRecords):
+class ApprovalSettings(StoredRecordsSettings):
     """The approval page (``functions/approval/app.py``) and its OpenID Connect sign-in.
 
     The OIDC redirect URI is ``<approval_base_url>/approvals/callback``; an ID token whose

@@ -20,12 +20,12 @@ from engram_memory.cloud.approvals import (
     GateFailed,
     WorkflowRequest,
 )
+from engram_memory.cloud.composition import AwsClients, approval_store
 from engram_memory.cloud.observability import get_logger, record_projection_lag
 from engram_memory.cloud.settings import (
     LAMBDA_DEADLINE_MARGIN_MS,
     HostBinding,
     WorkflowSettings,
-    client_config,
 )
 from engram_memory.cloud.tool_handler import EngineHandler
 from engram_memory.contract.errors import ErrorCode
@@ -58,8 +58,7 @@ class WorkflowHandler(EngineHandler):
             engine, binding = self._ready_locked()
             if self.approvals is None:
                 settings = self._settings_locked()
-                dynamodb = settings.session().client("dynamodb", config=client_config())
-                self.approvals = ApprovalStore(dynamodb, settings.table)
+                self.approvals = approval_store(AwsClients(settings.session), settings.table)
             return engine, self.approvals, binding
 
     def _handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ models (``contract.schemas``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Annotated, Any, ClassVar, Final, Literal
 
@@ -62,9 +63,29 @@ class ToolInput(ClosedModel):
     reads about the tool in ``tools/list`` (title, description, effect), so adding a tool means
     one input model, one output model, one use case and its wiring."""
 
-    tool_title: ClassVar[str]
-    tool_effect: ClassVar[ToolEffect]
-    tool_description: ClassVar[str]
+    tool: ClassVar[ToolCard]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCard:
+    """What an agent reads about a tool in ``tools/list`` (beside its input schema)."""
+
+    title: str
+    effect: ToolEffect
+    description: str
+
+
+# The fields that mean the same in every tool that takes them.
+OperationKey = Annotated[
+    IdempotencyKey,
+    Field(description="16..256 UTF-8 bytes, NFC; one key per logical operation, reused on retry."),
+]
+OwnCandidate = Annotated[
+    CandidateId, Field(description="A candidate_id exactly as capture returned it.")
+]
+ShownReason = Annotated[
+    Ref, Field(description="Opaque reference to why; shown to the human who confirms.")
+]
 
 
 def _distinct(values: list[str]) -> list[str]:
@@ -108,16 +129,18 @@ class CapabilityPolicy(ClosedModel):
 class SearchInput(ToolInput):
     """Find current, accepted memories with citations and a rank receipt."""
 
-    tool_title: ClassVar[str] = "Search memory"
-    tool_effect: ClassVar[ToolEffect] = "read"
-    tool_description: ClassVar[str] = (
-        "Search durable, admitted memories of this workspace (decisions with their reasons, verified"
-        " facts with citations, conventions, recurring pitfalls and fixes). Use it before capture, and"
-        " before answering from assumptions. Returns only current accepted records, each with its"
-        " citations, a score and a rank, plus a rank receipt. records: [] means no match."
-        " STALE_PAGE: search again without page_cursor. PROJECTION_OVERSIZED / RESULT_TOO_LARGE: lower"
-        " limit or raise max_packet_bytes. RANKING_UNAVAILABLE: retry, or ask for lexical ranking."
-        + TOOL_ERRORS
+    tool: ClassVar[ToolCard] = ToolCard(
+        title="Search memory",
+        effect="read",
+        description=(
+            "Search durable, admitted memories of this workspace (decisions with their reasons, verified"
+            " facts with citations, conventions, recurring pitfalls and fixes). Use it before capture, and"
+            " before answering from assumptions. Returns only current accepted records, each with its"
+            " citations, a score and a rank, plus a rank receipt. records: [] means no match."
+            " STALE_PAGE: search again without page_cursor. PROJECTION_OVERSIZED / RESULT_TOO_LARGE: lower"
+            " limit or raise max_packet_bytes. RANKING_UNAVAILABLE: retry, or ask for lexical ranking."
+            + TOOL_ERRORS
+        ),
     )
 
     query: QueryText = Field(description="What to look for: 1..8,192 UTF-8 bytes, NFC.")
@@ -147,12 +170,14 @@ class SearchInput(ToolInput):
 class GetInput(ToolInput):
     """Read one known, current record without ranking."""
 
-    tool_title: ClassVar[str] = "Get a memory"
-    tool_effect: ClassVar[ToolEffect] = "read"
-    tool_description: ClassVar[str] = (
-        "Read one known record by record_id (copied exactly from search or admission), without ranking,"
-        " with a read receipt. NOT_FOUND means unknown, out of your scope or no longer current —"
-        " indistinguishable by design; do not probe variants." + TOOL_ERRORS
+    tool: ClassVar[ToolCard] = ToolCard(
+        title="Get a memory",
+        effect="read",
+        description=(
+            "Read one known record by record_id (copied exactly from search or admission), without ranking,"
+            " with a read receipt. NOT_FOUND means unknown, out of your scope or no longer current —"
+            " indistinguishable by design; do not probe variants." + TOOL_ERRORS
+        ),
     )
 
     record_id: RecordId = Field(description="A record_id exactly as returned (mem_ + base32).")
@@ -293,24 +318,24 @@ class Evidence(ClosedModel):
 class CaptureInput(ToolInput):
     """Submit cited material as an encrypted pending candidate."""
 
-    tool_title: ClassVar[str] = "Capture a memory (pending)"
-    tool_effect: ClassVar[ToolEffect] = "write"
-    tool_description: ClassVar[str] = (
-        "Submit durable, cited knowledge worth finding again later (a decision and its reason, a"
-        " verified fact with a source, a convention, a hand-off fact) as an encrypted PENDING candidate."
-        " Search first: if an equivalent current record exists, cite its record_id instead. Never"
-        " capture secrets, credentials, tokens, passwords, connection strings, .env values or the host's"
-        " own ids; never capture chat transcripts, raw tool output, temporary task state or speculation."
-        " A candidate is not searchable or readable until request_admission accepts it; a candidate_id"
-        " is not a record_id. status committed_pending = new candidate; duplicate_exact = the same"
-        " idempotency_key with the same content again (not a semantic duplicate check)."
-        " DIGEST_CONFLICT: the key was used for other content. Omit retention and reconciliation unless"
-        " instructed." + TOOL_ERRORS
+    tool: ClassVar[ToolCard] = ToolCard(
+        title="Capture a memory (pending)",
+        effect="write",
+        description=(
+            "Submit durable, cited knowledge worth finding again later (a decision and its reason, a"
+            " verified fact with a source, a convention, a hand-off fact) as an encrypted PENDING candidate."
+            " Search first: if an equivalent current record exists, cite its record_id instead. Never"
+            " capture secrets, credentials, tokens, passwords, connection strings, .env values or the host's"
+            " own ids; never capture chat transcripts, raw tool output, temporary task state or speculation."
+            " A candidate is not searchable or readable until request_admission accepts it; a candidate_id"
+            " is not a record_id. status committed_pending = new candidate; duplicate_exact = the same"
+            " idempotency_key with the same content again (not a semantic duplicate check)."
+            " DIGEST_CONFLICT: the key was used for other content. Omit retention and reconciliation unless"
+            " instructed." + TOOL_ERRORS
+        ),
     )
 
-    idempotency_key: IdempotencyKey = Field(
-        description="16..256 UTF-8 bytes, NFC; one key per logical operation, reused on retry."
-    )
+    idempotency_key: OperationKey
     payload: Payload = Field(description="The memory to capture.")
     evidence: Evidence = Field(description="The evidence supporting it.")
 
@@ -353,62 +378,62 @@ class CaptureInput(ToolInput):
 class RequestAdmissionInput(ToolInput):
     """Ask the host's admission policy to decide on one of your pending candidates."""
 
-    tool_title: ClassVar[str] = "Request admission of a memory"
-    tool_effect: ClassVar[ToolEffect] = "write"
-    tool_description: ClassVar[str] = (
-        "Ask the host's admission policy to decide on one of your pending candidates. You cannot supply"
-        " or influence the decision; report the outcome exactly. accepted: the record is now current and"
-        " outcome.record_id identifies it. rejected: the policy refused it (e.g. it held a secret); the"
-        " candidate is destroyed. pending_adjudication: a human decides later; nothing was stored —"
-        " including when forgotten content was captured again. These are successful outcomes, not"
-        " errors. NOT_FOUND: unknown, not yours, or not pending." + TOOL_ERRORS
+    tool: ClassVar[ToolCard] = ToolCard(
+        title="Request admission of a memory",
+        effect="write",
+        description=(
+            "Ask the host's admission policy to decide on one of your pending candidates. You cannot supply"
+            " or influence the decision; report the outcome exactly. accepted: the record is now current and"
+            " outcome.record_id identifies it. rejected: the policy refused it (e.g. it held a secret); the"
+            " candidate is destroyed. pending_adjudication: a human decides later; nothing was stored —"
+            " including when forgotten content was captured again. These are successful outcomes, not"
+            " errors. NOT_FOUND: unknown, not yours, or not pending." + TOOL_ERRORS
+        ),
     )
 
-    candidate_id: CandidateId = Field(description="A candidate_id exactly as capture returned it.")
-    idempotency_key: IdempotencyKey = Field(
-        description="16..256 UTF-8 bytes, NFC; one key per logical operation, reused on retry."
-    )
+    candidate_id: OwnCandidate
+    idempotency_key: OperationKey
 
 
 class WithdrawInput(ToolInput):
     """End one of your pending candidates and crypto-shred it (needs human confirmation)."""
 
-    tool_title: ClassVar[str] = "Withdraw a pending memory"
-    tool_effect: ClassVar[ToolEffect] = "destructive"
-    tool_description: ClassVar[str] = (
-        "End one of your pending candidates (for example captured by mistake) and crypto-shred it: its"
-        " data key is destroyed, so it can never be read again. Needs a human's confirmation, which the"
-        " host asks for; you cannot confirm yourself. gate_failed: the human declined or the confirmation"
-        " failed — ask the human through the host, do not retry blindly. ALREADY_TERMINAL: already"
-        " withdrawn or rejected. ILLEGAL_TRANSITION: it was admitted; use forget on its record."
-        + TOOL_ERRORS
+    tool: ClassVar[ToolCard] = ToolCard(
+        title="Withdraw a pending memory",
+        effect="destructive",
+        description=(
+            "End one of your pending candidates (for example captured by mistake) and crypto-shred it: its"
+            " data key is destroyed, so it can never be read again. Needs a human's confirmation, which the"
+            " host asks for; you cannot confirm yourself. gate_failed: the human declined or the confirmation"
+            " failed — ask the human through the host, do not retry blindly. ALREADY_TERMINAL: already"
+            " withdrawn or rejected. ILLEGAL_TRANSITION: it was admitted; use forget on its record."
+            + TOOL_ERRORS
+        ),
     )
 
-    candidate_id: CandidateId = Field(description="A candidate_id exactly as capture returned it.")
-    idempotency_key: IdempotencyKey = Field(
-        description="16..256 UTF-8 bytes, NFC; one key per logical operation, reused on retry."
-    )
-    reason_ref: Ref = Field(description="Opaque reference to why; shown to the human who confirms.")
+    candidate_id: OwnCandidate
+    idempotency_key: OperationKey
+    reason_ref: ShownReason
 
 
 class ForgetInput(ToolInput):
     """Make an admitted record permanently ineligible (needs human confirmation)."""
 
-    tool_title: ClassVar[str] = "Forget a memory"
-    tool_effect: ClassVar[ToolEffect] = "destructive"
-    tool_description: ClassVar[str] = (
-        "Make an admitted record permanently ineligible: search and get stop returning it at once and"
-        " the same content can never be admitted again without a human. Needs a human's confirmation,"
-        " which the host asks for. gate_failed: declined or failed confirmation. ALREADY_TERMINAL: it"
-        " was already forgotten. projection_invalidation pending/complete reports the index clean-up,"
-        " which completes on its own." + TOOL_ERRORS
+    tool: ClassVar[ToolCard] = ToolCard(
+        title="Forget a memory",
+        effect="destructive",
+        description=(
+            "Make an admitted record permanently ineligible: search and get stop returning it at once and"
+            " the same content can never be admitted again without a human. Needs a human's confirmation,"
+            " which the host asks for. gate_failed: declined or failed confirmation. ALREADY_TERMINAL: it"
+            " was already forgotten. projection_invalidation pending/complete reports the index clean-up,"
+            " which completes on its own." + TOOL_ERRORS
+        ),
     )
 
     record_id: RecordId = Field(description="A record_id exactly as returned.")
-    idempotency_key: IdempotencyKey = Field(
-        description="16..256 UTF-8 bytes, NFC; one key per logical operation, reused on retry."
-    )
-    reason_ref: Ref = Field(description="Opaque reference to why; shown to the human who confirms.")
+    idempotency_key: OperationKey
+    reason_ref: ShownReason
 
 
 # The tools, in the order agents see them: each grant name and its input model.

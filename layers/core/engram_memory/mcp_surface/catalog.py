@@ -13,11 +13,11 @@ from engram_memory.contract.models import INPUT_MODELS
 TOOL_NAMES: Final = {grant: f"engram_memory_{grant}" for grant in INPUT_MODELS}
 GRANT_OF: Final = {name: grant for grant, name in TOOL_NAMES.items()}
 
-DESCRIPTIONS: Final = {grant: model.tool_description for grant, model in INPUT_MODELS.items()}
+DESCRIPTIONS: Final = {grant: model.tool.description for grant, model in INPUT_MODELS.items()}
 
 
 def _annotations(grant: str) -> types.ToolAnnotations:
-    effect = INPUT_MODELS[grant].tool_effect
+    effect = INPUT_MODELS[grant].tool.effect
     if effect == "read":
         return types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
     return types.ToolAnnotations(
@@ -69,7 +69,7 @@ def build_tools() -> dict[str, types.Tool]:
     return {
         grant: types.Tool(
             name=name,
-            title=INPUT_MODELS[grant].tool_title,
+            title=INPUT_MODELS[grant].tool.title,
             description=DESCRIPTIONS[grant],
             input_schema=input_schema(grant),
             output_schema=output_envelope_schema(grant),
