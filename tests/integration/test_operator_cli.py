@@ -453,6 +453,25 @@ def test_restore_without_keys_needs_new_keys_and_says_what_was_lost(
     assert report["projected"] == 0 and _search(target, "record survives") == []
 
 
+def test_restore_with_new_keys_adopts_a_key_store_that_holds_no_key_yet(
+    data: Path, capsys: Capture
+) -> None:
+    # A key store `init` made (or a --new-keys restore killed after making it) protects nothing:
+    # restoring onto it with --new-keys again is allowed, not refused as another's key store.
+    _captured(data, "Fresh keys: the journal comes back.", "operator-cli-key-0042", admit=True)
+    backup_file = data.parent / "engram.backup"
+    _admin(capsys, data, "backup", str(backup_file))
+    target = data.parent / "initialised"
+    assert main(["init", "--data-dir", str(target)]) == 0
+    capsys.readouterr()
+    report = _admin(capsys, target, "restore", str(backup_file), "--new-keys")
+    assert report["new_key_store"] is True and report["records_without_key"] == 1
+    shutil.rmtree(target)
+    shutil.copytree(data / "keys", target / "keys")  # a key store holding keys: not adopted
+    _admin(capsys, target, "restore", str(backup_file), "--new-keys")  # its own: restored
+    assert _admin(capsys, target, "status")["key_store"]["health"] == "ok"
+
+
 def test_a_withdraw_after_the_backup_reaches_the_restored_copy(data: Path, capsys: Capture) -> None:
     draft = _captured(
         data, "Withdrawn later: a secret-ish draft.", "operator-cli-key-0050", admit=False

@@ -236,8 +236,8 @@ def _settling_outbox(
             k.destroy_candidate_key(call.scope, candidate.key_ref, call.now_ms),
             k.destroy_record_key(call.scope, candidate.record_id, call.now_ms),
         )
-    return k.deferred_projections(
-        call.scope, candidate.record_id, "upsert_projection", call.now_ms
+    return tuple(
+        k.deferred_projections(call.scope, candidate.record_id, "upsert_projection", call.now_ms)
     )
 
 
