@@ -13,6 +13,9 @@ database in place and rebuilds every scope's projections from the records whose 
 exist: a record forgotten since the backup is neither readable nor searchable in the restored
 copy. ``new_keys`` restores onto a fresh key store instead, deliberately: the journal and the
 records' digests come back, but no body and no pending candidate can be opened again.
+
+Both are all or nothing under a kill at any step (``operator_plane/crash_points.py`` names the
+steps): each works on a hidden file and gives it its final name last.
 """
 
 from __future__ import annotations
