@@ -19,11 +19,11 @@ from pathlib import Path
 from engram_memory.embedded.backup import backup
 from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import EmbeddedHost, open_embedded
-from engram_memory.engine.context import Scope, TrustedContext, new_audit_id
+from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.ports import SealedBlob
 from engram_memory.engine.records import decode
 
-from engram_testing import capture_args, handled
+from engram_testing import capture_args, context, handled
 
 SCOPE = Scope("local", "default")
 WRITERS = 4
@@ -31,14 +31,9 @@ BEFORE = 5  # acknowledged captures per writer before the backup starts
 AFTER = 5  # and after it returned
 
 
-def _ctx(_writer: int) -> TrustedContext:
-    return TrustedContext(
-        tenant_id=SCOPE.tenant_id,
-        workspace_id=SCOPE.workspace_id,
-        principal="agent-alice",
-        purpose_ref="purpose:general",
-        audit_id=new_audit_id(),
-    )
+def _ctx(*_client: int) -> TrustedContext:
+    """An agent's context in the embedded host's default scope."""
+    return context(tenant=SCOPE.tenant_id, workspace=SCOPE.workspace_id)
 
 
 class Writers:

@@ -25,26 +25,21 @@ from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import holds_memories, open_embedded
 from engram_memory.embedded.host_file import load_host_config
 from engram_memory.embedded.issuer_keys import local_verifier
-from engram_memory.engine.context import Scope, TrustedContext, new_audit_id
+from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.ports import SealedBlob
 from engram_memory.engine.records import decode
 from engram_memory.operator_plane.crash_points import FAULT_ENV, STEPS
 
-from engram_testing import capture_args, handled
+from engram_testing import capture_args, context, handled
 
 REPO = Path(__file__).resolve().parents[2]
 SCOPE = Scope("local", "default")
 CASES = [(operation, step) for operation, steps in STEPS.items() for step in steps]
 
 
-def _ctx() -> TrustedContext:
-    return TrustedContext(
-        tenant_id=SCOPE.tenant_id,
-        workspace_id=SCOPE.workspace_id,
-        principal="agent-alice",
-        purpose_ref="purpose:general",
-        audit_id=new_audit_id(),
-    )
+def _ctx(*_client: int) -> TrustedContext:
+    """An agent's context in the embedded host's default scope."""
+    return context(tenant=SCOPE.tenant_id, workspace=SCOPE.workspace_id)
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,7 @@ def _staged_backup(store: SqliteStore, record_keys: RecordKeys, staged: Path) ->
     crash_point("backup.copied")
     checked = _check(staged, record_keys)
     _rollback_journal(staged)
-    _fsync(staged)
+    fsync_dir(staged)
     crash_point("backup.checked")
     return checked
 
@@ -336,7 +336,7 @@ def _projected(
     finally:
         host.close()  # checkpoints the staged database's WAL into it
     _rollback_journal(staged)
-    _fsync(staged)
+    fsync_dir(staged)
     return {
         "restored": str((data_dir / DATABASE_FILE).resolve()),
         "journal_heads": checked.scopes,
@@ -363,14 +363,6 @@ def _audit_restore(data_dir: Path, operator: str) -> None:
         )
     finally:
         host.close()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unlink_database(path: Path) -> None:
