@@ -27,11 +27,18 @@ def test_an_accepting_policy_promotes_the_candidate_to_a_record(harness: Harness
     )
 
 
-def test_admission_destroys_the_candidate_data_key(harness: Harness) -> None:
+def test_admission_keeps_the_candidate_data_key_until_its_record_is_forgotten(
+    harness: Harness,
+) -> None:
+    # A backup taken while the candidate was pending holds its ciphertext: the key must outlive
+    # the admission for that backup to restore what was acknowledged (issue 24), and go with
+    # the record so the backup cannot bring forgotten text back.
     captured = harness.capture()
     row = harness.store.candidate_get(context().scope, captured["candidate_id"])
     assert harness.vault.key_exists(row.key_ref)
-    harness.admit(captured["candidate_id"])
+    record_id = harness.admit(captured["candidate_id"])["outcome"]["record_id"]
+    assert harness.vault.key_exists(row.key_ref)
+    assert harness.forget(record_id)["ok"]
     assert not harness.vault.key_exists(row.key_ref)
 
 

@@ -11,7 +11,7 @@ import pytest
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import SealedBlob, Vault, VaultUnavailable
 
-from engram_testing import Harness, capture_args, context, embedded_harness
+from engram_testing import Harness, ScriptedPolicy, capture_args, context, embedded_harness
 
 PROMOTION_STEPS = [
     "begin",
@@ -21,8 +21,9 @@ PROMOTION_STEPS = [
     "candidate",
     "record",
     "projection",
-    "outbox",
 ]
+# An embedded promotion queues nothing (its index is in the store, the candidate's key stays):
+# the outbox step is a rejection's, which queues both keys' destruction.
 
 
 class Fault:
@@ -62,6 +63,20 @@ def test_a_store_failure_at_any_step_of_a_promotion_leaves_every_table_unchanged
     assert harness.store.candidate_get(context().scope, captured["candidate_id"]).state == "pending"
     retry = harness.ok("request_admission", args)
     assert retry["outcome"]["status"] == "accepted"
+
+
+def test_a_store_failure_queuing_a_rejections_key_destruction_leaves_every_table_unchanged(
+    faulty: tuple[Harness, Fault],
+) -> None:
+    harness, fault = faulty
+    harness.engine.policy = ScriptedPolicy("reject")
+    captured = harness.capture()
+    args = {"candidate_id": captured["candidate_id"], "idempotency_key": "admit-fault-00003"}
+    before = harness.store.table_snapshot()
+    fault.step = "outbox"
+    assert harness.call("request_admission", args)["error"]["code"] == "STORE_UNAVAILABLE"
+    assert harness.store.table_snapshot() == before
+    assert harness.ok("request_admission", args)["outcome"]["status"] == "rejected"
 
 
 def test_an_unknown_commit_outcome_after_commit_resolves_to_the_committed_output(

@@ -1,13 +1,14 @@
-"""Crash-safety of the candidate key's destruction at admission (``adapters/local/key_durability.py``).
+"""Crash-safety of the candidate key's destruction (``adapters/local/key_durability.py``).
 
-The key file's DELETE no longer syncs at its own commit: the scrub checkpoint that follows syncs
-the -wal and then the database file. A real engine in a child process captures and admits, and
-is killed (SIGKILL: nothing closed, nothing flushed by Python) at four points: after capture
-answered (its keys written in one sync), after admission answered, before the key's destruction
-ran, and between the DELETE and the checkpoint. Reopened,
-the record is intact and readable, and the candidate's key is gone from every file of the data
-directory (at once, or once the outbox item left by the crash is drained), so the candidate's
-ciphertext cannot be opened again.
+An admitted candidate's key lives until the record it became is forgotten (a backup taken while
+it was pending must still open it). The key file's DELETE does not sync at its own commit: the
+scrub checkpoint that follows syncs the -wal and then the database file. A real engine in a
+child process captures, admits and forgets, and is killed (SIGKILL: nothing closed, nothing
+flushed by Python) at four points: after capture answered (its keys written in one sync), after
+the forget answered, before the candidate key's destruction ran, and between the DELETE and the
+checkpoint. Reopened, the record is forgotten, and the candidate's key is gone from every file of
+the data directory (at once, or once the outbox item left by the crash is drained), so the
+candidate's ciphertext, in any backup, cannot be opened again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 from engram_memory.embedded.composition import open_embedded
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import KeyDestroyed, SealedBlob
+from engram_memory.operator_plane.usecases import forget_record
 
 from engram_testing import PURPOSE, context
 
@@ -40,6 +42,7 @@ _CHILD = textwrap.dedent(
 
     from engram_memory.adapters.local import vault as vault_module
     from engram_memory.embedded.composition import open_embedded
+    from engram_memory.operator_plane.usecases import forget_record
     from engram_testing import capture_args, context
 
     data_dir, crash = Path(sys.argv[1]), sys.argv[2]
@@ -81,7 +84,9 @@ _CHILD = textwrap.dedent(
         {"candidate_id": candidate_id, "idempotency_key": "crash-admit-000000000001"},
         ctx,
     )
-    print(json.dumps(admitted["output"]["value"]["outcome"]), flush=True)
+    outcome = admitted["output"]["value"]["outcome"]
+    forget_record(host.engine, ctx.scope, outcome["record_id"], "ops-carol", "obsolete")
+    print(json.dumps(outcome), flush=True)
     die()
     """
 )
@@ -122,16 +127,13 @@ def _key_row(data_dir: Path, key_ref: str) -> bool:
     return row is not None
 
 
-def _assert_record_intact_and_candidate_shredded(
+def _assert_forgotten_and_candidate_shredded(
     data_dir: Path, sealed: dict[str, Any], record_id: str
 ) -> None:
     host = open_embedded(data_dir)
     try:
         envelope = host.call("get", {"record_id": record_id, "purpose_ref": PURPOSE}, context())
-        assert envelope["ok"], envelope
-        record = envelope["output"]["value"]["record"]
-        assert record["record_id"] == record_id
-        assert record["components"][0]["text"] == TEXT
+        assert envelope["error"]["code"] == "NOT_FOUND", envelope
         assert host.engine.drain_outbox() == 0  # nothing left to do
         scope = Scope(context().tenant_id, context().workspace_id)
         blob = SealedBlob(sealed["key_ref"], bytes.fromhex(sealed["sealed"]))
@@ -143,9 +145,7 @@ def _assert_record_intact_and_candidate_shredded(
     assert _files_holding(data_dir, bytes.fromhex(sealed["wrapped"])) == []
 
 
-def test_killed_after_admission_answered_the_key_is_already_gone_and_the_record_intact(
-    tmp_path: Path,
-) -> None:
+def test_killed_after_the_forget_answered_the_key_is_already_gone(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     sealed, answer = _crash(data_dir, "after-answer")
 
@@ -153,7 +153,24 @@ def test_killed_after_admission_answered_the_key_is_already_gone_and_the_record_
     # Before anything reopens the data directory: no file holds the wrapped key any more.
     assert not _key_row(data_dir, sealed["key_ref"])
     assert _files_holding(data_dir, bytes.fromhex(sealed["wrapped"])) == []
-    _assert_record_intact_and_candidate_shredded(data_dir, sealed, answer["record_id"])
+    _assert_forgotten_and_candidate_shredded(data_dir, sealed, answer["record_id"])
+
+
+def _queued_key_destruction(data_dir: Path, sealed: dict[str, Any]) -> str:
+    """After a crash inside the forget: the candidate key's destruction is still queued, the
+    drainer runs it; the record's id."""
+    host = open_embedded(data_dir)
+    try:
+        pending = [i.target for i in host.store.outbox_pending(100) if i.kind == "destroy_key"]
+        assert pending == [sealed["key_ref"]]
+        assert host.engine.drain_outbox() >= 1
+        candidate = host.store.candidate_get(
+            Scope(context().tenant_id, context().workspace_id), sealed["candidate_id"]
+        )
+        assert candidate is not None
+        return candidate.record_id
+    finally:
+        host.close()
 
 
 def test_killed_before_the_key_destruction_ran_the_outbox_destroys_it_after_restart(
@@ -162,24 +179,10 @@ def test_killed_before_the_key_destruction_ran_the_outbox_destroys_it_after_rest
     data_dir = tmp_path / "data"
     sealed, answer = _crash(data_dir, "before-destroy")
 
-    assert answer is None  # killed before admission answered
+    assert answer is None  # killed before the forget answered
     assert _key_row(data_dir, sealed["key_ref"])  # the key outlived the crash...
-    host = open_embedded(data_dir)
-    try:
-        pending = [i.target for i in host.store.outbox_pending(100) if i.kind == "destroy_key"]
-        assert pending == [sealed["key_ref"]]  # ...and its destruction is still queued
-        # The admission's commit landed: a retry replays it instead of admitting again.
-        replay = host.call(
-            "request_admission",
-            {"candidate_id": sealed["candidate_id"], "idempotency_key": "crash-admit-000000000001"},
-            context(),
-        )
-        outcome = replay["output"]["value"]["outcome"]
-        assert replay["output"]["value"]["replayed"] is True and outcome["status"] == "accepted"
-        assert host.engine.drain_outbox() >= 1
-    finally:
-        host.close()
-    _assert_record_intact_and_candidate_shredded(data_dir, sealed, outcome["record_id"])
+    record_id = _queued_key_destruction(data_dir, sealed)  # ...its destruction did not
+    _assert_forgotten_and_candidate_shredded(data_dir, sealed, record_id)
 
 
 def test_killed_after_capture_answered_the_candidate_is_admitted_after_restart(
@@ -199,9 +202,15 @@ def test_killed_after_capture_answered_the_candidate_is_admitted_after_restart(
         )
         outcome = admitted["output"]["value"]["outcome"]
         assert outcome["status"] == "accepted"
+        got = host.call(
+            "get", {"record_id": outcome["record_id"], "purpose_ref": PURPOSE}, context()
+        )
+        assert got["output"]["value"]["record"]["components"][0]["text"] == TEXT
+        assert _key_row(data_dir, sealed["key_ref"])  # kept while the record lives
+        forget_record(host.engine, context().scope, outcome["record_id"], "ops", "obsolete")
     finally:
         host.close()
-    _assert_record_intact_and_candidate_shredded(data_dir, sealed, outcome["record_id"])
+    _assert_forgotten_and_candidate_shredded(data_dir, sealed, outcome["record_id"])
 
 
 def test_killed_between_the_delete_and_the_scrub_the_outbox_finishes_the_scrub(
@@ -213,17 +222,5 @@ def test_killed_between_the_delete_and_the_scrub_the_outbox_finishes_the_scrub(
     assert answer is None
     # Not scrubbed yet: the older page images still hold the wrapped key...
     assert _files_holding(data_dir, bytes.fromhex(sealed["wrapped"])) != []
-    host = open_embedded(data_dir)
-    try:
-        # ...and the destruction is still queued, so the drainer deletes and scrubs again.
-        pending = [i.target for i in host.store.outbox_pending(100) if i.kind == "destroy_key"]
-        assert pending == [sealed["key_ref"]]
-        assert host.engine.drain_outbox() >= 1
-        candidate = host.store.candidate_get(
-            Scope(context().tenant_id, context().workspace_id), sealed["candidate_id"]
-        )
-        assert candidate is not None
-        record_id = candidate.record_id
-    finally:
-        host.close()
-    _assert_record_intact_and_candidate_shredded(data_dir, sealed, record_id)
+    record_id = _queued_key_destruction(data_dir, sealed)  # ...so the drainer scrubs again
+    _assert_forgotten_and_candidate_shredded(data_dir, sealed, record_id)

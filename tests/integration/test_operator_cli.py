@@ -453,6 +453,25 @@ def test_restore_without_keys_needs_new_keys_and_says_what_was_lost(
     assert report["projected"] == 0 and _search(target, "record survives") == []
 
 
+def test_restore_with_new_keys_adopts_a_key_store_that_holds_no_key_yet(
+    data: Path, capsys: Capture
+) -> None:
+    # A key store `init` made (or a --new-keys restore killed after making it) protects nothing:
+    # restoring onto it with --new-keys again is allowed, not refused as another's key store.
+    _captured(data, "Fresh keys: the journal comes back.", "operator-cli-key-0042", admit=True)
+    backup_file = data.parent / "engram.backup"
+    _admin(capsys, data, "backup", str(backup_file))
+    target = data.parent / "initialised"
+    assert main(["init", "--data-dir", str(target)]) == 0
+    capsys.readouterr()
+    report = _admin(capsys, target, "restore", str(backup_file), "--new-keys")
+    assert report["new_key_store"] is True and report["records_without_key"] == 1
+    shutil.rmtree(target)
+    shutil.copytree(data / "keys", target / "keys")  # a key store holding keys: not adopted
+    _admin(capsys, target, "restore", str(backup_file), "--new-keys")  # its own: restored
+    assert _admin(capsys, target, "status")["key_store"]["health"] == "ok"
+
+
 def test_a_withdraw_after_the_backup_reaches_the_restored_copy(data: Path, capsys: Capture) -> None:
     draft = _captured(
         data, "Withdrawn later: a secret-ish draft.", "operator-cli-key-0050", admit=False
@@ -468,6 +487,84 @@ def test_a_withdraw_after_the_backup_reaches_the_restored_copy(data: Path, capsy
     _admin(capsys, target, "pending", "show", draft, code=1)
     assert "BLOB_MISSING" in _one_line_error(capsys)
     assert _admin(capsys, target, "status")["key_store"]["health"] == "keys_missing"
+
+
+def _admission(data: Path, candidate_id: str, key: str) -> dict[str, Any]:
+    """The agent's request_admission of ``candidate_id``, in process; its envelope."""
+    host = open_embedded(data)
+    try:
+        args = {"candidate_id": candidate_id, "idempotency_key": key}
+        envelope: dict[str, Any] = handled(host.engine, "request_admission", args, _ctx())
+    finally:
+        host.close()
+    return envelope
+
+
+def _restored_beside_the_keys(capsys: Capture, data: Path, backup_file: Path) -> Path:
+    """``backup_file`` restored into a fresh data directory beside a copy of ``data``'s keys/
+    (a restore on the same host, as docs/operating.md says)."""
+    target = data.parent / "restored"
+    target.mkdir()
+    shutil.copytree(data / "keys", target / "keys")
+    _admin(capsys, target, "restore", str(backup_file))
+    return target
+
+
+def test_a_capture_pending_at_the_backup_and_admitted_after_opens_after_a_restore(
+    data: Path, capsys: Capture
+) -> None:
+    # Issue 24: admission destroyed the candidate's key, so the backup's pending candidate
+    # answered BLOB_MISSING after a restore although its capture was acknowledged before it.
+    text = "Admitted later: the standup moved to 9:40."
+    pending = _captured(data, text, "operator-cli-key-0058", admit=False)
+    backup_file = data.parent / "engram.backup"
+    _admin(capsys, data, "backup", str(backup_file))
+    _admin(capsys, data, "adjudicate", pending, "accept", "--reason", "checked")
+    (record,) = _admin(capsys, data, "records", "list")
+
+    target = _restored_beside_the_keys(capsys, data, backup_file)
+    assert _admin(capsys, target, "status")["key_store"]["health"] == "ok"
+    shown = _admin(capsys, target, "pending", "show", pending)
+    assert shown["record"]["components"][0]["text"] == text
+    admitted = _admission(target, pending, "operator-cli-key-0058-admit")
+    assert admitted["output"]["value"]["outcome"]["record_id"] == record["record_id"]
+    got = _agent(target, "get", {"record_id": record["record_id"]})
+    assert got["output"]["value"]["record"]["components"][0]["text"] == text
+    assert main(["verify", "--data-dir", str(target)]) == 0
+
+
+@pytest.mark.parametrize("ending", ["forget", "reject"])
+def test_a_capture_forgotten_or_rejected_after_the_backup_stays_unreadable_after_a_restore(
+    data: Path, capsys: Capture, ending: str
+) -> None:
+    # Keeping the admitted candidate's key must not bring a forgotten record back through the
+    # candidate the backup holds: forget destroys the candidate's key with the record's. A
+    # rejection destroys both keys at once (a rejected capture may hold a secret).
+    text = "Shredded later: the alarm code is walrus-pelican-31."
+    if ending == "reject":
+        assert main(["admin", "policy", "set", "--data-dir", str(data), "--mode", "manual"]) == 0
+    pending = _captured(data, text, "operator-cli-key-0059", admit=ending == "reject")
+    capsys.readouterr()
+    shelf = data.parent / "shelf"
+    shelf.mkdir()
+    backup_file = shelf / "engram.backup"
+    _admin(capsys, data, "backup", str(backup_file))
+    if ending == "forget":
+        _admin(capsys, data, "adjudicate", pending, "accept", "--reason", "checked")
+        (record,) = _admin(capsys, data, "records", "list")
+        _admin(capsys, data, "records", "forget", record["record_id"], "--reason", "obsolete")
+    else:
+        _admin(capsys, data, "adjudicate", pending, "reject", "--reason", "holds a secret")
+
+    target = _restored_beside_the_keys(capsys, data, backup_file)
+    _admin(capsys, target, "pending", "show", pending, code=1)
+    assert "BLOB_MISSING" in _one_line_error(capsys)
+    refused = _admission(target, pending, "operator-cli-key-0059-again")
+    assert refused["error"]["code"] == "BLOB_MISSING"
+    assert _admin(capsys, target, "records", "list") == []
+    needles = [b"walrus", b"pelican", text.encode()]
+    for directory in (target, data, shelf):
+        assert _files_holding(directory, needles) == []
 
 
 def test_a_damaged_backup_is_invalid_and_changes_nothing(data: Path, capsys: Capture) -> None:
@@ -568,7 +665,8 @@ def test_keys_rotate_keeps_old_tokens_until_they_expire_and_rewraps_data_keys(
     _captured(data, "Rotation: an admitted record.", "operator-cli-key-0071", admit=True)
     master_before = (data / "keys" / "master.key").read_bytes()
     report = _admin(capsys, data, "keys", "rotate")
-    assert report["data_keys_rewrapped"] == 1 and report["data_keys_unbound"] == 0
+    # Both candidates' keys: an admitted one's stays until its record is forgotten.
+    assert report["data_keys_rewrapped"] == 2 and report["data_keys_unbound"] == 0
     assert (data / "keys" / "master.key").read_bytes() != master_before
     assert not (data / "keys" / "master.key.next").exists()
     after = _mint(data, capsys, "agent-alice")

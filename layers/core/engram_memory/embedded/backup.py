@@ -13,6 +13,9 @@ database in place and rebuilds every scope's projections from the records whose 
 exist: a record forgotten since the backup is neither readable nor searchable in the restored
 copy. ``new_keys`` restores onto a fresh key store instead, deliberately: the journal and the
 records' digests come back, but no body and no pending candidate can be opened again.
+
+Both are all or nothing under a kill at any step (``operator_plane/crash_points.py`` names the
+steps): each works on a hidden file and gives it its final name last.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engram_memory.adapters.local.private_files import fsync_dir
 from engram_memory.adapters.local.sqlite_store import SqliteStore
 from engram_memory.adapters.local.vault import LocalVault, load_or_create_master_key
 from engram_memory.contract.errors import EngramError, ErrorCode
@@ -47,6 +51,7 @@ from engram_memory.engine.ports import (
     StoreUnavailable,
 )
 from engram_memory.operator_plane.backup_checks import OperationRefused, check_record_bodies
+from engram_memory.operator_plane.crash_points import crash_point
 from engram_memory.operator_plane.usecases import audited, reindex
 
 __all__ = ["OperationRefused", "backup", "restore"]
@@ -64,21 +69,26 @@ class _Checked:
 
 def backup(data_dir: Path, target: Path, operator: str) -> dict[str, Any]:
     """Write a backup of ``data_dir`` to ``target`` (a new file), check it as a restore would,
-    and return what it holds. Audited as ``admin.backup``."""
+    and return what it holds. Audited as ``admin.backup``.
+
+    The copy is made and checked under a hidden name beside ``target`` and linked into place
+    only then: a backup stopped at any point leaves no file at ``target``, or a whole one."""
     target = Path(target)
     if target.exists():
         raise OperationRefused(ErrorCode.BACKUP_INVALID, f"{target} already exists")
+    for stale in target.parent.glob(f".{target.name}.partial-*"):
+        stale.unlink(missing_ok=True)  # left by a backup to this name that was killed
     host = open_existing(data_dir)
     try:
         scope = Scope(host.config.tenant_id, "*")
 
         def run(_call: Any) -> dict[str, Any]:
+            staged = target.with_name(f".{target.name}.partial-{secrets.token_hex(6)}")
             try:
-                host.store.backup_to(target)
-            except StoreUnavailable:
-                raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
-            checked = _check(target, host.vault.record_keys)
-            _rollback_journal(target)
+                checked = _staged_backup(host.store, host.vault.record_keys, staged)
+                _link_into_place(staged, target)
+            finally:
+                _unlink_database(staged)
             return {
                 "backup": str(target.resolve()),
                 "bytes": target.stat().st_size,
@@ -92,6 +102,30 @@ def backup(data_dir: Path, target: Path, operator: str) -> dict[str, Any]:
         return audited(host.engine, scope, operator, "backup", target.name, run)
     finally:
         host.close()
+
+
+def _staged_backup(store: SqliteStore, record_keys: RecordKeys, staged: Path) -> _Checked:
+    """The online copy at ``staged``, checked as a restore would check it, self-contained."""
+    try:
+        store.backup_to(staged)
+    except StoreUnavailable:
+        raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+    crash_point("backup.copied")
+    checked = _check(staged, record_keys)
+    _rollback_journal(staged)
+    fsync_dir(staged)
+    crash_point("backup.checked")
+    return checked
+
+
+def _link_into_place(staged: Path, target: Path) -> None:
+    """Give the whole backup its name (a link never replaces a file made meanwhile)."""
+    try:
+        os.link(staged, target)
+    except FileExistsError:
+        raise OperationRefused(ErrorCode.BACKUP_INVALID, f"{target} already exists") from None
+    fsync_dir(target.parent)
+    crash_point("backup.in_place")
 
 
 def _check(database: Path, record_keys: RecordKeys | None) -> _Checked:
@@ -182,45 +216,67 @@ def restore(
     """Restore ``backup_file`` into ``data_dir`` (see the module docstring); return a report.
 
     Raises ``OperationRefused`` (``BACKUP_INVALID`` or ``RESTORE_REFUSED``) before anything in
-    ``data_dir`` changes."""
+    ``data_dir`` changes. The database is copied, checked and projected under a hidden name and
+    renamed into place last: a restore stopped at any point leaves the target as it was (run it
+    again) or restored whole."""
     backup_file, data_dir = Path(backup_file), Path(data_dir)
     if not backup_file.is_file():
         raise OperationRefused(ErrorCode.BACKUP_INVALID, f"no backup file at {backup_file}")
     missing = _target_refusal(data_dir, new_keys=new_keys)
     created = not data_dir.exists()
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for stale in data_dir.glob(f".{DATABASE_FILE}.restore-*"):
+        stale.unlink(missing_ok=True)  # left by a restore that was killed
     staged = data_dir / f".{DATABASE_FILE}.restore-{secrets.token_hex(6)}"
     try:
         _copy(backup_file, staged)
+        crash_point("restore.copied")
         checked = _check(staged, None)
         if missing:
             init_data_dir(data_dir)  # the new key store (no memories yet: allowed)
-        vault = _vault(data_dir)
-        try:
-            ours = vault.key_store_id()
-            if not missing and checked.key_store_id != ours:
-                raise OperationRefused(
-                    ErrorCode.RESTORE_REFUSED,
-                    f"the key store in {data_dir / KEYS_DIR} ({ours}) is not the backup's"
-                    f" ({checked.key_store_id}); copy that data directory's own keys/ folder"
-                    " there",
-                )
-            # The bodies, opened with the backup's own key store: intact, and how many are
-            # forgotten since (their keys destroyed).
-            checked = _check(staged, vault.record_keys)
-        finally:
-            vault.close()
-        _adopt(staged, ours)
+        checked, fresh = _checked_beside_keys(staged, data_dir, checked, new_keys=new_keys)
+        crash_point("restore.checked")
+        report = _projected(data_dir, staged, checked, new_keys=fresh)
+        crash_point("restore.projected")
         prepare_data_dir(data_dir)
         for suffix in ("-wal", "-shm"):
             (data_dir / f"{DATABASE_FILE}{suffix}").unlink(missing_ok=True)
         os.replace(staged, data_dir / DATABASE_FILE)
+        fsync_dir(data_dir)
+        crash_point("restore.in_place")
     except BaseException:
-        staged.unlink(missing_ok=True)
+        _unlink_database(staged)
         if created and not any(data_dir.iterdir()):
             data_dir.rmdir()  # refused before anything was made: leave no trace
         raise
-    return _rebuild(data_dir, checked, operator, new_keys=bool(missing))
+    _audit_restore(data_dir, operator)
+    return report
+
+
+def _checked_beside_keys(
+    staged: Path, data_dir: Path, checked: _Checked, *, new_keys: bool
+) -> tuple[_Checked, bool]:
+    """The staged backup checked with the target's key store, which must be the backup's own
+    (or, with ``new_keys``, one holding no key yet: made by ``init`` or a restore stopped
+    half-way); the database then records it. Also answers whether the key store is new."""
+    vault = _vault(data_dir)
+    try:
+        ours = vault.key_store_id()
+        fresh = new_keys and not vault.holds_keys()
+        if not fresh and checked.key_store_id != ours:
+            raise OperationRefused(
+                ErrorCode.RESTORE_REFUSED,
+                f"the key store in {data_dir / KEYS_DIR} ({ours}) is not the backup's"
+                f" ({checked.key_store_id}); copy that data directory's own keys/ folder"
+                " there",
+            )
+        # The bodies, opened with the backup's own key store: intact, and how many are
+        # forgotten since (their keys destroyed).
+        checked = _check(staged, vault.record_keys)
+    finally:
+        vault.close()
+    _adopt(staged, ours)
+    return checked, fresh
 
 
 def _rollback_journal(database: Path) -> None:
@@ -260,8 +316,12 @@ def _adopt(staged: Path, key_store_id: str) -> None:
         store.close()
 
 
-def _rebuild(data_dir: Path, checked: _Checked, operator: str, *, new_keys: bool) -> dict[str, Any]:
-    host = open_embedded(data_dir)
+def _projected(
+    data_dir: Path, staged: Path, checked: _Checked, *, new_keys: bool
+) -> dict[str, Any]:
+    """Rebuild the staged database's projections (the records whose keys exist) before it is
+    put in place, so the restored directory is searchable from its first open; the report."""
+    host = open_embedded(data_dir, store=SqliteStore(staged))
     try:
         indexed = 0
         unopenable = 0
@@ -273,17 +333,26 @@ def _rebuild(data_dir: Path, checked: _Checked, operator: str, *, new_keys: bool
             while rows := host.store.candidates_list(scope, "pending", after, _PAGE):
                 unopenable += sum(1 for row in rows if not host.vault.key_exists(row.key_ref))
                 after = rows[-1].candidate_id
-        report = {
-            "restored": str((data_dir / DATABASE_FILE).resolve()),
-            "journal_heads": checked.scopes,
-            "records": checked.records,
-            # Forgotten after the backup was taken (their keys are destroyed): they stay
-            # forgotten, neither readable nor searchable.
-            "records_without_key": checked.without_key,
-            "projected": indexed,
-            "new_key_store": new_keys,
-            "pending_candidates_without_key": unopenable,
-        }
+    finally:
+        host.close()  # checkpoints the staged database's WAL into it
+    _rollback_journal(staged)
+    fsync_dir(staged)
+    return {
+        "restored": str((data_dir / DATABASE_FILE).resolve()),
+        "journal_heads": checked.scopes,
+        "records": checked.records,
+        # Forgotten after the backup was taken (their keys are destroyed): they stay
+        # forgotten, neither readable nor searchable.
+        "records_without_key": checked.without_key,
+        "projected": indexed,
+        "new_key_store": new_keys,
+        "pending_candidates_without_key": unopenable,
+    }
+
+
+def _audit_restore(data_dir: Path, operator: str) -> None:
+    host = open_embedded(data_dir)
+    try:
         audited(
             host.engine,
             Scope(host.config.tenant_id, "*"),
@@ -292,6 +361,11 @@ def _rebuild(data_dir: Path, checked: _Checked, operator: str, *, new_keys: bool
             None,
             lambda _call: None,
         )
-        return report
     finally:
         host.close()
+
+
+def _unlink_database(path: Path) -> None:
+    """Remove a staged database and whatever SQLite kept beside it."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)

@@ -21,6 +21,7 @@ from engram_memory.embedded.composition import KEYS_DIR, MASTER_KEY_FILE, open_e
 from engram_memory.embedded.issuer_keys import rotate_issuer_key
 from engram_memory.embedded.private_files import write_private_file
 from engram_memory.engine.context import Scope
+from engram_memory.operator_plane.crash_points import crash_point
 from engram_memory.operator_plane.usecases import audited
 
 __all__ = ["rotate_keys"]
@@ -43,12 +44,16 @@ def rotate_keys(data_dir: Path, operator: str) -> dict[str, Any]:
                     bindings.update({row.key_ref: (scope, row.candidate_id) for row in rows})
                     after = rows[-1].candidate_id
             old_kid, new_kid = rotate_issuer_key(data_dir)
+            crash_point("rotate.issuer_key_rotated")
             keys = data_dir / KEYS_DIR
             staged = next_master_key_path(keys / MASTER_KEY_FILE)
             new_master = secrets.token_bytes(32)
             write_private_file(staged, new_master, replace=True)
+            crash_point("rotate.master_key_staged")
             rewrapped, unbound = host.vault.rewrap(new_master, bindings)
+            crash_point("rotate.key_file_rewrapped")
             _install(staged, keys / MASTER_KEY_FILE)
+            crash_point("rotate.master_key_installed")
             return {
                 "issuer_key": {"previous_kid": old_kid, "kid": new_kid},
                 "master_key": "rotated",

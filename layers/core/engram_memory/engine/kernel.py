@@ -601,9 +601,22 @@ class Kernel:
         """The outbox item destroying a record's key (after forget, or a candidate's end)."""
         return Kernel.destroy_candidate_key(scope, RECORD_KEY_TARGET + record_id, now_ms)
 
+    def record_key_destruction(
+        self, scope: Scope, row: RecordRow, now_ms: int
+    ) -> tuple[OutboxItem, ...]:
+        """The outbox items forgetting ``row`` shreds with: its own key, and the key of the
+        candidate it was admitted from (kept at admission so a backup holding the candidate
+        still opens it; gone here so that backup cannot bring the forgotten text back)."""
+        candidate = self.read(lambda: self.store.candidate_get(scope, row.candidate_id))
+        record_key = self.destroy_record_key(scope, row.record_id, now_ms)
+        if candidate is None or candidate.record_id != row.record_id:
+            return (record_key,)
+        return (record_key, self.destroy_candidate_key(scope, candidate.key_ref, now_ms))
+
     @staticmethod
     def destroy_candidate_key(scope: Scope, key_ref: str, now_ms: int) -> OutboxItem:
-        """The outbox item destroying a candidate's key (``Vault``) once it leaves ``pending``."""
+        """The outbox item destroying a candidate's key (``Vault``): when it is withdrawn or
+        rejected, or when the record it became is forgotten."""
         return OutboxItem(
             item_id=f"destroy_key:{key_ref}",
             kind="destroy_key",

@@ -42,6 +42,7 @@ from engram_memory.engine.ports import (
 from engram_memory.engine.records import decode, scope_ref
 from engram_memory.engine.usecases.admission import settle
 from engram_memory.engine.usecases.transitions import commit_forget, commit_withdraw
+from engram_memory.operator_plane.crash_points import crash_point
 
 OPERATOR_POLICY_ID = "operator-adjudication"
 OPERATIONS_PURPOSE: Final = "operations"
@@ -750,6 +751,7 @@ def revoke_credentials(
 
     def run(call: Call) -> dict[str, Any]:
         engine.read(lambda: engine.store.revoke_credentials(tenant_id, kind, value, call.now_ms))
+        crash_point("revoke.written")
         return {"revoked": kind, kind: value, "at": format_instant(call.now_ms)}
 
     return audited(engine, Scope(tenant_id, "*"), operator, "revoke", f"{kind}:{value}", run)

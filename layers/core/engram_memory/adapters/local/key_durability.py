@@ -30,9 +30,10 @@ checkpoint makes it durable. When ``delete_and_scrub`` returns, exactly as befor
 
 A crash before it returns may lose the deletion, and nothing has relied on it yet: the caller
 (the engine's outbox, ``Kernel.run_outbox``) marks its ``destroy_key`` item done only after this
-returns, so after a restart the drainer deletes the key again (idempotent); admission answers
-only after the item ran; withdraw's ``key_destruction`` reads the key file after it. The store's
-commit that admitted the record comes first and never needs the candidate key again.
+returns, so after a restart the drainer deletes the key again (idempotent); a rejection, a
+withdraw or a forget answers only after the item ran (withdraw's ``key_destruction`` reads the
+key file after it). The store's commit that ended the candidate or tombstoned the record comes
+first and never needs the key again.
 
 When another process holds an older snapshot of the key file the checkpoint cannot finish
 (``busy``) and may not have synced anything: the -wal is then synced here before

@@ -36,6 +36,7 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def fsync_dir(directory: Path) -> None:
+    """fsync a directory (a rename or link in it made durable), or a file: the same call."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

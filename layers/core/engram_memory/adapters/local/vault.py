@@ -233,6 +233,18 @@ class LocalVault:
         except InvalidTag as exc:
             raise SealIntegrityError("a data key does not open under the master key") from exc
 
+    def holds_keys(self) -> bool:
+        """Whether any key (a candidate's, a record's or a scope's) was ever made and is held:
+        a key store without one protects nothing yet."""
+        row = self._run(
+            "holds_keys",
+            lambda conn: conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM data_keys) OR EXISTS (SELECT 1 FROM record_keys)"
+                " OR EXISTS (SELECT 1 FROM scope_keys)"
+            ).fetchone(),
+        )
+        return bool(row[0])
+
     def key_exists(self, key_ref: str) -> bool:
         """Whether the data key ``key_ref`` is still held."""
         row = self._run(

@@ -91,9 +91,9 @@ def settle(
 ) -> dict[str, Any]:
     """Issue the decision envelope and apply it: hold (nothing written), accept or reject.
 
-    Acceptance promotes atomically — record, journal event, ledger, the projection (inside the
-    commit for a store-maintained index, else as an ``upsert_projection`` outbox item) and the
-    queued key destruction in one commit; rejection ends the candidate and shreds it the same way.
+    Acceptance promotes atomically — record, journal event, ledger and the projection (inside the
+    commit for a store-maintained index, else as an ``upsert_projection`` outbox item) in one
+    commit; rejection ends the candidate and queues its keys' destruction the same way.
     After the commit the outbox items run at once; what fails is left to the drainer.
     """
     candidate_id = candidate.candidate_id
@@ -226,15 +226,19 @@ def _held(
 def _settling_outbox(
     k: Kernel, call: Call, candidate: CandidateRow, accepted: bool
 ) -> tuple[OutboxItem, ...]:
-    """The candidate's key always goes; an accepted record is projected, a rejected one's key
-    goes too."""
-    destroy = k.destroy_candidate_key(call.scope, candidate.key_ref, call.now_ms)
+    """A rejected candidate's key goes, with the key made for the record it would have become
+    (a rejection may be what keeps a secret out). An accepted one's key stays, linked to its
+    record (``CandidateRow.record_id``): a backup taken while it was pending holds only its
+    ciphertext, which must open after a restore; forgetting the record destroys it
+    (``Kernel.record_key_destruction``)."""
     if not accepted:
-        return (destroy, k.destroy_record_key(call.scope, candidate.record_id, call.now_ms))
-    upserts = k.deferred_projections(
-        call.scope, candidate.record_id, "upsert_projection", call.now_ms
+        return (
+            k.destroy_candidate_key(call.scope, candidate.key_ref, call.now_ms),
+            k.destroy_record_key(call.scope, candidate.record_id, call.now_ms),
+        )
+    return tuple(
+        k.deferred_projections(call.scope, candidate.record_id, "upsert_projection", call.now_ms)
     )
-    return (*upserts, destroy)
 
 
 def _accepted_row(

@@ -130,11 +130,12 @@ def commit_forget(
     record_id = row.record_id
     call.digests.update(record_digest=row.record_digest)
     drop = ProjectionChange(delete_record_id=record_id)
-    # The record's key goes in the same flow as its projections: every copy of the body it
-    # sealed (a backup, a point-in-time copy) is unreadable from then on.
+    # The record's keys go in the same flow as its projections: every copy of the body it
+    # sealed, or of the candidate it was (a backup, a point-in-time copy), is unreadable from
+    # then on.
     outbox = [
         *k.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms),
-        k.destroy_record_key(call.scope, record_id, call.now_ms),
+        *k.record_key_destruction(call.scope, row, call.now_ms),
     ]
     digests = {
         "record_digest": row.record_digest,
