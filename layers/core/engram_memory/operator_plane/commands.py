@@ -284,7 +284,17 @@ def cmd_records_step(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    return _use_case(args, "status", lambda e, s, o: _usecases().status(e, s, o))
+    reports: list[dict[str, Any]] = []
+
+    def run(engine: Kernel, scope: Scope, operator: str) -> Any:
+        reports.append(_usecases().status(engine, scope, operator, full=args.full))
+        return reports[-1]
+
+    code = _use_case(args, "status", run)
+    if code == 0 and reports and (line := _usecases().unreadable_line(reports[0]["key_store"])):
+        fail(f"status: {line}")  # the health is not ok: exit code 1
+        return 1
+    return code
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -421,6 +431,11 @@ def _add_inspection(admin_sub: Sub) -> None:
 
     state = _operation(
         admin_sub, "status", "counts by state, outbox backlog, index freshness, key store health"
+    )
+    state.add_argument(
+        "--full",
+        action="store_true",
+        help="open every pending candidate and record body (default: the first 1000 of each)",
     )
     state.set_defaults(func=cmd_status)
     export = _operation(
