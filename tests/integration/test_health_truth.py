@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_serve_day_one import init
 
 from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import open_embedded
@@ -77,11 +78,9 @@ def _checks(capsys: Capture, data: Path, *extra: str) -> list[tuple[int, str]]:
 
 
 @pytest.fixture
-def data(tmp_path: Path, capsys: Capture) -> Path:
-    data = tmp_path / "data"
-    assert main(["init", "--data-dir", str(data)]) == 0
-    capsys.readouterr()
-    return data
+def data(tmp_path: Path) -> Path:
+    init(tmp_path / "data")  # the real command, in its own process
+    return tmp_path / "data"
 
 
 def test_a_healthy_data_directory_is_ok_and_says_what_it_opened(

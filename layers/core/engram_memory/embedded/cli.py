@@ -33,7 +33,12 @@ from typing import TYPE_CHECKING, NoReturn, cast
 from engram_memory.embedded.cli_approvals import add_approvals_parser
 from engram_memory.embedded.errors import HostConfigError
 from engram_memory.embedded.tour import TOUR_TENANT, TOUR_WORKSPACE
-from engram_memory.operator_plane.commands import SeatOpener, Sub, add_admin_parser
+from engram_memory.operator_plane.commands import (
+    SeatOpener,
+    Sub,
+    add_admin_parser,
+    add_full_option,
+)
 from engram_memory.operator_plane.commands import fail as _fail
 from engram_memory.operator_plane.seat import OperatorSeat, UsageError
 
@@ -235,11 +240,7 @@ def build_parser(open_seat: SeatOpener) -> argparse.ArgumentParser:
     verify.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     verify.add_argument("--tenant", default=TOUR_TENANT)
     verify.add_argument("--workspace", default=TOUR_WORKSPACE)
-    verify.add_argument(
-        "--full",
-        action="store_true",
-        help="open every pending candidate and record body (default: the first 1000 of each)",
-    )
+    add_full_option(verify)
     verify.set_defaults(func=cmd_verify)
 
     _add_token_parser(sub)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from engram_memory.engine.context import Scope
     from engram_memory.engine.kernel import Kernel
 
-__all__ = ["SeatOpener", "add_admin_parser", "fail", "one_line"]
+__all__ = ["SeatOpener", "add_admin_parser", "add_full_option", "fail", "one_line"]
 
 T = TypeVar("T")
 # Opens the seat a command names (``--data-dir`` or ``--stack``); the entry point supplies it.
@@ -381,6 +381,15 @@ def _operation(sub: Sub, name: str, summary: str) -> argparse.ArgumentParser:
     return parser
 
 
+def add_full_option(parser: argparse.ArgumentParser) -> None:
+    """``--full`` of the health checks (``status``, ``verify``): open everything, not a sample."""
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="open every pending candidate and record body (default: the first 1000 of each)",
+    )
+
+
 def _data_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
 
@@ -432,11 +441,7 @@ def _add_inspection(admin_sub: Sub) -> None:
     state = _operation(
         admin_sub, "status", "counts by state, outbox backlog, index freshness, key store health"
     )
-    state.add_argument(
-        "--full",
-        action="store_true",
-        help="open every pending candidate and record body (default: the first 1000 of each)",
-    )
+    add_full_option(state)
     state.set_defaults(func=cmd_status)
     export = _operation(
         admin_sub, "export", "current records with their receipts, as JSON Lines (migration)"
@@ -541,6 +546,6 @@ def _add_tokens_and_keys(admin_sub: Sub) -> None:
         keys_sub,
         "rotate",
         "new issuer (signing) and master keys; data keys re-wrapped; previous tokens stay valid"
-        " until they expire (stop the server first)",
+        " until they expire (refused while a server runs on the data directory: stop it first)",
     )
     rotate.set_defaults(func=cmd_keys_rotate)
