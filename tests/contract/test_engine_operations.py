@@ -255,12 +255,24 @@ def test_status_counts_states_and_reports_index_and_key_store_health(harness: Ha
     assert report["candidates"] == {"admitted": 2, "pending": 1}
     assert report["outbox"] == {}
     assert report["index"]["fresh"] and report["index"]["current_records_checked"] == 1
-    assert report["key_store"] == {"health": "ok", "pending_checked": 1, "pending_without_key": 0}
+    assert report["key_store"] == {
+        "health": "ok",
+        "checked": "the first 1000 of each (--full: all)",
+        "pending_checked": 1,
+        "records_checked": 2,
+        "records_without_key": 0,
+        "unreadable": [],
+        "unreadable_total": 0,
+    }
     harness.vault.destroy(harness.store.candidate_get(_scope(), pending["candidate_id"]).key_ref)
     for surface in harness.engine.surfaces:
         surface.apply(_scope(), ProjectionChange(delete_record_id=kept))
-    report = operations.status(harness.engine, _scope(), OPS)
+    report = operations.status(harness.engine, _scope(), OPS, full=True)
     assert report["key_store"]["health"] == "keys_missing"
+    assert report["key_store"]["checked"] == "all"
+    assert report["key_store"]["unreadable"] == [
+        {"candidate_id": pending["candidate_id"], "code": "BLOB_MISSING"}
+    ]
     assert report["index"]["missing_from_index"] == 1 and not report["index"]["fresh"]
 
 

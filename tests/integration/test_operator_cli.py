@@ -486,7 +486,11 @@ def test_a_withdraw_after_the_backup_reaches_the_restored_copy(data: Path, capsy
     assert report["pending_candidates_without_key"] == 1
     _admin(capsys, target, "pending", "show", draft, code=1)
     assert "BLOB_MISSING" in _one_line_error(capsys)
-    assert _admin(capsys, target, "status")["key_store"]["health"] == "keys_missing"
+    # status names the candidate that no longer opens, and fails (exit 1)
+    assert main(["admin", "status", "--data-dir", str(target), "--operator", "ops-carol"]) == 1
+    health = json.loads(capsys.readouterr().out)["key_store"]
+    assert health["health"] == "keys_missing"
+    assert health["unreadable"] == [{"candidate_id": draft, "code": "BLOB_MISSING"}]
 
 
 def _admission(data: Path, candidate_id: str, key: str) -> dict[str, Any]:

@@ -10,8 +10,9 @@
       walk an agent's six tools end to end against the real embedded engine: capture,
       request_admission, search, get, withdraw and forget, printing each envelope. Withdraw and
       forget ask you for confirmation at the terminal (``--yes`` approves for you).
-- ``engram-memory verify [--data-dir DIR] --tenant T --workspace W``
-      operations plane: check a scope's journal (dense cursors, unbroken hash chain).
+- ``engram-memory verify [--data-dir DIR] --tenant T --workspace W [--full]``
+      operations plane: check a scope's journal (dense cursors, unbroken hash chain) and that
+      its pending candidates and record bodies open (a sample, or all with ``--full``).
 - ``engram-memory approvals list|approve|decline [--data-dir DIR] [APPROVAL_ID]``
       answer the confirmations agents wait for, from a terminal (``cli_approvals``).
 - ``engram-memory admin ...``
@@ -32,7 +33,12 @@ from typing import TYPE_CHECKING, NoReturn, cast
 from engram_memory.embedded.cli_approvals import add_approvals_parser
 from engram_memory.embedded.errors import HostConfigError
 from engram_memory.embedded.tour import TOUR_TENANT, TOUR_WORKSPACE
-from engram_memory.operator_plane.commands import SeatOpener, Sub, add_admin_parser
+from engram_memory.operator_plane.commands import (
+    SeatOpener,
+    Sub,
+    add_admin_parser,
+    add_full_option,
+)
 from engram_memory.operator_plane.commands import fail as _fail
 from engram_memory.operator_plane.seat import OperatorSeat, UsageError
 
@@ -78,16 +84,35 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from engram_memory.embedded.composition import open_existing
     from engram_memory.engine.context import Scope
     from engram_memory.engine.journal import verify_journal
+    from engram_memory.operator_plane.commands import default_operator
+    from engram_memory.operator_plane.usecases import audited, readability, unreadable_line
 
     host = open_existing(Path(args.data_dir))
+    scope = Scope(args.tenant, args.workspace)
     try:
-        head = verify_journal(host.store, Scope(args.tenant, args.workspace))
+        head = verify_journal(host.store, scope)
+        health = audited(
+            host.engine,
+            scope,
+            default_operator(),
+            "verify",
+            None,
+            lambda call: readability(host.engine, call, full=args.full),
+        )
     except EngramError as error:
         print(f"journal check failed: {error.code.value}", file=sys.stderr)
         return 1
     finally:
         host.close()
     print(f"journal ok through cursor {head.cursor}")
+    line = unreadable_line(health)
+    if line is not None:
+        _fail(f"verify: {line}")
+        return 1
+    print(
+        f"bodies ok: {health['pending_checked']} pending candidate(s) and"
+        f" {health['records_checked']} record(s) opened ({health['checked']})"
+    )
     return 0
 
 
@@ -209,10 +234,13 @@ def build_parser(open_seat: SeatOpener) -> argparse.ArgumentParser:
     tour.add_argument("--yes", action="store_true", help="approve confirmations without asking")
     tour.set_defaults(func=cmd_tour)
 
-    verify = sub.add_parser("verify", help="check a scope's journal (operations plane)")
+    verify = sub.add_parser(
+        "verify", help="check a scope's journal and that its memories open (operations plane)"
+    )
     verify.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     verify.add_argument("--tenant", default=TOUR_TENANT)
     verify.add_argument("--workspace", default=TOUR_WORKSPACE)
+    add_full_option(verify)
     verify.set_defaults(func=cmd_verify)
 
     _add_token_parser(sub)

@@ -11,6 +11,9 @@ Layout of the data directory (owner-only permissions):
 - ``keys/cursor.key``           authenticates search page cursors
 - ``keys/issuer-ed25519.pem``   the local host's token issuer key (Ed25519, PKCS#8 PEM)
 - ``host.json``                 the host configuration (resource, tenant, admission, retention)
+- ``lease.lock``                its ``flock`` is the data directory's lease: held by the one
+                                running server, or by ``admin keys rotate``/``restore`` while
+                                they run (``data_dir_lease.py``); it names the holder's PID
 
 Backups copy ``engram.db`` only, so destroying a candidate key shreds every copy of its blob.
 """
@@ -248,9 +251,16 @@ def _open_vault(keys: Path) -> LocalVault:
         LocalVault,
         finish_master_rotation,
         load_or_create_master_key,
+        next_master_key_path,
     )
+    from engram_memory.embedded.data_dir_lease import owned
 
-    finish_master_rotation(keys / CANDIDATE_KEYS_FILE, keys / MASTER_KEY_FILE)
+    if next_master_key_path(keys / MASTER_KEY_FILE).exists():
+        # Only the data directory's owner finishes a rotation: in another process (a reader
+        # beside a rotation under way) the staged key is the rotation's, not a remnant to drop.
+        with owned(keys.parent, "a start finishing a key rotation") as mine:
+            if mine:
+                finish_master_rotation(keys / CANDIDATE_KEYS_FILE, keys / MASTER_KEY_FILE)
     return LocalVault(keys / CANDIDATE_KEYS_FILE, load_or_create_master_key(keys / MASTER_KEY_FILE))
 
 

@@ -1,11 +1,18 @@
 """The embedded host's configuration file, ``<data_dir>/host.json``: closed (an unknown key is an
-error), written atomically with mode 0600; a missing file means "all defaults"."""
+error), written atomically with mode 0600; a missing file means "all defaults".
+
+A running server reads its admission policy from the file as it is at each call
+(``LiveAdmissionPolicy``), so ``admin policy set`` applies at the server's next call.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
+import threading
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from pydantic import ValidationError
 
@@ -13,7 +20,16 @@ from engram_memory.binding.host_config import HostConfig, describe_validation_er
 from engram_memory.embedded.errors import HostConfigError
 from engram_memory.embedded.private_files import write_private_file
 
-__all__ = ["HOST_CONFIG_FILE", "host_config_path", "load_host_config", "save_host_config"]
+if TYPE_CHECKING:
+    from engram_memory.engine.ports import AdmissionPolicy, AdmissionRequest, PolicyDecision
+
+__all__ = [
+    "HOST_CONFIG_FILE",
+    "LiveAdmissionPolicy",
+    "host_config_path",
+    "load_host_config",
+    "save_host_config",
+]
 
 HOST_CONFIG_FILE: Final = "host.json"
 
@@ -60,3 +76,53 @@ def save_host_config(data_dir: Path, config: HostConfig) -> Path:
     text = json.dumps(config.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
     write_private_file(path, text.encode("utf-8"), replace=True)
     return path
+
+
+_Stamp = tuple[int, int, int] | None
+
+
+def _stamp(path: Path) -> _Stamp:
+    """What changes when ``host.json`` is rewritten (it is replaced by a rename: a new inode)."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return status.st_ino, status.st_mtime_ns, status.st_size
+
+
+class LiveAdmissionPolicy:
+    """The admission policy ``host.json`` describes now: read again whenever the file changed
+    (one ``stat`` per decision), so an operator's ``admin policy set`` reaches a running server
+    at its next call without a restart. A file made invalid meanwhile keeps the last valid policy
+    in force (said once on stderr): a typo never opens the gate wider or stops the server."""
+
+    def __init__(self, data_dir: Path, current: AdmissionPolicy) -> None:
+        self._data_dir = Path(data_dir)
+        self._path = host_config_path(data_dir)
+        self._seen = _stamp(self._path)
+        self._policy = current
+        self.policy_id = current.policy_id
+        self._lock = threading.Lock()
+
+    def _current(self) -> AdmissionPolicy:
+        stamp = _stamp(self._path)
+        if stamp == self._seen:
+            return self._policy
+        with self._lock:
+            if stamp != self._seen:
+                try:
+                    self._policy = load_host_config(self._data_dir).admission_policy()
+                except (HostConfigError, ValueError, TypeError) as error:
+                    print(
+                        f"engram-memory: {error}; the admission policy in force is unchanged",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                self._seen = stamp
+            return self._policy
+
+    def version(self) -> str:
+        return self._current().version()
+
+    def decide(self, request: AdmissionRequest) -> PolicyDecision:
+        return self._current().decide(request)

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from engram_memory.operator_plane.seat import AuditPage, UsageError
+from engram_memory.operator_plane.seat import AuditPage, SeatFailure, UsageError
 
 if TYPE_CHECKING:
     from engram_memory.binding.host_config import HostConfig
@@ -78,13 +78,34 @@ class DataDirSeat:
 
     def restore(self, source: str, *, new_keys: bool) -> dict[str, Any]:
         from engram_memory.embedded.backup import restore
+        from engram_memory.embedded.data_dir_lease import DataDirectoryBusy, acquire_lease
 
-        return restore(Path(source), self._data_dir, self._operator, new_keys=new_keys)
+        target = self._data_dir
+        if not target.is_dir():  # nothing can be serving a directory that does not exist yet
+            return restore(Path(source), target, self._operator, new_keys=new_keys)
+        try:
+            with acquire_lease(target, "`engram-memory admin restore`"):
+                return restore(Path(source), target, self._operator, new_keys=new_keys)
+        except DataDirectoryBusy as busy:
+            raise self._busy(
+                busy, f"restore {source}", " (or restore into a new data directory)"
+            ) from None
 
     def rotate_keys(self) -> dict[str, Any]:
+        from engram_memory.embedded.data_dir_lease import DataDirectoryBusy
         from engram_memory.embedded.rotation import rotate_keys
 
-        return rotate_keys(self._existing(), self._operator)
+        try:
+            return rotate_keys(self._existing(), self._operator)
+        except DataDirectoryBusy as busy:
+            raise self._busy(busy, "keys rotate") from None
+
+    def _busy(self, busy: Exception, command: str, aside: str = "") -> SeatFailure:
+        """The one line of a command refused because another process holds the directory."""
+        return SeatFailure(
+            f"{busy}; nothing was changed. Stop it, then run"
+            f" `engram-memory admin {command} --data-dir {self._data_dir}` again{aside}"
+        )
 
     def reindex(self, workspace: str) -> dict[str, Any]:
         from engram_memory.operator_plane.usecases import reindex
@@ -153,7 +174,7 @@ class DataDirSeat:
         path = save_host_config(self._data_dir, updated)
         return [
             f"admission mode: {updated.admission.mode} (was {previous}), saved to {path}",
-            "A running server applies it after a restart.",
+            "A running server applies it from its next call.",
         ]
 
     def close(self) -> None:

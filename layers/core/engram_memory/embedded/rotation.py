@@ -5,8 +5,11 @@ it signed verify until they expire (revoke them sooner with ``tokens revoke``). 
 replaced by re-wrapping every candidate data key under a new one: the new key is staged beside
 the old (``master.key.next``), the key file is re-wrapped in one transaction that records the new
 key's fingerprint, then the staged key is put in place. A rotation stopped between the two steps
-is finished (or undone) the next time the data directory is opened. Run it with the server
-stopped: a running server keeps the keys it loaded until it restarts.
+is finished (or undone) the next time the data directory's owner opens it.
+
+A running server keeps the master key it loaded and wraps new keys under it, so the rotation
+holds the data directory's lease (``data_dir_lease``) while it runs: beside a running server it
+is refused (``DataDirectoryBusy``) before anything is written, and no server starts meanwhile.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from engram_memory.adapters.local.vault import next_master_key_path
-from engram_memory.embedded.composition import KEYS_DIR, MASTER_KEY_FILE, open_existing
+from engram_memory.embedded.composition import (
+    KEYS_DIR,
+    MASTER_KEY_FILE,
+    open_existing,
+    require_initialised,
+)
+from engram_memory.embedded.data_dir_lease import acquire_lease
 from engram_memory.embedded.issuer_keys import rotate_issuer_key
 from engram_memory.embedded.private_files import write_private_file
 from engram_memory.engine.context import Scope
@@ -27,12 +36,19 @@ from engram_memory.operator_plane.usecases import audited
 __all__ = ["rotate_keys"]
 
 _PAGE = 500
+ROTATION = "`engram-memory admin keys rotate`"  # the lease's holder, as others' refusals name it
 
 
 def rotate_keys(data_dir: Path, operator: str) -> dict[str, Any]:
     """Rotate the issuer and master keys of ``data_dir``; return what changed. Audited as
     ``admin.keys_rotate``."""
     data_dir = Path(data_dir)
+    require_initialised(data_dir)  # before the lease: no lease file in a directory that is none
+    with acquire_lease(data_dir, ROTATION):
+        return _rotate(data_dir, operator)
+
+
+def _rotate(data_dir: Path, operator: str) -> dict[str, Any]:
     host = open_existing(data_dir)
     try:
 
@@ -59,8 +75,7 @@ def rotate_keys(data_dir: Path, operator: str) -> dict[str, Any]:
                 "master_key": "rotated",
                 "data_keys_rewrapped": rewrapped,
                 "data_keys_unbound": unbound,
-                "note": "restart a running server to use the new keys; tokens signed with the"
-                " previous issuer key stay valid until they expire",
+                "note": "tokens signed with the previous issuer key stay valid until they expire",
             }
 
         return audited(

@@ -28,7 +28,12 @@ from engram_memory.binding.verified_tokens import cached
 from engram_memory.contract.errors import ErrorCode, TrustedContextUnavailable
 from engram_memory.embedded.allocator import cap_malloc_arenas
 from engram_memory.embedded.approval_channel import EmbeddedApprovals, LinkDesk, approval_routes
-from engram_memory.embedded.host_file import host_config_path, load_host_config
+from engram_memory.embedded.data_dir_lease import DataDirectoryBusy, DataDirLease, acquire_lease
+from engram_memory.embedded.host_file import (
+    LiveAdmissionPolicy,
+    host_config_path,
+    load_host_config,
+)
 from engram_memory.embedded.issuer_keys import issuer_key_path, local_issuer, local_verifier
 from engram_memory.embedded.private_files import write_private_file
 from engram_memory.engine.context import TOOLS, TrustedContext
@@ -93,6 +98,7 @@ class EmbeddedServer:
     engine: EngineOnDemand
     approvals: EmbeddedApprovals
     desk: LinkDesk  # the approval page's
+    lease: DataDirLease | None = None  # the data directory's, held until ``close``
 
     @property
     def host(self) -> EmbeddedHost:
@@ -108,8 +114,12 @@ class EmbeddedServer:
         )
 
     def close(self) -> None:
-        self.engine.close()
-        self.approvals.close()
+        try:
+            self.engine.close()
+            self.approvals.close()
+        finally:
+            if self.lease is not None:
+                self.lease.release()
 
 
 def _request_state_key(path: Path) -> bytes:
@@ -141,14 +151,47 @@ def open_server(
     ``host.json``. ``engine_options`` go to ``open_embedded`` (e.g.
     ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``),
     or here when the data directory is new: initializing it is that one open.
+
+    The server holds the data directory's lease (``data_dir_lease``) until it is closed; raises
+    ``DataDirectoryBusy`` when another server or a key rotation holds it.
     """
     new, stored = _prepared(data_dir, config)
-    served = stored.serving_on(bind_host, port) if port is not None else stored
+    lease = acquire_lease(data_dir)
+    try:
+        return _wired(
+            data_dir,
+            lease,
+            new=new,
+            served=stored.serving_on(bind_host, port) if port is not None else stored,
+            from_file=config is None,
+            stdio_token=stdio_token,
+            engine_options=engine_options,
+        )
+    except BaseException:
+        lease.release()
+        raise
+
+
+def _wired(
+    data_dir: Path,
+    lease: DataDirLease,
+    *,
+    new: bool,
+    served: HostConfig,
+    from_file: bool,
+    stdio_token: str | None,
+    engine_options: dict[str, Any],
+) -> EmbeddedServer:
+    """``open_server``'s server over the data directory whose lease it holds."""
 
     def open_engine() -> EmbeddedHost:
         from engram_memory.embedded.composition import open_embedded
 
-        return open_embedded(data_dir, config=served, **engine_options)
+        options = engine_options
+        if from_file and "policy" not in options:  # `admin policy set` applies at the next call
+            live = LiveAdmissionPolicy(data_dir, served.admission_policy())
+            options = {**options, "policy": live}
+        return open_embedded(data_dir, config=served, **options)
 
     engine = EngineOnDemand(open_engine)
     if new:
@@ -178,6 +221,7 @@ def open_server(
         engine=engine,
         approvals=approvals,
         desk=LinkDesk(approvals, csrf_key=_csrf_key(state_key)),
+        lease=lease,
     )
 
 
@@ -365,23 +409,33 @@ def _stop_on_sigterm() -> None:
 def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
     """Serve MCP over stdio or HTTP until stopped (Ctrl-C, SIGTERM, or stdin closed on stdio).
 
-    Raises ``ServeError`` (one line) when the port is taken or cannot be bound."""
+    Raises ``ServeError`` (one line) when another process holds the data directory's lease, or
+    the port is taken or cannot be bound."""
     cap_malloc_arenas()  # before any worker thread exists: see host.allocator
     _stop_on_sigterm()
     if stdio:
         stdio_token = os.environ.get(STDIO_TOKEN_ENV)
-        server = open_server(data_dir, stdio_token=stdio_token, port=port, bind_host=bind_host)
+        server = _leased(
+            lambda: open_server(data_dir, stdio_token=stdio_token, port=port, bind_host=bind_host)
+        )
         binding = stdio_binding(server.surface.runtime)
         if isinstance(binding, str):
             print(f"engram-memory: {binding}", file=sys.stderr, flush=True)
         _serve(server, lambda: anyio.run(serve_stdio, server.surface))
         return
-    sock = _listening_socket(bind_host, port)
+    # The lease first: a second server on this data directory is told who holds it, whatever
+    # port it asked for.
+    server = _leased(lambda: open_server(data_dir, port=port, bind_host=bind_host))
     try:
-        server = open_server(data_dir, port=port, bind_host=bind_host)
+        sock = _listening_socket(bind_host, port)
+    except BaseException:
+        server.close()
+        raise
+    try:
         server.host  # noqa: B018 - open the engine now: a broken data directory fails before the banner
     except BaseException:
         sock.close()
+        server.close()
         raise
     url = f"http://{bind_host}:{port}{MCP_PATH}"
     print_banner(
@@ -401,6 +455,17 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
             flush=True,
         )
     _serve(server, lambda: _run_uvicorn(server, bind_host, sock))
+
+
+def _leased(opened: Callable[[], EmbeddedServer]) -> EmbeddedServer:
+    """``opened()``, or one line when another process holds the data directory."""
+    try:
+        return opened()
+    except DataDirectoryBusy as busy:
+        raise ServeError(
+            f"{busy}: one server per data directory. Use that server (its URL is in its banner),"
+            " or stop it and start again"
+        ) from None
 
 
 def _run_uvicorn(server: EmbeddedServer, bind_host: str, sock: socket.socket) -> None:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from engram_memory.engine.context import Scope
     from engram_memory.engine.kernel import Kernel
 
-__all__ = ["SeatOpener", "add_admin_parser", "fail", "one_line"]
+__all__ = ["SeatOpener", "add_admin_parser", "add_full_option", "fail", "one_line"]
 
 T = TypeVar("T")
 # Opens the seat a command names (``--data-dir`` or ``--stack``); the entry point supplies it.
@@ -284,7 +284,17 @@ def cmd_records_step(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    return _use_case(args, "status", lambda e, s, o: _usecases().status(e, s, o))
+    reports: list[dict[str, Any]] = []
+
+    def run(engine: Kernel, scope: Scope, operator: str) -> Any:
+        reports.append(_usecases().status(engine, scope, operator, full=args.full))
+        return reports[-1]
+
+    code = _use_case(args, "status", run)
+    if code == 0 and reports and (line := _usecases().unreadable_line(reports[0]["key_store"])):
+        fail(f"status: {line}")  # the health is not ok: exit code 1
+        return 1
+    return code
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -371,6 +381,15 @@ def _operation(sub: Sub, name: str, summary: str) -> argparse.ArgumentParser:
     return parser
 
 
+def add_full_option(parser: argparse.ArgumentParser) -> None:
+    """``--full`` of the health checks (``status``, ``verify``): open everything, not a sample."""
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="open every pending candidate and record body (default: the first 1000 of each)",
+    )
+
+
 def _data_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
 
@@ -422,6 +441,7 @@ def _add_inspection(admin_sub: Sub) -> None:
     state = _operation(
         admin_sub, "status", "counts by state, outbox backlog, index freshness, key store health"
     )
+    add_full_option(state)
     state.set_defaults(func=cmd_status)
     export = _operation(
         admin_sub, "export", "current records with their receipts, as JSON Lines (migration)"
@@ -526,6 +546,6 @@ def _add_tokens_and_keys(admin_sub: Sub) -> None:
         keys_sub,
         "rotate",
         "new issuer (signing) and master keys; data keys re-wrapped; previous tokens stay valid"
-        " until they expire (stop the server first)",
+        " until they expire (refused while a server runs on the data directory: stop it first)",
     )
     rotate.set_defaults(func=cmd_keys_rotate)

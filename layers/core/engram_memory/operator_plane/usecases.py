@@ -48,6 +48,9 @@ OPERATOR_POLICY_ID = "operator-adjudication"
 OPERATIONS_PURPOSE: Final = "operations"
 _PAGE: Final = 500
 _STATUS_SCAN_LIMIT: Final = 10_000  # records and candidates status checks one by one, at most
+# Pending candidates and record bodies the health check opens by default (each kind); --full: all
+HEALTH_SAMPLE: Final = 1_000
+_UNREADABLE_LISTED: Final = 50
 
 T = TypeVar("T")
 
@@ -575,10 +578,11 @@ def forget_record(
 # --------------------------------------------------------------------------------------------
 
 
-def status(engine: Kernel, scope: Scope, operator: str) -> dict[str, Any]:
+def status(engine: Kernel, scope: Scope, operator: str, *, full: bool = False) -> dict[str, Any]:
     """What an operator checks first: counts by state, the outbox backlog, whether the indexes
     hold every current record (and nothing else is pending for them), and the key store's
-    health (reachable, and whether every pending candidate's key is still there)."""
+    health: whether the pending candidates and the record bodies open (``readability``; the
+    first ``HEALTH_SAMPLE`` of each, or all with ``full``)."""
 
     def run(call: Call) -> dict[str, Any]:
         counts = engine.store.state_counts(scope)
@@ -606,7 +610,7 @@ def status(engine: Kernel, scope: Scope, operator: str) -> dict[str, Any]:
                 "pending_drops": counts.get("outbox:drop_projection", 0),
                 "fresh": None if missing is None else missing == 0 and not pending,
             },
-            "key_store": _key_store_health(engine, scope),
+            "key_store": readability(engine, call, full=full),
         }
 
     return audited(engine, scope, operator, "status", None, run)
@@ -632,12 +636,16 @@ def _missing_from_index(engine: Kernel, scope: Scope) -> tuple[int, int, int]:
     return checked, missing, without_key
 
 
-def _scanned(page: Callable[[str], Sequence[Any]], id_field: str) -> Iterator[Any]:
-    """The rows ``page(after)`` lists, page after page, at most ``_STATUS_SCAN_LIMIT``: the
-    status is a bounded look, not a full scan."""
+def _scanned(
+    page: Callable[[str], Sequence[Any]], id_field: str, limit: int | None = _STATUS_SCAN_LIMIT
+) -> Iterator[Any]:
+    """The rows ``page(after)`` lists, page after page, at most ``limit`` (``None``: all): the
+    status is a bounded look unless asked for a full scan."""
     after, seen = "", 0
-    while seen < _STATUS_SCAN_LIMIT and (rows := page(after)):
+    while (limit is None or seen < limit) and (rows := page(after)):
         for row in rows:
+            if limit is not None and seen >= limit:
+                return
             seen += 1
             yield row
         after = getattr(rows[-1], id_field)
@@ -659,24 +667,82 @@ def _by_prefix(counts: Mapping[str, int], prefix: str) -> dict[str, int]:
     }
 
 
-def _key_store_health(engine: Kernel, scope: Scope) -> dict[str, Any]:
+def readability(engine: Kernel, call: Call, *, full: bool = False) -> dict[str, Any]:
+    """Whether what ``call``'s scope holds can be read: each pending candidate opened (its key
+    unwrapped, its blob decrypted and checked against its digests) and each record body not
+    forgotten opened and checked — the first ``HEALTH_SAMPLE`` of each, or all with ``full``.
+    The unreadable ones are named by id with the code a tool would answer (never content):
+    ``BLOB_MISSING`` for a candidate whose key is destroyed, ``JOURNAL_CORRUPT`` for one that
+    does not open (e.g. wrapped under another master key). A record whose key is destroyed
+    (forgotten since a restored backup was taken) is counted apart: right, not broken.
+
+    ``health``: ``ok``; ``keys_missing`` (only destroyed candidate keys); ``unreadable``;
+    ``unavailable`` (the key store cannot be read)."""
+    limit = None if full else HEALTH_SAMPLE
+    scope = call.scope
+    unreadable: list[dict[str, str]] = []
     try:
-        engine.vault.key_exists("key_health_probe")
-        pending = list(
-            _scanned(
-                lambda after: engine.store.candidates_list(scope, "pending", after, _PAGE),
-                "candidate_id",
-            )
-        )
-        checked = len(pending)
-        unreadable = sum(1 for row in pending if not engine.vault.key_exists(row.key_ref))
-    except VaultUnavailable:
+        pending = records = without_key = 0
+        for row in _scanned(
+            lambda after: engine.store.candidates_list(scope, "pending", after, _PAGE),
+            "candidate_id",
+            limit,
+        ):
+            pending += 1
+            if (code := _candidate_unreadable(engine, call, row)) is not None:
+                unreadable.append({"candidate_id": row.candidate_id, "code": code})
+        for record in _scanned(
+            lambda after: engine.store.records_list(scope, None, after, _PAGE), "record_id", limit
+        ):
+            if record.body is None:
+                continue  # forgotten: its body is shredded, as it should be
+            records += 1
+            try:
+                if not engine.bodies(scope, [record]):
+                    without_key += 1
+            except EngramError as error:
+                unreadable.append({"record_id": record.record_id, "code": error.code.value})
+    except (VaultUnavailable, StoreUnavailable):
         return {"health": "unavailable"}
+    if any(item["code"] == ErrorCode.STORE_UNAVAILABLE.value for item in unreadable):
+        return {"health": "unavailable"}
+    missing = all(item["code"] == ErrorCode.BLOB_MISSING.value for item in unreadable)
     return {
-        "health": "ok" if unreadable == 0 else "keys_missing",
-        "pending_checked": checked,
-        "pending_without_key": unreadable,
+        "health": "ok" if not unreadable else "keys_missing" if missing else "unreadable",
+        "checked": "all" if full else f"the first {HEALTH_SAMPLE} of each (--full: all)",
+        "pending_checked": pending,
+        "records_checked": records,
+        "records_without_key": without_key,
+        "unreadable": unreadable[:_UNREADABLE_LISTED],
+        "unreadable_total": len(unreadable),
     }
+
+
+def _candidate_unreadable(engine: Kernel, call: Call, row: CandidateRow) -> str | None:
+    """The code a pending candidate would answer if opened now, or None when it opens."""
+    try:
+        engine.open_candidate(call, row)
+    except EngramError as error:
+        return error.code.value
+    except (KeyError, TypeError, ValueError):  # opened, but not a candidate's document
+        return ErrorCode.JOURNAL_CORRUPT.value
+    return None
+
+
+def unreadable_line(health: Mapping[str, Any]) -> str | None:
+    """One line naming what ``readability`` found unreadable (ids and codes), or None."""
+    if health.get("health") == "unavailable":
+        return "the key store cannot be read (keys/candidate-keys.db)"
+    items = health.get("unreadable") or []
+    if not items:
+        return None
+    named = ", ".join(
+        f"{item.get('candidate_id') or item.get('record_id')} ({item['code']})" for item in items
+    )
+    more = int(health.get("unreadable_total", len(items))) - len(items)
+    return f"{health['unreadable_total']} unreadable: {named}" + (
+        f" and {more} more" if more else ""
+    )
 
 
 def export_records(engine: Kernel, scope: Scope, operator: str) -> Iterator[dict[str, Any]]:
