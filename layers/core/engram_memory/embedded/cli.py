@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, NoReturn, cast
 from engram_memory.embedded.cli_approvals import add_approvals_parser
 from engram_memory.embedded.errors import HostConfigError
 from engram_memory.embedded.tour import TOUR_TENANT, TOUR_WORKSPACE
-from engram_memory.operator_plane.commands import SeatOpener, Sub, add_admin_parser
+from engram_memory.operator_plane.commands import SeatOpener, Sub, add_admin_parser, command_name
 from engram_memory.operator_plane.commands import fail as _fail
 from engram_memory.operator_plane.seat import OperatorSeat, UsageError
 
@@ -67,7 +67,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(f"  audit log            {root / AUDIT_FILE}")
     print(f"  admission mode       {config.admission.mode}")
     print(
-        "Mint a bearer token: engram-memory token --data-dir DIR --principal P --workspace W"
+        f"Mint a bearer token: {command_name()} token --data-dir DIR --principal P --workspace W"
         " --purpose REF --tools search,get,capture,request_admission,withdraw,forget"
     )
     return 0
@@ -108,7 +108,7 @@ def _data_dir(args: argparse.Namespace) -> Path:
     if not data_dir.is_dir():
         raise CliError(
             f"no Engram Memory data directory at {data_dir};"
-            f" run `engram-memory init --data-dir {data_dir}` first"
+            f" run `{command_name()} init --data-dir {data_dir}` first"
         )
     return data_dir
 

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from engram_memory.operator_plane.commands import command_name
 from engram_memory.operator_plane.seat import AuditPage, UsageError
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class DataDirSeat:
         if not self._data_dir.is_dir():
             raise UsageError(
                 f"no Engram Memory data directory at {self._data_dir};"
-                f" run `engram-memory init --data-dir {self._data_dir}` first"
+                f" run `{command_name()} init --data-dir {self._data_dir}` first"
             )
         return self._data_dir
 
@@ -85,6 +86,11 @@ class DataDirSeat:
         from engram_memory.embedded.rotation import rotate_keys
 
         return rotate_keys(self._existing(), self._operator)
+
+    def token_issued(self, token_id: str) -> bool | None:
+        from engram_memory.embedded.issuer_keys import token_issued
+
+        return token_issued(self._existing(), token_id)
 
     def reindex(self, workspace: str) -> dict[str, Any]:
         from engram_memory.operator_plane.usecases import reindex

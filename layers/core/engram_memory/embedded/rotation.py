@@ -21,6 +21,7 @@ from engram_memory.embedded.composition import KEYS_DIR, MASTER_KEY_FILE, open_e
 from engram_memory.embedded.issuer_keys import rotate_issuer_key
 from engram_memory.embedded.private_files import write_private_file
 from engram_memory.engine.context import Scope
+from engram_memory.operator_plane.text import progress
 from engram_memory.operator_plane.usecases import audited
 
 __all__ = ["rotate_keys"]
@@ -42,6 +43,7 @@ def rotate_keys(data_dir: Path, operator: str) -> dict[str, Any]:
                 while rows := host.store.candidates_list(scope, None, after, _PAGE):
                     bindings.update({row.key_ref: (scope, row.candidate_id) for row in rows})
                     after = rows[-1].candidate_id
+                    progress(len(bindings), None, "candidate keys found")
             old_kid, new_kid = rotate_issuer_key(data_dir)
             keys = data_dir / KEYS_DIR
             staged = next_master_key_path(keys / MASTER_KEY_FILE)

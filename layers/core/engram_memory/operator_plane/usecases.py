@@ -42,6 +42,8 @@ from engram_memory.engine.ports import (
 from engram_memory.engine.records import decode, scope_ref
 from engram_memory.engine.usecases.admission import settle
 from engram_memory.engine.usecases.transitions import commit_forget, commit_withdraw
+from engram_memory.operator_plane.backup_checks import OperationRefused
+from engram_memory.operator_plane.text import progress
 
 OPERATOR_POLICY_ID = "operator-adjudication"
 OPERATIONS_PURPOSE: Final = "operations"
@@ -233,12 +235,36 @@ def adjudicate(
             result = engine.mutation(
                 call, lambda: _decide(engine, call, scope, candidate_id, decision, intent)
             )
+        except EngramError as error:
+            if error.code in (ErrorCode.DIGEST_CONFLICT, ErrorCode.NOT_FOUND):
+                _refuse_if_decided(engine, scope, candidate_id)
+            raise
         finally:
             call.tool = "adjudicate"
         outcome: dict[str, Any] = result["outcome"]
         return outcome
 
     return audited(engine, scope, operator, "adjudicate", candidate_id, run)
+
+
+_DECIDED: Final = {"admit": "accepted", "reject": "rejected", "withdraw": "withdrawn"}
+
+
+def _refuse_if_decided(engine: Kernel, scope: Scope, candidate_id: str) -> None:
+    """A candidate decided already (by a policy, an operator or a withdraw) is
+    ``ALREADY_TERMINAL``, saying how and when: not a digest conflict or an unknown id."""
+    candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
+    if candidate is None or candidate.state == "pending":
+        return
+    decided = [
+        f"{_DECIDED[body['operation']]} at {body.get('at', '?')}"
+        for _, _, body in _walk_events(engine, scope)
+        if body.get("target") == candidate_id and body.get("operation") in _DECIDED
+    ]
+    raise OperationRefused(
+        ErrorCode.ALREADY_TERMINAL,
+        f"candidate {candidate_id} was already decided ({decided[-1] if decided else candidate.state})",
+    ) from None
 
 
 def _decide(
@@ -353,10 +379,12 @@ def _record_summary(row: RecordRow) -> dict[str, Any]:
         "candidate_id": row.candidate_id,
         "accepted_cursor": str(row.accepted_cursor),
         "valid_from": row.valid_from_ms,
+        "valid_from_at": format_instant(row.valid_from_ms),
         "body": "present" if row.body is not None else "shredded",
     }
     if row.valid_to_ms is not None:
         summary["valid_to"] = row.valid_to_ms
+        summary["valid_to_at"] = format_instant(row.valid_to_ms)
     if row.expires_at_ms is not None:
         summary["expires_at"] = format_instant(row.expires_at_ms)
     return summary
@@ -704,6 +732,7 @@ def export_records(engine: Kernel, scope: Scope, operator: str) -> Iterator[dict
                             "receipts": _admission(engine, scope, row),
                         }
                     )
+            progress(len(lines), None, "records exported")
         call.digests["exported_records"] = str(len(lines))
         return lines
 
