@@ -181,7 +181,10 @@ def _captured(data: Path, text: str, key: str, *, admit: bool) -> str:
 
 def _admin(capsys: Capture, data: Path, *words: str, code: int = 0) -> Any:
     """Run ``engram-memory admin WORDS... --data-dir DATA --operator ops-carol``; its JSON."""
-    assert main(["admin", *words, "--data-dir", str(data), "--operator", "ops-carol"]) == code
+    assert (
+        main(["admin", *words, "--data-dir", str(data), "--operator", "ops-carol", "--json"])
+        == code
+    )
     if code != 0:
         return None  # the caller reads the error line
     return json.loads(capsys.readouterr().out)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final, TextIO
+
+from engram_memory.contract.types import format_instant
 
 __all__ = [
     "Columns",
@@ -33,8 +34,9 @@ _EPOCH_MS_FIELDS: Final = frozenset({"valid_from", "valid_to"})
 
 
 def iso(at_ms: int) -> str:
-    """``2026-07-28T09:15:02Z``: an instant for people (UTC, to the second)."""
-    return datetime.fromtimestamp(at_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """``2026-07-28T09:15:02.000Z``: an instant as every document shows it (ISO-8601 UTC, the
+    contract's own form), so text and ``--json`` agree to the character."""
+    return format_instant(at_ms)
 
 
 def cell(value: object, *, limit: int = MAX_CELL) -> str:
