@@ -281,3 +281,25 @@ def test_the_progress_counter_writes_only_to_a_terminal() -> None:
         shown.close()
         assert ("export: 3/10 records exported" in stream.written) is expected
         assert "4/10" not in stream.written
+
+
+def test_records_history_shows_who_did_each_step_and_why(data: Path, capsys: Capture) -> None:
+    _, record_id = _admitted(data)
+    step = ["--data-dir", str(data), "--operator", "ops-carol"]
+    assert (
+        main(["admin", "records", "dispute", record_id, *step, "--reason", "source doubted"]) == 0
+    )
+    assert main(["admin", "records", "forget", record_id, *step, "--reason", "asked to"]) == 0
+    capsys.readouterr()
+    assert main(["admin", "records", "history", record_id, "--data-dir", str(data), "--json"]) == 0
+    history = json.loads(capsys.readouterr().out)
+    assert [(e["operation"], e["actor"], e["reason"]) for e in history] == [
+        ("capture", "agent-alice", None),
+        ("admit", "agent-alice", None),
+        ("dispute", "operator:ops-carol", "source doubted"),
+        ("tombstone", "operator:ops-carol", "asked to"),
+    ]
+    assert main(["admin", "records", "history", record_id, "--data-dir", str(data)]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["cursor", "at", "operation", "target", "by", "reason"]
+    assert "operator:ops-carol" in rows[-1] and rows[-1].endswith("asked to")

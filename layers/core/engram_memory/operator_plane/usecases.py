@@ -32,6 +32,7 @@ from engram_memory.engine.ports import (
     ChangeSet,
     IndexUnavailable,
     JournalHead,
+    LedgerByCursor,
     OutboxItem,
     ProjectionChange,
     RecordRow,
@@ -220,6 +221,7 @@ def adjudicate(
 
     def run(call: Call) -> dict[str, Any]:
         call.tool = "request_admission"
+        call.reason = arguments.get("reason")
         intent = digest(
             "intent",
             {
@@ -337,6 +339,7 @@ def _operator_commit(
     with no approval: the operator is the human)."""
 
     def run(call: Call) -> dict[str, Any]:
+        call.reason = arguments["reason"]
         intent = _operator_intent(call, target, arguments)
 
         def attempt() -> dict[str, Any]:
@@ -446,13 +449,36 @@ def record_history(
         if row is None:
             raise EngramError(ErrorCode.NOT_FOUND)
         targets = {record_id, row.candidate_id}
-        return [
-            {**body, "event_id": event_id_for(event_hash), "event_hash": event_hash}
-            for _, event_hash, body in _walk_events(engine, scope)
+        steps = [
+            (cursor, {**body, "event_id": event_id_for(event_hash), "event_hash": event_hash})
+            for cursor, event_hash, body in _walk_events(engine, scope)
             if body.get("target") in targets
         ]
+        return _with_actors(engine, scope, steps)
 
     return audited(engine, scope, operator, "records_history", record_id, run)
+
+
+def _with_actors(
+    engine: Kernel, scope: Scope, steps: list[tuple[int, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Each step with who committed it (``actor``: the agent's principal, or
+    ``operator:<login>``) and the operator's reason, from its ledger entry; None where the
+    store cannot say (``ports.LedgerByCursor``)."""
+    store = engine.store
+    ledger = (
+        store.ledger_at(scope, [cursor for cursor, _ in steps])
+        if isinstance(store, LedgerByCursor)
+        else {}
+    )
+    shown = []
+    for cursor, step in steps:
+        entry = ledger.get(cursor)
+        output = decode(entry.output) if entry is not None else {}
+        reason = output.get("reason") if isinstance(output, dict) else None
+        actor = entry.principal if entry is not None else None
+        shown.append({**step, "actor": actor, "reason": reason})
+    return shown
 
 
 def transition(
@@ -484,6 +510,7 @@ def transition(
         arguments["superseded_by"] = superseded_by
 
     def run(call: Call) -> dict[str, Any]:
+        call.reason = arguments["reason"]
         intent = _operator_intent(call, record_id, arguments)
         authorization = _operator_authorization(engine, call, arguments)
 
