@@ -11,8 +11,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TextIO
 
-from engram_memory.contract.types import format_instant
-
 __all__ = [
     "Columns",
     "Progress",
@@ -36,6 +34,8 @@ _EPOCH_MS_FIELDS: Final = frozenset({"valid_from", "valid_to"})
 def iso(at_ms: int) -> str:
     """``2026-07-28T09:15:02.000Z``: an instant as every document shows it (ISO-8601 UTC, the
     contract's own form), so text and ``--json`` agree to the character."""
+    from engram_memory.contract.types import format_instant  # pydantic: not for ``--help``
+
     return format_instant(at_ms)
 
 
