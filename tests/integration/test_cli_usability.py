@@ -22,7 +22,7 @@ import pytest
 from engram_memory.adapters.local.approvals import ApprovalBook
 from engram_memory.contract.types import format_instant
 from engram_memory.embedded.cli import main
-from engram_memory.embedded.composition import open_embedded
+from engram_memory.embedded.composition import init_data_dir, open_embedded
 from engram_memory.engine.context import Scope, TrustedContext, new_audit_id
 from engram_memory.operator_plane import text
 
@@ -81,11 +81,10 @@ def _admitted(data: Path, note: str = NOTE) -> tuple[str, str]:
 
 
 @pytest.fixture
-def data(tmp_path: Path, capsys: Capture) -> Path:
-    data = tmp_path / "data"
-    assert main(["init", "--data-dir", str(data)]) == 0
-    capsys.readouterr()
-    return data
+def data(tmp_path: Path) -> Path:
+    """An initialised data directory, as `init` leaves it."""
+    init_data_dir(tmp_path / "data")
+    return tmp_path / "data"
 
 
 def test_the_command_a_message_names_runs_as_typed(tmp_path: Path) -> None:
@@ -303,3 +302,26 @@ def test_records_history_shows_who_did_each_step_and_why(data: Path, capsys: Cap
     header, *rows = capsys.readouterr().out.splitlines()
     assert header.split() == ["cursor", "at", "operation", "target", "by", "reason"]
     assert "operator:ops-carol" in rows[-1] and rows[-1].endswith("asked to")
+
+
+def test_the_banner_names_the_command_the_way_it_was_started(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import io
+
+    from engram_memory.embedded.serve import print_banner
+    from engram_memory.operator_plane.commands import command_name
+
+    monkeypatch.chdir(VENV_HOME)
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), "serve"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    relative = command_name()
+    assert (VENV_HOME / relative).resolve() == SCRIPT.resolve() and "/" in relative
+    out = io.StringIO()
+    print_banner(out, url="http://127.0.0.1:8765/mcp", token="t", data_dir=tmp_path, port=8765)
+    assert f"`{relative} token --help`" in out.getvalue()
+    assert f'"command": "{SCRIPT}"' in out.getvalue()  # the desktop host's: absolute
+    monkeypatch.setenv("PATH", str(SCRIPT.parent))  # activated: the bare name is this program
+    assert command_name() == "engram-memory"
+    monkeypatch.setattr(sys, "argv", ["/somewhere/pytest"])  # not started as engram-memory
+    assert command_name() == "engram-memory"
