@@ -107,6 +107,7 @@ def test_the_terminal_lists_and_answers_what_waits(
 ) -> None:
     import time
 
+    assert main(["init", "--data-dir", str(tmp_path)]) == 0
     now = int(time.time() * 1000)
     opened = ApprovalBook(tmp_path)
     waiting = opened.open(a_request(), agent_id="agent-7", session_id="s-1", now_ms=now)
@@ -115,14 +116,15 @@ def test_the_terminal_lists_and_answers_what_waits(
     assert main(["approvals", "list", "--data-dir", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
     assert waiting.approval_id in listed and "permanently forget" in listed
-    assert "agent agent-7" in listed and "reason reason:obsolete" in listed
+    assert "Agent: agent-7" in listed and "Reason: reason:obsolete" in listed
     assert waiting.secret not in listed  # the link's secret is never printed
     assert main(["approvals", "approve", "--data-dir", str(tmp_path), waiting.approval_id]) == 0
     assert main(["approvals", "decline", "--data-dir", str(tmp_path), declined.approval_id]) == 0
-    assert main(["approvals", "approve", "--data-dir", str(tmp_path), waiting.approval_id]) == 1
     capsys.readouterr()
+    assert main(["approvals", "approve", "--data-dir", str(tmp_path), waiting.approval_id]) == 1
+    assert "was already answered: approved at 20" in capsys.readouterr().err
     assert main(["approvals", "list", "--data-dir", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.strip() == "no approval is waiting"
+    assert capsys.readouterr().out.strip().startswith("no approval is waiting")
     reopened = ApprovalBook(tmp_path)
     row = reopened.get(waiting.approval_id)
     reopened.close()

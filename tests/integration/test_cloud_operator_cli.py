@@ -222,7 +222,7 @@ class Stacks:
         """Run ``engram-memory admin --stack`` on ``stack``: exit code, JSON output, stderr."""
         self.capsys.readouterr()
         self._target = stack.name
-        code = main(["admin", "--stack", stack.name, "--region", REGION, *args])
+        code = main(["admin", "--stack", stack.name, "--region", REGION, *args, "--json"])
         out, err = self.capsys.readouterr()
         # the in-process drainer's log and metric lines (the Lambda's log group's, in AWS)
         out = "".join(

@@ -94,7 +94,9 @@ def test_admin_reindex_rebuilds_a_workspace_index_from_the_store(
         host.close()
     capsys.readouterr()
 
-    assert main(["admin", "reindex", "--data-dir", str(data), "--workspace", "ws-cli"]) == 0
+    assert (
+        main(["admin", "reindex", "--data-dir", str(data), "--workspace", "ws-cli", "--json"]) == 0
+    )
 
     report = json.loads(capsys.readouterr().out)
     assert report == {"workspace": "ws-cli", "indexed": 1, "dropped": 1, "pending_upserts": 0}

@@ -309,7 +309,15 @@ def test_an_operator_accepts_and_rejects_candidates_held_in_manual_mode(
     )
     capsys.readouterr()
 
-    adjudicate = ["admin", "adjudicate", "--data-dir", str(data), "--operator", "ops-carol"]
+    adjudicate = [
+        "admin",
+        "adjudicate",
+        "--data-dir",
+        str(data),
+        "--operator",
+        "ops-carol",
+        "--json",
+    ]
     assert main([*adjudicate, kept, "accept"]) == 0
     accepted = json.loads(capsys.readouterr().out)
     assert accepted["status"] == "accepted" and accepted["candidate_id"] == kept

@@ -181,7 +181,10 @@ def _captured(data: Path, text: str, key: str, *, admit: bool) -> str:
 
 def _admin(capsys: Capture, data: Path, *words: str, code: int = 0) -> Any:
     """Run ``engram-memory admin WORDS... --data-dir DATA --operator ops-carol``; its JSON."""
-    assert main(["admin", *words, "--data-dir", str(data), "--operator", "ops-carol"]) == code
+    assert (
+        main(["admin", *words, "--data-dir", str(data), "--operator", "ops-carol", "--json"])
+        == code
+    )
     if code != 0:
         return None  # the caller reads the error line
     return json.loads(capsys.readouterr().out)
@@ -487,7 +490,10 @@ def test_a_withdraw_after_the_backup_reaches_the_restored_copy(data: Path, capsy
     _admin(capsys, target, "pending", "show", draft, code=1)
     assert "BLOB_MISSING" in _one_line_error(capsys)
     # status names the candidate that no longer opens, and fails (exit 1)
-    assert main(["admin", "status", "--data-dir", str(target), "--operator", "ops-carol"]) == 1
+    assert (
+        main(["admin", "status", "--data-dir", str(target), "--operator", "ops-carol", "--json"])
+        == 1
+    )
     health = json.loads(capsys.readouterr().out)["key_store"]
     assert health["health"] == "keys_missing"
     assert health["unreadable"] == [{"candidate_id": draft, "code": "BLOB_MISSING"}]

@@ -476,6 +476,11 @@ class StackSeat:
     def rotate_keys(self) -> dict[str, Any]:
         return self._aws(rotate_stack_keys)
 
+    def token_issued(self, token_id: str) -> bool | None:
+        """The stack's tokens come from its identity provider: which ids it issued is not known
+        here."""
+        return None
+
     def reindex(self, workspace: str) -> dict[str, Any]:
         return self._aws(lambda op: reindex_stack(op, workspace))
 

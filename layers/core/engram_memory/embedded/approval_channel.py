@@ -24,12 +24,13 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from engram_memory import approval_page as shared  # the page both hosts serve
-from engram_memory.adapters.local.approvals import ApprovalBook, Bound, OpenApproval
+from engram_memory.adapters.local.approvals import Answerer, ApprovalBook, Bound, OpenApproval
 from engram_memory.binding.host_config import host_matches
 from engram_memory.engine.context import TrustedContext, new_audit_id
 from engram_memory.engine.gate import Approval, ConfirmationRequest
 from engram_memory.engine.ports import Clock
 from engram_memory.mcp_surface.approval_channel import Mode, Question
+from engram_memory.operator_plane.commands import command_name
 
 if TYPE_CHECKING:
     from engram_memory.engine.kernel import Kernel
@@ -100,11 +101,11 @@ class EmbeddedApprovals:
         if mode == "url":
             return (
                 f"{summary}\n\nOpen the approval page to answer (or, on this machine, run"
-                f" `engram-memory approvals approve {row.approval_id}`); then retry the same call."
+                f" `{command_name()} approvals approve {row.approval_id}`); then retry the same call."
             )
         return (
             f"{summary}\n\nYou can also answer on the approval page ({self.link(row)}) or with"
-            f" `engram-memory approvals approve {row.approval_id}`."
+            f" `{command_name()} approvals approve {row.approval_id}`."
         )
 
     # -- the port (mcp_surface.approval_channel.ApprovalChannel) -------------------------------
@@ -141,12 +142,20 @@ class EmbeddedApprovals:
         """The client's form answered ``question``: the approval, or None after a decline. The
         first answer wins (the page or the terminal may have answered while the form was open)."""
         approval_id = question.approval_id
-        recorded = self.book.answer(approval_id, approve, now_ms=self.clock.now_ms(), by="client")
-        final = recorded or self.book.get(approval_id)
+        _, final = self.answer_by_id(approval_id, approve, by="client")
         if final is None or final.state != "approved":
             self.book.close_declined(approval_id)
             return None
         return final.approval()
+
+    def answer_by_id(
+        self, approval_id: str, approve: bool, *, by: Answerer
+    ) -> tuple[bool, OpenApproval | None]:
+        """A human answered the question ``approval_id`` (``by``: the terminal, the client's
+        form): whether this answer was the first, and the question as it stands after it (None:
+        no such question)."""
+        recorded = self.book.answer(approval_id, approve, now_ms=self.clock.now_ms(), by=by)
+        return recorded is not None, recorded or self.book.get(approval_id)
 
     def expire(self, approval: Bound) -> None:
         """The client answered the form of a round trip: its row is closed (it leaves the

@@ -52,11 +52,19 @@ from engram_memory.engine.ports import (
 )
 from engram_memory.operator_plane.backup_checks import OperationRefused, check_record_bodies
 from engram_memory.operator_plane.crash_points import crash_point
+from engram_memory.operator_plane.text import progress
 from engram_memory.operator_plane.usecases import audited, reindex
 
 __all__ = ["OperationRefused", "backup", "restore"]
 
 _PAGE = 500
+# What the operator does about keys/ before a restore (docs/operating.md, "Backup and restore"):
+# the live key store, moved, never a copy kept aside (it would hold keys destroyed since).
+_MOVE_KEYS = (
+    "move the live keys/ folder of the data directory the backup was taken from there"
+    " (keys are never in a backup; never restore beside a copy of keys/ kept aside:"
+    " it would bring back what was forgotten)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +191,7 @@ def _check_records(
         bodies = {r.record_id: (r.body, r.record_digest) for r in rows if r.body is not None}
         without_key += check_record_bodies(scope, bodies, record_keys)
         after = rows[-1].record_id
+        progress(checked, None, f"records checked in {scope.workspace_id}")
     return checked, without_key
 
 
@@ -203,8 +212,8 @@ def _target_refusal(data_dir: Path, *, new_keys: bool) -> list[str]:
     if missing and not new_keys:
         raise OperationRefused(
             ErrorCode.RESTORE_REFUSED,
-            f"no key store in {data_dir / KEYS_DIR}: copy the original keys/ folder there first"
-            " (keys are never in a backup), or pass --new-keys to restore onto new keys"
+            f"no key store in {data_dir / KEYS_DIR}: {_MOVE_KEYS} first,"
+            " or pass --new-keys to restore onto new keys"
             " (no record body and no pending candidate will open)",
         )
     return missing
@@ -267,8 +276,7 @@ def _checked_beside_keys(
             raise OperationRefused(
                 ErrorCode.RESTORE_REFUSED,
                 f"the key store in {data_dir / KEYS_DIR} ({ours}) is not the backup's"
-                f" ({checked.key_store_id}); copy that data directory's own keys/ folder"
-                " there",
+                f" ({checked.key_store_id}); {_MOVE_KEYS}",
             )
         # The bodies, opened with the backup's own key store: intact, and how many are
         # forgotten since (their keys destroyed).
@@ -325,7 +333,8 @@ def _projected(
     try:
         indexed = 0
         unopenable = 0
-        for name in checked.scopes:
+        for done, name in enumerate(checked.scopes):
+            progress(done, len(checked.scopes), "workspaces re-indexed")
             tenant_id, _, workspace_id = name.partition("/")
             scope = Scope(tenant_id, workspace_id)
             indexed += reindex(host.engine, scope).indexed

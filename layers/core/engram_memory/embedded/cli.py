@@ -38,6 +38,7 @@ from engram_memory.operator_plane.commands import (
     Sub,
     add_admin_parser,
     add_full_option,
+    command_name,
 )
 from engram_memory.operator_plane.commands import fail as _fail
 from engram_memory.operator_plane.seat import OperatorSeat, UsageError
@@ -73,7 +74,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(f"  audit log            {root / AUDIT_FILE}")
     print(f"  admission mode       {config.admission.mode}")
     print(
-        "Mint a bearer token: engram-memory token --data-dir DIR --principal P --workspace W"
+        f"Mint a bearer token: {command_name()} token --data-dir DIR --principal P --workspace W"
         " --purpose REF --tools search,get,capture,request_admission,withdraw,forget"
     )
     return 0
@@ -133,7 +134,7 @@ def _data_dir(args: argparse.Namespace) -> Path:
     if not data_dir.is_dir():
         raise CliError(
             f"no Engram Memory data directory at {data_dir};"
-            f" run `engram-memory init --data-dir {data_dir}` first"
+            f" run `{command_name()} init --data-dir {data_dir}` first"
         )
     return data_dir
 

@@ -1,88 +1,150 @@
 """``engram-memory approvals``: the local operator answers confirmations from a terminal.
 
-- ``engram-memory approvals list [--data-dir DIR]``
-      the questions waiting for a human: id, operation, target, who asks, reason, time left.
+- ``engram-memory approvals list [--data-dir DIR] [--json]``
+      the questions waiting for a human, each as the approval page shows it
+      (``approval_page.plain_summary``): the operation, the memory it acts on, who asks, why,
+      time left.
 - ``engram-memory approvals approve|decline [--data-dir DIR] APPROVAL_ID``
       answer one (the first answer wins, from here, the approval page or the agent's form); the
       agent's retry of the same call then commits (within 30 s of an approval) or fails with
       ``gate_failed``.
 
-The approvals live in the data directory (``approvals.sqlite3``): whoever may read it may answer.
+Both go through the host's approval channel (``embedded.approval_channel.EmbeddedApprovals``,
+the ``ApprovalChannel`` port the MCP surface asks through): ``pending`` to list, ``answer_by_id``
+to answer as ``terminal``. The approvals live in the data directory (``approvals.sqlite3``):
+whoever may read it may answer.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import time
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engram_memory.approval_page.view import action_of
+from engram_memory.operator_plane.commands import command_name, fail, json_option
+from engram_memory.operator_plane.text import iso
+
+if TYPE_CHECKING:
+    from engram_memory.adapters.local.approvals import OpenApproval
+    from engram_memory.embedded.approval_channel import EmbeddedApprovals
+    from engram_memory.embedded.composition import EmbeddedHost
 
 
-def _book(args: argparse.Namespace) -> Any:
+@contextmanager
+def _channel(args: argparse.Namespace) -> Iterator[EmbeddedApprovals | None]:
+    """The data directory's approval channel; None when nothing has asked yet. The engine (the
+    memory a question shows) opens only when a question is shown. ``DataDirectoryRefused`` for
+    a directory that is not an initialised data directory."""
     from engram_memory.adapters.local.approvals import FILE_NAME, ApprovalBook
+    from engram_memory.adapters.local.clock import SystemClock
+    from engram_memory.embedded.approval_channel import EmbeddedApprovals
+    from engram_memory.embedded.composition import open_existing, require_initialised
 
     data_dir = Path(args.data_dir)
+    require_initialised(data_dir)
     if not (data_dir / FILE_NAME).exists():
-        print(f"no approvals in {data_dir} (nothing has asked yet)", file=sys.stderr)
-        return None
-    return ApprovalBook(data_dir)
+        yield None
+        return
+    hosts: list[EmbeddedHost] = []
+
+    def kernel() -> Any:
+        if not hosts:
+            hosts.append(open_existing(data_dir))
+        return hosts[0].engine
+
+    channel = EmbeddedApprovals(
+        lambda: ApprovalBook(data_dir), kernel, base_url="", clock=SystemClock()
+    )
+    try:
+        yield channel
+    finally:
+        channel.close()
+        for host in hosts:
+            host.close()
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _listing(channel: EmbeddedApprovals, now_ms: int) -> list[dict[str, Any]]:
+    from engram_memory.approval_page import plain_summary
+
+    listed = []
+    for row in channel.pending():
+        view = channel.view_of(row)
+        listed.append(
+            {
+                "approval_id": row.approval_id,
+                "tool": row.tool,
+                "target": row.target,
+                "principal": row.principal,
+                "agent_id": row.agent_id,
+                "session_id": row.session_id,
+                "reason_ref": row.reason_ref,
+                "asked_at": iso(row.issued_at_ms),
+                "expires_at": iso(row.expires_at_ms),
+                "seconds_left": max(0, (row.expires_at_ms - now_ms) // 1000),
+                "summary": plain_summary(view, now_ms),
+            }
+        )
+    return listed
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    book = _book(args)
-    if book is None:
+    import time
+
+    now_ms = int(time.time() * 1000)
+    with _channel(args) as channel:
+        listed = [] if channel is None else _listing(channel, now_ms)
+    if args.json:
+        print(json.dumps(listed, indent=2, ensure_ascii=False))
         return 0
-    try:
-        rows = book.pending(_now_ms())
-    finally:
-        book.close()
-    if not rows:
-        print("no approval is waiting")
+    if not listed:
+        print(f"no approval is waiting in {Path(args.data_dir)}")
         return 0
-    now = _now_ms()
-    for row in rows:
-        action = action_of(row.tool)[1]
-        left = max(0, (row.expires_at_ms - now) // 1000)
-        print(f"{row.approval_id}  {left // 60}:{left % 60:02d} left")
-        print(f"  {action}: {row.target or '(new memory)'}")
+    program = command_name()
+    for question in listed:
+        print(f"=== {question['approval_id']}")
+        print(question["summary"])
         print(
-            f"  asked by {row.principal} (agent {row.agent_id or '-'}, session"
-            f" {row.session_id or '-'}) in {row.tenant_id}/{row.workspace_id};"
-            f" reason {row.reason_ref or '-'}"
+            f"Answer: {program} approvals approve {question['approval_id']}"
+            f"   (or: approvals decline {question['approval_id']})\n"
         )
     return 0
 
 
+def _not_waiting(approval_id: str, row: OpenApproval | None) -> str:
+    """Why ``approval_id`` takes no answer, in one line."""
+    listing = f"see `{command_name()} approvals list`"
+    if row is None:
+        return f"no approval {approval_id} in this data directory; {listing}"
+    if row.state == "pending":
+        return f"approval {approval_id} expired at {iso(row.expires_at_ms)} unanswered; {listing}"
+    at = f" at {iso(row.answered_at_ms)}" if row.answered_at_ms is not None else ""
+    where = f" ({row.answered_by})" if row.answered_by else ""
+    return f"approval {approval_id} was already answered: {row.state}{at}{where}"
+
+
 def _answer(args: argparse.Namespace, approve: bool) -> int:
-    book = _book(args)
-    if book is None:
-        return 1
-    try:
-        answered = book.answer(args.approval_id, approve, now_ms=_now_ms(), by="terminal")
-    finally:
-        book.close()
-    if answered is None:
-        print(
-            f"engram-memory: {args.approval_id} is not waiting for an answer (unknown, already"
-            " answered or expired); see `engram-memory approvals list`",
-            file=sys.stderr,
+    from engram_memory.approval_page.view import action_of
+
+    with _channel(args) as channel:
+        recorded, row = (
+            (False, None)
+            if channel is None
+            else channel.answer_by_id(args.approval_id, approve, by="terminal")
         )
+    if not recorded or row is None:
+        fail(_not_waiting(args.approval_id, row))
         return 1
-    action = action_of(answered.tool)[1]
+    action = action_of(row.tool)[1]
     if approve:
         print(
-            f"approved: {action} {answered.target or ''} for {answered.principal}. The agent's"
+            f"approved: {action} {row.target or ''} for {row.principal}. The agent's"
             " retry of the same call commits if it comes within 30 s."
         )
     else:
-        print(f"declined: {action} {answered.target or ''}. Nothing was changed.")
+        print(f"declined: {action} {row.target or ''}. Nothing was changed.")
     return 0
 
 
@@ -102,10 +164,11 @@ def add_approvals_parser(sub: Any, default_data_dir: str) -> None:
     commands = approvals.add_subparsers(dest="approvals_command", required=True, metavar="COMMAND")
     listing = commands.add_parser("list", help="the approvals waiting for an answer")
     listing.add_argument("--data-dir", default=default_data_dir)
+    json_option(listing)
     listing.set_defaults(func=cmd_list)
     for name, func, text in (
         ("approve", cmd_approve, "approve one (the agent's retry then commits)"),
-        ("decline", cmd_decline, "decline one (the agent's call fails with gate_failed)"),
+        ("decline", cmd_decline, "decline one (the agent's call is refused; nothing changes)"),
     ):
         answer = commands.add_parser(name, help=text)
         answer.add_argument("--data-dir", default=default_data_dir)

@@ -47,6 +47,7 @@ from engram_memory.engine.ports import (
     EmbedderUnavailable,
     RecordKeys,
 )
+from engram_memory.operator_plane.commands import command_name
 
 if TYPE_CHECKING:  # the engine and its adapters (the encryption SDK) load in open_embedded
     from engram_memory.adapters.local.sqlite_store import SqliteStore
@@ -166,7 +167,7 @@ def require_initialised(data_dir: Path) -> None:
     if not data_dir.is_dir() or not (data_dir / DATABASE_FILE).is_file():
         raise DataDirectoryRefused(
             f"no Engram Memory data directory at {data_dir} (nothing was created);"
-            f" check --data-dir, or run `engram-memory init --data-dir {data_dir}` for a new one"
+            f" check --data-dir, or run `{command_name()} init --data-dir {data_dir}` for a new one"
         )
     check_key_store(data_dir)
     missing = missing_keys(data_dir)
@@ -174,7 +175,7 @@ def require_initialised(data_dir: Path) -> None:
         raise DataDirectoryRefused(
             f"the key store of {data_dir} is incomplete ({', '.join(missing)} missing);"
             " nothing was created."
-            f" Put the original keys/ folder back, or run `engram-memory init --data-dir"
+            f" Put the original keys/ folder back, or run `{command_name()} init --data-dir"
             f" {data_dir}` if this data directory never held memories"
         )
 

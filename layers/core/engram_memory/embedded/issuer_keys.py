@@ -4,9 +4,11 @@ the previous keys a rotation retired, and the verifier for the tokens it mints."
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Final
 
+import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -15,6 +17,7 @@ from engram_memory.binding.tokens import JWT_TYP, TokenIssuer, TokenVerifier, ke
 from engram_memory.embedded.private_files import write_private_file
 
 __all__ = [
+    "ISSUED_TOKENS_FILE",
     "ISSUER_KEY_FILE",
     "issuer_key_path",
     "load_or_create_issuer_key",
@@ -22,6 +25,7 @@ __all__ = [
     "local_verifier",
     "previous_issuer_keys",
     "rotate_issuer_key",
+    "token_issued",
 ]
 
 ISSUER_KEY_FILE: Final = "issuer-ed25519.pem"
@@ -64,11 +68,50 @@ def _read_issuer_key(path: Path) -> Ed25519PrivateKey:
     return key
 
 
+ISSUED_TOKENS_FILE: Final = "issued-tokens.jsonl"
+
+
+class LocalIssuer(TokenIssuer):
+    """A ``TokenIssuer`` that notes the id of every token it mints in the data directory
+    (``issued-tokens.jsonl``, 0600: id, principal, expiry; never the token), so that
+    ``admin tokens revoke --token-id`` can tell an id it minted from a mistyped one."""
+
+    def __init__(self, private_key: Ed25519PrivateKey, *, issued: Path, **names: str) -> None:
+        super().__init__(private_key, **names)
+        self._issued = issued
+
+    def mint(self, **claims: Any) -> str:
+        token = super().mint(**claims)
+        minted = jwt.decode(token, options={"verify_signature": False})
+        line = {"jti": minted["jti"], "sub": minted["sub"], "exp": minted["exp"]}
+        fd = os.open(self._issued, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line, sort_keys=True) + "\n")
+        return token
+
+
+def token_issued(data_dir: Path, token_id: str) -> bool | None:
+    """Whether this data directory's issuer minted ``token_id``; None when it cannot tell (no
+    token minted since ids were noted)."""
+    try:
+        lines = (Path(data_dir) / ISSUED_TOKENS_FILE).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    for text in lines:
+        try:
+            if json.loads(text).get("jti") == token_id:
+                return True
+        except (ValueError, AttributeError):
+            continue  # a torn last line: skipped
+    return False
+
+
 def local_issuer(data_dir: Path, config: HostConfig) -> TokenIssuer:
     """The embedded host's issuer: its key in ``data_dir`` (created if missing), ``kid`` = thumbprint."""
     private_key = load_or_create_issuer_key(issuer_key_path(data_dir))
-    return TokenIssuer(
+    return LocalIssuer(
         private_key,
+        issued=Path(data_dir) / ISSUED_TOKENS_FILE,
         issuer=config.issuer,
         audience=config.resource,
         kid=key_id(private_key.public_key()),

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from engram_memory.operator_plane.commands import command_name
 from engram_memory.operator_plane.seat import AuditPage, SeatFailure, UsageError
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class DataDirSeat:
         if not self._data_dir.is_dir():
             raise UsageError(
                 f"no Engram Memory data directory at {self._data_dir};"
-                f" run `engram-memory init --data-dir {self._data_dir}` first"
+                f" run `{command_name()} init --data-dir {self._data_dir}` first"
             )
         return self._data_dir
 
@@ -104,8 +105,13 @@ class DataDirSeat:
         """The one line of a command refused because another process holds the directory."""
         return SeatFailure(
             f"{busy}; nothing was changed. Stop it, then run"
-            f" `engram-memory admin {command} --data-dir {self._data_dir}` again{aside}"
+            f" `{command_name()} admin {command} --data-dir {self._data_dir}` again{aside}"
         )
+
+    def token_issued(self, token_id: str) -> bool | None:
+        from engram_memory.embedded.issuer_keys import token_issued
+
+        return token_issued(self._existing(), token_id)
 
     def reindex(self, workspace: str) -> dict[str, Any]:
         from engram_memory.operator_plane.usecases import reindex

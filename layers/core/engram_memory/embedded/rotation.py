@@ -31,6 +31,7 @@ from engram_memory.embedded.issuer_keys import rotate_issuer_key
 from engram_memory.embedded.private_files import write_private_file
 from engram_memory.engine.context import Scope
 from engram_memory.operator_plane.crash_points import crash_point
+from engram_memory.operator_plane.text import progress
 from engram_memory.operator_plane.usecases import audited
 
 __all__ = ["rotate_keys"]
@@ -59,6 +60,7 @@ def _rotate(data_dir: Path, operator: str) -> dict[str, Any]:
                 while rows := host.store.candidates_list(scope, None, after, _PAGE):
                     bindings.update({row.key_ref: (scope, row.candidate_id) for row in rows})
                     after = rows[-1].candidate_id
+                    progress(len(bindings), None, "candidate keys found")
             old_kid, new_kid = rotate_issuer_key(data_dir)
             crash_point("rotate.issuer_key_rotated")
             keys = data_dir / KEYS_DIR

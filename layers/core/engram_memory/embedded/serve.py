@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import sys
@@ -42,6 +41,7 @@ from engram_memory.mcp_surface.catalog import instructions_for
 from engram_memory.mcp_surface.request_state import RequestStateSealer
 from engram_memory.mcp_surface.server import EngramMcp, SurfaceRuntime
 from engram_memory.mcp_surface.transports import MCP_PATH, McpGate, http_app, serve_stdio
+from engram_memory.operator_plane.commands import command_name
 
 if TYPE_CHECKING:  # the engine (and the encryption SDK under it) loads when first needed
     from engram_memory.embedded.composition import EmbeddedHost
@@ -257,7 +257,7 @@ def stdio_binding(runtime: SurfaceRuntime) -> TrustedContext | str:
     """The context the stdio token binds, or what is wrong with it (one line for stderr)."""
     token = runtime.stdio_token
     mint = (
-        "mint one with `engram-memory token --data-dir DIR --principal P --workspace W"
+        f"mint one with `{command_name()} token --data-dir DIR --principal P --workspace W"
         " --purpose REF --tools search,get,...`"
     )
     refused = "no tools are listed and every call is refused (-32603)"
@@ -287,14 +287,6 @@ def default_token(server: EmbeddedServer) -> str:
     )
 
 
-def _command_path() -> str:
-    """An absolute path to this ``engram-memory`` executable, so a desktop host can launch it."""
-    launched = Path(sys.argv[0]) if sys.argv else None
-    if launched is not None and launched.name == "engram-memory":
-        return str(launched.resolve())
-    return shutil.which("engram-memory") or "engram-memory"
-
-
 INSPECTOR = "npx @modelcontextprotocol/inspector@2.12.0"  # needs Node >= 22
 
 
@@ -311,7 +303,7 @@ def client_configuration(url: str, token: str, data_dir: Path, port: int) -> dic
                 "headers": {"Authorization": f"Bearer {token}"},
             },
             "engram-memory-stdio": {
-                "command": _command_path(),
+                "command": command_name(absolute=True),
                 "args": stdio_args,
                 "env": {STDIO_TOKEN_ENV: token},
             },
@@ -351,7 +343,7 @@ def print_banner(
         print(
             f"\nThe token expires in {describe_lifetime(token_ttl_s)} (default_token_ttl_s in"
             f" {host_config_path(data_dir)}); revoke it sooner with"
-            " `engram-memory admin tokens revoke --token <token>`.",
+            f" `{command_name()} admin tokens revoke --token <token>`.",
             file=out,
         )
     print(
@@ -360,7 +352,7 @@ def print_banner(
         file=out,
     )
     print(
-        "\nMint tokens for other agents with `engram-memory token --help`. Ctrl-C stops.",
+        f"\nMint tokens for other agents with `{command_name()} token --help`. Ctrl-C stops.",
         file=out,
         flush=True,
     )

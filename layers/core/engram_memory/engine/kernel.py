@@ -143,6 +143,9 @@ class Call:
     approval: Approval | None = None  # the human's approval the transport obtained, if any
     target: str | None = None
     digests: dict[str, str] = field(default_factory=dict)
+    # An operator's reason for the step: kept in its ledger entry (the journal holds ids and
+    # digests only), so the record's history can say why; an agent's call has none.
+    reason: str | None = None
 
     @property
     def scope(self) -> Scope:
@@ -356,13 +359,14 @@ class Kernel:
         output: dict[str, Any],
         cursor: int,
     ) -> LedgerEntry:
+        kept = output if call.reason is None else {**output, "reason": call.reason}
         return LedgerEntry(
             principal=call.ctx.principal,
             idempotency_key=key,
             tool=call.tool,
             target=target,
             intent_hash=intent,
-            output=encode(output),
+            output=encode(kept),
             cursor=cursor,
         )
 

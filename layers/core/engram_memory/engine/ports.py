@@ -100,6 +100,15 @@ class LedgerEntry:
     cursor: int
 
 
+@runtime_checkable
+class LedgerByCursor(Protocol):
+    """A store that finds the ledger entries of journal cursors (the embedded SQLite store):
+    who committed each step of a record's history, and the operator's reason. A store without
+    it (DynamoDB keys its ledger by principal and idempotency key only) shows neither."""
+
+    def ledger_at(self, scope: Scope, cursors: Sequence[int]) -> dict[int, LedgerEntry]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateRow:
     candidate_id: str

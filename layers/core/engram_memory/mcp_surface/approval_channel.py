@@ -12,7 +12,8 @@ surface an ``ApprovalChannel`` (``SurfaceRuntime.approvals``). The surface then
    (``answer``);
 3. closes the question of a stateless round trip the client answered itself (``expire``).
 
-``pending`` lists the questions still waiting for a human.
+``pending`` lists the questions still waiting for a human and ``answer_by_id`` answers one
+named by its id: the operator's terminal (``engram-memory approvals``) goes through these two.
 
 The cloud passes no channel. There a question is a Step Functions run parked on a task token
 (``cloud.approvals.ApprovalStore``): the tool function starts the run and answers
@@ -79,6 +80,14 @@ class ApprovalChannel(Protocol):
     def answer(self, question: Question, approve: bool) -> Approval | None:
         """The client's form answered ``question``: the approval, or None after a decline. The
         first answer wins (the page or the terminal may have answered meanwhile)."""
+        ...
+
+    def answer_by_id(
+        self, approval_id: str, approve: bool, *, by: Literal["terminal", "client"]
+    ) -> tuple[bool, Approval | None]:
+        """A human answered the question ``approval_id`` outside a form's round trip (``by``:
+        the operator's terminal): whether this answer was the first, and the question as it
+        stands after it (None: no such question). The first answer wins."""
         ...
 
     def expire(self, approval: Approval) -> None:

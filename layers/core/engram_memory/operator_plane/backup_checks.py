@@ -23,8 +23,9 @@ __all__ = ["OperationRefused", "check_record_bodies", "record_body_intact"]
 
 
 class OperationRefused(EngramError):
-    """``BACKUP_INVALID`` or ``RESTORE_REFUSED`` with a sentence for the operator (``detail``);
-    the contract message stays the constant one."""
+    """An operator's operation refused with a sentence for the operator (``detail``): a backup
+    (``BACKUP_INVALID``), a restore (``RESTORE_REFUSED``), a decision taken already
+    (``ALREADY_TERMINAL``); the contract message stays the constant one."""
 
     def __init__(self, code: ErrorCode, detail: str) -> None:
         super().__init__(code)

@@ -14,6 +14,8 @@ import argparse
 import getpass
 import json
 import os
+import shlex
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,27 +23,58 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 from engram_memory.contract.errors import EngramError
+from engram_memory.operator_plane import text
 from engram_memory.operator_plane.seat import AuditPage, OperatorSeat, SeatFailure, UsageError
 
 if TYPE_CHECKING:
     from engram_memory.engine.context import Scope
     from engram_memory.engine.kernel import Kernel
 
-__all__ = ["SeatOpener", "add_admin_parser", "add_full_option", "fail", "one_line"]
+__all__ = [
+    "PROGRAM",
+    "SeatOpener",
+    "add_admin_parser",
+    "add_full_option",
+    "command_name",
+    "fail",
+    "json_option",
+    "one_line",
+]
 
 T = TypeVar("T")
+Show = Callable[[Any], None]
 # Opens the seat a command names (``--data-dir`` or ``--stack``); the entry point supplies it.
 SeatOpener = Callable[[argparse.Namespace], OperatorSeat]
 
+PROGRAM: Final = "engram-memory"  # the console script (pyproject.toml [project.scripts])
 DEFAULT_DATA_DIR: Final = ".engram"
 DEFAULT_WORKSPACE: Final = "default"
-_MAX_CELL: Final = 64
 _AUDIT_COLUMNS: Final = (
     ("auditId", "audit_id"),
     ("time", "at"),
     ("principal", "principal"),
     ("tool", "tool"),
     ("outcome", "code"),
+)
+_PENDING_COLUMNS: Final = (
+    ("candidate", "candidate_id"),
+    ("captured at", "captured_at"),
+    ("captured by", "principal"),
+    ("state", "state"),
+)
+_RECORD_COLUMNS: Final = (
+    ("record", "record_id"),
+    ("state", "state"),
+    ("valid from", "valid_from_at"),
+    ("body", "body"),
+)
+_HISTORY_COLUMNS: Final = (
+    ("cursor", "cursor"),
+    ("at", "at"),
+    ("operation", "operation"),
+    ("target", "target"),
+    ("by", "actor"),
+    ("reason", "reason"),
 )
 _RECORD_STATES: Final = (
     "accepted_current",
@@ -61,19 +94,36 @@ _LIFECYCLE_STEPS: Final = (
 )
 
 
+def command_name(*, absolute: bool = False) -> str:
+    """The command as the operator types it, for every message that names one.
+
+    ``engram-memory`` when that name on PATH is this very program; else the path this program
+    was started by (``./run`` and the README's set-up install into ``.venv``, which is not on
+    PATH): relative to the working directory when under it (``.venv/bin/engram-memory``),
+    absolute otherwise or with ``absolute`` (what a desktop host launches). A process not started
+    as ``engram-memory`` (a test, ``python -m``) names the plain name."""
+    launched = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if launched is None or launched.name != PROGRAM:
+        return (shutil.which(PROGRAM) or PROGRAM) if absolute else PROGRAM
+    full = Path(os.path.abspath(launched))
+    on_path = shutil.which(PROGRAM)
+    if not absolute and on_path is not None and Path(on_path).resolve() == full.resolve():
+        return PROGRAM
+    if absolute:
+        return str(full)
+    try:
+        shown = str(full.relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(full)
+    return shlex.quote(shown if os.sep in shown else os.path.join(os.curdir, shown))
+
+
 def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
 def fail(message: str) -> None:
     print(f"engram-memory: error: {one_line(message)}", file=sys.stderr)
-
-
-def cell(value: object) -> str:
-    """A table cell: printable characters only (no terminal escapes), bounded in length."""
-    text = "" if value is None else str(value)
-    text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,11 +142,19 @@ def _print_json(result: Any) -> None:
     print(json.dumps(result, indent=2, ensure_ascii=False))
 
 
+def _shown(args: argparse.Namespace, human: Callable[[Any], None] | None = None) -> Show:
+    """How a command prints its result: the JSON document with ``--json`` (the shape scripts
+    read), else ``human`` (default: ``text.show``, labelled lines and aligned tables)."""
+    if getattr(args, "json", False):
+        return _print_json
+    return human or text.show
+
+
 def _on_seat(
     args: argparse.Namespace,
     what: str,
     run: Callable[[OperatorSeat], T],
-    show: Callable[[T], None] = _print_json,
+    show: Callable[[T], None] | None = None,
 ) -> int:
     """Open the command's seat, run ``run`` there, show its result, close the seat. A contract
     failure or a host failure is one line and exit code 1."""
@@ -105,6 +163,8 @@ def _on_seat(
     except SeatFailure as error:
         fail(str(error))
         return 1
+    shown = text.Progress(what, enabled=not getattr(args, "json", False))
+    stop_watching = text.watching(shown)
     try:
         result = run(seat)
     except EngramError as error:
@@ -113,10 +173,12 @@ def _on_seat(
         fail(f"{what} failed: {error}")
         return 1
     finally:
+        stop_watching()
+        shown.close()
         seat.close()
     for note in seat.notes:
         print(f"engram-memory: {one_line(note)}", file=sys.stderr)
-    show(result)
+    (show or _shown(args))(result)
     return 0
 
 
@@ -124,7 +186,7 @@ def _use_case(
     args: argparse.Namespace,
     what: str,
     run: Callable[..., T],
-    show: Callable[[T], None] = _print_json,
+    show: Callable[[T], None] | None = None,
     *,
     mutates: bool = False,
 ) -> int:
@@ -160,20 +222,16 @@ def _token_id_of(token: str) -> str:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     limit = _limit(args)
-    return _on_seat(args, "audit", lambda seat: seat.audit(limit), _show_audit)
+    show = (lambda page: _print_json(page.entries)) if args.json else _show_audit
+    return _on_seat(args, "audit", lambda seat: seat.audit(limit), show)
 
 
 def _show_audit(page: AuditPage) -> None:
     if page.empty_reason is not None:
         print(page.empty_reason)
         return
-    table = [[header for header, _ in _AUDIT_COLUMNS]]
-    table += [[cell(entry.get(key)) for _, key in _AUDIT_COLUMNS] for entry in page.entries]
-    widths = [max(len(row[i]) for row in table) for i in range(len(_AUDIT_COLUMNS))]
-    for row in table:
-        print(
-            "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip()
-        )
+    for line in text.table(page.entries, _AUDIT_COLUMNS):
+        print(line)
     print(f"({len(page.entries)} of {page.total} entries, most recent last)")
     if page.unreadable:
         print(
@@ -188,12 +246,17 @@ def _print_lines(lines: list[str]) -> None:
 
 
 def cmd_policy_show(args: argparse.Namespace) -> int:
-    return _on_seat(args, "policy show", lambda seat: seat.policy_lines(), _print_lines)
+    return _on_seat(
+        args, "policy show", lambda seat: seat.policy_lines(), _shown(args, _print_lines)
+    )
 
 
 def cmd_policy_set(args: argparse.Namespace) -> int:
     return _on_seat(
-        args, "policy set", lambda seat: seat.set_admission_mode(args.mode), _print_lines
+        args,
+        "policy set",
+        lambda seat: seat.set_admission_mode(args.mode),
+        _shown(args, _print_lines),
     )
 
 
@@ -210,11 +273,13 @@ def cmd_adjudicate(args: argparse.Namespace) -> int:
             engine, scope, args.candidate, args.decision, operator, reason=args.reason
         )
 
-    return _use_case(args, f"adjudication of {cell(args.candidate)}", run, mutates=True)
+    return _use_case(args, f"adjudication of {text.cell(args.candidate)}", run, mutates=True)
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    return _on_seat(args, f"reindex of {cell(args.workspace)}", lambda s: s.reindex(args.workspace))
+    return _on_seat(
+        args, f"reindex of {text.cell(args.workspace)}", lambda s: s.reindex(args.workspace)
+    )
 
 
 def cmd_pending_list(args: argparse.Namespace) -> int:
@@ -223,7 +288,12 @@ def cmd_pending_list(args: argparse.Namespace) -> int:
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
         return _usecases().pending_list(engine, scope, operator, after=args.after, limit=limit)
 
-    return _use_case(args, "pending list", run)
+    return _use_case(
+        args,
+        "pending list",
+        run,
+        _shown(args, text.table_of(_PENDING_COLUMNS, "no pending candidates")),
+    )
 
 
 def cmd_records_list(args: argparse.Namespace) -> int:
@@ -234,7 +304,9 @@ def cmd_records_list(args: argparse.Namespace) -> int:
             engine, scope, operator, state=args.state, after=args.after, limit=limit
         )
 
-    return _use_case(args, "records list", run)
+    return _use_case(
+        args, "records list", run, _shown(args, text.table_of(_RECORD_COLUMNS, "no records"))
+    )
 
 
 # (command, use case, the argument naming its target): one id in, one document out
@@ -253,14 +325,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
         return getattr(_usecases(), name)(engine, scope, target_id, operator)
 
-    return _use_case(args, f"{command} {cell(target_id)}", run)
+    human = text.table_of(_HISTORY_COLUMNS, "no events") if name == "record_history" else None
+    return _use_case(args, f"{command} {text.cell(target_id)}", run, _shown(args, human))
 
 
 def cmd_pending_withdraw(args: argparse.Namespace) -> int:
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
         return _usecases().withdraw_candidate(engine, scope, args.candidate, operator, args.reason)
 
-    return _use_case(args, f"withdraw of {cell(args.candidate)}", run, mutates=True)
+    return _use_case(args, f"withdraw of {text.cell(args.candidate)}", run, mutates=True)
 
 
 def cmd_records_step(args: argparse.Namespace) -> int:
@@ -280,7 +353,7 @@ def cmd_records_step(args: argparse.Namespace) -> int:
             superseded_by=getattr(args, "by", None),
         )
 
-    return _use_case(args, f"{step} of {cell(args.record)}", run, mutates=True)
+    return _use_case(args, f"{step} of {text.cell(args.record)}", run, mutates=True)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -340,13 +413,22 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
         token_id = _token_id_of(args.token)
     if (token_id is None) == (args.principal is None):
         raise UsageError("name exactly one of --token, --token-id and --principal")
-    return _use_case(
-        args,
-        "revocation",
-        lambda engine, scope, operator: _usecases().revoke_credentials(
-            engine, scope.tenant_id, operator, token_id=token_id, principal=args.principal
-        ),
-    )
+
+    def run(seat: OperatorSeat) -> Any:
+        if args.token_id is not None and seat.token_issued(args.token_id) is False:
+            raise SeatFailure(
+                f"no token with id {text.cell(args.token_id)} was minted from this data directory;"
+                " check the id, or revoke with --token TOKEN or --principal P"
+            )
+        return seat.call(
+            args.workspace,
+            lambda engine, scope, operator: _usecases().revoke_credentials(
+                engine, scope.tenant_id, operator, token_id=token_id, principal=args.principal
+            ),
+            mutates=False,
+        )
+
+    return _on_seat(args, "revocation", run)
 
 
 def cmd_keys_rotate(args: argparse.Namespace) -> int:
@@ -391,7 +473,17 @@ def add_full_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _data_dir_option(parser: argparse.ArgumentParser) -> None:
+    """Every ``admin`` command's: its data directory, and how it prints its result."""
     parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    json_option(parser)
+
+
+def json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON for scripts (default: text for people; times ISO-8601 UTC)",
+    )
 
 
 def _paging(parser: argparse.ArgumentParser) -> None:

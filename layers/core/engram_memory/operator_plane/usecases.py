@@ -32,6 +32,7 @@ from engram_memory.engine.ports import (
     ChangeSet,
     IndexUnavailable,
     JournalHead,
+    LedgerByCursor,
     OutboxItem,
     ProjectionChange,
     RecordRow,
@@ -42,7 +43,9 @@ from engram_memory.engine.ports import (
 from engram_memory.engine.records import decode, scope_ref
 from engram_memory.engine.usecases.admission import settle
 from engram_memory.engine.usecases.transitions import commit_forget, commit_withdraw
+from engram_memory.operator_plane.backup_checks import OperationRefused
 from engram_memory.operator_plane.crash_points import crash_point
+from engram_memory.operator_plane.text import progress
 
 OPERATOR_POLICY_ID = "operator-adjudication"
 OPERATIONS_PURPOSE: Final = "operations"
@@ -222,6 +225,7 @@ def adjudicate(
 
     def run(call: Call) -> dict[str, Any]:
         call.tool = "request_admission"
+        call.reason = arguments.get("reason")
         intent = digest(
             "intent",
             {
@@ -237,12 +241,36 @@ def adjudicate(
             result = engine.mutation(
                 call, lambda: _decide(engine, call, scope, candidate_id, decision, intent)
             )
+        except EngramError as error:
+            if error.code in (ErrorCode.DIGEST_CONFLICT, ErrorCode.NOT_FOUND):
+                _refuse_if_decided(engine, scope, candidate_id)
+            raise
         finally:
             call.tool = "adjudicate"
         outcome: dict[str, Any] = result["outcome"]
         return outcome
 
     return audited(engine, scope, operator, "adjudicate", candidate_id, run)
+
+
+_DECIDED: Final = {"admit": "accepted", "reject": "rejected", "withdraw": "withdrawn"}
+
+
+def _refuse_if_decided(engine: Kernel, scope: Scope, candidate_id: str) -> None:
+    """A candidate decided already (by a policy, an operator or a withdraw) is
+    ``ALREADY_TERMINAL``, saying how and when: not a digest conflict or an unknown id."""
+    candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
+    if candidate is None or candidate.state == "pending":
+        return
+    decided = [
+        f"{_DECIDED[body['operation']]} at {body.get('at', '?')}"
+        for _, _, body in _walk_events(engine, scope)
+        if body.get("target") == candidate_id and body.get("operation") in _DECIDED
+    ]
+    raise OperationRefused(
+        ErrorCode.ALREADY_TERMINAL,
+        f"candidate {candidate_id} was already decided ({decided[-1] if decided else candidate.state})",
+    ) from None
 
 
 def _decide(
@@ -315,6 +343,7 @@ def _operator_commit(
     with no approval: the operator is the human)."""
 
     def run(call: Call) -> dict[str, Any]:
+        call.reason = arguments["reason"]
         intent = _operator_intent(call, target, arguments)
 
         def attempt() -> dict[str, Any]:
@@ -357,10 +386,12 @@ def _record_summary(row: RecordRow) -> dict[str, Any]:
         "candidate_id": row.candidate_id,
         "accepted_cursor": str(row.accepted_cursor),
         "valid_from": row.valid_from_ms,
+        "valid_from_at": format_instant(row.valid_from_ms),
         "body": "present" if row.body is not None else "shredded",
     }
     if row.valid_to_ms is not None:
         summary["valid_to"] = row.valid_to_ms
+        summary["valid_to_at"] = format_instant(row.valid_to_ms)
     if row.expires_at_ms is not None:
         summary["expires_at"] = format_instant(row.expires_at_ms)
     return summary
@@ -422,13 +453,36 @@ def record_history(
         if row is None:
             raise EngramError(ErrorCode.NOT_FOUND)
         targets = {record_id, row.candidate_id}
-        return [
-            {**body, "event_id": event_id_for(event_hash), "event_hash": event_hash}
-            for _, event_hash, body in _walk_events(engine, scope)
+        steps = [
+            (cursor, {**body, "event_id": event_id_for(event_hash), "event_hash": event_hash})
+            for cursor, event_hash, body in _walk_events(engine, scope)
             if body.get("target") in targets
         ]
+        return _with_actors(engine, scope, steps)
 
     return audited(engine, scope, operator, "records_history", record_id, run)
+
+
+def _with_actors(
+    engine: Kernel, scope: Scope, steps: list[tuple[int, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Each step with who committed it (``actor``: the agent's principal, or
+    ``operator:<login>``) and the operator's reason, from its ledger entry; None where the
+    store cannot say (``ports.LedgerByCursor``)."""
+    store = engine.store
+    ledger = (
+        store.ledger_at(scope, [cursor for cursor, _ in steps])
+        if isinstance(store, LedgerByCursor)
+        else {}
+    )
+    shown = []
+    for cursor, step in steps:
+        entry = ledger.get(cursor)
+        output = decode(entry.output) if entry is not None else {}
+        reason = output.get("reason") if isinstance(output, dict) else None
+        actor = entry.principal if entry is not None else None
+        shown.append({**step, "actor": actor, "reason": reason})
+    return shown
 
 
 def transition(
@@ -460,6 +514,7 @@ def transition(
         arguments["superseded_by"] = superseded_by
 
     def run(call: Call) -> dict[str, Any]:
+        call.reason = arguments["reason"]
         intent = _operator_intent(call, record_id, arguments)
         authorization = _operator_authorization(engine, call, arguments)
 
@@ -771,6 +826,7 @@ def export_records(engine: Kernel, scope: Scope, operator: str) -> Iterator[dict
                             "receipts": _admission(engine, scope, row),
                         }
                     )
+            progress(len(lines), None, "records exported")
         call.digests["exported_records"] = str(len(lines))
         return lines
 

@@ -436,6 +436,12 @@ class _ConnectionPool:
             conn.close()
 
 
+_LEDGER_AT: Final = (
+    "SELECT principal, idempotency_key, tool, target, intent_hash, output, cursor FROM ledger"
+    " WHERE tenant_id = ? AND workspace_id = ? AND cursor IN"
+)
+
+
 class SqliteStore:
     """The ``Store`` port on SQLite. Thread-safe: each operation checks a connection out of a
     bounded pool (``pool_size``) and returns it; writers are serialized by ``BEGIN IMMEDIATE``.
@@ -612,6 +618,21 @@ class SqliteStore:
         return LedgerEntry(
             principal, key, tool, target, _digest_out(intent_hash), _unpacked(output), cursor
         )
+
+    def ledger_at(self, scope: Scope, cursors: Sequence[int]) -> dict[int, LedgerEntry]:
+        """The ledger entries committed with these journal cursors (``ports.LedgerByCursor``)."""
+        wanted = sorted(set(cursors))
+        if not wanted:
+            return {}
+        marks = ", ".join("?" * len(wanted))
+        query = f"{_LEDGER_AT} ({marks})"
+        rows = self._fetch(query, (*_scope_key(scope), *wanted))
+        return {
+            cursor: LedgerEntry(
+                principal, key, tool, target, _digest_out(intent_hash), _unpacked(output), cursor
+            )
+            for principal, key, tool, target, intent_hash, output, cursor in rows
+        }
 
     def candidate_get(self, scope: Scope, candidate_id: str) -> CandidateRow | None:
         rows = self._fetch(_CANDIDATE_BY_ID, (*_scope_key(scope), candidate_id))
