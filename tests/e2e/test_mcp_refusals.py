@@ -34,6 +34,7 @@ from e2e_support import (
     new_agent,
     new_key,
     new_workspace,
+    now_ms,
     ok_value,
     protocol_error,
     stdio_client_for,
@@ -410,3 +411,55 @@ async def test_a_declined_hand_driven_round_trip_is_gate_failed_and_changes_noth
         first, state = await ask(client, FORGET, arguments)
         done = await answer(client, FORGET, arguments, approval(first), state)
         assert ok_value(done)["receipt"]["to_state"] == "tombstoned"
+
+
+@pytest.mark.parametrize("how", ["decline-action", "decline-decision"])
+async def test_a_request_state_is_spent_by_its_first_answer_even_a_decline(
+    http_service: HttpService, how: str
+) -> None:
+    """CONTRACT.md §8: declined with S, then approved with the same S: still ``gate_failed``."""
+    async with new_agent(http_service, MODERN, Human()) as agent:
+        client = agent.client
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+        first, state = await ask(client, FORGET, arguments)
+        (key,) = first.input_requests or {}
+        declined = (
+            approval(first, "decline")
+            if how == "decline-action"
+            else {key: types.ElicitResult(action="accept", content={"decision": "decline"})}
+        )
+        assert error_code(await answer(client, FORGET, arguments, declined, state)) == (
+            "gate_failed"
+        )
+
+        replayed = await answer(client, FORGET, arguments, approval(first), state)
+        assert error_code(replayed) == "gate_failed"
+        assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
+
+
+async def test_a_state_whose_question_was_declined_at_the_terminal_never_approves(
+    http_service: HttpService,
+) -> None:
+    """Declined at the terminal, reported once (the question closes, the next call asks anew):
+    the first round trip's state, replayed with an approval, is still ``gate_failed``."""
+    async with new_agent(http_service, MODERN, Human()) as agent:
+        client = agent.client
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+        first, state = await ask(client, FORGET, arguments)
+        (pending,) = [
+            row for row in http_service.server.approvals.pending() if row.target == record_id
+        ]
+        book = http_service.server.approvals.book
+        assert book.answer(pending.approval_id, False, now_ms=now_ms(), by="terminal")
+
+        reported = await client.session.call_tool(FORGET, arguments, allow_input_required=True)
+        assert isinstance(reported, types.CallToolResult)
+        assert error_code(reported) == "gate_failed"
+        await ask(client, FORGET, arguments)  # asked anew, under a new id
+        assert book.answer(pending.approval_id, True, now_ms=now_ms(), by="terminal") is None
+
+        replayed = await answer(client, FORGET, arguments, approval(first), state)
+        assert error_code(replayed) == "gate_failed"
+        assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id

@@ -15,8 +15,8 @@ from engram_memory.adapters.local.approvals import ApprovalBook
 from engram_memory.approval_page import Decision, PageError
 from engram_memory.embedded.approval_channel import EmbeddedApprovals, LinkDesk
 from engram_memory.engine.context import Scope
-from engram_memory.engine.gate import ConfirmationRequest, check_approval
-from engram_memory.mcp_surface.approval_channel import ApprovalChannel, Question
+from engram_memory.engine.gate import Approval, ConfirmationRequest, check_approval
+from engram_memory.mcp_surface.approval_channel import ApprovalChannel, Declined, Question
 from engram_memory.mcp_surface.confirmations import approval_of_state, state_for
 
 from engram_testing import FakeClock, context
@@ -102,7 +102,7 @@ def test_the_page_answers_and_the_retry_takes_that_answer_once(
     assert desk.view(question.approval_id, secret_of(question)) is PageError.ANSWERED
 
     given = channel.given(a_request())
-    assert given is not None and given != "declined"
+    assert isinstance(given, Approval)
     check_approval(given, a_request(), clock.now)  # the engine takes it as is
     assert channel.pending() == []
 
@@ -112,7 +112,9 @@ def test_a_declined_form_is_reported_once_then_the_operation_asks_anew(
 ) -> None:
     question = channel.ask(a_request(), context(), "form")
 
-    assert channel.answer(question, approve=False) is None
+    declined = channel.answer(question, approve=False)
+    assert isinstance(declined, Declined)  # the surface has the engine spend its id
+    assert declined.approval.approval_id == question.approval_id
     assert channel.given(a_request()) is None  # the decline was reported by the answer
     assert channel.ask(a_request(), context(), "form").approval_id != question.approval_id
 
@@ -125,16 +127,32 @@ def test_the_first_answer_wins_over_a_later_form(
     desk.answer(question.approval_id, secret_of(question), Decision.APPROVE, clock.now)
 
     approval = channel.answer(question, approve=False)  # the page answered first
-    assert approval is not None and approval.approval_id == question.approval_id
+    assert isinstance(approval, Approval) and approval.approval_id == question.approval_id
 
 
-def test_a_round_trip_answered_in_the_client_expires_its_question(
+def test_a_round_trip_answered_in_the_client_closes_its_question(
     channel: EmbeddedApprovals, clock: FakeClock
 ) -> None:
     question = channel.ask(a_request(), context(), "form")
-    round_trip = approval_of_state(state_for(a_request(), question.issued_at_ms), clock.now)
+    state = state_for(a_request(), question.issued_at_ms, question.approval_id)
+    round_trip = approval_of_state(state, clock.now)
 
-    channel.expire(round_trip)
+    assert channel.close_round_trip(round_trip)
     assert channel.pending() == []
-    assert channel.given(a_request()) is None  # never marked approved: its own id is single use
+    assert channel.given(a_request()) is None  # never marked approved: the state's id is its
     assert channel.book.get(question.approval_id) is None
+
+
+def test_a_round_trip_whose_question_was_declined_on_the_page_is_not_open(
+    channel: EmbeddedApprovals, clock: FakeClock
+) -> None:
+    question = channel.ask(a_request(), context(), "form")
+    state = state_for(a_request(), question.issued_at_ms, question.approval_id)
+    desk = LinkDesk(channel, csrf_key=b"k" * 32)
+    desk.answer(question.approval_id, secret_of(question), Decision.DECLINE, clock.now)
+
+    assert not channel.close_round_trip(
+        approval_of_state(state, clock.now)
+    )  # the first answer wins
+    again = desk.answer(question.approval_id, secret_of(question), Decision.APPROVE, clock.now)
+    assert again is PageError.NOT_FOUND  # a declined question cannot be answered again

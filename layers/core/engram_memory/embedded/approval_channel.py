@@ -16,7 +16,7 @@ from __future__ import annotations
 import hmac
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
 
 import anyio.to_thread
 from starlette.requests import Request
@@ -24,12 +24,12 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from engram_memory import approval_page as shared  # the page both hosts serve
-from engram_memory.adapters.local.approvals import ApprovalBook, Bound, OpenApproval
+from engram_memory.adapters.local.approvals import ApprovalBook, OpenApproval
 from engram_memory.binding.host_config import host_matches
 from engram_memory.engine.context import TrustedContext, new_audit_id
 from engram_memory.engine.gate import Approval, ConfirmationRequest
 from engram_memory.engine.ports import Clock
-from engram_memory.mcp_surface.approval_channel import Mode, Question
+from engram_memory.mcp_surface.approval_channel import Declined, Mode, Question
 
 if TYPE_CHECKING:
     from engram_memory.engine.kernel import Kernel
@@ -109,17 +109,17 @@ class EmbeddedApprovals:
 
     # -- the port (mcp_surface.approval_channel.ApprovalChannel) -------------------------------
 
-    def given(self, request: ConfirmationRequest) -> Approval | Literal["declined"] | None:
+    def given(self, request: ConfirmationRequest) -> Approval | Declined | None:
         """The human's answer to this operation, if given already (on the page, at the terminal,
         or in a form whose request the client stopped waiting for): an approval still usable, or
-        ``"declined"`` (reported once: the next call asks anew), or None."""
+        ``Declined`` (reported once: the next call asks anew, under a new id), or None."""
         now = self.clock.now_ms()
         row = self.book.for_operation(request, now)
         if row is None:
             return None
         if row.state == "declined":
             self.book.close_declined(row.approval_id)
-            return "declined"
+            return Declined(row)
         return row.approval() if row.usable_at(now) else None
 
     def ask(self, request: ConfirmationRequest, ctx: TrustedContext, mode: Mode) -> Question:
@@ -137,24 +137,33 @@ class EmbeddedApprovals:
             link=self.link(row),
         )
 
-    def answer(self, question: Question, approve: bool) -> Approval | None:
-        """The client's form answered ``question``: the approval, or None after a decline. The
-        first answer wins (the page or the terminal may have answered while the form was open)."""
+    def answer(self, question: Question, approve: bool) -> Approval | Declined | None:
+        """The client's form answered ``question``: the approval, ``Declined``, or None when
+        the question is gone. The first answer wins (the page or the terminal may have answered
+        while the form was open)."""
         approval_id = question.approval_id
         recorded = self.book.answer(approval_id, approve, now_ms=self.clock.now_ms(), by="client")
         final = recorded or self.book.get(approval_id)
-        if final is None or final.state != "approved":
-            self.book.close_declined(approval_id)
+        if final is None:
             return None
+        if final.state != "approved":
+            self.book.close_declined(approval_id)
+            return Declined(final)
         return final.approval()
 
-    def expire(self, approval: Bound) -> None:
-        """The client answered the form of a round trip: its row is closed (it leaves the
-        terminal's list and its link stops working). Never marked approved: the round trip's
-        approval has its own single-use id, and a second id would approve a second call."""
-        row = self.book.for_operation(approval, self.clock.now_ms())
-        if row is not None and row.state == "pending":
-            self.book.forget_question(row.approval_id)
+    def close_round_trip(self, approval: Approval) -> bool:
+        """The client answered the form of a round trip (its state carries the question's id):
+        the row is closed (it leaves the terminal's list and its link stops working); False when
+        the human declined it first on the page or at the terminal. A row already gone was
+        closed by an earlier answer, whose id the engine has consumed or spent."""
+        row = self.book.get(approval.approval_id)
+        if row is None:
+            return True
+        if row.state == "declined":
+            self.book.close_declined(row.approval_id)
+            return False
+        self.book.forget_question(row.approval_id)
+        return True
 
     def pending(self) -> list[OpenApproval]:
         return self.book.pending(self.clock.now_ms())

@@ -90,6 +90,9 @@ class EngineOnDemand:
     ) -> dict[str, Any]:
         return self.host.engine.refuse(tool, ctx, audit_id, code)
 
+    def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]:
+        return self.host.engine.decline(tool, ctx, approval)
+
 
 @dataclass
 class EmbeddedServer:

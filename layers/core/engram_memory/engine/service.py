@@ -33,7 +33,7 @@ from engram_memory.contract.types import INVALID_DIGEST_ERROR, MAX_ARGUMENT_BYTE
 from engram_memory.engine.context import TOOLS, TrustedContext, new_audit_id
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
 from engram_memory.engine.kernel import ApprovalNeeded, Call, EngineSettings, Kernel
-from engram_memory.engine.ports import AuditEvent
+from engram_memory.engine.ports import AuditEvent, StoreUnavailable
 from engram_memory.engine.records import decode
 from engram_memory.engine.usecases.admission import request_admission
 from engram_memory.engine.usecases.capture import capture
@@ -95,6 +95,20 @@ class Engine(Kernel):
         label = code.value if isinstance(code, ErrorCode) else code
         self._audit(call, ok=False, code=label)
         return failure(code, audit_id) if isinstance(code, ErrorCode) else {}
+
+    def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]:
+        """The human declined the question ``approval`` answers: its id is spent in the store
+        (a replay of the same ``requestState`` or question can never commit, CONTRACT.md §8)
+        and the call answers ``gate_failed``, audited. ``STORE_UNAVAILABLE`` (retriable) when
+        the id could not be spent: the decline is then not yet durable."""
+        call = Call(tool=tool, ctx=ctx, now_ms=self.clock.now_ms(), target=approval.target)
+        try:
+            self.store.spend_approval(approval.scope, approval.approval_id)
+            code = ErrorCode.GATE_FAILED
+        except StoreUnavailable:
+            code = ErrorCode.STORE_UNAVAILABLE
+        self._audit(call, ok=False, code=code.value)
+        return failure(code, ctx.audit_id)
 
     def committed(
         self, tool: str, ctx: TrustedContext, idempotency_key: str

@@ -9,8 +9,13 @@ surface an ``ApprovalChannel`` (``SurfaceRuntime.approvals``). The surface then
    answer on the page or at the terminal commits, or fails after a decline, and never asks twice;
 2. else picks the mode from the client's capabilities (``confirmation_mode``), opens a question
    (``ask``) and sends its message: a link (URL mode) or a form whose answer it records
-   (``answer``);
-3. closes the question of a stateless round trip the client answered itself (``expire``).
+   (``answer``); a stateless round trip's ``requestState`` carries the question's own id;
+3. closes the question of a stateless round trip the client answered itself
+   (``close_round_trip``), unless a human declined it first.
+
+A question is spent by its first answer, whatever it is (CONTRACT.md §8): a decline reaches the
+surface as ``Declined``, and the surface has the engine spend the question's id
+(``Engine.decline``), so no replay of its ``requestState`` and no later answer can commit.
 
 ``pending`` lists the questions still waiting for a human.
 
@@ -53,6 +58,13 @@ def confirmation_mode(capabilities: types.ClientCapabilities | None) -> Mode | N
 
 
 @dataclass(frozen=True, slots=True)
+class Declined:
+    """A human's decline of the question ``approval`` (its id is what the engine spends)."""
+
+    approval: Approval
+
+
+@dataclass(frozen=True, slots=True)
 class Question:
     """An open question, as the surface holds it while it asks: the handle ``ask`` returns."""
 
@@ -67,23 +79,25 @@ class ApprovalChannel(Protocol):
     """A host's questions to humans (see the module doc). Blocking: the surface calls each in a
     worker thread."""
 
-    def given(self, request: ConfirmationRequest) -> Approval | Literal["declined"] | None:
-        """The answer already given for this operation: an approval still usable, ``"declined"``
-        (reported once: the next call asks anew), or None."""
+    def given(self, request: ConfirmationRequest) -> Approval | Declined | None:
+        """The answer already given for this operation: an approval still usable, ``Declined``
+        (reported once: the next call asks anew, under a new id), or None."""
         ...
 
     def ask(self, request: ConfirmationRequest, ctx: TrustedContext, mode: Mode) -> Question:
         """The open question for this operation (the one already open, or a new one)."""
         ...
 
-    def answer(self, question: Question, approve: bool) -> Approval | None:
-        """The client's form answered ``question``: the approval, or None after a decline. The
-        first answer wins (the page or the terminal may have answered meanwhile)."""
+    def answer(self, question: Question, approve: bool) -> Approval | Declined | None:
+        """The client's form answered ``question``: the approval, ``Declined``, or None when the
+        question is gone. The first answer wins (the page or the terminal may have answered
+        meanwhile)."""
         ...
 
-    def expire(self, approval: Approval) -> None:
-        """The client answered a stateless round trip itself: its question is closed (never
-        marked approved: the round trip's approval has its own single-use id)."""
+    def close_round_trip(self, approval: Approval) -> bool:
+        """The client answered the stateless round trip of the question ``approval`` (its
+        ``requestState``) itself: the question is closed. False when a human declined it first,
+        on the page or at the terminal: the first answer wins."""
         ...
 
     def pending(self) -> Sequence[Approval]:
@@ -91,4 +105,4 @@ class ApprovalChannel(Protocol):
         ...
 
 
-__all__ = ["ApprovalChannel", "Mode", "Question", "confirmation_mode"]
+__all__ = ["ApprovalChannel", "Declined", "Mode", "Question", "confirmation_mode"]
