@@ -117,6 +117,7 @@ def test_the_terminal_lists_and_answers_what_waits(
     assert waiting.approval_id in listed and "permanently forget" in listed
     assert "agent agent-7" in listed and "reason reason:obsolete" in listed
     assert waiting.secret not in listed  # the link's secret is never printed
+    assert f"code for the approval page: {waiting.code[:4]}-{waiting.code[4:]}" in listed
     assert main(["approvals", "approve", "--data-dir", str(tmp_path), waiting.approval_id]) == 0
     assert main(["approvals", "decline", "--data-dir", str(tmp_path), declined.approval_id]) == 0
     assert main(["approvals", "approve", "--data-dir", str(tmp_path), waiting.approval_id]) == 1

@@ -69,7 +69,15 @@ def channel(tmp_path: Path, clock: FakeClock) -> Iterator[EmbeddedApprovals]:
 
 
 def secret_of(question: Question) -> str:
+    assert question.link is not None
     return parse_qs(urlsplit(question.link).query)["secret"][0]
+
+
+def code_of(channel: EmbeddedApprovals, question: Question) -> str:
+    """The code the terminal shows (what the person types on the page)."""
+    row = channel.book.get(question.approval_id)
+    assert row is not None
+    return row.code
 
 
 def test_a_question_carries_its_link_and_the_pages_summary_for_its_mode(
@@ -82,10 +90,14 @@ def test_a_question_carries_its_link_and_the_pages_summary_for_its_mode(
     assert url.approval_id == form.approval_id  # one question per operation
     assert form.link == f"{BASE_URL}/approvals/{form.approval_id}?secret={secret_of(form)}"
     assert form.issued_at_ms == T0 and form.expires_at_ms > T0
-    assert "Forget this memory?" in form.message and form.link in form.message
+    assert "Forget this memory?" in form.message and form.link is not None
+    assert form.link in form.message
     assert form.link not in url.message  # the link travels as the URL elicitation's url
     assert f"engram-memory approvals approve {form.approval_id}" in url.message
     assert [row.approval_id for row in port.pending()] == [form.approval_id]
+    code = code_of(channel, form)
+    assert code not in form.message and code not in url.message  # never to the agent
+    assert code not in form.link
 
 
 def test_the_page_answers_and_the_retry_takes_that_answer_once(
@@ -97,7 +109,13 @@ def test_the_page_answers_and_the_retry_takes_that_answer_once(
     assert desk.view(question.approval_id, "wrong") is PageError.NOT_FOUND
 
     clock.advance(5_000)
-    answered = desk.answer(question.approval_id, secret_of(question), Decision.APPROVE, clock.now)
+    answered = desk.answer(
+        question.approval_id,
+        secret_of(question),
+        Decision.APPROVE,
+        clock.now,
+        code_of(channel, question),
+    )
     assert not isinstance(answered, PageError) and answered.decision is Decision.APPROVE
     assert desk.view(question.approval_id, secret_of(question)) is PageError.ANSWERED
 
@@ -124,7 +142,13 @@ def test_the_first_answer_wins_over_a_later_form(
 ) -> None:
     question = channel.ask(a_request(), context(), "form")
     desk = LinkDesk(channel, csrf_key=b"k" * 32)
-    desk.answer(question.approval_id, secret_of(question), Decision.APPROVE, clock.now)
+    desk.answer(
+        question.approval_id,
+        secret_of(question),
+        Decision.APPROVE,
+        clock.now,
+        code_of(channel, question),
+    )
 
     approval = channel.answer(question, approve=False)  # the page answered first
     assert isinstance(approval, Approval) and approval.approval_id == question.approval_id
@@ -149,10 +173,84 @@ def test_a_round_trip_whose_question_was_declined_on_the_page_is_not_open(
     question = channel.ask(a_request(), context(), "form")
     state = state_for(a_request(), question.issued_at_ms, question.approval_id)
     desk = LinkDesk(channel, csrf_key=b"k" * 32)
-    desk.answer(question.approval_id, secret_of(question), Decision.DECLINE, clock.now)
+    secret, code = secret_of(question), code_of(channel, question)
+    desk.answer(question.approval_id, secret, Decision.DECLINE, clock.now, code)
 
-    assert not channel.close_round_trip(
-        approval_of_state(state, clock.now)
-    )  # the first answer wins
-    again = desk.answer(question.approval_id, secret_of(question), Decision.APPROVE, clock.now)
+    assert not channel.close_round_trip(approval_of_state(state, clock.now))  # first answer wins
+    again = desk.answer(question.approval_id, secret, Decision.APPROVE, clock.now, code)
     assert again is PageError.NOT_FOUND  # a declined question cannot be answered again
+
+
+def test_the_link_alone_cannot_answer_without_the_terminal_code(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    shown: list[str] = []
+    channel = EmbeddedApprovals(
+        lambda: ApprovalBook(tmp_path),
+        lambda: cast(Any, NoMemoryKernel()),
+        base_url=BASE_URL,
+        clock=clock,
+        notify=shown.append,
+    )
+    try:
+        question = channel.ask(a_request(), context(), "url")
+        channel.ask(a_request(), context(), "url")  # the same question: announced once
+        code = code_of(channel, question)
+        (line,) = shown
+        assert f"{code[:4]}-{code[4:]}" in line and question.approval_id in line
+        assert f"engram-memory approvals approve {question.approval_id}" in line
+        assert len(code) == 8 and not set(code) & set("01OIL")
+
+        desk = LinkDesk(channel, csrf_key=b"k" * 32)
+        secret = secret_of(question)
+        view = desk.view(question.approval_id, secret)
+        assert not isinstance(view, PageError) and view.asks_code  # the link shows the question
+        for typed in ("", "AAAA-AAAA", "ZZZZZZZZ", code[:7], "x" * 8):
+            refused = desk.answer(question.approval_id, secret, Decision.APPROVE, clock.now, typed)
+            assert refused is PageError.WRONG_CODE, typed
+        # five wrong codes: the page takes no answer, not even with the right code
+        locked = desk.answer(question.approval_id, secret, Decision.APPROVE, clock.now, code)
+        assert locked is PageError.NO_MORE_ATTEMPTS
+        assert channel.given(a_request()) is None
+        # the terminal still answers
+        assert channel.book.answer(question.approval_id, True, now_ms=clock.now, by="terminal")
+    finally:
+        channel.close()
+
+
+def test_the_code_is_typed_in_any_case_with_or_without_its_dash(
+    channel: EmbeddedApprovals, clock: FakeClock
+) -> None:
+    question = channel.ask(a_request(), context(), "url")
+    code = code_of(channel, question)
+    desk = LinkDesk(channel, csrf_key=b"k" * 32)
+    typed = f" {code[:4].lower()}-{code[4:]} "
+    answered = desk.answer(
+        question.approval_id, secret_of(question), Decision.APPROVE, clock.now, typed
+    )
+    assert not isinstance(answered, PageError)
+    assert isinstance(channel.given(a_request()), Approval)
+
+
+def test_without_a_page_no_link_is_handed_out_and_the_terminal_is_named(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    shown: list[str] = []
+    channel = EmbeddedApprovals(
+        lambda: ApprovalBook(tmp_path),
+        lambda: cast(Any, NoMemoryKernel()),
+        base_url=None,
+        clock=clock,
+        notify=shown.append,
+    )
+    try:
+        assert not channel.has_page
+        form = channel.ask(a_request(), context(), "form")
+        terminal = channel.ask(a_request(), context(), "terminal")
+        assert form.link is None and "http" not in form.message
+        command = f"engram-memory approvals approve {form.approval_id}"
+        assert command in form.message and command in terminal.message
+        assert "cannot ask a human" in terminal.message
+        assert shown == []  # no page to type a code in: nothing to announce
+    finally:
+        channel.close()

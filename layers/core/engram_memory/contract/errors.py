@@ -135,6 +135,17 @@ class TrustedContextUnavailable(ProtocolRefusal):
     message = TRUSTED_CONTEXT_UNAVAILABLE
 
 
+class NoConfirmationChannel(TrustedContextUnavailable):
+    """-32603 for a call that needs a human's confirmation and a client that cannot ask one.
+
+    The message is the constant one followed by what a person can do instead (``route``: e.g.
+    the host's terminal command), so the agent can tell its human; it never holds input."""
+
+    def __init__(self, route: str) -> None:
+        self.message = f"{TRUSTED_CONTEXT_UNAVAILABLE}: {route}"
+        super().__init__()
+
+
 class UnknownTool(ProtocolRefusal):
     """-32602: the tool is not granted, or is not one of the six."""
 

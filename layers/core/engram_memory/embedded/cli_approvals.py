@@ -57,6 +57,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             f" {row.session_id or '-'}) in {row.tenant_id}/{row.workspace_id};"
             f" reason {row.reason_ref or '-'}"
         )
+        if row.code:
+            print(f"  code for the approval page: {row.code[:4]}-{row.code[4:]}")
     return 0
 
 

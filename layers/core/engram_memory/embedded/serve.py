@@ -204,7 +204,7 @@ def _wired(
     approvals = EmbeddedApprovals(
         lambda: ApprovalBook(data_dir),
         lambda: engine.host.engine,
-        base_url=_origin(served.resource),
+        base_url=None if stdio_token is not None else _origin(served.resource),  # stdio: no page
         clock=clock,
     )
     runtime = SurfaceRuntime(

@@ -39,7 +39,9 @@ import mcp.types as types
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationRequest
 
-Mode = Literal["url", "form"]
+# How the human is asked: a link (URL mode), a form in the client, or, for a client that can do
+# neither, only at the host's terminal (the -32603's message names the command).
+Mode = Literal["url", "form", "terminal"]
 
 
 def confirmation_mode(capabilities: types.ClientCapabilities | None) -> Mode | None:
@@ -72,12 +74,17 @@ class Question:
     issued_at_ms: int
     expires_at_ms: int
     message: str  # what the human reads, for the mode it was asked in
-    link: str  # the page that answers it too
+    link: str | None  # the page that answers it too (None: the host serves no page)
 
 
 class ApprovalChannel(Protocol):
     """A host's questions to humans (see the module doc). Blocking: the surface calls each in a
     worker thread."""
+
+    @property
+    def has_page(self) -> bool:
+        """Does the host serve an approval page (URL mode)? Not over stdio."""
+        ...
 
     def given(self, request: ConfirmationRequest) -> Approval | Declined | None:
         """The answer already given for this operation: an approval still usable, ``Declined``

@@ -22,6 +22,7 @@ from engram_memory.binding.verified_tokens import ClaimsVerifier
 from engram_memory.contract.envelope import envelope_text
 from engram_memory.contract.errors import (
     ErrorCode,
+    NoConfirmationChannel,
     ProtocolRefusal,
     TrustedContextUnavailable,
     UnknownTool,
@@ -55,6 +56,12 @@ log = logging.getLogger(__name__)
 
 SERVER_VERSION = "0.1.0"
 UNKNOWN_NAME = "unknown"  # the audit log's tool for a name that is not one of the six
+# A host without an approval channel (the cloud): its approvals happen on a run's page, which
+# only a client that can show a form or open a link reaches.
+NO_CHANNEL_ROUTE = (
+    "this client cannot ask a human to confirm; use an MCP client that supports elicitation"
+    " (a form or a link), or ask the host's operator to withdraw or forget it for you"
+)
 
 
 class SurfaceEngine(Protocol):
@@ -274,13 +281,14 @@ class EngramMcp:
             self.runtime.engine.refuse(call.grant, trusted, trusted.audit_id, code)
         )
 
-    def _unavailable(self, call: _Call) -> NoReturn:
-        """No way to reach the human: -32603, audited."""
+    def _unavailable(self, call: _Call, route: str = NO_CHANNEL_ROUTE) -> NoReturn:
+        """No way to reach the human through this client: -32603, audited, its message naming
+        what a person can do instead (``route``)."""
         trusted = call.trusted
         self.runtime.engine.refuse(
             call.grant, trusted, trusted.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE"
         )
-        raise _refusal(TrustedContextUnavailable())
+        raise _refusal(NoConfirmationChannel(route))
 
     def _form_round_trip(
         self, request: ConfirmationRequest, issued_at_ms: int, question: Question | None = None
@@ -330,17 +338,25 @@ class EngramMcp:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Ask through the host's approval channel (module ``approval_channel``): an answer
         already given wins; else URL mode (the question's link) for a client that declared URL
-        only, a form for one that declared form, -32603 for one that declared none."""
+        only, a form for one that declared form; a client that can do neither (or URL only
+        where the host serves no page) gets -32603 naming the terminal's command, and its retry
+        takes the answer given there."""
         request = needed.request
-        session = call.ctx.session
-        mode = confirmation_mode(session.client_capabilities)
-        if mode is None or (mode == "form" and not (call.modern or session.can_send_request)):
-            self._unavailable(call)
         given = await anyio.to_thread.run_sync(channel.given, request)
         if given is not None:
             return await self._approved(call, given)
+        session = call.ctx.session
+        mode = confirmation_mode(session.client_capabilities)
+        if (
+            mode is None
+            or (mode == "url" and not channel.has_page)
+            or (mode == "form" and not (call.modern or session.can_send_request))
+        ):
+            mode = "terminal"
         question = await anyio.to_thread.run_sync(channel.ask, request, call.trusted, mode)
-        if mode == "url":
+        if mode == "terminal":
+            self._unavailable(call, question.message)
+        if mode == "url" and question.link is not None:
             link = types.ElicitRequestURLParams(
                 message=question.message, url=question.link, elicitation_id=question.approval_id
             )
