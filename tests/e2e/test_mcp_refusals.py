@@ -96,6 +96,32 @@ def test_a_wrong_audience_expired_or_badly_signed_token_is_an_http_401_with_a_ch
     assert token not in response.text
 
 
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("missing", "no bearer token was sent"),
+        ("expired", "the bearer token has expired"),
+        ("wrong-audience", "issued for another resource (audience)"),
+        ("badly-signed", "the bearer token"),
+    ],
+)
+def test_a_401_says_whether_the_token_was_missing_expired_or_for_another_audience(
+    http_service: HttpService, kind: str, said: str
+) -> None:
+    """RFC 6750: ``error="invalid_token"`` with an ``error_description`` naming the reason."""
+    headers: dict[str, str] = {}
+    if kind != "missing":
+        headers["Authorization"] = f"Bearer {http_service.tokens.bad(kind, new_workspace())}"
+    response = raw_post(http_service, "2026-07-28", headers)
+    assert response.status_code == 401
+    challenge = response.headers["WWW-Authenticate"]
+    assert challenge.startswith('Bearer error="invalid_token", error_description="')
+    assert said in challenge and said in response.json()["error_description"]
+    if kind == "wrong-audience":
+        assert http_service.resource in challenge  # which resource this server is
+    assert "resource_metadata=" in challenge
+
+
 @pytest.mark.parametrize("mode", REVISIONS)
 @pytest.mark.parametrize("kind", BAD_TOKEN_KINDS)
 async def test_a_bad_token_reaches_the_official_client_as_32603(
