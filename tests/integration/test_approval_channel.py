@@ -4,6 +4,7 @@ questions: ask, answer, expire, list, and the answer a retry takes."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -66,6 +67,25 @@ def channel(tmp_path: Path, clock: FakeClock) -> Iterator[EmbeddedApprovals]:
     )
     yield opened
     opened.close()
+
+
+@contextlib.contextmanager
+def announcing(
+    tmp_path: Path, clock: FakeClock, base_url: str | None
+) -> Iterator[tuple[EmbeddedApprovals, list[str]]]:
+    """A channel whose terminal lines (the codes it announces) are kept in a list."""
+    shown: list[str] = []
+    channel = EmbeddedApprovals(
+        lambda: ApprovalBook(tmp_path),
+        lambda: cast(Any, NoMemoryKernel()),
+        base_url=base_url,
+        clock=clock,
+        notify=shown.append,
+    )
+    try:
+        yield channel, shown
+    finally:
+        channel.close()
 
 
 def secret_of(question: Question) -> str:
@@ -184,15 +204,7 @@ def test_a_round_trip_whose_question_was_declined_on_the_page_is_not_open(
 def test_the_link_alone_cannot_answer_without_the_terminal_code(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    shown: list[str] = []
-    channel = EmbeddedApprovals(
-        lambda: ApprovalBook(tmp_path),
-        lambda: cast(Any, NoMemoryKernel()),
-        base_url=BASE_URL,
-        clock=clock,
-        notify=shown.append,
-    )
-    try:
+    with announcing(tmp_path, clock, BASE_URL) as (channel, shown):
         question = channel.ask(a_request(), context(), "url")
         channel.ask(a_request(), context(), "url")  # the same question: announced once
         code = code_of(channel, question)
@@ -214,8 +226,6 @@ def test_the_link_alone_cannot_answer_without_the_terminal_code(
         assert channel.given(a_request()) is None
         # the terminal still answers
         assert channel.book.answer(question.approval_id, True, now_ms=clock.now, by="terminal")
-    finally:
-        channel.close()
 
 
 def test_the_code_is_typed_in_any_case_with_or_without_its_dash(
@@ -235,15 +245,7 @@ def test_the_code_is_typed_in_any_case_with_or_without_its_dash(
 def test_without_a_page_no_link_is_handed_out_and_the_terminal_is_named(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    shown: list[str] = []
-    channel = EmbeddedApprovals(
-        lambda: ApprovalBook(tmp_path),
-        lambda: cast(Any, NoMemoryKernel()),
-        base_url=None,
-        clock=clock,
-        notify=shown.append,
-    )
-    try:
+    with announcing(tmp_path, clock, None) as (channel, shown):
         assert not channel.has_page
         form = channel.ask(a_request(), context(), "form")
         terminal = channel.ask(a_request(), context(), "terminal")
@@ -252,5 +254,3 @@ def test_without_a_page_no_link_is_handed_out_and_the_terminal_is_named(
         assert command in form.message and command in terminal.message
         assert "cannot ask a human" in terminal.message
         assert shown == []  # no page to type a code in: nothing to announce
-    finally:
-        channel.close()
