@@ -105,12 +105,12 @@ MESSAGES: dict[ErrorCode, str] = {
 
 class EngramError(Exception):
     """A domain failure: becomes a failure envelope carrying ``code`` and ``retriable``;
-    ``detail`` (``INVALID_SCHEMA`` only) follows the constant message."""
+    ``violation`` (``INVALID_SCHEMA`` only: the field and the rule) follows the constant message."""
 
-    def __init__(self, code: ErrorCode, detail: str | None = None) -> None:
+    def __init__(self, code: ErrorCode, violation: str | None = None) -> None:
         super().__init__(code.value)
         self.code = code
-        self.detail = detail
+        self.violation = violation
 
     @property
     def retriable(self) -> bool:

@@ -82,7 +82,7 @@ class Engine(Kernel):
                 raise EngramError(ErrorCode.RESULT_TOO_LARGE)
         except EngramError as error:
             self._audit(call, ok=False, code=error.code.value)
-            return failure(error.code, ctx.audit_id, error.detail)
+            return failure(error.code, ctx.audit_id, error.violation)
         except ProtocolRefusal:
             self._audit(call, ok=False, code="PROTOCOL_CONTEXT_UNAVAILABLE")
             raise
