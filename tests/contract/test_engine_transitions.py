@@ -171,6 +171,27 @@ def test_a_reused_approval_is_gate_failed(harness: Harness) -> None:
     assert harness.withdraw(second["candidate_id"])["error"]["code"] == "gate_failed"
 
 
+def test_a_declined_approval_is_spent_and_never_commits_later(harness: Harness) -> None:
+    """CONTRACT.md §8: a question is spent by its first answer, a decline too (both stores)."""
+    record_id = harness.remember()
+    harness.confirmations.mode = "decline"
+    assert harness.forget(record_id)["error"]["code"] == "gate_failed"
+    (request,) = harness.confirmations.requests
+    now = harness.clock.now_ms()
+    asked = Approval.of(request, approval_id="rs_" + "d" * 32, issued_at_ms=now, approved_at_ms=now)
+
+    declined = harness.engine.decline("forget", context(), asked)
+    assert declined["error"]["code"] == "gate_failed"
+    assert harness.audit.events[-1].code == "gate_failed"
+    assert harness.audit.events[-1].target == record_id
+    assert not harness.store.spend_approval(asked.scope, asked.approval_id)  # already spent
+
+    harness.confirmations.mode = "approve"
+    harness.confirmations.fixed = asked  # the same id, approved after the decline
+    assert harness.forget(record_id)["error"]["code"] == "gate_failed"
+    assert harness.get(record_id)["ok"]
+
+
 def test_no_confirmation_channel_is_a_protocol_refusal(harness: Harness) -> None:
     record_id = harness.remember()
     harness.confirmations.mode = "no_channel"

@@ -588,6 +588,14 @@ def approval_id_of(link: str) -> str:
     return urlparse(link).path.rsplit("/", 1)[-1]
 
 
+def terminal_code(service: HttpService, approval_id: str) -> str:
+    """The question's one-time code, as the operator's terminal shows it (the server's stderr,
+    ``engram-memory approvals list``): read from the data directory's book, never the agent's."""
+    row = service.server.approvals.book.get(approval_id)
+    assert row is not None and row.code, approval_id
+    return f"{row.code[:4]}-{row.code[4:]}"
+
+
 def age_approval(
     service: HttpService, approval_id: str, ms: int, *, answer_too: bool = False
 ) -> None:

@@ -2,8 +2,9 @@
 
 The official ``mcp`` client declares URL-only elicitation; ``forget``/``withdraw`` hand it a link
 to ``/approvals/{id}?secret=…``; headless Chromium (Selenium, Debian's chromium-driver) opens it,
-reads the memory, presses Approve or Decline; the client's retry with the same key commits (or
-gets ``gate_failed``). Also: an expired request, a POST without the page's CSRF token, and the
+reads the memory, types the one-time code the operator's terminal shows, presses Approve or
+Decline; the client's retry with the same key commits (or gets ``gate_failed``). The link alone
+does not answer: without the code the page refuses. Also: an expired request, a POST without the page's CSRF token, and the
 page at phone width (320 px) with screenshots (``ENGRAM_SCREENSHOTS=DIR`` keeps them there).
 """
 
@@ -50,6 +51,7 @@ from e2e_support import (
     new_agent,
     new_key,
     ok_value,
+    terminal_code,
 )
 
 pytestmark = pytest.mark.anyio
@@ -73,20 +75,26 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class Person:
-    """The human behind the client: opens each link in Chromium and presses a button."""
+    """The human behind the client: opens each link in Chromium, types the code their terminal
+    shows and presses a button."""
 
-    def __init__(self, browser: webdriver.Chrome, decision: str = "Approve") -> None:
+    def __init__(
+        self, browser: webdriver.Chrome, service: HttpService, decision: str = "Approve"
+    ) -> None:
         self.browser = browser
+        self.service = service
         self.decision = decision
         self.links: list[str] = []
         self.memory_shown: list[list[str]] = []
 
     def answer(self, url: str) -> str:
-        """Open the page, read it, press the button; the outcome page's decision."""
+        """Open the page, read it, type the code, press the button; the outcome's decision."""
         self.links.append(url)
         as_desktop(self.browser)
         self.browser.get(url)
         self.memory_shown.append(text_of(self.browser, "#memory blockquote p"))
+        code = terminal_code(self.service, approval_id_of(url))
+        self.browser.find_element(By.ID, "code").send_keys(code.lower())  # as typed, any case
         self.browser.find_element(By.XPATH, f"//button[text()='{self.decision}']").click()
         # the click starts a navigation: wait for the answer page, not the one being left
         outcome = WebDriverWait(self.browser, 20).until(
@@ -123,7 +131,7 @@ async def gated(
 async def test_approving_on_the_page_lets_the_retry_forget_the_record(
     http_service: HttpService, browser: webdriver.Chrome, mode: str
 ) -> None:
-    person = Person(browser, "Approve")
+    person = Person(browser, http_service, "Approve")
     async with new_agent(http_service, mode, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id, new_key("forget"))
@@ -140,7 +148,7 @@ async def test_approving_on_the_page_lets_the_retry_forget_the_record(
 async def test_declining_on_the_page_fails_the_retry_and_keeps_the_candidate(
     http_service: HttpService, browser: webdriver.Chrome, mode: str
 ) -> None:
-    person = Person(browser, "Decline")
+    person = Person(browser, http_service, "Decline")
     async with new_agent(http_service, mode, person, url_only=True) as agent:
         candidate_id = await agent.captured(DRAFT)
         arguments = agent.withdraw_arguments(candidate_id, new_key("withdraw"))
@@ -153,7 +161,7 @@ async def test_declining_on_the_page_fails_the_retry_and_keeps_the_candidate(
 async def test_an_expired_request_shows_an_error_page_and_the_retry_asks_anew(
     http_service: HttpService, browser: webdriver.Chrome
 ) -> None:
-    person = Person(browser)
+    person = Person(browser, http_service)
     async with new_agent(http_service, LEGACY, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
@@ -173,7 +181,7 @@ async def test_an_expired_request_shows_an_error_page_and_the_retry_asks_anew(
 async def test_a_post_without_the_page_csrf_token_is_refused_and_changes_nothing(
     http_service: HttpService, browser: webdriver.Chrome
 ) -> None:
-    person = Person(browser)
+    person = Person(browser, http_service)
     async with new_agent(http_service, LEGACY, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
@@ -198,7 +206,7 @@ async def test_a_post_without_the_page_csrf_token_is_refused_and_changes_nothing
 async def test_the_page_reads_at_phone_width_and_on_a_desktop(
     http_service: HttpService, browser: webdriver.Chrome, screenshots: Path
 ) -> None:
-    person = Person(browser)
+    person = Person(browser, http_service)
     async with new_agent(http_service, LEGACY, person, url_only=True) as agent:
         record_id = await agent.remember(NOTE)
         link = await link_of(
@@ -219,3 +227,32 @@ async def test_the_page_reads_at_phone_width_and_on_a_desktop(
         finally:
             as_desktop(browser)
         assert desktop.stat().st_size > 0 and phone.stat().st_size > 0
+
+
+async def test_the_link_alone_shows_the_request_but_only_the_terminal_code_answers_it(
+    http_service: HttpService, browser: webdriver.Chrome
+) -> None:
+    """A person who opens the link without the code sees the request and cannot answer; with a
+    wrong code the page says so; with the code their terminal shows, the approval goes through."""
+    person = Person(browser, http_service)
+    async with new_agent(http_service, LEGACY, person, url_only=True) as agent:
+        record_id = await agent.remember(NOTE)
+        call = partial(agent.client.call_tool, FORGET, agent.forget_arguments(record_id))
+        link = await link_of(call)
+        as_desktop(browser)
+        browser.get(link)
+        assert text_of(browser, "#memory blockquote p") == [NOTE]  # read-only with the link
+        code_field = browser.find_element(By.ID, "code")
+        assert code_field.get_attribute("required") is not None
+        assert "terminal" in browser.find_element(By.CSS_SELECTOR, "label[for=code]").text
+        code_field.send_keys("AAAA-AAAA")
+        browser.find_element(By.XPATH, "//button[text()='Approve']").click()
+        error = WebDriverWait(browser, 20).until(
+            expected_conditions.presence_of_element_located((By.ID, "error"))
+        )
+        assert error.get_attribute("data-error") == "wrong_code"
+        assert "terminal" in browser.find_element(By.ID, "next-step").text
+        assert await link_of(call) == link  # still open, unanswered
+
+        assert await anyio.to_thread.run_sync(person.answer, link) == "approve"
+        assert ok_value(await call())["receipt"]["to_state"] == "tombstoned"

@@ -42,6 +42,7 @@ from e2e_support import (
     now_ms,
     ok_value,
     protocol_error,
+    terminal_code,
     url_only_client,
 )
 
@@ -55,18 +56,44 @@ def answer_from_terminal(service: HttpService, approval_id: str, decision: str) 
     assert main(["approvals", decision, "--data-dir", str(data_dir), approval_id]) == 0
 
 
-async def answer_on_page(link: str, decision: str) -> int:
-    """What a browser does: GET the page, POST its form with the chosen button."""
+async def answer_on_page(link: str, decision: str, code: str | None) -> int:
+    """What a browser does: GET the page, POST its form with the chosen button (and the code
+    typed in, when the person has it)."""
     async with httpx2.AsyncClient() as http:
         page = await http.get(link)
         hidden = BeautifulSoup(page.text, "html.parser").find("input", attrs={"name": "csrf_token"})
         assert isinstance(hidden, Tag), page.text
+        form = {"csrf_token": str(hidden["value"]), "decision": decision}
         answered = await http.post(
             link,
-            data={"csrf_token": str(hidden["value"]), "decision": decision},
+            data=form if code is None else {**form, "code": code},
             headers={"Origin": link.split("/approvals")[0], "Sec-Fetch-Site": "same-origin"},
         )
     return answered.status_code
+
+
+async def test_a_url_only_client_holding_the_link_cannot_approve_its_own_withdraw(
+    http_service: HttpService,
+) -> None:
+    """Issue 24: the agent gets the link (secret included) in the -32042 data, reads the page's
+    CSRF token and posts ``decision=approve``; without the code only the operator's terminal
+    shows, the page refuses, and after five guesses it takes no answer to that question."""
+    async with new_agent(http_service, LEGACY, url_only=True) as agent:
+        candidate_id = await agent.captured(NOTE)
+        call = partial(agent.client.call_tool, WITHDRAW, agent.withdraw_arguments(candidate_id))
+        link = await link_of(call)
+        async with httpx2.AsyncClient() as http:
+            shown = await http.get(link)
+        assert shown.status_code == 200 and NOTE in shown.text  # the link shows the request
+
+        assert await answer_on_page(link, "approve", None) == 403
+        for guess in ("AAAA-AAAA", "2345-6789", "ZZZZ-ZZZZ", "ABCD-EFGH"):
+            assert await answer_on_page(link, "approve", guess) == 403
+        code = terminal_code(http_service, approval_id_of(link))
+        assert await answer_on_page(link, "approve", code) == 429  # no more attempts
+
+        assert await link_of(call) == link  # the question is still open, and nothing committed
+        assert ok_value(await agent.admit(candidate_id))["outcome"]["status"] == "accepted"
 
 
 async def test_an_approval_given_after_the_client_disconnected_commits_on_its_retry(
@@ -79,7 +106,8 @@ async def test_an_approval_given_after_the_client_disconnected_commits_on_its_re
         arguments = agent.forget_arguments(record_id)
         link = await link_of(partial(client.call_tool, FORGET, arguments))
     # the client is gone; the human answers on the page a little later
-    assert await answer_on_page(link, "approve") == 200
+    code = terminal_code(http_service, approval_id_of(link))  # the person reads their terminal
+    assert await answer_on_page(link, "approve", code) == 200
     async with url_only_client(http_service.url, token, LEGACY) as client:
         forgotten = ok_value(await client.call_tool(FORGET, arguments))
         assert forgotten["receipt"]["to_state"] == "tombstoned" and forgotten["replayed"] is False
@@ -94,7 +122,8 @@ async def test_an_approval_older_than_30_s_is_not_used_and_the_retry_asks_anew(
         arguments = agent.forget_arguments(record_id)
         call = partial(agent.client.call_tool, FORGET, arguments)
         link = await link_of(call)
-        assert await answer_on_page(link, "approve") == 200
+        code = terminal_code(http_service, approval_id_of(link))
+        assert await answer_on_page(link, "approve", code) == 200
         age_approval(http_service, approval_id_of(link), 31_000, answer_too=True)
         again = await link_of(call)  # a new question: nothing committed with a stale approval
         assert approval_id_of(again) != approval_id_of(link)
@@ -198,3 +227,17 @@ def _rows(book: Any) -> list[Any]:
     with contextlib.closing(sqlite3.connect(book.path)) as db:
         rows = db.execute(f"SELECT {COLUMNS} FROM approvals")
         return [OpenApproval.of_row(row) for row in rows]
+
+
+async def test_a_client_that_cannot_ask_is_told_the_terminal_command_which_then_answers(
+    http_service: HttpService,
+) -> None:
+    """-32603 names the host's command; once a person runs it, the agent's retry commits."""
+    async with new_agent(http_service, LEGACY, None) as agent:
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+        error = await protocol_error(partial(agent.client.call_tool, FORGET, arguments))
+        (approval_id,) = re.findall(r"approvals approve (apr_[0-9a-f]{32})", error.message)
+        answer_from_terminal(http_service, approval_id, "approve")
+        forgotten = ok_value(await agent.client.call_tool(FORGET, arguments))
+        assert forgotten["receipt"]["to_state"] == "tombstoned"

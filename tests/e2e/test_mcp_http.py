@@ -151,7 +151,9 @@ async def test_a_client_that_cannot_ask_a_human_is_refused_with_32603_and_nothin
         for attempt in (lambda: agent.forget(record_id), lambda: agent.withdraw(candidate_id)):
             error = await protocol_error(attempt)
             assert error.code == TRUSTED_CONTEXT_UNAVAILABLE
-            assert error.message == "Trusted invocation context unavailable"
+            # the constant message, then what the human can do: the host's terminal command
+            assert error.message.startswith("Trusted invocation context unavailable: ")
+            assert "engram-memory approvals approve apr_" in error.message
 
         assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
         assert ok_value(await agent.admit(candidate_id))["outcome"]["status"] == "accepted"
@@ -297,6 +299,10 @@ async def test_an_extra_field_at_any_level_is_an_invalid_schema_envelope_not_a_c
                 assert not env["ok"], (tool, pointer)
                 assert env["error"]["code"] == "INVALID_SCHEMA", (tool, pointer, env)
                 assert env["error"]["retriable"] is False
+                # the message names the field as a JSON pointer and the rule it broke
+                message = env["error"]["message"]
+                field = f"{pointer.rstrip('/')}/unexpected_field"
+                assert f"At {field}: is not allowed" in message, (field, message)
                 tried += 1
         assert tried == 14  # every object of every tool's arguments
         assert human.asked == []  # validation happens before anybody is asked
@@ -391,3 +397,23 @@ async def test_a_client_from_an_allowed_local_origin_is_served(
     async with http_client(http_service.url, token, mode, headers=headers) as client:
         assert [tool.name for tool in (await client.list_tools()).tools] == [SEARCH]
         assert ok_value(await Agent(client).search("anything"))["records"] == []
+
+
+@pytest.mark.parametrize("mode", REVISIONS)
+async def test_invalid_schema_names_the_field_and_the_rule_never_the_value(
+    http_service: HttpService, mode: str
+) -> None:
+    secretish = "sk-live-" + "Q" * 40
+    async with new_agent(http_service, mode) as agent:
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"query": "WAL", "purpose_ref": agent.purpose, "limit": 51}, "At /limit: must be"),
+            ({"query": secretish, "purpose_ref": agent.purpose, "limit": "10"}, "At /limit: must"),
+            ({"query": "WAL", "purpose_ref": agent.purpose, secretish: 1}, "no extra fields"),
+            ({"purpose_ref": agent.purpose}, "At /query: is required"),
+        ]
+        for arguments, expected in cases:
+            env = envelope(await agent.client.call_tool(SEARCH, arguments))
+            message = env["error"]["message"]
+            assert env["error"]["code"] == "INVALID_SCHEMA" and expected in message, message
+            assert message.startswith("The arguments do not match the closed input schema. ")
+            assert secretish not in message and "Q" * 10 not in message

@@ -34,6 +34,7 @@ from e2e_support import (
     new_agent,
     new_key,
     new_workspace,
+    now_ms,
     ok_value,
     protocol_error,
     stdio_client_for,
@@ -93,6 +94,32 @@ def test_a_wrong_audience_expired_or_badly_signed_token_is_an_http_401_with_a_ch
     assert challenge.startswith("Bearer ")
     assert "resource_metadata=" in challenge
     assert token not in response.text
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("missing", "no bearer token was sent"),
+        ("expired", "the bearer token has expired"),
+        ("wrong-audience", "issued for another resource (audience)"),
+        ("badly-signed", "the bearer token"),
+    ],
+)
+def test_a_401_says_whether_the_token_was_missing_expired_or_for_another_audience(
+    http_service: HttpService, kind: str, said: str
+) -> None:
+    """RFC 6750: ``error="invalid_token"`` with an ``error_description`` naming the reason."""
+    headers: dict[str, str] = {}
+    if kind != "missing":
+        headers["Authorization"] = f"Bearer {http_service.tokens.bad(kind, new_workspace())}"
+    response = raw_post(http_service, "2026-07-28", headers)
+    assert response.status_code == 401
+    challenge = response.headers["WWW-Authenticate"]
+    assert challenge.startswith('Bearer error="invalid_token", error_description="')
+    assert said in challenge and said in response.json()["error_description"]
+    if kind == "wrong-audience":
+        assert http_service.resource in challenge  # which resource this server is
+    assert "resource_metadata=" in challenge
 
 
 @pytest.mark.parametrize("mode", REVISIONS)
@@ -410,3 +437,55 @@ async def test_a_declined_hand_driven_round_trip_is_gate_failed_and_changes_noth
         first, state = await ask(client, FORGET, arguments)
         done = await answer(client, FORGET, arguments, approval(first), state)
         assert ok_value(done)["receipt"]["to_state"] == "tombstoned"
+
+
+@pytest.mark.parametrize("how", ["decline-action", "decline-decision"])
+async def test_a_request_state_is_spent_by_its_first_answer_even_a_decline(
+    http_service: HttpService, how: str
+) -> None:
+    """CONTRACT.md §8: declined with S, then approved with the same S: still ``gate_failed``."""
+    async with new_agent(http_service, MODERN, Human()) as agent:
+        client = agent.client
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+        first, state = await ask(client, FORGET, arguments)
+        (key,) = first.input_requests or {}
+        declined = (
+            approval(first, "decline")
+            if how == "decline-action"
+            else {key: types.ElicitResult(action="accept", content={"decision": "decline"})}
+        )
+        assert error_code(await answer(client, FORGET, arguments, declined, state)) == (
+            "gate_failed"
+        )
+
+        replayed = await answer(client, FORGET, arguments, approval(first), state)
+        assert error_code(replayed) == "gate_failed"
+        assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
+
+
+async def test_a_state_whose_question_was_declined_at_the_terminal_never_approves(
+    http_service: HttpService,
+) -> None:
+    """Declined at the terminal, reported once (the question closes, the next call asks anew):
+    the first round trip's state, replayed with an approval, is still ``gate_failed``."""
+    async with new_agent(http_service, MODERN, Human()) as agent:
+        client = agent.client
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+        first, state = await ask(client, FORGET, arguments)
+        (pending,) = [
+            row for row in http_service.server.approvals.pending() if row.target == record_id
+        ]
+        book = http_service.server.approvals.book
+        assert book.answer(pending.approval_id, False, now_ms=now_ms(), by="terminal")
+
+        reported = await client.session.call_tool(FORGET, arguments, allow_input_required=True)
+        assert isinstance(reported, types.CallToolResult)
+        assert error_code(reported) == "gate_failed"
+        await ask(client, FORGET, arguments)  # asked anew, under a new id
+        assert book.answer(pending.approval_id, True, now_ms=now_ms(), by="terminal") is None
+
+        replayed = await answer(client, FORGET, arguments, approval(first), state)
+        assert error_code(replayed) == "gate_failed"
+        assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id

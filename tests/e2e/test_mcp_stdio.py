@@ -63,6 +63,9 @@ async def test_an_agent_on_stdio_walks_the_lifecycle_and_the_human_decides_each_
         assert withdrawn["receipt"]["to_state"] == "withdrawn"
         assert error_code(await agent.admit(candidate_id)) == "NOT_FOUND"
         assert len(human.asked) == 3
+        # stdio serves no approval page: the form points at the terminal, never at a dead link
+        assert all("http://" not in message for message in human.asked)
+        assert all("engram-memory approvals approve apr_" in message for message in human.asked)
 
 
 @pytest.mark.parametrize("mode", REVISIONS)
@@ -75,6 +78,7 @@ async def test_a_stdio_client_without_elicitation_is_refused_with_32603_for_gate
         record_id = await agent.remember(NOTE)
         error = await protocol_error(lambda: agent.forget(record_id))
         assert error.code == TRUSTED_CONTEXT_UNAVAILABLE
+        assert "engram-memory approvals approve apr_" in error.message  # the human's route
         assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
 
 

@@ -118,6 +118,7 @@ def test_the_terminal_lists_and_answers_what_waits(
     assert waiting.approval_id in listed and "permanently forget" in listed
     assert "Agent: agent-7" in listed and "Reason: reason:obsolete" in listed
     assert waiting.secret not in listed  # the link's secret is never printed
+    assert f"Code for the approval page: {waiting.code[:4]}-{waiting.code[4:]}" in listed
     assert main(["approvals", "approve", "--data-dir", str(tmp_path), waiting.approval_id]) == 0
     assert main(["approvals", "decline", "--data-dir", str(tmp_path), declined.approval_id]) == 0
     capsys.readouterr()

@@ -4,6 +4,7 @@ questions: ask, answer, expire, list, and the answer a retry takes."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -15,8 +16,8 @@ from engram_memory.adapters.local.approvals import ApprovalBook
 from engram_memory.approval_page import Decision, PageError
 from engram_memory.embedded.approval_channel import EmbeddedApprovals, LinkDesk
 from engram_memory.engine.context import Scope
-from engram_memory.engine.gate import ConfirmationRequest, check_approval
-from engram_memory.mcp_surface.approval_channel import ApprovalChannel, Question
+from engram_memory.engine.gate import Approval, ConfirmationRequest, check_approval
+from engram_memory.mcp_surface.approval_channel import ApprovalChannel, Declined, Question
 from engram_memory.mcp_surface.confirmations import approval_of_state, state_for
 
 from engram_testing import FakeClock, context
@@ -68,8 +69,35 @@ def channel(tmp_path: Path, clock: FakeClock) -> Iterator[EmbeddedApprovals]:
     opened.close()
 
 
+@contextlib.contextmanager
+def announcing(
+    tmp_path: Path, clock: FakeClock, base_url: str | None
+) -> Iterator[tuple[EmbeddedApprovals, list[str]]]:
+    """A channel whose terminal lines (the codes it announces) are kept in a list."""
+    shown: list[str] = []
+    channel = EmbeddedApprovals(
+        lambda: ApprovalBook(tmp_path),
+        lambda: cast(Any, NoMemoryKernel()),
+        base_url=base_url,
+        clock=clock,
+        notify=shown.append,
+    )
+    try:
+        yield channel, shown
+    finally:
+        channel.close()
+
+
 def secret_of(question: Question) -> str:
+    assert question.link is not None
     return parse_qs(urlsplit(question.link).query)["secret"][0]
+
+
+def code_of(channel: EmbeddedApprovals, question: Question) -> str:
+    """The code the terminal shows (what the person types on the page)."""
+    row = channel.book.get(question.approval_id)
+    assert row is not None
+    return row.code
 
 
 def test_a_question_carries_its_link_and_the_pages_summary_for_its_mode(
@@ -82,10 +110,14 @@ def test_a_question_carries_its_link_and_the_pages_summary_for_its_mode(
     assert url.approval_id == form.approval_id  # one question per operation
     assert form.link == f"{BASE_URL}/approvals/{form.approval_id}?secret={secret_of(form)}"
     assert form.issued_at_ms == T0 and form.expires_at_ms > T0
-    assert "Forget this memory?" in form.message and form.link in form.message
+    assert "Forget this memory?" in form.message and form.link is not None
+    assert form.link in form.message
     assert form.link not in url.message  # the link travels as the URL elicitation's url
     assert f"engram-memory approvals approve {form.approval_id}" in url.message
     assert [row.approval_id for row in port.pending()] == [form.approval_id]
+    code = code_of(channel, form)
+    assert code not in form.message and code not in url.message  # never to the agent
+    assert code not in form.link
 
 
 def test_the_page_answers_and_the_retry_takes_that_answer_once(
@@ -97,12 +129,18 @@ def test_the_page_answers_and_the_retry_takes_that_answer_once(
     assert desk.view(question.approval_id, "wrong") is PageError.NOT_FOUND
 
     clock.advance(5_000)
-    answered = desk.answer(question.approval_id, secret_of(question), Decision.APPROVE, clock.now)
+    answered = desk.answer(
+        question.approval_id,
+        secret_of(question),
+        Decision.APPROVE,
+        clock.now,
+        code_of(channel, question),
+    )
     assert not isinstance(answered, PageError) and answered.decision is Decision.APPROVE
     assert desk.view(question.approval_id, secret_of(question)) is PageError.ANSWERED
 
     given = channel.given(a_request())
-    assert given is not None and given != "declined"
+    assert isinstance(given, Approval)
     check_approval(given, a_request(), clock.now)  # the engine takes it as is
     assert channel.pending() == []
 
@@ -112,7 +150,9 @@ def test_a_declined_form_is_reported_once_then_the_operation_asks_anew(
 ) -> None:
     question = channel.ask(a_request(), context(), "form")
 
-    assert channel.answer(question, approve=False) is None
+    declined = channel.answer(question, approve=False)
+    assert isinstance(declined, Declined)  # the surface has the engine spend its id
+    assert declined.approval.approval_id == question.approval_id
     assert channel.given(a_request()) is None  # the decline was reported by the answer
     assert channel.ask(a_request(), context(), "form").approval_id != question.approval_id
 
@@ -122,19 +162,95 @@ def test_the_first_answer_wins_over_a_later_form(
 ) -> None:
     question = channel.ask(a_request(), context(), "form")
     desk = LinkDesk(channel, csrf_key=b"k" * 32)
-    desk.answer(question.approval_id, secret_of(question), Decision.APPROVE, clock.now)
+    desk.answer(
+        question.approval_id,
+        secret_of(question),
+        Decision.APPROVE,
+        clock.now,
+        code_of(channel, question),
+    )
 
     approval = channel.answer(question, approve=False)  # the page answered first
-    assert approval is not None and approval.approval_id == question.approval_id
+    assert isinstance(approval, Approval) and approval.approval_id == question.approval_id
 
 
-def test_a_round_trip_answered_in_the_client_expires_its_question(
+def test_a_round_trip_answered_in_the_client_closes_its_question(
     channel: EmbeddedApprovals, clock: FakeClock
 ) -> None:
     question = channel.ask(a_request(), context(), "form")
-    round_trip = approval_of_state(state_for(a_request(), question.issued_at_ms), clock.now)
+    state = state_for(a_request(), question.issued_at_ms, question.approval_id)
+    round_trip = approval_of_state(state, clock.now)
 
-    channel.expire(round_trip)
+    assert channel.close_round_trip(round_trip)
     assert channel.pending() == []
-    assert channel.given(a_request()) is None  # never marked approved: its own id is single use
+    assert channel.given(a_request()) is None  # never marked approved: the state's id is its
     assert channel.book.get(question.approval_id) is None
+
+
+def test_a_round_trip_whose_question_was_declined_on_the_page_is_not_open(
+    channel: EmbeddedApprovals, clock: FakeClock
+) -> None:
+    question = channel.ask(a_request(), context(), "form")
+    state = state_for(a_request(), question.issued_at_ms, question.approval_id)
+    desk = LinkDesk(channel, csrf_key=b"k" * 32)
+    secret, code = secret_of(question), code_of(channel, question)
+    desk.answer(question.approval_id, secret, Decision.DECLINE, clock.now, code)
+
+    assert not channel.close_round_trip(approval_of_state(state, clock.now))  # first answer wins
+    again = desk.answer(question.approval_id, secret, Decision.APPROVE, clock.now, code)
+    assert again is PageError.NOT_FOUND  # a declined question cannot be answered again
+
+
+def test_the_link_alone_cannot_answer_without_the_terminal_code(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    with announcing(tmp_path, clock, BASE_URL) as (channel, shown):
+        question = channel.ask(a_request(), context(), "url")
+        channel.ask(a_request(), context(), "url")  # the same question: announced once
+        code = code_of(channel, question)
+        (line,) = shown
+        assert f"{code[:4]}-{code[4:]}" in line and question.approval_id in line
+        assert f"engram-memory approvals approve {question.approval_id}" in line
+        assert len(code) == 8 and not set(code) & set("01OIL")
+
+        desk = LinkDesk(channel, csrf_key=b"k" * 32)
+        secret = secret_of(question)
+        view = desk.view(question.approval_id, secret)
+        assert not isinstance(view, PageError) and view.asks_code  # the link shows the question
+        for typed in ("", "AAAA-AAAA", "ZZZZZZZZ", code[:7], "x" * 8):
+            refused = desk.answer(question.approval_id, secret, Decision.APPROVE, clock.now, typed)
+            assert refused is PageError.WRONG_CODE, typed
+        # five wrong codes: the page takes no answer, not even with the right code
+        locked = desk.answer(question.approval_id, secret, Decision.APPROVE, clock.now, code)
+        assert locked is PageError.NO_MORE_ATTEMPTS
+        assert channel.given(a_request()) is None
+        # the terminal still answers
+        assert channel.book.answer(question.approval_id, True, now_ms=clock.now, by="terminal")
+
+
+def test_the_code_is_typed_in_any_case_with_or_without_its_dash(
+    channel: EmbeddedApprovals, clock: FakeClock
+) -> None:
+    question = channel.ask(a_request(), context(), "url")
+    code = code_of(channel, question)
+    desk = LinkDesk(channel, csrf_key=b"k" * 32)
+    typed = f" {code[:4].lower()}-{code[4:]} "
+    answered = desk.answer(
+        question.approval_id, secret_of(question), Decision.APPROVE, clock.now, typed
+    )
+    assert not isinstance(answered, PageError)
+    assert isinstance(channel.given(a_request()), Approval)
+
+
+def test_without_a_page_no_link_is_handed_out_and_the_terminal_is_named(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    with announcing(tmp_path, clock, None) as (channel, shown):
+        assert not channel.has_page
+        form = channel.ask(a_request(), context(), "form")
+        terminal = channel.ask(a_request(), context(), "terminal")
+        assert form.link is None and "http" not in form.message
+        command = f"engram-memory approvals approve {form.approval_id}"
+        assert command in form.message and command in terminal.message
+        assert "cannot ask a human" in terminal.message
+        assert shown == []  # no page to type a code in: nothing to announce

@@ -379,6 +379,15 @@ def test_a_declined_forget_is_gate_failed_and_the_record_stays(adapter: Adapter)
         requestState=asked["requestState"],
     )
     assert declined["structuredContent"]["error"]["code"] == "gate_failed"
+    (handed,) = [c["payload"] for c in adapter.lam.calls if c["payload"].get("declined")]
+    assert handed["approval"]["approval_id"].startswith("rs_")  # the function spends its id
+
+    # the same state, replayed with an approval: spent by the decline (CONTRACT.md §8)
+    approve = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
+    replayed = modern_call(
+        adapter, "forget", forget, inputResponses=approve, requestState=asked["requestState"]
+    )
+    assert replayed["structuredContent"]["error"]["code"] == "gate_failed"
     got = adapter.call("get", {"record_id": record_id, "purpose_ref": "purpose:general"})
     assert got["result"]["structuredContent"]["ok"] is True
 

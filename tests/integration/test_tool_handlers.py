@@ -328,6 +328,23 @@ def test_withdraw_and_forget_answer_receipts_once_a_human_confirmed(
     assert invoke("get", event("get", record_id=record_id))["error"]["code"] == "NOT_FOUND"
 
 
+def test_a_declined_approval_is_spent_in_dynamodb_and_never_commits_later(
+    cloud: Cloud, invoke: Invoke
+) -> None:
+    """The adapter hands a decline to the function (``declined``): the id is spent in the
+    store, so the same approval carried again is ``gate_failed`` (CONTRACT.md §8)."""
+    _, record_id = remember(invoke, "Rotate the staging TLS certificate every 60 days.", "d" * 16)
+    ev = event("forget", record_id=record_id)
+    now = cloud.clock.now_ms()
+    approval = human_approval(invoke("forget", ev), issued_at_ms=now, approved_at_ms=now)
+
+    declined = invoke("forget", {**ev, "approval": approval, "declined": True})
+    assert declined["error"]["code"] == "gate_failed"
+    replayed = invoke("forget", {**ev, "approval": approval})
+    assert replayed["error"]["code"] == "gate_failed"
+    assert invoke("get", event("get", record_id=record_id))["ok"]
+
+
 def test_a_tool_function_never_asks_a_human_itself(cloud: Cloud) -> None:
     apps = {tool: load_app(tool) for tool in TOOLS}
     engine = cloud.engine()

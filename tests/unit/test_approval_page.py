@@ -19,6 +19,7 @@ from engram_memory.approval_page import (
     handle_page,
     memory_from_record,
     plain_summary,
+    render_answered,
     render_approval,
     render_error,
 )
@@ -100,7 +101,45 @@ def test_the_page_says_who_asks_what_for_which_scope_and_how_long_is_left() -> N
         "Scope": "tenant t1, workspace w1",
         "Target": LONG_ID,
     }
-    assert time_left.startswith("4 min 05 s left (until ") and time_left.endswith(" UTC)")
+    assert time_left.startswith("4 min (until ") and time_left.endswith(" UTC)")
+    assert "left" not in time_left  # "Time left: 4 min", not "Time left: … left"
+
+
+def test_the_page_and_its_outcomes_say_what_happens_in_plain_words_never_a_raw_code() -> None:
+    view = a_view()
+    pages = [
+        render_approval(view, now_ms=NOW, action_url="/a", csrf_token="t"),
+        render_approval(
+            replace(view, committed_by_run=True), now_ms=NOW, action_url="/a", csrf_token="t"
+        ),
+        render_answered(view, Decision.APPROVE),
+        render_answered(view, Decision.DECLINE),
+        *(render_error(error)[1] for error in PageError),
+    ]
+    for html in pages:
+        text = parse(html).get_text(" ")
+        assert "gate_failed" not in text and "GATE_FAILED" not in text
+    declined = parse(render_answered(view, Decision.DECLINE)).get_text(" ")
+    assert "refused" in declined and "Nothing was changed" in declined
+
+
+def test_the_embedded_page_asks_for_the_terminal_code_and_hands_it_to_the_desk() -> None:
+    plain = parse(render_approval(a_view(), now_ms=NOW, action_url="/a", csrf_token="t"))
+    assert plain.find("input", attrs={"name": "code"}) is None  # the cloud signs in instead
+    page = parse(
+        render_approval(a_view(asks_code=True), now_ms=NOW, action_url="/a", csrf_token="t")
+    )
+    field = page.find("input", attrs={"name": "code"})
+    assert isinstance(field, Tag) and field.has_attr("required")
+    assert field["autocomplete"] == "one-time-code"
+    label = page.find("label", attrs={"for": "code"})
+    assert isinstance(label, Tag) and "terminal" in label.get_text()
+
+    desk = FakeDesk(a_view())
+    token = desk.csrf_token(desk.shown.approval_id, desk.secret)
+    form = {"csrf_token": token, "decision": "approve", "code": "abcd-efgh"}
+    handle_page(desk, request(desk, "POST", form=form), now_ms=NOW, allowed_origin=None)
+    assert desk.codes == ["abcd-efgh"]
 
 
 def test_the_page_shows_the_memory_text_primary_first_and_its_citations_escaped() -> None:
@@ -176,6 +215,8 @@ def test_the_csp_allows_only_the_page_own_inline_style_by_hash() -> None:
         (PageError.FORBIDDEN, 403),
         (PageError.BAD_REQUEST, 400),
         (PageError.UNAVAILABLE, 503),
+        (PageError.WRONG_CODE, 403),
+        (PageError.NO_MORE_ATTEMPTS, 429),
     ],
 )
 def test_every_error_is_a_page_with_a_next_step(error: PageError, status: int) -> None:
@@ -208,6 +249,7 @@ class FakeDesk:
     shown: ApprovalView
     secret: str = "the-secret"
     answers: list[Decision] = field(default_factory=list)
+    codes: list[str] = field(default_factory=list)
 
     def view(self, approval_id: str, credential: str) -> ApprovalView | PageError:
         if approval_id != self.shown.approval_id or credential != self.secret:
@@ -218,8 +260,9 @@ class FakeDesk:
         return csrf_token(b"k" * 32, approval_id, credential)
 
     def answer(
-        self, approval_id: str, credential: str, decision: Decision, now_ms: int
+        self, approval_id: str, credential: str, decision: Decision, now_ms: int, code: str = ""
     ) -> DeskAnswer | PageError:
+        self.codes.append(code)
         if self.answers:
             return PageError.ANSWERED
         self.answers.append(decision)

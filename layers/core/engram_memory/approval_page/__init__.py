@@ -39,6 +39,7 @@ from engram_memory.approval_page.view import (
     Decision,
     Memory,
     PageError,
+    action_of,
     memory_from_record,
     plain_summary,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "PageRequest",
     "PageResponse",
     "QuestionDesk",
+    "action_of",
     "csrf_token",
     "error_page",
     "handle_page",

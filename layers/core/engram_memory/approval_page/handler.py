@@ -19,6 +19,7 @@ from typing import Final, Generic, Protocol, TypeVar
 from urllib.parse import parse_qsl
 
 from engram_memory.approval_page.render import (
+    CODE_FIELD,
     CSRF_FIELD,
     DECISION_FIELD,
     PAGE_HEADERS,
@@ -43,9 +44,10 @@ class ApprovalDesk(Protocol):
     def csrf_token(self, approval_id: str, credential: str) -> str: ...
 
     def answer(
-        self, approval_id: str, credential: str, decision: Decision, now_ms: int
+        self, approval_id: str, credential: str, decision: Decision, now_ms: int, code: str = ""
     ) -> DeskAnswer | PageError:
-        """Record the answer once (the first answer wins)."""
+        """Record the answer once (the first answer wins); ``code``: what the person typed in
+        the page's code field (a desk whose view ``asks_code`` checks it)."""
         ...
 
 
@@ -75,9 +77,9 @@ class QuestionDesk(ABC, Generic[Q]):
 
     @abstractmethod
     def answer(
-        self, approval_id: str, credential: str, decision: Decision, now_ms: int
+        self, approval_id: str, credential: str, decision: Decision, now_ms: int, code: str = ""
     ) -> DeskAnswer | PageError:
-        """Record the answer once (the first answer wins)."""
+        """Record the answer once (the first answer wins); ``code`` as ``ApprovalDesk``'s."""
 
     def view(self, approval_id: str, credential: str) -> ApprovalView | PageError:
         found = self.question(approval_id, credential)
@@ -186,7 +188,8 @@ def handle_page(
         decision = Decision(request.form.get(DECISION_FIELD, ""))
     except ValueError:
         return error_page(PageError.BAD_REQUEST)
-    answered = desk.answer(request.approval_id, request.credential, decision, now_ms)
+    code = request.form.get(CODE_FIELD, "")
+    answered = desk.answer(request.approval_id, request.credential, decision, now_ms, code)
     if isinstance(answered, PageError):
         return error_page(answered)
     return PageResponse(200, render_answered(answered.view, answered.decision))

@@ -26,6 +26,9 @@ STYLE: Final = (
     "button[value=approve]{background:#14532d;color:#fff;border-color:#14532d}"
     "button[value=decline]{background:#fff;color:#7f1d1d;border-color:#7f1d1d}"
     ".note{color:#444;font-size:.9rem}"
+    "label{display:block;font-weight:600;margin-top:1rem}"
+    "input{font:inherit;font-size:1.25rem;letter-spacing:.15em;padding:.4rem .6rem;"
+    "width:12rem;max-width:100%;border:2px solid #1b1b1b;border-radius:.4rem}"
     "@media (max-width:30rem){dl{grid-template-columns:1fr}dd{margin-bottom:.5rem}}"
 )
 _STYLE_HASH: Final = base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
@@ -44,6 +47,7 @@ PAGE_HEADERS: Final = {
 }
 CSRF_FIELD: Final = "csrf_token"
 DECISION_FIELD: Final = "decision"
+CODE_FIELD: Final = "code"
 
 
 def _document(title: str, body: str) -> str:
@@ -102,6 +106,7 @@ def render_approval(view: ApprovalView, *, now_ms: int, action_url: str, csrf_to
         f"{_memory(view.memory)}<h2>The request</h2>{_facts(view, now_ms)}"
         f'<form method="post" action="{escape(action_url)}">'
         f'<input type="hidden" name="{CSRF_FIELD}" value="{escape(csrf_token)}">'
+        f"{_code_field(view)}"
         f'<div class="choice"><button type="submit" name="{DECISION_FIELD}" '
         f'value="{Decision.APPROVE.value}">Approve</button>'
         f'<button type="submit" name="{DECISION_FIELD}" '
@@ -111,17 +116,31 @@ def render_approval(view: ApprovalView, *, now_ms: int, action_url: str, csrf_to
     return _document(view.title, body)
 
 
+def _code_field(view: ApprovalView) -> str:
+    """The embedded host's one-time code: what the link alone does not carry."""
+    if not view.asks_code:
+        return ""
+    return (
+        f'<label for="{CODE_FIELD}">Code from the host\'s terminal</label>'
+        f'<input id="{CODE_FIELD}" name="{CODE_FIELD}" required autocomplete="one-time-code"'
+        ' autocapitalize="characters" spellcheck="false" maxlength="16"'
+        ' placeholder="ABCD-EFGH">'
+        '<p class="note">It is printed where Engram Memory runs, and by <code>engram-memory'
+        " approvals list</code>, never to the agent: with the link alone nobody can answer.</p>"
+    )
+
+
 def _after_answer(view: ApprovalView) -> str:
     if view.committed_by_run:
         return (
             "After you answer, go back to your agent: an approval is carried out within 30 s,"
-            " and the agent's retry of the same call returns its receipt (approve) or fails with"
-            " gate_failed (decline). Answer within 5 minutes of the request."
+            " and the agent's retry of the same call returns its receipt (approve) or is refused"
+            " (decline). Answer within 5 minutes of the request."
         )
     return (
         "After you answer, go back to your agent: it retries the same call, which then goes"
-        " through (approve) or fails with gate_failed (decline). The retry must come within 30 s"
-        " of your approval and 5 minutes of the request."
+        " through (approve) or is refused (decline). The retry must come within 30 s of your"
+        " approval and 5 minutes of the request."
     )
 
 
@@ -138,14 +157,13 @@ def render_answered(view: ApprovalView, decision: Decision) -> str:
     else:
         heading = "Declined"
         text = (
-            "Nothing was changed. The agent's call fails with gate_failed; it has to ask you"
-            " again for a new approval."
+            "Nothing was changed. The agent's call is refused; to try again it has to ask you"
+            " for a new approval."
         )
     body = (
         f'<h1 id="outcome" data-decision="{decision.value}">{heading}</h1>'
         f"<p>{escape(text)}</p>"
-        f'<p class="note">Approval <code>{escape(view.approval_id)}</code>. You can close this'
-        " page.</p>"
+        f'<p class="note">Reference {escape(view.approval_id)}. You can close this page.</p>'
     )
     return _document(heading, body)
 
@@ -201,6 +219,20 @@ ERRORS: Final[dict[PageError, tuple[int, str, str]]] = {
         503,
         "The memory service is unavailable",
         "Nothing was changed. Reload this page in a moment.",
+    ),
+    PageError.WRONG_CODE: (
+        403,
+        "That code is not right",
+        "Nothing was changed. Go back, type the code printed on the terminal where Engram Memory"
+        " runs (or shown by `engram-memory approvals list`), and answer again. After 5 wrong"
+        " codes this page stops taking answers to the request.",
+    ),
+    PageError.NO_MORE_ATTEMPTS: (
+        429,
+        "This page no longer takes answers to the request",
+        "Too many wrong codes were typed, and nothing was changed. On the machine where Engram"
+        " Memory runs, answer with `engram-memory approvals approve` or `decline` and the"
+        " request's reference (see `engram-memory approvals list`).",
     ),
     PageError.SIGN_IN: (
         401,

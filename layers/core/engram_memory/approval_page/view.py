@@ -144,14 +144,23 @@ class ApprovalView:
     memory: Memory | None
     # the cloud: a run commits the approval itself (within 30 s of it), whenever the agent retries
     committed_by_run: bool = False
+    # the embedded host: answering takes the question's one-time code, shown on its terminal only
+    asks_code: bool = False
 
     @classmethod
     def of(
-        cls, asked: Asked, memory: Memory | None, *, committed_by_run: bool = False
+        cls,
+        asked: Asked,
+        memory: Memory | None,
+        *,
+        committed_by_run: bool = False,
+        asks_code: bool = False,
     ) -> ApprovalView:
         """The view of a host's question and the memory it acts on (None: none shown)."""
         asked_fields = {name: getattr(asked, name) for name in _ASKED_FIELDS}
-        return cls(**asked_fields, memory=memory, committed_by_run=committed_by_run)
+        return cls(
+            **asked_fields, memory=memory, committed_by_run=committed_by_run, asks_code=asks_code
+        )
 
     @property
     def title(self) -> str:
@@ -162,12 +171,14 @@ class ApprovalView:
         return action_of(self.tool)[1]
 
     def time_left(self, now_ms: int) -> str:
-        """``4 min 05 s left (until 13:45:02 UTC)``, or ``expired``."""
+        """``4 min (until 13:45:02 UTC)``, ``45 s (until …)``, or ``none, it has expired``: the
+        value of the "Time left" line, so it does not say "left" again."""
         left_s = (self.expires_at_ms - now_ms) // 1000
         if left_s <= 0:
-            return "expired"
+            return "none, it has expired"
         until = datetime.fromtimestamp(self.expires_at_ms / 1000, UTC).strftime("%H:%M:%S")
-        return f"{left_s // 60} min {left_s % 60:02d} s left (until {until} UTC)"
+        amount = f"{left_s // 60} min" if left_s >= 60 else f"{left_s} s"
+        return f"{amount} (until {until} UTC)"
 
     def facts(self, now_ms: int) -> list[tuple[str, str]]:
         """The request's facts, in the order the page and the form show them."""
@@ -184,7 +195,9 @@ class ApprovalView:
 
 # What the view takes of a host's question (``Asked``): all but what the host adds.
 _ASKED_FIELDS: Final = tuple(
-    field.name for field in fields(ApprovalView) if field.name not in {"memory", "committed_by_run"}
+    field.name
+    for field in fields(ApprovalView)
+    if field.name not in {"memory", "committed_by_run", "asks_code"}
 )
 
 
@@ -225,3 +238,5 @@ class PageError(enum.Enum):
     BAD_REQUEST = "bad_request"
     UNAVAILABLE = "unavailable"
     SIGN_IN = "sign_in"  # the cloud: no session (expired, or a sign-in that did not complete)
+    WRONG_CODE = "wrong_code"  # the embedded host: not the question's one-time code
+    NO_MORE_ATTEMPTS = "no_more_attempts"  # the embedded host: too many wrong codes

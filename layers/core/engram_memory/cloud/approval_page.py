@@ -203,8 +203,9 @@ class CloudDesk(QuestionDesk[ParkedApproval]):
         return _view(question, memory)
 
     def answer(
-        self, approval_id: str, credential: str, decision: Decision, now_ms: int
+        self, approval_id: str, credential: str, decision: Decision, now_ms: int, code: str = ""
     ) -> DeskAnswer | PageError:
+        # ``code`` is the embedded page's: here the signed-in principal is the proof
         try:
             taken = self._approvals.take(approval_id, now_ms)
         except StoreUnavailable:

@@ -156,10 +156,7 @@ class LambdaToolEngine:
         if tool not in TOOLS or tool not in ctx.grants:
             self._audit(tool, ctx, ctx.audit_id, "PROTOCOL_UNKNOWN_TOOL")
             raise UnknownTool()
-        function = self.functions.get(tool)
-        if function is None:
-            log.error("no function configured for a granted tool", extra={"tool": tool})
-            raise TrustedContextUnavailable()
+        function = self._function(tool)
         if self.deadline_ms is not None and (
             ctx.deadline_ms is None or self.deadline_ms < ctx.deadline_ms
         ):
@@ -197,6 +194,13 @@ class LambdaToolEngine:
             raise TrustedContextUnavailable()
         return cast("dict[str, Any]", answer)
 
+    def _function(self, tool: str) -> str:
+        function = self.functions.get(tool)
+        if function is None:
+            log.error("no function configured for a granted tool", extra={"tool": tool})
+            raise TrustedContextUnavailable()
+        return function
+
     def _invoke(self, function: str, payload: dict[str, Any], audit_id: str) -> Any:
         body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
         if len(body) > _INVOKE_PAYLOAD_LIMIT:
@@ -226,6 +230,17 @@ class LambdaToolEngine:
         except (ValueError, TypeError):
             log.error("tool function answer is not JSON", extra={"audit_id": audit_id})
             raise TrustedContextUnavailable() from None
+
+    def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]:
+        """The human declined ``approval``'s question: the tool's function spends its id in the
+        store (``Engine.decline``) and answers ``gate_failed``."""
+        payload = ToolInvocation.from_trusted(tool, {}, ctx, approval, declined=True).to_event()
+        answer = self._invoke(self._function(tool), payload, ctx.audit_id)
+        if answer is _TIMED_OUT:
+            return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.DEADLINE_EXCEEDED)
+        if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
+            raise TrustedContextUnavailable()
+        return cast("dict[str, Any]", answer)
 
     def refuse(
         self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str

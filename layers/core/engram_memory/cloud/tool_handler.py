@@ -165,8 +165,10 @@ class ToolHandler(EngineHandler):
         if invocation.tool != self.tool:
             return self._refuse(engine, UnknownTool(), "wrong_function", ctx.audit_id, ctx)
         ctx = _bounded_by_lambda(ctx, engine.clock, context)
-        gate = self._gate()
         carried = invocation.approval
+        if invocation.declined and carried is not None:
+            return engine.decline(self.tool, ctx, carried)
+        gate = self._gate()
         try:
             # a gated tool with its state machine never commits here (see execution_gate)
             answer = engine.handle(

@@ -11,7 +11,8 @@ The MCP adapter Lambda verifies the caller and invokes one tool function per MCP
                  "deadline_ms"?: <epoch ms>,
                  "host_fact_digests"?: {"key": <64 hex>, "digests": [<64 hex>, ...]},
                  "credential_id"?: <the token's jti>, "credential_issued_at_ms"?: <epoch ms>},
-     "approval"?: {...``engine.gate.Approval`` as JSON, when the adapter holds one...}}
+     "approval"?: {...``engine.gate.Approval`` as JSON, when the adapter holds one...},
+     "declined"?: true (the human declined that approval's question: the function spends its id)}
 
 No credential crosses this boundary: the bearer token the adapter verified travels only as a
 keyed digest (``engine.context.HostFactDigests``), which the admission policy can match a
@@ -181,10 +182,20 @@ class ToolInvocation(_EventModel):
     approval: Approval | None = Field(
         default=None, description="The human approval for this call, when it needs one."
     )
+    declined: StrictBool = Field(
+        default=False,
+        description="The human declined ``approval``'s question: spend its id, answer gate_failed.",
+    )
 
     @classmethod
     def from_trusted(
-        cls, tool: str, arguments: Any, ctx: TrustedContext, approval: Approval | None = None
+        cls,
+        tool: str,
+        arguments: Any,
+        ctx: TrustedContext,
+        approval: Approval | None = None,
+        *,
+        declined: bool = False,
     ) -> ToolInvocation:
         """The invocation of ``tool`` for the adapter's verified context ``ctx``.
 
@@ -198,6 +209,7 @@ class ToolInvocation(_EventModel):
                 "arguments": arguments,
                 "audit_id": ctx.audit_id,
                 "approval": carried,
+                "declined": declined,
                 "context": {
                     "tenant_id": ctx.tenant_id,
                     "workspace_id": ctx.workspace_id,

@@ -4,12 +4,17 @@ Every failure an agent can see is either a *domain failure* (``EngramError``: a 
 with a contract code and a retriable flag) or a *protocol refusal* (``ProtocolRefusal``: a JSON-RPC
 error, not a tool result). Adapters translate vendor exceptions into the port-level exceptions of
 ``engine.ports``; the engine translates those into ``EngramError`` once. Messages are constant per
-code: nothing from the input or from internals is ever echoed.
+code: nothing from the input or from internals is ever echoed. One exception adds to it, never a
+value: an ``INVALID_SCHEMA`` names the offending field as a JSON pointer and the rule it broke
+(``schema_violation``).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
+from typing import Any, Final
 
 
 class ErrorCode(StrEnum):
@@ -99,11 +104,13 @@ MESSAGES: dict[ErrorCode, str] = {
 
 
 class EngramError(Exception):
-    """A domain failure: becomes a failure envelope carrying ``code`` and ``retriable``."""
+    """A domain failure: becomes a failure envelope carrying ``code`` and ``retriable``;
+    ``violation`` (``INVALID_SCHEMA`` only: the field and the rule) follows the constant message."""
 
-    def __init__(self, code: ErrorCode) -> None:
+    def __init__(self, code: ErrorCode, violation: str | None = None) -> None:
         super().__init__(code.value)
         self.code = code
+        self.violation = violation
 
     @property
     def retriable(self) -> bool:
@@ -112,6 +119,87 @@ class EngramError(Exception):
     @property
     def message(self) -> str:
         return MESSAGES[self.code]
+
+
+# The rule a pydantic error type stands for, in words; ``{…}`` from the error's context, which
+# holds the schema's bounds (numbers), never the input.
+_RULES: Final[dict[str, str]] = {
+    "missing": "is required",
+    "extra_forbidden": "is not allowed (the schema is closed: no extra fields)",
+    "string_too_short": "must be at least {min_length} characters",
+    "string_too_long": "must be at most {max_length} characters",
+    "too_short": "must have at least {min_length} items",
+    "too_long": "must have at most {max_length} items",
+    "string_type": "must be a string",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "float_type": "must be a number",
+    "bool_type": "must be true or false",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "list_type": "must be an array",
+    "none_required": "must be absent",
+    "literal_error": "must be one of the values the schema lists",
+    "enum": "must be one of the values the schema lists",
+    "string_pattern_mismatch": "does not have the required format",
+    "greater_than": "must be greater than {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than": "must be less than {lt}",
+    "less_than_equal": "must be at most {le}",
+    "unique_items": "must not repeat an item",
+    # the contract's own rules (contract.types, contract.models)
+    "null_value": "must be absent rather than null",
+    "utf8_length": "must be {min_bytes}..{max_bytes} UTF-8 bytes",
+    "not_nfc": "must be in Unicode NFC",
+    "pattern": "does not have the required format",
+    "not_distinct": "must hold distinct values",
+    "instant": "must be a UTC instant written YYYY-MM-DDTHH:mm:ss.sssZ",
+    "valid_time_order": "must not end before it starts",
+    "family_refs_order": "must be sorted and unique",
+    "duplicate_id": "repeats a citation or component id",
+    "unresolved_citation": "cites a citation that the evidence does not hold",
+    "unresolved_component": "names a component that the payload does not hold",
+}
+_SHOWN_NAME: Final = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+
+
+def _pointer(loc: Sequence[Any]) -> str:
+    """RFC 6901 pointer to the field; a name that is not a plain identifier (the caller's own
+    text, e.g. an extra key) is not shown."""
+    parts: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            parts.append(str(part))
+        elif isinstance(part, str) and _SHOWN_NAME.match(part):
+            parts.append(part)
+        elif isinstance(part, str) and "[" in part:  # pydantic's tag of a union branch
+            continue
+        else:
+            parts.append("(a name not shown)")
+    return "/" + "/".join(parts) if parts else ""
+
+
+def _rule(kind: str, context: Mapping[str, Any]) -> str:
+    template = _RULES.get(kind)
+    if template is None:
+        return "breaks a rule of the contract (a bound, NFC, a cross-reference or a format)"
+    bounds = {k: v for k, v in context.items() if isinstance(v, int | float)}
+    try:
+        return template.format(**bounds)
+    except (KeyError, IndexError):
+        return template.split(" {", 1)[0]
+
+
+def schema_violation(errors: Sequence[Mapping[str, Any]]) -> str:
+    """``At /field: the rule.`` for the first violation (pydantic's ``errors()``), and how many
+    more there are; never an input value."""
+    first = errors[0]
+    where = _pointer(first.get("loc", ())) or "the top level"
+    text = f"At {where}: {_rule(str(first.get('type', '')), first.get('ctx') or {})}."
+    more = len(errors) - 1
+    return text + (f" ({more} more violation{'s' if more > 1 else ''}.)" if more else "")
 
 
 TRUSTED_CONTEXT_UNAVAILABLE = "Trusted invocation context unavailable"
@@ -133,6 +221,17 @@ class TrustedContextUnavailable(ProtocolRefusal):
 
     jsonrpc_code = -32603
     message = TRUSTED_CONTEXT_UNAVAILABLE
+
+
+class NoConfirmationChannel(TrustedContextUnavailable):
+    """-32603 for a call that needs a human's confirmation and a client that cannot ask one.
+
+    The message is the constant one followed by what a person can do instead (``route``: e.g.
+    the host's terminal command), so the agent can tell its human; it never holds input."""
+
+    def __init__(self, route: str) -> None:
+        self.message = f"{TRUSTED_CONTEXT_UNAVAILABLE}: {route}"
+        super().__init__()
 
 
 class UnknownTool(ProtocolRefusal):

@@ -206,7 +206,10 @@ OUTPUT_MODELS: dict[str, type[OutputModel]] = {
 
 class ErrorBody(OutputModel):
     code: ErrorCode = Field(description="Contract error code; act on it and on retriable only.")
-    message: str = Field(description="Constant, sanitized message for the code.")
+    message: str = Field(
+        description="Sanitized message for the code: constant; for INVALID_SCHEMA followed by"
+        " the field (a JSON pointer) and the rule it broke, never a value."
+    )
     retriable: bool = Field(description="True: back off and retry (same key for mutations).")
 
 

@@ -2,9 +2,12 @@
 ``ApprovalBook``, and the approval page's link desk at ``/approvals/{id}`` (CONTRACT.md §8).
 
 - Every question is a row in the ``ApprovalBook``, bound to the operation. The link handed to
-  the client carries the row's single-use secret (``LinkDesk``: the page's credential); the
-  page, the form answer and ``engram-memory approvals approve|decline`` all answer the same row,
-  the first answer wins.
+  the client carries the row's secret (``LinkDesk``: the page's credential), which shows the
+  question; answering on the page also takes the row's one-time code, which only the operator's
+  terminal shows (this server's stderr when it asks, ``engram-memory approvals list``), so a
+  client that can fetch its own link still cannot approve. The page, the form answer and
+  ``engram-memory approvals approve|decline`` all answer the same row, the first answer wins.
+- A server without the page (stdio) hands out no link: its messages name the terminal command.
 - A call for an operation whose row is answered takes that answer: the client's retry with the
   same key commits with an approval given after it stopped waiting (within 300 s of the asking
   and 30 s of the approval), or gets ``gate_failed`` after a decline, and never asks twice.
@@ -14,9 +17,10 @@
 from __future__ import annotations
 
 import hmac
+import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
 
 import anyio.to_thread
 from starlette.requests import Request
@@ -24,12 +28,12 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from engram_memory import approval_page as shared  # the page both hosts serve
-from engram_memory.adapters.local.approvals import Answerer, ApprovalBook, Bound, OpenApproval
+from engram_memory.adapters.local.approvals import Answerer, ApprovalBook, OpenApproval, shown_code
 from engram_memory.binding.host_config import host_matches
 from engram_memory.engine.context import TrustedContext, new_audit_id
 from engram_memory.engine.gate import Approval, ConfirmationRequest
 from engram_memory.engine.ports import Clock
-from engram_memory.mcp_surface.approval_channel import Mode, Question
+from engram_memory.mcp_surface.approval_channel import Declined, Mode, Question
 from engram_memory.operator_plane.commands import command_name
 
 if TYPE_CHECKING:
@@ -47,15 +51,25 @@ class EmbeddedApprovals:
         book: Callable[[], ApprovalBook],
         kernel: Callable[[], Kernel],
         *,
-        base_url: str,
+        base_url: str | None,
         clock: Clock,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
+        """``base_url``: the approval page's origin, None for a server without it (stdio);
+        ``notify``: where a new question's code is shown (default: this process's stderr, the
+        operator's terminal; only when there is a page to type it in)."""
         self._open_book = book
         self._book: ApprovalBook | None = None
         self._book_lock = threading.Lock()
         self._kernel = kernel
-        self._base_url = base_url.rstrip("/")
+        self._base_url = base_url.rstrip("/") if base_url is not None else None
+        self._notify = notify or _to_stderr
+        self._announced: set[str] = set()
         self.clock = clock
+
+    @property
+    def has_page(self) -> bool:
+        return self._base_url is not None
 
     @property
     def book(self) -> ApprovalBook:
@@ -70,8 +84,22 @@ class EmbeddedApprovals:
             if self._book is not None:
                 self._book.close()
 
-    def link(self, row: OpenApproval) -> str:
+    def link(self, row: OpenApproval) -> str | None:
+        if self._base_url is None:
+            return None
         return f"{self._base_url}{APPROVALS_PATH}/{row.approval_id}?{SECRET_PARAM}={row.secret}"
+
+    def _announce(self, row: OpenApproval) -> None:
+        """Show a new question's code on the operator's terminal, once (never to the agent)."""
+        if not self.has_page or row.approval_id in self._announced:
+            return
+        self._announced.add(row.approval_id)
+        action = shared.action_of(row.tool)[1]
+        self._notify(
+            f"engram-memory: an agent asks to {action} ({row.approval_id}). To answer on the"
+            f" approval page, type the code {shown_code(row.code)}; or run `{command_name()}"
+            f" approvals approve {row.approval_id}` (or decline)."
+        )
 
     def view_of(self, row: OpenApproval) -> shared.ApprovalView:
         """The row as the approver sees it, with the memory it acts on (when it can be shown)."""
@@ -88,39 +116,54 @@ class EmbeddedApprovals:
             session_id=row.session_id,
         )
         subject = approval_subject(self._kernel(), ctx, row.tool, row.target, self.clock.now_ms())
-        if subject is None:
-            return shared.ApprovalView.of(row, None)
-        memory = shared.memory_from_record(
-            subject.record, digest=subject.digest, captured_at_ms=subject.captured_at_ms
+        memory = (
+            None
+            if subject is None
+            else shared.memory_from_record(
+                subject.record, digest=subject.digest, captured_at_ms=subject.captured_at_ms
+            )
         )
-        return shared.ApprovalView.of(row, memory)
+        return shared.ApprovalView.of(row, memory, asks_code=self.has_page)
 
     def message(self, row: OpenApproval, *, mode: Mode) -> str:
-        """The elicitation's text: the page's summary, and where else it can be answered."""
+        """What the human reads, for the mode asked in: the page's summary and where else it
+        can be answered; for a client that cannot ask (``terminal``), only the terminal's
+        command (the -32603's message)."""
+        program = command_name()
+        command = f"`{program} approvals approve {row.approval_id}`"
+        if mode == "terminal":
+            return (
+                f"this client cannot ask a human to confirm. A person on the host runs {command}"
+                f" (or `decline`; `{program} approvals list` shows the request), then the"
+                " agent retries the same call within 5 minutes."
+            )
         summary = shared.plain_summary(self.view_of(row), self.clock.now_ms())
         if mode == "url":
             return (
-                f"{summary}\n\nOpen the approval page to answer (or, on this machine, run"
-                f" `{command_name()} approvals approve {row.approval_id}`); then retry the same call."
+                f"{summary}\n\nOpen the approval page and type the code shown on the host's"
+                f" terminal to answer (or, on the host, run {command}); then retry the same call."
             )
-        return (
-            f"{summary}\n\nYou can also answer on the approval page ({self.link(row)}) or with"
-            f" `{command_name()} approvals approve {row.approval_id}`."
+        link = self.link(row)
+        page = (
+            f" or on the approval page ({link}) with the code shown on the host's terminal"
+            if link
+            else ""
         )
+        return f"{summary}\n\nA person on the host can also answer with {command}{page}."
 
     # -- the port (mcp_surface.approval_channel.ApprovalChannel) -------------------------------
 
-    def given(self, request: ConfirmationRequest) -> Approval | Literal["declined"] | None:
+    def given(self, request: ConfirmationRequest) -> Approval | Declined | None:
         """The human's answer to this operation, if given already (on the page, at the terminal,
         or in a form whose request the client stopped waiting for): an approval still usable, or
-        ``"declined"`` (reported once: the next call asks anew), or None."""
+        ``Declined`` (reported once: the next call asks anew, under a new id), or None."""
         now = self.clock.now_ms()
         row = self.book.for_operation(request, now)
         if row is None:
             return None
         if row.state == "declined":
             self.book.close_declined(row.approval_id)
-            return "declined"
+            return Declined(row)
         return row.approval() if row.usable_at(now) else None
 
     def ask(self, request: ConfirmationRequest, ctx: TrustedContext, mode: Mode) -> Question:
@@ -130,6 +173,7 @@ class EmbeddedApprovals:
             session_id=ctx.session_id,
             now_ms=self.clock.now_ms(),
         )
+        self._announce(row)
         return Question(
             approval_id=row.approval_id,
             issued_at_ms=row.issued_at_ms,
@@ -138,14 +182,17 @@ class EmbeddedApprovals:
             link=self.link(row),
         )
 
-    def answer(self, question: Question, approve: bool) -> Approval | None:
-        """The client's form answered ``question``: the approval, or None after a decline. The
-        first answer wins (the page or the terminal may have answered while the form was open)."""
+    def answer(self, question: Question, approve: bool) -> Approval | Declined | None:
+        """The client's form answered ``question``: the approval, ``Declined``, or None when
+        the question is gone. The first answer wins (the page or the terminal may have answered
+        while the form was open)."""
         approval_id = question.approval_id
         _, final = self.answer_by_id(approval_id, approve, by="client")
-        if final is None or final.state != "approved":
-            self.book.close_declined(approval_id)
+        if final is None:
             return None
+        if final.state != "approved":
+            self.book.close_declined(approval_id)
+            return Declined(final)
         return final.approval()
 
     def answer_by_id(
@@ -157,13 +204,19 @@ class EmbeddedApprovals:
         recorded = self.book.answer(approval_id, approve, now_ms=self.clock.now_ms(), by=by)
         return recorded is not None, recorded or self.book.get(approval_id)
 
-    def expire(self, approval: Bound) -> None:
-        """The client answered the form of a round trip: its row is closed (it leaves the
-        terminal's list and its link stops working). Never marked approved: the round trip's
-        approval has its own single-use id, and a second id would approve a second call."""
-        row = self.book.for_operation(approval, self.clock.now_ms())
-        if row is not None and row.state == "pending":
-            self.book.forget_question(row.approval_id)
+    def close_round_trip(self, approval: Approval) -> bool:
+        """The client answered the form of a round trip (its state carries the question's id):
+        the row is closed (it leaves the terminal's list and its link stops working); False when
+        the human declined it first on the page or at the terminal. A row already gone was
+        closed by an earlier answer, whose id the engine has consumed or spent."""
+        row = self.book.get(approval.approval_id)
+        if row is None:
+            return True
+        if row.state == "declined":
+            self.book.close_declined(row.approval_id)
+            return False
+        self.book.forget_question(row.approval_id)
+        return True
 
     def pending(self) -> list[OpenApproval]:
         return self.book.pending(self.clock.now_ms())
@@ -191,14 +244,23 @@ class LinkDesk(shared.QuestionDesk[OpenApproval]):
         return self._approvals.view_of(question)
 
     def answer(
-        self, approval_id: str, credential: str, decision: shared.Decision, now_ms: int
+        self,
+        approval_id: str,
+        credential: str,
+        decision: shared.Decision,
+        now_ms: int,
+        code: str = "",
     ) -> shared.DeskAnswer | shared.PageError:
         row = self.question(approval_id, credential)
         if isinstance(row, shared.PageError):
             return row
-        answered = self._approvals.book.answer(
-            approval_id, decision is shared.Decision.APPROVE, now_ms=now_ms, by="page"
+        answered = self._approvals.book.answer_with_code(
+            approval_id, decision is shared.Decision.APPROVE, code, now_ms=now_ms
         )
+        if answered == "wrong_code":
+            return shared.PageError.WRONG_CODE
+        if answered == "no_more_attempts":
+            return shared.PageError.NO_MORE_ATTEMPTS
         if answered is None:
             return (
                 shared.PageError.ANSWERED
@@ -234,6 +296,10 @@ def approval_routes(desk: LinkDesk, allowed_hosts: list[str]) -> list[Route]:
         return _html(response)
 
     return [Route(APPROVALS_PATH + "/{approval_id}", endpoint=page, methods=["GET", "POST"])]
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _html(page: shared.PageResponse) -> Response:

@@ -67,6 +67,7 @@ def _channel(args: argparse.Namespace) -> Iterator[EmbeddedApprovals | None]:
 
 
 def _listing(channel: EmbeddedApprovals, now_ms: int) -> list[dict[str, Any]]:
+    from engram_memory.adapters.local.approvals import shown_code
     from engram_memory.approval_page import plain_summary
 
     listed = []
@@ -85,6 +86,8 @@ def _listing(channel: EmbeddedApprovals, now_ms: int) -> list[dict[str, Any]]:
                 "expires_at": iso(row.expires_at_ms),
                 "seconds_left": max(0, (row.expires_at_ms - now_ms) // 1000),
                 "summary": plain_summary(view, now_ms),
+                # what a person types on the approval page to answer there (never the agent's)
+                "page_code": shown_code(row.code) if row.code else None,
             }
         )
     return listed
@@ -106,6 +109,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     for question in listed:
         print(f"=== {question['approval_id']}")
         print(question["summary"])
+        if question["page_code"]:
+            print(f"Code for the approval page: {question['page_code']}")
         print(
             f"Answer: {program} approvals approve {question['approval_id']}"
             f"   (or: approvals decline {question['approval_id']})\n"

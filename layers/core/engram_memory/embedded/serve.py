@@ -90,6 +90,9 @@ class EngineOnDemand:
     ) -> dict[str, Any]:
         return self.host.engine.refuse(tool, ctx, audit_id, code)
 
+    def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]:
+        return self.host.engine.decline(tool, ctx, approval)
+
 
 @dataclass
 class EmbeddedServer:
@@ -201,7 +204,7 @@ def _wired(
     approvals = EmbeddedApprovals(
         lambda: ApprovalBook(data_dir),
         lambda: engine.host.engine,
-        base_url=_origin(served.resource),
+        base_url=None if stdio_token is not None else _origin(served.resource),  # stdio: no page
         clock=clock,
     )
     runtime = SurfaceRuntime(

@@ -233,6 +233,12 @@ class Store(Protocol):
         ``CommitOutcomeUnknown``."""
         ...
 
+    def spend_approval(self, scope: Scope, approval_id: str) -> bool:
+        """Mark ``approval_id`` used without a mutation (the human declined it): any later commit
+        carrying it is refused as ``CommitConflict("approval")``. False when it was already
+        used (committed or declined). Raises ``StoreUnavailable``."""
+        ...
+
     def claim_nonce(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
         """Record a single-use nonce (e.g. a confirmation ``requestState``); False if seen before."""
         ...

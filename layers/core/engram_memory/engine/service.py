@@ -18,7 +18,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from engram_memory.contract.envelope import envelope_json, failure, success
-from engram_memory.contract.errors import EngramError, ErrorCode, ProtocolRefusal, UnknownTool
+from engram_memory.contract.errors import (
+    EngramError,
+    ErrorCode,
+    ProtocolRefusal,
+    UnknownTool,
+    schema_violation,
+)
 from engram_memory.contract.models import (
     INPUT_MODELS,
     CaptureInput,
@@ -33,7 +39,7 @@ from engram_memory.contract.types import INVALID_DIGEST_ERROR, MAX_ARGUMENT_BYTE
 from engram_memory.engine.context import TOOLS, TrustedContext, new_audit_id
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
 from engram_memory.engine.kernel import ApprovalNeeded, Call, EngineSettings, Kernel
-from engram_memory.engine.ports import AuditEvent
+from engram_memory.engine.ports import AuditEvent, StoreUnavailable
 from engram_memory.engine.records import decode
 from engram_memory.engine.usecases.admission import request_admission
 from engram_memory.engine.usecases.capture import capture
@@ -43,6 +49,12 @@ from engram_memory.engine.usecases.transitions import forget, withdraw
 log = logging.getLogger(__name__)
 
 __all__ = ["Approval", "ConfirmationNeeded", "Engine", "EngineSettings", "new_audit_id"]
+
+_NOT_ONE_OBJECT = (
+    "At the top level: the arguments must be one JSON object (no duplicate keys, no -0, no lone"
+    " surrogate)."
+)
+_TOO_LARGE = f"At the top level: the arguments must be at most {MAX_ARGUMENT_BYTES} bytes of JSON."
 
 
 class Engine(Kernel):
@@ -70,7 +82,7 @@ class Engine(Kernel):
                 raise EngramError(ErrorCode.RESULT_TOO_LARGE)
         except EngramError as error:
             self._audit(call, ok=False, code=error.code.value)
-            return failure(error.code, ctx.audit_id)
+            return failure(error.code, ctx.audit_id, error.violation)
         except ProtocolRefusal:
             self._audit(call, ok=False, code="PROTOCOL_CONTEXT_UNAVAILABLE")
             raise
@@ -95,6 +107,20 @@ class Engine(Kernel):
         label = code.value if isinstance(code, ErrorCode) else code
         self._audit(call, ok=False, code=label)
         return failure(code, audit_id) if isinstance(code, ErrorCode) else {}
+
+    def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]:
+        """The human declined the question ``approval`` answers: its id is spent in the store
+        (a replay of the same ``requestState`` or question can never commit, CONTRACT.md §8)
+        and the call answers ``gate_failed``, audited. ``STORE_UNAVAILABLE`` (retriable) when
+        the id could not be spent: the decline is then not yet durable."""
+        call = Call(tool=tool, ctx=ctx, now_ms=self.clock.now_ms(), target=approval.target)
+        try:
+            self.store.spend_approval(approval.scope, approval.approval_id)
+            code = ErrorCode.GATE_FAILED
+        except StoreUnavailable:
+            code = ErrorCode.STORE_UNAVAILABLE
+        self._audit(call, ok=False, code=code.value)
+        return failure(code, ctx.audit_id)
 
     def committed(
         self, tool: str, ctx: TrustedContext, idempotency_key: str
@@ -128,25 +154,22 @@ class Engine(Kernel):
     @staticmethod
     def _validate(tool: str, arguments: Any) -> ClosedModel:
         if not isinstance(arguments, dict):
-            raise EngramError(ErrorCode.INVALID_SCHEMA)
+            raise EngramError(ErrorCode.INVALID_SCHEMA, _NOT_ONE_OBJECT)
         try:
             size = len(
                 json.dumps(arguments, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
             )
         except (TypeError, ValueError):
-            raise EngramError(ErrorCode.INVALID_SCHEMA) from None
+            raise EngramError(ErrorCode.INVALID_SCHEMA, _NOT_ONE_OBJECT) from None
         if size > MAX_ARGUMENT_BYTES:
-            raise EngramError(ErrorCode.INVALID_SCHEMA)
+            raise EngramError(ErrorCode.INVALID_SCHEMA, _TOO_LARGE)
         try:
             return INPUT_MODELS[tool].model_validate(arguments)
         except ValidationError as exc:
-            kinds = {error["type"] for error in exc.errors()}
-            code = (
-                ErrorCode.INVALID_DIGEST
-                if kinds == {INVALID_DIGEST_ERROR}
-                else ErrorCode.INVALID_SCHEMA
-            )
-            raise EngramError(code) from None
+            errors = exc.errors(include_input=False, include_url=False)
+            if {error["type"] for error in errors} == {INVALID_DIGEST_ERROR}:
+                raise EngramError(ErrorCode.INVALID_DIGEST) from None
+            raise EngramError(ErrorCode.INVALID_SCHEMA, schema_violation(errors)) from None
 
     def _audit(self, call: Call, *, ok: bool, code: str) -> None:
         ctx = call.ctx

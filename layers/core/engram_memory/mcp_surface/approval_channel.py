@@ -9,8 +9,13 @@ surface an ``ApprovalChannel`` (``SurfaceRuntime.approvals``). The surface then
    answer on the page or at the terminal commits, or fails after a decline, and never asks twice;
 2. else picks the mode from the client's capabilities (``confirmation_mode``), opens a question
    (``ask``) and sends its message: a link (URL mode) or a form whose answer it records
-   (``answer``);
-3. closes the question of a stateless round trip the client answered itself (``expire``).
+   (``answer``); a stateless round trip's ``requestState`` carries the question's own id;
+3. closes the question of a stateless round trip the client answered itself
+   (``close_round_trip``), unless a human declined it first.
+
+A question is spent by its first answer, whatever it is (CONTRACT.md §8): a decline reaches the
+surface as ``Declined``, and the surface has the engine spend the question's id
+(``Engine.decline``), so no replay of its ``requestState`` and no later answer can commit.
 
 ``pending`` lists the questions still waiting for a human and ``answer_by_id`` answers one
 named by its id: the operator's terminal (``engram-memory approvals``) goes through these two.
@@ -35,7 +40,9 @@ import mcp.types as types
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationRequest
 
-Mode = Literal["url", "form"]
+# How the human is asked: a link (URL mode), a form in the client, or, for a client that can do
+# neither, only at the host's terminal (the -32603's message names the command).
+Mode = Literal["url", "form", "terminal"]
 
 
 def confirmation_mode(capabilities: types.ClientCapabilities | None) -> Mode | None:
@@ -54,6 +61,13 @@ def confirmation_mode(capabilities: types.ClientCapabilities | None) -> Mode | N
 
 
 @dataclass(frozen=True, slots=True)
+class Declined:
+    """A human's decline of the question ``approval`` (its id is what the engine spends)."""
+
+    approval: Approval
+
+
+@dataclass(frozen=True, slots=True)
 class Question:
     """An open question, as the surface holds it while it asks: the handle ``ask`` returns."""
 
@@ -61,25 +75,31 @@ class Question:
     issued_at_ms: int
     expires_at_ms: int
     message: str  # what the human reads, for the mode it was asked in
-    link: str  # the page that answers it too
+    link: str | None  # the page that answers it too (None: the host serves no page)
 
 
 class ApprovalChannel(Protocol):
     """A host's questions to humans (see the module doc). Blocking: the surface calls each in a
     worker thread."""
 
-    def given(self, request: ConfirmationRequest) -> Approval | Literal["declined"] | None:
-        """The answer already given for this operation: an approval still usable, ``"declined"``
-        (reported once: the next call asks anew), or None."""
+    @property
+    def has_page(self) -> bool:
+        """Does the host serve an approval page (URL mode)? Not over stdio."""
+        ...
+
+    def given(self, request: ConfirmationRequest) -> Approval | Declined | None:
+        """The answer already given for this operation: an approval still usable, ``Declined``
+        (reported once: the next call asks anew, under a new id), or None."""
         ...
 
     def ask(self, request: ConfirmationRequest, ctx: TrustedContext, mode: Mode) -> Question:
         """The open question for this operation (the one already open, or a new one)."""
         ...
 
-    def answer(self, question: Question, approve: bool) -> Approval | None:
-        """The client's form answered ``question``: the approval, or None after a decline. The
-        first answer wins (the page or the terminal may have answered meanwhile)."""
+    def answer(self, question: Question, approve: bool) -> Approval | Declined | None:
+        """The client's form answered ``question``: the approval, ``Declined``, or None when the
+        question is gone. The first answer wins (the page or the terminal may have answered
+        meanwhile)."""
         ...
 
     def answer_by_id(
@@ -90,9 +110,10 @@ class ApprovalChannel(Protocol):
         stands after it (None: no such question). The first answer wins."""
         ...
 
-    def expire(self, approval: Approval) -> None:
-        """The client answered a stateless round trip itself: its question is closed (never
-        marked approved: the round trip's approval has its own single-use id)."""
+    def close_round_trip(self, approval: Approval) -> bool:
+        """The client answered the stateless round trip of the question ``approval`` (its
+        ``requestState``) itself: the question is closed. False when a human declined it first,
+        on the page or at the terminal: the first answer wins."""
         ...
 
     def pending(self) -> Sequence[Approval]:
@@ -100,4 +121,4 @@ class ApprovalChannel(Protocol):
         ...
 
 
-__all__ = ["ApprovalChannel", "Mode", "Question", "confirmation_mode"]
+__all__ = ["ApprovalChannel", "Declined", "Mode", "Question", "confirmation_mode"]

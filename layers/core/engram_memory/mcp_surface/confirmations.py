@@ -94,9 +94,13 @@ def form_params(
     )
 
 
-def state_for(request: ConfirmationRequest, issued_at_ms: int) -> Approval:
-    """The sealed ``requestState``'s content: the open approval of ``request``."""
-    return Approval.asked(request, approval_id="rs_" + uuid.uuid4().hex, issued_at_ms=issued_at_ms)
+def state_for(
+    request: ConfirmationRequest, issued_at_ms: int, approval_id: str | None = None
+) -> Approval:
+    """The sealed ``requestState``'s content: the open approval of ``request``, under the id of
+    the host's question when it keeps one (``approval_id``), else a fresh one."""
+    chosen = approval_id or "rs_" + uuid.uuid4().hex
+    return Approval.asked(request, approval_id=chosen, issued_at_ms=issued_at_ms)
 
 
 def approval_of_state(state: Approval, approved_at_ms: int) -> Approval:

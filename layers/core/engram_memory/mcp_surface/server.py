@@ -22,6 +22,7 @@ from engram_memory.binding.verified_tokens import ClaimsVerifier
 from engram_memory.contract.envelope import envelope_text
 from engram_memory.contract.errors import (
     ErrorCode,
+    NoConfirmationChannel,
     ProtocolRefusal,
     TrustedContextUnavailable,
     UnknownTool,
@@ -31,6 +32,7 @@ from engram_memory.engine.gate import Approval, ConfirmationNeeded, Confirmation
 from engram_memory.engine.ports import Clock
 from engram_memory.mcp_surface.approval_channel import (
     ApprovalChannel,
+    Declined,
     Question,
     confirmation_mode,
 )
@@ -54,6 +56,12 @@ log = logging.getLogger(__name__)
 
 SERVER_VERSION = "0.1.0"
 UNKNOWN_NAME = "unknown"  # the audit log's tool for a name that is not one of the six
+# A host without an approval channel (the cloud): its approvals happen on a run's page, which
+# only a client that can show a form or open a link reaches.
+NO_CHANNEL_ROUTE = (
+    "this client cannot ask a human to confirm; use an MCP client that supports elicitation"
+    " (a form or a link), or ask the host's operator to withdraw or forget it for you"
+)
 
 
 class SurfaceEngine(Protocol):
@@ -67,6 +75,8 @@ class SurfaceEngine(Protocol):
     def refuse(
         self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str
     ) -> dict[str, Any]: ...
+
+    def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -225,7 +235,11 @@ class EngramMcp:
         self, call: _Call, params: types.CallToolRequestParams
     ) -> Approval | types.CallToolResult:
         """2026-07-28: the retry of a form round trip brings the sealed state and the human's
-        answer back: the approval they gave, or ``gate_failed``."""
+        answer back: the approval they gave, or ``gate_failed``.
+
+        The state is spent by its first answer, whatever it is: a decline (in the form, or on
+        the page or at the terminal before it) has the engine spend its id, so a replay of the
+        same state with another answer is ``gate_failed`` too."""
         assert params.request_state is not None
         try:
             state = self.runtime.sealer.open(params.request_state)
@@ -236,10 +250,12 @@ class EngramMcp:
         if owner != (trusted.principal, trusted.tenant_id, trusted.workspace_id):
             return self._refused(call, ErrorCode.GATE_FAILED)
         approval = approval_of_state(state, self.runtime.clock.now_ms())
-        if self.runtime.approvals is not None:  # answered in the client: close its question
-            await anyio.to_thread.run_sync(self.runtime.approvals.expire, approval)
-        if not approved(_answer(params.input_responses)):
-            return self._refused(call, ErrorCode.GATE_FAILED)
+        channel = self.runtime.approvals
+        still_open = channel is None or await anyio.to_thread.run_sync(
+            channel.close_round_trip, approval
+        )
+        if not (still_open and approved(_answer(params.input_responses))):
+            return await self._declined(call, approval)
         return approval
 
     async def _handle(
@@ -253,6 +269,11 @@ class EngramMcp:
         except ProtocolRefusal as refusal:
             raise _refusal(refusal) from None
 
+    async def _declined(self, call: _Call, approval: Approval) -> types.CallToolResult:
+        """The human declined ``approval``'s question: its id spent, ``gate_failed``."""
+        decline = functools.partial(self.runtime.engine.decline, call.grant, call.trusted, approval)
+        return envelope_result(await anyio.to_thread.run_sync(decline))
+
     def _refused(self, call: _Call, code: ErrorCode) -> types.CallToolResult:
         """The call's envelope for ``code``, audited."""
         trusted = call.trusted
@@ -260,21 +281,25 @@ class EngramMcp:
             self.runtime.engine.refuse(call.grant, trusted, trusted.audit_id, code)
         )
 
-    def _unavailable(self, call: _Call) -> NoReturn:
-        """No way to reach the human: -32603, audited."""
+    def _unavailable(self, call: _Call, route: str = NO_CHANNEL_ROUTE) -> NoReturn:
+        """No way to reach the human through this client: -32603, audited, its message naming
+        what a person can do instead (``route``)."""
         trusted = call.trusted
         self.runtime.engine.refuse(
             call.grant, trusted, trusted.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE"
         )
-        raise _refusal(TrustedContextUnavailable())
+        raise _refusal(NoConfirmationChannel(route))
 
     def _form_round_trip(
-        self, request: ConfirmationRequest, issued_at_ms: int, message: str | None = None
+        self, request: ConfirmationRequest, issued_at_ms: int, question: Question | None = None
     ) -> types.InputRequiredResult:
-        """2026-07-28: the form, and the sealed state the client's retry brings back."""
+        """2026-07-28: the form, and the sealed state the client's retry brings back (under the
+        host's ``question`` id when it asked one: one id, spent by the first answer)."""
+        message = question.message if question else None
+        state = state_for(request, issued_at_ms, question.approval_id if question else None)
         return types.InputRequiredResult(
             input_requests={ANSWER_KEY: types.ElicitRequest(params=form_params(request, message))},
-            request_state=self.runtime.sealer.seal(state_for(request, issued_at_ms)),
+            request_state=self.runtime.sealer.seal(state),
         )
 
     async def _confirm(
@@ -294,8 +319,13 @@ class EngramMcp:
         )
         return await self._approved(call, approval)
 
-    async def _approved(self, call: _Call, approval: Approval | None) -> types.CallToolResult:
-        """Run the call again with the human's approval (None: declined, ``gate_failed``)."""
+    async def _approved(
+        self, call: _Call, approval: Approval | Declined | None
+    ) -> types.CallToolResult:
+        """Run the call again with the human's approval (``Declined``: its id spent; None: no
+        answer to use; both ``gate_failed``)."""
+        if isinstance(approval, Declined):
+            return await self._declined(call, approval.approval)
         if approval is None:
             return self._refused(call, ErrorCode.GATE_FAILED)
         answer = await self._handle(call, approval)
@@ -308,23 +338,31 @@ class EngramMcp:
     ) -> types.CallToolResult | types.InputRequiredResult:
         """Ask through the host's approval channel (module ``approval_channel``): an answer
         already given wins; else URL mode (the question's link) for a client that declared URL
-        only, a form for one that declared form, -32603 for one that declared none."""
+        only, a form for one that declared form; a client that can do neither (or URL only
+        where the host serves no page) gets -32603 naming the terminal's command, and its retry
+        takes the answer given there."""
         request = needed.request
-        session = call.ctx.session
-        mode = confirmation_mode(session.client_capabilities)
-        if mode is None or (mode == "form" and not (call.modern or session.can_send_request)):
-            self._unavailable(call)
         given = await anyio.to_thread.run_sync(channel.given, request)
         if given is not None:
-            return await self._approved(call, None if given == "declined" else given)
+            return await self._approved(call, given)
+        session = call.ctx.session
+        mode = confirmation_mode(session.client_capabilities)
+        if (
+            mode is None
+            or (mode == "url" and not channel.has_page)
+            or (mode == "form" and not (call.modern or session.can_send_request))
+        ):
+            mode = "terminal"
         question = await anyio.to_thread.run_sync(channel.ask, request, call.trusted, mode)
-        if mode == "url":
+        if mode == "terminal":
+            self._unavailable(call, question.message)
+        if mode == "url" and question.link is not None:
             link = types.ElicitRequestURLParams(
                 message=question.message, url=question.link, elicitation_id=question.approval_id
             )
             return _url_elicitation(link, modern=call.modern)
         if call.modern:
-            return self._form_round_trip(request, question.issued_at_ms, question.message)
+            return self._form_round_trip(request, question.issued_at_ms, question)
         return await self._answer_on_stream(channel, call, question)
 
     async def _answer_on_stream(
@@ -337,7 +375,7 @@ class EngramMcp:
         that answer is still recorded and the client's retry takes it (``given``). Unanswered,
         the question stays open for the page and the terminal. ``stop_waiting`` cancels the
         shielded scope itself: the host is stopping."""
-        approval: Approval | None = None
+        approval: Approval | Declined | None = None
         left_s = (question.expires_at_ms - self.runtime.clock.now_ms()) / 1000
         with anyio.CancelScope(shield=True) as waiting, anyio.move_on_after(max(left_s, 0)):
             self._waits.add(waiting)

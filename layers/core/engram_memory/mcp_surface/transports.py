@@ -20,7 +20,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 from mcp.server.auth.provider import AccessToken
-from mcp.server.auth.routes import cors_middleware
+from mcp.server.auth.routes import build_resource_metadata_url, cors_middleware
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
@@ -69,6 +69,45 @@ class BearerVerifier:
             subject=claims.subject,
             claims={"iss": claims.issuer},
         )
+
+
+class BearerChallenge:
+    """The 401 for a request to ``/mcp`` whose bearer token is missing or refused, saying which
+    (RFC 6750 ``error_description``): none sent, expired, issued for another resource (another
+    port, another server), badly signed or malformed. Never the token itself. A revoked token
+    still verifies: each call says ``AUTHORIZATION_REVOKED`` (``Kernel.check_revoked``)."""
+
+    def __init__(self, verifier: ClaimsVerifier, resource: str) -> None:
+        self._verifier = verifier
+        self._resource = resource
+        self._metadata = str(build_resource_metadata_url(AnyHttpUrl(resource)))
+
+    def refusal(self, authorization: str | None) -> str | None:
+        """Why the request is refused (one sentence), or None when its token verifies."""
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return "no bearer token was sent: send Authorization: Bearer <token>"
+        try:
+            self._verifier.verify(token.strip())
+        except InvalidToken as refused:
+            if refused.reason == "expired":
+                return "the bearer token has expired: get a new one"
+            if refused.reason == "audience":
+                return (
+                    "the bearer token was issued for another resource (audience), e.g. another"
+                    f" port: this server is {self._resource}"
+                )
+            return str(refused)
+        return None
+
+    async def send(self, description: str, scope: Scope, receive: Receive, send: Send) -> None:
+        quoted = description.replace("\\", "").replace('"', "'")
+        challenge = (
+            f'Bearer error="invalid_token", error_description="{quoted}",'
+            f' resource_metadata="{self._metadata}"'
+        )
+        body = {"error": "invalid_token", "error_description": description}
+        await JSONResponse(body, 401, headers={"WWW-Authenticate": challenge})(scope, receive, send)
 
 
 def _issuer_url(issuer: str, resource: str) -> str:
@@ -129,7 +168,12 @@ def streamable_app(
     )
     app.router.routes[:0] = _metadata_routes(host.resource, host.issuer)
     app.router.lifespan_context = _stopping_waits(surface, app.router.lifespan_context)
-    return McpGate(app, allowed_hosts=allowed_hosts, origin_allowed=host.origin_allowed)
+    return McpGate(
+        app,
+        allowed_hosts=allowed_hosts,
+        origin_allowed=host.origin_allowed,
+        bearer=BearerChallenge(surface.runtime.verifier, host.resource),
+    )
 
 
 def _stopping_waits(
@@ -171,6 +215,7 @@ def http_app(surface: EngramMcp, *, bind_host: str, routes: HostRoutes | None = 
 class McpGate:
     """ASGI middleware in front of the SDK's app, for the MCP endpoint:
 
+    - A bearer token that is missing or does not verify is a 401 saying why (``BearerChallenge``).
     - ``Host`` must name an allowed host exactly (else 421) and ``Origin``, when sent, an allowed
       origin exactly (else 403): host and port parsed and compared whole, never by prefix.
     - A POSTed JSON body is screened (``wire.screen``): one JSON-RPC object in JSON the contract
@@ -178,11 +223,17 @@ class McpGate:
     """
 
     def __init__(
-        self, app: Any, *, allowed_hosts: list[str], origin_allowed: Callable[[str], bool]
+        self,
+        app: Any,
+        *,
+        allowed_hosts: list[str],
+        origin_allowed: Callable[[str], bool],
+        bearer: BearerChallenge | None = None,
     ) -> None:
         self.app = app
         self.allowed_hosts = allowed_hosts
         self.origin_allowed = origin_allowed
+        self.bearer = bearer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].rstrip("/") != MCP_PATH:
@@ -198,6 +249,13 @@ class McpGate:
             log.warning("refused a request from a foreign Origin")
             await PlainTextResponse("Invalid Origin header", 403)(scope, receive, send)
             return
+        if self.bearer is not None and scope["method"] != "OPTIONS":
+            refusal = await anyio.to_thread.run_sync(
+                self.bearer.refusal, headers.get("authorization")
+            )
+            if refusal is not None:
+                await self.bearer.send(refusal, scope, receive, send)
+                return
         content_type = headers.get("content-type", "").lower()
         if scope["method"] != "POST" or not content_type.startswith("application/json"):
             await self.app(scope, receive, send)

@@ -262,6 +262,16 @@ def _approval_key(approval_id: str) -> Item:
     return _key(f"APPROVAL#{_q(approval_id)}", "APPROVAL")
 
 
+def _approval_item(scope: Scope, approval_id: str, cursor: int) -> Item:
+    """A used approval (``cursor`` 0: spent by a decline, not by a commit)."""
+    return {
+        **_approval_key(approval_id),
+        **_scoped(scope, "approval"),
+        "approval_id": _s(approval_id),
+        "cursor": _n(cursor),
+    }
+
+
 def _nonce_key(nonce: str) -> Item:
     return _key(f"NONCE#{_q(nonce)}", "NONCE")
 
@@ -667,6 +677,10 @@ class DynamoStore:
             for i in items
         ]
 
+    def spend_approval(self, scope: Scope, approval_id: str) -> bool:
+        # the very item a commit's ``_plan_approval`` puts: that commit's condition then fails
+        return self._put_if_absent(_approval_item(scope, approval_id, 0))
+
     def claim_nonce(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
         item: Item = {
             **_nonce_key(nonce),
@@ -674,6 +688,10 @@ class DynamoStore:
             "expires_at_ms": _n(expires_at_ms),
             "ttl": _n(-(-expires_at_ms // 1000) + NONCE_TTL_GRACE_S),
         }
+        return self._put_if_absent(item)
+
+    def _put_if_absent(self, item: Item) -> bool:
+        """Put ``item`` unless its key exists: False when it did. Raises ``StoreUnavailable``."""
         try:
             self.dynamodb.put_item(
                 TableName=self.table_name,
@@ -1077,12 +1095,8 @@ class DynamoStore:
         """The used approval: single use, across every scope."""
         if changes.approval_id is None:
             return
-        item: Item = {
-            **_approval_key(changes.approval_id),
-            **_scoped(changes.scope, "approval"),
-            "approval_id": _s(changes.approval_id),
-            "cursor": _n(changes.event.cursor if changes.event else 0),
-        }
+        cursor = changes.event.cursor if changes.event else 0
+        item = _approval_item(changes.scope, changes.approval_id, cursor)
         plan.add(_put_new(self.table_name, item), "approval")
 
     def _plan_outbox(self, plan: _Plan, changes: ChangeSet) -> None:

@@ -10,12 +10,20 @@ book keeps beside it (``OpenApproval``); its windows are the gate's own (``Appro
 ``expired``), and the engine checks them again with single use (the approval id is consumed in
 the mutation's own commit).
 
+The link shows the question; answering on the page also takes the question's one-time code,
+which only the operator's terminal shows (the server's stderr, ``engram-memory approvals list``),
+never the agent: an agent that can fetch the link still cannot answer its own question. The code
+is 8 characters from an alphabet without look-alikes (about 40 bits), compared in constant time;
+after ``MAX_CODE_ATTEMPTS`` wrong codes the page takes no answer to that question (the terminal
+still does).
+
 The file lives in the private data directory (0600), beside the keys: whoever can read it can
-already answer from the terminal, so the link secret is stored as it was handed out.
+already answer from the terminal, so the link secret and the code are stored as handed out.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
 import secrets
 import sqlite3
@@ -32,6 +40,24 @@ FILE_NAME: Final = "approvals.sqlite3"
 KEEP_ANSWERED_MS: Final = 3_600_000  # rows are pruned an hour after they expired
 State = Literal["pending", "approved", "declined"]
 Answerer = Literal["page", "terminal", "client"]
+CODE_ALPHABET: Final = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read aloud, typed
+CODE_LENGTH: Final = 8
+MAX_CODE_ATTEMPTS: Final = 5
+CodeRefusal = Literal["wrong_code", "no_more_attempts"]
+
+
+def new_code() -> str:
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+
+
+def shown_code(code: str) -> str:
+    """The code as the terminal shows it: ``ABCD-EFGH``."""
+    return f"{code[:4]}-{code[4:]}"
+
+
+def _typed(code: str) -> str:
+    """A code as a person types it: any case, with or without the dash or spaces."""
+    return "".join(code.split()).replace("-", "").upper()
 
 
 class Bound(Protocol):
@@ -65,7 +91,9 @@ CREATE TABLE IF NOT EXISTS approvals (
     issued_at_ms INTEGER NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'declined')),
     answered_at_ms INTEGER,
-    answered_by TEXT
+    answered_by TEXT,
+    code TEXT NOT NULL DEFAULT '',
+    code_failures INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS approvals_binding
     ON approvals (principal, tenant_id, workspace_id, tool, operation_digest);
@@ -81,7 +109,14 @@ _BOOK_COLUMNS: Final = (
     "state",
     "answered_at_ms",
     "answered_by",
+    "code",
+    "code_failures",
 )
+# Columns a book written before them lacks (its rows then have no code: the terminal answers).
+_ADDED_COLUMNS: Final = {
+    "code": "TEXT NOT NULL DEFAULT ''",
+    "code_failures": "INTEGER NOT NULL DEFAULT 0",
+}
 _COLUMN_NAMES: Final = (
     *(name for name in Approval.model_fields if name != "approved_at_ms"),
     *_BOOK_COLUMNS,
@@ -100,6 +135,8 @@ class OpenApproval(Approval):
     state: State = "pending"
     answered_at_ms: int | None = None
     answered_by: str | None = None
+    code: str = ""  # the one-time code the page asks for (shown on the terminal only)
+    code_failures: int = 0
 
     @classmethod
     def of_row(cls, row: Sequence[object]) -> OpenApproval:
@@ -125,6 +162,11 @@ class ApprovalBook:
         self._db = sqlite3.connect(path, timeout=10.0, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
+        known = {row[1] for row in self._db.execute("PRAGMA table_info(approvals)")}
+        with self._db:
+            for name, declaration in _ADDED_COLUMNS.items():
+                if name not in known:
+                    self._db.execute(f"ALTER TABLE approvals ADD COLUMN {name} {declaration}")
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -176,6 +218,7 @@ class ApprovalBook:
         row = OpenApproval(
             **asked.model_dump(),
             secret=secrets.token_urlsafe(32),
+            code=new_code(),
             agent_id=agent_id,
             session_id=session_id,
             reason_ref=request.reason_ref,
@@ -204,6 +247,26 @@ class ApprovalBook:
                 (state, now_ms, by, approval_id, APPROVAL_TTL_MS, now_ms),
             ).rowcount
         return self.get(approval_id) if changed == 1 else None
+
+    def answer_with_code(
+        self, approval_id: str, approve: bool, code: str, *, now_ms: int
+    ) -> OpenApproval | CodeRefusal | None:
+        """The page's answer: recorded (as ``answer``) only with the question's code. A wrong
+        code counts against the question; after ``MAX_CODE_ATTEMPTS`` none is taken."""
+        with self._lock, self._db:
+            rows = self._rows("approval_id = ?", (approval_id,))
+            if not rows:
+                return None
+            row = rows[0]
+            if row.code_failures >= MAX_CODE_ATTEMPTS or not row.code:
+                return "no_more_attempts"
+            if not hmac.compare_digest(_typed(code).encode(), row.code.encode()):
+                self._db.execute(
+                    "UPDATE approvals SET code_failures = code_failures + 1 WHERE approval_id = ?",
+                    (approval_id,),
+                )
+                return "wrong_code"
+        return self.answer(approval_id, approve, now_ms=now_ms, by="page")
 
     def close_declined(self, approval_id: str) -> None:
         """A decline was reported to the agent: the next call for the operation asks anew."""

@@ -686,6 +686,15 @@ class SqliteStore:
             for cursor, event_hash, body in rows
         ]
 
+    def spend_approval(self, scope: Scope, approval_id: str) -> bool:
+        # cursor 0: no journal event spent it (a commit records its event's cursor)
+        with self._guard(), self._pool.connection() as conn:
+            inserted = conn.execute(
+                "INSERT OR IGNORE INTO used_approvals VALUES (?, ?, ?, 0)",
+                (approval_id, *_scope_key(scope)),
+            ).rowcount
+        return inserted == 1
+
     def claim_nonce(self, scope: Scope, nonce: str, expires_at_ms: int) -> bool:
         with self._guard(), self._pool.connection() as conn:
             inserted = conn.execute(
