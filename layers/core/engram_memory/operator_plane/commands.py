@@ -465,10 +465,8 @@ def _operation(sub: Sub, name: str, summary: str) -> argparse.ArgumentParser:
 
 def add_full_option(parser: argparse.ArgumentParser) -> None:
     """``--full`` of the health checks (``status``, ``verify``): open everything, not a sample."""
-    parser.add_argument(
-        "--full",
-        action="store_true",
-        help="open every pending candidate and record body (default: the first 1000 of each)",
+    _switch(
+        parser, "--full", "open every pending candidate and record body (default: 1000 of each)"
     )
 
 
@@ -479,11 +477,13 @@ def _data_dir_option(parser: argparse.ArgumentParser) -> None:
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print the result as JSON for scripts (default: text for people; times ISO-8601 UTC)",
+    _switch(
+        parser, "--json", "print JSON for scripts (default: text for people; ISO-8601 UTC times)"
     )
+
+
+def _switch(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
+    parser.add_argument(flag, action="store_true", help=help_text)
 
 
 def _paging(parser: argparse.ArgumentParser) -> None:
