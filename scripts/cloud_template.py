@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import fnmatch
 import json
+import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -214,6 +216,287 @@ def _checkov_failures(translated: dict[str, Any]) -> Iterator[tuple[str, str, st
             yield str(failed["check_id"]), resource, str(failed.get("check_name", ""))
 
 
+# --------------------------------------------------------------------------------------------
+# The stack's own rules on the translated template (the reviewer's items checkov does not know;
+# cfn-guard's registry rules are not installable here, see docs/deploying-aws.md)
+# --------------------------------------------------------------------------------------------
+
+RUNTIME_SERVICES: Final = ("lambda.amazonaws.com", "states.amazonaws.com")
+KEY_CONTROL_ACTIONS: Final = ("kms:PutKeyPolicy", "kms:CreateGrant")
+ITEM_WRITES: Final = (
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+)
+DEPLOYER: Final = json.dumps({"Ref": "DeployRoleArn"})
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _statements(document: Any) -> Iterator[dict[str, Any]]:
+    """A policy document's Allow statements, both branches of an ``Fn::If`` included."""
+    pending = list(_as_list(document.get("Statement", [])))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict) and "Fn::If" in node:
+            pending.extend(b for b in node["Fn::If"][1:] if b != {"Ref": "AWS::NoValue"})
+        elif isinstance(node, dict) and node.get("Effect") == "Allow":
+            yield node
+
+
+def _covers(statement: dict[str, Any], action: str) -> bool:
+    return any(
+        fnmatch.fnmatchcase(action.lower(), str(pattern).lower())
+        for pattern in _as_list(statement.get("Action", []))
+    )
+
+
+def _principals(statement: dict[str, Any]) -> set[str]:
+    principal = statement.get("Principal", {})
+    named = principal.get("AWS", []) if isinstance(principal, dict) else [principal]
+    return {json.dumps(p, sort_keys=True) for p in _as_list(named)}
+
+
+def runtime_roles(translated: dict[str, Any]) -> set[str]:
+    """Logical ids of the roles a function or a state machine runs as."""
+    found = set()
+    for name, resource in translated["Resources"].items():
+        if resource["Type"] != "AWS::IAM::Role":
+            continue
+        trust = resource["Properties"].get("AssumeRolePolicyDocument", {})
+        services = {
+            str(s)
+            for statement in _statements(trust)
+            for s in _as_list(statement.get("Principal", {}).get("Service", []))
+        }
+        if services & set(RUNTIME_SERVICES):
+            found.add(name)
+    return found
+
+
+def role_statements(translated: dict[str, Any], role: str) -> Iterator[dict[str, Any]]:
+    """Every Allow statement of the IAM policies attached to ``role`` (inline or separate)."""
+    resources = translated["Resources"]
+    for policy in resources[role]["Properties"].get("Policies", []):
+        yield from _statements(policy["PolicyDocument"])
+    target = {"Ref": role}
+    for resource in resources.values():
+        props = resource.get("Properties", {})
+        attached = props.get("RoleName") == target or target in props.get("Roles", [])
+        if resource["Type"] in ("AWS::IAM::RolePolicy", "AWS::IAM::Policy") and attached:
+            yield from _statements(props["PolicyDocument"])
+
+
+def key_policy_violations(translated: dict[str, Any]) -> list[str]:
+    """Only the deploying role may change a key policy; no runtime role may change one or grant."""
+    resources = translated["Resources"]
+    runtime = runtime_roles(translated)
+    runtime_arns = {json.dumps({"Fn::GetAtt": [r, "Arn"]}, sort_keys=True) for r in runtime}
+    wrong = []
+    for name, resource in resources.items():
+        if resource["Type"] != "AWS::KMS::Key":
+            continue
+        for statement in _statements(resource["Properties"]["KeyPolicy"]):
+            sid = f"{name}.{statement.get('Sid', '?')}"
+            principals = _principals(statement)
+            if _covers(statement, "kms:PutKeyPolicy") and principals != {DEPLOYER}:
+                wrong.append(f"{sid}: kms:PutKeyPolicy for {sorted(principals)}")
+            held = [a for a in KEY_CONTROL_ACTIONS if _covers(statement, a)]
+            if held and principals & runtime_arns:
+                wrong.append(f"{sid}: {held} for a runtime role")
+    for role in sorted(runtime):
+        for statement in role_statements(translated, role):
+            held = [a for a in KEY_CONTROL_ACTIONS if _covers(statement, a)]
+            if held:
+                wrong.append(f"{role}.{statement.get('Sid', '?')}: {held} in its IAM policy")
+    return wrong
+
+
+def item_write_violations(translated: dict[str, Any]) -> list[str]:
+    """Every item write of a runtime role is bounded by a non-wildcard dynamodb:LeadingKeys."""
+    tables = {n for n, r in translated["Resources"].items() if r["Type"] == "AWS::DynamoDB::Table"}
+    wrong = []
+    for role in sorted(runtime_roles(translated)):
+        for statement in role_statements(translated, role):
+            targets = {t for kind, t in _references(statement.get("Resource")) if t in tables}
+            writes = [a for a in ITEM_WRITES if _covers(statement, a)]
+            if not (targets and writes):
+                continue
+            like = statement.get("Condition", {}).get("ForAllValues:StringLike", {})
+            leading = _as_list(like.get("dynamodb:LeadingKeys", []))
+            if not leading or "*" in leading:
+                wrong.append(f"{role}.{statement.get('Sid', '?')}: {writes} on any item")
+    return wrong
+
+
+def _references(node: Any) -> Iterator[tuple[str, str]]:
+    if isinstance(node, list):
+        for item in node:
+            yield from _references(item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key == "Ref" and isinstance(value, str):
+                yield "ref", value
+            elif key == "Fn::GetAtt" and isinstance(value, list):
+                yield "getatt", str(value[0])
+            elif key == "Fn::Sub" and isinstance(value, str):
+                for target in re.findall(r"\$\{([A-Za-z0-9]+)(?:\.[A-Za-z]+)?\}", value):
+                    yield "sub", target
+            else:
+                yield from _references(value)
+
+
+def _routes(translated: dict[str, Any]) -> Iterator[tuple[str, str, bool, set[str], set[str]]]:
+    """(API, route key, public?, functions it reaches, throttle settings) per HTTP API route."""
+    resources = translated["Resources"]
+    for name, api in resources.items():
+        if api["Type"] != "AWS::ApiGatewayV2::Api" or "Body" not in api["Properties"]:
+            continue
+        settings = {
+            key: set(value)
+            for r in resources.values()
+            if r["Type"] == "AWS::ApiGatewayV2::Stage"
+            and r["Properties"].get("ApiId") == {"Ref": name}
+            for key, value in r["Properties"].get("RouteSettings", {}).items()
+        }
+        for path, operations in api["Properties"]["Body"]["paths"].items():
+            for method, operation in operations.items():
+                route = f"{method.upper()} {path}"
+                uri = operation.get("x-amazon-apigateway-integration", {}).get("uri")
+                functions = {target for _, target in _references(uri)}
+                public = {"NONE": []} in operation.get("security", [])
+                yield name, route, public, functions, settings.get(route, set())
+
+
+def public_functions(translated: dict[str, Any]) -> set[str]:
+    """Functions that only routes without an authorizer reach."""
+    reached: dict[str, bool] = {}
+    for _, _, public, functions, _ in _routes(translated):
+        for function in functions:
+            reached[function] = reached.get(function, True) and public
+    return {function for function, only_public in reached.items() if only_public}
+
+
+def public_route_violations(translated: dict[str, Any]) -> list[str]:
+    """Every route without an authorizer is throttled on its own, and a function only such
+    routes reach has reserved (capped) concurrency."""
+    limits = {"ThrottlingBurstLimit", "ThrottlingRateLimit"}
+    wrong = [
+        f"{api} {route}: public and not throttled"
+        for api, route, public, _, settings in _routes(translated)
+        if public and not limits <= settings
+    ]
+    resources = translated["Resources"]
+    for function in sorted(public_functions(translated)):
+        if "ReservedConcurrentExecutions" not in resources[function]["Properties"]:
+            wrong.append(f"{function}: only public routes reach it, no reserved concurrency")
+    return wrong
+
+
+def secret_violations(translated: dict[str, Any]) -> list[str]:
+    """A secret a function behind public routes only reads is under a key of the stack and
+    rotates: whoever reads it can forge what those routes trust."""
+    resources = translated["Resources"]
+    public_roles = {
+        target
+        for function in public_functions(translated)
+        for _, target in _references(resources[function]["Properties"].get("Role"))
+    }
+    readers: dict[str, set[str]] = {}
+    for role in runtime_roles(translated):
+        for statement in role_statements(translated, role):
+            if _covers(statement, "secretsmanager:GetSecretValue"):
+                for _, secret in _references(statement.get("Resource")):
+                    readers.setdefault(secret, set()).add(role)
+    rotated = {
+        target
+        for r in resources.values()
+        if r["Type"] == "AWS::SecretsManager::RotationSchedule"
+        for _, target in _references(r["Properties"].get("SecretId"))
+    }
+    wrong = []
+    for secret, roles in sorted(readers.items()):
+        if not roles & public_roles:
+            continue
+        if "KmsKeyId" not in resources[secret]["Properties"]:
+            wrong.append(f"{secret}: read by {sorted(roles)}, under the AWS-managed key")
+        if secret not in rotated:
+            wrong.append(f"{secret}: read by {sorted(roles)}, never rotated")
+    return wrong
+
+
+# -- evaluating a role's statements for one request ------------------------------------------
+# moto's IAM enforcement (INITIAL_NO_AUTH_ACTION_COUNT) checks actions and resources but no
+# condition keys, so it would allow every write a dynamodb:LeadingKeys condition denies. This
+# evaluator covers what the stack's policies use: Allow statements, wildcard actions, a resource
+# that is a !GetAtt/!Ref of a logical id (or "*"), String{Equals,Like} with the ForAllValues /
+# ForAnyValue qualifiers; any other operator makes the statement not apply (deny, never allow).
+
+STRING_OPERATORS: Final[dict[str, Callable[[str, str], bool]]] = {
+    "StringEquals": lambda value, pattern: value == pattern,
+    "StringLike": lambda value, pattern: fnmatch.fnmatchcase(value, pattern),
+}
+
+
+def _resolved(value: Any, parameters: dict[str, str]) -> str:
+    """A condition value: a literal, or an !Sub of parameters."""
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        return re.sub(r"\$\{([A-Za-z0-9:]+)\}", lambda m: parameters[m.group(1)], value["Fn::Sub"])
+    if isinstance(value, dict) and "Ref" in value:
+        return parameters[value["Ref"]]
+    return str(value)
+
+
+def _condition_holds(
+    condition: dict[str, Any], context: dict[str, list[str]], parameters: dict[str, str]
+) -> bool:
+    for operator, tests in condition.items():
+        qualifier, _, name = operator.rpartition(":")
+        match = STRING_OPERATORS.get(name)
+        if match is None:
+            return False
+        for key, expected in tests.items():
+            patterns = [_resolved(v, parameters) for v in _as_list(expected)]
+            values = context.get(key, [])
+            hits = [any(match(v, p) for p in patterns) for v in values]
+            if qualifier == "ForAllValues":
+                ok = all(hits)
+            elif qualifier == "ForAnyValue":
+                ok = any(hits)
+            elif not qualifier:
+                ok = len(hits) == 1 and hits[0]
+            else:
+                return False
+            if not ok:
+                return False
+    return True
+
+
+def role_allows(
+    translated: dict[str, Any],
+    role: str,
+    action: str,
+    resource: str,
+    context: dict[str, list[str]],
+    parameters: dict[str, str],
+) -> bool:
+    """Whether one of ``role``'s IAM statements allows ``action`` on the logical id ``resource``
+    with the request's condition ``context`` (e.g. ``{"dynamodb:LeadingKeys": [pk]}``)."""
+    for statement in role_statements(translated, role):
+        targets = statement.get("Resource")
+        on_it = targets == "*" or resource in {t for _, t in _references(targets)}
+        if (
+            _covers(statement, action)
+            and on_it
+            and _condition_holds(statement.get("Condition", {}), context, parameters)
+        ):
+            return True
+    return False
+
+
 def scan(path: Path, report: Report) -> None:
     translated = translate(path)
     accepted = accepted_findings()
@@ -232,6 +515,28 @@ def scan(path: Path, report: Report) -> None:
     # can land before its entry is removed.
     for check, resource in stale:
         print(f"       note: {check} {resource} is accepted but no longer found; remove it")
+    for rule, violations in stack_rules(translated).items():
+        report.check(not violations, f"rule {rule}: {len(violations)} violation(s)")
+        for violation in violations:
+            print(f"       {violation}")
+
+
+def stack_rules(translated: dict[str, Any]) -> dict[str, list[str]]:
+    """The stack's own rules (separation of duties, item scope, public routes, the session key)."""
+    return {
+        "only the deploying role changes a key policy; no runtime role holds it or CreateGrant": (
+            key_policy_violations(translated)
+        ),
+        "every item write of a runtime role is bounded by dynamodb:LeadingKeys": (
+            item_write_violations(translated)
+        ),
+        "every public route is throttled; its functions reserve concurrency": (
+            public_route_violations(translated)
+        ),
+        "a secret a public function reads is under the stack's key and rotates": (
+            secret_violations(translated)
+        ),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

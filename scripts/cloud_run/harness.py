@@ -30,6 +30,7 @@ def template_parameters(https_url: str) -> dict[str, str]:
         "ApprovalAudience": APPROVAL_AUDIENCE,
         "OpenSearchMode": "create",
         "KeyAdminRoleArn": f"arn:aws:iam::{ACCOUNT}:role/engram-key-admin",
+        "DeployRoleArn": f"arn:aws:iam::{ACCOUNT}:role/engram-deployer",
     }
 
 

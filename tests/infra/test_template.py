@@ -41,6 +41,7 @@ FUNCTION_FOLDERS: Final = {
     "ApprovalFunction": "approval",
     "OutboxDrainerFunction": "outbox_drainer",
     "OpenSearchSecurityConfigFunction": "opensearch_security",
+    "SessionRotationFunction": "session_rotation",
 }
 # Run by CloudFormation only (a custom resource): a failure fails the deployment in front of the
 # operator, so no errors or throttles alarm watches it.
@@ -94,7 +95,10 @@ DASHBOARD_WIDGETS: Final = (
     "Outbox age (s) and pending items",
 )
 # Actions that have no resource-level permissions and so may name Resource "*".
-STAR_RESOURCE_ACTIONS: Final = frozenset({"xray:PutTraceSegments", "xray:PutTelemetryRecords"})
+# Actions without a resource type: they can only be granted on "*".
+STAR_RESOURCE_ACTIONS: Final = frozenset(
+    {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "secretsmanager:GetRandomPassword"}
+)
 PSEUDO_PARAMETERS: Final = frozenset(
     {"AWS::AccountId", "AWS::Region", "AWS::Partition", "AWS::StackName", "AWS::StackId"}
     | {"AWS::URLSuffix", "AWS::NoValue"}
@@ -350,7 +354,7 @@ def test_each_state_machine_definition_passes_cfn_lint_asl_validation(machine: s
 # --------------------------------------------------------------------------------------------
 
 
-def test_the_template_defines_exactly_the_eleven_functions() -> None:
+def test_the_template_defines_exactly_the_twelve_functions() -> None:
     assert set(resources("AWS::Serverless::Function")) == set(FUNCTION_FOLDERS)
 
 
@@ -530,7 +534,8 @@ def test_only_the_approval_function_reads_the_session_key() -> None:
         for function in FUNCTION_FOLDERS
         if allows(function, "secretsmanager:GetSecretValue", "ApprovalSessionSecret")
     }
-    assert readers == {"ApprovalFunction"}
+    # the page, and the rotation that writes its next version
+    assert readers == {"ApprovalFunction", "SessionRotationFunction"}
     secrets = {
         statement["Resource"]["Ref"]
         for action, _, statement in grants("ApprovalFunction")
@@ -716,17 +721,31 @@ def test_no_account_principal_can_use_or_grant_the_data_key() -> None:
         assert action not in ("kms:*", "kms:Create*", "kms:CreateGrant"), action
 
 
-def test_only_the_named_key_admin_administers_the_keys_without_using_them() -> None:
+def test_the_key_admin_administers_the_keys_without_using_them_or_changing_their_policy() -> None:
     for key in ("EngramDataKey", "EngramTableKey"):
         admin = [
             action
             for action, principals, _ in key_policy_grants(key)
             if principals == {"KeyAdminRoleArn"}
         ]
-        assert "kms:PutKeyPolicy" in admin and "kms:ScheduleKeyDeletion" in admin, key
+        assert "kms:ScheduleKeyDeletion" in admin and "kms:EnableKeyRotation" in admin, key
+        # changing the policy would let the admin grant itself Decrypt
+        assert "kms:PutKeyPolicy" not in admin, key
         using = [a for a in admin if a.startswith(USAGE_ACTIONS) or a == "kms:CreateGrant"]
         assert not using, key
         assert not [a for a in admin if a.endswith("*") and not a.startswith("kms:List")], key
+
+
+def test_only_the_deploying_role_changes_a_key_policy_and_it_is_not_the_key_admin() -> None:
+    for key in ("EngramDataKey", "EngramTableKey"):
+        holders = [p for a, p, _ in key_policy_grants(key) if a in ("kms:PutKeyPolicy", "kms:*")]
+        assert holders == [{"DeployRoleArn"}], key
+        deployer = [a for a, p, _ in key_policy_grants(key) if p == {"DeployRoleArn"}]
+        assert not [a for a in deployer if a.startswith(USAGE_ACTIONS) or a == "kms:CreateGrant"]
+    rule = template()["Rules"]["KeyAdminIsNotTheDeployer"]["Assertions"][0]["Assert"]
+    assert rule == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "KeyAdminRoleArn"}, {"Ref": "DeployRoleArn"}]}]
+    }
 
 
 def test_grants_on_the_table_key_are_only_for_aws_resources() -> None:
@@ -776,14 +795,24 @@ def test_the_created_domain_publishes_slow_error_and_audit_logs_to_retained_log_
     )
 
 
-def test_the_table_key_is_usable_only_through_dynamodb_and_s3() -> None:
+def test_the_table_key_is_usable_only_through_dynamodb_s3_and_secrets_manager() -> None:
+    services = set()
     for action, _, statement in key_policy_grants("EngramTableKey"):
         if action.startswith(USAGE_ACTIONS):
             via = statement["Condition"]["StringEquals"]["kms:ViaService"]
-            assert {sub_template(v) for v in as_list(via)} == {
-                "dynamodb.${AWS::Region}.amazonaws.com",
-                "s3.${AWS::Region}.amazonaws.com",
-            }
+            services |= {sub_template(v) for v in as_list(via)}
+    assert services == {
+        "dynamodb.${AWS::Region}.amazonaws.com",
+        "s3.${AWS::Region}.amazonaws.com",
+        "secretsmanager.${AWS::Region}.amazonaws.com",  # the approval session secret
+    }
+
+
+def test_the_session_secret_is_under_the_table_key_and_rotates() -> None:
+    assert ref_target(props("ApprovalSessionSecret")["KmsKeyId"]) == "EngramTableKey"
+    schedule = props("ApprovalSessionSecretRotation")
+    assert ref_target(schedule["SecretId"]) == "ApprovalSessionSecret"
+    assert ref_target(schedule["RotationLambdaARN"]) == "SessionRotationFunction"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1047,9 +1076,13 @@ def test_the_created_domain_runs_fine_grained_access_control_mastered_by_the_cus
 
 def test_the_master_role_may_only_put_on_the_security_api() -> None:
     allowed = {a for a, _, _ in grants(SECURITY_MASTER)}
-    assert allowed == {"logs:CreateLogStream", "logs:PutLogEvents", "es:ESHttpPut"} | (
-        STAR_RESOURCE_ACTIONS
-    )
+    assert allowed == {
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "es:ESHttpPut",
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+    }
     ((_, _, statement),) = [g for g in grants(SECURITY_MASTER) if g[0] == "es:ESHttpPut"]
     assert sub_template(statement["Resource"]) == (
         "${OpenSearchDomain.Arn}/_plugins/_security/api/*"

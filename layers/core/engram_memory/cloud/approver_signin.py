@@ -10,6 +10,9 @@ a short-lived session cookie, and the CSRF token of the page's form.
   session (the approver's subject and expiry), each an HMAC-signed value in a cookie that is
   ``HttpOnly; Secure; SameSite=Strict`` and short-lived. A tampered, expired or foreign cookie
   reads as absent.
+- ``CookieKeys``: the MAC keys of the session secret's versions. The secret rotates
+  (``cloud.session_rotation``); the current version signs, the current and the previous one
+  verify, so a session signed just before a rotation stays valid until it expires.
 
 The cloud approval function (``engram_memory.cloud.approval_page``) puts them together; they are
 also tested on their own (tests/integration/test_approver_signin.py).
@@ -28,7 +31,7 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlencode
@@ -46,6 +49,11 @@ SESSION_COOKIE: Final = "engram_approver"
 SIGNIN_COOKIE: Final = "engram_signin"
 SESSION_TTL_S: Final = 600  # a session lives long enough to answer a few approvals
 SIGNIN_TTL_S: Final = 300
+# Another container may rotate-read first: keys are read again this often, and sooner (at most
+# every KEY_RETRY_S) when a cookie verifies under none of them.
+KEY_REFRESH_S: Final = 300.0
+KEY_RETRY_S: Final = 60.0
+MIN_COOKIE_KEY_BYTES: Final = 32
 
 
 class SignInFailed(Exception):
@@ -206,26 +214,80 @@ class OidcClient:
         return claims
 
 
+class CookieKeys:
+    """The cookie MAC keys, newest first: ``load`` reads them (the session secret's current and
+    previous versions); the first signs, every one verifies."""
+
+    def __init__(
+        self,
+        load: Callable[[], Sequence[bytes]],
+        *,
+        clock: Callable[[], float] = time.time,
+        held: Sequence[bytes] | None = None,
+    ) -> None:
+        self._load = load
+        self._clock = clock
+        self._keys = self._checked(load() if held is None else held)
+        self._read_at = clock()
+
+    @staticmethod
+    def _checked(keys: Sequence[bytes]) -> tuple[bytes, ...]:
+        if not keys or any(len(key) < MIN_COOKIE_KEY_BYTES for key in keys):
+            raise ValueError(f"a cookie key must be at least {MIN_COOKIE_KEY_BYTES} bytes")
+        return tuple(keys)
+
+    def all(self) -> tuple[bytes, ...]:
+        if self._clock() - self._read_at >= KEY_REFRESH_S:
+            self.reread()
+        return self._keys
+
+    def reread(self) -> bool:
+        """Read the keys again unless they were read within ``KEY_RETRY_S``; whether they
+        changed. A failed read keeps the keys held: the page goes on with what it knows."""
+        if self._clock() - self._read_at < KEY_RETRY_S:
+            return False
+        self._read_at = self._clock()
+        try:
+            keys = self._checked(self._load())
+        except Exception:  # the secret unreadable for a moment: the held keys still verify
+            return False
+        changed, self._keys = keys != self._keys, keys
+        return changed
+
+
 class SignedCookies:
     """HMAC-signed cookie values (not secret: they hold no token, only what they say)."""
 
-    def __init__(self, key: bytes, *, clock: Callable[[], float] = time.time) -> None:
-        if len(key) < 32:
-            raise ValueError("the cookie key must be at least 32 bytes")
-        self._key = key
+    def __init__(self, key: bytes | CookieKeys, *, clock: Callable[[], float] = time.time) -> None:
+        if isinstance(key, CookieKeys):
+            self._keys = key
+        else:
+            fixed = (key,)
+            self._keys = CookieKeys(lambda: fixed, clock=clock)
         self._clock = clock
 
     def _seal(self, purpose: str, body: Mapping[str, Any]) -> str:
         payload = _b64(json.dumps({"p": purpose, **body}, sort_keys=True).encode())
-        mac = hmac.new(self._key, payload.encode(), hashlib.sha256).digest()
+        mac = hmac.new(self._keys.all()[0], payload.encode(), hashlib.sha256).digest()
         return f"{payload}.{_b64(mac)}"
+
+    def _verifies(self, payload: str, mac: str) -> bool:
+        return any(
+            hmac.compare_digest(
+                mac.encode(),
+                _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest()).encode(),
+            )
+            for key in self._keys.all()
+        )
 
     def _open(self, purpose: str, value: str | None) -> dict[str, Any] | None:
         if not value or value.count(".") != 1:
             return None
         payload, mac = value.split(".")
-        expected = _b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest())
-        if not hmac.compare_digest(mac.encode(), expected.encode()):
+        # a newer secret version another container signed with: read the versions once more
+        if not self._verifies(payload, mac) and not (
+            self._keys.reread() and self._verifies(payload, mac)
+        ):
             return None
         try:
             body: dict[str, Any] = json.loads(_unb64(payload))

@@ -253,19 +253,38 @@ def build_approval_page(handler: ApprovalHandler, settings: ApprovalSettings) ->
                 dynamodb_client=dynamodb,
             ),
         )
-    if handler.session_key is None:
-        handler.session_key = read_secret_bytes(
-            clients.client("secretsmanager"),
-            settings.session_secret_arn,
-            name="approval session",
-            variable="ENGRAM_APPROVAL_SESSION_SECRET_ARN",
-            minimum=MIN_SESSION_KEY_BYTES,
-        )
-    return _approval_page_parts(handler, settings, handler.approvals, handler.session_key)
+    fixed = handler.session_key
+
+    def versions() -> tuple[bytes, ...]:
+        """The session secret's current version, then its previous one (after a rotation)."""
+        if fixed is not None:  # a test's key
+            return (fixed,)
+        secrets = clients.client("secretsmanager")
+
+        def read(stage: str) -> bytes:
+            return read_secret_bytes(
+                secrets,
+                settings.session_secret_arn,
+                name="approval session",
+                variable="ENGRAM_APPROVAL_SESSION_SECRET_ARN",
+                minimum=MIN_SESSION_KEY_BYTES,
+                stage=stage,
+            )
+
+        current = read("AWSCURRENT")
+        try:
+            return (current, read("AWSPREVIOUS"))
+        except ConfigurationError:  # never rotated: no previous version
+            return (current,)
+
+    return _approval_page_parts(handler, settings, handler.approvals, versions)
 
 
 def _approval_page_parts(
-    handler: ApprovalHandler, settings: ApprovalSettings, approvals: ApprovalStore, key: bytes
+    handler: ApprovalHandler,
+    settings: ApprovalSettings,
+    approvals: ApprovalStore,
+    versions: Callable[[], tuple[bytes, ...]],
 ) -> ApprovalPageParts:
     import hashlib
     import hmac
@@ -277,13 +296,21 @@ def _approval_page_parts(
         CloudDesk,
         https_fetch,
     )
-    from engram_memory.cloud.approver_signin import OidcClient, SignedCookies
+    from engram_memory.cloud.approver_signin import CookieKeys, OidcClient, SignedCookies
     from engram_memory.cloud.oidc import IssuerKeys
 
-    # one secret, two keys: the cookies' MAC and the CSRF tokens' (never the same bytes)
-    cookie_key = hmac.new(key, b"cookies", hashlib.sha256).digest()
-    csrf_key = hmac.new(key, b"csrf", hashlib.sha256).digest()
-    cookies = SignedCookies(cookie_key, clock=lambda: handler.now_ms() / 1000)
+    # one secret, two keys: the cookies' MAC and the CSRF tokens' (never the same bytes). The
+    # cookies verify under every version read; a form's CSRF token lives as long as the page.
+    def cookie_keys(secrets: tuple[bytes, ...]) -> tuple[bytes, ...]:
+        return tuple(hmac.new(key, b"cookies", hashlib.sha256).digest() for key in secrets)
+
+    def clock() -> float:
+        return handler.now_ms() / 1000
+
+    held = versions()
+    csrf_key = hmac.new(held[0], b"csrf", hashlib.sha256).digest()
+    keys = CookieKeys(lambda: cookie_keys(versions()), clock=clock, held=cookie_keys(held))
+    cookies = SignedCookies(keys, clock=clock)
     signin = OidcClient(
         issuer=settings.issuer,
         client_id=settings.client_id,
@@ -291,7 +318,7 @@ def _approval_page_parts(
         fetch=handler.fetch or https_fetch(),
         keys=handler.keys or IssuerKeys(settings.issuer),
         refused_audiences=frozenset({settings.resource_uri}),
-        clock=lambda: handler.now_ms() / 1000,
+        clock=clock,
     )
     assert handler.memories is not None
     desk = CloudDesk(approvals, handler.sfn, cookies, csrf_key, handler.memories)

@@ -366,9 +366,16 @@ class ApprovalSettings(StoredRecordsSettings):
 
 
 def read_secret_bytes(
-    secrets_client: Any, secret_arn: str, *, name: str, variable: str, minimum: int
+    secrets_client: Any,
+    secret_arn: str,
+    *,
+    name: str,
+    variable: str,
+    minimum: int,
+    stage: str = "AWSCURRENT",
 ) -> bytes:
-    """A Secrets Manager secret's binary value, or its string value as UTF-8.
+    """A Secrets Manager secret's binary value, or its string value as UTF-8 (the version
+    ``stage`` names: a rotated secret's ``AWSPREVIOUS`` too).
 
     Raises ``ConfigurationError`` naming ``variable`` when the secret cannot be read or is shorter
     than ``minimum`` bytes; the value never appears in the message.
@@ -376,7 +383,7 @@ def read_secret_bytes(
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        response = secrets_client.get_secret_value(SecretId=secret_arn)
+        response = secrets_client.get_secret_value(SecretId=secret_arn, VersionStage=stage)
     except (BotoCoreError, ClientError) as exc:
         raise ConfigurationError(f"the {name} secret ({variable}) is unreadable") from exc
     binary = response.get("SecretBinary")
