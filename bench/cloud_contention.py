@@ -12,7 +12,8 @@ writer count:
 - ``calls``, ``ok`` and ``failed_share`` (the share of calls that did not answer ``ok``);
 - ``codes``: the calls by outcome code (``OK`` or the contract error code);
 - ``conflicts_per_success``: commit attempts refused for contention (a moved journal head, or a
-  DynamoDB ``TransactionConflict`` cancellation) per successful call;
+  DynamoDB ``TransactionConflict`` cancellation) per successful call (a retry whose head moved
+  while it was building is caught by a head read and sends no transaction: not counted);
 - ``wall_s`` and the calls' ``p50_ms`` / ``p95_ms`` latency.
 
 moto serializes its requests (as ``tests/aws_testing.py`` does: moto applies a transaction item

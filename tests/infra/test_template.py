@@ -481,7 +481,31 @@ def test_the_jwt_authorizer_is_the_api_default_and_checks_issuer_and_audience() 
     authorizer = auth["Authorizers"][auth["DefaultAuthorizer"]]
     assert authorizer["IdentitySource"] == "$request.header.Authorization"
     assert authorizer["JwtConfiguration"]["issuer"] == {"Ref": "IssuerUrl"}
-    assert authorizer["JwtConfiguration"]["audience"] == [{"Ref": "Audience"}]
+    # the resource URL, and the client ids an identity provider writes as aud (Entra ID v2,
+    # Cognito) only when the operator names them: never an empty audience
+    assert authorizer["JwtConfiguration"]["audience"] == {
+        "Fn::If": [
+            "HasAudienceAliases",
+            {
+                "Fn::Split": [
+                    ",",
+                    {
+                        "Fn::Join": [
+                            ",",
+                            [{"Ref": "Audience"}, {"Fn::Join": [",", {"Ref": "AudienceAliases"}]}],
+                        ]
+                    },
+                ]
+            },
+            [{"Ref": "Audience"}],
+        ]
+    }
+    env = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["ENGRAM_AUDIENCE_ALIASES"] == {"Fn::Join": [",", {"Ref": "AudienceAliases"}]}
+    rule = template()["Rules"]["ApprovalsNeedTheirOwnAudience"]["Assertions"][1]["Assert"]
+    assert rule == {
+        "Fn::Not": [{"Fn::Contains": [{"Ref": "AudienceAliases"}, {"Ref": "ApprovalAudience"}]}]
+    }
 
 
 def test_the_routes_reach_the_right_functions() -> None:

@@ -742,6 +742,47 @@ def test_an_unsent_commit_with_an_unknown_outcome_executes_once_on_retry(aws: Ha
     assert aws.ok("capture", capture_args())["status"] == "duplicate_exact"
 
 
+def _candidate_key_items() -> list[str]:
+    items = boto3.client("dynamodb", region_name=REGION).scan(TableName=KEY_TABLE)["Items"]
+    return sorted(item["key_ref"]["S"] for item in items if item["key_ref"]["S"].startswith("key_"))
+
+
+def _fresh_instance(aws: Harness) -> Any:
+    """Another Lambda instance: its own vault (nothing remembered of the first attempt)."""
+    from engram_memory.adapters.aws.kms_vault import KmsVault
+
+    vault = KmsVault(
+        kms_key_id=aws.vault._kms_key_id,
+        key_table=KEY_TABLE,
+        kms_client=boto3.client("kms", region_name=REGION),
+        dynamodb_client=boto3.client("dynamodb", region_name=REGION),
+    )
+    return dataclasses.replace(aws, engine=another_engine(dataclasses.replace(aws, vault=vault)))
+
+
+@pytest.mark.parametrize("retried_by", ["the same instance", "another instance"])
+def test_a_capture_retried_after_a_timeout_before_its_write_leaves_no_orphan_key(
+    aws: Harness, retried_by: str
+) -> None:
+    """DynamoDB times out before the capture's transaction lands: the first attempt must keep
+    its key (the outcome is unknown), and the retry that commits removes it (issue 25, item 9)."""
+    timeout = ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
+    remove = inject(
+        aws.store.dynamodb, "before-call.dynamodb.TransactWriteItems", fail_with(timeout)
+    )
+    for attempt in range(2):  # two lost answers in a row: two keys kept, both removed later
+        assert aws.error("capture", capture_args()) == "MUTATION_OUTCOME_UNKNOWN", attempt
+    remove()
+    assert len(_candidate_key_items()) == 2  # each unknown outcome kept its key
+    retrier = aws if retried_by == "the same instance" else _fresh_instance(aws)
+    value = retrier.ok("capture", capture_args())
+    assert value["status"] == "committed_pending"
+    row = aws.store.candidate_get(context().scope, value["candidate_id"])
+    assert row is not None
+    assert _candidate_key_items() == [row.key_ref]  # 0 orphans: only the committed key is held
+    assert aws.admit(value["candidate_id"])["outcome"]["status"] == "accepted"  # it opens
+
+
 def test_a_refused_forget_leaves_the_record_readable(aws: Harness) -> None:
     record_id = aws.remember()
     before = aws.store.table_snapshot()

@@ -440,3 +440,192 @@ def test_a_key_source_is_held_to_the_jwks_rules() -> None:
             with pytest.raises(InvalidToken) as refused:
                 verifier.verify(provider.token(kid))
             assert refused.value.reason == "unknown_key"
+
+
+# --------------------------------------------------------------------------------------------
+# The recipes (docs/identity-providers/): each provider's token shape, as it issues the claims
+# --------------------------------------------------------------------------------------------
+
+API_CLIENT_ID: Final = "6e1c3f52-8a4b-4c8e-9d5f-2b7a1c9e4d30"  # the Entra app of the MCP API
+COGNITO_CLIENT_ID: Final = "4k2v9q8r1s7t3u6w0x5y2z8a1b"
+COGNITO_POOL: Final = "eu-west-1_AbCdEf123"
+ENGRAM_CLAIMS: Final = {
+    "tenant_id": "acme",
+    "workspace_id": "ws-0001",
+    "purpose_ref": "purpose:general",
+    "engram_tools": ["search", "get", "capture"],
+}
+
+
+def cognito() -> Provider:
+    issuer = f"https://cognito-idp.eu-west-1.amazonaws.com/{COGNITO_POOL}"
+    return Provider("cognito", issuer, issuer + "/.well-known/jwks.json", with_alg=True)
+
+
+def okta_custom_server() -> Provider:
+    issuer = "https://acme.okta.com/oauth2/aus8k2l1wqEXAMPLE357"
+    return Provider("okta", issuer, issuer + "/v1/keys", with_alg=True)
+
+
+def cognito_id_token(provider: Provider, kid: str) -> str:
+    """An ID token of a V2_0 pre-token-generation trigger (docs/identity-providers/cognito.md):
+    aud the app client id, the Engram claims added by the trigger, Cognito's own beside them."""
+    return provider.token(
+        kid,
+        aud=COGNITO_CLIENT_ID,
+        sub="5f8e2c1a-3b4d-4e6f-8a9b-0c1d2e3f4a5b",
+        token_use="id",
+        auth_time=int(time.time()),
+        event_id="0b5a1c2d-3e4f-4a5b-8c6d-7e8f9a0b1c2d",
+        **{"cognito:username": "agent-alice", "origin_jti": "a1b2c3"},
+        **ENGRAM_CLAIMS,
+    )
+
+
+def entra_access_token(provider: Provider, kid: str, **claims: Any) -> str:
+    """A v2.0 access token for the MCP API's app registration: aud its client id, app roles in
+    ``roles``, the Engram claims from a custom claims provider (docs/identity-providers/entra-id.md)."""
+    body: dict[str, Any] = {
+        "aud": API_CLIENT_ID,
+        "sub": "AAAAAAAAAAAAAAAAAAAAAIkzqFVrSaSaFHy782bbtaQ",
+        "oid": "00000000-0000-0000-66f3-3332eca7ea81",
+        "tid": TENANT_ID,
+        "azp": "9a3f1e77-1c2b-4d5e-8f90-a1b2c3d4e5f6",
+        "azpacr": "0",
+        "ver": "2.0",
+        "roles": ["Engram.Agent"],
+        "scp": "Memory.ReadWrite",
+        **ENGRAM_CLAIMS,
+    }
+    return provider.token(kid, **{**body, **claims})
+
+
+def okta_access_token(provider: Provider, kid: str) -> str:
+    """An access token of an Okta custom authorization server whose Audience is the resource
+    URL, the Engram claims defined on its Claims tab (docs/identity-providers/okta.md)."""
+    return provider.token(
+        kid,
+        ver=1,
+        jti="AT.0mP4JzW3j5kJHq0aN8Z2z1y9QwErTy",
+        cid="0oa1b2c3d4EXAMPLE697",
+        uid="00u1a2b3c4EXAMPLE697",
+        scp=["engram.memory"],
+        sub="agent-alice@acme.example",
+        **ENGRAM_CLAIMS,
+    )
+
+
+def agent_context(claims: Any) -> Any:
+    from engram_memory.binding.host_config import HostConfig
+    from engram_memory.binding.tokens import context_from_claims
+
+    host = HostConfig(resource=AUDIENCE, issuer="unused", tenant_id="acme")
+    return context_from_claims(claims, audit_id="aud_recipe", host=host)
+
+
+def recipe_verifier(idp: Idp, provider: Provider, clock: FakeTime, *aliases: str) -> TokenVerifier:
+    return oidc_verifier(
+        provider.issuer,
+        audience=AUDIENCE,
+        audience_aliases=aliases,
+        keys=keys_of(idp, provider, clock),
+    )
+
+
+def test_cognito_id_tokens_with_trigger_claims_bind_a_context(idp: Idp, clock: FakeTime) -> None:
+    provider = serve(idp, cognito())
+    kid = provider.add_key()
+    provider.add_key()  # a user pool publishes two keys
+    verifier = recipe_verifier(idp, provider, clock, COGNITO_CLIENT_ID)
+    ctx = agent_context(verifier.verify(cognito_id_token(provider, kid)))
+    assert (ctx.tenant_id, ctx.workspace_id, ctx.purpose_ref) == (
+        "acme",
+        "ws-0001",
+        "purpose:general",
+    )
+    assert ctx.grants == frozenset({"search", "get", "capture"})
+    # without the app client id configured, the same token is for another service
+    with pytest.raises(InvalidToken) as refused:
+        verifier_for(idp, provider, clock).verify(cognito_id_token(provider, kid))
+    assert refused.value.reason == "audience"
+
+
+def test_a_cognito_access_token_without_aud_is_refused(idp: Idp, clock: FakeTime) -> None:
+    """Cognito access tokens carry ``client_id``, never ``aud``: the recipe sends the ID token."""
+    provider = serve(idp, cognito())
+    kid = provider.add_key()
+    now = int(time.time())
+    access = jwt.encode(
+        {
+            "iss": provider.issuer,
+            "sub": "agent-alice",
+            "client_id": COGNITO_CLIENT_ID,
+            "token_use": "access",
+            "scope": "engram/memory",
+            "iat": now,
+            "exp": now + 600,
+            **ENGRAM_CLAIMS,
+        },
+        provider.keys[kid],
+        algorithm="RS256",
+        headers={"kid": kid},
+    )
+    with pytest.raises(InvalidToken) as refused:
+        recipe_verifier(idp, provider, clock, COGNITO_CLIENT_ID).verify(access)
+    assert refused.value.reason == "missing_claim"
+
+
+def test_entra_v2_access_tokens_name_the_client_id_as_aud(idp: Idp, clock: FakeTime) -> None:
+    provider = serve(idp, entra())
+    kid = provider.add_key()
+    verifier = recipe_verifier(idp, provider, clock, API_CLIENT_ID)
+    claims = verifier.verify(entra_access_token(provider, kid))
+    assert claims.audience == AUDIENCE  # verified for this resource, under its other name
+    assert claims.other["roles"] == ["Engram.Agent"]  # kept, not read as grants
+    assert agent_context(claims).grants == frozenset({"search", "get", "capture"})
+    # the resource URL keeps working, and the alias does not widen the one-audience rule
+    assert verifier.verify(entra_access_token(provider, kid, aud=AUDIENCE)).subject
+    for aud in ([API_CLIENT_ID, AUDIENCE], [API_CLIENT_ID, "api://other"], "api://other"):
+        with pytest.raises(InvalidToken) as refused:
+            verifier.verify(entra_access_token(provider, kid, aud=aud))
+        assert refused.value.reason == "audience", aud
+    with pytest.raises(InvalidToken) as refused:  # not configured: refused as before
+        verifier_for(idp, provider, clock).verify(entra_access_token(provider, kid))
+    assert refused.value.reason == "audience"
+
+
+def test_okta_custom_server_tokens_name_the_resource_as_aud(idp: Idp, clock: FakeTime) -> None:
+    provider = serve(idp, okta_custom_server())
+    kid = provider.add_key()
+    claims = verifier_for(idp, provider, clock).verify(okta_access_token(provider, kid))
+    assert claims.other["cid"] == "0oa1b2c3d4EXAMPLE697" and claims.token_id
+    ctx = agent_context(claims)
+    assert ctx.principal == "agent-alice@acme.example" and ctx.workspace_id == "ws-0001"
+
+
+@pytest.mark.parametrize(
+    ("shape", "token", "aliases"),
+    [
+        (cognito, cognito_id_token, (COGNITO_CLIENT_ID,)),
+        (entra, entra_access_token, (API_CLIENT_ID,)),
+        (okta_custom_server, okta_access_token, ()),
+    ],
+    ids=["cognito", "entra", "okta"],
+)
+def test_each_recipe_survives_a_key_rotation(
+    idp: Idp, clock: FakeTime, shape: Any, token: Any, aliases: tuple[str, ...]
+) -> None:
+    """The provider rotates: a new kid is published, tokens move to it, the old key retires."""
+    provider = serve(idp, shape())
+    old = provider.add_key()
+    verifier = recipe_verifier(idp, provider, clock, *aliases)
+    assert verifier.verify(token(provider, old)).key_id == old
+    clock.now += 31  # past the refetch cooldown the first fetch started
+    new = provider.add_key()
+    assert verifier.verify(token(provider, new)).key_id == new  # fetched once, on its first use
+    stale = token(provider, old)
+    del provider.keys[old]
+    clock.now += 301  # the cached JWKS expires: the retired key is gone with it
+    with pytest.raises(InvalidToken) as refused:
+        verifier.verify(stale)
+    assert refused.value.reason == "unknown_key"

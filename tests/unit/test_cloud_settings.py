@@ -195,3 +195,20 @@ def test_the_adapter_s_host_configuration_names_the_variable_it_refuses() -> Non
     with pytest.raises(ConfigurationError) as raised:  # the issuer's keys are unusable
         build_adapter(AdapterSettings.from_env(ADAPTER_ENV), jwks={"keys": []})
     assert str(raised.value).startswith("ENGRAM_ISSUER is invalid: "), raised.value
+
+
+def test_the_adapter_s_audience_aliases_reach_its_token_verifier() -> None:
+    """Entra ID v2 and Cognito write a client id as ``aud``: ENGRAM_AUDIENCE_ALIASES names it."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from engram_memory.binding.tokens import public_jwks
+    from engram_memory.cloud.mcp_adapter import host_config_of, token_verifier
+
+    env = {**ADAPTER_ENV, "ENGRAM_AUDIENCE_ALIASES": " 6e1c3f52-8a4b-4c8e-9d5f-2b7a1c9e4d30 ,"}
+    settings = AdapterSettings.from_env(env)
+    assert settings.audience_aliases == ["6e1c3f52-8a4b-4c8e-9d5f-2b7a1c9e4d30"]
+    assert AdapterSettings.from_env(ADAPTER_ENV).audience_aliases == []  # unset: none
+    jwks = public_jwks(Ed25519PrivateKey.generate(), "kid-1")
+    verifier = token_verifier(host_config_of(settings), jwks, None, settings.audience_aliases)
+    assert verifier.audience == settings.resource_uri
+    assert verifier.audience_aliases == ("6e1c3f52-8a4b-4c8e-9d5f-2b7a1c9e4d30",)

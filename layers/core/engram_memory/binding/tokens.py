@@ -7,7 +7,8 @@ Two steps, two failures:
 
 - ``TokenVerifier.verify`` answers "is this an authentic, current token for this service?": the
   signature (algorithm allow-list ``EdDSA``, ``RS256``, ``ES256``; the algorithm is fixed by the
-  key, never chosen by the token), ``iss``, ``aud`` (exactly the configured resource), ``exp``,
+  key, never chosen by the token), ``iss``, ``aud`` (exactly the configured resource, or exactly
+  one of its configured aliases: the client id an Entra ID v2 or Cognito token names), ``exp``,
   ``nbf`` and ``iat`` with a 30 s leeway, and the presence of the required claims. Any failure is
   ``InvalidToken``.
 - ``context_from_claims`` answers "does this authentic token bind a usable context for this
@@ -372,6 +373,7 @@ class TokenVerifier:
         audience: str,
         token_type: str | None = None,
         key_source: KeySource | None = None,
+        audience_aliases: Sequence[str] = (),
     ) -> None:
         if not keys and key_source is None:
             raise ValueError("a token verifier needs at least one key")
@@ -379,6 +381,9 @@ class TokenVerifier:
         self._key_source = key_source
         self.issuer = _nonempty("issuer", issuer)
         self.audience = _nonempty("audience", audience)
+        # Other names of this same resource at the issuer (an Entra ID v2 access token's aud is
+        # the API's client id, not its URL); a token still names exactly one of them.
+        self.audience_aliases = tuple(_nonempty("audience alias", a) for a in audience_aliases)
         self.token_type = token_type
         self._jwt = jwt.PyJWT(options={"enforce_minimum_key_length": True})
 
@@ -410,6 +415,7 @@ class TokenVerifier:
         issuer: str,
         audience: str,
         token_type: str | None = None,
+        audience_aliases: Sequence[str] = (),
     ) -> TokenVerifier:
         """A verifier trusting the signing keys of a JWKS (a dict the caller fetched or built).
 
@@ -437,7 +443,13 @@ class TokenVerifier:
             raise ValueError(
                 "the JWKS holds no usable signing key (EdDSA, RS256 or ES256, with a kid)"
             )
-        return cls(keys, issuer=issuer, audience=audience, token_type=token_type)
+        return cls(
+            keys,
+            issuer=issuer,
+            audience=audience,
+            token_type=token_type,
+            audience_aliases=audience_aliases,
+        )
 
     @classmethod
     def from_key_source(
@@ -447,6 +459,7 @@ class TokenVerifier:
         issuer: str,
         audience: str,
         token_type: str | None = None,
+        audience_aliases: Sequence[str] = (),
     ) -> TokenVerifier:
         """A verifier asking ``key_source`` for the key of each token's ``kid`` (e.g.
         ``oidc.IssuerKeys``: the issuer's current JWKS, refetched as it rotates). A key the source
@@ -454,7 +467,12 @@ class TokenVerifier:
         key, public keys only); ``unknown_key`` when it has none. The source may raise its own
         exception when it cannot reach the issuer."""
         return cls(
-            {}, issuer=issuer, audience=audience, token_type=token_type, key_source=key_source
+            {},
+            issuer=issuer,
+            audience=audience,
+            token_type=token_type,
+            key_source=key_source,
+            audience_aliases=audience_aliases,
         )
 
     @property
@@ -493,7 +511,13 @@ class TokenVerifier:
         if alg != key.algorithm:
             raise InvalidToken("algorithm", "the bearer token's signing algorithm is not accepted")
         payload = self._decode(token, key)
-        return _claims(payload, key.algorithm, kid if isinstance(kid, str) else None, self.audience)
+        return _claims(
+            payload,
+            key.algorithm,
+            kid if isinstance(kid, str) else None,
+            self.audience,
+            self.audience_aliases,
+        )
 
     def _decode(self, token: str, key: _VerificationKey) -> dict[str, Any]:
         try:
@@ -501,7 +525,7 @@ class TokenVerifier:
                 token,
                 key.key,
                 algorithms=[key.algorithm],
-                audience=self.audience,
+                audience=[self.audience, *self.audience_aliases],
                 issuer=self.issuer,
                 leeway=LEEWAY_S,
                 options={"require": list(REQUIRED_CLAIMS)},
@@ -559,11 +583,16 @@ def _numeric_date(payload: Mapping[str, Any], name: str) -> int | None:
 
 
 def _claims(
-    payload: Mapping[str, Any], algorithm: str, kid: str | None, audience: str
+    payload: Mapping[str, Any],
+    algorithm: str,
+    kid: str | None,
+    audience: str,
+    aliases: Sequence[str] = (),
 ) -> VerifiedClaims:
     aud = payload["aud"]
+    named = aud[0] if isinstance(aud, list) and len(aud) == 1 else aud
     # Exactly this service: a token meant for several audiences could be replayed across them.
-    if aud != audience and aud != [audience]:
+    if not isinstance(named, str) or (named != audience and named not in aliases):
         raise InvalidToken("audience", "the bearer token was issued for another service (audience)")
     issued_at = _numeric_date(payload, "iat")
     expires_at = _numeric_date(payload, "exp")

@@ -431,7 +431,7 @@ def build_adapter(
     env = settings if isinstance(settings, AdapterSettings) else AdapterSettings.from_env(settings)
     clients = AwsClients(env.session, session)
     host = host_config_of(env)
-    verifier = token_verifier(host, jwks, jwks_fetcher)
+    verifier = token_verifier(host, jwks, jwks_fetcher, env.audience_aliases)
     if secrets_client is None:
         secrets_client = clients.client("secretsmanager")
     sealer = RequestStateSealer(request_state_key(secrets_client, env.request_state_secret_arn))

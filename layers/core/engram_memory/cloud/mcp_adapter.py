@@ -32,7 +32,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import urlparse
 
@@ -328,15 +328,20 @@ def token_verifier(
     host: HostConfig,
     jwks: Mapping[str, Any] | None,
     jwks_fetcher: Callable[[str], dict[str, Any]] | None,
+    audience_aliases: Sequence[str] = (),
 ) -> TokenVerifier:
     """The bearer tokens' verifier: the issuer's keys from its discovery document (following its
-    rotations), or the pinned ``jwks``. Raises ``ConfigurationError``."""
+    rotations), or the pinned ``jwks``; ``aud`` the resource or one of ``audience_aliases``.
+    Raises ``ConfigurationError``."""
+    aliases = tuple(audience_aliases)
     try:
         if jwks is None and jwks_fetcher is not None:
             jwks = jwks_fetcher(host.issuer)
         if jwks is None:
-            return oidc_verifier(host.issuer, audience=host.resource)
-        return TokenVerifier.from_jwks(jwks, issuer=host.issuer, audience=host.resource)
+            return oidc_verifier(host.issuer, audience=host.resource, audience_aliases=aliases)
+        return TokenVerifier.from_jwks(
+            jwks, issuer=host.issuer, audience=host.resource, audience_aliases=aliases
+        )
     except IssuerKeysUnavailable as exc:
         raise ConfigurationError(f"ENGRAM_ISSUER: {exc}") from exc
     except ValueError as exc:

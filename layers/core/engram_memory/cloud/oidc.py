@@ -24,7 +24,11 @@ Issuer shapes as the providers publish them (the tests serve each from loopback)
 - Entra ID (v2 endpoints, one tenant): ``https://login.microsoftonline.com/<tenant>/v2.0`` →
   ``https://login.microsoftonline.com/<tenant>/discovery/v2.0/keys`` (RSA keys without ``alg``:
   RS256);
-- Keycloak: ``https://<host>/realms/<realm>`` → ``…/realms/<realm>/protocol/openid-connect/certs``.
+- Keycloak: ``https://<host>/realms/<realm>`` → ``…/realms/<realm>/protocol/openid-connect/certs``;
+- Cognito: ``https://cognito-idp.<region>.amazonaws.com/<user pool id>`` →
+  ``…/<user pool id>/.well-known/jwks.json``.
+
+The recipes for issuing the stack's claims from each are in ``docs/identity-providers/``.
 
 The discovery document is read once per process: a ``jwks_uri`` changes far more rarely than
 keys rotate, and a new Lambda container reads it again. Nothing here logs or raises a token.
@@ -38,7 +42,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -197,11 +201,17 @@ def oidc_verifier(
     audience: str,
     token_type: str | None = None,
     keys: IssuerKeys | None = None,
+    audience_aliases: Sequence[str] = (),
 ) -> TokenVerifier:
     """A ``TokenVerifier`` for ``issuer``'s tokens whose keys follow its discovery document;
-    the discovery document and the JWKS are fetched now (``IssuerKeysUnavailable`` if not)."""
+    the discovery document and the JWKS are fetched now (``IssuerKeysUnavailable`` if not).
+    ``audience_aliases``: the resource's client id where the issuer names that as ``aud``."""
     source = keys if keys is not None else IssuerKeys(issuer)
     source.prefetch()
     return TokenVerifier.from_key_source(
-        source, issuer=issuer, audience=audience, token_type=token_type
+        source,
+        issuer=issuer,
+        audience=audience,
+        token_type=token_type,
+        audience_aliases=audience_aliases,
     )

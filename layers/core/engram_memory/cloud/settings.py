@@ -331,6 +331,11 @@ class AdapterSettings(_BindingSettings):
     allowed_hosts: Csv = _env(
         "ENGRAM_ALLOWED_HOSTS", "comma-separated extra Host values", default_factory=list
     )
+    audience_aliases: Csv = _env(
+        "ENGRAM_AUDIENCE_ALIASES",
+        "comma-separated client ids an agent token may name as aud besides ENGRAM_RESOURCE_URI",
+        default_factory=list,
+    )
 
 
 class ApprovalSettings(StoredRecordsSettings):

@@ -99,7 +99,7 @@ class EngineSettings:
     # TransactionConflict) are waited out with jittered backoff until the call's deadline
     # (DEADLINE_EXCEEDED); a call without a deadline waits this long at most (FENCE_LOST).
     contention_budget_ms: int = 30_000
-    contention_backoff_cap_ms: int = 250
+    contention_backoff_cap_ms: int = 1_000
     # An envelope larger than this cannot cross the transport: RESULT_TOO_LARGE.
     transport_ceiling_bytes: int = TRANSPORT_CEILING_BYTES
     # With a semantic channel: how the two lists are fused (engine/semantic.py), and whether
@@ -335,6 +335,11 @@ class Kernel:
             self.check_live(call)
             head = self.read(lambda: self.store.head(call.scope))
             changes = build(head)
+            if contention.contended and self._head_moved(call, head):
+                # Under contention building takes long enough for another writer to land: a
+                # head read is far cheaper than a transaction its condition would refuse.
+                contention.back_off()
+                continue
             try:
                 self.store.commit(changes)
             except CommitConflict as conflict:
@@ -349,6 +354,9 @@ class Kernel:
             except CommitOutcomeUnknown:
                 raise EngramError(ErrorCode.MUTATION_OUTCOME_UNKNOWN) from None
             return changes
+
+    def _head_moved(self, call: Call, head: JournalHead) -> bool:
+        return self.read(lambda: self.store.head(call.scope)) != head
 
     def ledger_entry(
         self,
@@ -804,6 +812,11 @@ class _Contention:
         self._ends = time.monotonic() + budget_ms / 1000
         self._cap_s = settings.contention_backoff_cap_ms / 1000
         self._attempt = 0
+
+    @property
+    def contended(self) -> bool:
+        """Has the call lost the head to another writer already?"""
+        return self._attempt > 0
 
     def back_off(self) -> None:
         self._attempt += 1

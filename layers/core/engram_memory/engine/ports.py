@@ -308,6 +308,9 @@ class Store(Protocol):
 class SealedBlob:
     key_ref: str
     ciphertext: bytes
+    # Keys an earlier attempt sealed for the same candidate (a call retried after an unknown
+    # outcome): no candidate holds them once this blob's candidate commits, so they are shredded.
+    superseded: tuple[str, ...] = ()
 
 
 class Vault(Protocol):

@@ -24,6 +24,8 @@ bytes or ciphertext, and the vault logs nothing.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
 import secrets
 import threading
@@ -168,6 +170,7 @@ class KmsVault(KeyTableClients):
 
     def _set_up(self) -> None:
         self._kms_recorder: _RecordingKmsClient | None = None
+        self._slots = _AttemptSlots()
         self._kms_keyring: Any = None
         self._materials = AwsCryptographicMaterialProviders(config=MaterialProvidersConfig())
         # One data key per message, so a message carrying more is malformed by construction.
@@ -183,30 +186,50 @@ class KmsVault(KeyTableClients):
     def seal(self, scope: Scope, candidate_id: str, plaintext: bytes) -> SealedBlob:
         """Encrypt ``plaintext`` under a fresh data key bound to ``scope`` and ``candidate_id``.
 
-        Raises ``VaultUnavailable`` when the candidate cannot be sealed (KMS or DynamoDB refused
-        or failed, or encryption failed); no key item is written unless everything else worked.
+        The key's name is the candidate's next free **attempt slot** (``attempt_key_ref``), taken
+        with a conditional write: a call retried after an unknown outcome (in any instance)
+        finds its first attempt's key and returns it as ``superseded``, for the capture to shred
+        once its own candidate is committed, so no retry leaves a key item behind. Raises
+        ``VaultUnavailable`` when the candidate cannot be sealed (KMS or DynamoDB refused or
+        failed, or encryption failed); no key item is written unless everything else worked.
         """
         data_key = secrets.token_bytes(_KEY_BYTES)
-        key_ref = "key_" + secrets.token_hex(16)
-        sealed = seal_sealed_blob(
-            self._esdk, "KMS", scope, candidate_id, key_ref, data_key, plaintext
-        )
-        wrapped = self._wrap(data_key, _wrap_context(key_ref, scope, candidate_id))
-        # The key item is written last so a failed seal leaves no orphan key behind.
+        slot = self._slots.first(scope, candidate_id)
+        while True:
+            key_ref = attempt_key_ref(scope, candidate_id, slot)
+            sealed = seal_sealed_blob(
+                self._esdk, "KMS", scope, candidate_id, key_ref, data_key, plaintext
+            )
+            wrapped = self._wrap(data_key, _wrap_context(key_ref, scope, candidate_id))
+            # The key item is written last so a failed seal leaves no orphan key behind.
+            if self._put_key(key_ref, wrapped):
+                break
+            slot += 1
+        self._slots.taken(scope, candidate_id, slot)
+        earlier = tuple(attempt_key_ref(scope, candidate_id, n) for n in range(slot))
+        return dataclasses.replace(sealed, superseded=earlier)
+
+    def _put_key(self, key_ref: str, wrapped: bytes) -> bool:
+        """Write the key item; False when the slot is taken (another attempt's key)."""
         item = {
             "key_ref": {"S": key_ref},
             "wrapped": {"B": wrapped},
             "created_at_ms": {"N": str(time.time_ns() // 1_000_000)},
         }
-        self._dynamodb_call(
-            "seal",
-            lambda client: client.put_item(
-                TableName=self._table,
-                Item=item,
-                ConditionExpression="attribute_not_exists(key_ref)",
-            ),
-        )
-        return sealed
+        try:
+            self._dynamodb_call(
+                "seal",
+                lambda client: client.put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(key_ref)",
+                ),
+            )
+        except VaultUnavailable as exc:
+            if _error_code(exc.__cause__) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
 
     def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
         """Decrypt ``blob``, which must have been sealed for this ``scope`` and ``candidate_id``.
@@ -392,6 +415,41 @@ def is_transient_kms_error(exc: BaseException) -> bool:
     # Connection, endpoint, timeout and credential failures; and anything the client raised that
     # is not a service answer at all. Only an explicit refusal by KMS is an integrity failure.
     return True
+
+
+def attempt_key_ref(scope: Scope, candidate_id: str, slot: int) -> str:
+    """The name of the data key of a candidate's ``slot``-th sealing (0 for the first)."""
+    fields = (scope.tenant_id, scope.workspace_id, candidate_id, str(slot))
+    return "key_" + hashlib.sha256("\x00".join(fields).encode()).hexdigest()[:32]
+
+
+class _AttemptSlots:
+    """The next attempt slot per candidate this instance sealed, so that the attempts of one
+    call (a commit retried after the head moved) do not probe the slots it took already; a
+    candidate this instance does not remember starts at slot 0. Bounded, oldest forgotten."""
+
+    _LIMIT: ClassVar[int] = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next: dict[tuple[Scope, str], int] = {}
+
+    def first(self, scope: Scope, candidate_id: str) -> int:
+        with self._lock:
+            return self._next.get((scope, candidate_id), 0)
+
+    def taken(self, scope: Scope, candidate_id: str, slot: int) -> None:
+        with self._lock:
+            self._next.pop((scope, candidate_id), None)
+            self._next[(scope, candidate_id)] = slot + 1
+            if len(self._next) > self._LIMIT:
+                del self._next[next(iter(self._next))]
+
+
+def _error_code(exc: BaseException | None) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
 
 
 def _wrap_context(key_ref: str, scope: Scope, candidate_id: str) -> dict[str, str]:

@@ -41,6 +41,7 @@ def _commit_capture(
     )
     policy_version = k.policy_version()
     sealed_keys: list[str] = []
+    superseded: set[str] = set()
     output: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:
@@ -54,6 +55,7 @@ def _commit_capture(
         k.prepare_record_key(call, record["record_id"])
         blob = k.seal(call, candidate_id, {"record": record, "evidence": evidence})
         sealed_keys.append(blob.key_ref)
+        superseded.update(blob.superseded)
         digests = {
             "payload_digest": record["payload_digest"],
             "record_digest": record["record_digest"],
@@ -83,15 +85,20 @@ def _commit_capture(
             approval_id=approval.approval_id if approval else None,
         )
 
-    _commit_sealed(k, call, build, sealed_keys)
+    _commit_sealed(k, call, build, sealed_keys, superseded)
     return output
 
 
 def _commit_sealed(
-    k: Kernel, call: Call, build: Callable[[JournalHead], ChangeSet], sealed_keys: list[str]
+    k: Kernel,
+    call: Call,
+    build: Callable[[JournalHead], ChangeSet],
+    sealed_keys: list[str],
+    superseded: set[str],
 ) -> None:
     """Commit, then shred every candidate key a ``build`` sealed that no committed candidate
-    holds (a commit retried after the head moved seals again, under a new key)."""
+    holds (a commit retried after the head moved seals again, under a new key), and, once the
+    candidate is committed, the keys earlier attempts of the call left (``superseded``)."""
     try:
         changes = k.commit(call, build)
     except EngramError as error:
@@ -104,7 +111,9 @@ def _commit_sealed(
         k.shred_unused(sealed_keys, [])
         raise
     committed_key = changes.new_candidate.key_ref if changes.new_candidate else None
-    k.shred_unused(sealed_keys, [committed_key] if committed_key else [])
+    # Only now may an earlier attempt's key go: until this commit it may guard the candidate.
+    unused = sealed_keys + sorted(superseded - set(sealed_keys))
+    k.shred_unused(unused, [committed_key] if committed_key else [])
 
 
 def _pending_row(
