@@ -23,10 +23,10 @@ from engram_memory.adapters.local.approvals import ApprovalBook
 from engram_memory.contract.types import format_instant
 from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import init_data_dir, open_embedded
-from engram_memory.engine.context import Scope, TrustedContext, new_audit_id
+from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.operator_plane import text
 
-from engram_testing import capture_args, forget_request, handled
+from engram_testing import capture_args, context, forget_request, handled
 
 Capture = pytest.CaptureFixture[str]
 SCRIPT = Path(sys.executable).parent / "engram-memory"  # the installed console script
@@ -51,12 +51,8 @@ def _run(*words: str, cwd: Path = VENV_HOME) -> subprocess.CompletedProcess[str]
 
 
 def _ctx() -> TrustedContext:
-    return TrustedContext(
-        tenant_id="local",
-        workspace_id="default",
-        principal="agent-alice",
-        purpose_ref="purpose:general",
-        audit_id=new_audit_id(),
+    return context(
+        principal="agent-alice", tenant="local", workspace="default", purpose="purpose:general"
     )
 
 

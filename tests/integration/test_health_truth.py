@@ -18,22 +18,18 @@ from test_serve_day_one import init
 
 from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import open_embedded
-from engram_memory.engine.context import TrustedContext, new_audit_id
+from engram_memory.engine.context import TrustedContext
 from engram_memory.operator_plane import usecases
 
-from engram_testing import capture_args, handled
+from engram_testing import capture_args, context, handled
 
 Capture = pytest.CaptureFixture[str]
 SECRET_TEXT = "Health: the team lunch moved to Thursdays at noon, room Kestrel."
 
 
 def _ctx() -> TrustedContext:
-    return TrustedContext(
-        tenant_id="local",
-        workspace_id="default",
-        principal="agent-health",
-        purpose_ref="purpose:general",
-        audit_id=new_audit_id(),
+    return context(
+        principal="agent-health", tenant="local", workspace="default", purpose="purpose:general"
     )
 
 
