@@ -22,11 +22,10 @@ from typing import Any, Final
 
 import pytest
 
-from scripts.cloud_template import _packaged, load_template, translate
+from scripts.cloud_template import _packaged, deployed, load_template, translate
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 TEMPLATE: Final = ROOT / "template.yaml"
-NO_VALUE: Final = object()
 OPERATOR_TOPIC: Final = "arn:aws:sns:eu-west-1:123456789012:engram-operators"
 
 
@@ -35,56 +34,9 @@ def translated() -> dict[str, Any]:
     return translate(TEMPLATE)
 
 
-def _parameter(name: str, given: dict[str, str]) -> Any:
-    if name in given:
-        return given[name]
-    if name.startswith("AWS::"):
-        return {"Ref": name}  # a pseudo parameter stays symbolic
-    return translated()["Parameters"][name].get("Default", "")
-
-
-def _condition(body: Any, given: dict[str, str]) -> Any:
-    """A condition's value (or, for a Ref, the parameter's value); in resources, a Ref stays."""
-    ((key, value),) = body.items()
-    if key == "Condition":
-        return _condition(translated()["Conditions"][value], given)
-    if key == "Ref":
-        return _parameter(value, given)
-    if key == "Fn::Equals":
-        left, right = (_condition(v, given) if isinstance(v, dict) else v for v in value)
-        return left == right
-    if key == "Fn::Join":
-        return value[0].join(str(v) for v in _condition(value[1], given))
-    parts = [_condition(v, given) for v in value]
-    if key == "Fn::Not":
-        return not parts[0]
-    return all(parts) if key == "Fn::And" else any(parts)
-
-
-def resolved(value: Any, given: dict[str, str]) -> Any:
-    """``value`` with every ``Fn::If`` decided and ``AWS::NoValue`` dropped."""
-    if isinstance(value, list):
-        items = [resolved(v, given) for v in value]
-        return [v for v in items if v is not NO_VALUE]
-    if not isinstance(value, dict):
-        return value
-    if value == {"Ref": "AWS::NoValue"}:
-        return NO_VALUE
-    if set(value) == {"Fn::If"}:
-        name, then, otherwise = value["Fn::If"]
-        chosen = then if _condition({"Condition": name}, given) else otherwise
-        return resolved(chosen, given)
-    items = {k: resolved(v, given) for k, v in value.items()}
-    return {k: v for k, v in items.items() if v is not NO_VALUE}
-
-
 def stack(**given: str) -> dict[str, dict[str, Any]]:
     """The resources CloudFormation creates for these parameter values, intrinsics decided."""
-    return {
-        name: resolved(body, given)
-        for name, body in translated()["Resources"].items()
-        if "Condition" not in body or _condition({"Condition": body["Condition"]}, given)
-    }
+    return deployed(translated(), **given)
 
 
 def of_type(resources: dict[str, dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:

@@ -103,9 +103,11 @@ def get_logger() -> Logger:
         if "logger" not in _singletons:
             from aws_lambda_powertools import Logger
 
-            _singletons["logger"] = Logger(service=_service(), **{TENANT_DIMENSION: _tenant()})
-        logger: Logger = _singletons["logger"]
-        return logger
+            logger = Logger(service=_service())
+            logger.append_keys(**{TENANT_DIMENSION: _tenant()})
+            _singletons["logger"] = logger
+        shared: Logger = _singletons["logger"]
+        return shared
 
 
 def get_metrics() -> Metrics:
