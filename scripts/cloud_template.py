@@ -117,6 +117,65 @@ def translate(path: Path) -> dict[str, Any]:
     return translated
 
 
+_NO_VALUE: Final = object()
+
+
+def _parameter(template: dict[str, Any], name: str, given: dict[str, str]) -> Any:
+    if name in given:
+        return given[name]
+    if name.startswith("AWS::"):
+        return {"Ref": name}  # a pseudo parameter stays symbolic
+    return template["Parameters"][name].get("Default", "")
+
+
+def condition_value(template: dict[str, Any], body: Any, given: dict[str, str]) -> Any:
+    """A condition's value for the parameter values ``given`` (defaults otherwise)."""
+    ((key, value),) = body.items()
+    if key == "Condition":
+        return condition_value(template, template["Conditions"][value], given)
+    if key == "Ref":
+        return _parameter(template, value, given)
+    if key == "Fn::Equals":
+        left, right = (
+            condition_value(template, v, given) if isinstance(v, dict) else v for v in value
+        )
+        return left == right
+    if key == "Fn::Join":
+        return value[0].join(str(v) for v in condition_value(template, value[1], given))
+    parts = [condition_value(template, v, given) for v in value]
+    if key == "Fn::Not":
+        return not parts[0]
+    return all(parts) if key == "Fn::And" else any(parts)
+
+
+def _decided(template: dict[str, Any], value: Any, given: dict[str, str]) -> Any:
+    if isinstance(value, list):
+        items = [_decided(template, v, given) for v in value]
+        return [v for v in items if v is not _NO_VALUE]
+    if not isinstance(value, dict):
+        return value
+    if value == {"Ref": "AWS::NoValue"}:
+        return _NO_VALUE
+    if set(value) == {"Fn::If"}:
+        name, then, otherwise = value["Fn::If"]
+        chosen = then if condition_value(template, {"Condition": name}, given) else otherwise
+        return _decided(template, chosen, given)
+    decided = {k: _decided(template, v, given) for k, v in value.items()}
+    return {k: v for k, v in decided.items() if v is not _NO_VALUE}
+
+
+def deployed(template: dict[str, Any], **given: str) -> dict[str, dict[str, Any]]:
+    """The resources CloudFormation creates from the translated ``template`` for the parameter
+    values ``given``: conditions evaluated, every ``Fn::If`` decided, ``AWS::NoValue`` dropped
+    (a ``Ref`` to a parameter stays a ``Ref``)."""
+    return {
+        name: _decided(template, body, given)
+        for name, body in template["Resources"].items()
+        if "Condition" not in body
+        or condition_value(template, {"Condition": body["Condition"]}, given)
+    }
+
+
 def _lint_findings(translated: dict[str, Any]) -> list[Any]:
     from cfnlint.api import ManualArgs, lint
 

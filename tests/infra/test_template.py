@@ -93,6 +93,10 @@ DASHBOARD_WIDGETS: Final = (
     "State machine failures",
     "Projection lag (ms)",
     "Outbox age (s) and pending items",
+    "HTTP API requests",
+    "HTTP API 4xx",
+    "HTTP API 5xx",
+    "HTTP API latency p99 (ms)",
 )
 # Actions that have no resource-level permissions and so may name Resource "*".
 # Actions without a resource type: they can only be granted on "*".
@@ -427,7 +431,7 @@ def test_tool_functions_stay_under_the_api_integration_limit(function: str) -> N
 def test_the_shared_environment_carries_every_variable_the_handlers_read() -> None:
     env = template()["Globals"]["Function"]["Environment"]["Variables"]
     assert set(env) >= REQUIRED_ENV
-    assert env["ENGRAM_OPENSEARCH_INDEX"] == "engram-records"
+    assert env["ENGRAM_OPENSEARCH_INDEX"] == {"Fn::Sub": "engram-${TenantId}-records"}
     assert env["ENGRAM_RESOURCE_URI"] == {"Ref": "Audience"}
     assert env["ENGRAM_ISSUER"] == {"Ref": "IssuerUrl"}
     assert env["POWERTOOLS_SERVICE_NAME"] == "engram-memory"
@@ -1297,12 +1301,12 @@ def test_every_name_the_dashboard_substitutes_exists_in_the_template() -> None:
 # GateFailed in test_tool_handlers, ProjectionLagMs in test_workflow_lambdas). A CloudWatch
 # SCHEMA() query matches only metrics with exactly its dimension set.
 EMITTED_DIMENSIONS = {
-    "ToolCalls": {"service", "tool", "code"},
-    "GateFailed": {"service", "tool"},
-    "AdmissionOutcome": {"service", "status"},
-    "ProjectionLagMs": {"service", "workflow"},
-    "OutboxOldestAgeSeconds": {"service"},
-    "OutboxPending": {"service"},
+    "ToolCalls": {"service", "tenant", "tool", "code"},
+    "GateFailed": {"service", "tenant", "tool"},
+    "AdmissionOutcome": {"service", "tenant", "status"},
+    "ProjectionLagMs": {"service", "tenant", "workflow"},
+    "OutboxOldestAgeSeconds": {"service", "tenant"},
+    "OutboxPending": {"service", "tenant"},
 }
 SCHEMA_QUERY = re.compile(r'SELECT \w+\((\w+)\) FROM SCHEMA\("EngramMemory", ([\w, ]+)\)')
 
@@ -1313,6 +1317,16 @@ def test_every_dashboard_query_matches_the_dimensions_the_code_emits() -> None:
     assert {metric for metric, _ in queries} == set(EMITTED_DIMENSIONS)
     for metric, dimensions in queries:
         assert {d.strip() for d in dimensions.split(",")} == EMITTED_DIMENSIONS[metric], metric
+    # ...and each selects only this stack's tenant: another stack's series never shows here.
+    assert body.count("FROM SCHEMA(") == body.count("AND tenant = '${TenantId}'") > 0
+
+
+def alarm_topic(actions: list[Any]) -> str:
+    """The one topic an alarm's actions name: the operator's AlarmTopicArn, else the stack's."""
+    assert actions == [
+        {"Fn::If": ["CreateAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]}
+    ]
+    return "AlarmTopic"
 
 
 def test_every_function_has_an_errors_alarm_on_the_alarm_topic() -> None:
@@ -1327,7 +1341,7 @@ def test_every_function_has_an_errors_alarm_on_the_alarm_topic() -> None:
 def metric_alarm_targets(metric_name: str) -> set[str]:
     found: set[str | None] = set()
     for alarm in resources("AWS::CloudWatch::Alarm").values():
-        assert [ref_target(a) for a in alarm["Properties"]["AlarmActions"]] == ["AlarmTopic"]
+        assert alarm_topic(alarm["Properties"]["AlarmActions"]) == "AlarmTopic"
         for query in alarm["Properties"].get("Metrics", []):
             metric = query.get("MetricStat", {}).get("Metric", {})
             if metric.get("MetricName") == metric_name:
@@ -1351,7 +1365,7 @@ def alarm_on(metric_name: str) -> dict[str, Any]:
         for a in resources("AWS::CloudWatch::Alarm").values()
         if a["Properties"].get("MetricName") == metric_name
     ]
-    assert [ref_target(a) for a in alarm["AlarmActions"]] == ["AlarmTopic"]
+    assert alarm_topic(alarm["AlarmActions"]) == alarm_topic(alarm["OKActions"])
     found: dict[str, Any] = alarm
     return found
 
@@ -1368,6 +1382,12 @@ def test_http_api_5xx_raises_an_alarm() -> None:
     [
         ("ClusterStatus.red", "GreaterThanOrEqualToThreshold", 1),
         ("ClusterIndexWritesBlocked", "GreaterThanOrEqualToThreshold", 1),
+        ("ClusterStatus.yellow", "GreaterThanOrEqualToThreshold", 1),
+        (
+            "JVMMemoryPressure",
+            "GreaterThanOrEqualToThreshold",
+            {"Ref": "OpenSearchJvmPressureAlarmPercent"},
+        ),
         (
             "FreeStorageSpace",
             "LessThanOrEqualToThreshold",
@@ -1391,7 +1411,8 @@ def test_the_outbox_age_alarm_reads_the_metric_the_drainer_emits() -> None:
     environment = template()["Globals"]["Function"]["Environment"]["Variables"]
     assert alarm["Namespace"] == environment["POWERTOOLS_METRICS_NAMESPACE"]
     assert alarm["Dimensions"] == [
-        {"Name": "service", "Value": environment["POWERTOOLS_SERVICE_NAME"]}
+        {"Name": "service", "Value": environment["POWERTOOLS_SERVICE_NAME"]},
+        {"Name": "tenant", "Value": {"Ref": "TenantId"}},
     ]
     assert alarm["Threshold"] == {"Ref": "OutboxAgeAlarmSeconds"}
     assert alarm["TreatMissingData"] == "breaching"  # a drainer that stopped reporting alarms
@@ -1443,7 +1464,10 @@ def test_reserved_concurrency_is_a_parameter_where_zero_or_empty_means_unreserve
 def test_the_alarm_email_subscription_is_optional() -> None:
     (subscription,) = resources("AWS::SNS::Subscription").values()
     assert template()["Conditions"][subscription["Condition"]] == {
-        "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]}]
+        "Fn::And": [
+            {"Condition": "CreateAlarmTopic"},
+            {"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]}]},
+        ]
     }
     assert ref_target(subscription["Properties"]["TopicArn"]) == "AlarmTopic"
 

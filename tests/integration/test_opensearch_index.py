@@ -281,6 +281,21 @@ def test_the_mapping_file_is_the_mapping_the_adapter_creates(
     assert create.body == json.loads(INDEX_JSON.read_text(encoding="utf-8")) == INDEX_BODY
 
 
+@pytest.mark.parametrize("replicas", [0, 1])
+def test_the_index_is_created_with_the_profiles_replica_count(
+    client: OpenSearch, cluster: FakeCluster, replicas: int
+) -> None:
+    # dev (one node) needs 0 replicas to be green; production (three AZs) keeps one copy.
+    named = OpenSearchLexicalIndex(
+        client=client, index_name="engram-acme-records", replicas=replicas
+    )
+    assert named.ensure_index() is True
+    [create] = cluster.requests
+    assert (create.method, create.path) == ("PUT", "/engram-acme-records")
+    assert create.body["settings"]["index"]["number_of_replicas"] == replicas
+    assert create.body["mappings"] == INDEX_BODY["mappings"]
+
+
 def test_the_mapping_indexes_the_engine_terms_as_they_are() -> None:
     settings = INDEX_BODY["settings"]["index"]
     assert settings["similarity"]["engram_bm25"] == {

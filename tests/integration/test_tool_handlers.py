@@ -69,6 +69,7 @@ POWERTOOLS_FIELDS = {
     "function_arn",
     "function_request_id",
     "xray_trace_id",
+    "tenant",  # the stack's TenantId, on every line (observability.TENANT_DIMENSION)
 }
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 AUDIT_FIELDS = {
@@ -547,6 +548,29 @@ def test_audit_lines_and_metrics_never_carry_payload_text(
     ]
     assert all(m["_aws"]["CloudWatchMetrics"][0]["Namespace"] for m in calls)
     assert [m["status"] for m in _metrics(lines, "AdmissionOutcome")] == ["accepted"]
+
+
+def test_every_metric_and_log_line_carries_the_stacks_tenant(
+    invoke: Invoke, output: Callable[[], list[dict[str, Any]]]
+) -> None:
+    # Two tenant stacks in one account must never write the same series: every EMF document
+    # (the cold-start metric included) has `tenant` in each dimension set, valued TenantId.
+    remember(invoke, "Pin the base image by digest.", "t" * 16)
+    value_of("search", invoke("search", event("search", query="base image")))
+
+    lines = output()
+    emf = [line for line in lines if "_aws" in line]
+    assert {"ToolCalls", "AdmissionOutcome"} <= {
+        metric["Name"]
+        for line in emf
+        for d in line["_aws"]["CloudWatchMetrics"]
+        for metric in d["Metrics"]
+    }
+    for line in emf:
+        assert line["tenant"] == TENANT, line
+        for directive in line["_aws"]["CloudWatchMetrics"]:
+            assert all("tenant" in dims for dims in directive["Dimensions"]), directive
+    assert all(line["tenant"] == TENANT for line in _audit_lines(lines))
 
 
 def test_a_failed_confirmation_gate_is_counted(

@@ -306,6 +306,8 @@ def test_the_invalidation_step_reports_the_projection_lag(
     assert definition["Metrics"] == [{"Name": "ProjectionLagMs", "Unit": "Milliseconds"}]
     assert lags[0]["ProjectionLagMs"] == [1500.0]
     assert lags[0]["workflow"] == "withdraw"
+    assert lags[0]["tenant"] == TENANT  # the stack's series only (the dashboard selects it)
+    assert definition["Dimensions"] == [["service", "tenant", "workflow"]]
 
 
 # --------------------------------------------------------------------------------------------

@@ -127,6 +127,7 @@ def test_a_missing_variable_is_one_line_naming_it_and_what_to_set(
         (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_OPENSEARCH_ENDPOINT", "http://plain.example"),
         (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_OPENSEARCH_SERVICE", "solr"),
         (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_OPENSEARCH_INDEX", "Engram"),
+        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_OPENSEARCH_REPLICAS", "3"),
         (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_SEMANTIC", "remote"),
         (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_FUSION", "max"),
         (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_EMBEDDING_MODEL_SHA256", "ABC"),
@@ -156,6 +157,13 @@ def test_the_engine_settings_parse_their_values_and_defaults() -> None:
         "off",
     )
     assert (settings.opensearch_index, settings.opensearch_service) == ("engram-records", "es")
+    assert settings.opensearch_replicas is None  # the domain's default, unless the stack says
+    per_tenant = {
+        "ENGRAM_OPENSEARCH_INDEX": "engram-acme-records",
+        "ENGRAM_OPENSEARCH_REPLICAS": "0",
+    }
+    parsed = ToolFunctionSettings.from_env({**ENGINE_ENV, **per_tenant})
+    assert (parsed.opensearch_index, parsed.opensearch_replicas) == ("engram-acme-records", 0)
     assert ToolFunctionSettings.from_env(ENGINE_ENV).binding() == HostBinding("acme")
 
 

@@ -328,19 +328,23 @@ def _approval_page_parts(
 
 def _lexical_index(aws: _Aws, opensearch_client: Any) -> LexicalIndex:
     """``OpenSearchLexicalIndex`` at ``ENGRAM_OPENSEARCH_ENDPOINT`` (or over
-    ``opensearch_client``), index ``ENGRAM_OPENSEARCH_INDEX`` (default ``engram-records``), SigV4
+    ``opensearch_client``), index ``ENGRAM_OPENSEARCH_INDEX`` (default ``engram-records``; the
+    template names it per tenant) with ``ENGRAM_OPENSEARCH_REPLICAS`` replicas, SigV4
     service ``ENGRAM_OPENSEARCH_SERVICE`` (``es``, the default, for a domain; ``aoss`` for
     OpenSearch Serverless)."""
     from engram_memory.adapters.aws.opensearch_index import OpenSearchLexicalIndex
 
-    index_name = aws.env.opensearch_index
+    index_name, replicas = aws.env.opensearch_index, aws.env.opensearch_replicas
     try:
         if opensearch_client is not None:
-            return OpenSearchLexicalIndex(client=opensearch_client, index_name=index_name)
+            return OpenSearchLexicalIndex(
+                client=opensearch_client, index_name=index_name, replicas=replicas
+            )
         return OpenSearchLexicalIndex(
             endpoint=aws.env.opensearch_endpoint,
             region=aws.session().region_name,
             index_name=index_name,
+            replicas=replicas,
             session=aws.session(),
             service=aws.env.opensearch_service,
         )

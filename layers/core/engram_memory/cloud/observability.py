@@ -6,7 +6,11 @@ process. They are configured by the usual Powertools environment variables:
 
 - ``POWERTOOLS_SERVICE_NAME`` (default ``engram-memory``) — the ``service`` key and dimension;
 - ``POWERTOOLS_METRICS_NAMESPACE`` (default ``EngramMemory``) — the CloudWatch namespace;
-- ``POWERTOOLS_LOG_LEVEL``, ``POWERTOOLS_TRACE_DISABLED``, ``POWERTOOLS_METRICS_DISABLED``.
+- ``POWERTOOLS_LOG_LEVEL``, ``POWERTOOLS_TRACE_DISABLED``, ``POWERTOOLS_METRICS_DISABLED``;
+- ``ENGRAM_TENANT_ID`` — the stack's tenant: the ``tenant`` dimension of every metric (the cold
+  start metric included), the ``tenant`` key of every log line and the ``tenant`` annotation of
+  every trace, so two tenant stacks in one account never write the same series and each stack's
+  alarms and dashboard select only their own (``tenant = <TenantId>``).
 
 ``PowertoolsAuditSink`` is the cloud ``AuditSink``: one structured log line per tool call holding
 exactly the ``AuditEvent`` fields (ids, outcome code, target id, digests) and one metric per
@@ -17,6 +21,8 @@ of the six tools.
 
 Metrics (all ``Count``, each emitted at once as its own EMF document, so their dimension sets
 never mix):
+
+Every metric also carries the ``tenant`` dimension (above).
 
 - ``ToolCalls`` — dimensions ``service``, ``tool``, ``code`` (``OK`` or the contract code);
 - ``GateFailed`` — dimensions ``service``, ``tool``: a confirmation gate failed;
@@ -51,6 +57,7 @@ __all__ = [
     "AUDIT_MESSAGE",
     "DEFAULT_NAMESPACE",
     "DEFAULT_SERVICE",
+    "TENANT_DIMENSION",
     "PowertoolsAuditSink",
     "count_admission_outcome",
     "get_logger",
@@ -64,6 +71,7 @@ __all__ = [
 DEFAULT_SERVICE: Final = "engram-memory"
 DEFAULT_NAMESPACE: Final = "EngramMemory"
 AUDIT_MESSAGE: Final = "audit"
+TENANT_DIMENSION: Final = "tenant"
 ADMISSION_STATUSES: Final = frozenset(
     {"accepted", "rejected", "pending_adjudication", "duplicate_exact"}
 )
@@ -83,15 +91,23 @@ def _namespace() -> str:
     return os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_NAMESPACE
 
 
+def _tenant() -> str:
+    # A function outside a tenant stack (a test, a tool run by hand) still gets a dimension value,
+    # never a series shared with a real tenant's.
+    return os.environ.get("ENGRAM_TENANT_ID") or "unset"
+
+
 def get_logger() -> Logger:
     """The process's Powertools ``Logger`` (structured JSON on stdout)."""
     with _lock:
         if "logger" not in _singletons:
             from aws_lambda_powertools import Logger
 
-            _singletons["logger"] = Logger(service=_service())
-        logger: Logger = _singletons["logger"]
-        return logger
+            logger = Logger(service=_service())
+            logger.append_keys(**{TENANT_DIMENSION: _tenant()})
+            _singletons["logger"] = logger
+        shared: Logger = _singletons["logger"]
+        return shared
 
 
 def get_metrics() -> Metrics:
@@ -104,9 +120,11 @@ def get_metrics() -> Metrics:
         if "metrics" not in _singletons:
             from aws_lambda_powertools import Metrics
 
-            _singletons["metrics"] = Metrics(namespace=_namespace(), service=_service())
-        metrics: Metrics = _singletons["metrics"]
-        return metrics
+            metrics = Metrics(namespace=_namespace(), service=_service())
+            metrics.set_default_dimensions(**{TENANT_DIMENSION: _tenant()})
+            _singletons["metrics"] = metrics
+        shared: Metrics = _singletons["metrics"]
+        return shared
 
 
 def get_tracer() -> Tracer:
@@ -131,7 +149,16 @@ def instrumented(handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any
     # (catch_warnings per call is not thread-safe).
     warnings.filterwarnings("ignore", message="No application metrics to publish")
     logger, tracer, metrics = get_logger(), get_tracer(), get_metrics()
-    wrapped = metrics.log_metrics(capture_cold_start_metric=True)(handler)
+
+    def annotated(event: Any, context: Any) -> Any:
+        # Inside the logger's wrapper: clear_state drops appended keys before each invocation.
+        tenant = {TENANT_DIMENSION: _tenant()}
+        logger.append_keys(**tenant)
+        metrics.set_default_dimensions(**tenant)
+        tracer.put_annotation(TENANT_DIMENSION, tenant[TENANT_DIMENSION])
+        return handler(event, context)
+
+    wrapped = metrics.log_metrics(capture_cold_start_metric=True)(annotated)
     wrapped = tracer.capture_lambda_handler(capture_response=False)(wrapped)
     wrapped = logger.inject_lambda_context(log_event=False, clear_state=True)(wrapped)
 
@@ -153,7 +180,7 @@ def _emit(
         unit=MetricUnit(unit),
         value=value,
         namespace=namespace or get_metrics().namespace,
-        default_dimensions={"service": _service(), **dimensions},
+        default_dimensions={"service": _service(), TENANT_DIMENSION: _tenant(), **dimensions},
     ):
         pass
 
@@ -190,7 +217,8 @@ class PowertoolsAuditSink:
     The log line (message ``audit``, level INFO) holds ``audit_id``, ``at`` (RFC 3339, from
     ``at_ms``), ``tenant_id``, ``workspace_id``, ``principal``, ``agent_id``, ``session_id``,
     ``tool``, ``ok``, ``code``, ``target`` and ``digests`` — the ``AuditEvent`` and nothing else
-    (besides the keys Powertools adds: level, timestamp, service, Lambda context).
+    (besides the keys Powertools adds: level, timestamp, service, Lambda context; and the stack's
+    ``tenant``).
     """
 
     def __init__(self, logger: Logger | None = None, *, namespace: str | None = None) -> None:

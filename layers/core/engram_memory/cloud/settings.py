@@ -224,6 +224,13 @@ class EngineEnvironment(_BindingSettings, StoredRecordsSettings):
         default=DEFAULT_OPENSEARCH_INDEX,
         pattern=r"^[a-z0-9][a-z0-9_-]*$",
     )
+    opensearch_replicas: int | None = _env(
+        "ENGRAM_OPENSEARCH_REPLICAS",
+        "the index's replica count, a whole number 0-2 (0 on a one-node domain)",
+        default=None,
+        ge=0,
+        le=2,
+    )
     opensearch_service: Literal["es", "aoss"] = _env(
         "ENGRAM_OPENSEARCH_SERVICE",
         "'es' (an OpenSearch domain) or 'aoss' (OpenSearch Serverless)",

@@ -261,6 +261,7 @@ class OpenSearchLexicalIndex:
         timeout_s: float = READ_TIMEOUT_S,  # the stack's one read timeout (client_config)
         max_retries: int = 2,
         ensure_on_write: bool = True,
+        replicas: int | None = None,
     ) -> None:
         if not index_name or index_name != index_name.lower() or index_name.startswith("_"):
             raise ValueError("index_name must be a lowercase OpenSearch index name")
@@ -277,6 +278,7 @@ class OpenSearchLexicalIndex:
         self._max_retries = max_retries
         self._ensure_on_write = ensure_on_write
         self._ensured = False
+        self._replicas = replicas
         self._lock = threading.Lock()
         self.index_name: Final = index_name
 
@@ -328,11 +330,19 @@ class OpenSearchLexicalIndex:
 
     # -- index lifecycle -----------------------------------------------------------------------
 
+    def index_body(self) -> dict[str, Any]:
+        """``INDEX_BODY`` with this index's replica count, when one is set: a one-node domain
+        needs 0 (else the replica stays unassigned and the cluster yellow), three AZs 1."""
+        if self._replicas is None:
+            return dict(INDEX_BODY)
+        settings = dict(INDEX_BODY["settings"]["index"], number_of_replicas=self._replicas)
+        return {**INDEX_BODY, "settings": {"index": settings}}
+
     def ensure_index(self) -> bool:
         """Create the index with ``INDEX_BODY``; True if created, False if it already existed."""
         client = self.client
         try:
-            client.indices.create(index=self.index_name, body=INDEX_BODY)
+            client.indices.create(index=self.index_name, body=self.index_body())
         except OpenSearchException as exc:
             if getattr(exc, "error", None) != "resource_already_exists_exception":
                 raise _unavailable("create index", exc) from exc
