@@ -42,7 +42,7 @@ from engram_memory.engine.ports import (
 )
 from engram_memory.engine.records import decode, scope_ref
 from engram_memory.engine.usecases.admission import settle
-from engram_memory.engine.usecases.transitions import commit_forget, commit_withdraw
+from engram_memory.engine.usecases.transitions import Authorized, commit_forget, commit_withdraw
 from engram_memory.operator_plane.backup_checks import OperationRefused
 from engram_memory.operator_plane.crash_points import crash_point
 from engram_memory.operator_plane.text import progress
@@ -347,15 +347,12 @@ def _operator_commit(
         intent = _operator_intent(call, target, arguments)
 
         def attempt() -> dict[str, Any]:
-            return commit(
-                engine,
-                call,
-                find(call),
+            authorized = Authorized(
                 idempotency_key=f"{operation}:{target}:{call.ctx.audit_id}",
                 intent=intent,
                 authorization=_operator_authorization(engine, call, arguments),
-                approval_id=None,
             )
+            return commit(engine, call, find(call), authorized)
 
         return engine.mutation(call, attempt)
 

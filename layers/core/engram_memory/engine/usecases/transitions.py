@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from engram_memory.contract.errors import EngramError, ErrorCode
@@ -17,6 +18,30 @@ from engram_memory.engine.ports import (
 )
 
 
+@dataclass(frozen=True)
+class Authorized:
+    """What lets a terminal transition commit: the call's idempotency key and intent, the
+    authorization receipt, and the approval it spends (none for an operator, who is the human)."""
+
+    idempotency_key: str
+    intent: str
+    authorization: str
+    approval_id: str | None = None
+
+
+def _confirmed(
+    k: Kernel, call: Call, args: WithdrawInput | ForgetInput, target: str, intent: str
+) -> Authorized:
+    """The agent's transition, once a human confirmed it (or the host needs no confirmation)."""
+    approval = k.confirm(call, args, target, args.reason_ref)
+    return Authorized(
+        idempotency_key=args.idempotency_key,
+        intent=intent,
+        authorization=k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref}),
+        approval_id=approval.approval_id if approval else None,
+    )
+
+
 def withdraw(k: Kernel, call: Call, args: WithdrawInput) -> dict[str, Any]:
     candidate_id = args.candidate_id
     call.target = candidate_id
@@ -30,28 +55,11 @@ def withdraw(k: Kernel, call: Call, args: WithdrawInput) -> dict[str, Any]:
         raise EngramError(ErrorCode.ALREADY_TERMINAL)
     if candidate.state == "admitted":
         raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
-    approval = k.confirm(call, args, candidate_id, args.reason_ref)
-    authorization = k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref})
-    return commit_withdraw(
-        k,
-        call,
-        candidate,
-        idempotency_key=args.idempotency_key,
-        intent=intent,
-        authorization=authorization,
-        approval_id=approval.approval_id if approval else None,
-    )
+    return commit_withdraw(k, call, candidate, _confirmed(k, call, args, candidate_id, intent))
 
 
 def commit_withdraw(
-    k: Kernel,
-    call: Call,
-    candidate: CandidateRow,
-    *,
-    idempotency_key: str,
-    intent: str,
-    authorization: str,
-    approval_id: str | None,
+    k: Kernel, call: Call, candidate: CandidateRow, authorized: Authorized
 ) -> dict[str, Any]:
     """End a pending candidate as ``withdrawn`` and shred its key: the agent's withdraw, or an
     operator's (who is the human, so no confirmation). Returns the output with its receipt."""
@@ -61,33 +69,14 @@ def commit_withdraw(
         k.destroy_candidate_key(call.scope, candidate.key_ref, call.now_ms),
         k.destroy_record_key(call.scope, candidate.record_id, call.now_ms),
     )
-    output: dict[str, Any] = {}
-
-    def build(head: JournalHead) -> ChangeSet:
-        step = k.journal_step(
-            call,
-            head,
-            "withdraw",
-            candidate_id,
-            intent,
-            {"authorization_receipt_digest": authorization},
-        )
-        output.clear()
-        output.update(_terminal_output(step, "pending", "withdrawn", authorization))
-        output["key_destruction"] = "pending"
-        return ChangeSet(
-            scope=call.scope,
-            expected_head=head,
-            ledger=k.ledger_entry(
-                call, idempotency_key, candidate_id, intent, output, step.event.cursor
-            ),
-            event=step.event,
-            candidate_transition=StateTransition(candidate_id, "pending", "withdrawn"),
-            approval_id=approval_id,
-            outbox=destroys,
-        )
-
-    changes = k.commit(call, build)
+    output, changes = _commit_terminal(
+        k,
+        call,
+        authorized,
+        _Terminal("withdraw", candidate_id, "pending", "withdrawn", "key_destruction", {}),
+        candidate_transition=StateTransition(candidate_id, "pending", "withdrawn"),
+        outbox=destroys,
+    )
     complete = k.run_outbox(changes.outbox)
     return {**output, "key_destruction": "complete" if complete else "pending"}
 
@@ -101,29 +90,10 @@ def forget(k: Kernel, call: Call, args: ForgetInput) -> dict[str, Any]:
         return {**stored, "replayed": True, **progress}
 
     row = k.record_leaving(call.scope, record_id, RECORD_STATES_FORGETTABLE)
-    approval = k.confirm(call, args, record_id, args.reason_ref)
-    authorization = k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref})
-    return commit_forget(
-        k,
-        call,
-        row,
-        idempotency_key=args.idempotency_key,
-        intent=intent,
-        authorization=authorization,
-        approval_id=approval.approval_id if approval else None,
-    )
+    return commit_forget(k, call, row, _confirmed(k, call, args, record_id, intent))
 
 
-def commit_forget(
-    k: Kernel,
-    call: Call,
-    row: RecordRow,
-    *,
-    idempotency_key: str,
-    intent: str,
-    authorization: str,
-    approval_id: str | None,
-) -> dict[str, Any]:
+def commit_forget(k: Kernel, call: Call, row: RecordRow, authorized: Authorized) -> dict[str, Any]:
     """Tombstone a record from whichever of the five states it is in, shred its body and drop
     every projection: the agent's forget, or an operator's. Returns the output with its receipt
     (``from_state`` says which state the record left)."""
@@ -137,39 +107,74 @@ def commit_forget(
         *k.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms),
         *k.record_key_destruction(call.scope, row, call.now_ms),
     ]
-    digests = {
-        "record_digest": row.record_digest,
-        "payload_digest": row.payload_digest,
-        "authorization_receipt_digest": authorization,
-    }
-    output: dict[str, Any] = {}
-
-    def build(head: JournalHead) -> ChangeSet:
-        step = k.journal_step(call, head, "tombstone", record_id, intent, digests)
-        output.clear()
-        output.update(_terminal_output(step, row.state, "tombstoned", authorization))
-        output["projection_invalidation"] = "pending"
-        return ChangeSet(
-            scope=call.scope,
-            expected_head=head,
-            ledger=k.ledger_entry(
-                call, idempotency_key, record_id, intent, output, step.event.cursor
-            ),
-            event=step.event,
-            record_transition=StateTransition(record_id, row.state, "tombstoned"),
-            shred_record_body=True,
-            tombstone_payload_digest=row.payload_digest,
-            projection=drop,
-            approval_id=approval_id,
-            outbox=tuple(outbox),
-        )
-
-    changes = k.commit(call, build)
+    digests = {"record_digest": row.record_digest, "payload_digest": row.payload_digest}
+    output, changes = _commit_terminal(
+        k,
+        call,
+        authorized,
+        _Terminal(
+            "tombstone", record_id, row.state, "tombstoned", "projection_invalidation", digests
+        ),
+        record_transition=StateTransition(record_id, row.state, "tombstoned"),
+        shred_record_body=True,
+        tombstone_payload_digest=row.payload_digest,
+        projection=drop,
+        outbox=tuple(outbox),
+    )
     k.run_outbox(changes.outbox)
     # An upsert still pending for the record now only drops it (it reads the tombstone).
     k.retry_pending_upsert(call.scope, record_id, call.now_ms)
     cursor = int(output["receipt"]["cursor"])
     return {**output, **k.invalidation_progress(call.scope, record_id, cursor)}
+
+
+@dataclass(frozen=True)
+class _Terminal:
+    """A terminal transition as the journal records it."""
+
+    event: str  # the journal event's operation
+    target: str
+    from_state: str
+    to_state: str
+    progress_field: str  # the part of the shredding the output reports, pending until it ran
+    digests: dict[str, str]  # the event's digests beside the authorization receipt's
+
+
+def _commit_terminal(
+    k: Kernel, call: Call, authorized: Authorized, terminal: _Terminal, **changes: Any
+) -> tuple[dict[str, Any], ChangeSet]:
+    """Commit the transition: its journal event, its ledger entry and ``changes`` in one change
+    set. The output as committed, and the change set (its outbox still to run)."""
+    digests = {**terminal.digests, "authorization_receipt_digest": authorized.authorization}
+    output: dict[str, Any] = {}
+
+    def build(head: JournalHead) -> ChangeSet:
+        step = k.journal_step(
+            call, head, terminal.event, terminal.target, authorized.intent, digests
+        )
+        output.clear()
+        output.update(
+            _terminal_output(step, terminal.from_state, terminal.to_state, authorized.authorization)
+        )
+        output[terminal.progress_field] = "pending"
+        ledger = k.ledger_entry(
+            call,
+            authorized.idempotency_key,
+            terminal.target,
+            authorized.intent,
+            output,
+            step.event.cursor,
+        )
+        return ChangeSet(
+            scope=call.scope,
+            expected_head=head,
+            ledger=ledger,
+            event=step.event,
+            approval_id=authorized.approval_id,
+            **changes,
+        )
+
+    return output, k.commit(call, build)
 
 
 def _terminal_output(
