@@ -203,13 +203,13 @@ def _seed_engine(
     remember_vectors: bool = True,
 ) -> list[str]:
     """Capture and admit memories ``start .. stop-1`` through ``Engine.handle``; their record ids.
-
     ``remember_vectors=False``: the hybrid engine embeds every record (the host's own embedder,
     as a served host does); the test that compares the two seedings uses it."""
     from bench.locomo.clients import EngineClient  # imports the engine: only when seeding
     from engram_memory.binding.host_config import HostConfig
     from engram_memory.embedded.composition import prepare_data_dir
-    from engram_memory.embedded.host_file import host_config_path, save_host_config
+    from engram_memory.embedded.data_dir import host_config_path
+    from engram_memory.embedded.host_file import save_host_config
     from engram_memory.embedded.serve import open_server
 
     options: dict[str, Any] = {}

@@ -24,7 +24,8 @@ import mcp.types as types
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from engram_memory.embedded.composition import DATABASE_FILE, init_data_dir
+from engram_memory.embedded.composition import init_data_dir
+from engram_memory.embedded.data_dir import DATABASE_FILE
 from engram_memory.embedded.host_file import load_host_config
 from engram_memory.embedded.issuer_keys import local_issuer
 from engram_memory.engine.context import TOOLS

@@ -41,7 +41,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from engram_memory.binding.host_config import HostConfig
 from engram_memory.binding.tokens import TokenIssuer, key_id
-from engram_memory.embedded.issuer_keys import issuer_key_path, load_or_create_issuer_key
+from engram_memory.embedded.data_dir import ISSUER_KEY_FILE, key_path
+from engram_memory.embedded.issuer_keys import load_or_create_issuer_key
 from engram_memory.embedded.serve import EmbeddedServer, open_server
 from engram_memory.engine.context import TOOLS, Scope
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
@@ -95,7 +96,7 @@ class Tokens:
     def __init__(self, data_dir: Path, config: HostConfig, issuer: TokenIssuer) -> None:
         self.config = config
         self.issuer = issuer
-        self._key = load_or_create_issuer_key(issuer_key_path(data_dir))
+        self._key = load_or_create_issuer_key(key_path(data_dir, ISSUER_KEY_FILE))
         self._kid = key_id(self._key.public_key())
 
     def fresh(self, **claims: Any) -> tuple[str, str]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from engram_memory.adapters.local import sqlite_store, vault
-from engram_memory.embedded.composition import DATABASE_FILE
+from engram_memory.embedded.data_dir import DATABASE_FILE
 from engram_memory.embedded.host_file import load_host_config
 from engram_memory.embedded.serve import open_server
 

@@ -11,8 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from engram_memory.binding.host_config import AdmissionConfig, HostConfig, RetentionConfig
+from engram_memory.embedded.data_dir import host_config_path
 from engram_memory.embedded.errors import HostConfigError
-from engram_memory.embedded.host_file import host_config_path, load_host_config, save_host_config
+from engram_memory.embedded.host_file import load_host_config, save_host_config
 from engram_memory.engine.context import RetentionPolicy, Scope
 from engram_memory.engine.ports import AdmissionRequest
 

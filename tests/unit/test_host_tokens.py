@@ -28,8 +28,8 @@ from engram_memory.binding.tokens import (
     public_jwks,
 )
 from engram_memory.contract.errors import TRUSTED_CONTEXT_UNAVAILABLE, TrustedContextUnavailable
+from engram_memory.embedded.data_dir import ISSUER_KEY_FILE, key_path
 from engram_memory.embedded.issuer_keys import (
-    issuer_key_path,
     load_or_create_issuer_key,
     local_issuer,
     local_verifier,
@@ -593,7 +593,7 @@ def _mode(path: Path) -> int:
 
 
 def test_the_issuer_key_is_created_once_and_kept_private(tmp_path: Path) -> None:
-    path = issuer_key_path(tmp_path / "data")
+    path = key_path(tmp_path / "data", ISSUER_KEY_FILE)
     first = load_or_create_issuer_key(path)
     second = load_or_create_issuer_key(path)
     raw = serialization.Encoding.Raw
@@ -634,7 +634,7 @@ def test_the_local_issuer_and_verifier_of_a_data_dir_agree(tmp_path: Path) -> No
     claims = local_verifier(tmp_path, config).verify(token)
     assert (claims.audience, claims.issuer) == ("https://memory.example/mcp", "local-host")
     assert claims.key_id == key_id(
-        load_or_create_issuer_key(issuer_key_path(tmp_path)).public_key()
+        load_or_create_issuer_key(key_path(tmp_path, ISSUER_KEY_FILE)).public_key()
     )
 
 
@@ -656,7 +656,7 @@ def test_the_local_verifier_accepts_only_access_tokens_rfc_9068(
     issuer = local_issuer(tmp_path, config)
     verifier = local_verifier(tmp_path, config)
     assert verifier.verify(_mint(issuer)).subject == "agent-alice"  # what the issuer mints
-    private_key = load_or_create_issuer_key(issuer_key_path(tmp_path))
+    private_key = load_or_create_issuer_key(key_path(tmp_path, ISSUER_KEY_FILE))
     headers: dict[str, Any] = {"kid": issuer.kid, "typ": typ}
     claims = _claims(iss=config.issuer, aud=config.resource)
     token = jwt.encode(claims, private_key, algorithm="EdDSA", headers=headers)

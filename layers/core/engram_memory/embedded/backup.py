@@ -32,17 +32,19 @@ from engram_memory.adapters.local.sqlite_store import SqliteStore
 from engram_memory.adapters.local.vault import LocalVault, load_or_create_master_key
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.embedded.composition import (
-    CANDIDATE_KEYS_FILE,
-    DATABASE_FILE,
     KEY_STORE_META,
-    KEYS_DIR,
-    MASTER_KEY_FILE,
     holds_memories,
     init_data_dir,
     missing_keys,
     open_embedded,
     open_existing,
     prepare_data_dir,
+)
+from engram_memory.embedded.data_dir import (
+    CANDIDATE_KEYS_FILE,
+    DATABASE_FILE,
+    KEYS_DIR,
+    MASTER_KEY_FILE,
 )
 from engram_memory.engine.context import Scope
 from engram_memory.engine.journal import verify_journal

@@ -57,9 +57,14 @@ def cmd_tour(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from engram_memory.binding.host_config import DEFAULT_RESOURCE
-    from engram_memory.embedded.composition import AUDIT_FILE, DATABASE_FILE, init_data_dir
-    from engram_memory.embedded.host_file import host_config_path
-    from engram_memory.embedded.issuer_keys import issuer_key_path
+    from engram_memory.embedded.composition import init_data_dir
+    from engram_memory.embedded.data_dir import (
+        AUDIT_FILE,
+        DATABASE_FILE,
+        ISSUER_KEY_FILE,
+        host_config_path,
+        key_path,
+    )
 
     data_dir = Path(args.data_dir)
     config = init_data_dir(data_dir, resource=args.resource)
@@ -69,7 +74,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     follows = " (follows `serve --port`)" if config.resource == DEFAULT_RESOURCE else ""
     print(f"  resource (audience)  {config.resource}{follows}")
     print(f"  issuer, tenant       {config.issuer}, {config.tenant_id}")
-    print(f"  issuer key           {issuer_key_path(root)}")
+    print(f"  issuer key           {key_path(root, ISSUER_KEY_FILE)}")
     print(f"  database             {root / DATABASE_FILE}")
     print(f"  audit log            {root / AUDIT_FILE}")
     print(f"  admission mode       {config.admission.mode}")

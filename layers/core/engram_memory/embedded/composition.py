@@ -1,19 +1,6 @@
 """The composition root of the embedded default: everything wired from a data directory.
 
-Layout of the data directory (owner-only permissions):
-
-- ``engram.db``                 canonical store (journal, ledger, candidates, records, FTS5)
-- ``audit.log``                 one JSON line per call: ids, outcome codes, digests — no content
-- ``audit.log.<n>.gz``         the audit log's earlier lines, sealed 1 MiB at a time (gzip)
-- ``audit.log.lock``           empty; its ``flock`` orders the audit log's writers and readers
-- ``keys/master.key``           local master key wrapping the per-candidate data keys
-- ``keys/candidate-keys.db``    wrapped per-candidate data keys (never part of a backup)
-- ``keys/cursor.key``           authenticates search page cursors
-- ``keys/issuer-ed25519.pem``   the local host's token issuer key (Ed25519, PKCS#8 PEM)
-- ``host.json``                 the host configuration (resource, tenant, admission, retention)
-- ``lease.lock``                its ``flock`` is the data directory's lease: held by the one
-                                running server, or by ``admin keys rotate``/``restore`` while
-                                they run (``data_dir_lease.py``); it names the holder's PID
+The data directory's files are named in ``data_dir.py``.
 
 Backups copy ``engram.db`` only, so destroying a candidate key shreds every copy of its blob.
 """
@@ -36,9 +23,20 @@ from engram_memory.binding.host_config import (
     HostConfig,
     describe_validation_error,
 )
+from engram_memory.embedded.data_dir import (
+    AUDIT_FILE,
+    CANDIDATE_KEYS_FILE,
+    CURSOR_KEY_FILE,
+    DATABASE_FILE,
+    ISSUER_KEY_FILE,
+    KEYS_DIR,
+    MASTER_KEY_FILE,
+    host_config_path,
+    key_path,
+)
 from engram_memory.embedded.errors import DataDirectoryRefused, HostConfigError
-from engram_memory.embedded.host_file import host_config_path, load_host_config, save_host_config
-from engram_memory.embedded.issuer_keys import issuer_key_path, load_or_create_issuer_key
+from engram_memory.embedded.host_file import load_host_config, save_host_config
+from engram_memory.embedded.issuer_keys import load_or_create_issuer_key
 from engram_memory.engine.ports import (
     AdmissionPolicy,
     AuditSink,
@@ -56,12 +54,6 @@ if TYPE_CHECKING:  # the engine and its adapters (the encryption SDK) load in op
     from engram_memory.engine.context import Scope, TrustedContext
     from engram_memory.engine.service import Engine
 
-DATABASE_FILE = "engram.db"
-AUDIT_FILE = "audit.log"
-KEYS_DIR = "keys"
-MASTER_KEY_FILE = "master.key"
-CANDIDATE_KEYS_FILE = "candidate-keys.db"
-CURSOR_KEY_FILE = "cursor.key"
 # The key store a database with memories cannot do without: the master key and the wrapped
 # candidate keys (pending candidates open with them only). Regenerating them silently would
 # strand what the database holds (and a new issuer key beside them would void every token).
@@ -416,5 +408,5 @@ def init_host_files(data_dir: Path, *, resource: str | None = None) -> HostConfi
     prepare_data_dir(data_dir)
     if changed:
         save_host_config(data_dir, config)
-    load_or_create_issuer_key(issuer_key_path(data_dir))
+    load_or_create_issuer_key(key_path(data_dir, ISSUER_KEY_FILE))
     return config

@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+from engram_memory.embedded.data_dir import LEASE_FILE
 from engram_memory.embedded.errors import DataDirectoryRefused
 
 __all__ = [
-    "LEASE_FILE",
     "DataDirLease",
     "DataDirectoryBusy",
     "acquire_lease",
@@ -35,7 +35,6 @@ __all__ = [
     "owned",
 ]
 
-LEASE_FILE: Final = "lease.lock"
 SERVER: Final = "the server"
 _ATTEMPTS: Final = 8  # lease files removed under us in a row before we call it busy
 # The leases this process holds, by resolved data directory: what it opens there is its own.

@@ -12,31 +12,19 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from engram_memory.binding.host_config import HostConfig, describe_validation_error
+from engram_memory.embedded.data_dir import host_config_path
 from engram_memory.embedded.errors import HostConfigError
 from engram_memory.embedded.private_files import write_private_file
 
 if TYPE_CHECKING:
     from engram_memory.engine.ports import AdmissionPolicy, AdmissionRequest, PolicyDecision
 
-__all__ = [
-    "HOST_CONFIG_FILE",
-    "LiveAdmissionPolicy",
-    "host_config_path",
-    "load_host_config",
-    "save_host_config",
-]
-
-HOST_CONFIG_FILE: Final = "host.json"
-
-
-def host_config_path(data_dir: Path) -> Path:
-    """Where the host configuration of ``data_dir`` lives."""
-    return Path(data_dir) / HOST_CONFIG_FILE
+__all__ = ["LiveAdmissionPolicy", "load_host_config", "save_host_config"]
 
 
 def load_host_config(data_dir: Path) -> HostConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -14,12 +14,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from engram_memory.binding.host_config import HostConfig
 from engram_memory.binding.tokens import JWT_TYP, TokenIssuer, TokenVerifier, key_id, public_jwks
+from engram_memory.embedded.data_dir import (
+    ISSUED_TOKENS_FILE,
+    ISSUER_KEY_FILE,
+    PREVIOUS_ISSUER_KEYS_FILE,
+    key_path,
+)
 from engram_memory.embedded.private_files import write_private_file
 
 __all__ = [
-    "ISSUED_TOKENS_FILE",
-    "ISSUER_KEY_FILE",
-    "issuer_key_path",
     "load_or_create_issuer_key",
     "local_issuer",
     "local_verifier",
@@ -27,13 +30,6 @@ __all__ = [
     "rotate_issuer_key",
     "token_issued",
 ]
-
-ISSUER_KEY_FILE: Final = "issuer-ed25519.pem"
-
-
-def issuer_key_path(data_dir: Path) -> Path:
-    """The default place of the local issuer key: ``<data_dir>/keys/issuer-ed25519.pem``."""
-    return Path(data_dir) / "keys" / ISSUER_KEY_FILE
 
 
 def load_or_create_issuer_key(path: Path) -> Ed25519PrivateKey:
@@ -66,9 +62,6 @@ def _read_issuer_key(path: Path) -> Ed25519PrivateKey:
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} does not hold an Ed25519 private key")
     return key
-
-
-ISSUED_TOKENS_FILE: Final = "issued-tokens.jsonl"
 
 
 class LocalIssuer(TokenIssuer):
@@ -108,7 +101,7 @@ def token_issued(data_dir: Path, token_id: str) -> bool | None:
 
 def local_issuer(data_dir: Path, config: HostConfig) -> TokenIssuer:
     """The embedded host's issuer: its key in ``data_dir`` (created if missing), ``kid`` = thumbprint."""
-    private_key = load_or_create_issuer_key(issuer_key_path(data_dir))
+    private_key = load_or_create_issuer_key(key_path(data_dir, ISSUER_KEY_FILE))
     return LocalIssuer(
         private_key,
         issued=Path(data_dir) / ISSUED_TOKENS_FILE,
@@ -118,18 +111,9 @@ def local_issuer(data_dir: Path, config: HostConfig) -> TokenIssuer:
     )
 
 
-PREVIOUS_ISSUER_KEYS_FILE: Final = "issuer-previous.jwks.json"
-
-
-def previous_issuer_keys_path(data_dir: Path) -> Path:
-    """The public keys of the issuer keys ``keys rotate`` retired: their tokens stay valid until
-    they expire."""
-    return Path(data_dir) / "keys" / PREVIOUS_ISSUER_KEYS_FILE
-
-
 def previous_issuer_keys(data_dir: Path) -> list[dict[str, Any]]:
     """The retired issuer keys' public JWKs (none when no rotation happened)."""
-    path = previous_issuer_keys_path(data_dir)
+    path = key_path(data_dir, PREVIOUS_ISSUER_KEYS_FILE)
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -143,13 +127,13 @@ def previous_issuer_keys(data_dir: Path) -> list[dict[str, Any]]:
 def rotate_issuer_key(data_dir: Path) -> tuple[str, str]:
     """Replace the local issuer key with a new one, keeping the old one's public key among the
     previous keys (its tokens verify until they expire). Returns ``(old kid, new kid)``."""
-    path = issuer_key_path(data_dir)
+    path = key_path(data_dir, ISSUER_KEY_FILE)
     old = _read_issuer_key(path)
     old_kid = key_id(old.public_key())
     retired = [k for k in previous_issuer_keys(data_dir) if k.get("kid") != old_kid]
     retired += public_jwks(old, old_kid)["keys"]
     write_private_file(
-        previous_issuer_keys_path(data_dir),
+        key_path(data_dir, PREVIOUS_ISSUER_KEYS_FILE),
         json.dumps({"keys": retired}, indent=2).encode("utf-8"),
         replace=True,
     )

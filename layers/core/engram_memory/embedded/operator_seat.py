@@ -127,7 +127,7 @@ class DataDirSeat:
 
     def audit(self, limit: int) -> AuditPage:
         from engram_memory.adapters.local.audit import audit_lines
-        from engram_memory.embedded.composition import AUDIT_FILE
+        from engram_memory.embedded.data_dir import AUDIT_FILE
 
         path = self._existing() / AUDIT_FILE
         if not path.exists() and not any(path.parent.glob(f"{AUDIT_FILE}.*")):
@@ -148,7 +148,7 @@ class DataDirSeat:
         return AuditPage(rows[-limit:], len(rows), unreadable, str(path))
 
     def policy_lines(self) -> list[str]:
-        from engram_memory.embedded.host_file import host_config_path
+        from engram_memory.embedded.data_dir import host_config_path
 
         config = self._config()
         path = host_config_path(self._data_dir)

@@ -20,12 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from engram_memory.adapters.local.vault import next_master_key_path
-from engram_memory.embedded.composition import (
-    KEYS_DIR,
-    MASTER_KEY_FILE,
-    open_existing,
-    require_initialised,
-)
+from engram_memory.embedded.composition import open_existing, require_initialised
+from engram_memory.embedded.data_dir import KEYS_DIR, MASTER_KEY_FILE
 from engram_memory.embedded.data_dir_lease import acquire_lease
 from engram_memory.embedded.issuer_keys import rotate_issuer_key
 from engram_memory.embedded.private_files import write_private_file

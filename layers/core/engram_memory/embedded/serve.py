@@ -27,13 +27,15 @@ from engram_memory.binding.verified_tokens import cached
 from engram_memory.contract.errors import ErrorCode, TrustedContextUnavailable
 from engram_memory.embedded.allocator import cap_malloc_arenas
 from engram_memory.embedded.approval_channel import EmbeddedApprovals, LinkDesk, approval_routes
-from engram_memory.embedded.data_dir_lease import DataDirectoryBusy, DataDirLease, acquire_lease
-from engram_memory.embedded.host_file import (
-    LiveAdmissionPolicy,
+from engram_memory.embedded.data_dir import (
+    ISSUER_KEY_FILE,
+    REQUEST_STATE_KEY_FILE,
     host_config_path,
-    load_host_config,
+    key_path,
 )
-from engram_memory.embedded.issuer_keys import issuer_key_path, local_issuer, local_verifier
+from engram_memory.embedded.data_dir_lease import DataDirectoryBusy, DataDirLease, acquire_lease
+from engram_memory.embedded.host_file import LiveAdmissionPolicy, load_host_config
+from engram_memory.embedded.issuer_keys import local_issuer, local_verifier
 from engram_memory.embedded.private_files import write_private_file
 from engram_memory.engine.context import TOOLS, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
@@ -50,7 +52,6 @@ DEFAULT_PRINCIPAL = "default-agent"
 DEFAULT_WORKSPACE = "default"
 DEFAULT_PURPOSE = "general"
 STDIO_TOKEN_ENV = "ENGRAM_TOKEN"  # noqa: S105 - the name of a variable, not a secret
-REQUEST_STATE_KEY_FILE = "request-state.key"
 REQUEST_STATE_KEY_BYTES = 32
 
 
@@ -135,7 +136,7 @@ def _request_state_key(path: Path) -> bytes:
 
 
 def _initialised(data_dir: Path) -> bool:
-    return host_config_path(data_dir).exists() and issuer_key_path(data_dir).exists()
+    return host_config_path(data_dir).exists() and key_path(data_dir, ISSUER_KEY_FILE).exists()
 
 
 def open_server(
@@ -199,7 +200,7 @@ def _wired(
     engine = EngineOnDemand(open_engine)
     if new:
         engine.host  # noqa: B018 - a new data directory is whole (database, keys) once this returns
-    state_key = _request_state_key(data_dir / "keys" / REQUEST_STATE_KEY_FILE)
+    state_key = _request_state_key(key_path(data_dir, REQUEST_STATE_KEY_FILE))
     clock = SystemClock()
     approvals = EmbeddedApprovals(
         lambda: ApprovalBook(data_dir),
