@@ -257,6 +257,20 @@ class ApprovalStore:
         attributes: dict[str, Any] = response.get("Attributes", {}) if old else {}
         return attributes
 
+    def _stamp_once(
+        self, approval_id: str, field: str, now_ms: int, requires: str, remove: str = ""
+    ) -> dict[str, Any] | None:
+        """Set ``field`` to ``now_ms`` if it is unset and ``requires`` holds (and remove the
+        attribute ``remove``): None when it was set already; else the item's old attributes."""
+        return self._update(
+            approval_id,
+            f"SET {field} = :now" + (f" REMOVE {remove}" if remove else ""),
+            f"{requires} AND attribute_not_exists({field})",
+            {":now": _n(now_ms)},
+            failure=f"could not set {field} of the parked approval",
+            old=True,
+        )
+
     def _pointer_key(self, execution_name: str) -> dict[str, Any]:
         return {"pk": _s(f"APPROVAL_EXEC#{execution_name}"), "sk": _s(_POINTER_SK)}
 
@@ -282,13 +296,8 @@ class ApprovalStore:
 
     def take(self, approval_id: str, now_ms: int) -> ParkedApproval | None:
         """Consume the token (conditional, single use); ``None`` when unknown or already used."""
-        taken = self._update(
-            approval_id,
-            "SET used_at_ms = :now REMOVE task_token",
-            "attribute_exists(task_token) AND attribute_not_exists(used_at_ms)",
-            {":now": _n(now_ms)},
-            failure="could not consume the parked approval",
-            old=True,
+        taken = self._stamp_once(
+            approval_id, "used_at_ms", now_ms, "attribute_exists(task_token)", "task_token"
         )
         return None if taken is None else from_item(taken)
 
@@ -299,13 +308,7 @@ class ApprovalStore:
         answered (in the client, or on the page before the agent's retry); every later one is
         a replay. One conditional ``UpdateItem``; an unknown id is never a first report.
         """
-        marked = self._update(
-            approval_id,
-            "SET reported_at_ms = :now",
-            "attribute_exists(pk) AND attribute_not_exists(reported_at_ms)",
-            {":now": _n(now_ms)},
-            failure="could not mark the report",
-        )
+        marked = self._stamp_once(approval_id, "reported_at_ms", now_ms, "attribute_exists(pk)")
         return marked is not None
 
 
