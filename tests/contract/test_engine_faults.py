@@ -5,25 +5,25 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
+from engram_memory.adapters.local.sqlite_store import CommitStep
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import SealedBlob, Vault, VaultUnavailable
 
 from engram_testing import Harness, ScriptedPolicy, capture_args, context, embedded_harness
 
+# The commit steps a promotion passes before its commit (a tombstone and an approval are a
+# forget's). An embedded promotion queues nothing (its index is in the store, the candidate's
+# key stays): the outbox step is a rejection's, which queues both keys' destruction; the commit
+# itself and what follows it have tests of their own below.
 PROMOTION_STEPS = [
-    "begin",
-    "head",
-    "ledger",
-    "event",
-    "candidate",
-    "record",
-    "projection",
+    step
+    for step in get_args(CommitStep)
+    if step not in ("tombstone", "approval", "outbox", "commit", "after_commit")
 ]
-# An embedded promotion queues nothing (its index is in the store, the candidate's key stays):
-# the outbox step is a rejection's, which queues both keys' destruction.
 
 
 class Fault:

@@ -18,12 +18,8 @@ from pydantic import BaseModel, ValidationError
 from engram_memory.contract import types
 from engram_memory.contract.models import (
     INPUT_MODELS,
-    CaptureInput,
-    ForgetInput,
-    GetInput,
     RequestAdmissionInput,
     SearchInput,
-    WithdrawInput,
 )
 
 from engram_testing import golden_payload
@@ -157,14 +153,16 @@ def payload_with(**changes: Any) -> dict[str, Any]:
 
 
 def test_the_registry_holds_exactly_the_six_tools() -> None:
-    assert {
-        "search": SearchInput,
-        "get": GetInput,
-        "capture": CaptureInput,
-        "request_admission": RequestAdmissionInput,
-        "withdraw": WithdrawInput,
-        "forget": ForgetInput,
-    } == INPUT_MODELS
+    assert list(INPUT_MODELS) == [
+        "search",
+        "get",
+        "capture",
+        "request_admission",
+        "withdraw",
+        "forget",
+    ]
+    for name, model in INPUT_MODELS.items():  # each tool's model is named after it
+        assert model.__name__ == name.title().replace("_", "") + "Input"
 
 
 @pytest.mark.parametrize("tool", list(INPUT_MODELS))

@@ -110,6 +110,14 @@ def _crash(data_dir: Path, crash: str) -> tuple[dict[str, Any], dict[str, Any] |
     return sealed, answer
 
 
+def _killed_before_answering(data_dir: Path, crash: str) -> dict[str, Any]:
+    """Run the child to a crash point before the admission and the forget answered; what the
+    capture sealed."""
+    sealed, answer = _crash(data_dir, crash)
+    assert answer is None
+    return sealed
+
+
 def _files_holding(data_dir: Path, needle: bytes) -> list[str]:
     return sorted(
         str(path.relative_to(data_dir))
@@ -177,9 +185,7 @@ def test_killed_before_the_key_destruction_ran_the_outbox_destroys_it_after_rest
     tmp_path: Path,
 ) -> None:
     data_dir = tmp_path / "data"
-    sealed, answer = _crash(data_dir, "before-destroy")
-
-    assert answer is None  # killed before the forget answered
+    sealed = _killed_before_answering(data_dir, "before-destroy")
     assert _key_row(data_dir, sealed["key_ref"])  # the key outlived the crash...
     record_id = _queued_key_destruction(data_dir, sealed)  # ...its destruction did not
     _assert_forgotten_and_candidate_shredded(data_dir, sealed, record_id)
@@ -190,9 +196,7 @@ def test_killed_after_capture_answered_the_candidate_is_admitted_after_restart(
 ) -> None:
     # The seal's keys were durable in one sync of a fresh -wal before capture answered.
     data_dir = tmp_path / "data"
-    sealed, answer = _crash(data_dir, "after-capture")
-
-    assert answer is None
+    sealed = _killed_before_answering(data_dir, "after-capture")
     host = open_embedded(data_dir)
     try:
         admitted = host.call(
@@ -217,9 +221,7 @@ def test_killed_between_the_delete_and_the_scrub_the_outbox_finishes_the_scrub(
     tmp_path: Path,
 ) -> None:
     data_dir = tmp_path / "data"
-    sealed, answer = _crash(data_dir, "mid-scrub")
-
-    assert answer is None
+    sealed = _killed_before_answering(data_dir, "mid-scrub")
     # Not scrubbed yet: the older page images still hold the wrapped key...
     assert _files_holding(data_dir, bytes.fromhex(sealed["wrapped"])) != []
     record_id = _queued_key_destruction(data_dir, sealed)  # ...so the drainer scrubs again

@@ -193,9 +193,20 @@ def _admin(capsys: Capture, data: Path, *words: str, code: int = 0) -> Any:
 @pytest.fixture
 def data(tmp_path: Path, capsys: Capture) -> Path:
     data = tmp_path / "data"
+    _initialised(data, capsys)
+    return data
+
+
+def _backed_up(data: Path, capsys: Capture) -> Path:
+    """``admin backup`` of ``data`` beside it; the backup file."""
+    backup_file = data.parent / "engram.backup"
+    _admin(capsys, data, "backup", str(backup_file))
+    return backup_file
+
+
+def _initialised(data: Path, capsys: Capture) -> None:
     assert main(["init", "--data-dir", str(data)]) == 0
     capsys.readouterr()
-    return data
 
 
 def test_pending_list_show_adjudicate_and_withdraw(data: Path, capsys: Capture) -> None:
@@ -425,13 +436,11 @@ def test_restore_refuses_a_target_with_memories_or_a_foreign_key_store(
     data: Path, capsys: Capture
 ) -> None:
     _captured(data, "Refuse: a memory.", "operator-cli-key-0030", admit=True)
-    backup_file = data.parent / "engram.backup"
-    _admin(capsys, data, "backup", str(backup_file))
+    backup_file = _backed_up(data, capsys)
     _admin(capsys, data, "restore", str(backup_file), code=1)
     assert "RESTORE_REFUSED" in (line := _one_line_error(capsys)) and "holds memories" in line
     foreign = data.parent / "foreign"
-    assert main(["init", "--data-dir", str(foreign)]) == 0
-    capsys.readouterr()
+    _initialised(foreign, capsys)
     _admin(capsys, foreign, "restore", str(backup_file), code=1)
     assert "RESTORE_REFUSED" in (line := _one_line_error(capsys)) and "not the backup's" in line
     assert _admin(capsys, foreign, "records", "list") == []
@@ -442,8 +451,7 @@ def test_restore_without_keys_needs_new_keys_and_says_what_was_lost(
 ) -> None:
     _captured(data, "New keys: the record survives.", "operator-cli-key-0040", admit=True)
     _captured(data, "New keys: the pending note does not.", "operator-cli-key-0041", admit=False)
-    backup_file = data.parent / "engram.backup"
-    _admin(capsys, data, "backup", str(backup_file))
+    backup_file = _backed_up(data, capsys)
     target = data.parent / "bare"
     _admin(capsys, target, "restore", str(backup_file), code=1)
     assert "no key store" in _one_line_error(capsys)
@@ -462,11 +470,9 @@ def test_restore_with_new_keys_adopts_a_key_store_that_holds_no_key_yet(
     # A key store `init` made (or a --new-keys restore killed after making it) protects nothing:
     # restoring onto it with --new-keys again is allowed, not refused as another's key store.
     _captured(data, "Fresh keys: the journal comes back.", "operator-cli-key-0042", admit=True)
-    backup_file = data.parent / "engram.backup"
-    _admin(capsys, data, "backup", str(backup_file))
+    backup_file = _backed_up(data, capsys)
     target = data.parent / "initialised"
-    assert main(["init", "--data-dir", str(target)]) == 0
-    capsys.readouterr()
+    _initialised(target, capsys)
     report = _admin(capsys, target, "restore", str(backup_file), "--new-keys")
     assert report["new_key_store"] is True and report["records_without_key"] == 1
     shutil.rmtree(target)
@@ -479,8 +485,7 @@ def test_a_withdraw_after_the_backup_reaches_the_restored_copy(data: Path, capsy
     draft = _captured(
         data, "Withdrawn later: a secret-ish draft.", "operator-cli-key-0050", admit=False
     )
-    backup_file = data.parent / "engram.backup"
-    _admin(capsys, data, "backup", str(backup_file))
+    backup_file = _backed_up(data, capsys)
     _admin(capsys, data, "pending", "withdraw", draft, "--reason", "mistake")
     target = data.parent / "restored"
     target.mkdir()
@@ -527,8 +532,7 @@ def test_a_capture_pending_at_the_backup_and_admitted_after_opens_after_a_restor
     # answered BLOB_MISSING after a restore although its capture was acknowledged before it.
     text = "Admitted later: the standup moved to 9:40."
     pending = _captured(data, text, "operator-cli-key-0058", admit=False)
-    backup_file = data.parent / "engram.backup"
-    _admin(capsys, data, "backup", str(backup_file))
+    backup_file = _backed_up(data, capsys)
     _admin(capsys, data, "adjudicate", pending, "accept", "--reason", "checked")
     (record,) = _admin(capsys, data, "records", "list")
 
@@ -579,8 +583,7 @@ def test_a_capture_forgotten_or_rejected_after_the_backup_stays_unreadable_after
 
 def test_a_damaged_backup_is_invalid_and_changes_nothing(data: Path, capsys: Capture) -> None:
     _captured(data, "Damaged: a memory.", "operator-cli-key-0060", admit=True)
-    backup_file = data.parent / "engram.backup"
-    _admin(capsys, data, "backup", str(backup_file))
+    backup_file = _backed_up(data, capsys)
     conn = sqlite3.connect(backup_file)
     # Every event's hash replaced (the store keeps a digest as its 32 bytes): the chain breaks.
     conn.execute("UPDATE journal_events SET event_hash = zeroblob(32)")
