@@ -164,13 +164,15 @@ def _decided(template: dict[str, Any], value: Any, given: dict[str, str]) -> Any
     return {k: v for k, v in decided.items() if v is not _NO_VALUE}
 
 
-def deployed(template: dict[str, Any], **given: str) -> dict[str, dict[str, Any]]:
+def deployed(
+    template: dict[str, Any], *, section: str = "Resources", **given: str
+) -> dict[str, dict[str, Any]]:
     """The resources CloudFormation creates from the translated ``template`` for the parameter
     values ``given``: conditions evaluated, every ``Fn::If`` decided, ``AWS::NoValue`` dropped
-    (a ``Ref`` to a parameter stays a ``Ref``)."""
+    (a ``Ref`` to a parameter stays a ``Ref``). ``section="Outputs"``: the outputs it reports."""
     return {
         name: _decided(template, body, given)
-        for name, body in template["Resources"].items()
+        for name, body in template.get(section, {}).items()
         if "Condition" not in body
         or condition_value(template, {"Condition": body["Condition"]}, given)
     }
