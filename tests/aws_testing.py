@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import threading
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -448,27 +447,6 @@ def moto_lacks(kind: str) -> str | None:
     return None
 
 
-def references(node: Any) -> set[str]:
-    """Every logical id (or parameter) ``node`` names: Ref, Fn::GetAtt, Fn::Sub's ${...}."""
-    if isinstance(node, list):
-        return set().union(*(references(item) for item in node))
-    if not isinstance(node, dict):
-        return set()
-    found: set[str] = set()
-    for key, value in node.items():
-        if key == "Ref" and isinstance(value, str):
-            found.add(value)
-        elif key == "Fn::GetAtt":
-            found.add(value[0] if isinstance(value, list) else str(value).split(".")[0])
-        elif key == "Fn::Sub":
-            text, names = (value, {}) if isinstance(value, str) else value
-            found |= {m.split(".")[0] for m in re.findall(r"\$\{([^!}][^}]*)\}", text)}
-            found |= references(names)
-        else:
-            found |= references(value)
-    return found
-
-
 def _depends_on(body: dict[str, Any]) -> set[str]:
     depends = body.get("DependsOn", [])
     return {depends} if isinstance(depends, str) else set(depends)
@@ -484,7 +462,7 @@ def _translated() -> str:
 def moto_template(**given: str) -> MotoTemplate:
     """template.yaml, SAM-translated as ``sam deploy`` hands it over, for the parameter values
     ``given`` (conditions decided), less what moto's CloudFormation cannot create."""
-    from scripts.cloud_template import deployed
+    from scripts.cloud_template import deployed, references
 
     translated = json.loads(_translated())
     resources = deployed(translated, **given)

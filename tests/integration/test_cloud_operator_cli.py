@@ -30,7 +30,6 @@ from aws_testing import (
     decided,
     moto_aws,
     moto_template,
-    references,
 )
 
 from engram_memory.adapters.local.audit import MemoryAuditLog
@@ -42,6 +41,7 @@ from engram_memory.cloud.settings import HostBinding
 from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.service import Engine
 from engram_memory.entry import main
+from scripts.cloud_template import references
 
 from engram_testing import capture_args, context
 
