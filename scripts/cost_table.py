@@ -117,7 +117,9 @@ def endpoints_month(
         if p["VpcEndpointType"] == "Interface"
     ]
     hours = prices["usage"]["hours_per_month"]
-    return len(interfaces) * subnets * hours * _price(prices, "vpc_interface_endpoint_az_hour")
+    return float(
+        len(interfaces) * subnets * hours * _price(prices, "vpc_interface_endpoint_az_hour")
+    )
 
 
 def idle_month(
