@@ -21,7 +21,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from unittest import mock
 
 import boto3
@@ -531,108 +531,105 @@ def _placeholder_zip() -> bytes:
 _PLACEHOLDER_ZIP = _placeholder_zip()
 
 
+class _Created:
+    """A resource type taught to moto's CloudFormation: ``TYPE`` made by ``make`` (properties,
+    account, region -> physical id, what ``Ref`` answers), named by its ``NAME`` property."""
+
+    TYPE: ClassVar[str]
+    NAME: ClassVar[str]
+
+    def __init__(self, physical_id: str) -> None:
+        self.physical_id = physical_id
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.physical_id
+
+    @classmethod
+    def cloudformation_type(cls) -> str:
+        return cls.TYPE
+
+    @classmethod
+    def cloudformation_name_type(cls) -> str:
+        return cls.NAME
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return False
+
+    @staticmethod
+    def make(properties: dict[str, Any], account_id: str, region_name: str) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def create_from_cloudformation_json(
+        cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str,
+        **kwargs: Any,
+    ) -> _Created:  # fmt: skip
+        properties = {"Name": resource_name, **cloudformation_json["Properties"]}
+        return cls(cls.make(properties, account_id, region_name))
+
+
+def _make_secret(properties: dict[str, Any], account_id: str, region_name: str) -> str:
+    from moto.secretsmanager.models import secretsmanager_backends
+
+    backend = secretsmanager_backends[account_id][region_name]
+    generate = properties.get("GenerateSecretString", {})
+    value = (
+        properties.get("SecretString")
+        or json.loads(
+            backend.get_random_password(
+                password_length=int(generate.get("PasswordLength", 32)),
+                exclude_characters=generate.get("ExcludeCharacters", ""),
+                exclude_numbers=False,
+                exclude_punctuation=bool(generate.get("ExcludePunctuation", False)),
+                exclude_uppercase=False,
+                exclude_lowercase=False,
+                include_space=bool(generate.get("IncludeSpace", False)),
+                require_each_included_type=False,
+            )
+        )["RandomPassword"]
+    )
+    created = backend.create_secret(
+        name=properties["Name"],
+        secret_string=value,
+        secret_binary=None,
+        description=properties.get("Description"),
+        tags=properties.get("Tags"),
+        kms_key_id=properties.get("KmsKeyId"),
+        client_request_token=None,
+        replica_regions=[],
+        force_overwrite=False,
+    )
+    return str(json.loads(created)["ARN"])
+
+
+def _put_role_policy(properties: dict[str, Any], account_id: str, region_name: str) -> str:
+    from moto.iam.models import iam_backends
+
+    iam_backends[account_id]["aws"].put_role_policy(
+        properties["RoleName"], properties["PolicyName"], json.dumps(properties["PolicyDocument"])
+    )
+    return str(properties["PolicyName"])
+
+
 @cache
 def _teach_moto() -> None:
     """Two resource types moto's CloudFormation lacks, taught to it through moto's own
     backends: ``AWS::SecretsManager::Secret`` (the cursor secret is what the operator's plane
-    reads) and ``AWS::IAM::RolePolicy`` (every function DependsOn its role's policy)."""
+    reads) and ``AWS::IAM::RolePolicy`` (every function DependsOn its role's policy). moto
+    registers the direct subclasses of ``CloudFormationModel``, tracked per service (the
+    ``__module__``)."""
     from moto.cloudformation import parsing
     from moto.core.common_models import CloudFormationModel
-    from moto.iam.models import iam_backends
-    from moto.secretsmanager.models import secretsmanager_backends
 
-    class CfnSecret(CloudFormationModel):
-        __module__ = "moto.secretsmanager.engram_testing"  # moto tracks models per service
+    class CfnSecret(_Created, CloudFormationModel):
+        __module__ = "moto.secretsmanager.engram_testing"
+        TYPE, NAME, make = "AWS::SecretsManager::Secret", "Name", staticmethod(_make_secret)
 
-        def __init__(self, arn: str) -> None:
-            self.arn = arn
-
-        @property
-        def physical_resource_id(self) -> str:
-            return self.arn
-
-        @staticmethod
-        def cloudformation_type() -> str:
-            return "AWS::SecretsManager::Secret"
-
-        @staticmethod
-        def cloudformation_name_type() -> str:
-            return "Name"
-
-        @classmethod
-        def has_cfn_attr(cls, attr: str) -> bool:
-            return False
-
-        @classmethod
-        def create_from_cloudformation_json(
-            cls, resource_name: str, cloudformation_json: Any, account_id: str,
-            region_name: str, **kwargs: Any,
-        ) -> CfnSecret:  # fmt: skip
-            properties = cloudformation_json["Properties"]
-            backend = secretsmanager_backends[account_id][region_name]
-            generate = properties.get("GenerateSecretString", {})
-            value = (
-                properties.get("SecretString")
-                or json.loads(
-                    backend.get_random_password(
-                        password_length=int(generate.get("PasswordLength", 32)),
-                        exclude_characters=generate.get("ExcludeCharacters", ""),
-                        exclude_numbers=False,
-                        exclude_punctuation=bool(generate.get("ExcludePunctuation", False)),
-                        exclude_uppercase=False,
-                        exclude_lowercase=False,
-                        include_space=bool(generate.get("IncludeSpace", False)),
-                        require_each_included_type=False,
-                    )
-                )["RandomPassword"]
-            )
-            created = backend.create_secret(
-                name=properties.get("Name") or resource_name,
-                secret_string=value,
-                secret_binary=None,
-                description=properties.get("Description"),
-                tags=properties.get("Tags"),
-                kms_key_id=properties.get("KmsKeyId"),
-                client_request_token=None,
-                replica_regions=[],
-                force_overwrite=False,
-            )
-            return cls(json.loads(created)["ARN"])
-
-    class CfnRolePolicy(CloudFormationModel):
+    class CfnRolePolicy(_Created, CloudFormationModel):
         __module__ = "moto.iam.engram_testing"
-
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        @property
-        def physical_resource_id(self) -> str:
-            return self.name
-
-        @staticmethod
-        def cloudformation_type() -> str:
-            return "AWS::IAM::RolePolicy"
-
-        @staticmethod
-        def cloudformation_name_type() -> str:
-            return "PolicyName"
-
-        @classmethod
-        def has_cfn_attr(cls, attr: str) -> bool:
-            return False
-
-        @classmethod
-        def create_from_cloudformation_json(
-            cls, resource_name: str, cloudformation_json: Any, account_id: str,
-            region_name: str, **kwargs: Any,
-        ) -> CfnRolePolicy:  # fmt: skip
-            properties = cloudformation_json["Properties"]
-            iam_backends[account_id]["aws"].put_role_policy(
-                properties["RoleName"],
-                properties["PolicyName"],
-                json.dumps(properties["PolicyDocument"]),
-            )
-            return cls(properties["PolicyName"])
+        TYPE, NAME, make = "AWS::IAM::RolePolicy", "PolicyName", staticmethod(_put_role_policy)
 
     parsing.get_model_list.cache_clear()
     parsing.get_model_map.cache_clear()
