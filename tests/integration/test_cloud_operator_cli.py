@@ -131,11 +131,12 @@ class Stacks:
     capsys: Capture
     made: dict[str, Stack] = field(default_factory=dict)
 
-    def create(self, name: str, region: str = REGION) -> Stack:
-        """A stack from template.yaml. One tenant's stack per region: its resources have fixed
-        names (functions, log groups, key aliases), so a second one goes to another region."""
+    def create(self, name: str, region: str = REGION, **given: str) -> Stack:
+        """A stack from template.yaml (parameters ``given`` beside STACK_PARAMETERS). One
+        tenant's stack per region: its resources have fixed names (functions, log groups, key
+        aliases), so a second one goes to another region."""
         session = boto3.session.Session(region_name=region)
-        create_template_stack(session, name)
+        create_template_stack(session, name, **given)
         stack = self.made[name] = Stack(name, session)
         # as the template sets it (moto's CloudFormation ignores the table's PITR property)
         session.client("dynamodb").update_continuous_backups(
@@ -268,6 +269,34 @@ def test_moto_creates_every_kept_resource_and_the_cli_resolves_them(stacks: Stac
     tables = stack.session.client("dynamodb")
     keys = tables.describe_table(TableName=resolved.key_table)["Table"]["KeySchema"]
     assert keys == [{"AttributeName": "key_ref", "KeyType": "HASH"}]
+
+
+def test_a_stack_in_a_vpc_is_created_whole_and_operated(stacks: Stacks) -> None:
+    ec2 = stacks.session.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24", AvailabilityZone=f"{REGION}{z}")
+        for i, z in enumerate("abc")
+    ]
+    given = {
+        "VpcId": vpc,
+        "VpcSubnetIds": ",".join(s["Subnet"]["SubnetId"] for s in subnets),
+        "VpcRouteTableIds": ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"],
+        "OpenSearchProfile": "production",
+    }
+    # moto creates every network resource: nothing more is left out than without a VPC
+    in_vpc = moto_template(**STACK_PARAMETERS, **given)
+    assert in_vpc.removed.keys() == moto_template(**STACK_PARAMETERS).removed.keys()
+    stack = stacks.create("engram-dev", **given)
+    search = stack.session.client("lambda").get_function(FunctionName=f"engram-{TENANT}-search")
+    assert search["Configuration"]["VpcConfig"]["SubnetIds"] == given["VpcSubnetIds"].split(",")
+    endpoints = {
+        e["ServiceName"].rsplit(".", 1)[1] for e in ec2.describe_vpc_endpoints()["VpcEndpoints"]
+    }
+    assert endpoints == {"dynamodb", "s3", "kms", "secretsmanager", "states", "xray"}
+    stack.remember("A stack in a VPC is operated the same way.", "vpc-000001")
+    code, status, _ = stacks.admin(stack, "status", "--workspace", WORKSPACE)
+    assert code == 0 and status["records"] == {"accepted_current": 1}, status
 
 
 def test_an_unknown_stack_is_one_line_and_exit_1(stacks: Stacks) -> None:
