@@ -164,13 +164,15 @@ def _decided(template: dict[str, Any], value: Any, given: dict[str, str]) -> Any
     return {k: v for k, v in decided.items() if v is not _NO_VALUE}
 
 
-def deployed(template: dict[str, Any], **given: str) -> dict[str, dict[str, Any]]:
+def deployed(
+    template: dict[str, Any], *, section: str = "Resources", **given: str
+) -> dict[str, dict[str, Any]]:
     """The resources CloudFormation creates from the translated ``template`` for the parameter
     values ``given``: conditions evaluated, every ``Fn::If`` decided, ``AWS::NoValue`` dropped
-    (a ``Ref`` to a parameter stays a ``Ref``)."""
+    (a ``Ref`` to a parameter stays a ``Ref``). ``section="Outputs"``: the outputs it reports."""
     return {
         name: _decided(template, body, given)
-        for name, body in template["Resources"].items()
+        for name, body in template.get(section, {}).items()
         if "Condition" not in body
         or condition_value(template, {"Condition": body["Condition"]}, given)
     }
@@ -399,13 +401,21 @@ def _references(node: Any) -> Iterator[tuple[str, str]]:
         for key, value in node.items():
             if key == "Ref" and isinstance(value, str):
                 yield "ref", value
-            elif key == "Fn::GetAtt" and isinstance(value, list):
-                yield "getatt", str(value[0])
-            elif key == "Fn::Sub" and isinstance(value, str):
-                for target in re.findall(r"\$\{([A-Za-z0-9]+)(?:\.[A-Za-z]+)?\}", value):
-                    yield "sub", target
+            elif key == "Fn::GetAtt":
+                yield "getatt", str(value[0] if isinstance(value, list) else value.split(".")[0])
+            elif key == "Fn::Sub":  # "text" or ["text", {variables}]
+                text, variables = (value, {}) if isinstance(value, str) else value
+                for target in re.findall(r"\$\{([A-Za-z0-9]+)(?:\.[A-Za-z]+)?\}", text):
+                    if target not in variables:
+                        yield "sub", target
+                yield from _references(variables)
             else:
                 yield from _references(value)
+
+
+def references(node: Any) -> set[str]:
+    """Every logical id or parameter ``node`` names (Ref, Fn::GetAtt, Fn::Sub's ${...})."""
+    return {name for _, name in _references(node)}
 
 
 def _routes(translated: dict[str, Any]) -> Iterator[tuple[str, str, bool, set[str], set[str]]]:

@@ -8,7 +8,7 @@ date and source URL; nothing is fetched.
 Two figures per profile:
 
 - idle per month: what the stack costs with no traffic (OpenSearch nodes and their storage,
-  KMS keys, secrets, alarm metrics, the dashboard, the every-minute outbox drainer and its
+  the VPC's interface endpoints, KMS keys, secrets, alarm metrics, the dashboard, the every-minute outbox drainer and its
   custom metrics and traces);
 - per million tool calls: the HTTP API request, the adapter's and the tool's Lambda invocation,
   DynamoDB request units, KMS requests, log ingestion and one trace per call.
@@ -35,6 +35,12 @@ PROFILES: Final[dict[str, dict[str, str]]] = {
     "production + dedicated masters": {
         "OpenSearchProfile": "production",
         "OpenSearchDedicatedMasters": "true",
+    },
+    "production in a VPC (3 AZs, endpoints)": {
+        "OpenSearchProfile": "production",
+        "VpcId": "vpc-0123456789abcdef0",
+        "VpcSubnetIds": "subnet-0aaa1111,subnet-0bbb2222,subnet-0ccc3333",
+        "VpcRouteTableIds": "rtb-0aaa1111",
     },
     "existing (shared domain)": {
         "OpenSearchMode": "existing",
@@ -99,8 +105,28 @@ def _lambda_gb(resources: dict[str, dict[str, Any]], name: str) -> float:
     return memory_mb / 1024
 
 
+def endpoints_month(
+    resources: dict[str, dict[str, Any]], prices: dict[str, Any], given: dict[str, str]
+) -> float:
+    """Interface endpoints bill per AZ (one network interface per subnet) and hour; gateway
+    endpoints (DynamoDB, S3) are free. Their per-GB processing is left out (small per call)."""
+    subnets = len([s for s in given.get("VpcSubnetIds", "").split(",") if s])
+    interfaces = [
+        p
+        for p in _of_type(resources, "AWS::EC2::VPCEndpoint")
+        if p["VpcEndpointType"] == "Interface"
+    ]
+    hours = prices["usage"]["hours_per_month"]
+    return float(
+        len(interfaces) * subnets * hours * _price(prices, "vpc_interface_endpoint_az_hour")
+    )
+
+
 def idle_month(
-    template: dict[str, Any], resources: dict[str, dict[str, Any]], prices: dict[str, Any]
+    template: dict[str, Any],
+    resources: dict[str, dict[str, Any]],
+    prices: dict[str, Any],
+    given: dict[str, str] | None = None,
 ) -> float:
     usage = prices["usage"]
     runs = usage["drainer_runs_per_month"]
@@ -108,6 +134,7 @@ def idle_month(
     drainer_gb_s *= _lambda_gb(resources, "OutboxDrainerFunction")
     fixed = {
         "opensearch": opensearch_month(template, resources, prices),
+        "endpoints": endpoints_month(resources, prices, given or {}),
         "kms": len(_of_type(resources, "AWS::KMS::Key")) * _price(prices, "kms_key_month"),
         "secrets": len(_of_type(resources, "AWS::SecretsManager::Secret"))
         * _price(prices, "secret_month"),
@@ -150,7 +177,7 @@ def cost_table(template: dict[str, Any], prices: dict[str, Any]) -> list[Cost]:
         rows.append(
             Cost(
                 profile,
-                idle_month(template, resources, prices),
+                idle_month(template, resources, prices, given),
                 per_million_calls(resources, prices),
                 opensearch_month(template, resources, prices),
             )

@@ -12,14 +12,16 @@ same seam a real network failure goes through.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from unittest import mock
 
 import boto3
@@ -394,3 +396,241 @@ def aws(tmp_path: Path) -> Iterator[Harness]:
         yield harness
     finally:
         harness.close()
+
+
+# --------------------------------------------------------------------------------------------
+# template.yaml as a stack in moto's CloudFormation
+# --------------------------------------------------------------------------------------------
+
+ACCOUNT = "123456789012"  # moto's
+STACK_PARAMETERS: dict[str, str] = {
+    "TenantId": TENANT,
+    "IssuerUrl": "https://issuer.example.com",
+    "Audience": "https://memory.example.com/mcp",
+    "ApprovalAudience": "engram-approvals",
+    "KeyAdminRoleArn": f"arn:aws:iam::{ACCOUNT}:role/engram-key-admin",
+    "DeployRoleArn": f"arn:aws:iam::{ACCOUNT}:role/engram-deployer",
+    # moto has no OpenSearch domains: the stack names an existing one (OpenSearchMode=existing,
+    # the template's own option), whose endpoint the operator's plane only hands to the engine
+    "OpenSearchMode": "existing",
+    "ExistingOpenSearchEndpoint": "https://search-engram-ops.us-east-1.es.amazonaws.com",
+    "ExistingOpenSearchDomainName": "engram-ops",
+}
+
+
+@dataclass(frozen=True)
+class MotoTemplate:
+    """The SAM-translated template.yaml as moto's CloudFormation can create it: the resources
+    the parameters deploy, less those moto cannot create and whatever refers to them."""
+
+    body: dict[str, Any]  # what create_stack receives
+    deployed: dict[str, dict[str, Any]]  # what CloudFormation would create (conditions decided)
+    outputs: dict[str, dict[str, Any]]  # the outputs it would report
+    removed: dict[str, str]  # logical id -> why moto cannot create it
+    removed_outputs: frozenset[str]
+
+
+def _moto_models() -> dict[str, Any]:
+    """moto's CloudFormation resource types, with the two this module teaches it."""
+    from moto.cloudformation import parsing
+
+    _teach_moto()
+    return parsing.get_model_map()
+
+
+def moto_lacks(kind: str) -> str | None:
+    """Why moto's CloudFormation cannot create a resource of this type (None: it can)."""
+    if kind.startswith("Custom::"):
+        return "custom resource: its Lambda runs on create (moto runs Lambda code only in Docker)"
+    if kind not in _moto_models():
+        return f"moto's CloudFormation has no {kind}"
+    return None
+
+
+def _depends_on(body: dict[str, Any]) -> set[str]:
+    depends = body.get("DependsOn", [])
+    return {depends} if isinstance(depends, str) else set(depends)
+
+
+@cache
+def _translated() -> str:
+    from scripts.cloud_template import ROOT, translate
+
+    return json.dumps(translate(ROOT / "template.yaml"))
+
+
+def moto_template(**given: str) -> MotoTemplate:
+    """template.yaml, SAM-translated as ``sam deploy`` hands it over, for the parameter values
+    ``given`` (conditions decided), less what moto's CloudFormation cannot create."""
+    from scripts.cloud_template import deployed, references
+
+    translated = json.loads(_translated())
+    resources = deployed(translated, **given)
+    removed = {name: why for name, body in resources.items() if (why := moto_lacks(body["Type"]))}
+    while True:  # then whatever refers to a removed resource, until nothing more goes
+        more = {
+            name: f"refers to {min(named)}"
+            for name, body in resources.items()
+            if name not in removed
+            and (named := (references(body) | _depends_on(body)) & removed.keys())
+        }
+        if not more:
+            break
+        removed |= more
+    outputs = deployed(translated, section="Outputs", **given)
+    gone = frozenset(name for name, body in outputs.items() if references(body) & removed.keys())
+    body = {
+        "AWSTemplateFormatVersion": translated["AWSTemplateFormatVersion"],
+        "Parameters": translated["Parameters"],
+        "Resources": {n: decided(r) for n, r in resources.items() if n not in removed},
+        "Outputs": {n: decided(o) for n, o in outputs.items() if n not in gone},
+    }
+    return MotoTemplate(body, resources, outputs, removed, gone)
+
+
+def decided(body: dict[str, Any]) -> dict[str, Any]:
+    """A resource or output once its condition held: without the ``Condition`` key."""
+    return {key: value for key, value in body.items() if key != "Condition"}
+
+
+def create_template_stack(session: boto3.session.Session, name: str, **given: str) -> MotoTemplate:
+    """Create stack ``name`` from template.yaml in moto's CloudFormation (inside ``moto_aws``),
+    with STACK_PARAMETERS and ``given``. The functions' and the layer's packages are
+    placeholders in the packaging bucket (moto stores Lambda code, it never runs it here)."""
+    from scripts.cloud_template import PACKAGE_BUCKET
+
+    parameters = {**STACK_PARAMETERS, **given}
+    template = moto_template(**parameters)
+    s3 = session.client("s3")
+    # one per account in moto (S3's names are global): the first stack made it
+    with suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+        create_bucket(s3, PACKAGE_BUCKET, str(session.region_name))
+    for body in template.body["Resources"].values():
+        package = body["Properties"].get("Code") or body["Properties"].get("Content") or {}
+        if "S3Key" in package:
+            s3.put_object(Bucket=PACKAGE_BUCKET, Key=package["S3Key"], Body=_PLACEHOLDER_ZIP)
+    session.client("cloudformation").create_stack(
+        StackName=name,
+        TemplateBody=json.dumps(template.body),
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in parameters.items()],
+        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
+    )
+    return template
+
+
+def _placeholder_zip() -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("app.py", "# sam package uploads the build here; moto never runs it\n")
+    return buffer.getvalue()
+
+
+_PLACEHOLDER_ZIP = _placeholder_zip()
+
+
+class _Created:
+    """A resource type taught to moto's CloudFormation: ``TYPE`` made by ``make`` (properties,
+    account, region -> physical id, what ``Ref`` answers), named by its ``NAME`` property."""
+
+    TYPE: ClassVar[str]
+    NAME: ClassVar[str]
+
+    def __init__(self, physical_id: str) -> None:
+        self.physical_id = physical_id
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.physical_id
+
+    @classmethod
+    def cloudformation_type(cls) -> str:
+        return cls.TYPE
+
+    @classmethod
+    def cloudformation_name_type(cls) -> str:
+        return cls.NAME
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return False
+
+    @staticmethod
+    def make(properties: dict[str, Any], account_id: str, region_name: str) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def create_from_cloudformation_json(
+        cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str,
+        **kwargs: Any,
+    ) -> _Created:  # fmt: skip
+        properties = {"Name": resource_name, **cloudformation_json["Properties"]}
+        return cls(cls.make(properties, account_id, region_name))
+
+
+def _make_secret(properties: dict[str, Any], account_id: str, region_name: str) -> str:
+    from moto.secretsmanager.models import secretsmanager_backends
+
+    backend = secretsmanager_backends[account_id][region_name]
+    generate = properties.get("GenerateSecretString", {})
+    value = (
+        properties.get("SecretString")
+        or json.loads(
+            backend.get_random_password(
+                password_length=int(generate.get("PasswordLength", 32)),
+                exclude_characters=generate.get("ExcludeCharacters", ""),
+                exclude_numbers=False,
+                exclude_punctuation=bool(generate.get("ExcludePunctuation", False)),
+                exclude_uppercase=False,
+                exclude_lowercase=False,
+                include_space=bool(generate.get("IncludeSpace", False)),
+                require_each_included_type=False,
+            )
+        )["RandomPassword"]
+    )
+    created = backend.create_secret(
+        name=properties["Name"],
+        secret_string=value,
+        secret_binary=None,
+        description=properties.get("Description"),
+        tags=properties.get("Tags"),
+        kms_key_id=properties.get("KmsKeyId"),
+        client_request_token=None,
+        replica_regions=[],
+        force_overwrite=False,
+    )
+    return str(json.loads(created)["ARN"])
+
+
+def _put_role_policy(properties: dict[str, Any], account_id: str, region_name: str) -> str:
+    from moto.iam.models import iam_backends
+
+    iam_backends[account_id]["aws"].put_role_policy(
+        properties["RoleName"], properties["PolicyName"], json.dumps(properties["PolicyDocument"])
+    )
+    return str(properties["PolicyName"])
+
+
+@cache
+def _teach_moto() -> None:
+    """Two resource types moto's CloudFormation lacks, taught to it through moto's own
+    backends: ``AWS::SecretsManager::Secret`` (the cursor secret is what the operator's plane
+    reads) and ``AWS::IAM::RolePolicy`` (every function DependsOn its role's policy). moto
+    registers the direct subclasses of ``CloudFormationModel``, tracked per service (the
+    ``__module__``)."""
+    from moto.cloudformation import parsing
+    from moto.core.common_models import CloudFormationModel
+
+    class CfnSecret(_Created, CloudFormationModel):
+        __module__ = "moto.secretsmanager.engram_testing"
+        TYPE, NAME, make = "AWS::SecretsManager::Secret", "Name", staticmethod(_make_secret)
+
+    class CfnRolePolicy(_Created, CloudFormationModel):
+        __module__ = "moto.iam.engram_testing"
+        TYPE, NAME, make = "AWS::IAM::RolePolicy", "PolicyName", staticmethod(_put_role_policy)
+
+    parsing.get_model_list.cache_clear()
+    parsing.get_model_map.cache_clear()
+    parsing.get_name_type_map.cache_clear()

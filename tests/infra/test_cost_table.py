@@ -48,6 +48,7 @@ def test_the_opensearch_cost_counts_the_profiles_nodes_and_storage() -> None:
             "dev": node,
             "production": 3 * node,
             "production + dedicated masters": 3 * node + masters,
+            "production in a VPC (3 AZs, endpoints)": 3 * node,
             "existing (shared domain)": 0.0,
         }
     )
@@ -61,6 +62,17 @@ def test_the_table_follows_the_template_not_a_copy_of_it() -> None:
     gp3 = prices()["prices"]["opensearch_gp3_gb_month"]["value"]
     assert after["dev"].idle_month - before["dev"].idle_month == pytest.approx(90 * gp3)
     assert after["existing (shared domain)"] == before["existing (shared domain)"]
+
+
+def test_a_vpc_adds_its_interface_endpoints_per_az_and_hour() -> None:
+    rows = {row.profile: row for row in cost_table(template(), prices())}
+    hourly = prices()["prices"]["vpc_interface_endpoint_az_hour"]["value"]
+    hours = prices()["usage"]["hours_per_month"]
+    added = (
+        rows["production in a VPC (3 AZs, endpoints)"].idle_month - rows["production"].idle_month
+    )
+    # KMS, Secrets Manager, Step Functions and X-Ray, in each of three subnets; gateways are free
+    assert added == pytest.approx(4 * 3 * hours * hourly)
 
 
 def test_the_deployment_guide_shows_the_scripts_table() -> None:

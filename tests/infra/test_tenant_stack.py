@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import pytest
 
-from scripts.cloud_template import _packaged, deployed, load_template, translate
+from scripts.cloud_template import _packaged, deployed, load_template, role_statements, translate
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 TEMPLATE: Final = ROOT / "template.yaml"
@@ -224,3 +224,124 @@ def test_the_core_layer_keeps_no_replaced_version() -> None:
     assert layers
     for layer in layers.values():
         assert layer["DeletionPolicy"] == "Delete"
+
+
+# --------------------------------------------------------------------------------------------
+# 3. OpenSearch in a VPC (VpcId, VpcSubnetIds, VpcRouteTableIds, VpcEndpoints)
+# --------------------------------------------------------------------------------------------
+
+VPC: Final = {
+    "VpcId": "vpc-0123456789abcdef0",
+    "VpcSubnetIds": "subnet-0aaa1111,subnet-0bbb2222,subnet-0ccc3333",
+    "VpcRouteTableIds": "rtb-0aaa1111",
+}
+ENI_POLICY: Final = {
+    "Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaENIManagementAccess"
+}
+# what a function in the VPC reaches without an endpoint: the domain (in the VPC) and its own log
+# group (Lambda ships a function's logs and EMF metrics, not the function)
+REACHED_WITHOUT_ENDPOINT: Final = {"es", "logs"}
+
+
+def _opensearch_functions(resources: dict[str, dict[str, Any]]) -> set[str]:
+    """The functions whose roles the domain's access policy admits."""
+    domain = next(iter(of_type(stack(), "AWS::OpenSearchService::Domain").values()))
+    roles = {
+        s["Principal"]["AWS"]["Fn::GetAtt"][0]
+        for s in domain["Properties"]["AccessPolicies"]["Statement"]
+    }
+    return {
+        name
+        for name, f in of_type(resources, "AWS::Lambda::Function").items()
+        if f["Properties"]["Role"]["Fn::GetAtt"][0] in roles
+    }
+
+
+def test_without_a_vpc_the_stack_has_no_network_resources() -> None:
+    resources = stack()
+    assert not [n for n, r in resources.items() if r["Type"].startswith("AWS::EC2::")]
+    assert "VPCOptions" not in _domain()
+    for name, function in of_type(resources, "AWS::Lambda::Function").items():
+        assert "VpcConfig" not in function["Properties"], name
+    for name, role in of_type(resources, "AWS::IAM::Role").items():
+        assert ENI_POLICY not in role["Properties"].get("ManagedPolicyArns", []), name
+
+
+@pytest.mark.parametrize("profile", ["dev", "production"])
+def test_in_a_vpc_the_domain_is_private_and_only_its_functions_reach_it(profile: str) -> None:
+    resources = stack(OpenSearchProfile=profile, **VPC)
+    subnets = {"Ref": "VpcSubnetIds"}
+    options = _domain(OpenSearchProfile=profile, **VPC)["VPCOptions"]
+    domain_group = {"Fn::GetAtt": ["OpenSearchDomainSecurityGroup", "GroupId"]}
+    client_group = {"Fn::GetAtt": ["OpenSearchClientSecurityGroup", "GroupId"]}
+    assert options == {
+        "SubnetIds": subnets if profile == "production" else [{"Fn::Select": [0, subnets]}],
+        "SecurityGroupIds": [domain_group],
+    }
+    (ingress,) = resources["OpenSearchDomainSecurityGroup"]["Properties"]["SecurityGroupIngress"]
+    assert ingress["SourceSecurityGroupId"] == client_group
+    assert (ingress["IpProtocol"], ingress["FromPort"], ingress["ToPort"]) == ("tcp", 443, 443)
+    in_vpc = {
+        name
+        for name, f in of_type(resources, "AWS::Lambda::Function").items()
+        if "VpcConfig" in f["Properties"]
+    }
+    expected = _opensearch_functions(resources) | {"OpenSearchSecurityConfigFunction"}
+    assert in_vpc == expected and len(in_vpc) == 6, in_vpc
+    for name in in_vpc:
+        properties = resources[name]["Properties"]
+        assert properties["VpcConfig"] == {"SecurityGroupIds": [client_group], "SubnetIds": subnets}
+        role = resources[properties["Role"]["Fn::GetAtt"][0]]["Properties"]
+        assert role["ManagedPolicyArns"] == [ENI_POLICY], name
+
+
+def test_the_endpoints_cover_every_service_the_functions_in_the_vpc_call() -> None:
+    resources = stack(OpenSearchProfile="production", **VPC)
+    endpoints = {
+        body["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1]: body["Properties"]
+        for body in of_type(resources, "AWS::EC2::VPCEndpoint").values()
+    }
+    gateways = {s for s, p in endpoints.items() if p["VpcEndpointType"] == "Gateway"}
+    assert gateways == {"dynamodb", "s3"}
+    for service, properties in endpoints.items():
+        if service in gateways:
+            assert properties["RouteTableIds"] == {"Ref": "VpcRouteTableIds"}
+        else:
+            assert properties["SubnetIds"] == {"Ref": "VpcSubnetIds"}
+            assert properties["PrivateDnsEnabled"] is True
+    called: set[str] = set()
+    for function in of_type(resources, "AWS::Lambda::Function").values():
+        if "VpcConfig" in function["Properties"]:
+            role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+            for statement in role_statements(translated(), role):
+                actions = statement["Action"]
+                for action in [actions] if isinstance(actions, str) else actions:
+                    called.add(action.split(":")[0])
+    assert called - REACHED_WITHOUT_ENDPOINT == set(endpoints), called
+    # none: the VPC reaches the APIs itself (NAT, or another stack's endpoints)
+    none = stack(OpenSearchProfile="production", VpcEndpoints="none", **VPC)
+    assert not of_type(none, "AWS::EC2::VPCEndpoint") and "VpcEndpointSecurityGroup" not in none
+    assert "VpcConfig" in none["SearchFunction"]["Properties"]
+
+
+def test_a_vpc_with_an_existing_domain_puts_the_functions_in_it_and_creates_no_domain_group() -> (
+    None
+):
+    existing = {
+        "OpenSearchMode": "existing",
+        "ExistingOpenSearchEndpoint": "https://vpc-shared.example",
+        "ExistingOpenSearchDomainName": "shared",
+    }
+    resources = stack(**existing, **VPC)
+    assert "OpenSearchDomainSecurityGroup" not in resources
+    assert "VpcConfig" in resources["OutboxDrainerFunction"]["Properties"]
+
+
+def test_the_vpc_parameters_are_refused_incomplete() -> None:
+    rules = translated()["Rules"]
+    subnets = rules["VpcHasSubnets"]["Assertions"][0]["Assert"]
+    assert subnets == {"Fn::Not": [{"Fn::EachMemberEquals": [{"Ref": "VpcSubnetIds"}, ""]}]}
+    tables = rules["VpcEndpointsHaveRouteTables"]["Assertions"][0]["Assert"]
+    assert tables == {"Fn::Not": [{"Fn::EachMemberEquals": [{"Ref": "VpcRouteTableIds"}, ""]}]}
+    # a VpcId without subnets is refused by the rule; the condition needs both
+    assert not of_type(stack(VpcId=VPC["VpcId"]), "AWS::EC2::SecurityGroup")
