@@ -501,7 +501,8 @@ def test_the_jwt_authorizer_is_the_api_default_and_checks_issuer_and_audience() 
     authorizer = auth["Authorizers"][auth["DefaultAuthorizer"]]
     assert authorizer["IdentitySource"] == "$request.header.Authorization"
     jwt = authorizer["JwtConfiguration"]
-    assert jwt["issuer"] == TRUSTED_ISSUER  # the stack's own pool: tests/infra/test_identity_edge.py
+    # the stack's own pool when it creates one: tests/infra/test_identity_edge.py
+    assert jwt["issuer"] == TRUSTED_ISSUER
     assert decided(jwt["issuer"]) == {"Ref": "IssuerUrl"}
     # the resource URL, and the client ids an identity provider writes as aud (Entra ID v2,
     # Cognito) only when the operator names them: never an empty audience
