@@ -20,6 +20,8 @@ import pytest
 from cfnlint.api import ManualArgs, lint, lint_file
 from cfnlint.decode.cfn_yaml import load as load_cfn_yaml
 
+from scripts.cloud_template import _decided
+
 ROOT: Final = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH: Final = ROOT / "template.yaml"
 SAMCONFIG_PATH: Final = ROOT / "samconfig.toml"
@@ -42,6 +44,7 @@ FUNCTION_FOLDERS: Final = {
     "OutboxDrainerFunction": "outbox_drainer",
     "OpenSearchSecurityConfigFunction": "opensearch_security",
     "SessionRotationFunction": "session_rotation",
+    "CognitoClaimsFunction": "cognito_claims",
 }
 # Run by CloudFormation only (a custom resource): a failure fails the deployment in front of the
 # operator, so no errors or throttles alarm watches it.
@@ -103,6 +106,14 @@ DASHBOARD_WIDGETS: Final = (
 STAR_RESOURCE_ACTIONS: Final = frozenset(
     {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "secretsmanager:GetRandomPassword"}
 )
+# The issuer every verifier trusts: the stack's own user pool when it creates one, else IssuerUrl.
+TRUSTED_ISSUER: Final = {
+    "Fn::If": [
+        "CreateUserPool",
+        {"Fn::Sub": "https://cognito-idp.${AWS::Region}.${AWS::URLSuffix}/${CognitoUserPool}"},
+        {"Ref": "IssuerUrl"},
+    ]
+}
 PSEUDO_PARAMETERS: Final = frozenset(
     {"AWS::AccountId", "AWS::Region", "AWS::Partition", "AWS::StackName", "AWS::StackId"}
     | {"AWS::URLSuffix", "AWS::NoValue"}
@@ -127,6 +138,11 @@ def resources(kind: str | None = None) -> dict[str, dict[str, Any]]:
         for name, body in template()["Resources"].items()
         if kind is None or body["Type"] == kind
     }
+
+
+def decided(value: Any, **given: str) -> Any:
+    """``value`` with every ``Fn::If`` decided for the parameter values ``given`` (else defaults)."""
+    return _decided(template(), value, given)
 
 
 def props(logical_id: str) -> dict[str, Any]:
@@ -358,7 +374,7 @@ def test_each_state_machine_definition_passes_cfn_lint_asl_validation(machine: s
 # --------------------------------------------------------------------------------------------
 
 
-def test_the_template_defines_exactly_the_twelve_functions() -> None:
+def test_the_template_defines_exactly_the_thirteen_functions() -> None:
     assert set(resources("AWS::Serverless::Function")) == set(FUNCTION_FOLDERS)
 
 
@@ -433,7 +449,7 @@ def test_the_shared_environment_carries_every_variable_the_handlers_read() -> No
     assert set(env) >= REQUIRED_ENV
     assert env["ENGRAM_OPENSEARCH_INDEX"] == {"Fn::Sub": "engram-${TenantId}-records"}
     assert env["ENGRAM_RESOURCE_URI"] == {"Ref": "Audience"}
-    assert env["ENGRAM_ISSUER"] == {"Ref": "IssuerUrl"}
+    assert env["ENGRAM_ISSUER"] == TRUSTED_ISSUER
     assert env["POWERTOOLS_SERVICE_NAME"] == "engram-memory"
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == "EngramMemory"
     assert env["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"
@@ -484,28 +500,28 @@ def test_the_jwt_authorizer_is_the_api_default_and_checks_issuer_and_audience() 
     auth = props("HttpApi")["Auth"]
     authorizer = auth["Authorizers"][auth["DefaultAuthorizer"]]
     assert authorizer["IdentitySource"] == "$request.header.Authorization"
-    assert authorizer["JwtConfiguration"]["issuer"] == {"Ref": "IssuerUrl"}
+    jwt = authorizer["JwtConfiguration"]
+    # the stack's own pool when it creates one: tests/infra/test_identity_edge.py
+    assert jwt["issuer"] == TRUSTED_ISSUER
+    assert decided(jwt["issuer"]) == {"Ref": "IssuerUrl"}
     # the resource URL, and the client ids an identity provider writes as aud (Entra ID v2,
     # Cognito) only when the operator names them: never an empty audience
-    assert authorizer["JwtConfiguration"]["audience"] == {
-        "Fn::If": [
-            "HasAudienceAliases",
+    assert decided(jwt["audience"]) == [{"Ref": "Audience"}]
+    assert decided(jwt["audience"], AudienceAliases="client-1") == {
+        "Fn::Split": [
+            ",",
             {
-                "Fn::Split": [
+                "Fn::Join": [
                     ",",
-                    {
-                        "Fn::Join": [
-                            ",",
-                            [{"Ref": "Audience"}, {"Fn::Join": [",", {"Ref": "AudienceAliases"}]}],
-                        ]
-                    },
+                    [{"Ref": "Audience"}, {"Fn::Join": [",", {"Ref": "AudienceAliases"}]}],
                 ]
             },
-            [{"Ref": "Audience"}],
         ]
     }
     env = template()["Globals"]["Function"]["Environment"]["Variables"]
-    assert env["ENGRAM_AUDIENCE_ALIASES"] == {"Fn::Join": [",", {"Ref": "AudienceAliases"}]}
+    assert decided(env["ENGRAM_AUDIENCE_ALIASES"]) == {
+        "Fn::Join": [",", {"Ref": "AudienceAliases"}]
+    }
     rule = template()["Rules"]["ApprovalsNeedTheirOwnAudience"]["Assertions"][1]["Assert"]
     assert rule == {
         "Fn::Not": [{"Fn::Contains": [{"Ref": "AudienceAliases"}, {"Ref": "ApprovalAudience"}]}]
@@ -549,8 +565,8 @@ def test_the_approval_page_signs_in_with_its_own_client_never_the_mcp_audience()
     env = props("ApprovalFunction")["Environment"]["Variables"]
     assert env == {"ENGRAM_APPROVAL_SESSION_SECRET_ARN": {"Ref": "ApprovalSessionSecret"}}
     globals_env = template()["Globals"]["Function"]["Environment"]["Variables"]
-    assert globals_env["ENGRAM_APPROVAL_AUDIENCE"] == {"Ref": "ApprovalAudience"}
-    assert globals_env["ENGRAM_ISSUER"] == {"Ref": "IssuerUrl"}
+    assert decided(globals_env["ENGRAM_APPROVAL_AUDIENCE"]) == {"Ref": "ApprovalAudience"}
+    assert decided(globals_env["ENGRAM_ISSUER"]) == {"Ref": "IssuerUrl"}
     assert globals_env["ENGRAM_RESOURCE_URI"] == {"Ref": "Audience"}  # refused in ID tokens
     rule = template()["Rules"]["ApprovalsNeedTheirOwnAudience"]["Assertions"][0]["Assert"]
     assert rule == {"Fn::Not": [{"Fn::Equals": [{"Ref": "ApprovalAudience"}, {"Ref": "Audience"}]}]}

@@ -42,6 +42,7 @@ def test_every_function_folder_is_benchmarked() -> None:
         [
             *TOOL_FUNCTIONS,
             "approval",
+            "cognito_claims",
             "mcp_adapter",
             "opensearch_security",
             "outbox_drainer",

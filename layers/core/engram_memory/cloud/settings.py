@@ -48,6 +48,7 @@ __all__ = [
     "LAMBDA_DEADLINE_MARGIN_MS",
     "AdapterSettings",
     "ApprovalSettings",
+    "CognitoClaimsSettings",
     "ConfigurationError",
     "DrainerSettings",
     "EngineEnvironment",
@@ -194,6 +195,12 @@ class _BindingSettings(_Settings):
 
     def binding(self) -> HostBinding:
         return HostBinding(self.tenant_id, self.retention_ceiling_s)
+
+
+class CognitoClaimsSettings(_Settings):
+    """The user pool's pre-token-generation trigger (``functions/cognito_claims/app.py``)."""
+
+    tenant_id: Text = _env("ENGRAM_TENANT_ID", "this stack's tenant id")
 
 
 class StoredRecordsSettings(_Settings):
