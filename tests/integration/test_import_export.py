@@ -25,7 +25,12 @@ GRAPH = [
         "entityType": "person",
         "observations": ["Prefers tabs over spaces", "Maintains the billing service"],
     },
-    {"type": "entity", "name": "Billing", "entityType": "service", "observations": ["Runs nightly"]},
+    {
+        "type": "entity",
+        "name": "Billing",
+        "entityType": "service",
+        "observations": ["Runs nightly"],
+    },
     {"type": "relation", "from": "Alice", "to": "Billing", "relationType": "maintains"},
 ]
 
@@ -115,11 +120,21 @@ def test_mem0_export_and_markdown_folder(
     mem0.write_text(
         json.dumps(
             [
-                {"id": "m1", "memory": "Likes green tea", "user_id": "alice", "metadata": {},
-                 "created_at": "2024-07-20T10:00:00-07:00", "updated_at": None},
-                {"id": "m2", "memory": "Lives in Lisbon", "user_id": "alice",
-                 "created_at": "2024-07-21"},
-            ]  # fmt: skip
+                {
+                    "id": "m1",
+                    "memory": "Likes green tea",
+                    "user_id": "alice",
+                    "metadata": {},
+                    "created_at": "2024-07-20T10:00:00-07:00",
+                    "updated_at": None,
+                },
+                {
+                    "id": "m2",
+                    "memory": "Lives in Lisbon",
+                    "user_id": "alice",
+                    "created_at": "2024-07-21",
+                },
+            ]
         ),
         encoding="utf-8",
     )
@@ -190,14 +205,17 @@ def _read_graph(server: Path, memory_file: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def memory_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("node") is None or shutil.which("npm") is None:
+    npm = shutil.which("npm")
+    if shutil.which("node") is None or npm is None:
         pytest.skip("node and npm are not installed: the MCP memory server cannot run")
     folder = tmp_path_factory.mktemp("server-memory")
-    subprocess.run(
-        ["npm", "install", "--silent", "--prefix", str(folder),
-         "@modelcontextprotocol/server-memory"],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
+    install = [npm, "install", "--silent", "--prefix", str(folder)]
+    subprocess.run(  # noqa: S603 - npm from PATH, installing the one package named here
+        [*install, "@modelcontextprotocol/server-memory"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return folder / "node_modules" / "@modelcontextprotocol" / "server-memory" / "dist" / "index.js"
 
 
