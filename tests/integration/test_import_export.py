@@ -160,17 +160,26 @@ def test_mem0_export_and_markdown_folder(
     assert _records(data) == 4
 
 
-def test_our_export_moves_into_another_data_directory(
-    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _imported_then_exported(
+    capsys: pytest.CaptureFixture[str], data: Path, tmp_path: Path, fmt: str
+) -> Path:
+    """GRAPH imported into ``data``, then exported in ``fmt``: the exported file."""
     source = tmp_path / "memory.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in GRAPH), encoding="utf-8")
     assert _import(capsys, data, source, "mcp-memory")[0] == 0
-    exported = tmp_path / "export.jsonl"
+    exported = tmp_path / f"exported.{fmt}.jsonl"
     code, _, err = _run(
-        capsys, "admin", "export", "--data-dir", str(data), "--output", str(exported)
-    )
+        capsys, "admin", "export", "--data-dir", str(data), "--format", fmt,
+        "--output", str(exported),
+    )  # fmt: skip
     assert code == 0, err
+    return exported
+
+
+def test_our_export_moves_into_another_data_directory(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    exported = _imported_then_exported(capsys, data, tmp_path, "engram")
     other = tmp_path / "other"
     assert main(["init", "--data-dir", str(other)]) == 0
     capsys.readouterr()
@@ -222,16 +231,23 @@ def memory_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_exported_mcp_memory_file_is_read_by_the_real_server(
     data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], memory_server: Path
 ) -> None:
-    source = tmp_path / "memory.jsonl"
-    source.write_text("".join(json.dumps(line) + "\n" for line in GRAPH), encoding="utf-8")
-    assert _import(capsys, data, source, "mcp-memory")[0] == 0
-    exported = tmp_path / "exported.jsonl"
-    code, _, err = _run(
-        capsys, "admin", "export", "--data-dir", str(data), "--format", "mcp-memory",
-        "--output", str(exported),
-    )  # fmt: skip
-    assert code == 0, err
+    exported = _imported_then_exported(capsys, data, tmp_path, "mcp-memory")
     graph = _read_graph(memory_server, exported)
     entities = sorted(graph["entities"], key=lambda e: e["name"])
     assert [{**e, "type": "entity"} for e in entities] == GRAPH[:2]
     assert [{**r, "type": "relation"} for r in graph["relations"]] == GRAPH[2:]
+
+
+def test_manual_mode_holds_each_item_and_a_rerun_adds_nothing(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        _run(capsys, "admin", "policy", "set", "--mode", "manual", "--data-dir", str(data))[0] == 0
+    )
+    source = tmp_path / "memory.jsonl"
+    source.write_text(json.dumps(GRAPH[0]) + "\n", encoding="utf-8")
+    for _ in range(2):
+        code, done, err = _import(capsys, data, source, "mcp-memory")
+        assert code == 0 and done["pending_adjudication"] == 1, err
+        assert done["not_accepted"][0]["reason"] == "manual"
+        assert (_candidates(data), _records(data)) == (1, 0)
