@@ -140,6 +140,10 @@ def test_mem0_export_and_markdown_folder(
     )
     code, done, err = _import(capsys, data, mem0, "mem0")
     assert (code, done["accepted"]) == (0, 2), err
+    bad, secret = tmp_path / "bad.json", _secret()
+    bad.write_text(json.dumps([{"id": "m3", "memory": "x", "created_at": secret}]), "utf-8")
+    code, _, err = _import(capsys, data, bad, "mem0")
+    assert code == 2 and "bad.json[0].created_at" in err and secret not in err
 
     notes = tmp_path / "notes"
     (notes / "sub").mkdir(parents=True)

@@ -86,7 +86,7 @@ def _instant(value: Any, place: str) -> int | None:
         try:
             moment = dateparse.isoparse(str(value))
         except (ValueError, OverflowError):
-            raise UsageError(f"{place}: {str(value)[:40]!r} is not an ISO-8601 date") from None
+            raise UsageError(f"{place}: not an ISO-8601 date") from None  # the value unechoed
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
@@ -245,8 +245,8 @@ def _mem0(path: Path, purpose: str, now_ms: int) -> list[ImportItem]:
         if not isinstance(memory, dict):
             raise UsageError(f"{place}: not a JSON object")
         memory_id, text = _strings(memory, place, "id", "memory")
-        created = _instant(memory.get("created_at"), place)
-        updated = _instant(memory.get("updated_at"), place)
+        created = _instant(memory.get("created_at"), f"{place}.created_at")
+        updated = _instant(memory.get("updated_at"), f"{place}.updated_at")
         user = memory.get("user_id")
         source = f"mem0:{user}:{memory_id}" if isinstance(user, str) else f"mem0:{memory_id}"
         content = json.dumps(memory, sort_keys=True, ensure_ascii=False)
