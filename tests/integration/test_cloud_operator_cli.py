@@ -576,3 +576,28 @@ def test_a_record_forgotten_after_a_backup_is_unreadable_and_unsearchable_after_
             data = gzip.decompress(data)
         assert b"vault combination" not in data, listed["Key"]
     assert "vault combination" not in json.dumps(stack.items(), default=str)
+
+
+def test_import_on_the_stack_admits_each_item_and_a_rerun_adds_nothing(
+    stacks: Stacks, tmp_path: Path
+) -> None:
+    stack = stacks.create("engram-dev")
+    source = tmp_path / "memory.jsonl"
+    graph = [
+        {"type": "entity", "name": "Stack", "entityType": "service",
+         "observations": ["Imported entities are searchable on the stack"]},
+        {"type": "relation", "from": "Stack", "to": "Drainer", "relationType": "invokes"},
+    ]  # fmt: skip
+    source.write_text("".join(json.dumps(line) + "\n" for line in graph), encoding="utf-8")
+    argv = (
+        "import", str(source), "--format", "mcp-memory", "--principal", "importer",
+        "--purpose", PURPOSE, "--workspace", WORKSPACE,
+    )  # fmt: skip
+    code, dry, err = stacks.admin(stack, *argv, "--dry-run")
+    assert code == 0 and dry["accepted"] == 2, err
+    code, done, err = stacks.admin(stack, *argv)
+    assert code == 0 and done["accepted"] == 2, err
+    assert stack.search("imported entities searchable")
+    code, again, err = stacks.admin(stack, *argv)
+    assert code == 0 and again["already_imported"] == 2, err
+    assert "admin.import" in {line["tool"] for line in stack.audit_lines()}

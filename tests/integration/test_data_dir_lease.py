@@ -12,6 +12,7 @@ from __future__ import annotations
 # ruff: noqa: S603 - every subprocess runs this environment's own engram-memory or python
 import contextlib
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -249,6 +250,27 @@ def test_read_only_commands_work_beside_a_running_server(tmp_path: Path) -> None
             assert done.returncode == 0, (words, done.stderr)
         assert run("verify", "--data-dir", str(data), "--workspace", "default").returncode == 0
         assert run("approvals", "list", "--data-dir", str(data)).returncode == 0
+
+
+def test_an_import_beside_a_running_server_is_served_at_once(tmp_path: Path) -> None:
+    """``admin import`` writes through the engine's commits, as ``adjudicate`` does: no lease,
+    and what it admits is found through the running server."""
+    data, port = tmp_path / "data", free_port()
+    init(data)
+    source = tmp_path / "memory.jsonl"
+    entity = {"type": "entity", "name": "Lisbon", "entityType": "city",
+              "observations": ["Imported beside a running server"]}  # fmt: skip
+    source.write_text(json.dumps(entity) + "\n", encoding="utf-8")
+    with served(data, port):
+        bearer = agent_token(data, port)
+        captured = capture(port, bearer, "Written by the agent while the import runs.")
+        done = admin(
+            data, "import", str(source), "--format", "mcp-memory", "--principal", "importer",
+            "--purpose", PURPOSE, "--json",
+        )  # fmt: skip
+        assert done.returncode == 0 and json.loads(done.stdout)["accepted"] == 1, done.stderr
+        assert found(port, bearer, "imported beside running server")
+        assert admitted(port, bearer, captured)
 
 
 def test_what_the_terminal_changes_reaches_the_running_server_at_its_next_call(

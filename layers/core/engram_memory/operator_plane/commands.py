@@ -371,12 +371,36 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    return _use_case(
-        args,
-        "export",
-        lambda engine, scope, operator: list(_usecases().export_records(engine, scope, operator)),
-        lambda lines: _write_export(args, lines),
-    )
+    def run(engine: Kernel, scope: Scope, operator: str) -> list[dict[str, Any]]:
+        lines = list(_usecases().export_records(engine, scope, operator))
+        if args.format == "mcp-memory":
+            from engram_memory.operator_plane.moving_in import mcp_memory_lines
+
+            return mcp_memory_lines(lines)
+        return lines
+
+    return _use_case(args, "export", run, lambda lines: _write_export(args, lines))
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Read the source whole (a malformed one: one line naming the place, nothing written),
+    then capture and admit each item under ``--principal`` and ``--purpose``."""
+    from engram_memory.operator_plane.moving_in import import_items, read_source
+
+    def run(engine: Kernel, scope: Scope, operator: str) -> dict[str, Any]:
+        items = read_source(args.format, Path(args.source), args.purpose, engine.clock.now_ms())
+        return import_items(
+            engine,
+            scope,
+            operator,
+            items,
+            principal=args.principal,
+            purpose=args.purpose,
+            dry_run=args.dry_run,
+        )
+
+    what = "import dry run" if args.dry_run else "import"
+    return _use_case(args, what, run, mutates=not args.dry_run)
 
 
 def _write_export(args: argparse.Namespace, lines: list[dict[str, Any]]) -> None:
@@ -539,7 +563,37 @@ def _add_inspection(admin_sub: Sub) -> None:
         admin_sub, "export", "current records with their receipts, as JSON Lines (migration)"
     )
     export.add_argument("--output", metavar="FILE", help="write to FILE (0600) instead of stdout")
+    export.add_argument(
+        "--format",
+        choices=("engram", "mcp-memory"),
+        default="engram",
+        help="engram (records with receipts; `admin import` reads it) or mcp-memory (the JSONL"
+        " file of @modelcontextprotocol/server-memory)",
+    )
     export.set_defaults(func=cmd_export)
+    _add_import(admin_sub)
+
+
+def _add_import(admin_sub: Sub) -> None:
+    move_in = _operation(
+        admin_sub,
+        "import",
+        "capture another memory system's items and ask admission for each, as an agent would",
+    )
+    move_in.add_argument("source", metavar="PATH", help="the file (a folder for markdown)")
+    move_in.add_argument(
+        "--format",
+        required=True,
+        choices=("mcp-memory", "mem0", "markdown", "engram"),
+        help="mcp-memory (server-memory's JSONL), mem0 (a JSON export), markdown (a folder of"
+        " notes), engram (`admin export`)",
+    )
+    move_in.add_argument(
+        "--principal", required=True, help="the principal the items are captured as"
+    )
+    move_in.add_argument("--purpose", required=True, help="the purpose_ref they are captured under")
+    _switch(move_in, "--dry-run", "report what the policy would decide; write nothing")
+    move_in.set_defaults(func=cmd_import)
 
 
 def _add_pending(admin_sub: Sub) -> None:
