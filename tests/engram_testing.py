@@ -479,6 +479,13 @@ class Harness:
             ctx,
         )
 
+    def allow_near_duplicates(self) -> None:
+        """The built-in policy without its near-duplicate rule: for tests that need records with
+        (nearly) the same text, e.g. to tie on score; not for tests about duplicates."""
+        from engram_memory.policy.builtin import BuiltinAdmissionPolicy
+
+        self.engine.policy = BuiltinAdmissionPolicy(near_duplicates="off")
+
     def remember(
         self,
         text: str = "The deploy script needs the staging flag.",
