@@ -172,7 +172,9 @@ def run(items: Sequence[Item]) -> dict[str, Any]:
                     assert status == "accepted", (item.item_id, status)
                     continue
                 rule = policy.rules[-1]
-                results.append({"id": item.item_id, "class": item.label, "status": status, "rule": rule})
+                results.append(
+                    {"id": item.item_id, "class": item.label, "status": status, "rule": rule}
+                )
         finally:
             host.close()
     return report(results, config.admission.model_dump(mode="json"))
@@ -200,7 +202,9 @@ def report(results: Sequence[dict[str, str]], setting: dict[str, Any]) -> dict[s
             if fired
             else None,
         }
-    genuine_missed = [r["id"] for r in results if r["class"] == "genuine" and r["status"] != "accepted"]
+    genuine_missed = [
+        r["id"] for r in results if r["class"] == "genuine" and r["status"] != "accepted"
+    ]
     return {
         "corpus": str(CORPUS.name),
         "items": len(results),
@@ -209,7 +213,9 @@ def report(results: Sequence[dict[str, str]], setting: dict[str, Any]) -> dict[s
         "genuine_not_accepted": len(genuine_missed),
         "genuine_not_accepted_ids": genuine_missed,
         "missed": [
-            {"id": r["id"], "rule": r["rule"]} for r in results if not _caught(r["rule"], r["class"])
+            {"id": r["id"], "rule": r["rule"]}
+            for r in results
+            if not _caught(r["rule"], r["class"])
         ],
     }
 

@@ -25,7 +25,9 @@ def test_a_near_duplicate_is_held_and_the_operator_sees_which_record_it_resemble
 ) -> None:
     first = _admitted(harness, FACT)
     assert first["status"] == "accepted"
-    captured = harness.capture("the billing service retries failed card-charges 3 times, an hour apart")
+    captured = harness.capture(
+        "the billing service retries failed card-charges 3 times, an hour apart"
+    )
     value = harness.admit(captured["candidate_id"])
     outcome = value["outcome"]
     assert outcome["status"] == "pending_adjudication"

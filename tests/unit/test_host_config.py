@@ -169,7 +169,9 @@ def test_the_admission_policy_follows_the_configuration() -> None:
         )
     ).admission_policy()
     assert manual.mode == "manual" and [rule.name for rule in manual.host_rules] == ["no-pii"]
-    assert manual.decide(_request("a plain note about the build")).decision == "adjudication_required"
+    assert (
+        manual.decide(_request("a plain note about the build")).decision == "adjudication_required"
+    )
     assert manual.decide(_request("my Passport number")).rule == "host:no-pii"
     assert manual.version() != auto.version()
 
@@ -184,9 +186,7 @@ def test_the_quality_gate_follows_the_configuration() -> None:
     assert default.near_duplicate_threshold == quality.DEFAULT_NEAR_DUPLICATE_THRESHOLD
     assert default.min_text_chars == quality.DEFAULT_MIN_TEXT_CHARS
     text = "The build server runs the nightly job at 02:00 UTC."
-    near = replace(
-        _request(text.upper() + "!"), neighbours=(Neighbour("mem_abc", text),)
-    )
+    near = replace(_request(text.upper() + "!"), neighbours=(Neighbour("mem_abc", text),))
     held = HostConfig().admission_policy().decide(near)
     assert (held.decision, held.rule, held.resembles) == (
         "adjudication_required",
