@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.hotpath.corpus import Corpus
-from bench.in_process import DEFAULT_LOCOMO, remember_all
+from bench.in_process import DEFAULT_LOCOMO, remember_all, seeding_policy
 from bench.output import write_json
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,7 +44,7 @@ def seed(data: Path, corpus: Corpus, records: int) -> None:
     from engram_memory.embedded.composition import init_data_dir, open_embedded
 
     init_data_dir(data)
-    host = open_embedded(data)
+    host = open_embedded(data, policy=seeding_policy())
     try:
         engine = host.engine
         remember_all(engine, corpus.memories(0, records), "disk")

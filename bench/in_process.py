@@ -38,6 +38,15 @@ def bench_context() -> Any:
     )
 
 
+def seeding_policy() -> Any:
+    """The built-in policy without its quality gate: the performance benchmarks seed corpora
+    that repeat texts on purpose (``bench.hotpath.corpus`` cycles turns) and short turns, and
+    measure cost, not admission (``bench.governance.admission`` measures the gate)."""
+    from engram_memory.policy.builtin import BuiltinAdmissionPolicy
+
+    return BuiltinAdmissionPolicy(near_duplicates="off", min_text_chars=0)
+
+
 def remember_all(engine: Any, memories: Iterable[Any], run_id: str) -> list[str]:
     """Capture and admit each of ``memories`` (``bench.hotpath.corpus.Memory``) through
     ``engine.handle``; the record ids, in order. Any refusal stops the bench."""

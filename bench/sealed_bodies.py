@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.hotpath.corpus import Corpus
 from bench.hotpath.stores import directory_bytes
-from bench.in_process import DEFAULT_LOCOMO, bench_context, envelope, remember_all
+from bench.in_process import DEFAULT_LOCOMO, bench_context, envelope, remember_all, seeding_policy
 from bench.locomo.runner import PURPOSE, percentile
 
 
@@ -44,7 +44,7 @@ def run(corpus: Corpus, records: int, searches: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="engram-sealed-bench-") as tmp:
         data = Path(tmp) / "data"
         init_data_dir(data)
-        host = open_embedded(data)
+        host = open_embedded(data, policy=seeding_policy())
         try:
             engine = host.engine
             started, started_cpu = time.perf_counter(), time.process_time()

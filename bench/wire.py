@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.hotpath.corpus import Corpus
-from bench.in_process import DEFAULT_LOCOMO, bench_context, envelope, remember_all
+from bench.in_process import DEFAULT_LOCOMO, bench_context, envelope, remember_all, seeding_policy
 from bench.locomo.runner import PURPOSE
 
 
@@ -186,7 +186,7 @@ def _answers(
     with tempfile.TemporaryDirectory(prefix="engram-wire-bench-") as tmp:
         data = Path(tmp) / "data"
         init_data_dir(data)
-        host = open_embedded(data)
+        host = open_embedded(data, policy=seeding_policy())
         try:
             engine = host.engine
             record_ids = remember_all(engine, corpus.memories(0, records), "wire")

@@ -479,6 +479,14 @@ class Harness:
             ctx,
         )
 
+    def without_quality_gate(self) -> None:
+        """The built-in policy without its quality gate (near-duplicates, low information): for
+        tests that need records with (nearly) the same or very short text, e.g. to tie on score;
+        not for tests about admission quality."""
+        from engram_memory.policy.builtin import BuiltinAdmissionPolicy
+
+        self.engine.policy = BuiltinAdmissionPolicy(near_duplicates="off", min_text_chars=0)
+
     def remember(
         self,
         text: str = "The deploy script needs the staging flag.",

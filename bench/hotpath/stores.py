@@ -213,15 +213,18 @@ def _seed_engine(
     from engram_memory.embedded.serve import open_server
 
     options: dict[str, Any] = {}
+    if not host_config_path(data_dir).exists():
+        # The host's own switches, for every server on the copies and the seeding engine: the
+        # corpus cycles its turns (repeated and short texts on purpose), so the quality gate is
+        # off (bench.governance.admission measures it); hybrid embeds with the local model.
+        prepare_data_dir(data_dir)
+        settings: dict[str, Any] = {"admission": {"near_duplicates": "off", "min_text_chars": 0}}
+        if profile == HYBRID:
+            settings["search"] = {"semantic": "local"}
+        save_host_config(data_dir, HostConfig.model_validate(settings))
     if profile == HYBRID:
         from engram_memory.adapters.local.embedder import load_local_embedder
 
-        if not host_config_path(data_dir).exists():
-            # The host's own switch: every server on the copies (and the seeding engine) then
-            # embeds with the local model and searches with the hybrid profile.
-            prepare_data_dir(data_dir)
-            config = HostConfig.model_validate({"search": {"semantic": "local"}})
-            save_host_config(data_dir, config)
         if remember_vectors:  # the same local model, a repeated record not embedded again
             options["embedder"] = RepeatedTexts(load_local_embedder())
     server = open_server(data_dir, **options)

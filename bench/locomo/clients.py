@@ -54,7 +54,12 @@ def engine_options(profiles: Sequence[str], fusion: str) -> dict[str, dict[str, 
     """``open_embedded`` options per profile; one local embedder shared by the semantic ones."""
     configs = {
         time_aware: HostConfig.model_validate(
-            {"search": {"fusion": fusion, "time_aware": time_aware}}
+            {
+                "search": {"fusion": fusion, "time_aware": time_aware},
+                # Every turn is stored: the retrieval figures assume it (short and repeated
+                # turns included); bench.governance.admission measures the gate.
+                "admission": {"near_duplicates": "off", "min_text_chars": 0},
+            }
         )
         for time_aware in (True, False)
     }

@@ -38,11 +38,12 @@ def test_search_in_workspace_b_never_sees_workspace_a(harness: Harness) -> None:
 
 
 def test_scores_in_one_workspace_do_not_depend_on_another(harness: Harness) -> None:
+    harness.without_quality_gate()
     harness.remember("ferry timetable changes in winter", key="score-capture-001")
     before = harness.search("ferry timetable")["records"][0]["score"]
     other = context(workspace=OTHER_WORKSPACE)
     for i in range(5):
-        harness.remember(f"ferry notes {i}", ctx=other, key=f"score-other-{i:05d}")
+        harness.remember(f"ferry harbour notes {i}", ctx=other, key=f"score-other-{i:05d}")
     assert harness.search("ferry timetable")["records"][0]["score"] == before
 
 

@@ -81,6 +81,7 @@ def test_search_returns_packets_with_redaction_and_a_rank_receipt(harness: Harne
 
 
 def test_ranking_follows_the_field_weights_and_breaks_ties_by_record_id(harness: Harness) -> None:
+    harness.without_quality_gate()
     strong = harness.remember("kestrel kestrel migration notes")
     weak = harness.remember(
         "unrelated words about kestrel once, plus a lot of other filler text here"
@@ -125,6 +126,7 @@ def test_get_returns_the_record_with_a_read_receipt(harness: Harness) -> None:
 def test_paging_continues_ranks_and_a_forgotten_record_makes_the_cursor_stale(
     harness: Harness,
 ) -> None:
+    harness.without_quality_gate()
     ids = [
         harness.remember(f"shared topic number {i} about gardening", key=f"page-capture-{i:05d}")
         for i in range(7)
@@ -151,6 +153,7 @@ def test_a_cursor_that_does_not_verify_is_stale_page(harness: Harness, cursor: s
 
 
 def test_a_cursor_for_another_query_or_scope_is_stale_page(harness: Harness) -> None:
+    harness.without_quality_gate()
     for i in range(3):
         harness.remember(f"orchard apples variety {i}", key=f"orchard-capture-{i:04d}")
     first = harness.search("orchard apples", limit=1)
@@ -192,6 +195,7 @@ def test_packets_fill_the_byte_budget_and_the_rest_goes_to_the_next_page(harness
 
 
 def test_a_response_over_the_transport_ceiling_is_result_too_large(harness: Harness) -> None:
+    harness.without_quality_gate()
     import dataclasses
 
     for i in range(3):

@@ -47,8 +47,34 @@ NUMBERS = [
 ]
 
 
+# Twenty different facts: the quality gate holds near-duplicates of a current record, and this
+# test is about concurrency, not about twenty restatements of one sentence.
+FACTS = [
+    "the ingest queue drained on time before the nightly export",
+    "billing moved its ingest queue to the Frankfurt region",
+    "a schema change paused the ingest queue for four minutes",
+    "Priya owns the ingest queue runbook since March",
+    "the ingest queue alarms page the data on-call rotation",
+    "retries on the ingest queue back off up to ninety seconds",
+    "Marketing events skip the ingest queue and land in Kafka",
+    "the ingest queue keeps dead letters for fourteen days",
+    "a load test pushed the ingest queue to 40k messages per second",
+    "the ingest queue consumer was rewritten in Go last quarter",
+    "audit logs are the only payload the ingest queue encrypts twice",
+    "on Sundays the ingest queue is drained by a single worker",
+    "the ingest queue dashboard lives in the Grafana folder Pipelines",
+    "vendor webhooks enter through the ingest queue after signature checks",
+    "the staging ingest queue is wiped every Monday at six",
+    "the ingest queue's poison-message rate stays under one per million",
+    "Tomasz proposed sharding the ingest queue by customer tier",
+    "the ingest queue ran out of disk once, in the 2024 outage",
+    "legal asked that the ingest queue never hold raw card numbers",
+    "the ingest queue's backlog budget is fifteen minutes at peak",
+]
+
+
 def note(index: int) -> str:
-    return f"Concurrent observation number {NUMBERS[index]}: the ingest queue drained on time."
+    return f"Concurrent observation number {NUMBERS[index]}: {FACTS[index]}."
 
 
 @pytest.mark.parametrize("mode", REVISIONS)

@@ -304,7 +304,7 @@ def test_rotating_keys_while_serving_is_refused_and_loses_nothing(tmp_path: Path
     keys_before = key_files(data)
     with served(data, port) as server:
         bearer = agent_token(data, port)
-        a = capture(port, bearer, "Rotation while serving: candidate A.")
+        a = capture(port, bearer, "Captured before the rotation: the first of two memories.")
         refused = admin(data, "keys", "rotate")
         assert refused.returncode == 1
         line = one_line(refused)
@@ -312,7 +312,7 @@ def test_rotating_keys_while_serving_is_refused_and_loses_nothing(tmp_path: Path
         assert "admin keys rotate" in line and "nothing was changed" in line, line
         assert key_files(data) == keys_before  # nothing written: neither key replaced
         assert not (data / "keys" / "master.key.next").exists()
-        b = capture(port, bearer, "Rotation while serving: candidate B.")
+        b = capture(port, bearer, "Written while keys rotate, B is admitted after the restart.")
     with served(data, port):
         record_a, record_b = admitted(port, bearer, a), admitted(port, bearer, b)
         c = capture(port, bearer, "Rotation while serving: candidate C, kept pending.")
@@ -321,8 +321,14 @@ def test_rotating_keys_while_serving_is_refused_and_loses_nothing(tmp_path: Path
     assert rotated.returncode == 0, rotated.stderr
     assert key_files(data)["master.key"] != keys_before["master.key"]
     with served(data, port):
-        assert get_text(port, bearer, record_a) == "Rotation while serving: candidate A."
-        assert get_text(port, bearer, record_b) == "Rotation while serving: candidate B."
+        assert (
+            get_text(port, bearer, record_a)
+            == "Captured before the rotation: the first of two memories."
+        )
+        assert (
+            get_text(port, bearer, record_b)
+            == "Written while keys rotate, B is admitted after the restart."
+        )
         assert admitted(port, bearer, c)
     for health in (
         admin(data, "status", "--full"),

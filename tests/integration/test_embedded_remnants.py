@@ -14,6 +14,7 @@ import pytest
 
 from engram_memory.embedded.composition import EmbeddedHost, open_embedded
 from engram_memory.engine import lexical
+from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
 from engram_testing import FakeClock, capture_args, context, scanned_bytes
 
@@ -43,8 +44,12 @@ def files_holding(data_dir: Path, words: tuple[str, ...]) -> dict[str, list[str]
 class Host:
     def __init__(self, data_dir: Path) -> None:
         self.clock = FakeClock()
+        # The filler is stored twice, reworded slightly: no quality gate (not what is tested).
         self.embedded: EmbeddedHost = open_embedded(
-            data_dir, ask_human=lambda _request: True, clock=self.clock
+            data_dir,
+            ask_human=lambda _request: True,
+            clock=self.clock,
+            policy=BuiltinAdmissionPolicy(near_duplicates="off"),
         )
         self.keys = 0
 

@@ -195,8 +195,9 @@ def test_ordinary_conversation_is_accepted(policy: BuiltinAdmissionPolicy) -> No
 
 def test_malformed_shapes_do_not_raise(policy: BuiltinAdmissionPolicy) -> None:
     rec: dict[str, Any] = {"components": "not a list", "citations": [{"locator": 3}, 7]}
+    # No component text at all: nothing to remember, so low information.
     assert policy.decide(request(rec, {"evidence_ref": ["nested", {"deep": "ok"}]})) == (
-        PolicyDecision("accept", "accept")
+        PolicyDecision("reject", "low-information")
     )
 
 
@@ -306,7 +307,7 @@ def test_a_secret_wins_over_a_host_fact(policy: BuiltinAdmissionPolicy) -> None:
 
 def test_a_deny_pattern_rejects_any_matching_text(scanner: SecretScanner) -> None:
     rule = DenyPattern(name="no-ssn", pattern=re.compile(r"\b\d{3}-\d{2}-\d{4}\b"))
-    policy = BuiltinAdmissionPolicy(host_rules=[rule], scanner=scanner)
+    policy = BuiltinAdmissionPolicy(host_rules=[rule], scanner=scanner, min_text_chars=0)
     rec = record()
     rec["citations"][0]["locator"]["value"] = "ssn 123-45-6789"
     assert policy.decide(request(rec)) == PolicyDecision("reject", "host:no-ssn")
@@ -315,7 +316,7 @@ def test_a_deny_pattern_rejects_any_matching_text(scanner: SecretScanner) -> Non
 
 def test_max_text_bytes_counts_utf8_bytes_of_component_texts(scanner: SecretScanner) -> None:
     (rule,) = parse_host_rules([{"kind": "max_text_bytes", "name": "short", "limit": 8}])
-    policy = BuiltinAdmissionPolicy(host_rules=[rule], scanner=scanner)
+    policy = BuiltinAdmissionPolicy(host_rules=[rule], scanner=scanner, min_text_chars=0)
     assert policy.decide(request(record("é" * 4))).decision == "accept"  # 8 bytes
     assert policy.decide(request(record("é" * 5))) == PolicyDecision("reject", "host:short")
     ev = evidence(attestation="a long attestation is not a component text")
@@ -326,7 +327,7 @@ def test_require_citation_scheme_rejects_schemes_outside_the_list(
     scanner: SecretScanner,
 ) -> None:
     rule = RequireCitationScheme(name="docs-only", schemes=("document", "url"))
-    policy = BuiltinAdmissionPolicy(host_rules=[rule], scanner=scanner)
+    policy = BuiltinAdmissionPolicy(host_rules=[rule], scanner=scanner, min_text_chars=0)
     assert policy.decide(request()).decision == "accept"
     rec = record()
     rec["citations"][0]["locator"]["scheme"] = "chat"

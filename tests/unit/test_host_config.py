@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +161,7 @@ def _request(text: str) -> AdmissionRequest:
 def test_the_admission_policy_follows_the_configuration() -> None:
     auto = HostConfig().admission_policy()
     assert auto.mode == "auto" and auto.host_rules == ()
-    assert auto.decide(_request("a plain note")).decision == "accept"
+    assert auto.decide(_request("a plain note about the build")).decision == "accept"
     manual = HostConfig(
         admission=AdmissionConfig(
             mode="manual",
@@ -168,9 +169,39 @@ def test_the_admission_policy_follows_the_configuration() -> None:
         )
     ).admission_policy()
     assert manual.mode == "manual" and [rule.name for rule in manual.host_rules] == ["no-pii"]
-    assert manual.decide(_request("a plain note")).decision == "adjudication_required"
+    assert (
+        manual.decide(_request("a plain note about the build")).decision == "adjudication_required"
+    )
     assert manual.decide(_request("my Passport number")).rule == "host:no-pii"
     assert manual.version() != auto.version()
+
+
+def test_the_quality_gate_follows_the_configuration() -> None:
+    """Defaults: near-duplicates held, low information under 12 letters and digits rejected;
+    host.json can reject near-duplicates instead, or turn either check off."""
+    from engram_memory.engine.ports import Neighbour
+    from engram_memory.policy import quality
+
+    default = AdmissionConfig()
+    assert default.near_duplicate_threshold == quality.DEFAULT_NEAR_DUPLICATE_THRESHOLD
+    assert default.min_text_chars == quality.DEFAULT_MIN_TEXT_CHARS
+    text = "The build server runs the nightly job at 02:00 UTC."
+    near = replace(_request(text.upper() + "!"), neighbours=(Neighbour("mem_abc", text),))
+    held = HostConfig().admission_policy().decide(near)
+    assert (held.decision, held.rule, held.resembles) == (
+        "adjudication_required",
+        "near-duplicate",
+        ("mem_abc",),
+    )
+    strict = HostConfig(admission=AdmissionConfig(near_duplicates="rejected")).admission_policy()
+    assert strict.decide(near).decision == "reject"
+    lax = HostConfig(
+        admission=AdmissionConfig(near_duplicates="off", min_text_chars=0)
+    ).admission_policy()
+    assert lax.decide(near).decision == "accept"
+    assert lax.decide(_request("ok")).decision == "accept"
+    assert HostConfig().admission_policy().decide(_request("ok!!")).rule == "low-information"
+    assert len({strict.version(), lax.version(), HostConfig().admission_policy().version()}) == 3
 
 
 @pytest.mark.parametrize(

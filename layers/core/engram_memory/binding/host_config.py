@@ -62,6 +62,24 @@ class AdmissionConfig(_Closed):
         default_factory=list,
         description="Host admission rules (see `policy.builtin.parse_host_rules`).",
     )
+    near_duplicates: Literal["pending_adjudication", "rejected", "off"] = Field(
+        default="pending_adjudication",
+        description=(
+            "What a near-duplicate of a current record of the same scope gets: held for an"
+            " operator (`pending_adjudication`), `rejected`, or no check (`off`)."
+        ),
+    )
+    near_duplicate_threshold: float = Field(
+        default=0.7,
+        gt=0,
+        le=1,
+        description="Shingled-MinHash similarity (0-1] at which a capture is a near-duplicate.",
+    )
+    min_text_chars: int = Field(
+        default=12,
+        ge=0,
+        description="Fewer letters and digits than this is low information, rejected (0: off).",
+    )
 
     @field_validator("host_rules")
     @classmethod
@@ -216,8 +234,13 @@ class HostConfig(_Closed):
         """The built-in admission policy this configuration describes."""
         from engram_memory.policy.builtin import BuiltinAdmissionPolicy, parse_host_rules
 
+        admission = self.admission
         return BuiltinAdmissionPolicy(
-            mode=self.admission.mode, host_rules=parse_host_rules(self.admission.host_rules)
+            mode=admission.mode,
+            host_rules=parse_host_rules(admission.host_rules),
+            near_duplicates=admission.near_duplicates,
+            near_duplicate_threshold=admission.near_duplicate_threshold,
+            min_text_chars=admission.min_text_chars,
         )
 
     def retention_policy(self) -> RetentionPolicy:

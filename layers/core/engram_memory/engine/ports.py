@@ -456,6 +456,15 @@ class Embedder(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Neighbour:
+    """A current record of the candidate's scope that resembles it (``admission.neighbours``):
+    its id and its component texts joined, for the policy's near-duplicate rule."""
+
+    record_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class AdmissionRequest:
     scope: Scope
     principal: str
@@ -464,12 +473,16 @@ class AdmissionRequest:
     evidence: Mapping[str, Any]
     host_facts: tuple[str, ...]  # strings that are host binding facts and must never be stored
     host_fact_digests: HostFactDigests | None = None  # the same, as keyed digests (cloud)
+    # The scope's current records its lexical index ranks highest for the candidate's text.
+    neighbours: tuple[Neighbour, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
     decision: Literal["accept", "reject", "adjudication_required"]
     rule: str  # which rule decided (an identifier, never content)
+    # The current records of the same scope the candidate near-duplicates (operators only).
+    resembles: tuple[str, ...] = ()
 
 
 class AdmissionPolicy(Protocol):

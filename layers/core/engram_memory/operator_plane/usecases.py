@@ -27,6 +27,7 @@ from engram_memory.engine.context import TOOLS, Scope, TrustedContext, new_audit
 from engram_memory.engine.journal import build_event, event_id_for, verify_journal
 from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
 from engram_memory.engine.ports import (
+    AdmissionRequest,
     AuditEvent,
     CandidateRow,
     ChangeSet,
@@ -34,6 +35,7 @@ from engram_memory.engine.ports import (
     JournalHead,
     LedgerByCursor,
     OutboxItem,
+    PolicyUnavailable,
     ProjectionChange,
     RecordRow,
     StateTransition,
@@ -41,7 +43,7 @@ from engram_memory.engine.ports import (
     VaultUnavailable,
 )
 from engram_memory.engine.records import decode, scope_ref
-from engram_memory.engine.usecases.admission import settle
+from engram_memory.engine.usecases.admission import neighbours, settle
 from engram_memory.engine.usecases.transitions import Authorized, commit_forget, commit_withdraw
 from engram_memory.operator_plane.backup_checks import OperationRefused
 from engram_memory.operator_plane.crash_points import crash_point
@@ -183,9 +185,10 @@ def pending_list(
 
 
 def pending_show(engine: Kernel, scope: Scope, candidate_id: str, operator: str) -> dict[str, Any]:
-    """A pending candidate opened for the operator: the record it would become and its
-    evidence. Audited (the audit line names the candidate, never its content); ``NOT_FOUND``
-    for anything but a pending candidate of the scope."""
+    """A pending candidate opened for the operator: the record it would become, its evidence,
+    and the current records of the scope it near-duplicates (``resembles``, as the admission
+    policy sees them now: why a capture was held). Audited (the audit line names the candidate,
+    never its content); ``NOT_FOUND`` for anything but a pending candidate of the scope."""
 
     def run(call: Call) -> dict[str, Any]:
         candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
@@ -197,9 +200,30 @@ def pending_show(engine: Kernel, scope: Scope, candidate_id: str, operator: str)
             "candidate": _candidate_summary(candidate),
             "record": content["record"],
             "evidence": content["evidence"],
+            "resembles": _resembles(engine, call, candidate, content),
         }
 
     return audited(engine, scope, operator, "pending_show", candidate_id, run)
+
+
+def _resembles(
+    engine: Kernel, call: Call, candidate: CandidateRow, content: Mapping[str, Any]
+) -> list[str]:
+    """The records the policy's near-duplicate rule names for the candidate (empty when the
+    policy has no such rule or cannot decide right now)."""
+    request = AdmissionRequest(
+        scope=call.scope,
+        principal=candidate.principal,
+        candidate_id=candidate.candidate_id,
+        record=content["record"],
+        evidence=content["evidence"],
+        host_facts=(),
+        neighbours=neighbours(engine, call.scope, content["record"], call.now_ms),
+    )
+    try:
+        return list(engine.policy.decide(request).resembles)
+    except PolicyUnavailable:
+        return []
 
 
 def adjudicate(

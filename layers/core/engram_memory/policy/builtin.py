@@ -8,7 +8,14 @@ and answers in this order (the first rule that fires decides):
    ``host_facts`` (e.g. the bearer token), a distinctive tenant or workspace id, or a grant claim
    (``engram_tools``, ``engram_confirm``, ``engram_retention``, ``engram_reconcile``) with a value.
 3. ``reject`` / ``host:<rule name>``: one of the host's configured ``HostRule`` objects fires.
-4. ``adjudication_required`` / ``manual`` in manual mode, else ``accept`` / ``accept``.
+4. ``reject`` / ``low-information``: the component texts are empty after normalization or hold
+   fewer than ``min_text_chars`` letters and digits (``policy.quality``).
+5. ``adjudication_required`` (``near_duplicates="pending_adjudication"``, the default) or
+   ``reject`` (``"rejected"``) / ``near-duplicate``: the candidate's text is a near-duplicate of
+   a current record of the same scope (``AdmissionRequest.neighbours``; shingled MinHash at
+   ``near_duplicate_threshold``). ``PolicyDecision.resembles`` names the records, for operators:
+   the agent's outcome carries only its status.
+6. ``adjudication_required`` / ``manual`` in manual mode, else ``accept`` / ``accept``.
 
 What is looked at ("the texts"): every string value of the record and of the evidence, at any
 depth (component texts, ``purpose_ref``, ``primary_event.type_ref``, component and citation ids,
@@ -42,6 +49,14 @@ from pydantic import (
 
 from engram_memory.engine.context import HostFactDigests
 from engram_memory.engine.ports import AdmissionRequest, PolicyDecision
+from engram_memory.policy.quality import (
+    DEFAULT_MIN_TEXT_CHARS,
+    DEFAULT_NEAR_DUPLICATE_THRESHOLD,
+    NUM_PERM,
+    SHINGLE,
+    low_information,
+    resembled,
+)
 from engram_memory.policy.secrets import SecretScanner
 
 if TYPE_CHECKING:
@@ -53,11 +68,13 @@ __all__ = [
     "DenyPattern",
     "HostRule",
     "MaxTextBytes",
+    "NearDuplicateAction",
     "RequireCitationScheme",
     "parse_host_rules",
 ]
 
 POLICY_ID: Final = "engram-builtin"
+NearDuplicateAction = Literal["pending_adjudication", "rejected", "off"]
 _VERSION_PREFIX: Final = "builtin-1:"
 
 # Record fields the engine derives (records.build_record / stored_payload), never agent content.
@@ -299,9 +316,19 @@ class BuiltinAdmissionPolicy:
         mode: Literal["auto", "manual"] = "auto",
         host_rules: Sequence[HostRule] = (),
         scanner: SecretScanner | None = None,
+        *,
+        near_duplicates: NearDuplicateAction = "pending_adjudication",
+        near_duplicate_threshold: float = DEFAULT_NEAR_DUPLICATE_THRESHOLD,
+        min_text_chars: int = DEFAULT_MIN_TEXT_CHARS,
     ) -> None:
         if mode not in ("auto", "manual"):
             raise ValueError("mode must be 'auto' or 'manual'")
+        if near_duplicates not in ("pending_adjudication", "rejected", "off"):
+            raise ValueError("near_duplicates must be 'pending_adjudication', 'rejected' or 'off'")
+        if not 0 < near_duplicate_threshold <= 1:
+            raise ValueError("near_duplicate_threshold must be in (0, 1]")
+        if min_text_chars < 0:
+            raise ValueError("min_text_chars must be 0 or more")
         rules = tuple(host_rules)
         if not all(
             isinstance(rule, DenyPattern | MaxTextBytes | RequireCitationScheme) for rule in rules
@@ -311,7 +338,18 @@ class BuiltinAdmissionPolicy:
         self._mode: Literal["auto", "manual"] = mode
         self._rules = rules
         self._scanner = scanner if scanner is not None else SecretScanner()
-        self._version = _VERSION_PREFIX + _config_hash(mode, rules, self._scanner.fingerprint)
+        self._near: NearDuplicateAction = near_duplicates
+        self._threshold = float(near_duplicate_threshold)
+        self._min_chars = min_text_chars
+        quality = {
+            "near_duplicates": near_duplicates,
+            "threshold": self._threshold,
+            "min_text_chars": min_text_chars,
+            "method": f"minhash:shingle={SHINGLE},perm={NUM_PERM}",
+        }
+        self._version = _VERSION_PREFIX + _config_hash(
+            mode, rules, self._scanner.fingerprint, quality
+        )
 
     @property
     def mode(self) -> Literal["auto", "manual"]:
@@ -345,14 +383,32 @@ class BuiltinAdmissionPolicy:
         for rule in self._rules:
             if rule.violated_by(subject):
                 return PolicyDecision("reject", f"host:{rule.name}")
+        text = "\n".join(subject.component_texts)
+        if low_information(text, self._min_chars):
+            return PolicyDecision("reject", "low-information")
+        if self._near != "off":
+            similar = resembled(text, request.neighbours, self._threshold)
+            if similar:
+                verdict: Literal["reject", "adjudication_required"] = (
+                    "reject" if self._near == "rejected" else "adjudication_required"
+                )
+                return PolicyDecision(
+                    verdict, "near-duplicate", tuple(record_id for record_id, _ in similar)
+                )
         if self._mode == "manual":
             return PolicyDecision("adjudication_required", "manual")
         return PolicyDecision("accept", "accept")
 
 
-def _config_hash(mode: str, rules: Sequence[HostRule], scanner_fingerprint: str) -> str:
+def _config_hash(
+    mode: str,
+    rules: Sequence[HostRule],
+    scanner_fingerprint: str,
+    quality: Mapping[str, Any],
+) -> str:
     config = {
         "mode": mode,
+        "quality": dict(quality),
         "rules": [rule.model_dump(mode="json") for rule in rules],
         "scanner": scanner_fingerprint,
     }

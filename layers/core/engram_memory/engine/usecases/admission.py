@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from engram_memory.contract.canonical import digest
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.models import RequestAdmissionInput
 from engram_memory.contract.types import format_instant, parse_instant
+from engram_memory.engine import lexical
+from engram_memory.engine.context import Scope
 from engram_memory.engine.kernel import Call, JournalStep, Kernel
 from engram_memory.engine.ports import (
     AdmissionRequest,
     CandidateRow,
     ChangeSet,
+    IndexUnavailable,
     JournalHead,
+    Neighbour,
     OutboxItem,
     PolicyUnavailable,
     ProjectionChange,
@@ -52,6 +57,7 @@ def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dic
                 evidence=content["evidence"],
                 host_facts=call.ctx.host_facts,
                 host_fact_digests=call.ctx.host_fact_digests,
+                neighbours=neighbours(k, call.scope, record, call.now_ms),
             )
         )
     except PolicyUnavailable:
@@ -74,6 +80,42 @@ def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dic
         policy_version=version_before,
         idempotency_key=args.idempotency_key,
         intent=intent,
+    )
+
+
+# How many of the scope's records the lexical index ranks highest for a candidate are compared
+# with it: a near-duplicate shares nearly all its terms, so it ranks at the top.
+NEIGHBOUR_DEPTH = 8
+
+
+def record_text(record: Mapping[str, Any]) -> str:
+    """A record's component texts, in order, one per line: what the quality gate compares."""
+    components = record.get("components") or []
+    return "\n".join(str(c.get("text", "")) for c in components if isinstance(c, Mapping))
+
+
+def neighbours(
+    k: Kernel, scope: Scope, record: Mapping[str, Any], now_ms: int
+) -> tuple[Neighbour, ...]:
+    """The current records of ``scope`` most like ``record`` by the lexical index (the same
+    analyzer and index as search, so the same in both hosts), opened for the policy. An index
+    that is down gives none: the gate then admits what it would have held, it never fails the
+    call. In the cloud the index is the OpenSearch projection, so a record admitted moments ago
+    whose upsert is still in the outbox is not yet a neighbour."""
+    terms = lexical.query_terms(record_text(record))
+    if not terms:
+        return ()
+    try:
+        hits = k.lexical.search(scope, terms, NEIGHBOUR_DEPTH)
+    except IndexUnavailable:
+        return ()
+    rows = k.read(lambda: k.store.records_get(scope, [hit.record_id for hit in hits]))
+    current = [rows[h.record_id] for h in hits if h.record_id in rows]
+    opened = k.bodies(scope, [row for row in current if k.eligible(row, now_ms)])
+    return tuple(
+        Neighbour(hit.record_id, record_text(opened[hit.record_id]))
+        for hit in hits
+        if hit.record_id in opened
     )
 
 
