@@ -251,7 +251,7 @@ def test_long_operations_show_progress_on_a_terminal_only(data: Path, tmp_path: 
     assert piped.returncode == 0 and piped.stderr == ""
 
 
-def test_the_progress_counter_writes_only_to_a_terminal() -> None:
+def test_the_progress_bar_writes_only_to_a_terminal() -> None:
     class Terminal:
         def __init__(self, tty: bool) -> None:
             self.tty, self.written = tty, ""
@@ -274,8 +274,12 @@ def test_the_progress_counter_writes_only_to_a_terminal() -> None:
         stop()
         text.progress(4, 10, "records exported")  # nobody watches any more
         shown.close()
-        assert ("export: 3/10 records exported" in stream.written) is expected
+        shown_line = "export [#######.................]  30%  3/10 records exported"
+        assert (shown_line in stream.written) is expected
         assert "4/10" not in stream.written
+    counter = Terminal(True)
+    text.Progress("restore", counter)(5, None, "pages")  # type: ignore[arg-type]
+    assert "restore: 5 pages" in counter.written
 
 
 def test_records_history_shows_who_did_each_step_and_why(data: Path, capsys: Capture) -> None:

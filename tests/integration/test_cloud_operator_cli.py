@@ -17,6 +17,7 @@ import gzip
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import boto3

@@ -164,6 +164,31 @@ def test_mem0_export_and_markdown_folder(
     assert _records(data) == 4
 
 
+def test_a_note_with_more_observations_than_a_capture_holds_loses_none(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    facts = [f"- [fact] Station {n} of the survey reads {n * 37 % 1000} metres" for n in range(70)]
+    (notes / "survey.md").write_text("Survey log.\n\n" + "\n".join(facts) + "\n", "utf-8")
+    code, done, err = _import(capsys, data, notes, "markdown")
+    assert (code, done["accepted"]) == (0, 2), err  # 63 observations, then the other 7
+    exported = tmp_path / "survey.jsonl"
+    code, _, err = _run(
+        capsys, "admin", "export", "--data-dir", str(data), "--output", str(exported)
+    )
+    assert code == 0, err
+    texts = [
+        component["text"]
+        for line in exported.read_text("utf-8").splitlines()
+        for component in json.loads(line)["record"]["components"]
+    ]
+    assert sorted(t for t in texts if t.startswith("[fact]")) == sorted(f[2:] for f in facts)
+    assert any(t.startswith("# survey (part 2 of 2)") for t in texts)
+    code, done, err = _import(capsys, data, notes, "markdown")
+    assert (code, done["accepted"], _records(data)) == (0, 0, 2), err  # a re-run adds nothing
+
+
 def _imported_then_exported(
     capsys: pytest.CaptureFixture[str], data: Path, tmp_path: Path, fmt: str
 ) -> Path:

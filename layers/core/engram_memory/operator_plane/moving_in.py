@@ -313,19 +313,26 @@ def _markdown(root: Path, purpose: str, now_ms: int) -> list[ImportItem]:
                 prose.append(line)
             else:
                 observations.append(found)
-        components = [("note", "context", f"# {title}\n" + "\n".join(prose).strip())]
-        components += [
-            (f"obs-{i}", "decision" if category == "decision" else "evidence", f"[{category}] {o}")
-            for i, (category, o) in enumerate(observations[: _MAX_COMPONENTS - 1], 1)
-        ]
         when = _instant(meta.get("date") or meta.get("created"), f"{name}:1")
-        items.append(
-            _item(
-                f"{name}:1", f"markdown:{meta.get('permalink') or name}", text, components,
-                type_ref=f"note:{meta.get('type') or 'note'}", purpose=purpose,
-                valid_from_ms=when if when is not None else now_ms,
-            )
-        )  # fmt: skip
+        source = f"markdown:{meta.get('permalink') or name}"
+        # A capture holds at most 64 components: a note with more observations than fit beside
+        # its prose continues in further captures ("part 2", ...) rather than losing the rest.
+        per_part = _MAX_COMPONENTS - 1
+        parts = [observations[i : i + per_part] for i in range(0, len(observations), per_part)]
+        for part, chunk in enumerate(parts or [[]], 1):
+            heading = f"# {title}" if part == 1 else f"# {title} (part {part} of {len(parts)})"
+            components = [("note", "context", f"{heading}\n" + "\n".join(prose).strip())]
+            components += [
+                (f"obs-{i}", "decision" if cat == "decision" else "evidence", f"[{cat}] {o}")
+                for i, (cat, o) in enumerate(chunk, (part - 1) * per_part + 1)
+            ]
+            items.append(
+                _item(
+                    f"{name}:1", source if part == 1 else f"{source}#part-{part}", text, components,
+                    type_ref=f"note:{meta.get('type') or 'note'}", purpose=purpose,
+                    valid_from_ms=when if when is not None else now_ms,
+                )
+            )  # fmt: skip
         progress(number, len(files), "notes read")
     return items
 

@@ -122,10 +122,12 @@ def show(result: Any) -> None:
 
 
 class Progress:
-    """``backup: 120/500 records`` rewritten in place on a terminal's stderr: what a long
-    operation has done so far. Silent when stderr is not a terminal (a pipe, a log, a test) or
-    the command prints ``--json``; a small counter, no dependency (the package's runtime
-    dependencies ship to the cloud's Lambda layer too)."""
+    """``import [########............]  40%  120/300 items`` rewritten in place on a terminal's
+    stderr (a plain counter when the total is unknown): what a long operation has done so far.
+    Silent when stderr is not a terminal (a pipe, a log, a test) or the command prints
+    ``--json``; no dependency (the package's runtime dependencies ship to the Lambda layer)."""
+
+    WIDTH: Final = 24
 
     def __init__(self, what: str, stream: TextIO | None = None, *, enabled: bool = True) -> None:
         self._what = what
@@ -136,8 +138,13 @@ class Progress:
     def __call__(self, done: int, total: int | None, unit: str) -> None:
         if not self._on:
             return
-        of = f"/{total}" if total is not None else ""
-        self._stream.write(f"\r{self._what}: {done}{of} {unit}\x1b[K")
+        if total:
+            filled = min(self.WIDTH, self.WIDTH * done // total)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            line = f"{self._what} [{bar}] {100 * done // total:3d}%  {done}/{total} {unit}"
+        else:
+            line = f"{self._what}: {done} {unit}"
+        self._stream.write(f"\r{line}\x1b[K")
         self._stream.flush()
         self._shown = True
 
