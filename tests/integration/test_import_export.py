@@ -189,6 +189,22 @@ def test_a_note_with_more_observations_than_a_capture_holds_loses_none(
     assert (code, done["accepted"], _records(data)) == (0, 0, 2), err  # a re-run adds nothing
 
 
+def test_a_near_duplicate_of_a_current_record_is_held_in_the_dry_run_and_the_real_run(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, again = tmp_path / "first.jsonl", tmp_path / "again.jsonl"
+    first.write_text(json.dumps(GRAPH[1]) + "\n", "utf-8")
+    again.write_text(json.dumps({**GRAPH[1], "observations": ["Runs nightly!"]}) + "\n", "utf-8")
+    assert _import(capsys, data, first, "mcp-memory")[1]["accepted"] == 1
+    held = [
+        {"place": "again.jsonl:1", "outcome": "pending_adjudication", "reason": "near-duplicate"}
+    ]
+    for extra in ("--dry-run", None):
+        code, done, err = _import(capsys, data, again, "mcp-memory", *filter(None, [extra]))
+        assert (code, done["pending_adjudication"], done["not_accepted"]) == (0, 1, held), err
+    assert (_records(data), _candidates(data)) == (1, 2)
+
+
 def _imported_then_exported(
     capsys: pytest.CaptureFixture[str], data: Path, tmp_path: Path, fmt: str
 ) -> Path:

@@ -37,6 +37,7 @@ from engram_memory.engine.context import Scope, TrustedContext, new_audit_id
 from engram_memory.engine.kernel import Call, Kernel
 from engram_memory.engine.ports import AdmissionRequest, PolicyUnavailable
 from engram_memory.engine.records import build_record, evidence_object, stored_payload
+from engram_memory.engine.usecases.admission import neighbours
 from engram_memory.operator_plane.seat import UsageError
 from engram_memory.operator_plane.text import progress
 
@@ -394,7 +395,15 @@ def _verdict(engine: Kernel, ctx: TrustedContext, item: ImportItem, now_ms: int)
     )
     try:
         decision = engine.policy.decide(
-            AdmissionRequest(ctx.scope, ctx.principal, "dry-run", record, evidence, ())
+            AdmissionRequest(
+                ctx.scope,
+                ctx.principal,
+                "dry-run",
+                record,
+                evidence,
+                (),
+                neighbours=neighbours(engine, ctx.scope, record, now_ms),
+            )
         )
     except PolicyUnavailable:
         return "failed", "POLICY_UNAVAILABLE"
@@ -466,12 +475,15 @@ def import_items(
         for done, item in enumerate(items, 1):
             key = item.arguments["idempotency_key"]
             imported = engine.read(partial(engine.store.ledger_get, scope, principal, key))
-            outcome, rule = _verdict(engine, ctx, item, call.now_ms)
+            expected, rule = _verdict(engine, ctx, item, call.now_ms)
+            outcome = expected
             if imported is not None and dry_run:
                 outcome, rule = "already_imported", ""
             elif not dry_run:
                 outcome, code = _admit(engine, ctx, item)
-                rule = rule if outcome in ("rejected", "pending_adjudication") else code
+                # The policy's rule when admission answered what it foresaw (it names no rule
+                # to the caller), else the error code (or nothing: the store moved in between).
+                rule = rule if outcome == expected else code
             counts[outcome] += 1
             if outcome not in ("accepted", "already_imported"):
                 details.append({"place": item.place, "outcome": outcome, "reason": rule})
