@@ -12,6 +12,8 @@ import mcp.types as types
 import pytest
 from mcp import Client
 
+from engram_memory.operator_plane.usecases import revoke_credentials
+
 from e2e_support import (
     ALICE,
     BAD_TOKEN_KINDS,
@@ -120,6 +122,28 @@ def test_a_401_says_whether_the_token_was_missing_expired_or_for_another_audienc
     if kind == "wrong-audience":
         assert http_service.resource in challenge  # which resource this server is
     assert "resource_metadata=" in challenge
+
+
+def test_a_401_says_the_token_was_revoked_and_other_principals_go_on(
+    http_service: HttpService,
+) -> None:
+    workspace, token = http_service.tokens.fresh(principal="agent-revoked-at-the-door")
+    other = http_service.tokens.mint(workspace=workspace)
+    bearer = {"Authorization": f"Bearer {token}"}
+    assert raw_post(http_service, "2026-07-28", bearer).status_code == 200
+    tenant = http_service.server.surface.runtime.host.tenant_id
+    revoke_credentials(
+        http_service.server.host.engine, tenant, "ops", principal="agent-revoked-at-the-door"
+    )
+    response = raw_post(http_service, "2026-07-28", bearer)
+    assert response.status_code == 401
+    said = "the bearer token was revoked by the host's operator"
+    assert said in response.headers["WWW-Authenticate"]
+    assert said in response.json()["error_description"] and token not in response.text
+    assert (
+        raw_post(http_service, "2026-07-28", {"Authorization": f"Bearer {other}"}).status_code
+        == 200
+    )
 
 
 @pytest.mark.parametrize("mode", REVISIONS)

@@ -291,10 +291,15 @@ def test_what_the_terminal_changes_reaches_the_running_server_at_its_next_call(
         assert get_text(port, bearer, record_id) == "Live policy: this one waits for a person."
         assert admin(data, "policy", "set", "--mode", "auto").returncode == 0
         admitted(port, bearer, capture(port, bearer, "Live policy: accepted again."))
-        # tokens revoke: the revoked principal's next call is refused
+        # tokens revoke: the revoked principal's next request is a 401 that says so
         assert admin(data, "tokens", "revoke", "--principal", "agent-lease").returncode == 0
-        refused = tool(port, bearer, "get", {"record_id": record_id, "purpose_ref": PURPOSE})
-        assert refused["error"]["code"] == "AUTHORIZATION_REVOKED", refused
+        refused = httpx2.post(
+            f"http://127.0.0.1:{port}/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            headers={"Authorization": f"Bearer {bearer}", "Accept": "application/json"},
+            timeout=10,
+        )
+        assert refused.status_code == 401 and "revoked" in refused.json()["error_description"]
 
 
 def test_rotating_keys_while_serving_is_refused_and_loses_nothing(tmp_path: Path) -> None:

@@ -194,7 +194,8 @@ def test_a_near_duplicate_of_a_current_record_is_held_in_the_dry_run_and_the_rea
 ) -> None:
     first, again = tmp_path / "first.jsonl", tmp_path / "again.jsonl"
     first.write_text(json.dumps(GRAPH[1]) + "\n", "utf-8")
-    again.write_text(json.dumps({**GRAPH[1], "observations": ["Runs nightly!"]}) + "\n", "utf-8")
+    reworded = {"type": "entity", "name": "Billing", "entityType": "service"}
+    again.write_text(json.dumps({**reworded, "observations": ["Runs nightly!"]}) + "\n", "utf-8")
     assert _import(capsys, data, first, "mcp-memory")[1]["accepted"] == 1
     held = [
         {"place": "again.jsonl:1", "outcome": "pending_adjudication", "reason": "near-duplicate"}

@@ -216,6 +216,7 @@ def _wired(
         clock=clock,
         stdio_token=stdio_token,
         approvals=approvals,
+        revoked=lambda ctx: engine.host.engine.credential_revoked(ctx),
     )
     binding = stdio_binding(runtime) if stdio_token else None
     purpose = binding.purpose_ref if isinstance(binding, TrustedContext) else None

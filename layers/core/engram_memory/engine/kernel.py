@@ -232,16 +232,20 @@ class Kernel:
     def check_revoked(self, call: Call) -> None:
         """``AUTHORIZATION_REVOKED`` once an operator revoked the call's token or its principal's
         tokens (``operations.revoke_credentials``), in every composition."""
-        ctx = call.ctx
-        if ctx.credential_issued_at_ms is None:
-            return
+        if self.credential_revoked(call.ctx):
+            raise EngramError(ErrorCode.AUTHORIZATION_REVOKED)
+
+    def credential_revoked(self, ctx: TrustedContext) -> bool:
+        """Whether an operator revoked the token ``ctx`` came from (or its principal's tokens):
+        read per call here, and by a host's HTTP transport to answer a 401 that says so."""
         issued_at_ms = ctx.credential_issued_at_ms
-        if self.read(
+        if issued_at_ms is None:
+            return False
+        return self.read(
             lambda: self.store.credential_revoked(
                 ctx.tenant_id, ctx.credential_id, ctx.principal, issued_at_ms
             )
-        ):
-            raise EngramError(ErrorCode.AUTHORIZATION_REVOKED)
+        )
 
     @staticmethod
     def check_purpose(call: Call, purpose_ref: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
@@ -17,7 +18,7 @@ from pydantic import ValidationError
 
 from engram_memory import CONNECTOR
 from engram_memory.binding.host_config import HostConfig
-from engram_memory.binding.tokens import InvalidToken, context_from_claims
+from engram_memory.binding.tokens import InvalidToken, VerifiedClaims, context_from_claims
 from engram_memory.binding.verified_tokens import ClaimsVerifier
 from engram_memory.contract.envelope import envelope_text
 from engram_memory.contract.errors import (
@@ -92,6 +93,10 @@ class SurfaceRuntime:
     # The host's questions to humans, kept beyond one request (the embedded host's approval
     # book); None in the cloud, whose runs ask (see ``approval_channel``).
     approvals: ApprovalChannel | None = None
+    # The host's revocation list, for the HTTP transport: a revoked token is then a 401 that
+    # says so, like an expired one (``Kernel.credential_revoked``). None: the cloud, whose tool
+    # functions read the list per call and answer ``AUTHORIZATION_REVOKED``.
+    revoked: Callable[[TrustedContext], bool] | None = None
 
 
 def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
@@ -165,6 +170,19 @@ class EngramMcp:
         if access is not None:
             return access.token
         return self.runtime.stdio_token
+
+    def revoked(self, token: str, claims: VerifiedClaims) -> bool:
+        """Whether the host's operator revoked this verified token (False when the host keeps
+        no list at its transport, or the claims bind no context: the call will say why)."""
+        if self.runtime.revoked is None:
+            return False
+        try:
+            ctx = context_from_claims(
+                claims, audit_id=new_audit_id(), host=self.runtime.host, raw_token=token
+            )
+        except TrustedContextUnavailable:
+            return False
+        return self.runtime.revoked(ctx)
 
     def _trusted(self, audit_id: str) -> TrustedContext:
         token = self._bearer()

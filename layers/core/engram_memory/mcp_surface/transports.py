@@ -33,7 +33,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from engram_memory.binding.host_config import host_matches
-from engram_memory.binding.tokens import LEEWAY_S, InvalidToken
+from engram_memory.binding.tokens import LEEWAY_S, InvalidToken, VerifiedClaims
 from engram_memory.binding.verified_tokens import ClaimsVerifier
 from engram_memory.mcp_surface.server import EngramMcp
 from engram_memory.mcp_surface.wire import PARSE_ERROR, Screened, error_body, screen
@@ -74,12 +74,19 @@ class BearerVerifier:
 class BearerChallenge:
     """The 401 for a request to ``/mcp`` whose bearer token is missing or refused, saying which
     (RFC 6750 ``error_description``): none sent, expired, issued for another resource (another
-    port, another server), badly signed or malformed. Never the token itself. A revoked token
-    still verifies: each call says ``AUTHORIZATION_REVOKED`` (``Kernel.check_revoked``)."""
+    port, another server), badly signed or malformed, or revoked by the host's operator where
+    the host keeps its revocation list at the transport (``revoked``; elsewhere each call says
+    ``AUTHORIZATION_REVOKED``). Never the token itself."""
 
-    def __init__(self, verifier: ClaimsVerifier, resource: str) -> None:
+    def __init__(
+        self,
+        verifier: ClaimsVerifier,
+        resource: str,
+        revoked: Callable[[str, VerifiedClaims], bool] | None = None,
+    ) -> None:
         self._verifier = verifier
         self._resource = resource
+        self._revoked = revoked
         self._metadata = str(build_resource_metadata_url(AnyHttpUrl(resource)))
 
     def refusal(self, authorization: str | None) -> str | None:
@@ -88,7 +95,7 @@ class BearerChallenge:
         if scheme.lower() != "bearer" or not token.strip():
             return "no bearer token was sent: send Authorization: Bearer <token>"
         try:
-            self._verifier.verify(token.strip())
+            claims = self._verifier.verify(token.strip())
         except InvalidToken as refused:
             if refused.reason == "expired":
                 return "the bearer token has expired: get a new one"
@@ -98,6 +105,8 @@ class BearerChallenge:
                     f" port: this server is {self._resource}"
                 )
             return str(refused)
+        if self._revoked is not None and self._revoked(token.strip(), claims):
+            return "the bearer token was revoked by the host's operator: ask them for a new one"
         return None
 
     async def send(self, description: str, scope: Scope, receive: Receive, send: Send) -> None:
@@ -172,7 +181,7 @@ def streamable_app(
         app,
         allowed_hosts=allowed_hosts,
         origin_allowed=host.origin_allowed,
-        bearer=BearerChallenge(surface.runtime.verifier, host.resource),
+        bearer=BearerChallenge(surface.runtime.verifier, host.resource, surface.revoked),
     )
 
 
