@@ -6,7 +6,8 @@
 #     (E3004) — scripts/cloud_template.py lint;
 #  2. scanners: checkov on the translated template, then cfn-guard with the AWS Control Tower
 #     proactive controls' rules (the npm package @cdklabs/cdk-validator-cfnguard, pinned in
-#     scripts/cloud_template.py, installed into .cfn-guard/ on first use: needs npm); every
+#     scripts/cloud_template.py, installed into .cfn-guard/ on first use: needs npm) and the
+#     well-architected rule sets vendored in infra/guard-rules/; every
 #     finding must be listed with its reason in infra/accepted-findings.yaml, and a cfn-guard
 #     acceptance that matches no finding fails too — scripts/cloud_template.py scan, guard;
 #  3. build: scripts/sam_check.sh (sam validate --lint, sam build for arm64 as deployed), the
@@ -98,7 +99,7 @@ counted "$tools_python" scripts/cloud_template.py lint --out "$work_dir/translat
 echo "cloud-check: [1/4] $((SECONDS - start))s"
 
 # --- 2. checkov and cfn-guard, against the accepted findings --------------------------------------
-echo "cloud-check: [2/4] checkov, then cfn-guard (Control Tower rules), on the translated template"
+echo "cloud-check: [2/4] checkov, then cfn-guard (Control Tower, well-architected), on the translated template"
 start=$SECONDS
 counted "$tools_python" scripts/cloud_template.py scan
 counted "$tools_python" scripts/cloud_template.py guard

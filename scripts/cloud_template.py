@@ -283,18 +283,25 @@ def _checkov_failures(translated: dict[str, Any]) -> Iterator[tuple[str, str, st
 
 
 # --------------------------------------------------------------------------------------------
-# cfn-guard with the AWS Control Tower proactive controls
+# cfn-guard: the AWS Control Tower proactive controls and the well-architected rule sets
 # --------------------------------------------------------------------------------------------
 # The npm package of the CDK's cfn-guard validator ships the released cfn-guard binary for Linux
 # and macOS (x86_64, aarch64; its version in guard-version.json) and the rules of the Control
 # Tower proactive controls (rules/control-tower/cfn-guard, one .guard file per control), both
 # Apache-2.0: pinning the package pins both. npm installs it into .cfn-guard/<version>/ (ignored
-# by git) on first use.
+# by git) on first use. The Guard Rules Registry's well-architected rule sets (Reliability and
+# Security pillars) are in no package: infra/guard-rules/ holds them as the registry builds them,
+# with their licence and source commit.
 
 GUARD_PACKAGE: Final = "@cdklabs/cdk-validator-cfnguard"
 GUARD_PACKAGE_VERSION: Final = "0.0.62"
 GUARD_HOME: Final = ROOT / ".cfn-guard"
-GUARD_RULE_SETS: Final = ("rules/control-tower/cfn-guard",)
+CONTROL_TOWER_RULES: Final = "rules/control-tower/cfn-guard"  # in the package
+REGISTRY_RULE_SETS: Final = tuple(
+    ROOT / "infra" / "guard-rules" / f"wa-{pillar}-Pillar.guard"
+    for pillar in ("Reliability", "Security")
+)
+TEMPLATE_WIDE: Final = "(template)"  # a failed rule that names no resource
 GUARD_SYSTEMS: Final = {"Linux": "ubuntu", "Darwin": "macos"}
 GUARD_MACHINES: Final = {
     "x86_64": "x86_64",
@@ -304,6 +311,7 @@ GUARD_MACHINES: Final = {
 }
 GUARD_NONCOMPLIANT: Final = 19  # cfn-guard validate's exit status when a rule failed
 CONTROL_ID: Final = re.compile(r"\[(CT\.[A-Z0-9]+\.PR\.\d+)\]:\s*(.*)")
+VIOLATION: Final = re.compile(r"Violation:\s*([^;\n]*)")  # the registry's rules
 
 
 class GuardUnavailable(RuntimeError):
@@ -321,7 +329,7 @@ def guard_package(home: Path = GUARD_HOME) -> Path:
     if npm is None:
         raise GuardUnavailable(
             f"npm is not on PATH: install Node.js with npm (e.g. apt-get install npm) and rerun; "
-            f"the gate installs {spec} (cfn-guard and the Control Tower rules) into {home.name}/"
+            f"the gate installs {spec} (cfn-guard, the Control Tower rules) into {home.name}/"
         )
     home.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".install-", dir=home))
@@ -379,17 +387,38 @@ def _guard_detail(node: Any, paths: set[str], messages: set[str]) -> None:
                 _guard_detail(value, paths, messages)
 
 
+def guard_rule_sets(package: Path) -> list[Path]:
+    return [package / CONTROL_TOWER_RULES, *REGISTRY_RULE_SETS]
+
+
+def _named(failure: dict[str, Any]) -> tuple[str, set[str], str]:
+    """A failed rule's name (its Control Tower control id, else its guard rule name), the
+    resources it reports, and its title."""
+    paths: set[str] = set()
+    messages: set[str] = set()
+    _guard_detail(failure, paths, messages)
+    control = [m for text in messages for m in CONTROL_ID.finditer(text)]
+    violation = [m for text in messages for m in VIOLATION.finditer(text)]
+    if control:
+        rule, title = control[0].group(1), control[0].group(2)
+    else:
+        rule = str(failure.get("Rule", {}).get("name", "?"))
+        title = violation[0].group(1) if violation else ""
+    resources = {p.split("/")[2] for p in paths if p.startswith("/Resources/")}
+    return rule, resources or {TEMPLATE_WIDE}, title.strip()
+
+
 def guard_failures(
-    translated: dict[str, Any], package: Path, rule_sets: tuple[str, ...] = GUARD_RULE_SETS
-) -> set[tuple[str, str, str]]:
-    """(control id, resource, control title) for each resource a rule of ``rule_sets`` (folders
-    of the package) finds non-compliant. A rule without a Control Tower id is named by its
-    guard rule name."""
+    translated: dict[str, Any], package: Path, rule_sets: list[Path] | None = None
+) -> list[tuple[str, str, str]]:
+    """(rule, resource, title) for each resource a rule of ``rule_sets`` (rule files or folders;
+    default: every set the gate runs) finds non-compliant, sorted; a rule in two sets once."""
     binary = guard_binary(package)
     with tempfile.TemporaryDirectory(prefix="cloud-check-") as work:
         target = Path(work) / "translated.template.json"
         target.write_text(json.dumps(translated, indent=1), "utf-8")
-        rules = [arg for folder in rule_sets for arg in ("--rules", str(package / folder))]
+        sets = guard_rule_sets(package) if rule_sets is None else rule_sets
+        rules = [arg for rule_set in sets for arg in ("--rules", str(rule_set))]
         output = ["--structured", "--output-format", "json", "--show-summary", "none"]
         run = subprocess.run(
             [str(binary), "validate", *rules, "--data", str(target), *output],
@@ -400,30 +429,26 @@ def guard_failures(
         )
     if run.returncode not in (0, GUARD_NONCOMPLIANT) or not run.stdout.strip():
         raise RuntimeError(f"cfn-guard exited {run.returncode}: {run.stderr.strip()[-2000:]}")
-    found = set()
+    found: dict[tuple[str, str], str] = {}
     for data_file in json.loads(run.stdout):
         for failure in data_file.get("not_compliant", []):
-            paths: set[str] = set()
-            messages: set[str] = set()
-            _guard_detail(failure, paths, messages)
-            named = [m for text in messages for m in CONTROL_ID.finditer(text)]
-            control, title = (named[0].group(1), named[0].group(2).strip()) if named else ("", "")
-            rule = control or str(failure.get("Rule", {}).get("name", "?"))
-            for resource in {p.split("/")[2] for p in paths if p.startswith("/Resources/")}:
-                found.add((rule, resource, title))
-    return found
+            rule, resources, title = _named(failure)
+            for resource in resources:
+                found.setdefault((rule, resource), title)
+    return sorted((rule, resource, title) for (rule, resource), title in found.items())
 
 
 def guard(path: Path, report: Report) -> None:
     try:
         package = guard_package()
-        found = sorted(guard_failures(translate(path), package))
+        found = guard_failures(translate(path), package)
     except GuardUnavailable as exc:
         report.check(False, f"cfn-guard: {exc}")
         return
     label = (
-        f"cfn-guard {guard_version(package)} with the Control Tower rules of "
-        f"{GUARD_PACKAGE}@{GUARD_PACKAGE_VERSION} on the translated template"
+        f"cfn-guard {guard_version(package)} on the translated template (the Control Tower rules "
+        f"of {GUARD_PACKAGE}@{GUARD_PACKAGE_VERSION}, the well-architected rule sets of "
+        f"{REGISTRY_RULE_SETS[0].parent.relative_to(ROOT)}/)"
     )
     judge("cfn-guard", label, found, accepted_findings("cfn-guard"), report, stale_fails=True)
 

@@ -1,8 +1,8 @@
-"""cfn-guard with the AWS Control Tower proactive controls on the translated template
-(``scripts/cloud_template.py guard``, a step of the cloud gate): the real cfn-guard binary and
-rules of the pinned npm package, installed by npm on first use into ``.cfn-guard/``. The
-template passes (every finding accepted with its reason, no stale acceptance); a template that
-breaks a control fails with that control named."""
+"""cfn-guard on the translated template (``scripts/cloud_template.py guard``, a step of the
+cloud gate): the real cfn-guard binary and the Control Tower rules of the pinned npm package
+(installed by npm on first use into ``.cfn-guard/``), and the well-architected rule sets in
+``infra/guard-rules/``. The template passes (every finding accepted with its reason, no stale
+acceptance); a template that breaks a control fails with that control named."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from typing import Any, Final
 import pytest
 
 from scripts.cloud_template import (
+    CONTROL_TOWER_RULES,
+    REGISTRY_RULE_SETS,
     GuardUnavailable,
     Report,
     guard,
@@ -76,12 +78,25 @@ def _without_grant_guard(template: dict[str, Any]) -> None:
     ]
 
 
+def _without_table_key(template: dict[str, Any]) -> None:
+    del template["Resources"]["EngramTable"]["Properties"]["SSESpecification"]
+
+
+SECURITY_PILLAR: Final = REGISTRY_RULE_SETS[1]
+
+
 @pytest.mark.parametrize(
     ("breach", "rules", "control", "resource"),
     [
-        (_without_pitr, "dynamodb", "CT.DYNAMODB.PR.1", "EngramTable"),
-        (_without_encryption, "s3", "CT.S3.PR.10", "EngramBlobBucket"),
-        (_without_grant_guard, "keymanagementservice", "CT.KMS.PR.3", "EngramDataKey"),
+        (_without_pitr, f"{CONTROL_TOWER_RULES}/dynamodb", "CT.DYNAMODB.PR.1", "EngramTable"),
+        (_without_encryption, f"{CONTROL_TOWER_RULES}/s3", "CT.S3.PR.10", "EngramBlobBucket"),
+        (
+            _without_grant_guard,
+            f"{CONTROL_TOWER_RULES}/keymanagementservice",
+            "CT.KMS.PR.3",
+            "EngramDataKey",
+        ),
+        (_without_table_key, "", "DYNAMODB_TABLE_ENCRYPTED_KMS", "EngramTable"),
     ],
 )
 def test_a_breached_control_is_a_named_finding(
@@ -91,8 +106,8 @@ def test_a_breached_control_is_a_named_finding(
     control: str,
     resource: str,
 ) -> None:
-    # Only the breached service's rule folder: the whole set is run once, above.
-    rule_sets = (f"rules/control-tower/cfn-guard/{rules}",)
+    # Only the breached service's rules (or the security pillar): the whole set runs once, above.
+    rule_sets = [package / rules if rules else SECURITY_PILLAR]
     before = {(c, r) for c, r, _ in guard_failures(translated(), package, rule_sets)}
     broken = copy.deepcopy(translated())
     breach(broken)
