@@ -55,8 +55,9 @@ sam-check:
 	bash scripts/sam_check.sh
 
 # The cloud gate on the artifact (includes sam-check): the SAM-translated template through cfn-lint
-# (no cycle) and checkov (infra/accepted-findings.yaml), sam build, then every function run from
-# .aws-sam-style build folders on python3.12 -I against moto out of process, and the end-to-end
-# MCP flow. Tools in .venv-cloud/ and .venv-sam/. See scripts/cloud_check.sh.
+# (no cycle), checkov and cfn-guard (Control Tower, well-architected; infra/accepted-findings.yaml),
+# sam build, then every function run from .aws-sam-style build folders on python3.12 -I against
+# moto out of process, and the end-to-end MCP flow. Tools in .venv-cloud/, .venv-sam/ and
+# .cfn-guard/ (npm). See scripts/cloud_check.sh.
 cloud-check:
 	bash scripts/cloud_check.sh

@@ -4,8 +4,12 @@
 #  1. template: samtranslator expands template.yaml as `sam package` + the SAM transform hand it
 #     to CloudFormation; cfn-lint on that translated template: no error, no dependency cycle
 #     (E3004) — scripts/cloud_template.py lint;
-#  2. scanner: checkov on the translated template; every finding must be listed with its reason
-#     in infra/accepted-findings.yaml — scripts/cloud_template.py scan;
+#  2. scanners: checkov on the translated template, then cfn-guard with the AWS Control Tower
+#     proactive controls' rules (the npm package @cdklabs/cdk-validator-cfnguard, pinned in
+#     scripts/cloud_template.py, installed into .cfn-guard/ on first use: needs npm) and the
+#     well-architected rule sets vendored in infra/guard-rules/; every
+#     finding must be listed with its reason in infra/accepted-findings.yaml, and a cfn-guard
+#     acceptance that matches no finding fails too — scripts/cloud_template.py scan, guard;
 #  3. build: scripts/sam_check.sh (sam validate --lint, sam build for arm64 as deployed), the
 #     built sizes per function and layer against Lambda's 250 MB unzipped limit, and — on a host
 #     that is not arm64 — a second sam build of the same template for the host's architecture
@@ -94,10 +98,11 @@ start=$SECONDS
 counted "$tools_python" scripts/cloud_template.py lint --out "$work_dir/translated.json"
 echo "cloud-check: [1/4] $((SECONDS - start))s"
 
-# --- 2. checkov, against the accepted findings ----------------------------------------------------
-echo "cloud-check: [2/4] checkov on the translated template"
+# --- 2. checkov and cfn-guard, against the accepted findings --------------------------------------
+echo "cloud-check: [2/4] checkov, then cfn-guard (Control Tower, well-architected), on the translated template"
 start=$SECONDS
 counted "$tools_python" scripts/cloud_template.py scan
+counted "$tools_python" scripts/cloud_template.py guard
 echo "cloud-check: [2/4] $((SECONDS - start))s"
 
 # --- 3. sam build (as deployed, arm64; and for this host), sizes ----------------------------------

@@ -9,22 +9,26 @@ stays in the output's ``Transform``: CloudFormation (and cfn-lint) process it.
 
 ``lint`` runs cfn-lint on the translated template: no error may remain, and E3004 (a circular
 dependency, which CloudFormation refuses at create time) is reported on its own line. ``scan``
-runs checkov on it; every finding must be listed, with its reason, in
-``infra/accepted-findings.yaml``.
+runs checkov on it, then the stack's own rules; ``guard`` runs cfn-guard with the AWS Control
+Tower proactive controls' rules (from a pinned npm package, installed on first use). Every
+finding of either scanner must be listed, with its reason, in ``infra/accepted-findings.yaml``.
 
 Run with the tool venv (``scripts/cloud_check.sh``): cfn-lint, samtranslator and checkov live
 there, not in the project venv. Output: ``  ok   ...`` / ``  FAIL ...`` lines, exit 1 on a FAIL.
 
-Usage: python scripts/cloud_template.py {translate,lint,scan} [--template T] [--out FILE]
+Usage: python scripts/cloud_template.py {translate,lint,scan,guard} [--template T] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import fnmatch
 import json
+import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -230,13 +234,14 @@ def _path_of(match: Any) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def accepted_findings() -> dict[tuple[str, str], str]:
-    """(check id, resource) -> reason, from infra/accepted-findings.yaml."""
+def accepted_findings(scanner: str = "checkov") -> dict[tuple[str, str], str]:
+    """(check id, resource) -> reason, from the ``scanner`` section of
+    infra/accepted-findings.yaml (``checkov``, ``cfn-guard``)."""
     import yaml
 
     loaded = yaml.safe_load(ACCEPTED_FINDINGS.read_text("utf-8")) or {}
     accepted: dict[tuple[str, str], str] = {}
-    for entry in loaded.get("checkov", []):
+    for entry in loaded.get(scanner, []):
         reason = str(entry.get("reason", "")).strip()
         if not reason:
             raise ValueError(f"{ACCEPTED_FINDINGS.name}: {entry.get('check')} has no reason")
@@ -278,8 +283,211 @@ def _checkov_failures(translated: dict[str, Any]) -> Iterator[tuple[str, str, st
 
 
 # --------------------------------------------------------------------------------------------
-# The stack's own rules on the translated template (the reviewer's items checkov does not know;
-# cfn-guard's registry rules are not installable here, see docs/deploying-aws.md)
+# cfn-guard: the AWS Control Tower proactive controls and the well-architected rule sets
+# --------------------------------------------------------------------------------------------
+# The npm package of the CDK's cfn-guard validator ships the released cfn-guard binary for Linux
+# and macOS (x86_64, aarch64; its version in guard-version.json) and the rules of the Control
+# Tower proactive controls (rules/control-tower/cfn-guard, one .guard file per control), both
+# Apache-2.0: pinning the package pins both. npm installs it into .cfn-guard/<version>/ (ignored
+# by git) on first use. The Guard Rules Registry's well-architected rule sets (Reliability and
+# Security pillars) are in no package: infra/guard-rules/ holds them as the registry builds them,
+# with their licence and source commit.
+
+GUARD_PACKAGE: Final = "@cdklabs/cdk-validator-cfnguard"
+GUARD_PACKAGE_VERSION: Final = "0.0.62"
+GUARD_HOME: Final = ROOT / ".cfn-guard"
+CONTROL_TOWER_RULES: Final = "rules/control-tower/cfn-guard"  # in the package
+REGISTRY_RULE_SETS: Final = tuple(
+    ROOT / "infra" / "guard-rules" / f"wa-{pillar}-Pillar.guard"
+    for pillar in ("Reliability", "Security")
+)
+TEMPLATE_WIDE: Final = "(template)"  # a failed rule that names no resource
+GUARD_SYSTEMS: Final = {"Linux": "ubuntu", "Darwin": "macos"}
+GUARD_MACHINES: Final = {
+    "x86_64": "x86_64",
+    "amd64": "x86_64",
+    "aarch64": "aarch64",
+    "arm64": "aarch64",
+}
+GUARD_NONCOMPLIANT: Final = 19  # cfn-guard validate's exit status when a rule failed
+CONTROL_ID: Final = re.compile(r"\[(CT\.[A-Z0-9]+\.PR\.\d+)\]:\s*(.*)")
+VIOLATION: Final = re.compile(r"Violation:\s*([^;\n]*)")  # the registry's rules
+
+
+class GuardUnavailable(RuntimeError):
+    """cfn-guard cannot be installed or run here; the message says what to do."""
+
+
+def guard_package(home: Path = GUARD_HOME) -> Path:
+    """The pinned package's folder; npm installs it into ``home`` on first use."""
+    installed = home / GUARD_PACKAGE_VERSION
+    package = installed / "node_modules" / GUARD_PACKAGE
+    if (package / "package.json").is_file():
+        return package
+    npm = shutil.which("npm")
+    spec = f"{GUARD_PACKAGE}@{GUARD_PACKAGE_VERSION}"
+    if npm is None:
+        raise GuardUnavailable(
+            f"npm is not on PATH: install Node.js with npm (e.g. apt-get install npm) and rerun; "
+            f"the gate installs {spec} (cfn-guard, the Control Tower rules) into {home.name}/"
+        )
+    home.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".install-", dir=home))
+    try:
+        # No peer dependencies (aws-cdk-lib), no scripts: only the binary and the rules are used.
+        options = ["--no-save", "--ignore-scripts", "--legacy-peer-deps", "--no-audit", "--no-fund"]
+        run = subprocess.run(
+            [npm, "install", "--prefix", str(staging), *options, "--loglevel=error", spec],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        if run.returncode != 0:
+            raise GuardUnavailable(
+                f"npm install {spec} exited {run.returncode}: {run.stderr.strip()[-500:]}"
+            )
+        # Atomic; when a concurrent install got there first, its copy stays and this one goes.
+        with contextlib.suppress(OSError):
+            staging.rename(installed)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return package
+
+
+def guard_binary(package: Path) -> Path:
+    system = GUARD_SYSTEMS.get(platform.system())
+    machine = GUARD_MACHINES.get(platform.machine().lower())
+    binary = package / "bin" / str(system) / str(machine) / "cfn-guard"
+    if system is None or machine is None or not binary.is_file():
+        raise GuardUnavailable(
+            f"{GUARD_PACKAGE}@{GUARD_PACKAGE_VERSION} has no cfn-guard for "
+            f"{platform.system()} {platform.machine()} (only Linux and macOS, x86_64 and aarch64)"
+        )
+    return binary
+
+
+def guard_version(package: Path) -> str:
+    released: dict[str, Any] = json.loads((package / "guard-version.json").read_text("utf-8"))
+    return str(released.get("version", "?"))
+
+
+def _guard_detail(node: Any, paths: set[str], messages: set[str]) -> None:
+    """The data paths a failed rule's clauses reached, and its custom messages."""
+    if isinstance(node, list):
+        for item in node:
+            _guard_detail(item, paths, messages)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key == "path" and isinstance(value, str):
+                paths.add(value)
+            elif key == "custom_message" and isinstance(value, str):
+                messages.add(value)
+            else:
+                _guard_detail(value, paths, messages)
+
+
+def guard_rule_sets(package: Path) -> list[Path]:
+    return [package / CONTROL_TOWER_RULES, *REGISTRY_RULE_SETS]
+
+
+def _named(failure: dict[str, Any]) -> tuple[str, set[str], str]:
+    """A failed rule's name (its Control Tower control id, else its guard rule name), the
+    resources it reports, and its title."""
+    paths: set[str] = set()
+    messages: set[str] = set()
+    _guard_detail(failure, paths, messages)
+    control = [m for text in messages for m in CONTROL_ID.finditer(text)]
+    violation = [m for text in messages for m in VIOLATION.finditer(text)]
+    if control:
+        rule, title = control[0].group(1), control[0].group(2)
+    else:
+        rule = str(failure.get("Rule", {}).get("name", "?"))
+        title = violation[0].group(1) if violation else ""
+    resources = {p.split("/")[2] for p in paths if p.startswith("/Resources/")}
+    return rule, resources or {TEMPLATE_WIDE}, title.strip()
+
+
+def guard_failures(
+    translated: dict[str, Any], package: Path, rule_sets: list[Path] | None = None
+) -> list[tuple[str, str, str]]:
+    """(rule, resource, title) for each resource a rule of ``rule_sets`` (rule files or folders;
+    default: every set the gate runs) finds non-compliant, sorted; a rule in two sets once."""
+    binary = guard_binary(package)
+    with tempfile.TemporaryDirectory(prefix="cloud-check-") as work:
+        target = Path(work) / "translated.template.json"
+        target.write_text(json.dumps(translated, indent=1), "utf-8")
+        sets = guard_rule_sets(package) if rule_sets is None else rule_sets
+        rules = [arg for rule_set in sets for arg in ("--rules", str(rule_set))]
+        output = ["--structured", "--output-format", "json", "--show-summary", "none"]
+        run = subprocess.run(
+            [str(binary), "validate", *rules, "--data", str(target), *output],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+    if run.returncode not in (0, GUARD_NONCOMPLIANT) or not run.stdout.strip():
+        raise RuntimeError(f"cfn-guard exited {run.returncode}: {run.stderr.strip()[-2000:]}")
+    found: dict[tuple[str, str], str] = {}
+    for data_file in json.loads(run.stdout):
+        for failure in data_file.get("not_compliant", []):
+            rule, resources, title = _named(failure)
+            for resource in resources:
+                found.setdefault((rule, resource), title)
+    return sorted((rule, resource, title) for (rule, resource), title in found.items())
+
+
+def guard(path: Path, report: Report) -> None:
+    try:
+        package = guard_package()
+        found = guard_failures(translate(path), package)
+    except GuardUnavailable as exc:
+        report.check(False, f"cfn-guard: {exc}")
+        return
+    label = (
+        f"cfn-guard {guard_version(package)} on the translated template (the Control Tower rules "
+        f"of {GUARD_PACKAGE}@{GUARD_PACKAGE_VERSION}, the well-architected rule sets of "
+        f"{REGISTRY_RULE_SETS[0].parent.relative_to(ROOT)}/)"
+    )
+    judge("cfn-guard", label, found, accepted_findings("cfn-guard"), report, stale_fails=True)
+
+
+def judge(
+    scanner: str,
+    label: str,
+    found: list[tuple[str, str, str]],
+    accepted: dict[tuple[str, str], str],
+    report: Report,
+    *,
+    stale_fails: bool,
+) -> None:
+    """A scanner's findings against its acceptances: every finding must be accepted; an
+    acceptance that matches no finding is stale (a FAIL when ``stale_fails``, else a note)."""
+    unlisted = [(c, r, n) for c, r, n in found if (c, r) not in accepted]
+    listed = [(c, r, n) for c, r, n in found if (c, r) in accepted]
+    stale = sorted(set(accepted) - {(c, r) for c, r, _ in found})
+    report.check(
+        not unlisted,
+        f"{label}: {len(found)} finding(s), {len(listed)} accepted in "
+        f"{ACCEPTED_FINDINGS.relative_to(ROOT)} ({scanner}), {len(unlisted)} not listed",
+    )
+    for check, resource, name in unlisted:
+        print(f"       {check} {resource}: {name}")
+    if stale_fails:
+        report.check(
+            not stale,
+            f"{scanner}: every acceptance still matches a finding ({len(stale)} stale)",
+        )
+    for check, resource in stale:
+        print(
+            f"       {'' if stale_fails else 'note: '}{check} {resource} is accepted but no "
+            "longer found; remove it"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The stack's own rules on the translated template (the reviewer's items neither scanner knows)
 # --------------------------------------------------------------------------------------------
 
 RUNTIME_SERVICES: Final = ("lambda.amazonaws.com", "states.amazonaws.com")
@@ -568,22 +776,17 @@ def role_allows(
 
 def scan(path: Path, report: Report) -> None:
     translated = translate(path)
-    accepted = accepted_findings()
     found = sorted(set(_checkov_failures(translated)))
-    unlisted = [(c, r, n) for c, r, n in found if (c, r) not in accepted]
-    listed = [(c, r, n) for c, r, n in found if (c, r) in accepted]
-    stale = sorted(set(accepted) - {(c, r) for c, r, _ in found})
-    report.check(
-        not unlisted,
-        f"checkov on the translated template: {len(found)} failed check(s), {len(listed)} "
-        f"accepted in {ACCEPTED_FINDINGS.relative_to(ROOT)}, {len(unlisted)} not listed",
+    # A stale checkov acceptance is harmless (the finding was fixed): reported, not failed, so
+    # a fix can land before its entry is removed.
+    judge(
+        "checkov",
+        "checkov on the translated template",
+        found,
+        accepted_findings(),
+        report,
+        stale_fails=False,
     )
-    for check, resource, name in unlisted:
-        print(f"       {check} {resource}: {name}")
-    # A stale acceptance is harmless (the finding was fixed): reported, not failed, so a fix
-    # can land before its entry is removed.
-    for check, resource in stale:
-        print(f"       note: {check} {resource} is accepted but no longer found; remove it")
     for rule, violations in stack_rules(translated).items():
         report.check(not violations, f"rule {rule}: {len(violations)} violation(s)")
         for violation in violations:
@@ -610,7 +813,7 @@ def stack_rules(translated: dict[str, Any]) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["translate", "lint", "scan"])
+    parser.add_argument("command", choices=["translate", "lint", "scan", "guard"])
     parser.add_argument("--template", type=Path, default=ROOT / "template.yaml")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -625,6 +828,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "lint":
         lint(args.template, args.out, report)
+    elif args.command == "guard":
+        guard(args.template, report)
     else:
         scan(args.template, report)
     return 1 if report.failed else 0

@@ -277,6 +277,8 @@ def key_policy_grants(key: str) -> Iterator[tuple[str, set[str], dict[str, Any]]
     for statement in as_list(props(key)["KeyPolicy"]["Statement"]):
         if "Fn::If" in statement:  # a statement only when its condition holds
             statement = statement["Fn::If"][1]
+        if statement["Effect"] != "Allow":  # a Deny grants nothing (CT.KMS.PR.3's guard)
+            continue
         principals = {
             ref_target(p) or json.dumps(p, sort_keys=True)
             for p in as_list(statement["Principal"]["AWS"])
