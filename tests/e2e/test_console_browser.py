@@ -16,7 +16,9 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -29,7 +31,18 @@ from selenium.webdriver.support.wait import WebDriverWait
 from engram_memory.engine.context import Scope
 
 from browser_support import open_chromium, text_of
-from e2e_support import MODERN, Agent, HttpService, engram_cli, http_client, serve_http
+from e2e_support import (
+    FORGET,
+    LEGACY,
+    MODERN,
+    Agent,
+    HttpService,
+    engram_cli,
+    http_client,
+    ok_value,
+    protocol_error,
+    serve_http,
+)
 
 WORKSPACE = "default"
 OPERATOR = "console-operator"
@@ -46,14 +59,30 @@ class Seeded:
     keep_id: str
     pending_text: str
     pending_id: str
+    asked_text: str
+    asked_id: str
+    approval_id: str
+    forget_arguments: dict[str, Any]
 
 
-async def _seed(service: HttpService, token: str, seeded: dict[str, str]) -> None:
+async def _seed(service: HttpService, token: str, seeded: dict[str, Any]) -> None:
+    """Three records (one of them asked to be forgotten: a question waits) and a candidate."""
     async with http_client(service.url, token, MODERN) as client:
         agent = Agent(client)
         seeded["forget_id"] = await agent.remember(seeded["forget_text"])
         seeded["keep_id"] = await agent.remember(seeded["keep_text"])
         seeded["pending_id"] = await agent.captured(seeded["pending_text"])
+        seeded["asked_id"] = await agent.remember(seeded["asked_text"])
+    async with http_client(service.url, token, LEGACY) as client:  # it cannot ask a human
+        arguments = Agent(client).forget_arguments(seeded["asked_id"])
+        error = await protocol_error(partial(client.call_tool, FORGET, arguments))
+        seeded["approval_id"] = re.findall(r"approve (apr_[0-9a-f]{32})", error.message)[0]
+        seeded["forget_arguments"] = arguments
+
+
+async def _retry_forget(seeded: Seeded) -> dict[str, Any]:
+    async with http_client(seeded.service.url, seeded.token, LEGACY) as client:
+        return ok_value(await client.call_tool(FORGET, seeded.forget_arguments))
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +95,9 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
             "forget_text": f"Decision: the quarterly payroll export {marker} runs on Fridays.",
             "keep_text": "Decision: release branches are cut on Tuesdays after the freeze.",
             "pending_text": "Convention: staging deploys wait for the on-call engineer's nod.",
+            "asked_text": "Fact: the old build farm in rack 12 was retired in March.",
         }
-        ids: dict[str, str] = dict(texts)
+        ids: dict[str, Any] = dict(texts)
         anyio.run(_seed, service, token, ids)
         yield Seeded(service=service, data_dir=data_dir, token=token, **ids)
 
@@ -261,3 +291,40 @@ def test_the_forgotten_text_is_in_no_page_the_console_serves(
             assert marker not in served.text, path
     browser.get(f"{seeded.service.base_url}/console/records/{seeded.forget_id}")
     assert marker not in browser.page_source
+
+
+def test_a_pending_candidate_is_read_and_accepted_from_the_console(
+    browser: webdriver.Chrome, seeded: Seeded
+) -> None:
+    sign_in(browser, seeded)
+    browser.find_element(By.LINK_TEXT, "Pending").click()
+    browser.find_element(By.LINK_TEXT, seeded.pending_id).click()
+    _wait_for(browser, "memory")
+    assert seeded.pending_text in browser.find_element(By.ID, "memory").text
+    browser.find_element(By.ID, "reason").send_keys("checked with the on-call rota")
+    browser.find_element(By.ID, "accept").click()
+    _wait_for(browser, "outcome")
+    outcome = browser.find_element(By.ID, "outcome").text
+    assert "accepted" in outcome
+    browser.find_element(By.LINK_TEXT, "Pending").click()
+    assert seeded.pending_id not in browser.page_source
+
+
+def test_an_approval_is_answered_from_the_console_and_the_agents_retry_commits(
+    browser: webdriver.Chrome, seeded: Seeded
+) -> None:
+    sign_in(browser, seeded)
+    browser.find_element(By.LINK_TEXT, "Approvals").click()
+    question = browser.find_element(By.CSS_SELECTOR, ".question")
+    assert seeded.asked_text in question.text  # the text the person decides on
+    assert seeded.asked_id in question.text
+    question.find_element(By.XPATH, ".//button[text()='Approve']").click()
+    _wait_for(browser, "title")
+    assert "approved" in title(browser)
+    row = seeded.service.server.approvals.book.get(seeded.approval_id)
+    assert row is not None and row.state == "approved" and row.answered_by == "console"
+    forgotten = anyio.run(_retry_forget, seeded)
+    assert forgotten["receipt"]["to_state"] == "tombstoned"
+    browser.get(f"{seeded.service.base_url}/console/audit?tool=admin.approvals_approve")
+    rows = text_of(browser, "#audit tbody tr")
+    assert any(f"operator:{OPERATOR}" in r and seeded.approval_id in r for r in rows), rows
