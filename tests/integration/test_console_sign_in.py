@@ -5,20 +5,24 @@ client that is not on this machine or names another host."""
 
 from __future__ import annotations
 
+import io
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
+from test_serve_day_one import engram, free_port, serving
 
 from engram_memory.embedded.cli import main
 from engram_memory.embedded.console.app import Console, console_routes
 from engram_memory.embedded.console.links import LINK_TTL_MS, SignInLinks
 from engram_memory.embedded.console.sessions import SESSION_TTL_MS, Sessions
 from engram_memory.embedded.data_dir import CONSOLE_FILE
-from engram_memory.embedded.serve import EmbeddedServer, open_server
+from engram_memory.embedded.serve import EmbeddedServer, open_server, print_banner
 
 T0 = 1_790_000_000_000
 
@@ -98,8 +102,6 @@ def test_the_console_command_on_no_data_directory_is_one_line(
 
 
 def _now() -> int:
-    import time
-
     return int(time.time() * 1000)
 
 
@@ -137,10 +139,6 @@ def test_a_request_naming_another_host_is_refused(server: EmbeddedServer) -> Non
 
 
 def test_the_serve_banner_names_the_console_link(tmp_path: Path) -> None:
-    import io
-
-    from engram_memory.embedded.serve import print_banner
-
     out = io.StringIO()
     link = "http://127.0.0.1:8765/console/signin/abc"
     print_banner(
@@ -157,10 +155,6 @@ def test_the_serve_banner_names_the_console_link(tmp_path: Path) -> None:
 
 def test_the_link_in_a_real_serve_banner_signs_in_once(tmp_path: Path) -> None:
     """What a person who ran ``./run`` does: open the banner's link."""
-    import httpx2
-
-    from test_serve_day_one import engram, free_port, serving
-
     port = free_port()
     argv = [engram(), "serve", "--data-dir", str(tmp_path / "data"), "--port", str(port)]
     with serving(argv, port) as process:
@@ -177,3 +171,10 @@ def test_the_link_in_a_real_serve_banner_signs_in_once(tmp_path: Path) -> None:
             overview = http.get(f"http://127.0.0.1:{port}/console/")
             assert overview.status_code == 200 and "Signed in as" in overview.text
             assert http.get(link, follow_redirects=False).status_code == 403
+
+
+def test_an_unknown_console_path_is_a_page_that_is_not_cached(server: EmbeddedServer) -> None:
+    server.console.remote = True
+    missing = _client(server.console).get("/console/nothing-here")
+    assert missing.status_code == 404
+    assert missing.headers["cache-control"] == "no-store"

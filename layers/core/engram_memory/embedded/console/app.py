@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from engram_memory.embedded.approval_channel import EmbeddedApprovals
     from engram_memory.embedded.composition import EmbeddedHost
     from engram_memory.engine.ports import Clock
+    from engram_memory.operator_plane.seat import OperatorSeat
 
 CONSOLE_PATH: Final = "/console"
 COOKIE: Final = "engram_console"
@@ -103,7 +104,7 @@ class Console:
             if self._links is not None:
                 self._links.close()
 
-    def seat(self, operator: str) -> Any:
+    def seat(self, operator: str) -> OperatorSeat:
         from engram_memory.embedded.operator_seat import DataDirSeat
 
         return DataDirSeat(self.data_dir, operator, opened=self._opened)
@@ -194,21 +195,31 @@ def _failure(console: Console, ask: pages.Ask, error: Exception) -> Response:
     )
 
 
+async def _checked(
+    console: Console, request: Request, hosts: list[str]
+) -> tuple[Session, dict[str, str]] | Response:
+    """The request's session and its form (a POST's, checked), or the refusal to send."""
+    refusal = _admitted(console, request, hosts)
+    if refusal is not None:
+        return refusal
+    session = _signed_in(console, request)
+    if isinstance(session, Response):
+        return session
+    if request.method != "POST":
+        return session, {}
+    form = read_form(await request.body(), limit=MAX_FORM_BYTES)
+    refused = _form_refusal(console, request, session, form)
+    if refused is not None:
+        return refused
+    return session, form or {}
+
+
 def page_route(console: Console, hosts: list[str], method: str, path: str, page: Any) -> Route:
     async def endpoint(request: Request) -> Response:
-        refusal = _admitted(console, request, hosts)
-        if refusal is not None:
-            return refusal
-        session = _signed_in(console, request)
-        if isinstance(session, Response):
-            return session
-        form: dict[str, str] = {}
-        if method == "POST":
-            read = read_form(await request.body(), limit=MAX_FORM_BYTES)
-            refused = _form_refusal(console, request, session, read)
-            if refused is not None:
-                return refused
-            form = read or {}
+        checked = await _checked(console, request, hosts)
+        if isinstance(checked, Response):
+            return checked
+        session, form = checked
         ask = pages.Ask(
             session=session,
             seat=console.seat(session.operator),
@@ -265,15 +276,9 @@ def _sign_in_route(console: Console, hosts: list[str]) -> Route:
 
 def _sign_out_route(console: Console, hosts: list[str]) -> Route:
     async def sign_out(request: Request) -> Response:
-        refusal = _admitted(console, request, hosts)
-        if refusal is not None:
-            return refusal
-        session = _signed_in(console, request)
-        if isinstance(session, Response):
-            return session
-        refused = _form_refusal(console, request, session, read_form(await request.body()))
-        if refused is not None:
-            return refused
+        checked = await _checked(console, request, hosts)
+        if isinstance(checked, Response):
+            return checked
         console.sessions.close(request.cookies.get(COOKIE))
         response = console.refused(200, "Signed out", _sign_in_again())
         response.delete_cookie(COOKIE, path=CONSOLE_PATH)
@@ -301,7 +306,17 @@ def console_routes(console: Console, allowed_hosts: list[str]) -> list[Route]:
             page_route(console, allowed_hosts, method, path, page)
             for method, path, page in pages.PAGES
         ),
+        _not_found_route(console),
     ]
+
+
+def _not_found_route(console: Console) -> Route:
+    """Any other path under /console: a page that says so, with the console's headers."""
+
+    async def not_found(_request: Request) -> Response:
+        return console.refused(404, "No such page", "Go back to the console's overview.")
+
+    return Route(CONSOLE_PATH + "/{rest:path}", endpoint=not_found, methods=["GET", "POST"])
 
 
 def sign_in_link(data_dir: Path, origin: str, operator: str, now_ms: int) -> str:
