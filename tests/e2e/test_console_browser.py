@@ -215,6 +215,13 @@ def test_an_agents_bearer_token_opens_no_console_page(seeded: Seeded) -> None:
             assert refused.headers["cache-control"] == "no-store"
 
 
+def press(browser: webdriver.Chrome, xpath: str) -> None:
+    """Press a button and wait until the page it loads has replaced this one."""
+    page = browser.find_element(By.TAG_NAME, "html")
+    browser.find_element(By.XPATH, xpath).click()
+    WebDriverWait(browser, 20).until(expected_conditions.staleness_of(page))
+
+
 def _wait_for(browser: webdriver.Chrome, element_id: str) -> None:
     WebDriverWait(browser, 20).until(
         expected_conditions.presence_of_element_located((By.ID, element_id))
@@ -252,8 +259,7 @@ def test_search_history_forget_with_confirmation_leaves_a_tombstone_and_an_audit
 
     browser.find_element(By.LINK_TEXT, "Audit").click()
     browser.find_element(By.ID, "tool").send_keys("admin.forget")
-    browser.find_element(By.XPATH, "//button[text()='Filter']").click()
-    _wait_for(browser, "audit")
+    press(browser, "//button[text()='Filter']")
     rows = text_of(browser, "#audit tbody tr")
     assert any(f"operator:{OPERATOR}" in row and seeded.forget_id in row for row in rows), rows
     assert all("admin.forget" in row for row in rows), rows
@@ -328,3 +334,23 @@ def test_an_approval_is_answered_from_the_console_and_the_agents_retry_commits(
     browser.get(f"{seeded.service.base_url}/console/audit?tool=admin.approvals_approve")
     rows = text_of(browser, "#audit tbody tr")
     assert any(f"operator:{OPERATOR}" in r and seeded.approval_id in r for r in rows), rows
+
+
+def test_the_overview_charts_the_days_activity_and_the_audit_filters_by_time(
+    browser: webdriver.Chrome, seeded: Seeded
+) -> None:
+    sign_in(browser, seeded)
+    chart = browser.find_element(By.ID, "activity")
+    assert chart.get_attribute("role") == "img"
+    described = browser.find_element(By.ID, "activity-total").get_attribute("textContent") or ""
+    assert int(described.split()[0]) > 0  # the seeding's calls, this hour
+    browser.find_element(By.LINK_TEXT, "Audit").click()
+    today = browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr")[0].text.split()[1][:10]
+    for since, until, some in ((today, "", True), ("2999", "", False), ("", "2000-01-01", False)):
+        browser.find_element(By.ID, "since").clear()
+        browser.find_element(By.ID, "since").send_keys(since)
+        browser.find_element(By.ID, "until").clear()
+        browser.find_element(By.ID, "until").send_keys(until)
+        press(browser, "//button[text()='Filter']")
+        rows = text_of(browser, "#audit tbody tr")
+        assert (rows != ["No entries."]) is some, (since, until, rows)

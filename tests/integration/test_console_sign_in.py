@@ -178,3 +178,21 @@ def test_an_unknown_console_path_is_a_page_that_is_not_cached(server: EmbeddedSe
     missing = _client(server.console).get("/console/nothing-here")
     assert missing.status_code == 404
     assert missing.headers["cache-control"] == "no-store"
+
+
+def test_the_overview_chart_counts_audit_entries_per_hour_of_the_last_day() -> None:
+    from engram_memory.contract.types import format_instant
+    from engram_memory.embedded.console.pages import activity
+
+    now = T0
+    entries = [
+        {"at": format_instant(now - 10_000)},  # this hour
+        {"at": format_instant(now - 20_000)},
+        {"at": format_instant(now - 3_600_000 - 5)},  # the hour before
+        {"at": format_instant(now - 25 * 3_600_000)},  # older than a day: not counted
+        {"at": format_instant(now + 60_000)},  # after now: not counted
+    ]
+    hours = activity(entries, now)
+    assert len(hours) == 24
+    assert [hour["calls"] for hour in hours[-2:]] == [1, 2]
+    assert sum(hour["calls"] for hour in hours) == 3

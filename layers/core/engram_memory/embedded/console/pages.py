@@ -8,6 +8,7 @@ is ``console.app``'s.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -15,6 +16,7 @@ from urllib.parse import urlencode
 
 from engram_memory.approval_page import memory_from_record
 from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.types import format_instant
 from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE
 from engram_memory.operator_plane import usecases
 from engram_memory.operator_plane.commands import DEFAULT_WORKSPACE
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 
 PAGE_SIZE: Final = 25
 AUDIT_PAGE_SIZE: Final = 50
+ACTIVITY_HOURS: Final = 24
+ACTIVITY_ENTRIES: Final = 20_000  # the overview's chart counts the most recent audit entries
 RECORD_STATES: Final = (*usecases.LIFECYCLE_STATES, "tombstoned")
 # The record actions the page offers, in the order it shows them: the §4 lifecycle and forget.
 ACTIONS: Final = (*usecases.LIFECYCLE, "forget")
@@ -86,14 +90,16 @@ def link(path: str, **params: str | None) -> str:
 def overview(ask: Ask) -> Answer:
     status = ask.run(lambda e, s, op: usecases.status(e, s, op))
     health = usecases.unreadable_line(status["key_store"])
-    index = status["index"]
+    hours = activity(ask.seat.audit(ACTIVITY_ENTRIES).entries, ask.now_ms)
     return Page(
         "overview.html",
         {
             "status": status,
             "approvals_waiting": len(ask.approvals.pending()),
             "health": health,
-            "index_fresh": index["fresh"],
+            "index_fresh": status["index"]["fresh"],
+            "activity": hours,
+            "activity_peak": max(1, *(hour["calls"] for hour in hours)),
         },
     )
 
@@ -253,18 +259,27 @@ def answer_approval(ask: Ask) -> Answer:
     return Page("answered.html", {"approval_id": approval_id, "decision": decision})
 
 
+def _matches(entry: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
+    """Whether an audit entry passes the page's filters: tool, principal and outcome exactly,
+    ``since``/``until`` as ISO-8601 UTC prefixes (the entries' ``at`` sorts as text)."""
+    at = str(entry.get("at", ""))
+    if filters["since"] and at < filters["since"]:
+        return False
+    if filters["until"] and at[: len(filters["until"])] > filters["until"]:
+        return False
+    exact = {"tool": "tool", "principal": "principal", "outcome": "code"}
+    return all(
+        not filters[name] or str(entry.get(key)) == filters[name] for name, key in exact.items()
+    )
+
+
 def audit(ask: Ask) -> Answer:
-    """The audit log, newest first, filtered by tool, principal and outcome, a page at a time."""
+    """The audit log, newest first, filtered by tool, principal, outcome and time, a page at a
+    time."""
     page = ask.seat.audit(2**31)
-    filters = {name: ask.query.get(name, "").strip() for name in ("tool", "principal", "outcome")}
-    keys = {"tool": "tool", "principal": "principal", "outcome": "code"}
-    entries = [
-        entry
-        for entry in reversed(page.entries)
-        if all(
-            not wanted or str(entry.get(keys[name])) == wanted for name, wanted in filters.items()
-        )
-    ]
+    names = ("tool", "principal", "outcome", "since", "until")
+    filters = {name: ask.query.get(name, "").strip() for name in names}
+    entries = [entry for entry in reversed(page.entries) if _matches(entry, filters)]
     number = max(1, _int(ask.query.get("page", "1")))
     start = (number - 1) * AUDIT_PAGE_SIZE
     return Page(
@@ -278,6 +293,22 @@ def audit(ask: Ask) -> Answer:
             "empty_reason": page.empty_reason,
         },
     )
+
+
+def activity(
+    entries: list[dict[str, Any]], now_ms: int, hours: int = ACTIVITY_HOURS
+) -> list[dict[str, Any]]:
+    """Audit entries per hour over the last ``hours`` (oldest first): the overview's chart."""
+    starts = [now_ms - (hours - n) * 3_600_000 for n in range(hours + 1)]
+    edges = [format_instant(start) for start in starts]
+    counts = [0] * hours
+    for entry in entries:
+        at = str(entry.get("at", ""))
+        if edges[0] <= at < edges[-1]:
+            counts[bisect.bisect_right(edges, at) - 1] += 1
+    return [
+        {"from": edges[n][:13].replace("T", " ") + ":00", "calls": counts[n]} for n in range(hours)
+    ]
 
 
 def _int(text: str) -> int:
