@@ -198,6 +198,15 @@ def test_a_form_without_or_with_a_wrong_csrf_token_is_refused_and_changes_nothin
     assert shown.status_code == 200
     assert 'id="state">accepted_current<' in shown.text
     assert seeded.keep_text in shown.text
+    # and in the browser: the record page's own forget form, its token altered before sending
+    browser.get(f"{seeded.service.base_url}{path}")
+    browser.execute_script(
+        "for (const f of document.querySelectorAll('input[name=csrf_token]')) f.value = 'f'.repeat(64);"
+    )
+    browser.find_element(By.ID, "reason-forget").send_keys("a forged form")
+    press(browser, "//button[@id='action-forget']")
+    assert title(browser) == "Form refused"
+    assert stored_state(seeded, seeded.keep_id) == "accepted_current"
 
 
 def test_an_agents_bearer_token_opens_no_console_page(seeded: Seeded) -> None:

@@ -5,7 +5,6 @@ client that is not on this machine or names another host."""
 
 from __future__ import annotations
 
-import io
 import stat
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from engram_memory.embedded.console.app import Console, console_routes
 from engram_memory.embedded.console.links import LINK_TTL_MS, SignInLinks
 from engram_memory.embedded.console.sessions import SESSION_TTL_MS, Sessions
 from engram_memory.embedded.data_dir import CONSOLE_FILE
-from engram_memory.embedded.serve import EmbeddedServer, open_server, print_banner
+from engram_memory.embedded.serve import EmbeddedServer, open_server
 
 T0 = 1_790_000_000_000
 
@@ -136,21 +135,6 @@ def test_a_request_naming_another_host_is_refused(server: EmbeddedServer) -> Non
     server.console.remote = True
     refused = _client(server.console).get("/console/", headers={"Host": "evil.example"})
     assert refused.status_code == 421
-
-
-def test_the_serve_banner_names_the_console_link(tmp_path: Path) -> None:
-    out = io.StringIO()
-    link = "http://127.0.0.1:8765/console/signin/abc"
-    print_banner(
-        out,
-        url="http://127.0.0.1:8765/mcp",
-        token="t",
-        data_dir=tmp_path,
-        port=8765,
-        console_link=link,
-    )
-    shown = out.getvalue()
-    assert link in shown and "console" in shown
 
 
 def test_the_link_in_a_real_serve_banner_signs_in_once(tmp_path: Path) -> None:
