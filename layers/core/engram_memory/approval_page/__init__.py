@@ -23,6 +23,7 @@ from engram_memory.approval_page.handler import (
     handle_page,
     read_form,
     redirect,
+    same_origin,
 )
 from engram_memory.approval_page.render import (
     PAGE_HEADERS,
@@ -71,4 +72,5 @@ __all__ = [
     "render_approval",
     "render_error",
     "render_signed_in",
+    "same_origin",
 ]

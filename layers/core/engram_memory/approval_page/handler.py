@@ -153,13 +153,14 @@ def redirect(location: str) -> PageResponse:
     return PageResponse(302, "", {"Location": location, "Cache-Control": "no-store"})
 
 
-def _same_origin(request: PageRequest, allowed_origin: str | None) -> bool:
-    """No sign of another site: ``Sec-Fetch-Site`` same-origin (or none: typed, bookmarked) and
-    an ``Origin`` that is this page's. A page sent with ``Referrer-Policy: no-referrer`` posts
-    ``Origin: null``, which says nothing either way; the CSRF token still has to match."""
-    if request.fetch_site is not None and request.fetch_site not in ("same-origin", "none"):
+def same_origin(origin: str | None, fetch_site: str | None, allowed_origin: str | None) -> bool:
+    """A form POST with no sign of another site: ``Sec-Fetch-Site`` same-origin (or none: typed,
+    bookmarked) and an ``Origin`` that is this page's. A page sent with ``Referrer-Policy:
+    no-referrer`` posts ``Origin: null``, which says nothing either way; the CSRF token still
+    has to match."""
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
         return False
-    return request.origin in (None, "null", allowed_origin)
+    return origin in (None, "null", allowed_origin)
 
 
 def handle_page(
@@ -179,7 +180,7 @@ def handle_page(
             shown, now_ms=now_ms, action_url=request.action_url, csrf_token=expected
         )
         return PageResponse(200, html)
-    if not _same_origin(request, allowed_origin):
+    if not same_origin(request.origin, request.fetch_site, allowed_origin):
         return error_page(PageError.CSRF)
     sent = request.form.get(CSRF_FIELD, "")
     if not sent or not hmac.compare_digest(sent.encode(), expected.encode()):

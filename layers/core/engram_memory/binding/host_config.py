@@ -183,6 +183,10 @@ class HostConfig(_Closed):
     default_token_ttl_s: int = Field(
         default=86_400, ge=1, description="Lifetime of tokens minted without --expires-in."
     )
+    console_remote: bool = Field(
+        default=False,
+        description="Let the operator console answer clients that are not on this machine.",
+    )
 
     @field_validator("resource")
     @classmethod

@@ -13,6 +13,9 @@
 - ``engram-memory verify [--data-dir DIR] --tenant T --workspace W [--full]``
       operations plane: check a scope's journal (dense cursors, unbroken hash chain) and that
       its pending candidates and record bodies open (a sample, or all with ``--full``).
+- ``engram-memory console [--data-dir DIR] [--operator NAME] [--host H] [--port P]``
+      print a one-time sign-in link to the operator console of the server serving the data
+      directory (``embedded.console``); the session it opens acts as NAME (default: your login).
 - ``engram-memory approvals list|approve|decline [--data-dir DIR] [APPROVAL_ID]``
       answer the confirmations agents wait for, from a terminal (``cli_approvals``).
 - ``engram-memory admin ...``
@@ -190,6 +193,46 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_console(args: argparse.Namespace) -> int:
+    import time
+
+    from engram_memory.embedded.composition import require_initialised
+    from engram_memory.embedded.console.app import sign_in_link
+    from engram_memory.embedded.console.links import LINK_TTL_MS
+    from engram_memory.embedded.host_file import load_host_config
+    from engram_memory.embedded.serve import page_origin
+
+    data_dir = _data_dir(args)
+    require_initialised(data_dir)
+    operator = args.operator.strip()
+    if not operator:
+        raise CliError("--operator must not be empty")
+    resource = load_host_config(data_dir).serving_on(args.host, args.port).resource
+    link = sign_in_link(data_dir, page_origin(resource), operator, int(time.time() * 1000))
+    print(link)
+    print(
+        f"Open it within {LINK_TTL_MS // 60_000} min, once, in a browser on this machine while"
+        f" `{command_name()} serve` runs; the session acts as {operator!r}.",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _add_console_parser(sub: Sub) -> None:
+    from engram_memory.operator_plane.commands import default_operator
+
+    console = sub.add_parser(
+        "console", help="print a one-time sign-in link to the operator console (`serve`'s)"
+    )
+    console.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    console.add_argument(
+        "--operator", default=default_operator(), help="who acts, as audited (default: your login)"
+    )
+    console.add_argument("--host", default="127.0.0.1", help="the address `serve` binds")
+    console.add_argument("--port", type=int, default=8765, help="the port `serve` listens on")
+    console.set_defaults(func=cmd_console)
+
+
 def _add_token_parser(sub: Sub) -> None:
     token = sub.add_parser("token", help="mint a bearer token for an agent (prints only the token)")
     token.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
@@ -250,6 +293,7 @@ def build_parser(open_seat: SeatOpener) -> argparse.ArgumentParser:
     verify.set_defaults(func=cmd_verify)
 
     _add_token_parser(sub)
+    _add_console_parser(sub)
 
     serve = sub.add_parser("serve", help="serve MCP on the embedded default (HTTP, or --stdio)")
     serve.add_argument("--data-dir", default=".engram")

@@ -5,6 +5,8 @@
 - ``audit.log``                 one JSON line per call: ids, outcome codes, digests — no content
                                 (its sealed segments and its lock: ``adapters/local/audit.py``)
 - ``approvals.sqlite3``        the approval book (``adapters/local/approvals.py``)
+- ``console.sqlite3``          the console's one-time sign-in links, hashed
+                                (``embedded/console/links.py``)
 - ``host.json``                 the host configuration (resource, tenant, admission, retention)
 - ``issued-tokens.jsonl``      the id, principal and expiry of every token minted here
 - ``lease.lock``                its ``flock`` is the data directory's lease: held by the one
@@ -25,6 +27,7 @@ from typing import Final
 
 DATABASE_FILE: Final = "engram.db"
 AUDIT_FILE: Final = "audit.log"
+CONSOLE_FILE: Final = "console.sqlite3"
 HOST_CONFIG_FILE: Final = "host.json"
 LEASE_FILE: Final = "lease.lock"
 ISSUED_TOKENS_FILE: Final = "issued-tokens.jsonl"

@@ -4,12 +4,14 @@ Implements ``operator_plane.seat.OperatorSeat`` over the data directory: the use
 engine opened for the one call (``open_existing``: the operations plane never creates a data
 directory, except ``restore``'s target), the host-wide operations are the embedded ones
 (``embedded.backup``, ``embedded.rotation``), the audit is the data directory's audit log and
-the admission policy is ``host.json``'s.
+the admission policy is ``host.json``'s. Inside a running server (its console) the use cases
+run on the server's own engine (``opened``) instead.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,6 +20,7 @@ from engram_memory.operator_plane.seat import AuditPage, SeatFailure, UsageError
 
 if TYPE_CHECKING:
     from engram_memory.binding.host_config import HostConfig
+    from engram_memory.embedded.composition import EmbeddedHost
     from engram_memory.operator_plane.seat import UseCase
 
 __all__ = ["DataDirSeat"]
@@ -26,13 +29,21 @@ T = TypeVar("T")
 
 
 class DataDirSeat:
-    """The data directory ``data_dir``, opened for ``operator``."""
+    """The data directory ``data_dir``, opened for ``operator`` (``opened``: the engine of the
+    server that serves it, for its console; else one is opened for each call)."""
 
-    def __init__(self, data_dir: Path, operator: str | None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        operator: str | None,
+        *,
+        opened: Callable[[], EmbeddedHost] | None = None,
+    ) -> None:
         if operator is not None and not operator.strip():
             raise UsageError("--operator must not be empty")
         self._data_dir = Path(data_dir)
         self._operator = operator or "operator"
+        self._opened = opened
         self.notes: list[str] = []
 
     @property
@@ -62,6 +73,11 @@ class DataDirSeat:
         from engram_memory.engine.context import Scope
 
         config = self._config()
+        if self._opened is not None:
+            engine = self._opened().engine
+            result = run(engine, Scope(config.tenant_id, workspace), self._operator)
+            engine.drain_outbox()
+            return result
         host = open_existing(self._data_dir, config=config)
         try:
             result = run(host.engine, Scope(config.tenant_id, workspace), self._operator)

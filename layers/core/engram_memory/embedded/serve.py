@@ -27,6 +27,7 @@ from engram_memory.binding.verified_tokens import cached
 from engram_memory.contract.errors import ErrorCode, TrustedContextUnavailable
 from engram_memory.embedded.allocator import cap_malloc_arenas
 from engram_memory.embedded.approval_channel import EmbeddedApprovals, LinkDesk, approval_routes
+from engram_memory.embedded.console.app import Console, console_routes, sign_in_link
 from engram_memory.embedded.data_dir import (
     ISSUER_KEY_FILE,
     REQUEST_STATE_KEY_FILE,
@@ -43,7 +44,7 @@ from engram_memory.mcp_surface.catalog import instructions_for
 from engram_memory.mcp_surface.request_state import RequestStateSealer
 from engram_memory.mcp_surface.server import EngramMcp, SurfaceRuntime
 from engram_memory.mcp_surface.transports import MCP_PATH, McpGate, http_app, serve_stdio
-from engram_memory.operator_plane.commands import command_name
+from engram_memory.operator_plane.commands import command_name, default_operator
 
 if TYPE_CHECKING:  # the engine (and the encryption SDK under it) loads when first needed
     from engram_memory.embedded.composition import EmbeddedHost
@@ -102,6 +103,7 @@ class EmbeddedServer:
     engine: EngineOnDemand
     approvals: EmbeddedApprovals
     desk: LinkDesk  # the approval page's
+    console: Console
     lease: DataDirLease | None = None  # the data directory's, held until ``close``
 
     @property
@@ -110,17 +112,22 @@ class EmbeddedServer:
         return self.engine.host
 
     def http_app(self, *, bind_host: str) -> McpGate:
-        """The ASGI app: ``/mcp``, its metadata and the approval page, on one loopback address."""
+        """The ASGI app: ``/mcp``, its metadata, the approval page and the operator console, on
+        one loopback address."""
         return http_app(
             self.surface,
             bind_host=bind_host,
-            routes=lambda hosts: approval_routes(self.desk, hosts),
+            routes=lambda hosts: [
+                *approval_routes(self.desk, hosts),
+                *console_routes(self.console, hosts),
+            ],
         )
 
     def close(self) -> None:
         try:
             self.engine.close()
             self.approvals.close()
+            self.console.close()
         finally:
             if self.lease is not None:
                 self.lease.release()
@@ -205,7 +212,9 @@ def _wired(
     approvals = EmbeddedApprovals(
         lambda: ApprovalBook(data_dir),
         lambda: engine.host.engine,
-        base_url=None if stdio_token is not None else _origin(served.resource),  # stdio: no page
+        base_url=None
+        if stdio_token is not None
+        else page_origin(served.resource),  # stdio: no page
         clock=clock,
     )
     runtime = SurfaceRuntime(
@@ -226,13 +235,21 @@ def _wired(
         engine=engine,
         approvals=approvals,
         desk=LinkDesk(approvals, csrf_key=_csrf_key(state_key)),
+        console=Console(
+            data_dir,
+            opened=lambda: engine.host,
+            approvals=approvals,
+            csrf_key=_csrf_key(state_key, b"console"),
+            remote=served.console_remote,
+        ),
         lease=lease,
     )
 
 
-def _csrf_key(state_key: bytes) -> bytes:
-    """The approval page's CSRF key, derived from the request-state key."""
-    return hashlib.sha256(b"engram-memory/approval-csrf/v1" + state_key).digest()
+def _csrf_key(state_key: bytes, page: bytes = b"approval") -> bytes:
+    """A page's CSRF key (the approval page's, the console's), derived from the request-state
+    key."""
+    return hashlib.sha256(b"engram-memory/" + page + b"-csrf/v1" + state_key).digest()
 
 
 def _prepared(data_dir: Path, config: HostConfig | None) -> tuple[bool, HostConfig]:
@@ -252,8 +269,9 @@ def _prepared(data_dir: Path, config: HostConfig | None) -> tuple[bool, HostConf
     return False, config or load_host_config(data_dir)
 
 
-def _origin(resource: str) -> str:
-    """The approval page's origin: the MCP resource's scheme and authority (loopback)."""
+def page_origin(resource: str) -> str:
+    """The origin of the approval page and the console: the MCP resource's scheme and
+    authority (loopback)."""
     parsed = urlparse(resource)
     return f"{parsed.scheme}://{parsed.netloc}"
 
@@ -334,6 +352,7 @@ def print_banner(
     data_dir: Path,
     port: int,
     token_ttl_s: int | None = None,
+    console_link: str | None = None,
 ) -> None:
     config = client_configuration(url, token, data_dir, port)
     print("Engram Memory is serving MCP at " + url, file=out)
@@ -356,6 +375,12 @@ def print_banner(
         f"{url}, header 'Authorization: Bearer <the token above>'.",
         file=out,
     )
+    if console_link is not None:
+        print(
+            f"\nOperator console (one-time sign-in link, 5 min; `{command_name()} console` prints"
+            f" a new one): {console_link}",
+            file=out,
+        )
     print(
         f"\nMint tokens for other agents with `{command_name()} token --help`. Ctrl-C stops.",
         file=out,
@@ -435,6 +460,7 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
         server.close()
         raise
     url = f"http://{bind_host}:{port}{MCP_PATH}"
+    resource = server.surface.runtime.host.resource
     print_banner(
         sys.stdout,
         url=url,
@@ -442,8 +468,10 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
         data_dir=data_dir,
         port=port,
         token_ttl_s=server.surface.runtime.host.default_token_ttl_s,
+        console_link=sign_in_link(
+            data_dir, page_origin(resource), default_operator(), server.approvals.clock.now_ms()
+        ),
     )
-    resource = server.surface.runtime.host.resource
     if resource != url:
         print(
             f"\nNote: host.json sets the service's resource URI (the tokens' audience) to"

@@ -7,7 +7,8 @@ reachable through ``/mcp``. Each function takes the engine, the scope and the op
 ``admin.<operation>``, whatever its outcome, and never with content.
 
 - inspection: ``pending_list``, ``pending_show`` (opens the sealed candidate for the operator),
-  ``records_list``, ``record_show``, ``record_history``, ``status``, ``export_records``;
+  ``records_list``, ``records_search`` (the agents' search and ranking), ``record_show``,
+  ``record_history``, ``status``, ``export_records``;
 - decisions: ``adjudicate``, the record lifecycle of §4 (``dispute``, ``resolve``, ``supersede``,
   ``expire``, ``trust_invalidate``: ``transition``), and the operator's ``withdraw_candidate``
   and ``forget_record``, each committing a journal event with its receipt;
@@ -20,8 +21,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
+from pydantic import ValidationError
+
 from engram_memory.contract.canonical import digest
 from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.models import SearchInput
 from engram_memory.contract.types import format_instant
 from engram_memory.engine.context import TOOLS, Scope, TrustedContext, new_audit_id
 from engram_memory.engine.journal import build_event, event_id_for, verify_journal
@@ -44,6 +48,7 @@ from engram_memory.engine.ports import (
 )
 from engram_memory.engine.records import decode, scope_ref
 from engram_memory.engine.usecases.admission import neighbours, settle
+from engram_memory.engine.usecases.reads import search as agent_search
 from engram_memory.engine.usecases.transitions import Authorized, commit_forget, commit_withdraw
 from engram_memory.operator_plane.backup_checks import OperationRefused
 from engram_memory.operator_plane.crash_points import crash_point
@@ -436,6 +441,39 @@ def records_list(
         return [_record_summary(row) for row in rows]
 
     return audited(engine, scope, operator, "records_list", None, run)
+
+
+def records_search(
+    engine: Kernel,
+    scope: Scope,
+    operator: str,
+    query: str,
+    *,
+    limit: int = 10,
+    page_cursor: str | None = None,
+) -> dict[str, Any]:
+    """The agents' search for the operator: the same ranking over the scope's current records,
+    the same packets (redacted as an agent sees them) and rank receipt, the same page cursors.
+    ``INVALID_SCHEMA`` for a query or cursor the search tool would refuse."""
+    try:
+        args = SearchInput.model_validate(
+            {
+                "query": query,
+                "purpose_ref": OPERATIONS_PURPOSE,
+                "limit": limit,
+                **({"page_cursor": page_cursor} if page_cursor else {}),
+            }
+        )
+    except ValidationError:
+        raise EngramError(ErrorCode.INVALID_SCHEMA) from None
+    return audited(
+        engine,
+        scope,
+        operator,
+        "records_search",
+        None,
+        lambda call: agent_search(engine, call, args),
+    )
 
 
 def record_show(engine: Kernel, scope: Scope, record_id: str, operator: str) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from engram_memory.engine.gate import APPROVAL_TTL_MS, Approval, ConfirmationReq
 FILE_NAME: Final = "approvals.sqlite3"
 KEEP_ANSWERED_MS: Final = 3_600_000  # rows are pruned an hour after they expired
 State = Literal["pending", "approved", "declined"]
-Answerer = Literal["page", "terminal", "client"]
+Answerer = Literal["page", "terminal", "client", "console"]
 CODE_ALPHABET: Final = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read aloud, typed
 CODE_LENGTH: Final = 8
 MAX_CODE_ATTEMPTS: Final = 5

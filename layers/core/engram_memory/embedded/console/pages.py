@@ -1,0 +1,333 @@
+"""The console's pages: each reads or acts through the operator plane's use cases
+(``operator_plane.usecases``) on an ``OperatorSeat`` opened for the signed-in operator, and
+answers a template and its values (``Page``) or where to go next (``Redirect``).
+
+They run in a worker thread (the engine is synchronous); the HTTP side (sign-in, CSRF, headers)
+is ``console.app``'s.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, cast
+from urllib.parse import urlencode
+
+from engram_memory.approval_page import memory_from_record
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.types import format_instant
+from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE
+from engram_memory.operator_plane import usecases
+from engram_memory.operator_plane.commands import DEFAULT_WORKSPACE
+
+if TYPE_CHECKING:
+    from engram_memory.embedded.approval_channel import EmbeddedApprovals
+    from engram_memory.embedded.console.sessions import Session
+    from engram_memory.engine.context import Scope
+    from engram_memory.engine.kernel import Kernel
+    from engram_memory.operator_plane.seat import OperatorSeat
+
+PAGE_SIZE: Final = 25
+AUDIT_PAGE_SIZE: Final = 50
+ACTIVITY_HOURS: Final = 24
+ACTIVITY_ENTRIES: Final = 20_000  # the overview's chart counts the most recent audit entries
+RECORD_STATES: Final = (*usecases.LIFECYCLE_STATES, "tombstoned")
+# The record actions the page offers, in the order it shows them: the §4 lifecycle and forget.
+ACTIONS: Final = (*usecases.LIFECYCLE, "forget")
+ACTION_LABELS: Final = {
+    "dispute": "Dispute",
+    "resolve": "Resolve the dispute",
+    "supersede": "Supersede",
+    "expire": "Expire",
+    "trust_invalidate": "Invalidate trust",
+    "forget": "Forget",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    template: str
+    values: Mapping[str, Any]
+    status: int = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    location: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One request as a page sees it: who asks, and what they sent."""
+
+    session: Session
+    seat: OperatorSeat
+    approvals: EmbeddedApprovals
+    now_ms: int
+    query: Mapping[str, str] = field(default_factory=dict)
+    path: Mapping[str, str] = field(default_factory=dict)
+    form: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def workspace(self) -> str:
+        chosen = self.form.get("workspace") or self.query.get("workspace") or DEFAULT_WORKSPACE
+        return chosen.strip() or DEFAULT_WORKSPACE
+
+    def run(self, use_case: Callable[[Kernel, Scope, str], Any], *, mutates: bool = False) -> Any:
+        return self.seat.call(self.workspace, use_case, mutates=mutates)
+
+
+Answer = Page | Redirect
+
+
+def link(path: str, **params: str | None) -> str:
+    """``/console{path}`` with its non-empty query parameters."""
+    shown = {name: value for name, value in params.items() if value}
+    return "/console" + path + (("?" + urlencode(shown)) if shown else "")
+
+
+def overview(ask: Ask) -> Answer:
+    status = ask.run(lambda e, s, op: usecases.status(e, s, op))
+    health = usecases.unreadable_line(status["key_store"])
+    hours = activity(ask.seat.audit(ACTIVITY_ENTRIES).entries, ask.now_ms)
+    return Page(
+        "overview.html",
+        {
+            "status": status,
+            "approvals_waiting": len(ask.approvals.pending()),
+            "health": health,
+            "index_fresh": status["index"]["fresh"],
+            "activity": hours,
+            "activity_peak": max(1, *(hour["calls"] for hour in hours)),
+        },
+    )
+
+
+def records(ask: Ask) -> Answer:
+    """Search (the agents' ranking and its receipt), or the list by state with paging."""
+    query = ask.query.get("q", "").strip()
+    if query:
+        found = ask.run(
+            lambda e, s, op: usecases.records_search(
+                e, s, op, query, limit=PAGE_SIZE, page_cursor=ask.query.get("cursor") or None
+            )
+        )
+        hits = [
+            {
+                "record_id": packet["record"].get("record_id", ""),
+                "rank": packet["rank"],
+                "score": packet["score"],
+                "memory": memory_from_record(packet["record"], digest=""),
+            }
+            for packet in found["records"]
+        ]
+        return Page(
+            "records.html",
+            {
+                "query": query,
+                "hits": hits,
+                "receipt": found["rank_receipt"],
+                "next_cursor": found.get("next_page_cursor"),
+            },
+        )
+    state = ask.query.get("state") or None
+    after = ask.query.get("after", "")
+    rows = ask.run(
+        lambda e, s, op: usecases.records_list(e, s, op, state=state, after=after, limit=PAGE_SIZE)
+    )
+    more = rows[-1]["record_id"] if len(rows) == PAGE_SIZE else None
+    return Page(
+        "records.html",
+        {"query": "", "rows": rows, "state": state or "", "states": RECORD_STATES, "more": more},
+    )
+
+
+def record(ask: Ask) -> Answer:
+    record_id = ask.path["record_id"]
+    shown = ask.run(lambda e, s, op: usecases.record_show(e, s, record_id, op))
+    history = ask.run(lambda e, s, op: usecases.record_history(e, s, record_id, op))
+    body = shown.get("record")
+    return Page(
+        "record.html",
+        {
+            "record": shown,
+            "memory": memory_from_record(body, digest=shown["record_digest"]) if body else None,
+            "history": history,
+            "actions": [(name, ACTION_LABELS[name]) for name in _actions_for(shown["state"])],
+            "done": ask.query.get("done", ""),
+        },
+    )
+
+
+def _actions_for(state: str) -> list[str]:
+    allowed = [name for name, (sources, _) in usecases.LIFECYCLE.items() if state in sources]
+    return allowed + (["forget"] if state in RECORD_STATES_FORGETTABLE else [])
+
+
+def record_action(ask: Ask) -> Answer:
+    """A lifecycle step or forget: first a confirmation page, then (``confirmed``) the use case
+    under the operator's name with their reason."""
+    record_id = ask.path["record_id"]
+    action = ask.form.get("action", "")
+    reason = ask.form.get("reason", "").strip()
+    by = ask.form.get("by", "").strip() or None
+    if action not in ACTIONS:
+        raise EngramError(ErrorCode.INVALID_SCHEMA)
+    if ask.form.get("confirmed") != "yes":
+        return Page(
+            "confirm.html",
+            {
+                "record_id": record_id,
+                "action": action,
+                "label": ACTION_LABELS[action],
+                "reason": reason,
+                "by": by or "",
+            },
+        )
+
+    def act(engine: Kernel, scope: Scope, operator: str) -> Any:
+        if action == "forget":
+            return usecases.forget_record(engine, scope, record_id, operator, reason)
+        step = cast("usecases.LifecycleOperation", action)
+        return usecases.transition(
+            engine, scope, record_id, step, operator, reason, superseded_by=by
+        )
+
+    ask.run(act, mutates=True)
+    return Redirect(link(f"/records/{record_id}", workspace=ask.workspace, done=action))
+
+
+def pending(ask: Ask) -> Answer:
+    after = ask.query.get("after", "")
+    rows = ask.run(lambda e, s, op: usecases.pending_list(e, s, op, after=after, limit=PAGE_SIZE))
+    more = rows[-1]["candidate_id"] if len(rows) == PAGE_SIZE else None
+    return Page("pending.html", {"rows": rows, "more": more})
+
+
+def candidate(ask: Ask) -> Answer:
+    candidate_id = ask.path["candidate_id"]
+    shown = ask.run(lambda e, s, op: usecases.pending_show(e, s, candidate_id, op))
+    digest = shown["candidate"]["record_digest"]
+    return Page(
+        "candidate.html",
+        {"shown": shown, "memory": memory_from_record(shown["record"], digest=digest)},
+    )
+
+
+def adjudicate(ask: Ask) -> Answer:
+    candidate_id = ask.path["candidate_id"]
+    decision = ask.form.get("decision", "")
+    if decision not in ("accept", "reject"):
+        raise EngramError(ErrorCode.INVALID_SCHEMA)
+    reason = ask.form.get("reason", "").strip() or None
+    outcome = ask.run(
+        lambda e, s, op: usecases.adjudicate(e, s, candidate_id, decision, op, reason=reason),  # type: ignore[arg-type]
+        mutates=True,
+    )
+    return Page("decided.html", {"candidate_id": candidate_id, "outcome": outcome})
+
+
+def approvals(ask: Ask) -> Answer:
+    shown = [(row, ask.approvals.view_of(row)) for row in ask.approvals.pending()]
+    return Page("approvals.html", {"questions": shown, "now_ms": ask.now_ms})
+
+
+def answer_approval(ask: Ask) -> Answer:
+    """Approve or decline as the terminal does (the first answer wins), audited under the
+    operator's name in the question's workspace."""
+    approval_id = ask.path["approval_id"]
+    decision = ask.form.get("decision", "")
+    if decision not in ("approve", "decline"):
+        raise EngramError(ErrorCode.INVALID_SCHEMA)
+    row = ask.approvals.book.get(approval_id)
+    if row is None:
+        raise EngramError(ErrorCode.NOT_FOUND)
+
+    def answer(engine: Kernel, scope: Scope, operator: str) -> bool:
+        def recorded(_call: Any) -> bool:
+            first, _ = ask.approvals.answer_by_id(approval_id, decision == "approve", by="console")
+            if not first:
+                raise EngramError(ErrorCode.ALREADY_TERMINAL)
+            return first
+
+        return usecases.audited(
+            engine, scope, operator, f"approvals_{decision}", approval_id, recorded
+        )
+
+    ask.seat.call(row.workspace_id, answer, mutates=False)
+    return Page("answered.html", {"approval_id": approval_id, "decision": decision})
+
+
+def _matches(entry: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
+    """Whether an audit entry passes the page's filters: tool, principal and outcome exactly,
+    ``since``/``until`` as ISO-8601 UTC prefixes (the entries' ``at`` sorts as text)."""
+    at = str(entry.get("at", ""))
+    if filters["since"] and at < filters["since"]:
+        return False
+    if filters["until"] and at[: len(filters["until"])] > filters["until"]:
+        return False
+    exact = {"tool": "tool", "principal": "principal", "outcome": "code"}
+    return all(
+        not filters[name] or str(entry.get(key)) == filters[name] for name, key in exact.items()
+    )
+
+
+def audit(ask: Ask) -> Answer:
+    """The audit log, newest first, filtered by tool, principal, outcome and time, a page at a
+    time."""
+    page = ask.seat.audit(2**31)
+    names = ("tool", "principal", "outcome", "since", "until")
+    filters = {name: ask.query.get(name, "").strip() for name in names}
+    entries = [entry for entry in reversed(page.entries) if _matches(entry, filters)]
+    number = max(1, _int(ask.query.get("page", "1")))
+    start = (number - 1) * AUDIT_PAGE_SIZE
+    return Page(
+        "audit.html",
+        {
+            "entries": entries[start : start + AUDIT_PAGE_SIZE],
+            "filters": filters,
+            "page": number,
+            "more": start + AUDIT_PAGE_SIZE < len(entries),
+            "matching": len(entries),
+            "empty_reason": page.empty_reason,
+        },
+    )
+
+
+def activity(
+    entries: list[dict[str, Any]], now_ms: int, hours: int = ACTIVITY_HOURS
+) -> list[dict[str, Any]]:
+    """Audit entries per hour over the last ``hours`` (oldest first): the overview's chart."""
+    starts = [now_ms - (hours - n) * 3_600_000 for n in range(hours + 1)]
+    edges = [format_instant(start) for start in starts]
+    counts = [0] * hours
+    for entry in entries:
+        at = str(entry.get("at", ""))
+        if edges[0] <= at < edges[-1]:
+            counts[bisect.bisect_right(edges, at) - 1] += 1
+    return [
+        {"from": edges[n][:13].replace("T", " ") + ":00", "calls": counts[n]} for n in range(hours)
+    ]
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 1
+
+
+# (method, path, page): the console's pages under /console
+PAGES: Final[tuple[tuple[str, str, Callable[[Ask], Answer]], ...]] = (
+    ("GET", "/", overview),
+    ("GET", "/records", records),
+    ("GET", "/records/{record_id}", record),
+    ("POST", "/records/{record_id}", record_action),
+    ("GET", "/pending", pending),
+    ("GET", "/pending/{candidate_id}", candidate),
+    ("POST", "/pending/{candidate_id}", adjudicate),
+    ("GET", "/approvals", approvals),
+    ("POST", "/approvals/{approval_id}", answer_approval),
+    ("GET", "/audit", audit),
+)
