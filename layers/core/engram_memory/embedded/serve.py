@@ -209,13 +209,9 @@ def _wired(
         engine.host  # noqa: B018 - a new data directory is whole (database, keys) once this returns
     state_key = _request_state_key(key_path(data_dir, REQUEST_STATE_KEY_FILE))
     clock = SystemClock()
+    page = None if stdio_token is not None else page_origin(served.resource)  # stdio: no page
     approvals = EmbeddedApprovals(
-        lambda: ApprovalBook(data_dir),
-        lambda: engine.host.engine,
-        base_url=None
-        if stdio_token is not None
-        else page_origin(served.resource),  # stdio: no page
-        clock=clock,
+        lambda: ApprovalBook(data_dir), lambda: engine.host.engine, base_url=page, clock=clock
     )
     runtime = SurfaceRuntime(
         engine=engine,
