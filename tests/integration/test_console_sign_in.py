@@ -5,6 +5,7 @@ client that is not on this machine or names another host."""
 
 from __future__ import annotations
 
+import contextlib
 import stat
 import time
 from collections.abc import Iterator
@@ -28,9 +29,8 @@ T0 = 1_790_000_000_000
 
 @pytest.fixture
 def links(tmp_path: Path) -> Iterator[SignInLinks]:
-    opened = SignInLinks(tmp_path)
-    yield opened
-    opened.close()
+    with contextlib.closing(SignInLinks(tmp_path)) as opened:
+        yield opened
 
 
 def test_a_link_is_stored_hashed_in_an_owner_only_file(links: SignInLinks, tmp_path: Path) -> None:

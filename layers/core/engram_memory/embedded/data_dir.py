@@ -29,15 +29,18 @@ DATABASE_FILE: Final = "engram.db"
 AUDIT_FILE: Final = "audit.log"
 CONSOLE_FILE: Final = "console.sqlite3"
 HOST_CONFIG_FILE: Final = "host.json"
+# Locked by the one process that owns the directory, not written (data_dir_lease.py).
 LEASE_FILE: Final = "lease.lock"
 ISSUED_TOKENS_FILE: Final = "issued-tokens.jsonl"
-KEYS_DIR: Final = "keys"  # the files below live in it
-MASTER_KEY_FILE: Final = "master.key"
-CANDIDATE_KEYS_FILE: Final = "candidate-keys.db"
-CURSOR_KEY_FILE: Final = "cursor.key"
-ISSUER_KEY_FILE: Final = "issuer-ed25519.pem"
-PREVIOUS_ISSUER_KEYS_FILE: Final = "issuer-previous.jwks.json"
-REQUEST_STATE_KEY_FILE: Final = "request-state.key"
+
+# In keys/ (0700), each file 0600: what a backup leaves out (docs/operating.md).
+KEYS_DIR: Final[str] = "keys"
+MASTER_KEY_FILE: Final[str] = "master.key"
+CANDIDATE_KEYS_FILE: Final[str] = "candidate-keys.db"
+CURSOR_KEY_FILE: Final[str] = "cursor.key"
+ISSUER_KEY_FILE: Final[str] = "issuer-ed25519.pem"
+PREVIOUS_ISSUER_KEYS_FILE: Final[str] = "issuer-previous.jwks.json"
+REQUEST_STATE_KEY_FILE: Final[str] = "request-state.key"
 
 
 def host_config_path(data_dir: Path) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 from urllib.parse import urlencode
 
 from engram_memory.approval_page import memory_from_record
@@ -52,8 +52,9 @@ class Page:
     status: int = 200
 
 
-@dataclass(frozen=True, slots=True)
-class Redirect:
+class Redirect(NamedTuple):
+    """Where the browser goes next: a 303 after a form's POST (no page re-sent on reload)."""
+
     location: str
 
 
