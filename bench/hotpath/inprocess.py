@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.in_process import DEFAULT_LOCOMO
-from bench.locomo.runner import percentile, value
+from bench.locomo.runner import PURPOSE, percentile, value
 
-from .__main__ import DEFAULT_CACHE, _sizes
 from .corpus import Corpus
-from .stores import DATA, LEXICAL, PROFILES, WORKSPACE, seeded_store
+from .sessions import WARM_UP_CALLS, Plan, Session, _ms_since
+from .stores import DATA, LEXICAL, PROFILES, WORKSPACE, SeededStore, seeded_store
 
 WARM_UP = 5
 SEARCH_LIMIT = 10
@@ -44,7 +44,6 @@ def measure(
     host = open_existing(data_dir)
     try:
         client = EngineClient(host.engine, tenant=host.config.tenant_id)
-        from bench.locomo.runner import PURPOSE
 
         def search(query: str) -> tuple[int, str]:
             envelope = client.call(
@@ -90,7 +89,61 @@ def measure(
     }
 
 
+def engine_session(data_dir: Path, store: SeededStore, plan: Plan) -> Session:
+    """``plan`` (searches, gets, capture + admission pairs) through ``Engine.handle`` in process,
+    wall clock as the served sessions time their calls: the engine's share of each tool
+    (``runner.split``). "start" is opening the server (``open_server``) and its engine."""
+    from bench.locomo.clients import EngineClient
+    from engram_memory.embedded.serve import open_server
+
+    from .sessions import ENGINE, SEARCH_LIMIT
+
+    session = Session(ENGINE)
+    started = time.perf_counter()
+    server = open_server(data_dir)
+    try:
+        client = EngineClient(server.host.engine, tenant=server.surface.runtime.host.tenant_id)
+        session.start_connect_s = time.perf_counter() - started
+
+        def call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            found: dict[str, Any] = value(client.call(WORKSPACE, tool, arguments), tool)
+            return found
+
+        def search(query: str) -> int:
+            arguments = {"query": query, "purpose_ref": PURPOSE, "limit": SEARCH_LIMIT}
+            return len(call("search", arguments)["records"])
+
+        def get(index: int) -> None:
+            call("get", {"record_id": store.record_ids[index], "purpose_ref": PURPOSE})
+
+        for query in plan.queries[:WARM_UP_CALLS]:
+            search(query)
+        for memory in plan.gets[:WARM_UP_CALLS]:
+            get(memory.index)
+        for query in plan.queries:
+            begun = time.perf_counter()
+            session.search_results.append(search(query))
+            session.search_ms.append(_ms_since(begun))
+        for memory in plan.gets:
+            begun = time.perf_counter()
+            get(memory.index)
+            session.get_ms.append(_ms_since(begun))
+        for memory in plan.writes:
+            begun = time.perf_counter()
+            captured = call("capture", memory.capture_arguments(plan.run_id))
+            session.first_write_ms.append(_ms_since(begun))
+            admission = memory.admission_arguments(captured["candidate_id"], plan.run_id)
+            if call("request_admission", admission)["outcome"]["status"] != "accepted":
+                raise RuntimeError(f"engine session: memory {memory.index} was not accepted")
+            session.write_pair_ms.append(_ms_since(begun))
+    finally:
+        server.close()
+    return session
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .__main__ import DEFAULT_CACHE, _sizes  # the CLI's, imported only when run as one
+
     parser = argparse.ArgumentParser(
         prog="python -m bench.hotpath.inprocess",
         description="CPU per search (Engine.handle + envelope JSON) on the cached hot-path stores.",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .runner import PEER_SINGLE_WRITE
-from .sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER
+from .runner import PEER_SINGLE_WRITE, SPLIT_METRICS, SPLIT_PARTS
+from .sessions import ENGINE, ENGRAM_HTTP, ENGRAM_STDIO, FLOOR_OF, PEER
 
 ROWS = (  # (label, metric, ratio metric or None)
     ("capture+admission pairs/s", "pairs_per_s", "pairs_per_s"),
@@ -48,6 +48,29 @@ def _metric_rows(found: dict[str, Any], servers: list[str], ours: list[str]) -> 
             for name in ours:
                 row += f"{_spread(found['ratios'][name][ratio_metric]):>22}"
         lines.append(row)
+    return lines
+
+
+def _split_rows(found: dict[str, Any], servers: list[str]) -> list[str]:
+    """Each of our servers' p50 per tool as SDK floor + engine in process + surface (the
+    medians' split, each part's range over the repetitions), beside the peer's p50."""
+    lines: list[str] = []
+    for ours, tools in found.get("split", {}).items():
+        lines.append(
+            f"where {ours}'s p50 goes, ms: {FLOOR_OF[ours]} (SDK floor) + {ENGINE} (in process)"
+            " + surface (the rest) [range over repetitions]"
+        )
+        head = f"  {'':<24}{'ours':>9}" + "".join(f"{part:>21}" for part in SPLIT_PARTS)
+        lines.append(head + (f"{'peer':>9}" if PEER in servers else ""))
+        for label, metric in SPLIT_METRICS.items():
+            cell = tools[label]
+            row = f"  {label:<24}{_num(cell['ours']):>9}"
+            for part in SPLIT_PARTS:
+                low, high = cell["ranges"][part]
+                row += f"{_num(cell[part]) + f' [{_num(low)}–{_num(high)}]':>21}"
+            if PEER in servers:
+                row += f"{_num(found['summary'][PEER][metric]['median']):>9}"
+            lines.append(row)
     return lines
 
 
@@ -108,6 +131,7 @@ def table(report: dict[str, Any]) -> str:
             head,
         ]
         lines += _metric_rows(found, servers, ours)
+        lines += _split_rows(found, servers)
         lines += _size_notes(found, servers, size)
     for server, grown in report.get("growth", {}).items():
         for size, cell in grown["sizes"].items():

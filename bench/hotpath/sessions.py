@@ -5,7 +5,11 @@ handshake, revision 2025-11-25, on every one so the call paths compare):
 
 - ``engram-stdio``: ``engram-memory serve --stdio`` launched by the client, token in ENGRAM_TOKEN;
 - ``engram-http``: ``engram-memory serve --port P`` (Streamable HTTP on 127.0.0.1), bearer token;
-- ``server-memory``: ``node .../server-memory/dist/index.js`` launched by the client.
+- ``server-memory``: ``node .../server-memory/dist/index.js`` launched by the client;
+- ``floor-stdio`` and ``floor-http``: the bare SDK server of ``bench.hotpath.floor`` answering our
+  tools with our payloads, on each transport, driven by the same client code as ours;
+- ``engine``: no server and no client, ``Engine.handle`` in process on the same plan
+  (``bench.hotpath.inprocess.engine_session``): the engine's own share of each call.
 
 Each session starts on a fresh copy of the seeded store, so every repetition sees the same data.
 """
@@ -36,6 +40,7 @@ from mcp.types import CallToolResult
 from bench.locomo.runner import PRINCIPAL, PURPOSE
 
 from .corpus import Memory
+from .floor import PAYLOADS
 from .stores import DATA, PEER_FILE, WORKSPACE, SeededStore
 
 ENGRAM_STDIO = "engram-stdio"
@@ -44,11 +49,17 @@ ENGRAM_HTTP = "engram-http"
 # search (engine/temporal.py), measured beside it to read what the feature costs.
 ENGRAM_STDIO_NOTIME = "engram-stdio-notime"
 PEER = "server-memory"
+FLOOR_STDIO = "floor-stdio"
+FLOOR_HTTP = "floor-http"
+ENGINE = "engine"
+# The floor that each of our servers is split against (``runner.split``).
+FLOOR_OF = {ENGRAM_STDIO: FLOOR_STDIO, ENGRAM_STDIO_NOTIME: FLOOR_STDIO, ENGRAM_HTTP: FLOOR_HTTP}
 SEARCH_LIMIT = 10
 WARM_UP_CALLS = 2  # per tool, not timed: the first calls of a process pay its lazy imports
 START_DEADLINE_S = 120.0
 CALL_DEADLINE_S = 120.0
 PEER_PACKAGE = Path(__file__).parent / "node_modules/@modelcontextprotocol/server-memory"
+REPO = Path(__file__).resolve().parents[2]  # the floor server runs as ``python -m`` from here
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ class Plan:
     writes: Sequence[Memory]  # new memories to write
     ten: Sequence[Memory]  # 10 seeded memories: server-memory's 10-memory response (open_nodes)
     run_id: str  # makes the writes' idempotency keys unique
+    floor_payloads: Path | None = None  # what the floor servers answer (``floor.write_payloads``)
 
 
 @dataclass
@@ -284,6 +296,49 @@ class EngramHttp(Engram):
                 _stop(process)
 
 
+class FloorStdio(Engram):
+    """The floor on stdio: the same client calls as ours, answered by the bare SDK server."""
+
+    name = FLOOR_STDIO
+
+    def prepare(self, workdir: Path) -> None:
+        self.argv = [sys.executable, "-m", "bench.hotpath.floor", "--payloads"]
+        self.argv.append(str(workdir / PAYLOADS))
+
+    @contextlib.asynccontextmanager
+    async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
+        params = StdioServerParameters(
+            command=self.argv[0], args=[*self.argv[1:], "--stdio"], cwd=REPO
+        )
+        with (workdir / "stderr.log").open("w", encoding="utf-8") as log:
+            async with Client(stdio_client(params, errlog=log), mode="legacy") as client:
+                yield client
+
+
+class FloorHttp(FloorStdio):
+    name = FLOOR_HTTP
+
+    @contextlib.asynccontextmanager
+    async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
+        port = _free_port()
+        with (workdir / "server.log").open("w", encoding="utf-8") as log:
+            process = subprocess.Popen(  # noqa: S603 - this interpreter on the bench's own module
+                [*self.argv, "--port", str(port)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+            )
+            try:
+                await _wait_for_port(port, process)
+                async with (
+                    httpx2.AsyncClient(timeout=httpx2.Timeout(CALL_DEADLINE_S)) as http,
+                    Client(
+                        streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),
+                        mode="legacy",
+                    ) as client,
+                ):
+                    yield client
+            finally:
+                _stop(process)
+
+
 class ServerMemory(Server):
     name = PEER
 
@@ -376,6 +431,8 @@ SERVERS: dict[str, Callable[[], Server]] = {
     ENGRAM_STDIO: EngramStdio,
     ENGRAM_STDIO_NOTIME: EngramStdioUntimed,
     ENGRAM_HTTP: EngramHttp,
+    FLOOR_STDIO: FloorStdio,
+    FLOOR_HTTP: FloorHttp,
     PEER: ServerMemory,
 }
 
@@ -383,19 +440,27 @@ SERVERS: dict[str, Callable[[], Server]] = {
 # -- one session --------------------------------------------------------------------------------
 
 
-def prepare_workdir(workdir: Path, store: SeededStore, server: str) -> None:
-    """A fresh copy of the seeded store for one session."""
+def prepare_workdir(workdir: Path, store: SeededStore, server: str, plan: Plan) -> None:
+    """A fresh copy of the seeded store for one session (the floor's: its payloads)."""
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     if server == PEER:
         shutil.copy2(store.peer_file, workdir / PEER_FILE)
+    elif server in (FLOOR_STDIO, FLOOR_HTTP):
+        if plan.floor_payloads is None:
+            raise RuntimeError("the floor servers need the plan's floor_payloads")
+        shutil.copy2(plan.floor_payloads, workdir / PAYLOADS)
     else:
         shutil.copytree(store.data_dir, workdir / DATA)
         os.chmod(workdir / DATA, 0o700)
 
 
 def run_session(server_name: str, workdir: Path, store: SeededStore, plan: Plan) -> Session:
-    prepare_workdir(workdir, store, server_name)
+    prepare_workdir(workdir, store, server_name, plan)
+    if server_name == ENGINE:
+        from .inprocess import engine_session  # imports the engine
+
+        return engine_session(workdir / DATA, store, plan)
     return anyio.run(_measure, SERVERS[server_name](), workdir, store, plan)
 
 
