@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import io
+import json
+import pickle
 import pstats
 import shutil
 import statistics
@@ -157,7 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--store-cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--seeded-with", metavar="FINGERPRINT", help="as python -m bench.hotpath's")
+    parser.add_argument("--session", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.session is not None:
+        # One engine session for ``sessions.run_session``: its (store, plan), pickled beside
+        # the data directory it runs on; the Session as one JSON line.
+        store, plan = pickle.loads(args.session.read_bytes())  # noqa: S301 - our parent's
+        session = engine_session(args.session.parent / DATA, store, plan)
+        print(json.dumps(dataclasses.asdict(session) | {"rank_profiles": []}))
+        return 0
     corpus = Corpus.load(args.locomo)
     sizes = sorted(args.sizes)
     found: dict[int, dict[str, Any]] = {}

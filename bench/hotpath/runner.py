@@ -179,9 +179,9 @@ def split(ours: float, floor: float, engine: float) -> dict[str, float]:
     engine_part = min(engine, ours - floor_part)
     return {
         "ours": ours,
-        "floor": round(floor_part, 4),
-        "engine": round(engine_part, 4),
-        "surface": round(ours - round(floor_part, 4) - round(engine_part, 4), 4),
+        "floor": floor_part,
+        "engine": engine_part,
+        "surface": max(ours - floor_part - engine_part, 0.0),  # never -0.0 from rounding
         "measured_floor": floor,
         "measured_engine": engine,
     }

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -458,10 +459,27 @@ def prepare_workdir(workdir: Path, store: SeededStore, server: str, plan: Plan) 
 def run_session(server_name: str, workdir: Path, store: SeededStore, plan: Plan) -> Session:
     prepare_workdir(workdir, store, server_name, plan)
     if server_name == ENGINE:
-        from .inprocess import engine_session  # imports the engine
-
-        return engine_session(workdir / DATA, store, plan)
+        return _engine_child(workdir, store, plan)
     return anyio.run(_measure, SERVERS[server_name](), workdir, store, plan)
+
+
+def _engine_child(workdir: Path, store: SeededStore, plan: Plan) -> Session:
+    """The engine's session (``inprocess.engine_session``) in a fresh process of its own, as
+    each server is: not in this one, whose heap (the corpus, the client) its collections would
+    walk."""
+    task = workdir / "engine-session.pickle"
+    task.write_bytes(pickle.dumps((store, plan)))
+    done = subprocess.run(  # noqa: S603 - this interpreter on the bench's own module
+        [sys.executable, "-m", "bench.hotpath.inprocess", "--session", str(task)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the engine session failed:\n{done.stderr[-4000:]}")
+    fields = json.loads(done.stdout.strip().splitlines()[-1])
+    return Session(**fields | {"rank_profiles": set(fields["rank_profiles"])})
 
 
 async def _measure(server: Server, workdir: Path, store: SeededStore, plan: Plan) -> Session:
