@@ -123,14 +123,19 @@ def engine_session(data_dir: Path, store: SeededStore, plan: Plan) -> Session:
             search(query)
         for memory in plan.gets[:WARM_UP_CALLS]:
             get(memory.index)
+        since = time.process_time()
         for query in plan.queries:
             begun = time.perf_counter()
             session.search_results.append(search(query))
             session.search_ms.append(_ms_since(begun))
+        session.cpu_ms["search"] = _cpu_per_call(since, len(plan.queries))
+        since = time.process_time()
         for memory in plan.gets:
             begun = time.perf_counter()
             get(memory.index)
             session.get_ms.append(_ms_since(begun))
+        session.cpu_ms["get"] = _cpu_per_call(since, len(plan.gets))
+        since = time.process_time()
         for memory in plan.writes:
             begun = time.perf_counter()
             captured = call("capture", memory.capture_arguments(plan.run_id))
@@ -139,9 +144,16 @@ def engine_session(data_dir: Path, store: SeededStore, plan: Plan) -> Session:
             if call("request_admission", admission)["outcome"]["status"] != "accepted":
                 raise RuntimeError(f"engine session: memory {memory.index} was not accepted")
             session.write_pair_ms.append(_ms_since(begun))
+        session.cpu_ms["pair"] = _cpu_per_call(since, len(plan.writes))
     finally:
         server.close()
     return session
+
+
+def _cpu_per_call(since: float, calls: int) -> float:
+    """This process's CPU per call since ``since`` (``time.process_time``), as the served
+    sessions read their server's (``sessions.cpu_per_call``)."""
+    return round((time.process_time() - since) * 1000 / calls, 3) if calls else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:

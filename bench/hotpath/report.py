@@ -52,19 +52,20 @@ def _metric_rows(found: dict[str, Any], servers: list[str], ours: list[str]) -> 
 
 
 def _split_rows(found: dict[str, Any], servers: list[str]) -> list[str]:
-    """Each of our servers' p50 per tool as SDK floor + engine in process + surface (the
-    medians' split, each part's range over the repetitions), beside the peer's p50."""
+    """Each of our servers' p50 and CPU per call, per tool, as SDK floor + engine in process +
+    surface (the medians' split, each part's range over the repetitions), beside the peer's."""
     lines: list[str] = []
     for ours, tools in found.get("split", {}).items():
         lines.append(
-            f"where {ours}'s p50 goes, ms: {FLOOR_OF[ours]} (SDK floor) + {ENGINE} (in process)"
-            " + surface (the rest) [range over repetitions]"
+            f"where {ours}'s time goes, ms: {FLOOR_OF[ours]} (SDK floor) + {ENGINE} (in"
+            " process) + surface (the rest) [range over repetitions]; CPU: the server process's"
+            " per call"
         )
-        head = f"  {'':<24}{'ours':>9}" + "".join(f"{part:>21}" for part in SPLIT_PARTS)
+        head = f"  {'':<28}{'ours':>9}" + "".join(f"{part:>21}" for part in SPLIT_PARTS)
         lines.append(head + (f"{'peer':>9}" if PEER in servers else ""))
         for label, metric in SPLIT_METRICS.items():
             cell = tools[label]
-            row = f"  {label:<24}{_num(cell['ours']):>9}"
+            row = f"  {label:<28}{_num(cell['ours']):>9}"
             for part in SPLIT_PARTS:
                 low, high = cell["ranges"][part]
                 row += f"{_num(cell[part]) + f' [{_num(low)}–{_num(high)}]':>21}"

@@ -90,6 +90,37 @@ class Session:
     first_write_ms: list[float] = field(default_factory=list)  # capture / create_entities alone
     envelope: dict[str, int] = field(default_factory=dict)
     rank_profiles: set[str] = field(default_factory=set)  # what our searches' receipts say ran
+    # CPU of the server's process per call, mean over each timed phase ("search", "get",
+    # "pair"): on a shared machine the wall clock also measures the neighbours, CPU much less.
+    cpu_ms: dict[str, float] = field(default_factory=dict)
+
+
+class ProcessCpu:
+    """CPU time (user + system, every thread, from ``/proc/<pid>/stat``) of a process: the
+    server this process started (its only child), or None where there is no ``/proc``. The
+    kernel counts in clock ticks (10 ms at 100 Hz): a phase's mean is exact to ticks / calls."""
+
+    _TICK_MS = 1000 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 10.0
+
+    def __init__(self, pid: int) -> None:
+        self._stat = Path(f"/proc/{pid}/stat")
+
+    @classmethod
+    def of_child(cls) -> ProcessCpu | None:
+        me = os.getpid()
+        found = set()
+        for children in Path(f"/proc/{me}/task").glob("*/children"):
+            found |= {int(pid) for pid in children.read_text().split()}
+        return cls(found.pop()) if len(found) == 1 else None
+
+    def ms(self) -> float:
+        fields = self._stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * self._TICK_MS  # utime, stime
+
+
+def cpu_per_call(cpu: ProcessCpu | None, since: float, calls: int) -> float:
+    """Mean CPU per call of a phase that began at ``since`` (``ProcessCpu.ms``); 0 unknown."""
+    return round((cpu.ms() - since) / calls, 3) if cpu is not None and calls else 0.0
 
 
 def engram_cli() -> str:
@@ -484,40 +515,61 @@ def _engine_child(workdir: Path, store: SeededStore, plan: Plan) -> Session:
 
 async def _measure(server: Server, workdir: Path, store: SeededStore, plan: Plan) -> Session:
     session = Session(server.name)
-    ids = store.record_ids
     server.prepare(workdir)
     started = time.perf_counter()
     with anyio.fail_after(START_DEADLINE_S + CALL_DEADLINE_S * 10):
         async with server.connect(workdir, store) as client:
             await client.list_tools()
             session.start_connect_s = time.perf_counter() - started
+            cpu = ProcessCpu.of_child()
             for _ in range(plan.pings):
                 begun = time.perf_counter()
                 await client.send_ping()
                 session.ping_ms.append(_ms_since(begun))
-            for query in plan.queries[:WARM_UP_CALLS]:
-                await server.search(client, query)
-            for memory in plan.gets[:WARM_UP_CALLS]:
-                await server.get(client, memory, ids[memory.index])
-            ten: CallToolResult | None = None
-            for query in plan.queries:
-                begun = time.perf_counter()
-                result, count = await server.search(client, query)
-                session.search_ms.append(_ms_since(begun))
-                session.search_results.append(count)
-                if ten is None and count == SEARCH_LIMIT:
-                    ten = result
-            session.rank_profiles = server.rank_profiles
-            for memory in plan.gets:
-                begun = time.perf_counter()
-                await server.get(client, memory, ids[memory.index])
-                session.get_ms.append(_ms_since(begun))
+            ten = await _reads(server, client, store, plan, session, cpu)
             carried = await server.ten_records(client, ten, plan.ten)
             if carried is not None:
                 carrier, text = carried
                 session.envelope = {"response_bytes": response_bytes(carrier), "text_bytes": text}
+            since = cpu.ms() if cpu is not None else 0.0
             for memory in plan.writes:
                 begun = time.perf_counter()
                 session.first_write_ms.append(await server.write(client, memory, plan.run_id))
                 session.write_pair_ms.append(_ms_since(begun))
+            session.cpu_ms["pair"] = cpu_per_call(cpu, since, len(plan.writes))
     return session
+
+
+async def _reads(
+    server: Server,
+    client: Client,
+    store: SeededStore,
+    plan: Plan,
+    session: Session,
+    cpu: ProcessCpu | None,
+) -> CallToolResult | None:
+    """The warm-up calls, then the timed searches and gets; the first search that returned
+    ``SEARCH_LIMIT`` records (the 10-record response), if any."""
+    ids = store.record_ids
+    for query in plan.queries[:WARM_UP_CALLS]:
+        await server.search(client, query)
+    for memory in plan.gets[:WARM_UP_CALLS]:
+        await server.get(client, memory, ids[memory.index])
+    ten: CallToolResult | None = None
+    since = cpu.ms() if cpu is not None else 0.0
+    for query in plan.queries:
+        begun = time.perf_counter()
+        result, count = await server.search(client, query)
+        session.search_ms.append(_ms_since(begun))
+        session.search_results.append(count)
+        if ten is None and count == SEARCH_LIMIT:
+            ten = result
+    session.cpu_ms["search"] = cpu_per_call(cpu, since, len(plan.queries))
+    session.rank_profiles = server.rank_profiles
+    since = cpu.ms() if cpu is not None else 0.0
+    for memory in plan.gets:
+        begun = time.perf_counter()
+        await server.get(client, memory, ids[memory.index])
+        session.get_ms.append(_ms_since(begun))
+    session.cpu_ms["get"] = cpu_per_call(cpu, since, len(plan.gets))
+    return ten

@@ -273,9 +273,11 @@ def test_the_sdk_floor_and_the_engine_split_our_time(
         )
         for label, metric in SPLIT_METRICS.items():
             cell = repetition["split"][ENGRAM_STDIO][label]
-            assert cell["ours"] == measured[ENGRAM_STDIO][metric] > 0
-            assert cell["measured_floor"] == measured[FLOOR_STDIO][metric] > 0
-            assert cell["measured_engine"] == measured[ENGINE][metric] > 0
+            # CPU is counted in clock ticks: a phase of a few calls may read 0.
+            least = 0 if metric.endswith("_cpu_ms") else 1e-9
+            assert cell["ours"] == measured[ENGRAM_STDIO][metric] >= least
+            assert cell["measured_floor"] == measured[FLOOR_STDIO][metric] >= least
+            assert cell["measured_engine"] == measured[ENGINE][metric] >= least
             assert all(cell[part] >= 0 for part in SPLIT_PARTS)
             assert sum(cell[part] for part in SPLIT_PARTS) == pytest.approx(cell["ours"])
     for label, metric in SPLIT_METRICS.items():
@@ -287,5 +289,5 @@ def test_the_sdk_floor_and_the_engine_split_our_time(
             low, high = cell["ranges"][part]
             assert 0 <= low <= high
     table = capsys.readouterr().out
-    assert "where engram-stdio's p50 goes" in table
-    assert "capture+admission pair" in table
+    assert "where engram-stdio's time goes" in table
+    assert "capture+admission pair CPU" in table
