@@ -15,6 +15,10 @@ ROWS = (  # (label, metric, ratio metric or None)
     ("get p50 ms", "get_p50_ms", "get_p50_ms"),
     ("get p99 ms", "get_p99_ms", "get_p99_ms"),
     ("start + connect s", "start_connect_s", "start_connect_s"),
+    ("  server CPU by then, ms", "start_cpu_ms", None),
+    ("search CPU per call, ms", "search_cpu_ms", None),
+    ("get CPU per call, ms", "get_cpu_ms", None),
+    ("pair CPU per pair, ms", "pair_cpu_ms", None),
     ("ping (empty round trip) ms", "ping_p50_ms", "ping_p50_ms"),
     ("search results (mean)", "search_mean_results", None),
 )

@@ -143,7 +143,8 @@ def session_metrics(session: Session) -> dict[str, Any]:
         "get_p99_ms": round(percentile(session.get_ms, 99), 3),
         "pair_p50_ms": round(percentile(session.write_pair_ms, 50), 3),
         **{
-            f"{phase}_cpu_ms": session.cpu_ms.get(phase, 0.0) for phase in ("search", "get", "pair")
+            f"{phase}_cpu_ms": session.cpu_ms.get(phase, 0.0)
+            for phase in ("search", "get", "pair", "start")
         },
         "pairs_per_s": round(len(session.write_pair_ms) / pair_s, 3) if pair_s else 0.0,
         "single_writes_per_s": round(len(session.first_write_ms) / first_s, 3) if first_s else 0.0,
@@ -428,6 +429,7 @@ def _size_report(
                 "search_cpu_ms",
                 "get_cpu_ms",
                 "pair_cpu_ms",
+                "start_cpu_ms",
                 "single_writes_per_s",
                 "search_mean_results",
             )

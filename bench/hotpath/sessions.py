@@ -91,7 +91,8 @@ class Session:
     envelope: dict[str, int] = field(default_factory=dict)
     rank_profiles: set[str] = field(default_factory=set)  # what our searches' receipts say ran
     # CPU of the server's process per call, mean over each timed phase ("search", "get",
-    # "pair"): on a shared machine the wall clock also measures the neighbours, CPU much less.
+    # "pair"), and all of it until it answered tools/list ("start"): on a shared machine the
+    # wall clock also measures the neighbours, CPU much less.
     cpu_ms: dict[str, float] = field(default_factory=dict)
 
 
@@ -522,6 +523,7 @@ async def _measure(server: Server, workdir: Path, store: SeededStore, plan: Plan
             await client.list_tools()
             session.start_connect_s = time.perf_counter() - started
             cpu = ProcessCpu.of_child()
+            session.cpu_ms["start"] = cpu.ms() if cpu is not None else 0.0  # all it did so far
             for _ in range(plan.pings):
                 begun = time.perf_counter()
                 await client.send_ping()

@@ -268,6 +268,9 @@ def test_the_sdk_floor_and_the_engine_split_our_time(
         assert measured[FLOOR_STDIO]["search_mean_results"] == 10
         assert measured[FLOOR_STDIO]["rank_profiles"] == ["offline_lexical_v1@2.1.0"]
         assert measured[FLOOR_STDIO]["envelope"]["text_bytes"] > 0
+        # The servers' own CPU is read (/proc): starting a Python server takes many ticks.
+        assert measured[ENGRAM_STDIO]["start_cpu_ms"] > 0
+        assert measured[FLOOR_STDIO]["start_cpu_ms"] > 0
         assert (
             measured[ENGINE]["search_mean_results"] == measured[ENGRAM_STDIO]["search_mean_results"]
         )
