@@ -303,30 +303,19 @@ class EngramHttp(Engram):
         self.port = _free_port()
         self.token = mint_token(workdir / DATA, self.port)
 
-    @contextlib.asynccontextmanager
-    async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
-        port = self.port
-        with (workdir / "server.log").open("w", encoding="utf-8") as log:
-            process = subprocess.Popen(  # noqa: S603 - this environment's own console script
-                [self.command, "serve", "--port", str(port), "--data-dir", str(workdir / DATA)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            try:
-                await _wait_for_port(port, process)
-                headers = {"Authorization": f"Bearer {self.token}"}
-                async with (
-                    httpx2.AsyncClient(
-                        headers=headers, timeout=httpx2.Timeout(CALL_DEADLINE_S)
-                    ) as http,
-                    Client(
-                        streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),
-                        mode="legacy",
-                    ) as client,
-                ):
-                    yield client
-            finally:
-                _stop(process)
+    def connect(
+        self, workdir: Path, store: SeededStore
+    ) -> contextlib.AbstractAsyncContextManager[Client]:
+        command = [
+            self.command,
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(workdir / DATA),
+        ]
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return _http_client(command, self.port, workdir, headers)
 
 
 class FloorStdio(Engram):
@@ -354,22 +343,34 @@ class FloorHttp(FloorStdio):
     @contextlib.asynccontextmanager
     async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
         port = _free_port()
-        with (workdir / "server.log").open("w", encoding="utf-8") as log:
-            process = subprocess.Popen(  # noqa: S603 - this interpreter on the bench's own module
-                [*self.argv, "--port", str(port)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT
-            )
-            try:
-                await _wait_for_port(port, process)
-                async with (
-                    httpx2.AsyncClient(timeout=httpx2.Timeout(CALL_DEADLINE_S)) as http,
-                    Client(
-                        streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),
-                        mode="legacy",
-                    ) as client,
-                ):
-                    yield client
-            finally:
-                _stop(process)
+        async with _http_client([*self.argv, "--port", str(port)], port, workdir, {}) as client:
+            yield client
+
+
+@contextlib.asynccontextmanager
+async def _http_client(
+    command: list[str], port: int, workdir: Path, headers: dict[str, str]
+) -> AsyncIterator[Client]:
+    """Start ``command`` (a server on 127.0.0.1:``port``, its output in server.log), wait for
+    its port, and connect the official client over Streamable HTTP with ``headers``."""
+    with (workdir / "server.log").open("w", encoding="utf-8") as log:
+        process = subprocess.Popen(  # noqa: S603 - our console script or our own bench module
+            command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            await _wait_for_port(port, process)
+            async with (
+                httpx2.AsyncClient(
+                    headers=headers, timeout=httpx2.Timeout(CALL_DEADLINE_S)
+                ) as http,
+                Client(
+                    streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),
+                    mode="legacy",
+                ) as client,
+            ):
+                yield client
+        finally:
+            _stop(process)
 
 
 class ServerMemory(Server):
