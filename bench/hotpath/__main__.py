@@ -63,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run without server-memory (no ratios); only for machines without node/npm",
     )
+    parser.add_argument(
+        "--without-floor",
+        action="store_true",
+        help="skip the SDK floor servers and the engine in process (no split of our time)",
+    )
     parser.add_argument("--json", type=Path, dest="json_path", help="also write the report here")
     parser.add_argument(
         "--transports",
@@ -122,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             cache_root=args.store_cache,
             profile=args.profile,
             with_peer=not args.without_peer,
+            with_floor=not args.without_floor,
             ours=args.transports,
             seeded_with=args.seeded_with,
         )

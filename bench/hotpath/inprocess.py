@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import io
+import json
+import pickle
 import pstats
 import shutil
 import statistics
@@ -23,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.in_process import DEFAULT_LOCOMO
-from bench.locomo.runner import percentile, value
+from bench.locomo.runner import PURPOSE, percentile, value
 
-from .__main__ import DEFAULT_CACHE, _sizes
 from .corpus import Corpus
-from .stores import DATA, LEXICAL, PROFILES, WORKSPACE, seeded_store
+from .sessions import WARM_UP_CALLS, Plan, Session, _ms_since
+from .stores import DATA, LEXICAL, PROFILES, WORKSPACE, SeededStore, seeded_store
 
 WARM_UP = 5
 SEARCH_LIMIT = 10
@@ -44,7 +47,6 @@ def measure(
     host = open_existing(data_dir)
     try:
         client = EngineClient(host.engine, tenant=host.config.tenant_id)
-        from bench.locomo.runner import PURPOSE
 
         def search(query: str) -> tuple[int, str]:
             envelope = client.call(
@@ -90,7 +92,73 @@ def measure(
     }
 
 
+def engine_session(data_dir: Path, store: SeededStore, plan: Plan) -> Session:
+    """``plan`` (searches, gets, capture + admission pairs) through ``Engine.handle`` in process,
+    wall clock as the served sessions time their calls: the engine's share of each tool
+    (``runner.split``). "start" is opening the server (``open_server``) and its engine."""
+    from bench.locomo.clients import EngineClient
+    from engram_memory.embedded.serve import open_server
+
+    from .sessions import ENGINE, SEARCH_LIMIT
+
+    session = Session(ENGINE)
+    started = time.perf_counter()
+    server = open_server(data_dir)
+    try:
+        client = EngineClient(server.host.engine, tenant=server.surface.runtime.host.tenant_id)
+        session.start_connect_s = time.perf_counter() - started
+
+        def call(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            found: dict[str, Any] = value(client.call(WORKSPACE, tool, arguments), tool)
+            return found
+
+        def search(query: str) -> int:
+            arguments = {"query": query, "purpose_ref": PURPOSE, "limit": SEARCH_LIMIT}
+            return len(call("search", arguments)["records"])
+
+        def get(index: int) -> None:
+            call("get", {"record_id": store.record_ids[index], "purpose_ref": PURPOSE})
+
+        for query in plan.queries[:WARM_UP_CALLS]:
+            search(query)
+        for memory in plan.gets[:WARM_UP_CALLS]:
+            get(memory.index)
+        since = time.process_time()
+        for query in plan.queries:
+            begun = time.perf_counter()
+            session.search_results.append(search(query))
+            session.search_ms.append(_ms_since(begun))
+        session.cpu_ms["search"] = _cpu_per_call(since, len(plan.queries))
+        since = time.process_time()
+        for memory in plan.gets:
+            begun = time.perf_counter()
+            get(memory.index)
+            session.get_ms.append(_ms_since(begun))
+        session.cpu_ms["get"] = _cpu_per_call(since, len(plan.gets))
+        since = time.process_time()
+        for memory in plan.writes:
+            begun = time.perf_counter()
+            captured = call("capture", memory.capture_arguments(plan.run_id))
+            session.first_write_ms.append(_ms_since(begun))
+            admission = memory.admission_arguments(captured["candidate_id"], plan.run_id)
+            if call("request_admission", admission)["outcome"]["status"] != "accepted":
+                raise RuntimeError(f"engine session: memory {memory.index} was not accepted")
+            session.write_pair_ms.append(_ms_since(begun))
+        session.cpu_ms["pair"] = _cpu_per_call(since, len(plan.writes))
+    finally:
+        server.close()
+    return session
+
+
+def _cpu_per_call(since: float, calls: int) -> float:
+    """This process's CPU per call since ``since`` (``time.process_time``), as the served
+    sessions read their server's (``sessions.cpu_per_call``)."""
+    return round((time.process_time() - since) * 1000 / calls, 3) if calls else 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .__main__ import DEFAULT_CACHE, _sizes  # the CLI's, imported only when run as one
+
     parser = argparse.ArgumentParser(
         prog="python -m bench.hotpath.inprocess",
         description="CPU per search (Engine.handle + envelope JSON) on the cached hot-path stores.",
@@ -104,7 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--store-cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--seeded-with", metavar="FINGERPRINT", help="as python -m bench.hotpath's")
+    parser.add_argument("--session", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.session is not None:
+        # One engine session for ``sessions.run_session``: its (store, plan), pickled beside
+        # the data directory it runs on; the Session as one JSON line.
+        store, plan = pickle.loads(args.session.read_bytes())  # noqa: S301 - our parent's
+        session = engine_session(args.session.parent / DATA, store, plan)
+        print(json.dumps(dataclasses.asdict(session) | {"rank_profiles": []}))
+        return 0
     corpus = Corpus.load(args.locomo)
     sizes = sorted(args.sizes)
     found: dict[int, dict[str, Any]] = {}

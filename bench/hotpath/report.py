@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .runner import PEER_SINGLE_WRITE
-from .sessions import ENGRAM_HTTP, ENGRAM_STDIO, PEER
+from .runner import PEER_SINGLE_WRITE, SPLIT_METRICS, SPLIT_PARTS
+from .sessions import ENGINE, ENGRAM_HTTP, ENGRAM_STDIO, FLOOR_OF, PEER
 
 ROWS = (  # (label, metric, ratio metric or None)
     ("capture+admission pairs/s", "pairs_per_s", "pairs_per_s"),
@@ -15,6 +15,10 @@ ROWS = (  # (label, metric, ratio metric or None)
     ("get p50 ms", "get_p50_ms", "get_p50_ms"),
     ("get p99 ms", "get_p99_ms", "get_p99_ms"),
     ("start + connect s", "start_connect_s", "start_connect_s"),
+    ("  server CPU by then, ms", "start_cpu_ms", None),
+    ("search CPU per call, ms", "search_cpu_ms", None),
+    ("get CPU per call, ms", "get_cpu_ms", None),
+    ("pair CPU per pair, ms", "pair_cpu_ms", None),
     ("ping (empty round trip) ms", "ping_p50_ms", "ping_p50_ms"),
     ("search results (mean)", "search_mean_results", None),
 )
@@ -48,6 +52,30 @@ def _metric_rows(found: dict[str, Any], servers: list[str], ours: list[str]) -> 
             for name in ours:
                 row += f"{_spread(found['ratios'][name][ratio_metric]):>22}"
         lines.append(row)
+    return lines
+
+
+def _split_rows(found: dict[str, Any], servers: list[str]) -> list[str]:
+    """Each of our servers' p50 and CPU per call, per tool, as SDK floor + engine in process +
+    surface (the medians' split, each part's range over the repetitions), beside the peer's."""
+    lines: list[str] = []
+    for ours, tools in found.get("split", {}).items():
+        lines.append(
+            f"where {ours}'s time goes, ms: {FLOOR_OF[ours]} (SDK floor) + {ENGINE} (in"
+            " process) + surface (the rest) [range over repetitions]; CPU: the server process's"
+            " per call"
+        )
+        head = f"  {'':<28}{'ours':>9}" + "".join(f"{part:>21}" for part in SPLIT_PARTS)
+        lines.append(head + (f"{'peer':>9}" if PEER in servers else ""))
+        for label, metric in SPLIT_METRICS.items():
+            cell = tools[label]
+            row = f"  {label:<28}{_num(cell['ours']):>9}"
+            for part in SPLIT_PARTS:
+                low, high = cell["ranges"][part]
+                row += f"{_num(cell[part]) + f' [{_num(low)}–{_num(high)}]':>21}"
+            if PEER in servers:
+                row += f"{_num(found['summary'][PEER][metric]['median']):>9}"
+            lines.append(row)
     return lines
 
 
@@ -108,6 +136,7 @@ def table(report: dict[str, Any]) -> str:
             head,
         ]
         lines += _metric_rows(found, servers, ours)
+        lines += _split_rows(found, servers)
         lines += _size_notes(found, servers, size)
     for server, grown in report.get("growth", {}).items():
         for size, cell in grown["sizes"].items():

@@ -19,10 +19,13 @@ from typing import Any
 from bench.locomo.runner import percentile
 
 from .corpus import Corpus
+from .floor import write_payloads
 from .sessions import (
+    ENGINE,
     ENGRAM_HTTP,
     ENGRAM_STDIO,
     ENGRAM_STDIO_NOTIME,
+    FLOOR_OF,
     PEER,
     PEER_PACKAGE,
     Plan,
@@ -44,6 +47,17 @@ RATIO_METRICS = {
     "pairs_per_s": True,
 }
 PEER_SINGLE_WRITE = "pairs_per_s_vs_peer_single_write"
+# The split of each of our servers' figures per tool: label -> metric (``split``): the wall
+# clock's p50, and the server process's CPU per call (the engine's: its own process's).
+SPLIT_METRICS = {
+    "search p50": "search_p50_ms",
+    "get p50": "get_p50_ms",
+    "capture+admission pair p50": "pair_p50_ms",
+    "search CPU": "search_cpu_ms",
+    "get CPU": "get_cpu_ms",
+    "capture+admission pair CPU": "pair_cpu_ms",
+}
+SPLIT_PARTS = ("floor", "engine", "surface")
 
 
 @dataclass(frozen=True)
@@ -127,6 +141,11 @@ def session_metrics(session: Session) -> dict[str, Any]:
         else 0.0,
         "get_p50_ms": round(percentile(session.get_ms, 50), 3),
         "get_p99_ms": round(percentile(session.get_ms, 99), 3),
+        "pair_p50_ms": round(percentile(session.write_pair_ms, 50), 3),
+        **{
+            f"{phase}_cpu_ms": session.cpu_ms.get(phase, 0.0)
+            for phase in ("search", "get", "pair", "start")
+        },
         "pairs_per_s": round(len(session.write_pair_ms) / pair_s, 3) if pair_s else 0.0,
         "single_writes_per_s": round(len(session.first_write_ms) / first_s, 3) if first_s else 0.0,
         "rank_profiles": sorted(session.rank_profiles),
@@ -157,6 +176,60 @@ def repetition_ratios(servers: dict[str, dict[str, Any]]) -> dict[str, dict[str,
         row[PEER_SINGLE_WRITE] = ratio(mine["pairs_per_s"], peer["single_writes_per_s"])
         ratios[ours] = row
     return ratios
+
+
+def split(ours: float, floor: float, engine: float) -> dict[str, float]:
+    """``ours`` as SDK floor + engine + surface (the rest), each part ≥ 0 and the three summing
+    to ``ours``: the floor is taken first and the engine from what is left, so on a noisy
+    machine where the measured floor + engine exceed ours the surface is 0 and the parts say
+    so (``measured_floor``, ``measured_engine`` keep the raw figures)."""
+    floor_part = min(floor, ours)
+    engine_part = min(engine, ours - floor_part)
+    return {
+        "ours": ours,
+        "floor": floor_part,
+        "engine": engine_part,
+        "surface": max(ours - floor_part - engine_part, 0.0),  # never -0.0 from rounding
+        "measured_floor": floor,
+        "measured_engine": engine,
+    }
+
+
+def repetition_split(servers: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Each of our servers' p50 per tool split against its transport's floor and the engine,
+    in one repetition."""
+    found: dict[str, dict[str, dict[str, float]]] = {}
+    for ours in OURS:
+        floor = FLOOR_OF[ours]
+        if ours in servers and floor in servers and ENGINE in servers:
+            found[ours] = {
+                label: split(servers[ours][m], servers[floor][m], servers[ENGINE][m])
+                for label, m in SPLIT_METRICS.items()
+            }
+    return found
+
+
+def split_summary(repetitions: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The split of the medians over the repetitions (parts sum to our median), and each part's
+    range over the repetitions' own splits (the noise)."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for ours in repetitions[0].get("split", {}):
+        found[ours] = {}
+        for label, metric in SPLIT_METRICS.items():
+            medians = {
+                name: statistics.median(r["servers"][name][metric] for r in repetitions)
+                for name in (ours, FLOOR_OF[ours], ENGINE)
+            }
+            cell: dict[str, Any] = split(medians[ours], medians[FLOOR_OF[ours]], medians[ENGINE])
+            cell["ranges"] = {
+                part: [
+                    min(r["split"][ours][label][part] for r in repetitions),
+                    max(r["split"][ours][label][part] for r in repetitions),
+                ]
+                for part in SPLIT_PARTS
+            }
+            found[ours][label] = cell
+    return found
 
 
 def disk_report(store: SeededStore, corpus: Corpus) -> dict[str, Any]:
@@ -210,7 +283,9 @@ def calibration(with_peer: bool) -> dict[str, Any]:
 # -- the run ------------------------------------------------------------------------------------
 
 
-def plan_for(corpus: Corpus, size: int, counts: Counts, repetition: int) -> Plan:
+def plan_for(
+    corpus: Corpus, size: int, counts: Counts, repetition: int, floor_payloads: Path | None = None
+) -> Plan:
     chooser = random.Random(size)  # the same reads in every repetition and for every server
     return Plan(
         pings=counts.pings,
@@ -219,6 +294,7 @@ def plan_for(corpus: Corpus, size: int, counts: Counts, repetition: int) -> Plan
         writes=corpus.memories(size, size + counts.writes),
         ten=corpus.memories(0, min(10, size)),
         run_id=f"r{repetition}",
+        floor_payloads=floor_payloads,
     )
 
 
@@ -249,6 +325,13 @@ def _report_header(
     }
 
 
+def servers_for(ours: Sequence[str], *, with_peer: bool, with_floor: bool) -> list[str]:
+    """Ours, then (``with_floor``) the floor of each of our transports and the engine in
+    process, then the peer."""
+    floors = list(dict.fromkeys(FLOOR_OF[name] for name in ours)) if with_floor else []
+    return [*ours, *floors, *([ENGINE] if with_floor else []), *([PEER] if with_peer else [])]
+
+
 def run(
     corpus: Corpus,
     sizes: Sequence[int],
@@ -257,14 +340,15 @@ def run(
     cache_root: Path,
     profile: str = LEXICAL,
     with_peer: bool = True,
+    with_floor: bool = True,
     ours: Sequence[str] = DEFAULT_OURS,
     seeded_with: str | None = None,
     log: Any = sys.stderr,
 ) -> dict[str, Any]:
-    """Every size's store is seeded (or found) first; then each repetition runs every size in
-    turn, so the sizes compare under the same load (``growth``: search p50 at each size over
-    the smallest's, per repetition)."""
-    servers = [*ours, PEER] if with_peer else list(ours)
+    """Every size's store is seeded (or found) first, and the floor's payloads taken from it;
+    then each repetition runs every size in turn, so the sizes compare under the same load
+    (``growth``: search p50 at each size over the smallest's, per repetition)."""
+    servers = servers_for(ours, with_peer=with_peer, with_floor=with_floor)
     if with_peer:
         ensure_peer()
     report = _report_header(corpus, counts, servers, profile, with_peer, seeded_with)
@@ -274,9 +358,17 @@ def run(
         stores[size] = seeded_store(cache_root, corpus, size, profile, log, seeded_with)
     repetitions: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
     with tempfile.TemporaryDirectory(prefix="hotpath-") as tmp:
+        payloads = {
+            size: write_payloads(
+                stores[size], plan_for(corpus, size, counts, 0), Path(tmp) / f"floor-{size}"
+            )
+            if with_floor
+            else None
+            for size in sizes
+        }
         for repetition in range(counts.repetitions):
             for size in sizes:
-                plan = plan_for(corpus, size, counts, repetition)
+                plan = plan_for(corpus, size, counts, repetition, payloads[size])
                 turn = repetition % len(servers)
                 order = servers[turn:] + servers[:turn]  # interleaved: each leads in turn
                 measured = {}
@@ -287,6 +379,8 @@ def run(
                 entry: dict[str, Any] = {"order": order, "servers": measured}
                 if with_peer:
                     entry["ratios"] = repetition_ratios(measured)
+                if with_floor:
+                    entry["split"] = repetition_split(measured)
                 repetitions[size].append(entry)
                 load = os.getloadavg()
                 entry["load_average_after"] = load
@@ -329,7 +423,16 @@ def _size_report(
     summary = {
         name: {
             metric: spread([r["servers"][name][metric] for r in repetitions])
-            for metric in (*RATIO_METRICS, "single_writes_per_s", "search_mean_results")
+            for metric in (
+                *RATIO_METRICS,
+                "pair_p50_ms",
+                "search_cpu_ms",
+                "get_cpu_ms",
+                "pair_cpu_ms",
+                "start_cpu_ms",
+                "single_writes_per_s",
+                "search_mean_results",
+            )
         }
         for name in servers
     }
@@ -359,6 +462,8 @@ def _size_report(
             )
             for metric in ("search_p50_ms", "search_p99_ms")
         }
+    if repetitions[0].get("split"):
+        found["split"] = split_summary(repetitions)
     if PEER in servers:
         found["ratios"] = {
             ours: {

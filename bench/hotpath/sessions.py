@@ -5,7 +5,11 @@ handshake, revision 2025-11-25, on every one so the call paths compare):
 
 - ``engram-stdio``: ``engram-memory serve --stdio`` launched by the client, token in ENGRAM_TOKEN;
 - ``engram-http``: ``engram-memory serve --port P`` (Streamable HTTP on 127.0.0.1), bearer token;
-- ``server-memory``: ``node .../server-memory/dist/index.js`` launched by the client.
+- ``server-memory``: ``node .../server-memory/dist/index.js`` launched by the client;
+- ``floor-stdio`` and ``floor-http``: the bare SDK server of ``bench.hotpath.floor`` answering our
+  tools with our payloads, on each transport, driven by the same client code as ours;
+- ``engine``: no server and no client, ``Engine.handle`` in process on the same plan
+  (``bench.hotpath.inprocess.engine_session``): the engine's own share of each call.
 
 Each session starts on a fresh copy of the seeded store, so every repetition sees the same data.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -36,6 +41,7 @@ from mcp.types import CallToolResult
 from bench.locomo.runner import PRINCIPAL, PURPOSE
 
 from .corpus import Memory
+from .floor import PAYLOADS
 from .stores import DATA, PEER_FILE, WORKSPACE, SeededStore
 
 ENGRAM_STDIO = "engram-stdio"
@@ -44,11 +50,17 @@ ENGRAM_HTTP = "engram-http"
 # search (engine/temporal.py), measured beside it to read what the feature costs.
 ENGRAM_STDIO_NOTIME = "engram-stdio-notime"
 PEER = "server-memory"
+FLOOR_STDIO = "floor-stdio"
+FLOOR_HTTP = "floor-http"
+ENGINE = "engine"
+# The floor that each of our servers is split against (``runner.split``).
+FLOOR_OF = {ENGRAM_STDIO: FLOOR_STDIO, ENGRAM_STDIO_NOTIME: FLOOR_STDIO, ENGRAM_HTTP: FLOOR_HTTP}
 SEARCH_LIMIT = 10
 WARM_UP_CALLS = 2  # per tool, not timed: the first calls of a process pay its lazy imports
 START_DEADLINE_S = 120.0
 CALL_DEADLINE_S = 120.0
 PEER_PACKAGE = Path(__file__).parent / "node_modules/@modelcontextprotocol/server-memory"
+REPO = Path(__file__).resolve().parents[2]  # the floor server runs as ``python -m`` from here
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,7 @@ class Plan:
     writes: Sequence[Memory]  # new memories to write
     ten: Sequence[Memory]  # 10 seeded memories: server-memory's 10-memory response (open_nodes)
     run_id: str  # makes the writes' idempotency keys unique
+    floor_payloads: Path | None = None  # what the floor servers answer (``floor.write_payloads``)
 
 
 @dataclass
@@ -77,6 +90,38 @@ class Session:
     first_write_ms: list[float] = field(default_factory=list)  # capture / create_entities alone
     envelope: dict[str, int] = field(default_factory=dict)
     rank_profiles: set[str] = field(default_factory=set)  # what our searches' receipts say ran
+    # CPU of the server's process per call, mean over each timed phase ("search", "get",
+    # "pair"), and all of it until it answered tools/list ("start"): on a shared machine the
+    # wall clock also measures the neighbours, CPU much less.
+    cpu_ms: dict[str, float] = field(default_factory=dict)
+
+
+class ProcessCpu:
+    """CPU time (user + system, every thread, from ``/proc/<pid>/stat``) of a process: the
+    server this process started (its only child), or None where there is no ``/proc``. The
+    kernel counts in clock ticks (10 ms at 100 Hz): a phase's mean is exact to ticks / calls."""
+
+    _TICK_MS = 1000 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 10.0
+
+    def __init__(self, pid: int) -> None:
+        self._stat = Path(f"/proc/{pid}/stat")
+
+    @classmethod
+    def of_child(cls) -> ProcessCpu | None:
+        me = os.getpid()
+        found = set()
+        for children in Path(f"/proc/{me}/task").glob("*/children"):
+            found |= {int(pid) for pid in children.read_text().split()}
+        return cls(found.pop()) if len(found) == 1 else None
+
+    def ms(self) -> float:
+        fields = self._stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * self._TICK_MS  # utime, stime
+
+
+def cpu_per_call(cpu: ProcessCpu | None, since: float, calls: int) -> float:
+    """Mean CPU per call of a phase that began at ``since`` (``ProcessCpu.ms``); 0 unknown."""
+    return round((cpu.ms() - since) / calls, 3) if cpu is not None and calls else 0.0
 
 
 def engram_cli() -> str:
@@ -258,30 +303,74 @@ class EngramHttp(Engram):
         self.port = _free_port()
         self.token = mint_token(workdir / DATA, self.port)
 
+    def connect(
+        self, workdir: Path, store: SeededStore
+    ) -> contextlib.AbstractAsyncContextManager[Client]:
+        command = [
+            self.command,
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(workdir / DATA),
+        ]
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return _http_client(command, self.port, workdir, headers)
+
+
+class FloorStdio(Engram):
+    """The floor on stdio: the same client calls as ours, answered by the bare SDK server."""
+
+    name = FLOOR_STDIO
+
+    def prepare(self, workdir: Path) -> None:
+        self.argv = [sys.executable, "-m", "bench.hotpath.floor", "--payloads"]
+        self.argv.append(str(workdir / PAYLOADS))
+
     @contextlib.asynccontextmanager
     async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
-        port = self.port
-        with (workdir / "server.log").open("w", encoding="utf-8") as log:
-            process = subprocess.Popen(  # noqa: S603 - this environment's own console script
-                [self.command, "serve", "--port", str(port), "--data-dir", str(workdir / DATA)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            try:
-                await _wait_for_port(port, process)
-                headers = {"Authorization": f"Bearer {self.token}"}
-                async with (
-                    httpx2.AsyncClient(
-                        headers=headers, timeout=httpx2.Timeout(CALL_DEADLINE_S)
-                    ) as http,
-                    Client(
-                        streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),
-                        mode="legacy",
-                    ) as client,
-                ):
-                    yield client
-            finally:
-                _stop(process)
+        params = StdioServerParameters(
+            command=self.argv[0], args=[*self.argv[1:], "--stdio"], cwd=REPO
+        )
+        with (workdir / "stderr.log").open("w", encoding="utf-8") as log:
+            async with Client(stdio_client(params, errlog=log), mode="legacy") as client:
+                yield client
+
+
+class FloorHttp(FloorStdio):
+    name = FLOOR_HTTP
+
+    @contextlib.asynccontextmanager
+    async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
+        port = _free_port()
+        async with _http_client([*self.argv, "--port", str(port)], port, workdir, {}) as client:
+            yield client
+
+
+@contextlib.asynccontextmanager
+async def _http_client(
+    command: list[str], port: int, workdir: Path, headers: dict[str, str]
+) -> AsyncIterator[Client]:
+    """Start ``command`` (a server on 127.0.0.1:``port``, its output in server.log), wait for
+    its port, and connect the official client over Streamable HTTP with ``headers``."""
+    with (workdir / "server.log").open("w", encoding="utf-8") as log:
+        process = subprocess.Popen(  # noqa: S603 - our console script or our own bench module
+            command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            await _wait_for_port(port, process)
+            async with (
+                httpx2.AsyncClient(
+                    headers=headers, timeout=httpx2.Timeout(CALL_DEADLINE_S)
+                ) as http,
+                Client(
+                    streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),
+                    mode="legacy",
+                ) as client,
+            ):
+                yield client
+        finally:
+            _stop(process)
 
 
 class ServerMemory(Server):
@@ -376,6 +465,8 @@ SERVERS: dict[str, Callable[[], Server]] = {
     ENGRAM_STDIO: EngramStdio,
     ENGRAM_STDIO_NOTIME: EngramStdioUntimed,
     ENGRAM_HTTP: EngramHttp,
+    FLOOR_STDIO: FloorStdio,
+    FLOOR_HTTP: FloorHttp,
     PEER: ServerMemory,
 }
 
@@ -383,58 +474,105 @@ SERVERS: dict[str, Callable[[], Server]] = {
 # -- one session --------------------------------------------------------------------------------
 
 
-def prepare_workdir(workdir: Path, store: SeededStore, server: str) -> None:
-    """A fresh copy of the seeded store for one session."""
+def prepare_workdir(workdir: Path, store: SeededStore, server: str, plan: Plan) -> None:
+    """A fresh copy of the seeded store for one session (the floor's: its payloads)."""
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     if server == PEER:
         shutil.copy2(store.peer_file, workdir / PEER_FILE)
+    elif server in (FLOOR_STDIO, FLOOR_HTTP):
+        if plan.floor_payloads is None:
+            raise RuntimeError("the floor servers need the plan's floor_payloads")
+        shutil.copy2(plan.floor_payloads, workdir / PAYLOADS)
     else:
         shutil.copytree(store.data_dir, workdir / DATA)
         os.chmod(workdir / DATA, 0o700)
 
 
 def run_session(server_name: str, workdir: Path, store: SeededStore, plan: Plan) -> Session:
-    prepare_workdir(workdir, store, server_name)
+    prepare_workdir(workdir, store, server_name, plan)
+    if server_name == ENGINE:
+        return _engine_child(workdir, store, plan)
     return anyio.run(_measure, SERVERS[server_name](), workdir, store, plan)
+
+
+def _engine_child(workdir: Path, store: SeededStore, plan: Plan) -> Session:
+    """The engine's session (``inprocess.engine_session``) in a fresh process of its own, as
+    each server is: not in this one, whose heap (the corpus, the client) its collections would
+    walk."""
+    task = workdir / "engine-session.pickle"
+    task.write_bytes(pickle.dumps((store, plan)))
+    done = subprocess.run(  # noqa: S603 - this interpreter on the bench's own module
+        [sys.executable, "-m", "bench.hotpath.inprocess", "--session", str(task)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the engine session failed:\n{done.stderr[-4000:]}")
+    fields = json.loads(done.stdout.strip().splitlines()[-1])
+    return Session(**fields | {"rank_profiles": set(fields["rank_profiles"])})
 
 
 async def _measure(server: Server, workdir: Path, store: SeededStore, plan: Plan) -> Session:
     session = Session(server.name)
-    ids = store.record_ids
     server.prepare(workdir)
     started = time.perf_counter()
     with anyio.fail_after(START_DEADLINE_S + CALL_DEADLINE_S * 10):
         async with server.connect(workdir, store) as client:
             await client.list_tools()
             session.start_connect_s = time.perf_counter() - started
+            cpu = ProcessCpu.of_child()
+            session.cpu_ms["start"] = cpu.ms() if cpu is not None else 0.0  # all it did so far
             for _ in range(plan.pings):
                 begun = time.perf_counter()
                 await client.send_ping()
                 session.ping_ms.append(_ms_since(begun))
-            for query in plan.queries[:WARM_UP_CALLS]:
-                await server.search(client, query)
-            for memory in plan.gets[:WARM_UP_CALLS]:
-                await server.get(client, memory, ids[memory.index])
-            ten: CallToolResult | None = None
-            for query in plan.queries:
-                begun = time.perf_counter()
-                result, count = await server.search(client, query)
-                session.search_ms.append(_ms_since(begun))
-                session.search_results.append(count)
-                if ten is None and count == SEARCH_LIMIT:
-                    ten = result
-            session.rank_profiles = server.rank_profiles
-            for memory in plan.gets:
-                begun = time.perf_counter()
-                await server.get(client, memory, ids[memory.index])
-                session.get_ms.append(_ms_since(begun))
+            ten = await _reads(server, client, store, plan, session, cpu)
             carried = await server.ten_records(client, ten, plan.ten)
             if carried is not None:
                 carrier, text = carried
                 session.envelope = {"response_bytes": response_bytes(carrier), "text_bytes": text}
+            since = cpu.ms() if cpu is not None else 0.0
             for memory in plan.writes:
                 begun = time.perf_counter()
                 session.first_write_ms.append(await server.write(client, memory, plan.run_id))
                 session.write_pair_ms.append(_ms_since(begun))
+            session.cpu_ms["pair"] = cpu_per_call(cpu, since, len(plan.writes))
     return session
+
+
+async def _reads(
+    server: Server,
+    client: Client,
+    store: SeededStore,
+    plan: Plan,
+    session: Session,
+    cpu: ProcessCpu | None,
+) -> CallToolResult | None:
+    """The warm-up calls, then the timed searches and gets; the first search that returned
+    ``SEARCH_LIMIT`` records (the 10-record response), if any."""
+    ids = store.record_ids
+    for query in plan.queries[:WARM_UP_CALLS]:
+        await server.search(client, query)
+    for memory in plan.gets[:WARM_UP_CALLS]:
+        await server.get(client, memory, ids[memory.index])
+    ten: CallToolResult | None = None
+    since = cpu.ms() if cpu is not None else 0.0
+    for query in plan.queries:
+        begun = time.perf_counter()
+        result, count = await server.search(client, query)
+        session.search_ms.append(_ms_since(begun))
+        session.search_results.append(count)
+        if ten is None and count == SEARCH_LIMIT:
+            ten = result
+    session.cpu_ms["search"] = cpu_per_call(cpu, since, len(plan.queries))
+    session.rank_profiles = server.rank_profiles
+    since = cpu.ms() if cpu is not None else 0.0
+    for memory in plan.gets:
+        begun = time.perf_counter()
+        await server.get(client, memory, ids[memory.index])
+        session.get_ms.append(_ms_since(begun))
+    session.cpu_ms["get"] = cpu_per_call(cpu, since, len(plan.gets))
+    return ten

@@ -192,24 +192,6 @@ def _load(root: Path) -> SeededStore:
     )
 
 
-def _configure_host(data_dir: Path, profile: str) -> None:
-    """The host's own switches, once, for every server on the copies and the seeding engine: the
-    corpus cycles its turns (repeated and short texts on purpose), so the quality gate is off
-    (bench.governance.admission measures it); hybrid embeds with the local model."""
-    from engram_memory.binding.host_config import HostConfig
-    from engram_memory.embedded.composition import prepare_data_dir
-    from engram_memory.embedded.data_dir import host_config_path
-    from engram_memory.embedded.host_file import save_host_config
-
-    if host_config_path(data_dir).exists():
-        return
-    prepare_data_dir(data_dir)
-    settings: dict[str, Any] = {"admission": {"near_duplicates": "off", "min_text_chars": 0}}
-    if profile == HYBRID:
-        settings["search"] = {"semantic": "local"}
-    save_host_config(data_dir, HostConfig.model_validate(settings))
-
-
 def _seed_engine(
     data_dir: Path,
     corpus: Corpus,
@@ -227,7 +209,7 @@ def _seed_engine(
     from engram_memory.embedded.serve import open_server
 
     options: dict[str, Any] = {}
-    _configure_host(data_dir, profile)
+    _prepare_host(data_dir, profile)
     if profile == HYBRID:
         from engram_memory.adapters.local.embedder import load_local_embedder
 
@@ -261,6 +243,25 @@ def _seed_engine(
     finally:
         server.close()
     return record_ids
+
+
+def _prepare_host(data_dir: Path, profile: str) -> None:
+    """A new data directory with the host's own switches, for every server on the copies and
+    the seeding engine: the corpus cycles its turns (repeated and short texts on purpose), so
+    the quality gate is off (bench.governance.admission measures it); hybrid embeds with the
+    local model. A directory that has its host.json already (a grown store) is left as it is."""
+    from engram_memory.binding.host_config import HostConfig
+    from engram_memory.embedded.composition import prepare_data_dir
+    from engram_memory.embedded.data_dir import host_config_path
+    from engram_memory.embedded.host_file import save_host_config
+
+    if host_config_path(data_dir).exists():
+        return
+    prepare_data_dir(data_dir)
+    settings: dict[str, Any] = {"admission": {"near_duplicates": "off", "min_text_chars": 0}}
+    if profile == HYBRID:
+        settings["search"] = {"semantic": "local"}
+    save_host_config(data_dir, HostConfig.model_validate(settings))
 
 
 def _write_peer_file(path: Path, corpus: Corpus, size: int) -> None:

@@ -15,11 +15,22 @@ from bench.hotpath.corpus import Corpus
 from bench.hotpath.runner import (
     PEER_SINGLE_WRITE,
     RATIO_METRICS,
+    SPLIT_METRICS,
+    SPLIT_PARTS,
     pinned_peer_version,
     repetition_ratios,
+    split,
     spread,
 )
-from bench.hotpath.sessions import ENGRAM_HTTP, ENGRAM_STDIO, ENGRAM_STDIO_NOTIME, PEER
+from bench.hotpath.sessions import (
+    ENGINE,
+    ENGRAM_HTTP,
+    ENGRAM_STDIO,
+    ENGRAM_STDIO_NOTIME,
+    FLOOR_HTTP,
+    FLOOR_STDIO,
+    PEER,
+)
 from bench.hotpath.stores import StoreMissing, fingerprint, seeded_store
 from bench.locomo.dataset import load
 
@@ -107,7 +118,7 @@ def test_a_tiny_run_beside_server_memory(locomo: Path, tmp_path: Path, capsys: A
     arguments += ["--writes", "1", "--locomo", str(locomo), "--store-cache", str(tmp_path / "c")]
     assert main([*arguments, "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["servers"] == [ENGRAM_STDIO, ENGRAM_HTTP, PEER]
+    assert report["servers"] == [ENGRAM_STDIO, ENGRAM_HTTP, FLOOR_STDIO, FLOOR_HTTP, ENGINE, PEER]
     assert report["calibration"]["python_c_pass_ms"] > 0
     found = report["sizes"]["12"]
     (repetition,) = found["repetitions"]
@@ -117,8 +128,11 @@ def test_a_tiny_run_beside_server_memory(locomo: Path, tmp_path: Path, capsys: A
         assert (metrics["searches"], metrics["gets"], metrics["writes"]) == (2, 2, 1)
         assert metrics["start_connect_s"] > 0
         assert metrics["pairs_per_s"] > 0
-        assert metrics["envelope"]["response_bytes"] > metrics["envelope"]["text_bytes"] > 0
+        if name != ENGINE:  # in process: no response on a wire
+            assert metrics["envelope"]["response_bytes"] > metrics["envelope"]["text_bytes"] > 0
     assert measured[ENGRAM_STDIO]["search_mean_results"] == 10
+    # Both transports are split against their own floor.
+    assert sorted(repetition["split"]) == sorted([ENGRAM_STDIO, ENGRAM_HTTP])
     assert measured[ENGRAM_HTTP]["rank_profiles"] == ["offline_lexical_v1@2.1.0"]
     assert report["peer"]["version"] == pinned_peer_version()
     # The ratios are the report's own figures divided, ours over the peer.
@@ -137,12 +151,21 @@ def test_a_tiny_run_beside_server_memory(locomo: Path, tmp_path: Path, capsys: A
 
 
 def _run_without_peer(
-    locomo: Path, tmp_path: Path, *, sizes: str, transports: str, queries: int
+    locomo: Path,
+    tmp_path: Path,
+    *,
+    sizes: str,
+    transports: str,
+    queries: int,
+    floor: bool = False,
+    writes: int = 1,
 ) -> dict[str, Any]:
-    """A tiny run of two repetitions of our servers alone; its JSON report."""
+    """A tiny run of two repetitions of our servers alone (``floor``: and the SDK floor and
+    the engine in process); its JSON report."""
     out = tmp_path / "hotpath.json"
     arguments = ["--sizes", sizes, "--repetitions", "2", "--queries", str(queries)]
-    arguments += ["--gets", "2", "--writes", "1", "--locomo", str(locomo)]
+    arguments += [] if floor else ["--without-floor"]
+    arguments += ["--gets", "2", "--writes", str(writes), "--locomo", str(locomo)]
     arguments += ["--store-cache", str(tmp_path / "c"), "--without-peer"]
     assert main([*arguments, "--transports", transports, "--json", str(out)]) == 0
     report: dict[str, Any] = json.loads(out.read_text())
@@ -214,3 +237,60 @@ def test_seed_only_caches_the_stores_and_measures_nothing(
         with pytest.raises(StoreMissing):
             seeded_store(cache, corpus, size, seeded_with=source)
     assert sorted(p.name for p in cache.iterdir()) == [family.name]
+
+
+def test_a_split_takes_the_floor_then_the_engine_and_leaves_the_surface() -> None:
+    assert split(10.0, 2.0, 3.0) == {
+        "ours": 10.0,
+        "floor": 2.0,
+        "engine": 3.0,
+        "surface": 5.0,
+        "measured_floor": 2.0,
+        "measured_engine": 3.0,
+    }
+    # Noise: floor + engine measured above ours leave no negative surface, and still sum.
+    noisy = split(4.0, 1.5, 3.0)
+    assert (noisy["floor"], noisy["engine"], noisy["surface"]) == (1.5, 2.5, 0.0)
+    assert split(1.0, 2.0, 3.0)["floor"] == 1.0
+
+
+def test_the_sdk_floor_and_the_engine_split_our_time(
+    locomo: Path, tmp_path: Path, capsys: Any
+) -> None:
+    report = _run_without_peer(
+        locomo, tmp_path, sizes="12", transports="stdio", queries=3, floor=True, writes=2
+    )
+    assert report["servers"] == [ENGRAM_STDIO, FLOOR_STDIO, ENGINE]
+    found = report["sizes"]["12"]
+    for repetition in found["repetitions"]:
+        measured = repetition["servers"]
+        # The floor answers our tools with our payloads: the same client code reads them.
+        assert measured[FLOOR_STDIO]["search_mean_results"] == 10
+        assert measured[FLOOR_STDIO]["rank_profiles"] == ["offline_lexical_v1@2.1.0"]
+        assert measured[FLOOR_STDIO]["envelope"]["text_bytes"] > 0
+        # The servers' own CPU is read (/proc): starting a Python server takes many ticks.
+        assert measured[ENGRAM_STDIO]["start_cpu_ms"] > 0
+        assert measured[FLOOR_STDIO]["start_cpu_ms"] > 0
+        assert (
+            measured[ENGINE]["search_mean_results"] == measured[ENGRAM_STDIO]["search_mean_results"]
+        )
+        for label, metric in SPLIT_METRICS.items():
+            cell = repetition["split"][ENGRAM_STDIO][label]
+            # CPU is counted in clock ticks: a phase of a few calls may read 0.
+            least = 0 if metric.endswith("_cpu_ms") else 1e-9
+            assert cell["ours"] == measured[ENGRAM_STDIO][metric] >= least
+            assert cell["measured_floor"] == measured[FLOOR_STDIO][metric] >= least
+            assert cell["measured_engine"] == measured[ENGINE][metric] >= least
+            assert all(cell[part] >= 0 for part in SPLIT_PARTS)
+            assert sum(cell[part] for part in SPLIT_PARTS) == pytest.approx(cell["ours"])
+    for label, metric in SPLIT_METRICS.items():
+        cell = found["split"][ENGRAM_STDIO][label]
+        assert cell["ours"] == pytest.approx(found["summary"][ENGRAM_STDIO][metric]["median"])
+        assert all(cell[part] >= 0 for part in SPLIT_PARTS)
+        assert sum(cell[part] for part in SPLIT_PARTS) == pytest.approx(cell["ours"])
+        for part in SPLIT_PARTS:
+            low, high = cell["ranges"][part]
+            assert 0 <= low <= high
+    table = capsys.readouterr().out
+    assert "where engram-stdio's time goes" in table
+    assert "capture+admission pair CPU" in table

@@ -8,7 +8,15 @@ import pytest
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.engine.context import TOOLS
 from engram_memory.engine.gate import Approval, check_approval
-from engram_memory.mcp_surface.catalog import GRANT_OF, INSTRUCTIONS, TOOL_NAMES, build_tools
+from engram_memory.mcp_surface.catalog import (
+    GRANT_OF,
+    INSTRUCTIONS,
+    SNAPSHOT,
+    TOOL_NAMES,
+    build_tools,
+    load_tools,
+    snapshot_text,
+)
 from engram_memory.mcp_surface.confirmations import (
     approval_of_state,
     approved,
@@ -46,6 +54,14 @@ def test_every_tool_is_published_with_contract_annotations_and_closed_schemas() 
         assert tool.output_schema is not None and "oneOf" in tool.output_schema
         assert tool.description and len(tool.description) > 200
     assert "search before you capture" in INSTRUCTIONS.lower()
+
+
+def test_the_shipped_tool_snapshot_is_what_the_contract_models_generate() -> None:
+    built = build_tools()
+    assert SNAPSHOT.read_text(encoding="utf-8") == snapshot_text(built), (
+        "mcp_surface/tools.json is stale: run python -m engram_memory.mcp_surface.catalog"
+    )
+    assert load_tools() == built  # the same tools, field for field
 
 
 def test_a_sealed_state_opens_only_untouched_and_under_its_key() -> None:

@@ -31,9 +31,12 @@ from engram_memory.contract.types import (
 
 
 class ClosedModel(BaseModel):
-    """Base of every input model: closed, frozen, strict, and ``null`` is never a value."""
+    """Base of every input model: closed, frozen, strict, and ``null`` is never a value.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    Each model's validator is built at its first use, not at import (``defer_build``): a
+    server answers initialize and tools/list without validating a tool's arguments."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
     @model_validator(mode="before")
     @classmethod

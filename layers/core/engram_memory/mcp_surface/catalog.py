@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Any, Final
 
 import mcp.types as types
@@ -62,6 +64,28 @@ def _bind_purpose(schema: Any, purpose_ref: str) -> Any:
     return bound
 
 
+# ``build_tools``' output, generated once and shipped beside this module: generating it imports
+# the output models and runs pydantic's JSON Schema generation, ~0.2-0.4 s of CPU that a server
+# would spend before its first tools/list. ``python -m engram_memory.mcp_surface.catalog``
+# writes it; tests/unit/test_mcp_surface_parts.py fails when it differs from ``build_tools``.
+SNAPSHOT: Final = Path(__file__).with_name("tools.json")
+
+
+def load_tools() -> dict[str, types.Tool]:
+    """Every tool, keyed by grant name, as ``build_tools`` makes them, read from ``SNAPSHOT``."""
+    published = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    return {grant: types.Tool.model_validate(published[grant]) for grant in TOOL_NAMES}
+
+
+def snapshot_text(tools: dict[str, types.Tool]) -> str:
+    """``SNAPSHOT``'s text for ``tools``: each tool as it goes on the wire (JSON, by alias)."""
+    published = {
+        grant: tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for grant, tool in tools.items()
+    }
+    return json.dumps(published, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def build_tools() -> dict[str, types.Tool]:
     """Every tool, keyed by grant name, with schemas generated from the contract models."""
     from engram_memory.contract.schemas import input_schema, output_envelope_schema
@@ -104,3 +128,8 @@ error.retriable only. Use one idempotency_key per logical operation and reuse it
 arguments, when you retry. JSON-RPC errors -32603 (trusted context unavailable) and -32602
 (unknown tool) are not memory answers: stop and report them to the host operator.
 """
+
+
+if __name__ == "__main__":  # regenerate the snapshot after a change to the contract models
+    SNAPSHOT.write_text(snapshot_text(build_tools()), encoding="utf-8")
+    sys.exit(0)

@@ -37,7 +37,7 @@ from engram_memory.mcp_surface.approval_channel import (
     Question,
     confirmation_mode,
 )
-from engram_memory.mcp_surface.catalog import GRANT_OF, INSTRUCTIONS, build_tools, for_purpose
+from engram_memory.mcp_surface.catalog import GRANT_OF, INSTRUCTIONS, for_purpose, load_tools
 from engram_memory.mcp_surface.confirmations import (
     ANSWER_KEY,
     approval_of_state,
@@ -145,8 +145,8 @@ class EngramMcp:
 
     @functools.cached_property
     def tools(self) -> dict[str, types.Tool]:
-        """The six tools, built on first use (schema generation is not start-up work)."""
-        return build_tools()
+        """The six tools, read on first use from the catalog's snapshot (``load_tools``)."""
+        return load_tools()
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         grant = GRANT_OF.get(name)
