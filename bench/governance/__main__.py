@@ -18,44 +18,63 @@ from bench.governance.canaries import canaries
 from bench.output import write_json
 
 PEERS = tuple(peers.PEERS)
-# The side-by-side rows: (label, our channel, the peers' channel); None: the side has none.
-ROWS: tuple[tuple[str, str | None, str | None], ...] = (
-    ("search tool", "search", "search"),
-    ("get / open tool", "get", "get"),
-    ("store files, server running (raw bytes)", "data_dir_live", "files_live"),
-    ("store files, server stopped (raw bytes)", "data_dir_stopped", "files_stopped"),
-    ("lexical index (FTS5 MATCH + vocabulary)", "fts_index", None),
-    ("vector index", "vector_index", None),
-    ("backup / copy taken before, plaintext bytes", "backup_plaintext", "copy_before_delete"),
-    ("that backup restored beside today's keys", "backup_with_live_keys", "copy_before_delete"),
-    ("that backup beside a keys/ copy kept from before", "backup_with_old_keys", None),
-    ("export taken before (plaintext by design)", "export_before", None),
-    ("export taken after", "export_after", None),
+# The side-by-side rows: (label, embedded channel, cloud channel, the peers' channel); None:
+# that side has no such channel.
+ROWS: tuple[tuple[str, str | None, str | None, str | None], ...] = (
+    ("search tool", "search", "search", "search"),
+    ("get / open tool", "get", "get", "get"),
+    (
+        "store files / table, server running (raw bytes)",
+        "data_dir_live",
+        "canonical_table",
+        "files_live",
+    ),
+    ("store files, server stopped (raw bytes)", "data_dir_stopped", None, "files_stopped"),
+    ("key store: a forgotten record's key still there", None, "key_table", None),
+    ("lexical index (FTS5 / OpenSearch stand-in)", "fts_index", "projection", None),
+    ("vector index", "vector_index", None, None),
+    (
+        "backup / copy taken before: plaintext bytes",
+        "backup_plaintext",
+        "table_copy_plaintext",
+        "copy_before_delete",
+    ),
+    (
+        "that copy, opened with today's keys",
+        "backup_with_live_keys",
+        "table_copy_with_live_keys",
+        "copy_before_delete",
+    ),
+    ("that copy beside a keys/ copy kept from before", "backup_with_old_keys", None, None),
+    ("export taken before (plaintext by design)", "export_before", None, None),
+    ("export taken after", "export_after", None, None),
 )
 
 
-def _cell(channels: dict[str, Any], name: str | None, fallback: str) -> str:
+def _cell(report: dict[str, Any], name: str | None, of: int | None = None) -> str:
+    if "unavailable" in report:
+        return "not run"
+    channels = report.get("channels", {})
     if name is None or name not in channels:
-        return fallback
+        return "n/a"
     row = channels[name]
-    return f"{row['found']}/{row.get('of', '')}".rstrip("/")
+    return f"{row['found']}/{row.get('of', of)}"
 
 
-def side_by_side(ours: dict[str, Any], theirs: dict[str, Any], count: int) -> str:
+def side_by_side(report: dict[str, Any]) -> str:
     """The forgetting table: canaries still found after each side's own forget/delete."""
-    header = [
-        "| after forget / delete: canaries found | Engram Memory | " + " | ".join(PEERS) + " |"
+    sides = ["Engram Memory (embedded)", "Engram Memory (cloud, moto)", *PEERS]
+    lines = [
+        "| after forget / delete: canaries found | " + " | ".join(sides) + " |",
+        "|---|" + "---|" * len(sides),
     ]
-    lines = [*header, "|---|---|" + "---|" * len(PEERS)]
-    for label, mine, their in ROWS:
-        cells = [_cell(ours["channels"], mine, "—")]
-        for peer in PEERS:
-            report = theirs.get(peer, {})
-            if "unavailable" in report:
-                cells.append("not run")
-                continue
-            channels = {k: {**v, "of": count} for k, v in report.get("channels", {}).items()}
-            cells.append(_cell(channels, their, "n/a"))
+    count = report["count"]
+    for label, embedded, cloud_channel, peer_channel in ROWS:
+        cells = [
+            _cell(report["forgetting"], embedded),
+            _cell(report["cloud"], cloud_channel),
+            *(_cell(report["peers"].get(peer, {}), peer_channel, count) for peer in PEERS),
+        ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -68,16 +87,26 @@ def isolation_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cloud_line(cloud: dict[str, Any]) -> str:
+    if "unavailable" in cloud:
+        return f"Cloud: not run ({cloud['unavailable']})."
+    return (
+        f"Cloud (moto): receipts {cloud['answers']}; the OpenSearch stand-in held none of them"
+        f" {cloud['cleared_ms']} ms after the first forget (outbox drained after each)."
+    )
+
+
 def summary(report: dict[str, Any]) -> str:
     ours = report["forgetting"]
     gate = report["admission"]
     out = [
-        side_by_side(ours, report["peers"], report["count"]),
+        side_by_side(report),
         "",
         f"Forgetting: {ours['forgotten']} records forgotten, {ours['withdrawn']} candidates"
         f" withdrawn, {ours['approvals_asked']} approvals given in the client's form;"
         f" receipts {ours['answers']}; all projections cleared {ours['cleared_ms']} ms after"
         f" the first forget (semantic channel: {'on' if ours['semantic'] else 'off'}).",
+        _cloud_line(report["cloud"]),
         "",
         isolation_table(report["isolation"]),
         f"owner's records intact after the probes: {report['isolation']['owner_records_intact']}",
@@ -92,10 +121,21 @@ def summary(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _cloud(count: int, work: Path) -> dict[str, Any]:
+    from bench.governance import cloud
+
+    work.mkdir(parents=True)
+    try:
+        return cloud.run(count, work)
+    except ImportError as error:  # moto and the tests' helpers: the dev install
+        return {"unavailable": f"the cloud run needs the dev extras: {error}"}
+
+
 def run(count: int, admission_limit: int | None, work: Path, with_peers: bool) -> dict[str, Any]:
     report: dict[str, Any] = {"count": count}
     report["admission"] = admission.run(admission.sliced(admission.load(), admission_limit))
     report["forgetting"] = forgetting.run(count, work / "forgetting")
+    report["cloud"] = _cloud(count, work / "cloud")
     report["isolation"] = isolation.run(count, work / "isolation")
     report["peers"] = (
         peers.run(canaries(count, "forget"), work / "peers")

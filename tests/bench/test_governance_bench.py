@@ -53,7 +53,7 @@ def test_the_quick_run_reports_every_part_and_ours_leaves_nothing(tmp_path: Path
     report_file = tmp_path / "governance.json"
     assert governance.main(["--quick", "--no-peers", "--json", str(report_file)]) == 0
     report = json.loads(report_file.read_text(encoding="utf-8"))
-    assert set(report) == {"count", "admission", "forgetting", "isolation", "peers"}
+    assert set(report) == {"count", "admission", "forgetting", "cloud", "isolation", "peers"}
 
     ours = report["forgetting"]
     assert (ours["forgotten"], ours["withdrawn"], ours["approvals_asked"]) == (5, 5, 10)
@@ -67,6 +67,12 @@ def test_the_quick_run_reports_every_part_and_ours_leaves_nothing(tmp_path: Path
         assert channel["found"] == expected, (name, channel)
     assert ours["answers"]["projection_invalidation:complete"] == 5
     assert ours["polls_after_last_forget"] == 0
+
+    cloud = report["cloud"]  # the AWS adapters on moto, the OpenSearch stand-in
+    assert cloud["controls_before_forget"] == {"search": 5, "projection": 5, "key_table": 5}
+    assert {name: row["found"] for name, row in cloud["channels"].items()} == dict.fromkeys(
+        cloud["channels"], 0
+    )
 
     isolation = report["isolation"]
     assert isolation["found"] == 0
