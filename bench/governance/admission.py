@@ -220,7 +220,7 @@ def report(results: Sequence[dict[str, str]], setting: dict[str, Any]) -> dict[s
     }
 
 
-def _table(result: dict[str, Any]) -> str:
+def table(result: dict[str, Any]) -> str:
     lines = ["| class | items | caught | recall | precision |", "|---|---|---|---|---|"]
     for label, row in result["classes"].items():
         lines.append(
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the full report here")
     args = parser.parse_args(argv)
     result = run(sliced(load(), args.limit))
-    print(_table(result))
+    print(table(result))
     write_json(args.json, result)
     return 0
 

@@ -77,7 +77,7 @@ class McpClient:
                 expires_in_s=86_400,
             )
             self._sessions[workspace] = self._stack.enter_context(
-                self._portal.wrap_async_context_manager(_connect(self._url, token))
+                self._portal.wrap_async_context_manager(connect(self._url, token))
             )
         return self._sessions[workspace]
 
@@ -89,11 +89,15 @@ class McpClient:
 
 
 @contextlib.asynccontextmanager
-async def _connect(url: str, token: str) -> Any:
+async def connect(url: str, token: str, elicitation_callback: Any = None) -> Any:
+    """The official client over Streamable HTTP with ``token``; with ``elicitation_callback``
+    it declares elicitation and the callback answers the server's confirmations."""
     headers = {"Authorization": f"Bearer {token}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60)) as http,
-        Client(streamable_http_client(url, http_client=http)) as client,
+        Client(
+            streamable_http_client(url, http_client=http), elicitation_callback=elicitation_callback
+        ) as client,
     ):
         yield client
 
