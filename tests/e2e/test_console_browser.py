@@ -11,6 +11,7 @@ text looked for in every page the console serves.
 from __future__ import annotations
 
 # ruff: noqa: S603 - the subprocess is this environment's own engram-memory
+import json
 import re
 import subprocess
 import uuid
@@ -363,3 +364,35 @@ def test_the_overview_charts_the_days_activity_and_the_audit_filters_by_time(
         press(browser, "//button[text()='Filter']")
         rows = text_of(browser, "#audit tbody tr")
         assert (rows != ["No entries."]) is some, (since, until, rows)
+
+
+def admin(seeded: Seeded, *words: str) -> Any:
+    """The real ``engram-memory admin WORDS... --json`` on the server's data dir: its JSON."""
+    done = subprocess.run(
+        [engram_cli(), "admin", *words, "--data-dir", str(seeded.data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(done.stdout)
+
+
+def test_the_record_page_shows_the_records_receipts_as_admin_records_show_gives_them(
+    browser: webdriver.Chrome, seeded: Seeded
+) -> None:
+    sign_in(browser, seeded)
+    browser.get(f"{seeded.service.base_url}/console/records/{seeded.keep_id}")
+    shown = browser.find_element(By.ID, "receipts").text
+    record = admin(seeded, "records", "show", seeded.keep_id)
+    body = record["record"]
+    for value in (
+        record["record_digest"],
+        body["payload_digest"],
+        body["authorization_receipt_digest"],
+        body["trust"]["receipt_digest"],
+        body["trust"]["class"],
+    ):
+        assert value in shown, (value, shown)
+    assert "Authorization receipt" in shown
+    assert "Trust receipt" in shown

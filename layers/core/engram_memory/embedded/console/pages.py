@@ -155,10 +155,35 @@ def record(ask: Ask) -> Answer:
             "record": shown,
             "memory": memory_from_record(body, digest=shown["record_digest"]) if body else None,
             "history": history,
+            "receipts": receipts(shown["record_digest"], body or {}),
             "actions": [(name, ACTION_LABELS[name]) for name in _actions_for(shown["state"])],
             "done": ask.query.get("done", ""),
         },
     )
+
+
+# The record's own receipts, as ``admin records show`` prints them in its body: (label, field).
+RECEIPTS: Final = (
+    ("Payload digest", "payload_digest"),
+    ("Authorization receipt", "authorization_receipt_digest"),
+    ("Recorded at", "recorded_at"),
+    ("Recorded at cursor", "recorded_cursor"),
+)
+TRUST_RECEIPT: Final = (
+    ("Trust class", "class"),
+    ("Trust receipt", "receipt_digest"),
+    ("Trust evidence", "evidence_digest"),
+    ("Trust verifier", "verifier_id"),
+    ("Trust issued at", "issued_at"),
+)
+
+
+def receipts(record_digest: str, body: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The record's digest and the receipts its body carries (none once it is shredded)."""
+    trust = body.get("trust") or {}
+    shown = [("Record digest", record_digest)]
+    shown += [(label, str(body[name])) for label, name in RECEIPTS if body.get(name) is not None]
+    return shown + [(label, str(trust[name])) for label, name in TRUST_RECEIPT if name in trust]
 
 
 def _actions_for(state: str) -> list[str]:
