@@ -29,6 +29,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
+from engram_memory.contract.types import format_instant
 from engram_memory.engine.context import Scope
 
 from browser_support import open_chromium, text_of
@@ -396,3 +397,40 @@ def test_the_record_page_shows_the_records_receipts_as_admin_records_show_gives_
         assert value in shown, (value, shown)
     assert "Authorization receipt" in shown
     assert "Trust receipt" in shown
+
+
+def captured_by(seeded: Seeded, record_id: str) -> tuple[str, str]:
+    """The principal that captured a record and the capture's UTC date, from the store."""
+    scope = Scope(seeded.service.server.surface.runtime.host.tenant_id, WORKSPACE)
+    store = seeded.service.server.host.store
+    row = store.record_get(scope, record_id)
+    assert row is not None
+    candidate = store.candidate_get(scope, row.candidate_id)
+    assert candidate is not None
+    return candidate.principal, format_instant(candidate.created_at_ms)[:10]
+
+
+def test_the_records_list_filters_by_capturing_principal_and_capture_time(
+    browser: webdriver.Chrome, seeded: Seeded
+) -> None:
+    sign_in(browser, seeded)
+    principal, day = captured_by(seeded, seeded.keep_id)
+    cases = (
+        ({"principal": principal}, True),
+        ({"principal": "someone-else"}, False),
+        ({"since": day, "until": day}, True),
+        ({"since": "2999"}, False),
+        ({"until": "2000-01-01"}, False),
+        ({"principal": principal, "since": day, "state": "accepted_current"}, True),
+    )
+    with httpx2.Client(base_url=seeded.service.base_url, cookies=session_cookie(browser)) as http:
+        for params, listed in cases:
+            page = http.get("/console/records", params={"workspace": WORKSPACE, **params})
+            assert page.status_code == 200, page.text
+            assert (seeded.keep_id in page.text) is listed, params
+            assert (principal in page.text) is listed, params  # the "Captured by" column
+    browser.get(f"{seeded.service.base_url}/console/records")
+    browser.find_element(By.ID, "principal").send_keys(principal)
+    press(browser, "//button[text()='Filter']")
+    rows = text_of(browser, "#records tbody tr")
+    assert any(seeded.keep_id in row and principal in row for row in rows), rows

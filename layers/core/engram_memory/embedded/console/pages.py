@@ -132,15 +132,34 @@ def records(ask: Ask) -> Answer:
                 "next_cursor": found.get("next_page_cursor"),
             },
         )
+    return _listed(ask)
+
+
+def _listed(ask: Ask) -> Answer:
+    """The list by state, and by capturing principal and capture time when asked."""
+    filters = {name: ask.query.get(name, "").strip() for name in ("principal", "since", "until")}
     state = ask.query.get("state") or None
     after = ask.query.get("after", "")
     rows = ask.run(
-        lambda e, s, op: usecases.records_list(e, s, op, state=state, after=after, limit=PAGE_SIZE)
+        lambda e, s, op: (
+            usecases.records_filtered(
+                e, s, op, state=state, after=after, limit=PAGE_SIZE, **filters
+            )
+            if any(filters.values())
+            else usecases.records_list(e, s, op, state=state, after=after, limit=PAGE_SIZE)
+        )
     )
     more = rows[-1]["record_id"] if len(rows) == PAGE_SIZE else None
     return Page(
         "records.html",
-        {"query": "", "rows": rows, "state": state or "", "states": RECORD_STATES, "more": more},
+        {
+            "query": "",
+            "rows": rows,
+            "state": state or "",
+            "states": RECORD_STATES,
+            "filters": filters,
+            "more": more,
+        },
     )
 
 
@@ -288,10 +307,7 @@ def answer_approval(ask: Ask) -> Answer:
 def _matches(entry: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
     """Whether an audit entry passes the page's filters: tool, principal and outcome exactly,
     ``since``/``until`` as ISO-8601 UTC prefixes (the entries' ``at`` sorts as text)."""
-    at = str(entry.get("at", ""))
-    if filters["since"] and at < filters["since"]:
-        return False
-    if filters["until"] and at[: len(filters["until"])] > filters["until"]:
+    if not usecases.within(str(entry.get("at", "")), filters["since"], filters["until"]):
         return False
     exact = {"tool": "tool", "principal": "principal", "outcome": "code"}
     return all(
