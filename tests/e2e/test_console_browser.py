@@ -434,3 +434,37 @@ def test_the_records_list_filters_by_capturing_principal_and_capture_time(
     press(browser, "//button[text()='Filter']")
     rows = text_of(browser, "#records tbody tr")
     assert any(seeded.keep_id in row and principal in row for row in rows), rows
+
+
+def test_a_backup_is_taken_listed_and_verified_from_the_console_under_the_operators_name(
+    browser: webdriver.Chrome, seeded: Seeded
+) -> None:
+    sign_in(browser, seeded)
+    browser.find_element(By.LINK_TEXT, "Backups").click()
+    assert title(browser) == "Backups"
+    press(browser, "//button[@id='create']")
+    result = browser.find_element(By.ID, "result").text
+    assert "created" in result
+    assert int(browser.find_element(By.ID, "result-records").text) >= 1
+    taken = sorted((seeded.data_dir / "backups").glob("*.engram-backup.db"))[-1]
+    assert taken.name in result
+    row = next(r for r in text_of(browser, "#backups tbody tr") if taken.name in r)
+    assert str(taken.stat().st_size) in row
+    assert f"/{WORKSPACE}:" in row  # the backup's own journal heads
+
+    verify = f"//tr[contains(., '{taken.name}')]//button[text()='Verify']"
+    press(browser, verify)
+    result = browser.find_element(By.ID, "result").text
+    assert "verified" in result and taken.name in result
+    # a file that is no backup fails the same check
+    forged = taken.with_name("0000-forged.engram-backup.db")
+    forged.write_bytes(b"not a database")
+    browser.get(f"{seeded.service.base_url}/console/backups")
+    press(browser, "//tr[contains(., '0000-forged')]//button[text()='Verify']")
+    assert title(browser) == "Refused: BACKUP_INVALID"
+    assert "unreadable database" in browser.find_element(By.ID, "detail").text
+
+    browser.get(f"{seeded.service.base_url}/console/audit?principal=operator:{OPERATOR}")
+    rows = text_of(browser, "#audit tbody tr")
+    assert any("admin.backup " in f"{r} " and taken.name in r for r in rows), rows
+    assert any("admin.backup_verify" in r and taken.name in r for r in rows), rows

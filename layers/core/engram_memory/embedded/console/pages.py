@@ -11,12 +11,15 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 from urllib.parse import urlencode
 
 from engram_memory.approval_page import memory_from_record
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.types import format_instant
+from engram_memory.embedded import backup as backups_of
+from engram_memory.embedded.data_dir import BACKUP_SUFFIX, backups_path
 from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE
 from engram_memory.operator_plane import usecases
 from engram_memory.operator_plane.commands import DEFAULT_WORKSPACE
@@ -66,6 +69,7 @@ class Ask:
     seat: OperatorSeat
     approvals: EmbeddedApprovals
     now_ms: int
+    data_dir: Path
     query: Mapping[str, str] = field(default_factory=dict)
     path: Mapping[str, str] = field(default_factory=dict)
     form: Mapping[str, str] = field(default_factory=dict)
@@ -353,6 +357,41 @@ def activity(
     ]
 
 
+def backups(ask: Ask, result: Mapping[str, Any] | None = None, done: str = "") -> Answer:
+    """The backups the console took into the data directory's ``backups/``, newest first."""
+    return Page(
+        "backups.html",
+        {
+            "backups": backups_of.backups_listed(backups_path(ask.data_dir)),
+            "result": result,
+            "done": done,
+        },
+    )
+
+
+def backup_create(ask: Ask) -> Answer:
+    """``admin backup`` through the seat (audited under the operator's name) into a new file
+    named by the time it was taken; answers the list with what the copy holds."""
+    folder = backups_path(ask.data_dir)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    name = format_instant(ask.now_ms).replace(":", "-") + BACKUP_SUFFIX
+    taken = ask.seat.backup(str(folder / name))
+    return backups(ask, {**taken, "backup": name}, "created")
+
+
+def backup_verify(ask: Ask) -> Answer:
+    """A restore's check of one listed backup, with this data directory's key store; nothing
+    is restored."""
+    name = ask.path["name"]
+    found = backups_path(ask.data_dir) / name
+    if "/" in name or name.startswith(".") or not name.endswith(BACKUP_SUFFIX):
+        raise EngramError(ErrorCode.NOT_FOUND)
+    if not found.is_file():
+        raise EngramError(ErrorCode.NOT_FOUND)
+    checked = backups_of.verify_backup(ask.data_dir, found, ask.session.operator)
+    return backups(ask, checked, "verified")
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -372,4 +411,7 @@ PAGES: Final[tuple[tuple[str, str, Callable[[Ask], Answer]], ...]] = (
     ("GET", "/approvals", approvals),
     ("POST", "/approvals/{approval_id}", answer_approval),
     ("GET", "/audit", audit),
+    ("GET", "/backups", backups),
+    ("POST", "/backups", backup_create),
+    ("POST", "/backups/{name}", backup_verify),
 )
