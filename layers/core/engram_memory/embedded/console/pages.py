@@ -145,12 +145,8 @@ def _listed(ask: Ask) -> Answer:
     state = ask.query.get("state") or None
     after = ask.query.get("after", "")
     rows = ask.run(
-        lambda e, s, op: (
-            usecases.records_filtered(
-                e, s, op, state=state, after=after, limit=PAGE_SIZE, **filters
-            )
-            if any(filters.values())
-            else usecases.records_list(e, s, op, state=state, after=after, limit=PAGE_SIZE)
+        lambda e, s, op: usecases.records_list(
+            e, s, op, state=state, after=after, limit=PAGE_SIZE, **filters
         )
     )
     more = rows[-1]["record_id"] if len(rows) == PAGE_SIZE else None
