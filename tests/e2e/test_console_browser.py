@@ -11,6 +11,7 @@ text looked for in every page the console serves.
 from __future__ import annotations
 
 # ruff: noqa: S603 - the subprocess is this environment's own engram-memory
+import json
 import re
 import subprocess
 import uuid
@@ -28,6 +29,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
+from engram_memory.contract.types import format_instant
 from engram_memory.engine.context import Scope
 
 from browser_support import open_chromium, text_of
@@ -363,3 +365,106 @@ def test_the_overview_charts_the_days_activity_and_the_audit_filters_by_time(
         press(browser, "//button[text()='Filter']")
         rows = text_of(browser, "#audit tbody tr")
         assert (rows != ["No entries."]) is some, (since, until, rows)
+
+
+def admin(seeded: Seeded, *words: str) -> Any:
+    """The real ``engram-memory admin WORDS... --json`` on the server's data dir: its JSON."""
+    done = subprocess.run(
+        [engram_cli(), "admin", *words, "--data-dir", str(seeded.data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(done.stdout)
+
+
+def test_the_record_page_shows_the_records_receipts_as_admin_records_show_gives_them(
+    browser: webdriver.Chrome, seeded: Seeded
+) -> None:
+    sign_in(browser, seeded)
+    browser.get(f"{seeded.service.base_url}/console/records/{seeded.keep_id}")
+    shown = browser.find_element(By.ID, "receipts").text
+    record = admin(seeded, "records", "show", seeded.keep_id)
+    body = record["record"]
+    for value in (
+        record["record_digest"],
+        body["payload_digest"],
+        body["authorization_receipt_digest"],
+        body["trust"]["receipt_digest"],
+        body["trust"]["class"],
+    ):
+        assert value in shown, (value, shown)
+    assert "Authorization receipt" in shown
+    assert "Trust receipt" in shown
+
+
+def captured_by(seeded: Seeded, record_id: str) -> tuple[str, str]:
+    """The principal that captured a record and the capture's UTC date, from the store."""
+    scope = Scope(seeded.service.server.surface.runtime.host.tenant_id, WORKSPACE)
+    store = seeded.service.server.host.store
+    row = store.record_get(scope, record_id)
+    assert row is not None
+    candidate = store.candidate_get(scope, row.candidate_id)
+    assert candidate is not None
+    return candidate.principal, format_instant(candidate.created_at_ms)[:10]
+
+
+def test_the_records_list_filters_by_capturing_principal_and_capture_time(
+    browser: webdriver.Chrome, seeded: Seeded
+) -> None:
+    sign_in(browser, seeded)
+    principal, day = captured_by(seeded, seeded.keep_id)
+    cases = (
+        ({"principal": principal}, True),
+        ({"principal": "someone-else"}, False),
+        ({"since": day, "until": day}, True),
+        ({"since": "2999"}, False),
+        ({"until": "2000-01-01"}, False),
+        ({"principal": principal, "since": day, "state": "accepted_current"}, True),
+    )
+    with httpx2.Client(base_url=seeded.service.base_url, cookies=session_cookie(browser)) as http:
+        for params, listed in cases:
+            page = http.get("/console/records", params={"workspace": WORKSPACE, **params})
+            assert page.status_code == 200, page.text
+            assert (seeded.keep_id in page.text) is listed, params
+            assert (principal in page.text) is listed, params  # the "Captured by" column
+    browser.get(f"{seeded.service.base_url}/console/records")
+    browser.find_element(By.ID, "principal").send_keys(principal)
+    press(browser, "//button[text()='Filter']")
+    rows = text_of(browser, "#records tbody tr")
+    assert any(seeded.keep_id in row and principal in row for row in rows), rows
+
+
+def test_a_backup_is_taken_listed_and_verified_from_the_console_under_the_operators_name(
+    browser: webdriver.Chrome, seeded: Seeded
+) -> None:
+    sign_in(browser, seeded)
+    browser.find_element(By.LINK_TEXT, "Backups").click()
+    assert title(browser) == "Backups"
+    press(browser, "//button[@id='create']")
+    result = browser.find_element(By.ID, "result").text
+    assert "created" in result
+    assert int(browser.find_element(By.ID, "result-records").text) >= 1
+    taken = sorted((seeded.data_dir / "backups").glob("*.engram-backup.db"))[-1]
+    assert taken.name in result
+    row = next(r for r in text_of(browser, "#backups tbody tr") if taken.name in r)
+    assert str(taken.stat().st_size) in row
+    assert f"/{WORKSPACE}:" in row  # the backup's own journal heads
+
+    verify = f"//tr[contains(., '{taken.name}')]//button[text()='Verify']"
+    press(browser, verify)
+    result = browser.find_element(By.ID, "result").text
+    assert "verified" in result and taken.name in result
+    # a file that is no backup fails the same check
+    forged = taken.with_name("0000-forged.engram-backup.db")
+    forged.write_bytes(b"not a database")
+    browser.get(f"{seeded.service.base_url}/console/backups")
+    press(browser, "//tr[contains(., '0000-forged')]//button[text()='Verify']")
+    assert title(browser) == "Refused: BACKUP_INVALID"
+    assert "unreadable database" in browser.find_element(By.ID, "detail").text
+
+    browser.get(f"{seeded.service.base_url}/console/audit?principal=operator:{OPERATOR}")
+    rows = text_of(browser, "#audit tbody tr")
+    assert any("admin.backup " in f"{r} " and taken.name in r for r in rows), rows
+    assert any("admin.backup_verify" in r and taken.name in r for r in rows), rows

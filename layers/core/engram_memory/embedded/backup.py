@@ -31,6 +31,7 @@ from engram_memory.adapters.local.private_files import fsync_dir
 from engram_memory.adapters.local.sqlite_store import SqliteStore
 from engram_memory.adapters.local.vault import LocalVault, load_or_create_master_key
 from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.types import format_instant
 from engram_memory.embedded.composition import (
     KEY_STORE_META,
     holds_memories,
@@ -41,6 +42,7 @@ from engram_memory.embedded.composition import (
     prepare_data_dir,
 )
 from engram_memory.embedded.data_dir import (
+    BACKUP_SUFFIX,
     CANDIDATE_KEYS_FILE,
     DATABASE_FILE,
     KEYS_DIR,
@@ -57,7 +59,7 @@ from engram_memory.operator_plane.crash_points import crash_point
 from engram_memory.operator_plane.text import progress
 from engram_memory.operator_plane.usecases import audited, reindex
 
-__all__ = ["OperationRefused", "backup", "restore"]
+__all__ = ["OperationRefused", "backup", "backups_listed", "restore", "verify_backup"]
 
 _PAGE = 500
 # What the operator does about keys/ before a restore (docs/operating.md, "Backup and restore"):
@@ -112,6 +114,69 @@ def backup(data_dir: Path, target: Path, operator: str) -> dict[str, Any]:
         return audited(host.engine, scope, operator, "backup", target.name, run)
     finally:
         host.close()
+
+
+def verify_backup(data_dir: Path, backup_file: Path, operator: str) -> dict[str, Any]:
+    """Check ``backup_file`` as a restore would (``_check``, with ``data_dir``'s key store),
+    restoring nothing: on a hidden copy, since opening a database as a store changes its file.
+    Audited as ``admin.backup_verify``; a failed check raises ``OperationRefused``."""
+    host = open_existing(data_dir)
+    try:
+
+        def run(_call: Any) -> dict[str, Any]:
+            staged = backup_file.with_name(f".{backup_file.name}.verify-{secrets.token_hex(6)}")
+            try:
+                _copy(backup_file, staged)
+                checked = _check(staged, host.vault.record_keys)
+            finally:
+                _unlink_database(staged)
+            return {
+                "backup": backup_file.name,
+                "journal_heads": checked.scopes,
+                "records": checked.records,
+                "records_without_key": checked.without_key,
+                "key_store_id": checked.key_store_id,
+            }
+
+        scope = Scope(host.config.tenant_id, "*")
+        return audited(host.engine, scope, operator, "backup_verify", backup_file.name, run)
+    finally:
+        host.close()
+
+
+def backups_listed(folder: Path) -> list[dict[str, Any]]:
+    """The backups in ``folder``, newest first: name, size, time, and what each one's own
+    tables say (key store id, journal heads), read only; ``None`` for a file that is not one."""
+    found = sorted(folder.glob(f"*{BACKUP_SUFFIX}"), key=lambda path: path.name, reverse=True)
+    return [
+        {
+            "name": path.name,
+            "bytes": path.stat().st_size,
+            "modified_at": format_instant(int(path.stat().st_mtime * 1000)),
+            **_own_metadata(path),
+        }
+        for path in found
+    ]
+
+
+def _own_metadata(path: Path) -> dict[str, Any]:
+    try:
+        probe = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            meta = probe.execute(
+                "SELECT value FROM store_meta WHERE key = ?", (KEY_STORE_META,)
+            ).fetchone()
+            heads = probe.execute(
+                "SELECT tenant_id, workspace_id, cursor FROM journal_heads ORDER BY 1, 2"
+            ).fetchall()
+        finally:
+            probe.close()
+    except sqlite3.Error:
+        return {"key_store_id": None, "journal_heads": None}
+    return {
+        "key_store_id": meta[0] if meta else None,
+        "journal_heads": {f"{tenant}/{workspace}": cursor for tenant, workspace, cursor in heads},
+    }
 
 
 def _staged_backup(store: SqliteStore, record_keys: RecordKeys, staged: Path) -> _Checked:

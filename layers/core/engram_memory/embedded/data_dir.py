@@ -7,6 +7,8 @@
 - ``approvals.sqlite3``        the approval book (``adapters/local/approvals.py``)
 - ``console.sqlite3``          the console's one-time sign-in links, hashed
                                 (``embedded/console/links.py``)
+- ``backups/``                  the backups the console takes (``embedded/backup.py``;
+                                ``admin backup`` writes wherever it is told)
 - ``host.json``                 the host configuration (resource, tenant, admission, retention)
 - ``issued-tokens.jsonl``      the id, principal and expiry of every token minted here
 - ``lease.lock``                its ``flock`` is the data directory's lease: held by the one
@@ -29,6 +31,8 @@ DATABASE_FILE: Final = "engram.db"
 AUDIT_FILE: Final = "audit.log"
 CONSOLE_FILE: Final = "console.sqlite3"
 HOST_CONFIG_FILE: Final = "host.json"
+BACKUPS_DIR: Final = "backups"
+BACKUP_SUFFIX: Final = ".engram-backup.db"
 # Locked by the one process that owns the directory, not written (data_dir_lease.py).
 LEASE_FILE: Final = "lease.lock"
 ISSUED_TOKENS_FILE: Final = "issued-tokens.jsonl"
@@ -46,6 +50,11 @@ REQUEST_STATE_KEY_FILE: Final[str] = "request-state.key"
 def host_config_path(data_dir: Path) -> Path:
     """Where the host configuration of ``data_dir`` lives."""
     return Path(data_dir) / HOST_CONFIG_FILE
+
+
+def backups_path(data_dir: Path) -> Path:
+    """Where the console keeps the backups it takes of ``data_dir``."""
+    return Path(data_dir) / BACKUPS_DIR
 
 
 def key_path(data_dir: Path, name: str) -> Path:

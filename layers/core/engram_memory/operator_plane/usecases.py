@@ -423,6 +423,12 @@ def _record_summary(row: RecordRow) -> dict[str, Any]:
     return summary
 
 
+def within(at: str, since: str, until: str) -> bool:
+    """Whether an ISO-8601 UTC instant falls in ``since``..``until``, each an ISO-8601 prefix
+    (``2026-12``, ``2026-12-06T01``) or empty for no bound: instants sort as text."""
+    return not (since and at < since) and not (until and at[: len(until)] > until)
+
+
 def records_list(
     engine: Kernel,
     scope: Scope,
@@ -431,12 +437,42 @@ def records_list(
     state: str | None = None,
     after: str = "",
     limit: int = 100,
+    principal: str = "",
+    since: str = "",
+    until: str = "",
 ) -> list[dict[str, Any]]:
-    """The scope's records (in ``state`` when given), in id order: ids, states and digests."""
+    """The scope's records (in ``state`` when given), in id order: ids, states and digests.
+
+    With ``principal``, ``since`` or ``until``: only the records that principal captured and
+    whose capture time is ``within`` ``since``..``until``, each row with its ``principal`` and
+    ``captured_at`` (its candidate's). The store has no such query: this walks its id-ordered
+    list from ``after`` and keeps the rows that match, up to ``limit``, so the last row's id
+    pages on as the plain list does."""
     if state is not None and state not in (*LIFECYCLE_STATES, "tombstoned"):
         raise EngramError(ErrorCode.INVALID_SCHEMA)
 
+    def matching(row: RecordRow) -> dict[str, Any] | None:
+        candidate = engine.store.candidate_get(scope, row.candidate_id)
+        who = candidate.principal if candidate is not None else ""
+        at = format_instant(candidate.created_at_ms) if candidate is not None else ""
+        if (principal and who != principal) or not within(at, since, until):
+            return None
+        return {**_record_summary(row), "principal": who, "captured_at": at}
+
+    def filtered() -> list[dict[str, Any]]:
+        kept: list[dict[str, Any]] = []
+        cursor = after
+        while len(kept) < limit:
+            rows = engine.store.records_list(scope, state, cursor, _PAGE)  # type: ignore[arg-type]
+            kept += [shown for row in rows if (shown := matching(row)) is not None]
+            if len(rows) < _PAGE:
+                break
+            cursor = rows[-1].record_id
+        return kept[:limit]
+
     def run(call: Call) -> list[dict[str, Any]]:
+        if principal or since or until:
+            return filtered()
         rows = engine.store.records_list(scope, state, after, limit)  # type: ignore[arg-type]
         return [_record_summary(row) for row in rows]
 

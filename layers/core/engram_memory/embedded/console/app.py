@@ -225,6 +225,7 @@ def page_route(console: Console, hosts: list[str], method: str, path: str, page:
             seat=console.seat(session.operator),
             approvals=console.approvals,
             now_ms=console.clock.now_ms(),
+            data_dir=console.data_dir,
             query=dict(request.query_params),
             path={name: str(value) for name, value in request.path_params.items()},
             form=form,

@@ -11,12 +11,15 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 from urllib.parse import urlencode
 
 from engram_memory.approval_page import memory_from_record
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.types import format_instant
+from engram_memory.embedded import backup as backups_of
+from engram_memory.embedded.data_dir import BACKUP_SUFFIX, backups_path
 from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE
 from engram_memory.operator_plane import usecases
 from engram_memory.operator_plane.commands import DEFAULT_WORKSPACE
@@ -66,6 +69,7 @@ class Ask:
     seat: OperatorSeat
     approvals: EmbeddedApprovals
     now_ms: int
+    data_dir: Path
     query: Mapping[str, str] = field(default_factory=dict)
     path: Mapping[str, str] = field(default_factory=dict)
     form: Mapping[str, str] = field(default_factory=dict)
@@ -132,15 +136,30 @@ def records(ask: Ask) -> Answer:
                 "next_cursor": found.get("next_page_cursor"),
             },
         )
+    return _listed(ask)
+
+
+def _listed(ask: Ask) -> Answer:
+    """The list by state, and by capturing principal and capture time when asked."""
+    filters = {name: ask.query.get(name, "").strip() for name in ("principal", "since", "until")}
     state = ask.query.get("state") or None
     after = ask.query.get("after", "")
     rows = ask.run(
-        lambda e, s, op: usecases.records_list(e, s, op, state=state, after=after, limit=PAGE_SIZE)
+        lambda e, s, op: usecases.records_list(
+            e, s, op, state=state, after=after, limit=PAGE_SIZE, **filters
+        )
     )
     more = rows[-1]["record_id"] if len(rows) == PAGE_SIZE else None
     return Page(
         "records.html",
-        {"query": "", "rows": rows, "state": state or "", "states": RECORD_STATES, "more": more},
+        {
+            "query": "",
+            "rows": rows,
+            "state": state or "",
+            "states": RECORD_STATES,
+            "filters": filters,
+            "more": more,
+        },
     )
 
 
@@ -155,10 +174,35 @@ def record(ask: Ask) -> Answer:
             "record": shown,
             "memory": memory_from_record(body, digest=shown["record_digest"]) if body else None,
             "history": history,
+            "receipts": receipts(shown["record_digest"], body or {}),
             "actions": [(name, ACTION_LABELS[name]) for name in _actions_for(shown["state"])],
             "done": ask.query.get("done", ""),
         },
     )
+
+
+# The record's own receipts, as ``admin records show`` prints them in its body: (label, field).
+RECEIPTS: Final = (
+    ("Payload digest", "payload_digest"),
+    ("Authorization receipt", "authorization_receipt_digest"),
+    ("Recorded at", "recorded_at"),
+    ("Recorded at cursor", "recorded_cursor"),
+)
+TRUST_RECEIPT: Final = (
+    ("Trust class", "class"),
+    ("Trust receipt", "receipt_digest"),
+    ("Trust evidence", "evidence_digest"),
+    ("Trust verifier", "verifier_id"),
+    ("Trust issued at", "issued_at"),
+)
+
+
+def receipts(record_digest: str, body: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The record's digest and the receipts its body carries (none once it is shredded)."""
+    trust = body.get("trust") or {}
+    shown = [("Record digest", record_digest)]
+    shown += [(label, str(body[name])) for label, name in RECEIPTS if body.get(name) is not None]
+    return shown + [(label, str(trust[name])) for label, name in TRUST_RECEIPT if name in trust]
 
 
 def _actions_for(state: str) -> list[str]:
@@ -263,10 +307,7 @@ def answer_approval(ask: Ask) -> Answer:
 def _matches(entry: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
     """Whether an audit entry passes the page's filters: tool, principal and outcome exactly,
     ``since``/``until`` as ISO-8601 UTC prefixes (the entries' ``at`` sorts as text)."""
-    at = str(entry.get("at", ""))
-    if filters["since"] and at < filters["since"]:
-        return False
-    if filters["until"] and at[: len(filters["until"])] > filters["until"]:
+    if not usecases.within(str(entry.get("at", "")), filters["since"], filters["until"]):
         return False
     exact = {"tool": "tool", "principal": "principal", "outcome": "code"}
     return all(
@@ -312,6 +353,41 @@ def activity(
     ]
 
 
+def backups(ask: Ask, result: Mapping[str, Any] | None = None, done: str = "") -> Answer:
+    """The backups the console took into the data directory's ``backups/``, newest first."""
+    return Page(
+        "backups.html",
+        {
+            "backups": backups_of.backups_listed(backups_path(ask.data_dir)),
+            "result": result,
+            "done": done,
+        },
+    )
+
+
+def backup_create(ask: Ask) -> Answer:
+    """``admin backup`` through the seat (audited under the operator's name) into a new file
+    named by the time it was taken; answers the list with what the copy holds."""
+    folder = backups_path(ask.data_dir)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    name = format_instant(ask.now_ms).replace(":", "-") + BACKUP_SUFFIX
+    taken = ask.seat.backup(str(folder / name))
+    return backups(ask, {**taken, "backup": name}, "created")
+
+
+def backup_verify(ask: Ask) -> Answer:
+    """A restore's check of one listed backup, with this data directory's key store; nothing
+    is restored."""
+    name = ask.path["name"]
+    found = backups_path(ask.data_dir) / name
+    if "/" in name or name.startswith(".") or not name.endswith(BACKUP_SUFFIX):
+        raise EngramError(ErrorCode.NOT_FOUND)
+    if not found.is_file():
+        raise EngramError(ErrorCode.NOT_FOUND)
+    checked = backups_of.verify_backup(ask.data_dir, found, ask.session.operator)
+    return backups(ask, checked, "verified")
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -331,4 +407,7 @@ PAGES: Final[tuple[tuple[str, str, Callable[[Ask], Answer]], ...]] = (
     ("GET", "/approvals", approvals),
     ("POST", "/approvals/{approval_id}", answer_approval),
     ("GET", "/audit", audit),
+    ("GET", "/backups", backups),
+    ("POST", "/backups", backup_create),
+    ("POST", "/backups/{name}", backup_verify),
 )
