@@ -305,7 +305,8 @@ def console_routes(console: Console, allowed_hosts: list[str]) -> list[Route]:
         _style_route(),
         *(
             page_route(console, allowed_hosts, method, path, page)
-            for method, path, page in pages.PAGES
+            for path, methods in pages.PAGES.items()
+            for method, page in methods.items()
         ),
         _not_found_route(console),
     ]

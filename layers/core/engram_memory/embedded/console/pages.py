@@ -182,27 +182,31 @@ def record(ask: Ask) -> Answer:
 
 
 # The record's own receipts, as ``admin records show`` prints them in its body: (label, field).
-RECEIPTS: Final = (
-    ("Payload digest", "payload_digest"),
-    ("Authorization receipt", "authorization_receipt_digest"),
-    ("Recorded at", "recorded_at"),
-    ("Recorded at cursor", "recorded_cursor"),
-)
-TRUST_RECEIPT: Final = (
-    ("Trust class", "class"),
-    ("Trust receipt", "receipt_digest"),
-    ("Trust evidence", "evidence_digest"),
-    ("Trust verifier", "verifier_id"),
-    ("Trust issued at", "issued_at"),
-)
+RECEIPTS: Final = {
+    "Payload digest": "payload_digest",
+    "Authorization receipt": "authorization_receipt_digest",
+    "Recorded at": "recorded_at",
+    "Recorded at cursor": "recorded_cursor",
+}
+TRUST_RECEIPT: Final = {
+    "Trust class": "class",
+    "Trust receipt": "receipt_digest",
+    "Trust evidence": "evidence_digest",
+    "Trust verifier": "verifier_id",
+    "Trust issued at": "issued_at",
+}
 
 
 def receipts(record_digest: str, body: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The record's digest and the receipts its body carries (none once it is shredded)."""
     trust = body.get("trust") or {}
     shown = [("Record digest", record_digest)]
-    shown += [(label, str(body[name])) for label, name in RECEIPTS if body.get(name) is not None]
-    return shown + [(label, str(trust[name])) for label, name in TRUST_RECEIPT if name in trust]
+    shown += [
+        (label, str(body[name])) for label, name in RECEIPTS.items() if body.get(name) is not None
+    ]
+    return shown + [
+        (label, str(trust[name])) for label, name in TRUST_RECEIPT.items() if name in trust
+    ]
 
 
 def _actions_for(state: str) -> list[str]:
@@ -395,19 +399,16 @@ def _int(text: str) -> int:
         return 1
 
 
-# (method, path, page): the console's pages under /console
-PAGES: Final[tuple[tuple[str, str, Callable[[Ask], Answer]], ...]] = (
-    ("GET", "/", overview),
-    ("GET", "/records", records),
-    ("GET", "/records/{record_id}", record),
-    ("POST", "/records/{record_id}", record_action),
-    ("GET", "/pending", pending),
-    ("GET", "/pending/{candidate_id}", candidate),
-    ("POST", "/pending/{candidate_id}", adjudicate),
-    ("GET", "/approvals", approvals),
-    ("POST", "/approvals/{approval_id}", answer_approval),
-    ("GET", "/audit", audit),
-    ("GET", "/backups", backups),
-    ("POST", "/backups", backup_create),
-    ("POST", "/backups/{name}", backup_verify),
-)
+# path -> {method: page}: the console's pages under /console
+PAGES: Final[dict[str, dict[str, Callable[[Ask], Answer]]]] = {
+    "/": {"GET": overview},
+    "/records": {"GET": records},
+    "/records/{record_id}": {"GET": record, "POST": record_action},
+    "/pending": {"GET": pending},
+    "/pending/{candidate_id}": {"GET": candidate, "POST": adjudicate},
+    "/approvals": {"GET": approvals},
+    "/approvals/{approval_id}": {"POST": answer_approval},
+    "/audit": {"GET": audit},
+    "/backups": {"GET": backups, "POST": backup_create},
+    "/backups/{name}": {"POST": backup_verify},
+}
