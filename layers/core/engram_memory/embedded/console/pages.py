@@ -18,7 +18,6 @@ from urllib.parse import urlencode
 from engram_memory.approval_page import memory_from_record
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.types import format_instant
-from engram_memory.embedded import backup as backups_of
 from engram_memory.embedded.data_dir import BACKUP_SUFFIX, backups_path
 from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE
 from engram_memory.operator_plane import usecases
@@ -359,10 +358,14 @@ def activity(
 
 def backups(ask: Ask, result: Mapping[str, Any] | None = None, done: str = "") -> Answer:
     """The backups the console took into the data directory's ``backups/``, newest first."""
+    # Imported here: embedded.backup loads the SQLite store and the vault, which a server must
+    # not import before its first call (a stdio server starts without the engine).
+    from engram_memory.embedded import backup
+
     return Page(
         "backups.html",
         {
-            "backups": backups_of.backups_listed(backups_path(ask.data_dir)),
+            "backups": backup.backups_listed(backups_path(ask.data_dir)),
             "result": result,
             "done": done,
         },
@@ -388,7 +391,9 @@ def backup_verify(ask: Ask) -> Answer:
         raise EngramError(ErrorCode.NOT_FOUND)
     if not found.is_file():
         raise EngramError(ErrorCode.NOT_FOUND)
-    checked = backups_of.verify_backup(ask.data_dir, found, ask.session.operator)
+    from engram_memory.embedded import backup
+
+    checked = backup.verify_backup(ask.data_dir, found, ask.session.operator)
     return backups(ask, checked, "verified")
 
 
