@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import socket
 import threading
 import time
@@ -18,9 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import aws_encryption_sdk
+import pytest
 from aws_cryptographic_material_providers.mpl import AwsCryptographicMaterialProviders
 from aws_cryptographic_material_providers.mpl.config import MaterialProvidersConfig
 from aws_cryptographic_material_providers.mpl.models import AesWrappingAlg, CreateRawAesKeyringInput
@@ -604,3 +606,12 @@ HARNESS_FACTORIES: dict[str, Callable[[Path], Harness]] = {
     "embedded": embedded_harness,
     "aws": aws_harness,
 }
+
+
+def tool_missing(reason: str) -> NoReturn:
+    """A test whose real tool (Chromium, node and npm, an npm package) is not here: skipped on a
+    developer's machine, saying why; a failure in CI (``CI=true``), where every tool is set up and
+    a skip would prove nothing."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"this test must run in CI: {reason}")
+    pytest.skip(reason)

@@ -7,11 +7,11 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from bench.governance import __main__ as governance
 from bench.governance import forgetting, peers
 from bench.governance.canaries import canaries, scan
+
+from engram_testing import tool_missing
 
 # What a forget cannot reach, by design (docs/operating.md "Forgetting that reaches backups"):
 # an export is a plaintext copy the operator holds, and a copy of keys/ kept from before the
@@ -84,15 +84,13 @@ def test_the_quick_run_reports_every_part_and_ours_leaves_nothing(tmp_path: Path
     assert report["admission"]["genuine_not_accepted"] == 0
 
 
-@pytest.mark.skipif(
-    shutil.which("node") is None or shutil.which("npm") is None,
-    reason="node and npm are needed for @modelcontextprotocol/server-memory",
-)
 def test_server_memory_deletes_with_its_own_tools_and_the_copy_keeps_them(tmp_path: Path) -> None:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        tool_missing("node and npm are needed for @modelcontextprotocol/server-memory")
     among = canaries(4, "peer")
     result = peers.run(among, tmp_path, names=["server-memory"])["server-memory"]
     if "unavailable" in result:
-        pytest.skip(result["unavailable"])
+        tool_missing(result["unavailable"])
     channels = {name: row["found"] for name, row in result["channels"].items()}
     assert channels["control_search"] == 4
     assert channels["copy_before_delete"] == 4

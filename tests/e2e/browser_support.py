@@ -6,17 +6,17 @@ them skips the browser tests (and says so); in CI (``CI=true``) a missing browse
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+
+from engram_testing import tool_missing
 
 PHONE_WIDTH = 320
 DESKTOP = (1280, 900)
@@ -32,9 +32,7 @@ def open_chromium(*extra_flags: str) -> Iterator[webdriver.Chrome]:
     found = chromium_paths()
     if found is None:
         reason = "no Chromium and chromedriver on PATH (install: scripts/browser_deps.sh)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"browser tests must run in CI: {reason}")
-        pytest.skip(reason)
+        tool_missing(reason)
     browser, driver_path = found
     options = Options()
     options.binary_location = browser

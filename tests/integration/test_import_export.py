@@ -18,6 +18,8 @@ import pytest
 
 from engram_memory.entry import main
 
+from engram_testing import tool_missing
+
 GRAPH = [
     {
         "type": "entity",
@@ -262,7 +264,7 @@ def _read_graph(server: Path, memory_file: Path) -> dict[str, Any]:
 def memory_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
     npm = shutil.which("npm")
     if shutil.which("node") is None or npm is None:
-        pytest.skip("node and npm are not installed: the MCP memory server cannot run")
+        tool_missing("node and npm are not installed: the MCP memory server cannot run")
     folder = tmp_path_factory.mktemp("server-memory")
     install = [npm, "install", "--silent", "--prefix", str(folder)]
     subprocess.run(  # noqa: S603 - npm from PATH, installing the one package named here
