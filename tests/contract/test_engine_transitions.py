@@ -221,7 +221,7 @@ def _assert_undecryptable_by_any_held_key(harness: Harness, ciphertext: bytes) -
         CreateRawAesKeyringInput,
     )
 
-    from engram_memory.adapters.local.vault import KEY_NAMESPACE
+    from engram_memory.adapters.sealing import KEY_NAMESPACE
 
     client = aws_encryption_sdk.EncryptionSDKClient(
         commitment_policy=aws_encryption_sdk.CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT

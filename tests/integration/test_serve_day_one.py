@@ -280,6 +280,41 @@ def test_a_stdio_server_starts_without_the_engine(tmp_path: Path) -> None:
     assert not set(HEAVY) & loaded
 
 
+def test_the_encryption_sdk_loads_at_the_first_candidate_not_when_the_engine_opens(
+    tmp_path: Path,
+) -> None:
+    """An HTTP server opens its engine before its banner, and a first search opens the engine of
+    a stdio server: neither needs the Encryption SDK (~0.4 s of CPU to import), which only seals
+    and opens candidates."""
+    data = tmp_path / "data"
+    init(data)
+    loaded = _loaded_after(
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from engram_memory.embedded.composition import open_embedded\n"
+        "from engram_memory.engine.context import TOOLS, TrustedContext\n"
+        f"host = open_embedded(Path({str(data)!r}))\n"
+        "ctx = TrustedContext(audit_id='aud_probe', tenant_id='local', workspace_id='default',"
+        " principal='agent', purpose_ref='purpose:general', grants=frozenset(TOOLS))\n"
+        "found = host.engine.handle('search', {'query': 'replica', 'purpose_ref': 'purpose:general'}, ctx)\n"
+        "assert found['ok'], found\n"
+        "assert 'aws_encryption_sdk' not in sys.modules\n"
+        "captured = host.engine.handle('capture', " + repr(_capture_arguments()) + ", ctx)\n"
+        "assert captured['ok'], captured\n"
+        "host.close()\n"
+    )
+    assert "aws_encryption_sdk" in loaded  # the capture sealed its candidate with it
+
+
+def _capture_arguments() -> dict[str, object]:
+    from engram_testing import capture_args
+
+    arguments: dict[str, object] = capture_args(
+        "The replica rotates every Friday.", key="probe-first-capture"
+    )
+    return arguments
+
+
 # -- the Inspector and the conformance suite named to a person ----------------------------------
 
 # The first MCP Inspector whose CLI sends a bearer header; it runs on Node >= 22.

@@ -15,11 +15,11 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engram_memory.adapters import sealing
 from engram_memory.adapters.local.vault import (
-    KEY_NAMESPACE,
     LocalVault,
     _wrap_aad,
     load_or_create_master_key,
 )
+from engram_memory.adapters.sealing import KEY_NAMESPACE
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import SealedBlob, SealIntegrityError
 

@@ -24,7 +24,6 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from engram_memory.adapters.aws.kms_vault import KEY_NAMESPACE, KmsVault, create_key_table
-from engram_memory.adapters.local.vault import KEY_NAMESPACE as LOCAL_KEY_NAMESPACE
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
     KeyDestroyed,
@@ -225,7 +224,7 @@ def test_the_blob_is_an_esdk_message_under_the_candidate_data_key(vault: KmsVaul
         "engram:candidate": "cand_1",
     }
     (edk,) = header.encrypted_data_keys
-    assert edk.key_provider.provider_id == KEY_NAMESPACE == LOCAL_KEY_NAMESPACE
+    assert edk.key_provider.provider_id == KEY_NAMESPACE
     assert edk.key_provider.key_info.startswith(blob.key_ref.encode())
 
 

@@ -14,6 +14,7 @@ included in backups.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import secrets
@@ -23,10 +24,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
-import aws_encryption_sdk
-from aws_encryption_sdk import CommitmentPolicy
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -35,7 +34,6 @@ from engram_memory.adapters.local.private_files import fsync_dir, make_private_d
 from engram_memory.adapters.local.record_keys import SCHEMA as RECORD_KEYS_SCHEMA
 from engram_memory.adapters.local.record_keys import LocalRecordKeys
 from engram_memory.adapters.local.transactions import immediate
-from engram_memory.adapters.sealing import KEY_NAMESPACE, open_sealed_blob, seal_sealed_blob
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
     KeyDestroyed,
@@ -45,7 +43,6 @@ from engram_memory.engine.ports import (
 )
 
 __all__ = [
-    "KEY_NAMESPACE",
     "LocalVault",
     "finish_master_rotation",
     "load_or_create_master_key",
@@ -92,11 +89,6 @@ class LocalVault:
         self._path = Path(keys_path)
         self._wrapper = AESGCM(master_key)
         self._lock = threading.Lock()
-        # One data key per message, so a message carrying more is malformed by construction.
-        self._esdk = aws_encryption_sdk.EncryptionSDKClient(
-            commitment_policy=CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT,
-            max_encrypted_data_keys=1,
-        )
         self._conn: sqlite3.Connection | None = self._connect()
         # Record bodies' keys: the same key file, another key class (see record_keys.py).
         self.record_keys = LocalRecordKeys(self._run, master_key)
@@ -115,6 +107,8 @@ class LocalVault:
         key_ref = "key_" + secrets.token_hex(16)
         nonce = secrets.token_bytes(_NONCE_BYTES)
         wrapped = self._wrapper.encrypt(nonce, data_key, _wrap_aad(key_ref, scope, candidate_id))
+        from engram_memory.adapters.sealing import seal_sealed_blob
+
         sealed = seal_sealed_blob(
             self._esdk, "local", scope, candidate_id, key_ref, data_key, plaintext
         )
@@ -158,7 +152,22 @@ class LocalVault:
             raise SealIntegrityError(
                 f"data key {blob.key_ref} does not belong to this candidate"
             ) from exc
+        from engram_memory.adapters.sealing import open_sealed_blob
+
         return open_sealed_blob(self._esdk, scope, candidate_id, blob, data_key)
+
+    @functools.cached_property
+    def _esdk(self) -> Any:
+        """The Encryption SDK's client, made at the first seal or open rather than when the vault
+        opens: importing the SDK is ~0.4 s of CPU, which a server's start, and a server that only
+        searches and reads records (their bodies are AES-GCM under record keys), never need."""
+        import aws_encryption_sdk
+
+        # One data key per message, so a message carrying more is malformed by construction.
+        return aws_encryption_sdk.EncryptionSDKClient(
+            commitment_policy=aws_encryption_sdk.CommitmentPolicy.REQUIRE_ENCRYPT_REQUIRE_DECRYPT,
+            max_encrypted_data_keys=1,
+        )
 
     def destroy(self, key_ref: str) -> None:
         """Durably delete the data key; idempotent (destroying a missing key is not an error).
