@@ -135,3 +135,39 @@ def test_the_match_is_a_further_channel_of_equal_weight() -> None:
 def test_the_profile_names_every_choice() -> None:
     config = temporal.profile_config()
     assert config["grammar"] == temporal.GRAMMAR_VERSION and "dateparser" in config["parser"]
+
+
+def test_a_span_is_parsed_once_a_day_and_read_again_for_its_own_day_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed: list[str] = []
+    real = temporal._parser
+
+    class Counting:
+        def __init__(self, inner: object) -> None:
+            self._inner = inner
+
+        def get_date_data(self, span: str) -> object:
+            parsed.append(span)
+            return self._inner.get_date_data(span)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(temporal, "_parser", lambda base: Counting(real(base)))
+    monkeypatch.setattr(temporal, "_parsed", temporal._Parsed())
+    today = temporal.query_intervals("what happened yesterday", NOW_MS)
+    assert temporal.query_intervals("and yesterday again?", NOW_MS) == today
+    assert parsed == ["yesterday"]  # the second query's span was not parsed again
+    next_day = temporal.query_intervals("what happened yesterday", NOW_MS + 86_400_000)
+    assert parsed == ["yesterday", "yesterday"]  # another day: parsed against that day
+    assert next_day == [temporal.Interval(_day(2026, 12, 4), _day(2026, 12, 5))]
+    assert today == [temporal.Interval(_day(2026, 12, 3), _day(2026, 12, 4))]
+
+
+def test_the_parsed_spans_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(temporal._Parsed, "LIMIT", 3)
+    kept = temporal._Parsed()
+    base = datetime(2026, 12, 4, 15, 30)
+    for year in range(2000, 2010):
+        assert kept.interval(base, str(year)) == temporal.Interval(
+            _day(year, 1, 1), _day(year + 1, 1, 1)
+        )
+        assert len(kept._known) <= 3

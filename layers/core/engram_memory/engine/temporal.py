@@ -152,19 +152,52 @@ def _interval(moment: datetime, period: str) -> Interval:
     return Interval(_ms(start), _ms(end))
 
 
+class _Parsed:
+    """The interval each span named on a day, as ``dateparser`` read it (None: no interval).
+
+    Parsing one span takes ``dateparser`` 0.4-1 ms, and the same few spans come back ("2023",
+    "last week", month names). Its answer depends on the span and on the day it is relative to
+    (``_parser``) only, so it is kept per (day, span); the day is in the key, so a new day never
+    reads an answer of the last. Bounded: emptied when full.
+    """
+
+    LIMIT: Final = 4096
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], Interval | None] = {}
+        self._lock = threading.Lock()
+
+    def interval(self, base: datetime, span: str) -> Interval | None:
+        key = (base.date().isoformat(), span)
+        with self._lock:
+            if key in self._known:
+                return self._known[key]
+        parsed = _parser(base).get_date_data(span)
+        found = (
+            None
+            if parsed.date_obj is None or parsed.period not in _PERIODS
+            else _interval(parsed.date_obj, parsed.period)
+        )
+        with self._lock:
+            if len(self._known) >= self.LIMIT:
+                self._known.clear()
+            self._known[key] = found
+        return found
+
+
+_parsed: Final = _Parsed()
+
+
 def query_intervals(query: str, now_ms: int) -> list[Interval]:
     """The intervals the query's temporal expressions name, relative to ``now_ms``'s day."""
     found = spans(query)
     if not found:
         return []
-    parser = _parser(datetime.fromtimestamp(now_ms / 1000, UTC).replace(tzinfo=None))
+    base = datetime.fromtimestamp(now_ms / 1000, UTC).replace(tzinfo=None)
     intervals: list[Interval] = []
     for span in found:
-        parsed = parser.get_date_data(span)
-        if parsed.date_obj is None or parsed.period not in _PERIODS:
-            continue
-        interval = _interval(parsed.date_obj, parsed.period)
-        if interval not in intervals:
+        interval = _parsed.interval(base, span)
+        if interval is not None and interval not in intervals:
             intervals.append(interval)
     return intervals
 
