@@ -494,3 +494,23 @@ def test_documented_placeholders_are_recognised_by_their_marker_only(
     assert scanner.scan([f"sample key {placeholder}"]) == []
     # A real key written next to the marker is still a key: only the matched key is examined.
     assert scanner.scan([f"sample key {_aws_key_id()} EXAMPLE"]) != []
+
+
+def test_a_text_repeated_in_a_candidate_is_examined_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    scanner = SecretScanner()
+    examined: list[str] = []
+    real = scanner._examinations
+
+    def counting(text: str):  # type: ignore[no-untyped-def]
+        examined.append(text)
+        return real(text)
+
+    monkeypatch.setattr(scanner, "_examinations", counting)
+    texts = ["citation:turn", "component:turn", "citation:turn", "citation:turn"]
+    assert scanner.first(texts) is None
+    assert scanner.scan(texts) == []
+    assert examined == ["citation:turn", "component:turn"] * 2
+    key = "AKIA" + _random(16, string.ascii_uppercase + string.digits)
+    # The first finding is still the first text's: a repeat neither adds nor moves one.
+    assert scanner.first(["ok", key, "ok", key]) == SecretFinding("AWS Access Key")
+    assert scanner.scan(["ok", key, "ok", key]) == [SecretFinding("AWS Access Key")]

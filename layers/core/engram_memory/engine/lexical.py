@@ -167,6 +167,7 @@ PROFILE_CONFIG_DIGEST: Final = digest("rank-profile", profile_config())
 TIME_AWARE_PROFILE_VERSION: Final = "2.1.0"
 
 
+@functools.cache  # constants of this build: one digest per process, not one per search
 def receipt_profile(time_aware: bool) -> tuple[str, str]:
     """The rank receipt's ``profile_version`` and ``profile_config_digest``."""
     if not time_aware:

@@ -38,6 +38,7 @@ ranked. Every choice here (model, record text weights, fusion, its constants, mo
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
@@ -193,6 +194,7 @@ def profile_config(
     return config
 
 
+@functools.cache  # constants of this build and host: one digest per process, not per search
 def profile_config_digest(
     model_id: str, mode: SemanticMode, fusion: Fusion, time_aware: bool = False
 ) -> str:

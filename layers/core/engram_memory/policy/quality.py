@@ -58,9 +58,11 @@ def low_information(text: str, min_chars: int) -> bool:
 
 def _signature(text: str) -> RMinHash:
     normal = normalize(text)
-    shingles = {normal[i : i + SHINGLE] for i in range(max(1, len(normal) - SHINGLE + 1))}
     signature = RMinHash(num_perm=NUM_PERM, seed=_SEED)
-    signature.update(sorted(shingles))
+    # Every shingle, repeats and all, in text order: a MinHash keeps the least hash per
+    # permutation, which neither order nor repeats change, so this is the signature of the set
+    # of shingles (sorting and de-duplicating them first was half of a signature's cost).
+    signature.update([normal[i : i + SHINGLE] for i in range(max(1, len(normal) - SHINGLE + 1))])
     return signature
 
 

@@ -869,7 +869,7 @@ class SecretScanner:
         finding has nothing but its kind, so repeats would carry no information).
         """
         seen: dict[str, SecretFinding] = {}
-        for text in texts:
+        for text in _distinct(texts):
             for view, detectors in self._examinations(text):
                 for detector in detectors:
                     if detector.kind not in seen and detector.found(view):
@@ -878,9 +878,20 @@ class SecretScanner:
 
     def first(self, texts: Iterable[str]) -> SecretFinding | None:
         """The first finding ``scan`` would return, stopping as soon as one is found."""
-        for text in texts:
+        for text in _distinct(texts):
             for view, detectors in self._examinations(text):
                 for detector in detectors:
                     if detector.found(view):
                         return SecretFinding(detector.kind)
         return None
+
+
+def _distinct(texts: Iterable[str]) -> Iterator[str]:
+    """``texts`` without repeats, in order. The scan is a function of the text alone, so a
+    repeat can add no finding and cannot move the first one; a record repeats many strings
+    (``citation:turn`` once per citation), each a full pass of every detector and view."""
+    seen: set[str] = set()
+    for text in texts:
+        if text not in seen:
+            seen.add(text)
+            yield text

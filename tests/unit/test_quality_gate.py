@@ -1,0 +1,42 @@
+"""The quality gate's near-duplicate signatures (policy/quality.py)."""
+
+from __future__ import annotations
+
+import random
+
+from rensa import RMinHash
+
+from engram_memory.engine.ports import Neighbour
+from engram_memory.policy import quality
+
+
+def _set_signature(text: str) -> list[int]:
+    """The signature of the text's set of shingles, as the gate first computed it."""
+    normal = quality.normalize(text)
+    shingles = {
+        normal[i : i + quality.SHINGLE] for i in range(max(1, len(normal) - quality.SHINGLE + 1))
+    }
+    signature = RMinHash(num_perm=quality.NUM_PERM, seed=27)
+    signature.update(sorted(shingles))
+    return list(signature.digest())
+
+
+def test_a_signature_is_that_of_the_set_of_shingles_whatever_their_order_and_repeats() -> None:
+    rng = random.Random(26)
+    words = ["adoption", "agency", "LGBTQ+", "support", "Caroline:", "ok", "2023", "ÉTÉ", "ﬁne"]
+    texts = ["", "ab", "abcde", "aaaaaaaaaaaaaaaa", "la la la la la la la"]
+    texts += [" ".join(rng.choice(words) for _ in range(rng.randint(1, 40))) for _ in range(50)]
+    for text in texts:
+        assert list(quality._signature(text).digest()) == _set_signature(text), text
+
+
+def test_near_duplicates_are_found_and_others_are_not() -> None:
+    text = "Caroline chose the agency because it helps LGBTQ+ folks with adoption."
+    neighbours = [
+        Neighbour(
+            "mem_a", "Caroline chose the agency, because it helps LGBTQ+ folks with adoption!"
+        ),
+        Neighbour("mem_b", "Melanie painted a sunrise over the lake last summer."),
+    ]
+    found = quality.resembled(text, neighbours, quality.DEFAULT_NEAR_DUPLICATE_THRESHOLD)
+    assert [record_id for record_id, _ in found] == ["mem_a"]
