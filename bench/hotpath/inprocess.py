@@ -28,7 +28,7 @@ from typing import Any
 from bench.in_process import DEFAULT_LOCOMO
 from bench.locomo.runner import PURPOSE, percentile, value
 
-from .corpus import Corpus
+from .corpus import Corpus, Memory
 from .sessions import WARM_UP_CALLS, Plan, Session, _ms_since
 from .stores import DATA, LEXICAL, PROFILES, WORKSPACE, SeededStore, seeded_store
 
@@ -135,14 +135,22 @@ def engine_session(data_dir: Path, store: SeededStore, plan: Plan) -> Session:
             get(memory.index)
             session.get_ms.append(_ms_since(begun))
         session.cpu_ms["get"] = _cpu_per_call(since, len(plan.gets))
-        since = time.process_time()
-        for memory in plan.writes:
+
+        def write(memory: Memory) -> float:
             begun = time.perf_counter()
             captured = call("capture", memory.capture_arguments(plan.run_id))
-            session.first_write_ms.append(_ms_since(begun))
+            first_ms = _ms_since(begun)
             admission = memory.admission_arguments(captured["candidate_id"], plan.run_id)
             if call("request_admission", admission)["outcome"]["status"] != "accepted":
                 raise RuntimeError(f"engine session: memory {memory.index} was not accepted")
+            return first_ms
+
+        for memory in plan.warm_writes:
+            write(memory)
+        since = time.process_time()
+        for memory in plan.writes:
+            begun = time.perf_counter()
+            session.first_write_ms.append(write(memory))
             session.write_pair_ms.append(_ms_since(begun))
         session.cpu_ms["pair"] = _cpu_per_call(since, len(plan.writes))
     finally:

@@ -28,6 +28,7 @@ from .sessions import (
     FLOOR_OF,
     PEER,
     PEER_PACKAGE,
+    WARM_UP_CALLS,
     Plan,
     Session,
     run_session,
@@ -295,6 +296,7 @@ def plan_for(
         ten=corpus.memories(0, min(10, size)),
         run_id=f"r{repetition}",
         floor_payloads=floor_payloads,
+        warm_writes=corpus.memories(size + counts.writes, size + counts.writes + WARM_UP_CALLS),
     )
 
 
