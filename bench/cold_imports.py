@@ -1,6 +1,7 @@
 """Cold-import time of every Lambda handler module (what a cold start pays before the handler runs).
 
     python -m bench.cold_imports [--runs N] [--json PATH] [FUNCTION ...]
+    python -m bench.cold_imports --built .aws-sam/build [--python312 PATH] [--runs N] [--json PATH]
 
 Each run imports ``functions/<function>/app.py`` in a fresh interpreter under ``python -X importtime``
 (as Lambda's init phase does), and reports per function:
@@ -12,6 +13,16 @@ Each run imports ``functions/<function>/app.py`` in a fresh interpreter under ``
   opensearch-py, the MCP SDK, Starlette, cryptography) the import loaded. The tool functions
   import boto3, the ESDK and opensearch-py only on their first invocation (``build_engine``), so
   they should not appear there; the MCP adapter needs the MCP SDK to serve at all.
+
+``--built DIR`` measures Lambda's **init** on the artifacts instead: each function of the template
+from its ``sam build`` folder with the built CoreLayer, on python3.12 (``python3.12 -I -S
+scripts/lambda_worker.py``, the function's environment from the template, resolved against the
+harness of ``scripts/cloud_run``), in a fresh interpreter per run; init = the handler module's
+import and whatever it runs, wall and CPU (``process_time``) measured by the worker. Beside each,
+the **anchor**: ``bench/lambda_bare/app.py``, a bare handler creating Powertools' Logger, Tracer
+and Metrics as the stack's handlers do, from the same built layer; every round runs the anchor
+and every function once (interleaved), and the figures are medians, with each function's ratio to
+the anchor's median.
 
 Times depend on the machine and its load: compare functions within one run, not across machines.
 """
@@ -26,9 +37,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS = ROOT / "functions"
+BARE = ROOT / "bench" / "lambda_bare"
+ANCHOR = "anchor"
+# The function whose environment and layer the anchor runs with (any function of the CoreLayer).
+ANCHOR_HOST = "SearchFunction"
 HEAVY = {
     "boto3": "boto3",
     "botocore": "botocore",
@@ -124,6 +140,72 @@ def measure(function: str, runs: int) -> FunctionReport:
     )
 
 
+@dataclass(frozen=True)
+class InitReport:
+    """One function's Lambda init on the build: medians of fresh interpreters, and the ratio of
+    each to the anchor's (the anchor's own row has 1.0)."""
+
+    function: str
+    wall_ms: float
+    cpu_ms: float
+    cpu_x_anchor: float
+    wall_x_anchor: float
+
+
+def _init_once(harness: Any, name: str, code: Path | None = None) -> tuple[float, float]:
+    """(wall ms, CPU ms) of one cold init of ``name`` (on ``code`` in its place: the anchor)."""
+    worker = harness.launch(name, code=code)
+    try:
+        answer = worker.request({"init": True})
+    finally:
+        worker.stop()
+    if "error" not in answer:
+        return float(answer["result"]["wall_ms"]), float(answer["result"]["cpu_ms"])
+    raise RuntimeError(f"{name} did not import from the build: {answer['error']}")
+
+
+def measure_built(
+    build: Path, python312: str, runtime: Path, runs: int, names: Sequence[str] = ()
+) -> list[InitReport]:
+    """Lambda init of every function of the build (or ``names``) beside the anchor's."""
+    from scripts.cloud_run.harness import harness_on
+
+    with harness_on(build, python312, runtime) as harness:
+        chosen = list(names) or sorted(harness.stack.functions())
+        samples: dict[str, list[tuple[float, float]]] = {ANCHOR: []}
+        for _ in range(runs):  # interleaved, so a load change hits every function alike
+            samples[ANCHOR].append(_init_once(harness, ANCHOR_HOST, BARE))
+            for name in chosen:
+                samples.setdefault(name, []).append(_init_once(harness, name))
+    medians = {
+        name: (statistics.median(w for w, _ in runs_), statistics.median(c for _, c in runs_))
+        for name, runs_ in samples.items()
+    }
+    anchor_wall, anchor_cpu = medians[ANCHOR]
+    return [
+        InitReport(
+            function=name,
+            wall_ms=round(wall, 1),
+            cpu_ms=round(cpu, 1),
+            cpu_x_anchor=round(cpu / anchor_cpu, 2),
+            wall_x_anchor=round(wall / anchor_wall, 2),
+        )
+        for name, (wall, cpu) in medians.items()
+    ]
+
+
+def built_table(reports: Sequence[InitReport]) -> str:
+    rows = [
+        "| function | init CPU ms | × anchor (CPU) | init wall ms | × anchor (wall) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    rows += [
+        f"| {r.function} | {r.cpu_ms} | {r.cpu_x_anchor} | {r.wall_ms} | {r.wall_x_anchor} |"
+        for r in reports
+    ]
+    return "\n".join(rows)
+
+
 def functions() -> list[str]:
     return sorted(path.parent.name for path in FUNCTIONS.glob("*/app.py"))
 
@@ -142,14 +224,35 @@ def table(reports: Sequence[FunctionReport]) -> str:
     return "\n".join(rows)
 
 
+def _built_main(args: argparse.Namespace) -> int:
+    if not args.python312:
+        raise SystemExit("cold_imports: --built needs python3.12: pass --python312 PATH")
+    reports = measure_built(args.built, args.python312, args.runtime_dir, args.runs, args.functions)
+    print(f"Lambda init on {args.built}, python3.12 -I -S, median of {args.runs} per function\n")
+    print(built_table(reports))
+    if args.json is not None:
+        payload = {
+            "built": str(args.built),
+            "runs": args.runs,
+            "init": [asdict(r) for r in reports],
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from scripts.cloud_run.harness import add_build_arguments
+
     parser = argparse.ArgumentParser(prog="python -m bench.cold_imports", description=__doc__)
     parser.add_argument("functions", nargs="*", help="function folders (default: all)")
     parser.add_argument("--runs", type=int, default=5, help="fresh interpreters per function")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    add_build_arguments(parser)
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.built is not None:
+        return _built_main(args)
     names = args.functions or functions()
     unknown = sorted(set(names) - set(functions()))
     if unknown:
