@@ -10,9 +10,11 @@ Each run imports ``functions/<function>/app.py`` in a fresh interpreter under ``
 - ``importtime_ms``: median of the sum of the top-level cumulative times ``-X importtime`` printed;
 - ``heaviest``: the top-level imports that cost most (cumulative, from the median run);
 - ``heavy_at_init``: which of the known heavy packages (boto3, botocore, the AWS Encryption SDK,
-  opensearch-py, the MCP SDK, Starlette, cryptography) the import loaded. The tool functions
-  import boto3, the ESDK and opensearch-py only on their first invocation (``build_engine``), so
-  they should not appear there; the MCP adapter needs the MCP SDK to serve at all.
+  opensearch-py, the MCP SDK, Starlette, cryptography, pydantic, the engine) the import loaded.
+  The tool functions import all of them only on their first invocation (the engine and the
+  contract's pydantic models with it, then boto3, the ESDK and opensearch-py in
+  ``build_engine``), so none should appear there; the MCP adapter needs the MCP SDK to serve at
+  all.
 
 ``--built DIR`` measures Lambda's **init** on the artifacts instead: each function of the template
 from its ``sam build`` folder with the built CoreLayer, on python3.12 (``python3.12 -I -S
@@ -53,6 +55,8 @@ HEAVY = {
     "mcp": "mcp",
     "starlette": "starlette",
     "cryptography": "cryptography",
+    "pydantic": "pydantic",
+    "engram_memory.engine": "the engine",
 }
 
 # The child: import the handler module by path, print the wall time and the heavy packages loaded.
@@ -65,7 +69,7 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 elapsed = (time.perf_counter() - started) * 1000
 assert callable(module.handler)
-print(json.dumps({"wall_ms": elapsed, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
+print(json.dumps({"wall_ms": elapsed, "modules": sorted(sys.modules)}))
 """
 
 
@@ -136,7 +140,11 @@ def measure(function: str, runs: int) -> FunctionReport:
         wall_ms=round(statistics.median(walls), 1),
         importtime_ms=round(statistics.median(sample[1] for sample in samples), 1),
         heaviest=[(line.module, round(line.cumulative_us / 1000, 1)) for line in heaviest],
-        heavy_at_init=sorted(label for module, label in HEAVY.items() if module in loaded),
+        heavy_at_init=sorted(
+            label
+            for module, label in HEAVY.items()
+            if any(name == module or name.startswith(module + ".") for name in loaded)
+        ),
     )
 
 
