@@ -8,6 +8,7 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -180,22 +181,35 @@ def harness_on(build_dir: Path, python312: str, runtime_dir: Path) -> Iterator[H
             harness.start()
             yield harness
         finally:
+            if hasattr(harness, "moto_url"):  # moto's state is the process's: the next one is new
+                with contextlib.suppress(OSError):
+                    reset = urllib.request.Request(  # noqa: S310 - the local moto server
+                        f"{harness.moto_url}/moto-api/reset", method="POST"
+                    )
+                    urllib.request.urlopen(reset, timeout=10).close()  # noqa: S310 - local moto
             harness.stop()
 
 
 def python312() -> str | None:
-    """The interpreter behind ``python3.12`` on PATH (not a pyenv shim: a worker's PATH has no
-    pyenv), or None when there is none that runs."""
-    found = shutil.which("python3.12")
-    if found is None:
-        return None
-    done = subprocess.run(
-        [found, "-c", "import sys; print(sys.executable)"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    """The interpreter of the functions' runtime, as scripts/python312.sh finds it: the one behind
+    ``python3.12`` on PATH (resolved: a worker's PATH has no pyenv shim), else the newest pyenv
+    3.12.x; None when none runs."""
+    candidates = [shutil.which("python3.12")]
+    pyenv = shutil.which("pyenv")
+    if pyenv is not None:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True, check=False)
+        versions = Path(root.stdout.strip() or "/nonexistent") / "versions"
+        candidates += [str(p) for p in sorted(versions.glob("3.12.*/bin/python3.12"), reverse=True)]
+    for found in filter(None, candidates):
+        done = subprocess.run(
+            [found, "-c", "import sys; print(sys.executable)"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip()
+    return None
 
 
 def add_build_arguments(parser: argparse.ArgumentParser) -> None:
