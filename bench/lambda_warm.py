@@ -84,11 +84,46 @@ def _capture_event(text: str, key: str) -> dict[str, Any]:
     return _event("capture", idempotency_key=key, payload=payload, evidence=evidence)
 
 
+# Tagged into each note so that no two look alike to the quality gate's near-duplicate rule
+# (a template varying by a few numbers would be held for adjudication, not admitted).
+TAGS = tuple(
+    [
+        "amber",
+        "basil",
+        "cedar",
+        "delta",
+        "ember",
+        "fjord",
+        "garnet",
+        "harbor",
+        "indigo",
+        "juniper",
+        "kestrel",
+        "lagoon",
+        "maple",
+        "nectar",
+        "onyx",
+        "pepper",
+        "quartz",
+        "raven",
+        "saffron",
+        "tundra",
+        "umber",
+        "violet",
+        "willow",
+        "yarrow",
+        "zephyr",
+    ]
+)
+
+
 def _text(n: int) -> str:
     topic = TOPICS[n % len(TOPICS)]
+    tag = [f"{TAGS[b % len(TAGS)]}{b % 10}" for b in hashlib.sha256(str(n).encode()).digest()[:8]]
     return (
-        f"Note {n} on the {topic}: the team agreed on option {n % 13} after comparing "
-        f"{n % 7 + 2} alternatives; follow up with owner-{n % 29} before the next {topic} review."
+        f"Note {n} on the {topic} {tag[0]} {tag[1]}: the team agreed on option {n % 13} {tag[2]}"
+        f" {tag[3]} after comparing {n % 7 + 2} alternatives {tag[4]} {tag[5]}; follow up with"
+        f" owner-{n % 29} {tag[6]} before the next {topic} review {tag[7]}."
     )
 
 
@@ -214,10 +249,14 @@ class _WarmTools:
             raise RuntimeError(f"{tool} answered {answer.get('error')}")
         return answer
 
-    def remember(self) -> str:
-        self.capture_once()
-        admitted = self.admit_once()
-        return str(admitted["output"]["value"]["outcome"]["record_id"])
+    def seed(self, records: int) -> None:
+        """``records`` captures admitted; the ones the quality gate holds (alike notes) are left
+        pending, and ``record_ids`` lists those it accepted."""
+        for _ in range(records):
+            self.capture_once()
+            outcome = self.admit_once()["output"]["value"]["outcome"]
+            if "record_id" in outcome:
+                self.record_ids.append(str(outcome["record_id"]))
 
     def capture_once(self) -> dict[str, Any]:
         n = next(self.serial)
@@ -324,8 +363,7 @@ def profile(records: int, calls: int) -> list[ToolProfile]:
             return answer
 
         tools = _WarmTools(invoke)
-        for _ in range(records):
-            tools.record_ids.append(tools.remember())
+        tools.seed(records)
         steps = tools.steps()
         for tool in TOOLS:  # one warm-up call each: lazily built clients and caches
             steps[tool](0)
@@ -454,8 +492,9 @@ def _built_row(
 
 def profile_built(
     build: Path, python312: str, runtime: Path, records: int, calls: int
-) -> tuple[list[BuiltToolTime], tuple[float, float, float]]:
-    """Warm calls of every tool function from the build (and the calibration), per call."""
+) -> tuple[list[BuiltToolTime], tuple[float, float, float], int]:
+    """Warm calls of every tool function from the build (and the calibration), per call, and
+    how many of the seeded captures were admitted as records."""
     from scripts.cloud_run.harness import harness_on
 
     with harness_on(build, python312, runtime) as harness:
@@ -464,8 +503,8 @@ def profile_built(
             raise RuntimeError(f"the functions of {build} do not start on {python312}")
         functions = _BuiltFunctions(harness)
         tools = _WarmTools(functions.invoke)
-        for _ in range(records):
-            tools.record_ids.append(tools.remember())
+        tools.seed(records)
+        admitted = len(tools.record_ids)
         steps = tools.steps()
         for tool in BUILT_TOOLS:  # one warm-up call each: lazily built clients and caches
             steps[tool](0)
@@ -476,17 +515,18 @@ def profile_built(
                 steps[tool](i + 1)
             measured[tool] = [c for c in functions.log[start:] if c.label == tool]
         bare = _calibrate(functions, calls)
-    return [_built_row(tool, measured[tool], bare) for tool in BUILT_TOOLS], bare
+    return [_built_row(tool, measured[tool], bare) for tool in BUILT_TOOLS], bare, admitted
 
 
 def _built_main(args: argparse.Namespace) -> int:
     if not args.python312:
         raise SystemExit("lambda_warm: --built needs python3.12: pass --python312 PATH")
-    rows, bare = profile_built(
+    rows, bare, admitted = profile_built(
         args.built, args.python312, args.runtime_dir, args.records, args.calls
     )
     print(
-        f"warm handlers from {args.built} (python3.12 workers) on moto, {args.records} records,"
+        f"warm handlers from {args.built} (python3.12 workers) on moto, {admitted} records"
+        f" ({args.records} captures seeded),"
         f" {args.calls} calls per tool; a bare GetItem round trip: wall {bare[0]:.2f} ms,"
         f" CPU {bare[1]:.2f} ms, moto {bare[2]:.2f} ms\n"
     )
@@ -503,9 +543,10 @@ def _built_main(args: argparse.Namespace) -> int:
         )
     if args.json:
         payload = {
-            "bare_round_trip": dict(zip(("wall_ms", "cpu_ms", "moto_ms"), bare, strict=True))
+            "records": admitted,
+            "bare_round_trip": dict(zip(("wall_ms", "cpu_ms", "moto_ms"), bare, strict=True)),
+            "tools": [asdict(r) for r in rows],
         }
-        payload["tools"] = [asdict(r) for r in rows]  # type: ignore[assignment]
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return 0
 

@@ -44,7 +44,7 @@ class Tally:
         """Time every request moto's WSGI application and ``search`` (the fake OpenSearch)
         answer, in this process: the stand-in cloud's own time, which the benchmarks subtract
         from a handler's wall time (``bench.lambda_warm --built``)."""
-        from moto.server import DomainDispatcherApplication
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
         tally = self
         dispatch = DomainDispatcherApplication.__call__

@@ -51,14 +51,14 @@ def _batch_gets(harness: Harness) -> list[dict[str, Any]]:
         if store.table_name in params["RequestItems"]:  # not the record keys' table
             sent.append(params["RequestItems"][store.table_name])
 
-    store._dynamodb.meta.events.register("provide-client-params.dynamodb.BatchGetItem", keep)
+    store.dynamodb.meta.events.register("provide-client-params.dynamodb.BatchGetItem", keep)
     return sent
 
 
 def _set_state(harness: Harness, record_id: str, state: str) -> None:
     store = harness.store
     assert isinstance(store, DynamoStore)
-    store._dynamodb.update_item(
+    store.dynamodb.update_item(
         TableName=store.table_name,
         Key=_record_key(SCOPE, record_id),
         UpdateExpression="SET #s = :s",
@@ -158,7 +158,7 @@ def test_a_page_body_that_does_not_open_is_the_contracts_error(
         extra: dict[str, Any] = {}
         if ":b" in damage:
             extra["ExpressionAttributeValues"] = {":b": {"B": b"not a sealed body"}}
-        store._dynamodb.update_item(
+        store.dynamodb.update_item(
             TableName=store.table_name,
             Key=_record_key(SCOPE, record_id),
             UpdateExpression=damage,
@@ -168,3 +168,24 @@ def test_a_page_body_that_does_not_open_is_the_contracts_error(
     answer = harness.call("search", {"query": QUERY, "purpose_ref": "purpose:general", "limit": 3})
 
     assert answer["ok"] is False and answer["error"]["code"] == code
+
+
+def test_large_bodies_are_fetched_from_the_blob_store_for_the_page_only(tmp_path: Path) -> None:
+    harness = aws_harness(tmp_path, inline_limit_bytes=64)  # every body goes to S3
+    harness.without_quality_gate()
+    try:
+        _remember(harness, 8)
+        store = harness.store
+        assert isinstance(store, DynamoStore)
+        fetched: list[str] = []
+        store.s3.meta.events.register(
+            "provide-client-params.s3.GetObject", lambda params, **_: fetched.append(params["Key"])
+        )
+
+        found = harness.search(QUERY, limit=3)
+
+        # before the cut, every hit's blob was fetched to revalidate it (8 here)
+        assert len(found["records"]) == 3
+        assert len(fetched) == 3
+    finally:
+        harness.close()
