@@ -623,17 +623,13 @@ class DynamoStore:
         items: list[Item] = []
         pending: Sequence[Mapping[str, Any]] = keys
         stalls = 0
-        projection: dict[str, Any] = {}
-        if fields:
-            names = {f"#f{i}": name for i, name in enumerate(fields)}
-            projection = {
-                "ProjectionExpression": ", ".join(names),
-                "ExpressionAttributeNames": names,
-            }
+        names = {f"#f{i}": name for i, name in enumerate(fields)}
         while pending:
-            request: dict[str, KeysAndAttributesTypeDef] = {
-                self.table_name: {"Keys": pending, "ConsistentRead": True, **projection}
-            }
+            read: KeysAndAttributesTypeDef = {"Keys": pending, "ConsistentRead": True}
+            if names:
+                read["ProjectionExpression"] = ", ".join(names)
+                read["ExpressionAttributeNames"] = names
+            request: dict[str, KeysAndAttributesTypeDef] = {self.table_name: read}
             response = self._read(self.dynamodb.batch_get_item, RequestItems=request)
             got = response.get("Responses", {}).get(self.table_name, [])
             items.extend(got)
