@@ -17,7 +17,7 @@ from engram_memory.cloud.observability import (
 
 # What a Lambda init imports is Powertools and this module, nothing more: the engine, the
 # contract's models (pydantic), the settings and the wire are imported by the first invocation
-# (``_first_call``), as boto3, the Encryption SDK and opensearch-py already were
+# (``_ready``), as boto3, the Encryption SDK and opensearch-py already were
 # (bench.cold_imports --built; tests/integration/test_cold_imports.py keeps it so).
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Tracer
@@ -87,15 +87,16 @@ class EngineHandler:
         return self.settings
 
     def _ready_locked(self) -> tuple[Engine, HostBinding]:
-        self._first_call()
+        self._validate()
         if self.binding is None:
             self.binding = self._settings_locked().binding()
         if self.engine is None:
             self.engine = self._build(self._settings_locked())
         return self.engine, self.binding
 
-    def _first_call(self) -> None:
-        """What the handler checks once it has imported what init does not (the tool names)."""
+    def _validate(self) -> None:
+        """Run by every invocation before the engine: the checks that need what init does not
+        import (ToolHandler: its tool is one of the six)."""
 
     def _handle(self, event: Any, context: Any) -> dict[str, Any]:
         raise NotImplementedError
@@ -132,7 +133,7 @@ class ToolHandler(EngineHandler):
         self._tracer: Tracer = get_tracer()
         super().__init__(env=env, build=build)
 
-    def _first_call(self) -> None:
+    def _validate(self) -> None:
         from engram_memory.engine.context import TOOLS
 
         if self.tool not in TOOLS:
