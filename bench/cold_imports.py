@@ -1,6 +1,7 @@
 """Cold-import time of every Lambda handler module (what a cold start pays before the handler runs).
 
     python -m bench.cold_imports [--runs N] [--json PATH] [FUNCTION ...]
+    python -m bench.cold_imports --built .aws-sam/build [--python312 PATH] [--runs N] [--json PATH]
 
 Each run imports ``functions/<function>/app.py`` in a fresh interpreter under ``python -X importtime``
 (as Lambda's init phase does), and reports per function:
@@ -9,9 +10,23 @@ Each run imports ``functions/<function>/app.py`` in a fresh interpreter under ``
 - ``importtime_ms``: median of the sum of the top-level cumulative times ``-X importtime`` printed;
 - ``heaviest``: the top-level imports that cost most (cumulative, from the median run);
 - ``heavy_at_init``: which of the known heavy packages (boto3, botocore, the AWS Encryption SDK,
-  opensearch-py, the MCP SDK, Starlette, cryptography) the import loaded. The tool functions
-  import boto3, the ESDK and opensearch-py only on their first invocation (``build_engine``), so
-  they should not appear there; the MCP adapter needs the MCP SDK to serve at all.
+  opensearch-py, the MCP SDK, Starlette, cryptography, pydantic, the engine) the import loaded.
+  The tool functions import all of them only on their first invocation (the engine and the
+  contract's pydantic models with it, then boto3, the ESDK and opensearch-py in
+  ``build_engine``), so none should appear there; the MCP adapter needs the MCP SDK to serve at
+  all.
+
+``--built DIR`` measures Lambda's **init** on the artifacts instead: each function of the template
+from its ``sam build`` folder with the built CoreLayer, on python3.12 (``python3.12 -I -S
+scripts/lambda_worker.py``, the function's environment from the template, resolved against the
+harness of ``scripts/cloud_run``), in a fresh interpreter per run; init = the handler module's
+import and whatever it runs, wall and CPU (``process_time``) measured by the worker. Beside each,
+the **anchor**: ``bench/lambda_bare/app.py``, a bare handler creating Powertools' Logger, Tracer
+and Metrics as the stack's handlers do, from the same built layer; every round runs the anchor
+and every function once (interleaved), and the figures are medians, with each function's ratio to
+the anchor's median. For the six tool functions the same fresh worker then answers its
+``events/`` sample, and that first invocation's CPU is reported too: what init does not import,
+the first call does.
 
 Times depend on the machine and its load: compare functions within one run, not across machines.
 """
@@ -26,9 +41,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS = ROOT / "functions"
+BARE = ROOT / "bench" / "lambda_bare"
+ANCHOR = "anchor"
+# The function whose environment and layer the anchor runs with (any function of the CoreLayer).
+ANCHOR_HOST = "SearchFunction"
 HEAVY = {
     "boto3": "boto3",
     "botocore": "botocore",
@@ -37,6 +57,8 @@ HEAVY = {
     "mcp": "mcp",
     "starlette": "starlette",
     "cryptography": "cryptography",
+    "pydantic": "pydantic",
+    "engram_memory.engine": "the engine",
 }
 
 # The child: import the handler module by path, print the wall time and the heavy packages loaded.
@@ -49,7 +71,7 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 elapsed = (time.perf_counter() - started) * 1000
 assert callable(module.handler)
-print(json.dumps({"wall_ms": elapsed, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
+print(json.dumps({"wall_ms": elapsed, "modules": sorted(sys.modules)}))
 """
 
 
@@ -120,8 +142,98 @@ def measure(function: str, runs: int) -> FunctionReport:
         wall_ms=round(statistics.median(walls), 1),
         importtime_ms=round(statistics.median(sample[1] for sample in samples), 1),
         heaviest=[(line.module, round(line.cumulative_us / 1000, 1)) for line in heaviest],
-        heavy_at_init=sorted(label for module, label in HEAVY.items() if module in loaded),
+        heavy_at_init=sorted(
+            label
+            for module, label in HEAVY.items()
+            if any(name == module or name.startswith(module + ".") for name in loaded)
+        ),
     )
+
+
+@dataclass(frozen=True)
+class InitReport:
+    """One function's Lambda init on the build: medians of fresh interpreters, the ratio of each
+    to the anchor's (the anchor's own row has 1.0), and for a tool function its first
+    invocation's CPU (its ``events/`` sample: what init no longer imports is imported there)."""
+
+    function: str
+    wall_ms: float
+    cpu_ms: float
+    cpu_x_anchor: float
+    wall_x_anchor: float
+    first_call_cpu_ms: float | None
+
+
+TOOL_FOLDERS = ("capture", "forget", "get", "request_admission", "search", "withdraw")
+
+
+def _init_once(harness: Any, name: str, code: Path | None = None) -> tuple[float, ...]:
+    """(wall ms, CPU ms[, first call CPU ms]) of one cold start of ``name`` (on ``code`` in its
+    place: the anchor, whose first call is a bare invocation)."""
+    from scripts.cloud_run.settings import sample
+
+    folder = Path(harness.stack.functions()[name]["CodeUri"]).name
+    worker = harness.launch(name, code=code)
+    try:
+        answer = worker.request({"init": True})
+        first = None
+        if code is not None or folder in TOOL_FOLDERS:
+            first = worker.invoke({} if code is not None else sample(f"{folder}.json"))
+    finally:
+        worker.stop()
+    if "error" in answer:
+        raise RuntimeError(f"{name} did not import from the build: {answer['error']}")
+    took = (float(answer["result"]["wall_ms"]), float(answer["result"]["cpu_ms"]))
+    return took if first is None else (*took, float(first["took"]["cpu_ms"]))
+
+
+def _median(samples: list[tuple[float, ...]], column: int) -> float | None:
+    values = [sample[column] for sample in samples if len(sample) > column]
+    return statistics.median(values) if values else None
+
+
+def measure_built(
+    build: Path, python312: str, runtime: Path, runs: int, names: Sequence[str] = ()
+) -> list[InitReport]:
+    """Lambda init of every function of the build (or ``names``) beside the anchor's."""
+    from scripts.cloud_run.harness import harness_on
+
+    with harness_on(build, python312, runtime) as harness:
+        chosen = list(names) or sorted(harness.stack.functions())
+        samples: dict[str, list[tuple[float, ...]]] = {ANCHOR: []}
+        for _ in range(runs):  # interleaved, so a load change hits every function alike
+            samples[ANCHOR].append(_init_once(harness, ANCHOR_HOST, BARE))
+            for name in chosen:
+                samples.setdefault(name, []).append(_init_once(harness, name))
+    anchor_wall, anchor_cpu = _median(samples[ANCHOR], 0) or 1.0, _median(samples[ANCHOR], 1) or 1.0
+    reports: list[InitReport] = []
+    for name, runs_ in samples.items():
+        wall, cpu, first = _median(runs_, 0) or 0.0, _median(runs_, 1) or 0.0, _median(runs_, 2)
+        reports.append(
+            InitReport(
+                function=name,
+                wall_ms=round(wall, 1),
+                cpu_ms=round(cpu, 1),
+                cpu_x_anchor=round(cpu / anchor_cpu, 2),
+                wall_x_anchor=round(wall / anchor_wall, 2),
+                first_call_cpu_ms=None if first is None else round(first, 1),
+            )
+        )
+    return reports
+
+
+def built_table(reports: Sequence[InitReport]) -> str:
+    rows = [
+        "| function | init CPU ms | × anchor (CPU) | init wall ms | × anchor (wall) |"
+        " first call CPU ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    rows += [
+        f"| {r.function} | {r.cpu_ms} | {r.cpu_x_anchor} | {r.wall_ms} | {r.wall_x_anchor} |"
+        f" {'—' if r.first_call_cpu_ms is None else r.first_call_cpu_ms} |"
+        for r in reports
+    ]
+    return "\n".join(rows)
 
 
 def functions() -> list[str]:
@@ -142,14 +254,35 @@ def table(reports: Sequence[FunctionReport]) -> str:
     return "\n".join(rows)
 
 
+def _built_main(args: argparse.Namespace) -> int:
+    if not args.python312:
+        raise SystemExit("cold_imports: --built needs python3.12: pass --python312 PATH")
+    reports = measure_built(args.built, args.python312, args.runtime_dir, args.runs, args.functions)
+    print(f"Lambda init on {args.built}, python3.12 -I -S, median of {args.runs} per function\n")
+    print(built_table(reports))
+    if args.json is not None:
+        payload = {
+            "built": str(args.built),
+            "runs": args.runs,
+            "init": [asdict(r) for r in reports],
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from scripts.cloud_run.harness import add_build_arguments
+
     parser = argparse.ArgumentParser(prog="python -m bench.cold_imports", description=__doc__)
     parser.add_argument("functions", nargs="*", help="function folders (default: all)")
     parser.add_argument("--runs", type=int, default=5, help="fresh interpreters per function")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    add_build_arguments(parser)
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.built is not None:
+        return _built_main(args)
     names = args.functions or functions()
     unknown = sorted(set(names) - set(functions()))
     if unknown:

@@ -9,9 +9,12 @@ last, the runtime's own boto3/botocore (``/var/runtime``).
 The handler is imported once (a cold start); an import error is answered to every invocation as
 ``Runtime.ImportModuleError``, as Lambda does. Protocol: one JSON request per line on stdin
 (``{"event", "function_name", "timeout_ms"}``), one JSON answer per line on the process's
-original stdout (``{"result"}`` or ``{"error": {"errorType", "errorMessage"}}``); whatever the
-handler prints or logs goes to stderr. ``{"modules": true}`` answers the files of every imported
-module outside the standard library, so the gate can check they all come from the build.
+original stdout (``{"result"}`` or ``{"error": {"errorType", "errorMessage"}}``, with ``"took"``:
+the invocation's wall and CPU milliseconds in this process); whatever the handler prints or logs
+goes to stderr. ``{"modules": true}`` answers the files of every imported module outside the
+standard library, so the gate can check they all come from the build; ``{"init": true}`` answers
+what the init phase took (the handler module's import and whatever it runs), so
+``bench.cold_imports --built`` measures Lambda's init on the build.
 """
 
 import importlib
@@ -68,6 +71,14 @@ def _outside_stdlib(roots: list[str]) -> dict[str, str]:
     return found
 
 
+def _took(wall: float, cpu: float) -> dict[str, float]:
+    """Milliseconds since ``wall`` (``perf_counter``) and ``cpu`` (``process_time``)."""
+    return {
+        "wall_ms": (time.perf_counter() - wall) * 1000,
+        "cpu_ms": (time.process_time() - cpu) * 1000,
+    }
+
+
 def main() -> None:
     code_dir, layer_dir, runtime_dir, handler_name = sys.argv[1:5]
     roots = [os.path.realpath(p) for p in (code_dir, layer_dir, runtime_dir)]
@@ -78,6 +89,7 @@ def main() -> None:
     module_name, attribute = handler_name.rsplit(".", 1)
     handler: Callable[[Any, LambdaContext], Any] | None = None
     init_error: dict[str, str] = {}
+    wall, cpu = time.perf_counter(), time.process_time()
     try:
         handler = getattr(importlib.import_module(module_name), attribute)
     except Exception as exc:
@@ -86,21 +98,26 @@ def main() -> None:
             "errorType": "Runtime.ImportModuleError",
             "errorMessage": f"Unable to import module '{module_name}': {type(exc).__name__}: {exc}",
         }
+    init = _took(wall, cpu)
     for line in sys.stdin:
         request = json.loads(line)
         answer: dict[str, Any]
         if request.get("modules"):
             answer = {"result": _outside_stdlib(roots)}
+        elif request.get("init"):
+            answer = {"result": init} if handler is not None else {"error": init_error}
         elif handler is None:
             answer = {"error": init_error}
         else:
             context = LambdaContext(request["function_name"], int(request["timeout_ms"]))
+            wall, cpu = time.perf_counter(), time.process_time()
             try:
                 answer = {"result": handler(request["event"], context)}
                 json.dumps(answer)
             except Exception as exc:
                 traceback.print_exc()
                 answer = {"error": {"errorType": type(exc).__name__, "errorMessage": str(exc)}}
+            answer["took"] = _took(wall, cpu)
         answers.write(json.dumps(answer) + "\n")
 
 

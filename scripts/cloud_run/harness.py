@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 import subprocess
-from collections.abc import Callable
+import tempfile
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,16 +101,13 @@ class Harness:
         if not self._python312_runs():
             return False
         ok = True
-        for name, props in self.stack.functions().items():
+        for name in self.stack.functions():
             try:
-                variables = {
-                    key: str(self.stack.resolve(value))
-                    for key, value in props["Environment"]["Variables"].items()
-                }
+                worker = self.launch(name)
             except Unresolvable as exc:
                 ok = self.report.check(False, f"{name}: environment: {exc}")
                 continue
-            self._start_worker(name, props, variables)
+            self.lambdas.workers[worker.name] = worker
         return ok
 
     def _python312_runs(self) -> bool:
@@ -121,9 +121,17 @@ class Harness:
             version.startswith("3.12."), f"the workers run Python {version or '?'} (-I -S)"
         )
 
-    def _start_worker(self, name: str, props: dict[str, Any], variables: dict[str, str]) -> None:
-        """The function ``name`` in its worker, on its build folder and the built layer."""
-        code = self.build / name
+    def launch(self, name: str, *, code: Path | None = None) -> Worker:
+        """A new worker (a cold start) of the template's function ``name``: its environment, on
+        its build folder, or on ``code`` in its place (the benchmark's bare handler), and the
+        built layer. Not yet the one the Lambda service invokes (``start_workers`` makes it so).
+        ``Unresolvable`` when its environment names something the harness does not have."""
+        props = self.stack.functions()[name]
+        variables = {
+            key: str(self.stack.resolve(value))
+            for key, value in props["Environment"]["Variables"].items()
+        }
+        code = code or self.build / name
         function_name = self.stack.refs[name]
         env = function_env(
             variables,
@@ -150,12 +158,77 @@ class Harness:
             str(props.get("Handler", "app.handler")),
         ]
         timeout_ms = int(props.get("Timeout", 3)) * 1000
-        self.lambdas.workers[function_name] = Worker(
-            function_name, argv, env, timeout_ms, self.work / f"{name}.log"
-        )
+        return Worker(function_name, argv, env, timeout_ms, self.work / f"{name}.log")
 
     def worker(self, logical_id: str) -> Worker:
         """The worker of the template's function ``logical_id``."""
         found = self.lambdas.worker(self.stack.refs[logical_id])
         assert found is not None, logical_id
         return found
+
+
+@contextlib.contextmanager
+def harness_on(build_dir: Path, python312: str, runtime_dir: Path) -> Iterator[Harness]:
+    """A started harness on a ``sam build`` folder (moto, the stack, the HTTPS server; no worker
+    yet: ``Harness.launch`` makes them), torn down on exit: the benchmarks' set-up
+    (``bench.cold_imports --built``, ``bench.lambda_warm --built``)."""
+    args = argparse.Namespace(
+        build_dir=str(build_dir), python312=python312, runtime_dir=str(runtime_dir), logs=None
+    )
+    with tempfile.TemporaryDirectory(prefix="cloud-bench-") as scratch:
+        harness = Harness(args, Path(scratch), Report())
+        try:
+            harness.start()
+            yield harness
+        finally:
+            if hasattr(harness, "moto_url"):  # moto's state is the process's: the next one is new
+                with contextlib.suppress(OSError):
+                    reset = urllib.request.Request(  # noqa: S310 - the local moto server
+                        f"{harness.moto_url}/moto-api/reset", method="POST"
+                    )
+                    urllib.request.urlopen(reset, timeout=10).close()  # noqa: S310 - local moto
+            harness.stop()
+
+
+def python312() -> str | None:
+    """The interpreter of the functions' runtime, as scripts/python312.sh finds it: the one behind
+    ``python3.12`` on PATH (resolved: a worker's PATH has no pyenv shim), else the newest pyenv
+    3.12.x; None when none runs."""
+    candidates = [shutil.which("python3.12")]
+    pyenv = shutil.which("pyenv")
+    if pyenv is not None:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True, check=False)
+        versions = Path(root.stdout.strip() or "/nonexistent") / "versions"
+        candidates += [str(p) for p in sorted(versions.glob("3.12.*/bin/python3.12"), reverse=True)]
+    for found in filter(None, candidates):
+        done = subprocess.run(
+            [found, "-c", "import sys; print(sys.executable)"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode == 0 and done.stdout.strip():
+            return done.stdout.strip()
+    return None
+
+
+def add_build_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a benchmark that runs the functions from a ``sam build`` folder."""
+    parser.add_argument(
+        "--built",
+        type=Path,
+        metavar="DIR",
+        help="a sam build folder (e.g. .aws-sam/build): run the functions from it, on python3.12,"
+        " against moto",
+    )
+    parser.add_argument(
+        "--python312",
+        default=python312(),
+        help="the functions' runtime (default: python3.12 on PATH; with pyenv, PYENV_VERSION=3.12.1)",
+    )
+    parser.add_argument(
+        "--runtime-dir",
+        type=Path,
+        default=ROOT / ".venv-cloud" / "lambda-runtime",
+        help="the runtime's boto3, last on the functions' sys.path (scripts/cloud_check.sh makes it)",
+    )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest.mock import patch
@@ -33,7 +35,43 @@ class Tally:
         self.start_executions: list[str] = []
         self.task_outputs: list[str] = []
         self.payloads: list[bytes] = []
+        # Every request moto and the fake OpenSearch answered: (service.action, seconds spent
+        # answering it), in the order they finished (``hook_requests``).
+        self.requests: list[tuple[str, float]] = []
         self.lock = threading.Lock()
+
+    def hook_requests(self, search: Any) -> None:
+        """Time every request moto's WSGI application and ``search`` (the fake OpenSearch)
+        answer, in this process: the stand-in cloud's own time, which the benchmarks subtract
+        from a handler's wall time (``bench.lambda_warm --built``)."""
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+        tally = self
+        dispatch = DomainDispatcherApplication.__call__
+
+        def timed_dispatch(app: Any, environ: dict[str, Any], start_response: Any) -> Any:
+            return tally._timed(_moto_kind(environ), lambda: dispatch(app, environ, start_response))
+
+        handle = search.handle
+
+        def timed_search(method: str, path: str, body: bytes, authorization: str) -> Any:
+            parts = path.split("?", 1)[0].split("/")
+            kind = "opensearch." + next((p for p in parts if p.startswith("_")), method)
+            return tally._timed(kind, lambda: handle(method, path, body, authorization))
+
+        # moto has no hook on its dispatcher: wrapped for the rest of the process, like the two
+        # Step Functions methods above
+        patch.object(DomainDispatcherApplication, "__call__", timed_dispatch).start()
+        search.handle = timed_search
+
+    def _timed(self, kind: str, answer: Callable[[], Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            return answer()
+        finally:
+            took = time.perf_counter() - started
+            with self.lock:
+                self.requests.append((kind, took))
 
     def hook_moto(self) -> None:
         from moto.stepfunctions.responses import StepFunctionResponse
@@ -66,6 +104,16 @@ class Tally:
             "executions": len(self.start_executions),
             "audit": audit_events(logs),
         }
+
+
+def _moto_kind(environ: dict[str, Any]) -> str:
+    """``service.Action`` of a request to moto: the signing service of its Authorization header
+    and its ``X-Amz-Target`` action (JSON protocols), else its HTTP method (S3)."""
+    credential = str(environ.get("HTTP_AUTHORIZATION", "")).split("Credential=", 1)[-1]
+    parts = credential.split(",", 1)[0].split("/")
+    service = parts[3] if len(parts) > 3 else "unknown"
+    target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+    return f"{service}.{target.rsplit('.', 1)[-1] if target else environ.get('REQUEST_METHOD')}"
 
 
 def _audit_record(line: str) -> dict[str, Any] | None:

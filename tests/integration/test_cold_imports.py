@@ -52,11 +52,14 @@ def test_every_function_folder_is_benchmarked() -> None:
     )
 
 
-@pytest.mark.parametrize("function", ["search", "forget"])
+@pytest.mark.parametrize("function", TOOL_FUNCTIONS)
 def test_a_tool_function_imports_no_client_library_before_its_first_call(function: str) -> None:
     report = measure(function, runs=1)
-    # boto3, the encryption SDK and opensearch-py load in build_engine, on the first invocation
-    assert not {"boto3", "aws-encryption-sdk", "opensearch-py", "mcp"} & set(report.heavy_at_init)
+    # boto3, the encryption SDK and opensearch-py load in build_engine, on the first invocation;
+    # the engine and the contract's pydantic models too (cloud/tool_handler.py): Lambda's init
+    # is Powertools and the handler object (bench.cold_imports --built: init x the anchor)
+    deferred = {"boto3", "aws-encryption-sdk", "opensearch-py", "mcp", "pydantic", "the engine"}
+    assert not deferred & set(report.heavy_at_init)
     assert report.wall_ms > 0 and report.importtime_ms > 0
     assert report.heaviest and all(ms >= 0 for _, ms in report.heaviest)
 

@@ -46,11 +46,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from engram_memory.contract.errors import ErrorCode
-from engram_memory.engine.context import TOOLS
-from engram_memory.engine.ports import AuditEvent
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Metrics, Tracer
+
+    from engram_memory.engine.ports import AuditEvent
 
 __all__ = [
     "ADMISSION_STATUSES",
@@ -203,6 +203,8 @@ def _count(name: str, dimensions: dict[str, str], namespace: str | None = None) 
 
 
 def _tool_label(tool: str) -> str:
+    from engram_memory.engine.context import TOOLS  # the contract's models: not at init
+
     return tool if tool in TOOLS else "unknown"
 
 

@@ -14,25 +14,32 @@ from engram_memory.cloud.observability import (
     get_tracer,
     instrumented,
 )
-from engram_memory.contract.errors import ProtocolRefusal, TrustedContextUnavailable, UnknownTool
-from engram_memory.engine.context import TOOLS, TrustedContext
-from engram_memory.engine.gate import ConfirmationNeeded
-from engram_memory.engine.ports import Clock
-from engram_memory.engine.service import Engine, new_audit_id
 
+# What a Lambda init imports is Powertools and this module, nothing more: the engine, the
+# contract's models (pydantic), the settings and the wire are imported by the first invocation
+# (``_ready``), as boto3, the Encryption SDK and opensearch-py already were
+# (bench.cold_imports --built; tests/integration/test_cold_imports.py keeps it so).
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Tracer
 
     from engram_memory.cloud.execution_gate import ExecutionGate
+    from engram_memory.cloud.settings import EngineEnvironment, HostBinding
+    from engram_memory.contract.errors import ProtocolRefusal
+    from engram_memory.engine.context import TrustedContext
+    from engram_memory.engine.ports import Clock
+    from engram_memory.engine.service import Engine
 
-from engram_memory.cloud.composition import GATED_TOOLS, build_engine, build_execution_gate
-from engram_memory.cloud.settings import (
-    LAMBDA_DEADLINE_MARGIN_MS,
-    EngineEnvironment,
-    HostBinding,
-    ToolFunctionSettings,
-)
-from engram_memory.cloud.wire import confirmation_required, parse_invocation, protocol_error
+
+def _build_engine(settings: EngineEnvironment) -> Engine:
+    from engram_memory.cloud.composition import build_engine
+
+    return build_engine(settings)
+
+
+def _build_execution_gate(tool: str, env: Mapping[str, str]) -> ExecutionGate | None:
+    from engram_memory.cloud.composition import build_execution_gate
+
+    return build_execution_gate(tool, env)
 
 
 class EngineHandler:
@@ -46,13 +53,14 @@ class EngineHandler:
     which runs instrumented (``observability.instrumented``).
     """
 
-    settings_model: ClassVar[type[EngineEnvironment]] = ToolFunctionSettings
+    # The function kind's settings model; None: the tool functions' (ToolFunctionSettings).
+    settings_model: ClassVar[type[EngineEnvironment] | None] = None
 
     def __init__(
         self,
         *,
         env: Mapping[str, str] = os.environ,
-        build: Callable[[EngineEnvironment], Engine] = build_engine,
+        build: Callable[[EngineEnvironment], Engine] = _build_engine,
     ) -> None:
         self.settings: EngineEnvironment | None = None
         self.engine: Engine | None = None
@@ -72,15 +80,23 @@ class EngineHandler:
 
     def _settings_locked(self) -> EngineEnvironment:
         if self.settings is None:
-            self.settings = self.settings_model.from_env(self._env)
+            from engram_memory.cloud.settings import ToolFunctionSettings
+
+            model = self.settings_model or ToolFunctionSettings
+            self.settings = model.from_env(self._env)
         return self.settings
 
     def _ready_locked(self) -> tuple[Engine, HostBinding]:
+        self._validate()
         if self.binding is None:
             self.binding = self._settings_locked().binding()
         if self.engine is None:
             self.engine = self._build(self._settings_locked())
         return self.engine, self.binding
+
+    def _validate(self) -> None:
+        """Run by every invocation before the engine: the checks that need what init does not
+        import (ToolHandler: its tool is one of the six)."""
 
     def _handle(self, event: Any, context: Any) -> dict[str, Any]:
         raise NotImplementedError
@@ -106,18 +122,22 @@ class ToolHandler(EngineHandler):
         tool: str,
         *,
         env: Mapping[str, str] = os.environ,
-        build: Callable[[EngineEnvironment], Engine] = build_engine,
+        build: Callable[[EngineEnvironment], Engine] = _build_engine,
         build_gate: Callable[[str, Mapping[str, str]], ExecutionGate | None] | None = None,
     ) -> None:
-        if tool not in TOOLS:
-            raise ValueError(f"not one of the six tools: {tool!r}")
         self.tool = tool
         self.gate: ExecutionGate | None = None
         self._gate_built = False
-        self._build_gate = build_gate or build_execution_gate
+        self._build_gate = build_gate or _build_execution_gate
         self._logger: Logger = get_logger()
         self._tracer: Tracer = get_tracer()
         super().__init__(env=env, build=build)
+
+    def _validate(self) -> None:
+        from engram_memory.engine.context import TOOLS
+
+        if self.tool not in TOOLS:
+            raise ValueError(f"not one of the six tools: {self.tool!r}")
 
     def use_gate(self, gate: ExecutionGate | None) -> None:
         """Compose withdraw/forget with ``gate`` (``None``: no state machine) instead of the
@@ -127,6 +147,8 @@ class ToolHandler(EngineHandler):
 
     def _gate(self) -> ExecutionGate | None:
         """withdraw/forget's Step Functions gate, built on first use; ``None`` for other tools."""
+        from engram_memory.cloud.composition import GATED_TOOLS
+
         if self.tool not in GATED_TOOLS:
             return None
         with self._lock:
@@ -143,6 +165,9 @@ class ToolHandler(EngineHandler):
         audit_id: str,
         ctx: TrustedContext | None = None,
     ) -> dict[str, Any]:
+        from engram_memory.cloud.wire import protocol_error
+        from engram_memory.contract.errors import UnknownTool
+
         unknown = isinstance(refusal, UnknownTool)
         code = "PROTOCOL_UNKNOWN_TOOL" if unknown else "PROTOCOL_CONTEXT_UNAVAILABLE"
         engine.refuse(self.tool, ctx, audit_id, code)
@@ -150,6 +175,15 @@ class ToolHandler(EngineHandler):
         return protocol_error(refusal)
 
     def _handle(self, event: Any, context: Any) -> dict[str, Any]:
+        from engram_memory.cloud.wire import confirmation_required, parse_invocation, protocol_error
+        from engram_memory.contract.errors import (
+            ProtocolRefusal,
+            TrustedContextUnavailable,
+            UnknownTool,
+        )
+        from engram_memory.engine.gate import ConfirmationNeeded
+        from engram_memory.engine.service import new_audit_id
+
         engine, binding = self._ready()
         self._tracer.put_annotation("tool", self.tool)
         try:
@@ -187,6 +221,8 @@ class ToolHandler(EngineHandler):
 
 
 def _bounded_by_lambda(ctx: TrustedContext, clock: Clock, context: Any) -> TrustedContext:
+    from engram_memory.cloud.settings import LAMBDA_DEADLINE_MARGIN_MS
+
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     if remaining is None:
         return ctx

@@ -138,6 +138,9 @@ class RecordRow:
     # The full record's canonical JSON sealed under the record's own key (``RecordKeys``); None
     # once shredded (tombstone). Destroying the key makes every copy of these bytes unreadable.
     body: bytes | None
+    # False when read without its body (``records_get(..., bodies=False)``): ``body`` is then
+    # None and says nothing about shredding; read the row again for its body.
+    body_read: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +225,13 @@ class Store(Protocol):
 
     def record_get(self, scope: Scope, record_id: str) -> RecordRow | None: ...
 
-    def records_get(self, scope: Scope, record_ids: Sequence[str]) -> dict[str, RecordRow]: ...
+    def records_get(
+        self, scope: Scope, record_ids: Sequence[str], *, bodies: bool = True
+    ) -> dict[str, RecordRow]:
+        """The rows of ``record_ids`` that exist, by id. ``bodies=False`` may leave the sealed
+        bodies out (``body_read`` False): a ranking reads every hit's eligibility and valid
+        time, and only its page's bodies; a store where bodies cost nothing extra returns them."""
+        ...
 
     def payload_tombstoned(self, scope: Scope, payload_digest: str) -> bool: ...
 

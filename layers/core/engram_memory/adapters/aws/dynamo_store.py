@@ -170,6 +170,19 @@ log = logging.getLogger(__name__)
 INLINE_LIMIT_BYTES: Final = 256 * 1024
 NONCE_TTL_GRACE_S: Final = 3_600  # DynamoDB TTL deletes lazily; keep used nonces a while longer
 _BATCH_GET_MAX: Final = 100
+# What a ranking revalidates of a record row: everything but the sealed body (``body`` or its
+# blob's ``body_ref``), which only the page needs (``records_get(..., bodies=False)``).
+_ELIGIBILITY_FIELDS: Final = (
+    "record_id",
+    "state",
+    "record_digest",
+    "payload_digest",
+    "candidate_id",
+    "valid_from_ms",
+    "valid_to_ms",
+    "expires_at_ms",
+    "accepted_cursor",
+)
 # How long a function trusts "not revoked" before reading the revocation items again: a token
 # revoked by an operator answers AUTHORIZATION_REVOKED from every warm container within this.
 # "Revoked" is never forgotten (a revocation is never lifted).
@@ -524,7 +537,9 @@ class DynamoStore:
             created_at_ms=_get_n(item, "created_at_ms"),
         )
 
-    def _record_row(self, item: Mapping[str, AttributeValueTypeDef]) -> RecordRow:
+    def _record_row(
+        self, item: Mapping[str, AttributeValueTypeDef], *, body: bool = True
+    ) -> RecordRow:
         state: RecordState = _get_s(item, "state")  # type: ignore[assignment]
         return RecordRow(
             record_id=_get_s(item, "record_id"),
@@ -536,7 +551,8 @@ class DynamoStore:
             valid_to_ms=_opt_n(item, "valid_to_ms"),
             expires_at_ms=_opt_n(item, "expires_at_ms"),
             accepted_cursor=_get_n(item, "accepted_cursor"),
-            body=self._large_value(item, "body"),
+            body=self._large_value(item, "body") if body else None,
+            body_read=body,
         )
 
     def _get(self, key: Item) -> Item | None:
@@ -585,25 +601,35 @@ class DynamoStore:
         item = self._get(_record_key(scope, record_id))
         return None if item is None else self._record_row(item)
 
-    def records_get(self, scope: Scope, record_ids: Sequence[str]) -> dict[str, RecordRow]:
+    def records_get(
+        self, scope: Scope, record_ids: Sequence[str], *, bodies: bool = True
+    ) -> dict[str, RecordRow]:
+        """Without ``bodies``, only the fields a ranking revalidates (a projection): a search's
+        hits up to the ranking depth are read without their sealed bodies (and no blob of a
+        large body is fetched); the page's bodies are read after ranking."""
         ids = list(dict.fromkeys(record_ids))
         found: dict[str, RecordRow] = {}
         for start in range(0, len(ids), _BATCH_GET_MAX):
             chunk = ids[start : start + _BATCH_GET_MAX]
-            for item in self._batch_get([_record_key(scope, rid) for rid in chunk]):
-                row = self._record_row(item)
+            keys = [_record_key(scope, rid) for rid in chunk]
+            for item in self._batch_get(keys, () if bodies else _ELIGIBILITY_FIELDS):
+                row = self._record_row(item, body=bodies)
                 found[row.record_id] = row
         return found
 
-    def _batch_get(self, keys: list[Item]) -> list[Item]:
-        """``BatchGetItem`` of at most 100 keys, retrying unprocessed keys with backoff."""
+    def _batch_get(self, keys: list[Item], fields: Sequence[str] = ()) -> list[Item]:
+        """``BatchGetItem`` of at most 100 keys (only ``fields`` when some are named), retrying
+        unprocessed keys with backoff."""
         items: list[Item] = []
         pending: Sequence[Mapping[str, Any]] = keys
         stalls = 0
+        names = {f"#f{i}": name for i, name in enumerate(fields)}
         while pending:
-            request: dict[str, KeysAndAttributesTypeDef] = {
-                self.table_name: {"Keys": pending, "ConsistentRead": True}
-            }
+            read: KeysAndAttributesTypeDef = {"Keys": pending, "ConsistentRead": True}
+            if names:
+                read["ProjectionExpression"] = ", ".join(names)
+                read["ExpressionAttributeNames"] = names
+            request: dict[str, KeysAndAttributesTypeDef] = {self.table_name: read}
             response = self._read(self.dynamodb.batch_get_item, RequestItems=request)
             got = response.get("Responses", {}).get(self.table_name, [])
             items.extend(got)

@@ -248,9 +248,12 @@ def _scope_key(scope: Scope) -> tuple[str, str]:
 
 def _stored(row: CandidateRow | RecordRow, table: str) -> tuple[Any, ...]:
     """The row's values in its table's column order (the dataclass's field order is the
-    table's), the digests of ``_DIGEST_COLUMNS`` as the store keeps them."""
+    table's; ``RecordRow.body_read`` says how a row was read and is not stored), the digests of
+    ``_DIGEST_COLUMNS`` as the store keeps them."""
     digests = _DIGEST_COLUMNS[table]
-    values = ((f.name, getattr(row, f.name)) for f in dataclasses.fields(row))
+    values = (
+        (f.name, getattr(row, f.name)) for f in dataclasses.fields(row) if f.name != "body_read"
+    )
     return tuple(_digest_in(value) if name in digests else value for name, value in values)
 
 
@@ -647,7 +650,11 @@ class SqliteStore:
             rows: list[tuple[Any, ...]] = conn.execute(sql, parameters).fetchall()
         return rows
 
-    def records_get(self, scope: Scope, record_ids: Sequence[str]) -> dict[str, RecordRow]:
+    def records_get(
+        self, scope: Scope, record_ids: Sequence[str], *, bodies: bool = True
+    ) -> dict[str, RecordRow]:
+        # Every row comes with its body (``bodies`` is a hint): reading it in the same local
+        # query costs less than a second query for the page's bodies would.
         found: dict[str, RecordRow] = {}
         ids = list(dict.fromkeys(record_ids))
         if not ids:

@@ -51,7 +51,7 @@ def search(k: Kernel, call: Call, args: SearchInput) -> dict[str, Any]:
 
     # Fixed by the page size, so every page of one search ranks the same list.
     depth = k.search_depth(args.limit)
-    hits, ranked, rows, profile = _rank(k, call, args.query, now, require_semantic, depth)
+    hits, ranked, rows, profile = _rank(k, call, args, now, require_semantic, depth)
     ordered_digest = digest("ordered-ids", [h.record_id for h in ranked])
     page = PageState(
         request_digest=request_digest,
@@ -159,10 +159,14 @@ def _packets(
     used = 0
     next_offset = offset
     page = ranked[offset : offset + args.limit]
+    rows = _page_rows(k, call, page, rows)
     # The page's bodies, opened together: one key-store read, no KMS call (RecordKeys).
-    opened = k.bodies(call.scope, [rows[hit.record_id] for hit in page])
+    opened = k.bodies(call.scope, [rows[hit.record_id] for hit in page if hit.record_id in rows])
     for position, hit in enumerate(page, start=offset):
-        row = rows[hit.record_id]
+        row = rows.get(hit.record_id)
+        if row is None:
+            next_offset = position + 1
+            continue  # no longer eligible when its body was read: not on the page
         full = opened.get(hit.record_id)
         if full is None and row.body is not None:
             next_offset = position + 1
@@ -190,6 +194,23 @@ def _packets(
     return packets, packet_bytes, next_offset
 
 
+def _page_rows(
+    k: Kernel, call: Call, page: list[IndexHit], rows: dict[str, RecordRow]
+) -> dict[str, RecordRow]:
+    """``rows`` with the page's bodies: the page's rows ranked without theirs are read again,
+    whole, and revalidated; one that is gone or no longer eligible is left out of the answer."""
+    missing = [hit.record_id for hit in page if not rows[hit.record_id].body_read]
+    if not missing:
+        return rows
+    whole = k.read(lambda: k.store.records_get(call.scope, missing))
+    fresh = {
+        record_id: row
+        for record_id in missing
+        if (row := whole.get(record_id)) is not None and k.eligible(row, call.now_ms)
+    }
+    return {**{i: r for i, r in rows.items() if r.body_read}, **fresh}
+
+
 @dataclass(slots=True)
 class _Channels:
     """What the ranking channels answered for one query."""
@@ -205,7 +226,7 @@ class _Channels:
 def _rank(
     k: Kernel,
     call: Call,
-    query: str,
+    args: SearchInput,
     now: int,
     require_semantic: bool,
     depth: int,
@@ -214,12 +235,17 @@ def _rank(
     query names against the records' valid time (``engine/temporal.py``; the host's
     ``time_aware``), reading ``valid_time`` from the rows the revalidation already read.
 
+    Every hit is revalidated; when there are more than a page of them, their rows are read
+    without the sealed bodies, which only the page needs (``_page_rows``).
+
     Returns every index hit (the candidates), the eligible records in rank order, their rows,
     and the rank receipt's profile fields (``profile``, version, config digest, formula).
     """
+    query = args.query
     found = _query_channels(k, call, query, require_semantic, depth)
     hits = list({h.record_id: h for h in [*found.lexical_hits, *found.semantic_hits]}.values())
-    rows = k.read(lambda: k.store.records_get(call.scope, [h.record_id for h in hits]))
+    ids, bodies = [h.record_id for h in hits], len(hits) <= args.limit
+    rows = k.read(lambda: k.store.records_get(call.scope, ids, bodies=bodies))
 
     def eligible(channel: list[IndexHit]) -> list[IndexHit]:
         return [h for h in channel if h.record_id in rows and k.eligible(rows[h.record_id], now)]
