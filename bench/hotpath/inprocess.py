@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def engine_session(data_dir: Path, store: SeededStore, plan: Plan) -> Session:
     from bench.locomo.clients import EngineClient
     from engram_memory.embedded.serve import open_server
 
-    from .sessions import ENGINE, SEARCH_LIMIT
+    from .sessions import ENGINE
 
     session = Session(ENGINE)
     started = time.perf_counter()
@@ -112,50 +113,62 @@ def engine_session(data_dir: Path, store: SeededStore, plan: Plan) -> Session:
             found: dict[str, Any] = value(client.call(WORKSPACE, tool, arguments), tool)
             return found
 
-        def search(query: str) -> int:
-            arguments = {"query": query, "purpose_ref": PURPOSE, "limit": SEARCH_LIMIT}
-            return len(call("search", arguments)["records"])
-
-        def get(index: int) -> None:
-            call("get", {"record_id": store.record_ids[index], "purpose_ref": PURPOSE})
-
-        for query in plan.queries[:WARM_UP_CALLS]:
-            search(query)
-        for memory in plan.gets[:WARM_UP_CALLS]:
-            get(memory.index)
-        since = time.process_time()
-        for query in plan.queries:
-            begun = time.perf_counter()
-            session.search_results.append(search(query))
-            session.search_ms.append(_ms_since(begun))
-        session.cpu_ms["search"] = _cpu_per_call(since, len(plan.queries))
-        since = time.process_time()
-        for memory in plan.gets:
-            begun = time.perf_counter()
-            get(memory.index)
-            session.get_ms.append(_ms_since(begun))
-        session.cpu_ms["get"] = _cpu_per_call(since, len(plan.gets))
-
-        def write(memory: Memory) -> float:
-            begun = time.perf_counter()
-            captured = call("capture", memory.capture_arguments(plan.run_id))
-            first_ms = _ms_since(begun)
-            admission = memory.admission_arguments(captured["candidate_id"], plan.run_id)
-            if call("request_admission", admission)["outcome"]["status"] != "accepted":
-                raise RuntimeError(f"engine session: memory {memory.index} was not accepted")
-            return first_ms
-
-        for memory in plan.warm_writes:
-            write(memory)
-        since = time.process_time()
-        for memory in plan.writes:
-            begun = time.perf_counter()
-            session.first_write_ms.append(write(memory))
-            session.write_pair_ms.append(_ms_since(begun))
-        session.cpu_ms["pair"] = _cpu_per_call(since, len(plan.writes))
+        _engine_reads(call, store, plan, session)
+        _engine_writes(call, plan, session)
     finally:
         server.close()
     return session
+
+
+_Call = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+def _engine_reads(call: _Call, store: SeededStore, plan: Plan, session: Session) -> None:
+    from .sessions import SEARCH_LIMIT
+
+    def search(query: str) -> int:
+        arguments = {"query": query, "purpose_ref": PURPOSE, "limit": SEARCH_LIMIT}
+        return len(call("search", arguments)["records"])
+
+    def get(index: int) -> None:
+        call("get", {"record_id": store.record_ids[index], "purpose_ref": PURPOSE})
+
+    for query in plan.queries[:WARM_UP_CALLS]:
+        search(query)
+    for memory in plan.gets[:WARM_UP_CALLS]:
+        get(memory.index)
+    since = time.process_time()
+    for query in plan.queries:
+        begun = time.perf_counter()
+        session.search_results.append(search(query))
+        session.search_ms.append(_ms_since(begun))
+    session.cpu_ms["search"] = _cpu_per_call(since, len(plan.queries))
+    since = time.process_time()
+    for memory in plan.gets:
+        begun = time.perf_counter()
+        get(memory.index)
+        session.get_ms.append(_ms_since(begun))
+    session.cpu_ms["get"] = _cpu_per_call(since, len(plan.gets))
+
+
+def _engine_writes(call: _Call, plan: Plan, session: Session) -> None:
+    def write(memory: Memory) -> float:
+        begun = time.perf_counter()
+        captured = call("capture", memory.capture_arguments(plan.run_id))
+        first_ms = _ms_since(begun)
+        admission = memory.admission_arguments(captured["candidate_id"], plan.run_id)
+        if call("request_admission", admission)["outcome"]["status"] != "accepted":
+            raise RuntimeError(f"engine session: memory {memory.index} was not accepted")
+        return first_ms
+
+    for memory in plan.warm_writes:
+        write(memory)
+    since = time.process_time()
+    for memory in plan.writes:
+        begun = time.perf_counter()
+        session.first_write_ms.append(write(memory))
+        session.write_pair_ms.append(_ms_since(begun))
+    session.cpu_ms["pair"] = _cpu_per_call(since, len(plan.writes))
 
 
 def _cpu_per_call(since: float, calls: int) -> float:
