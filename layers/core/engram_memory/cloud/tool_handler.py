@@ -244,8 +244,8 @@ def tool_handler(tool: str) -> ToolHandler:
 
 class DeferredHandler:
     """A function's handler whose module is imported, and whose real handler is made, by its
-    first invocation (``loaded``): Lambda's init imports this module and Powertools' nothing
-    else, as for the tool functions, and the warm container keeps the real handler.
+    first invocation (``loaded``): Lambda's init imports this module only (not even Powertools:
+    the real handler instruments itself), and the warm container keeps the real handler.
 
     ``target`` names the real handler's factory as Lambda names a handler:
     ``"engram_memory.cloud.workflow:WorkflowHandler"`` (called without arguments).
