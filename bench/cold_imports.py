@@ -24,8 +24,12 @@ import and whatever it runs, wall and CPU (``process_time``) measured by the wor
 the **anchor**: ``bench/lambda_bare/app.py``, a bare handler creating Powertools' Logger, Tracer
 and Metrics as the stack's handlers do, from the same built layer; every round runs the anchor
 and every function once (interleaved), and the figures are medians, with each function's ratio to
-the anchor's median. For the six tool functions the same fresh worker then answers its
-``events/`` sample, and that first invocation's CPU is reported too: what init does not import,
+the anchor's median. Beside the MCP adapter, the **bare MCP SDK** (``anchor + MCP SDK``:
+``bench/lambda_bare/mcp_sdk.py``, the anchor plus the SDK's server modules, on the adapter's
+build folder): what of the adapter's init is the SDK, and what is ours. For the six tool
+functions, the four whose module is deferred (``deferred_handler``: workflow, drainer, approval,
+Cognito claims) and the adapter, the same fresh worker then answers an ``events/`` sample
+(``FIRST_EVENTS``), and that first invocation's CPU is reported too: what init does not import,
 the first call does.
 
 Times depend on the machine and its load: compare functions within one run, not across machines.
@@ -38,6 +42,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,6 +52,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS = ROOT / "functions"
 BARE = ROOT / "bench" / "lambda_bare"
 ANCHOR = "anchor"
+SDK_ANCHOR = "anchor + MCP SDK"
+# The function whose build folder holds the MCP SDK (the bare SDK runs on it, see mcp_sdk.py).
+SDK_HOST = "McpAdapterFunction"
 # The function whose environment and layer the anchor runs with (any function of the CoreLayer).
 ANCHOR_HOST = "SearchFunction"
 HEAVY = {
@@ -165,6 +173,16 @@ class InitReport:
 
 
 TOOL_FOLDERS = ("capture", "forget", "get", "request_admission", "search", "withdraw")
+# The events/ sample a fresh worker answers after its init (what init does not import, the first
+# call does): each tool function's own, and those of the functions whose module is deferred.
+FIRST_EVENTS = {
+    **{folder: f"{folder}.json" for folder in TOOL_FOLDERS},
+    "workflow": "workflow_await_approval.json",
+    "outbox_drainer": "outbox_drainer.json",
+    "cognito_claims": "cognito_claims.json",
+    "approval": "approval_get.json",
+    "mcp_adapter": "mcp_adapter_initialize.json",
+}
 
 
 def _init_once(harness: Any, name: str, code: Path | None = None) -> tuple[float, ...]:
@@ -177,12 +195,14 @@ def _init_once(harness: Any, name: str, code: Path | None = None) -> tuple[float
     try:
         answer = worker.request({"init": True})
         first = None
-        if code is not None or folder in TOOL_FOLDERS:
-            first = worker.invoke({} if code is not None else sample(f"{folder}.json"))
+        if code is not None or folder in FIRST_EVENTS:
+            first = worker.invoke({} if code is not None else sample(FIRST_EVENTS[folder]))
     finally:
         worker.stop()
     if "error" in answer:
         raise RuntimeError(f"{name} did not import from the build: {answer['error']}")
+    if first is not None and "error" in first:
+        raise RuntimeError(f"{name}'s first call failed on the build: {first['error']}")
     took = (float(answer["result"]["wall_ms"]), float(answer["result"]["cpu_ms"]))
     return took if first is None else (*took, float(first["took"]["cpu_ms"]))
 
@@ -192,17 +212,33 @@ def _median(samples: list[tuple[float, ...]], column: int) -> float | None:
     return statistics.median(values) if values else None
 
 
+def bare_sdk_code(build: Path, work: Path) -> Path:
+    """A code folder for the bare MCP SDK: the adapter's build folder (linked) with
+    ``bench/lambda_bare/mcp_sdk.py`` as its ``app.py`` and the anchor beside it."""
+    folder = work / "bare-mcp-sdk"
+    folder.mkdir()
+    for entry in (build / SDK_HOST).iterdir():
+        if entry.name != "app.py":
+            (folder / entry.name).symlink_to(entry.resolve())
+    (folder / "app.py").symlink_to(BARE / "mcp_sdk.py")
+    (folder / "anchor.py").symlink_to(BARE / "app.py")
+    return folder
+
+
 def measure_built(
     build: Path, python312: str, runtime: Path, runs: int, names: Sequence[str] = ()
 ) -> list[InitReport]:
     """Lambda init of every function of the build (or ``names``) beside the anchor's."""
     from scripts.cloud_run.harness import harness_on
 
-    with harness_on(build, python312, runtime) as harness:
+    with harness_on(build, python312, runtime) as harness, tempfile.TemporaryDirectory() as work:
         chosen = list(names) or sorted(harness.stack.functions())
+        sdk = bare_sdk_code(build, Path(work)) if SDK_HOST in chosen else None
         samples: dict[str, list[tuple[float, ...]]] = {ANCHOR: []}
         for _ in range(runs):  # interleaved, so a load change hits every function alike
             samples[ANCHOR].append(_init_once(harness, ANCHOR_HOST, BARE))
+            if sdk is not None:
+                samples.setdefault(SDK_ANCHOR, []).append(_init_once(harness, SDK_HOST, sdk))
             for name in chosen:
                 samples.setdefault(name, []).append(_init_once(harness, name))
     anchor_wall, anchor_cpu = _median(samples[ANCHOR], 0) or 1.0, _median(samples[ANCHOR], 1) or 1.0

@@ -1,5 +1,5 @@
 """URL-mode confirmations: the approval page (``engram_memory.cloud.approval_page``)."""
 
-from engram_memory.cloud.approval_page import ApprovalHandler
+from engram_memory.cloud.tool_handler import deferred_handler
 
-handler = ApprovalHandler()
+handler = deferred_handler("engram_memory.cloud.approval_page:ApprovalHandler")

@@ -1,5 +1,5 @@
 """The Task steps of the withdraw/forget state machines (``engram_memory.cloud.workflow``)."""
 
-from engram_memory.cloud.workflow import WorkflowHandler
+from engram_memory.cloud.tool_handler import deferred_handler
 
-handler = WorkflowHandler()
+handler = deferred_handler("engram_memory.cloud.workflow:WorkflowHandler")

@@ -167,8 +167,8 @@ def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sta
                 for tool in ("withdraw", "forget")
             }
             workflow = load_app("workflow")
-            workflow.handler.engine = engine
-            workflow.handler.approvals = approvals
+            workflow.handler.loaded().engine = engine
+            workflow.handler.loaded().approvals = approvals
             lam = InProcessLambda(workflow.handler)
             tools = {tool: load_app(tool) for tool in TOOLS}
             for tool, app in tools.items():

@@ -22,6 +22,7 @@ from test_tool_handlers import EVENTS, ROOT, load_app
 
 from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
 from engram_memory.adapters.aws.kms_vault import create_key_table
+from engram_memory.cloud.approval_page import ApprovalHandler
 from engram_memory.cloud.approvals import (
     ApprovalStore,
     ApprovalWindowExpired,
@@ -30,8 +31,11 @@ from engram_memory.cloud.approvals import (
     start_confirmed_execution,
 )
 from engram_memory.cloud.composition import build_engine
+from engram_memory.cloud.drainer import DrainerHandler
 from engram_memory.cloud.settings import HostBinding
+from engram_memory.cloud.tool_handler import DeferredHandler, deferred_handler
 from engram_memory.cloud.wire import ToolInvocation
+from engram_memory.cloud.workflow import WorkflowHandler
 from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.gate import ConfirmationNeeded
 from engram_memory.engine.ports import (
@@ -119,8 +123,8 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         )
         store = ApprovalStore(dynamodb, TABLE)
         workflow, sfn = load_app("workflow"), FakeSfn()
-        workflow.handler.engine = engine
-        workflow.handler.approvals = store
+        workflow.handler.loaded().engine = engine
+        workflow.handler.loaded().approvals = store
         approval = approval_page(
             store,
             sfn,
@@ -129,7 +133,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             now_ms=clock.now_ms,
         )
         drainer = load_app("outbox_drainer")
-        drainer.handler.engine = engine
+        drainer.handler.loaded().engine = engine
         yield World(engine, clock, dynamodb, workflow, approval, sfn, drainer, index)
 
 
@@ -420,3 +424,26 @@ def test_the_drainer_reindexes_a_workspace_for_an_operator(world: World) -> None
     report = world.drainer.handler(load("outbox_drainer_reindex"), _context())
     assert report == {"operation": "reindex", "indexed": 1, "dropped": 0, "pending_upserts": 0}
     assert search_ids(world, "staging deploy") == [record_id]
+
+
+@pytest.mark.parametrize(
+    ("function", "kind"),
+    [
+        ("workflow", WorkflowHandler),
+        ("outbox_drainer", DrainerHandler),
+        ("approval", ApprovalHandler),
+    ],
+)
+def test_a_deferred_function_makes_its_handler_once_at_the_first_call(
+    function: str, kind: type
+) -> None:
+    handler = load_app(function).handler
+    assert isinstance(handler, DeferredHandler)
+    made = handler.loaded()
+    assert isinstance(made, kind) and handler.loaded() is made  # the warm container keeps it
+
+
+@pytest.mark.parametrize("target", ["engram_memory.cloud.workflow", ":WorkflowHandler"])
+def test_a_deferred_handler_names_a_module_and_its_factory(target: str) -> None:
+    with pytest.raises(ValueError, match="'<module>:<factory>'"):
+        deferred_handler(target)

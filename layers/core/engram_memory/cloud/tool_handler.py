@@ -1,8 +1,13 @@
-"""The tool functions' Lambda handler: ``functions/<tool>/app.py`` is ``tool_handler(tool)``."""
+"""What a function's Lambda init imports: the handler object, nothing more.
+
+The tool functions' ``functions/<tool>/app.py`` is ``tool_handler(tool)``; the workflow, drainer,
+approval and Cognito claims functions' is ``deferred_handler("<module>:<factory>")``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -235,3 +240,39 @@ def _bounded_by_lambda(ctx: TrustedContext, clock: Clock, context: Any) -> Trust
 def tool_handler(tool: str) -> ToolHandler:
     """The Lambda handler of ``tool``'s function: ``handler = tool_handler("search")``."""
     return ToolHandler(tool)
+
+
+class DeferredHandler:
+    """A function's handler whose module is imported, and whose real handler is made, by its
+    first invocation (``loaded``): Lambda's init imports this module only (not even Powertools:
+    the real handler instruments itself), and the warm container keeps the real handler.
+
+    ``target`` names the real handler's factory as Lambda names a handler:
+    ``"engram_memory.cloud.workflow:WorkflowHandler"`` (called without arguments).
+    """
+
+    def __init__(self, target: str) -> None:
+        module, _, factory = target.partition(":")
+        if not module or not factory:
+            raise ValueError(f"a deferred handler is named '<module>:<factory>', not {target!r}")
+        self.target = target
+        self._module, self._factory = module, factory
+        self._handler: Callable[[Any, Any], Any] | None = None
+        self._lock = threading.Lock()
+
+    def loaded(self) -> Any:
+        """The real handler, imported and made on the first call (tests set its singletons)."""
+        with self._lock:
+            if self._handler is None:
+                make = getattr(importlib.import_module(self._module), self._factory)
+                self._handler = make()
+            return self._handler
+
+    def __call__(self, event: Any, context: Any) -> Any:
+        return self.loaded()(event, context)
+
+
+def deferred_handler(target: str) -> DeferredHandler:
+    """The Lambda handler of a function whose module loads the engine, pydantic or an AWS client
+    at import: ``handler = deferred_handler("engram_memory.cloud.drainer:drainer_handler")``."""
+    return DeferredHandler(target)
