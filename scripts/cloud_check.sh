@@ -159,6 +159,18 @@ if [[ -n "$run_build" ]]; then
   counted "$tools_python" scripts/cloud_run --build-dir "$run_build" \
     --python312 "$python312_dir/python3.12" --runtime-dir "$TOOLS_VENV/lambda-runtime" \
     --logs "${CLOUD_CHECK_LOGS:-$work_dir/logs}"
+  # The cloud benchmarks on this build (Lambda init beside the bare Powertools anchor, warm calls
+  # with moto's time taken out), briefly: the README's test run has no build to run them on.
+  if [[ -x .venv/bin/python ]]; then
+    if ENGRAM_SAM_BUILD="$run_build" ENGRAM_LAMBDA_RUNTIME="$TOOLS_VENV/lambda-runtime" \
+      .venv/bin/python -m pytest -q -p no:cacheprovider tests/bench/test_cloud_built_bench.py; then
+      pass "bench.cold_imports and bench.lambda_warm --built on the build"
+    else
+      fail "bench.cold_imports and bench.lambda_warm --built on the build (tests/bench/test_cloud_built_bench.py)"
+    fi
+  else
+    echo "  (the cloud benchmarks on the build need the project venv: run ./test first)"
+  fi
 else
   fail "no build to run the functions from"
 fi

@@ -11,6 +11,7 @@ shape: every function and tool measured, moto's requests counted and timed, the 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,19 @@ from scripts.cloud_run.harness import python312
 
 from engram_testing import tool_missing
 
-BUILD = Path(__file__).resolve().parents[2] / ".aws-sam" / "build"
+# The cloud gate (scripts/cloud_check.sh, step 4) points these at its own build and runtime.
+BUILD = Path(
+    os.environ.get("ENGRAM_SAM_BUILD") or Path(__file__).resolve().parents[2] / ".aws-sam" / "build"
+)
+RUNTIME = os.environ.get("ENGRAM_LAMBDA_RUNTIME")
+RUNTIME_ARGUMENTS = ["--runtime-dir", RUNTIME] if RUNTIME else []
 
 
 @pytest.fixture(scope="module")
 def built() -> tuple[Path, str]:
     if not (BUILD / "CoreLayer" / "python" / "engram_memory").is_dir():
+        if os.environ.get("ENGRAM_SAM_BUILD"):  # named by the cloud gate: it must be there
+            pytest.fail(f"ENGRAM_SAM_BUILD={BUILD} holds no sam build (no CoreLayer/python)")
         pytest.skip(
             f"no sam build in {BUILD}: SAM_BUILD_DIR=$PWD/.aws-sam/build bash scripts/sam_check.sh"
         )
@@ -41,6 +49,7 @@ def test_lambda_init_on_the_build_is_measured_beside_the_anchor(
     build, python = built
     path = tmp_path / "init.json"
     argv = ["--built", str(build), "--python312", python, "--runs", "1", "--json", str(path)]
+    argv += RUNTIME_ARGUMENTS
     functions = ["SearchFunction", "WorkflowStepFunction", "McpAdapterFunction"]
     assert cold_imports.main([*argv, *functions]) == 0
 
@@ -60,7 +69,7 @@ def test_warm_tools_on_the_build_have_moto_counted_and_taken_out(
 ) -> None:
     build, python = built
     path = tmp_path / "warm.json"
-    argv = ["--built", str(build), "--python312", python, "--json", str(path)]
+    argv = ["--built", str(build), "--python312", python, "--json", str(path), *RUNTIME_ARGUMENTS]
     assert lambda_warm.main([*argv, "--records", "4", "--calls", "1"]) == 0
 
     figures = json.loads(path.read_text("utf-8"))
