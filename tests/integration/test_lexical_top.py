@@ -104,7 +104,7 @@ fields_strategy = st.dictionaries(
 
 
 @settings(
-    max_examples=25,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -134,7 +134,8 @@ def test_the_pruned_top_is_the_plain_query_on_random_stores(
     """Duplicated rows (ties as wide as 12), rows forgotten (the store's delete, so max(rowid)
     overstates the rows), a term in no row, single terms, queries of common terms only; rows
     found through sets of common terms, or (no such set allowed) through more rare terms."""
-    monkeypatch.setattr(lexical_topk, "PRUNE_FROM_MATCHES", 0)  # prune on a small store too
+    monkeypatch.setattr(lexical_topk, "PRUNE_FROM_ROWS", 0)  # prune on a small store too
+    monkeypatch.setattr(lexical_topk, "PRUNE_FROM_MATCHES", 0)
     monkeypatch.setattr(lexical_topk, "_MOST_COVERS", covers)
     texts = [fields for fields, n in zip(distinct, copies, strict=False) for _ in range(n)]
     random.Random(seed).shuffle(texts)
@@ -176,6 +177,7 @@ def test_a_rare_term_beside_a_common_one_scores_only_the_rare_terms_rows(
     texts = [{"primary": f"alice said filler {n % 7}"} for n in range(300)]
     texts += [{"primary": "alice painted sunrise"}] * 5 + [{"evidence": "painted lake"}] * 3
     store = _store_of(tmp_path / "engram.db", texts, seed=7)
+    monkeypatch.setattr(lexical_topk, "PRUNE_FROM_ROWS", 0)
     monkeypatch.setattr(lexical_topk, "PRUNE_FROM_MATCHES", 0)
     expected = {
         depth: _plain(tmp_path / "engram.db", ["alice", "painted"], depth) for depth in (1, 4, 8)
@@ -195,6 +197,7 @@ def test_pruning_keeps_ties_wider_than_the_slack_and_terms_it_cannot_count(
     term that is not plain ASCII (its row count is not looked up: the plain query runs)."""
     texts = [{"primary": "alice said filler"}] * 300 + [{"primary": "alice café sunrise"}] * 200
     store = _store_of(tmp_path / "engram.db", texts, seed=11)
+    monkeypatch.setattr(lexical_topk, "PRUNE_FROM_ROWS", 0)
     monkeypatch.setattr(lexical_topk, "PRUNE_FROM_MATCHES", 0)
     try:
         for terms in (["alice", "sunrise"], ["alice", "café"], ["sunrise"], ["alice"]):

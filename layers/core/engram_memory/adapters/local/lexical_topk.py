@@ -14,16 +14,23 @@ then scores a quarter of the store (issue 26). This is MaxScore over FTS5's own 
   twice there, so ``(r1 OR …)`` alone is scored too and subtracted; the idfs are the whole
   query's in both (FTS5 takes them from the phrase, not the expression), and the ``AND`` seeks
   the common terms' doclists to the rows of ``R`` instead of scoring their every row.
-- When the depth-th best score among the rows of ``R`` exceeds ``U_C``, no other row can reach
-  the page: these are the best rows. Otherwise ``R`` grows until ``U_C`` falls below that score
-  (which can only rise as ``R`` grows) and runs once more; an ``R`` of every term is the plain
-  query, which is also what runs on a small store, where it costs less than the three lookups.
+- When the depth-th best score among the rows of ``R`` (the *cut*) exceeds ``U_C``, no other row
+  can reach the page: these are the best rows. Otherwise a row outside ``R`` reaches the cut only
+  if it holds every term of a set of ``C`` whose bounds sum to it: the fewest such sets
+  (``_covers``) join ``R`` in the driver, ``r1 OR … OR (c1 AND c2) OR …``, whose rows then hold
+  every row that can reach the page (the ``AND``s cost seeks, not scores); its depth-th score is
+  at least the cut, since its rows include ``R``'s. With too many sets ``R`` grows instead until
+  ``U_C`` falls below the cut. Whenever the rows to score near a quarter of the matches, and on a
+  small store, the plain query runs: it then costs less.
 
-The subtraction is not FTS5's own sum: a score here is within ``_ulps(T)`` of it (a few units in
-the last place, T being the doubled sum). Rows whose scores come that close are ordered exactly
-only when they scored alike in both queries (identical rows: the same terms, frequencies and
-length give the same doubles); any other near tie falls back to the plain query. So the rows and
-their order are the plain query's, the scores those of FTS5 to a few ulps.
+The subtraction is not FTS5's own sum: a score here is within ``_ulps`` of it (a few units in the
+last place of the doubled sum; 8 at most measured on the bench's stores). Rows whose scores come that
+close keep their order only when both queries scored them bit for bit alike, which is how FTS5
+ties rows holding the query's terms equally often in rows of equal length (the bench's repeated
+turns); any other near tie, and any such row just past the ``limit``-th, gives way to the plain
+query. Two rows FTS5 scores apart by an ulp would have to give both sums identical bits to be
+taken as tied: a coincidence of roundings not met in the tests or on the bench's stores. So the
+rows and their order are the plain query's; the scores FTS5's to a few ulps.
 """
 
 from __future__ import annotations
@@ -37,11 +44,16 @@ from typing import Final
 
 from engram_memory.engine import lexical
 
-# Below this many matches (an upper bound: the terms' row counts summed) the plain query is
-# cheaper than the vocabulary lookups and the two pruned queries.
+# Below this many rows in the table, or matches (an upper bound: the terms' row counts summed),
+# the plain query costs less than the vocabulary lookups and the pruned queries (bench/lexical_topk:
+# on the 10k hot-path store pruning took 3.1 ms a search where the plain query takes 2.7).
+PRUNE_FROM_ROWS: Final = 20_000
 PRUNE_FROM_MATCHES: Final = 5_000
-# The pruned queries stop paying once the rows of R are this share of the matches.
+# The pruned queries score a row twice (and join): past this share of the matches they cost more.
 _MAX_R_SHARE: Final = 0.25
+# A set's rows are estimated by its rarest term's, far more than hold the whole set: this many
+# times the share above.
+_COVER_BUDGET: Final = 4.0
 _IDF_FLOOR: Final = 1e-6  # fts5_aux.c: an idf <= 0 counts as 1e-6
 _BOUND_MARGIN: Final = 1.0 + 1e-9  # FTS5's own rounding of a phrase's share and of U_C's sum
 _PLAIN_TERM: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
@@ -49,7 +61,6 @@ _PLAIN_TERM: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 Ranked = list[tuple[int, float]]
 _Row = tuple[int, float, float, float]  # rowid, score, the doubled sum, the driver's sum
 _MOST_COVERS: Final = 64
-COVER_BUDGET = 4.0
 
 
 def _quoted(term: str) -> str:
@@ -82,11 +93,13 @@ def ranked(
     ``(rowid, score)`` by score descending, the score ``-bm25(table, bm25_args)``: what
     ``plain`` returns, the rows tied at the ``limit``-th aside. Run inside one read transaction."""
     query = _Query(conn, table, bm25_args, terms, depth, limit)
+    (top_rowid,) = conn.execute(f"SELECT max(id) FROM {table}_docsize").fetchone()  # noqa: S608
+    if (top_rowid or 0) < PRUNE_FROM_ROWS:
+        return query.plain()
     counts = _row_counts(conn, table, terms)
     if counts is None or sum(counts) < PRUNE_FROM_MATCHES:
         return query.plain()
-    (top_rowid,) = conn.execute(f"SELECT max(id) FROM {table}_docsize").fetchone()  # noqa: S608
-    bounds = [_bound(top_rowid or 0, n) for n in counts]
+    bounds = [_bound(top_rowid, n) for n in counts]
     order = sorted((i for i in range(len(terms)) if counts[i]), key=lambda i: -bounds[i])
     if not order:
         return []
@@ -104,7 +117,10 @@ def ranked(
         # Only rows holding every term of one of these sets of the rest can reach the cut.
         covers = _covers(order[size:], bounds, cut)
         held = sum(counts[i] for i in order[:size])
-        if covers is not None and held + sum(min(counts[i] for i in c) for c in covers) <= COVER_BUDGET * budget:
+        if (
+            covers is not None
+            and held + sum(min(counts[i] for i in c) for c in covers) <= _COVER_BUDGET * budget
+        ):
             # These rows include the ones above: their depth-th score is at least the cut.
             again = query.pruned(rare + covers)
             return query.plain() if again is None else query.checked(again[0], rare + covers)
