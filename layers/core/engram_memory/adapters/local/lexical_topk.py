@@ -23,8 +23,8 @@ then scores a quarter of the store (issue 26). This is MaxScore over FTS5's own 
   ``U_C`` falls below the cut. Whenever the rows to score near a quarter of the matches, and on a
   small store, the plain query runs: it then costs less.
 
-The subtraction is not FTS5's own sum: a score here is within ``_ulps`` of it (a few units in the
-last place of the doubled sum; 8 at most measured on the bench's stores). Rows whose scores come that
+The subtraction is not FTS5's own sum: a score here is within ``_ulps`` of it (a few units in
+the last place of the doubled sum; 8 at most on the bench's stores). Rows whose scores come that
 close keep their order only when both queries scored them bit for bit alike, which is how FTS5
 ties rows holding the query's terms equally often in rows of equal length (the bench's repeated
 turns); any other near tie, and any such row just past the ``limit``-th, gives way to the plain
