@@ -4,8 +4,9 @@
 
 On a copy of the cached hot-path store of ``--size`` records (``python -m bench.hotpath
 --seed-only`` makes them), CPU per ``SqliteStore.lexical_search`` (LoCoMo questions, depth 100 as
-a 10-record search asks) with the pruning, then with the plain query only (the threshold set out
-of reach), alternating for ``--rounds`` rounds in one process; each search's hits are compared:
+a 10-record search asks) with the pruning whatever the store's size (``PRUNE_FROM_ROWS`` 0: what
+that threshold is read from), then with the plain query only (the threshold out of reach),
+alternating for ``--rounds`` rounds in one process; each search's hits are compared:
 the same records in the same order, and how many scores differ and by how many ulps at most.
 ``--replicate F`` grows the copy's FTS table F-fold first (each row again under a new record id):
 what the lexical query sees in a store of F × size records that cycles the same turns, as the
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             cpu: dict[str, list[float]] = {"pruned": [], "plain": []}
             found: dict[str, list[list[IndexHit]]] = {}
             for _ in range(args.rounds):
-                for name, threshold in (("pruned", pruning), ("plain", 2**62)):
+                for name, threshold in (("pruned", 0), ("plain", 2**62)):
                     lexical_topk.PRUNE_FROM_ROWS = threshold  # type: ignore[misc]
                     ms, found[name] = searches(store, scope, queries)
                     cpu[name] += ms

@@ -24,7 +24,7 @@ then scores a quarter of the store (issue 26). This is MaxScore over FTS5's own 
   small store, the plain query runs: it then costs less.
 
 The subtraction is not FTS5's own sum: a score here is within ``_ulps`` of it (a few units in
-the last place of the doubled sum; 8 at most on the bench's stores). Rows whose scores come that
+the last place of the doubled sum; 12 at most on the bench's stores). Rows whose scores come that
 close keep their order only when both queries scored them bit for bit alike, which is how FTS5
 ties rows holding the query's terms equally often in rows of equal length (the bench's repeated
 turns); any other near tie, and any such row just past the ``limit``-th, gives way to the plain
@@ -45,9 +45,10 @@ from typing import Final
 from engram_memory.engine import lexical
 
 # Below this many rows in the table, or matches (an upper bound: the terms' row counts summed),
-# the plain query costs less than the vocabulary lookups and the pruned queries (bench/lexical_topk:
-# on the 10k hot-path store pruning took 3.1 ms a search where the plain query takes 2.7).
-PRUNE_FROM_ROWS: Final = 20_000
+# the plain query runs: python -m bench.lexical_topk found pruning slower on the 10k hot-path
+# store, no better on the 30k one (p50 a little lower, p90 higher) and faster from 60k
+# (docs/benchmarks.md, "Growth with the store").
+PRUNE_FROM_ROWS: Final = 40_000
 PRUNE_FROM_MATCHES: Final = 5_000
 # The pruned queries score a row twice (and join): past this share of the matches they cost more.
 _MAX_R_SHARE: Final = 0.25
