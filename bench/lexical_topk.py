@@ -73,12 +73,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicate", type=int, default=1)
     parser.add_argument("--queries", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
+    parser.add_argument("--store-cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument(
+        "--min-matches",
+        type=int,
+        default=lexical_topk.PRUNE_FROM_MATCHES,
+        help="the pruned side's floor of matches (PRUNE_FROM_MATCHES; 0 prunes every search)",
+    )
     parser.add_argument("--seeded-with", metavar="FINGERPRINT", help="as python -m bench.hotpath's")
     args = parser.parse_args(argv)
-    corpus = Corpus.load(DEFAULT_LOCOMO)
-    cached = seeded_store(DEFAULT_CACHE, corpus, args.size, LEXICAL, seeded_with=args.seeded_with)
+    corpus = Corpus.load(args.locomo)
+    cached = seeded_store(
+        args.store_cache, corpus, args.size, LEXICAL, seeded_with=args.seeded_with
+    )
     queries = [q for q in (lexical.query_terms(corpus.query(i)) for i in range(args.queries)) if q]
-    pruning = lexical_topk.PRUNE_FROM_ROWS
+    pruning, matches = lexical_topk.PRUNE_FROM_ROWS, lexical_topk.PRUNE_FROM_MATCHES
     with tempfile.TemporaryDirectory(prefix="lexical-topk-") as tmp:
         path = Path(tmp) / "engram.db"
         shutil.copy(cached.data_dir / "engram.db", path)
@@ -93,12 +103,14 @@ def main(argv: list[str] | None = None) -> int:
             cpu: dict[str, list[float]] = {"pruned": [], "plain": []}
             found: dict[str, list[list[IndexHit]]] = {}
             for _ in range(args.rounds):
-                for name, threshold in (("pruned", 0), ("plain", 2**62)):
-                    lexical_topk.PRUNE_FROM_ROWS = threshold  # type: ignore[misc]
+                for name, rows, least in (("pruned", 0, args.min_matches), ("plain", 2**62, 0)):
+                    lexical_topk.PRUNE_FROM_ROWS = rows  # type: ignore[misc]
+                    lexical_topk.PRUNE_FROM_MATCHES = least  # type: ignore[misc]
                     ms, found[name] = searches(store, scope, queries)
                     cpu[name] += ms
         finally:
             lexical_topk.PRUNE_FROM_ROWS = pruning  # type: ignore[misc]
+            lexical_topk.PRUNE_FROM_MATCHES = matches  # type: ignore[misc]
             store.close()
     report(args.size * args.replicate, cpu, found["pruned"], found["plain"])
     return 0
