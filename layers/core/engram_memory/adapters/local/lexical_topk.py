@@ -143,8 +143,8 @@ class _Query:
 
     def pruned(self, driver: list[list[int]]) -> tuple[list[_Row], float] | None:
         """The ``limit`` best rows holding every term of one of the ``driver`` sets, and the
-        score below which no other of them can be FTS5's depth-th; None when fewer than
-        ``depth`` rows hold one."""
+        *cut*: a score FTS5's depth-th of them surely reaches (the depth-th here less the
+        error); None when fewer than ``depth`` rows hold one."""
         rows = _pruned(
             self.conn,
             self.table,
