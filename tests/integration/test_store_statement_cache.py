@@ -11,8 +11,12 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+import pytest
+
+from engram_memory.adapters.local import lexical_topk
 from engram_memory.adapters.local.sqlite_store import SqliteStore
 from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import ProjectionChange, ProjectionDoc
 
 from engram_testing import TENANT, WORKSPACE, embedded_harness
 
@@ -75,3 +79,28 @@ def test_searches_of_every_depth_and_result_size_keep_the_statements_few(tmp_pat
         assert live_statements() - before <= 2
     finally:
         harness.close()
+
+
+def test_pruned_searches_of_any_terms_keep_the_statements_few(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pruned lexical query (``lexical_topk``) passes its terms, their sets and the depth as
+    parameters: however many terms and rounds, the same few statements serve it."""
+    monkeypatch.setattr(lexical_topk, "PRUNE_FROM_ROWS", 0)
+    monkeypatch.setattr(lexical_topk, "PRUNE_FROM_MATCHES", 0)
+    store = SqliteStore(tmp_path / "engram.db", pool_size=1)
+    scope = Scope("tenant-a", "ws-a")
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    try:
+        for n in range(120):
+            text = " ".join(words[: 1 + n % len(words)] + ["common"] * (n % 3))
+            doc = ProjectionDoc(f"rec_{n:04d}", {"primary": text}, None)
+            store.lexical_apply(scope, ProjectionChange(upsert=doc))
+        store.lexical_search(scope, ["common", "hotel"], 5)
+        before = live_statements()
+        for size in range(1, len(words) + 1):
+            for depth in (1, 5, 20, 60):
+                store.lexical_search(scope, ["common", *words[-size:]], depth)
+        assert live_statements() - before <= 2
+    finally:
+        store.close()
