@@ -45,6 +45,7 @@ from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
 from bench.in_process import envelope
+from bench.output import markdown_table
 from engram_memory.adapters.aws.dynamo_store import DynamoStore, create_bucket, create_tables
 from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 from engram_memory.adapters.aws.kms_vault import KmsVault, create_key_table
@@ -263,18 +264,26 @@ def run(writer_counts: Sequence[int], *, rounds: int, deadline_ms: int) -> list[
 
 
 def table(rows: Sequence[Row]) -> str:
-    lines = [
-        "| writers | calls | ok | failed share | conflicts / success | p50 ms | p95 ms | wall s "
-        "| outcomes |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for r in rows:
-        outcomes = ", ".join(f"{code} {count}" for code, count in r.codes.items())
-        lines.append(
-            f"| {r.writers} | {r.calls} | {r.ok} | {r.failed_share:.1%} | "
-            f"{r.conflicts_per_success} | {r.p50_ms} | {r.p95_ms} | {r.wall_s} | {outcomes} |"
-        )
-    return "\n".join(lines)
+    columns = [(heading, "r") for heading in ("writers", "calls", "ok", "failed share")]
+    columns += [(heading, "r") for heading in ("conflicts / success", "p50 ms", "p95 ms", "wall s")]
+    columns.append(("outcomes", "l"))
+    return markdown_table(
+        columns,
+        (
+            (
+                r.writers,
+                r.calls,
+                r.ok,
+                f"{r.failed_share:.1%}",
+                r.conflicts_per_success,
+                r.p50_ms,
+                r.p95_ms,
+                r.wall_s,
+                ", ".join(f"{code} {count}" for code, count in r.codes.items()),
+            )
+            for r in rows
+        ),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,6 +48,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.output import markdown_table
+
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS = ROOT / "functions"
 BARE = ROOT / "bench" / "lambda_bare"
@@ -259,17 +261,22 @@ def measure_built(
 
 
 def built_table(reports: Sequence[InitReport]) -> str:
-    rows = [
-        "| function | init CPU ms | × anchor (CPU) | init wall ms | × anchor (wall) |"
-        " first call CPU ms |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    rows += [
-        f"| {r.function} | {r.cpu_ms} | {r.cpu_x_anchor} | {r.wall_ms} | {r.wall_x_anchor} |"
-        f" {'—' if r.first_call_cpu_ms is None else r.first_call_cpu_ms} |"
-        for r in reports
-    ]
-    return "\n".join(rows)
+    columns = [("function", "l"), ("init CPU ms", "r"), ("× anchor (CPU)", "r")]
+    columns += [("init wall ms", "r"), ("× anchor (wall)", "r"), ("first call CPU ms", "r")]
+    return markdown_table(
+        columns,
+        (
+            (
+                r.function,
+                r.cpu_ms,
+                r.cpu_x_anchor,
+                r.wall_ms,
+                r.wall_x_anchor,
+                "—" if r.first_call_cpu_ms is None else r.first_call_cpu_ms,
+            )
+            for r in reports
+        ),
+    )
 
 
 def functions() -> list[str]:

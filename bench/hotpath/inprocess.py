@@ -22,9 +22,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.in_process import DEFAULT_LOCOMO
 from bench.locomo.runner import PURPOSE, percentile, value
@@ -121,6 +121,7 @@ def engine_session(data_dir: Path, store: SeededStore, plan: Plan) -> Session:
 
 
 _Call = Callable[[str, dict[str, Any]], dict[str, Any]]
+_T = TypeVar("_T")
 
 
 def _engine_reads(call: _Call, store: SeededStore, plan: Plan, session: Session) -> None:
@@ -137,18 +138,10 @@ def _engine_reads(call: _Call, store: SeededStore, plan: Plan, session: Session)
         search(query)
     for memory in plan.gets[:WARM_UP_CALLS]:
         get(memory.index)
-    since = time.process_time()
-    for query in plan.queries:
-        begun = time.perf_counter()
-        session.search_results.append(search(query))
-        session.search_ms.append(_ms_since(begun))
-    session.cpu_ms["search"] = _cpu_per_call(since, len(plan.queries))
-    since = time.process_time()
-    for memory in plan.gets:
-        begun = time.perf_counter()
-        get(memory.index)
-        session.get_ms.append(_ms_since(begun))
-    session.cpu_ms["get"] = _cpu_per_call(since, len(plan.gets))
+    session.cpu_ms["search"] = _timed(
+        plan.queries, lambda query: session.search_results.append(search(query)), session.search_ms
+    )
+    session.cpu_ms["get"] = _timed(plan.gets, lambda memory: get(memory.index), session.get_ms)
 
 
 def _engine_writes(call: _Call, plan: Plan, session: Session) -> None:
@@ -163,12 +156,21 @@ def _engine_writes(call: _Call, plan: Plan, session: Session) -> None:
 
     for memory in plan.warm_writes:
         write(memory)
+    session.cpu_ms["pair"] = _timed(
+        plan.writes,
+        lambda memory: session.first_write_ms.append(write(memory)),
+        session.write_pair_ms,
+    )
+
+
+def _timed(items: Sequence[_T], run: Callable[[_T], object], durations: list[float]) -> float:
+    """``run`` on each item, each call's wall ms appended to ``durations``: the CPU per call."""
     since = time.process_time()
-    for memory in plan.writes:
+    for item in items:
         begun = time.perf_counter()
-        session.first_write_ms.append(write(memory))
-        session.write_pair_ms.append(_ms_since(begun))
-    session.cpu_ms["pair"] = _cpu_per_call(since, len(plan.writes))
+        run(item)
+        durations.append(_ms_since(begun))
+    return _cpu_per_call(since, len(items))
 
 
 def _cpu_per_call(since: float, calls: int) -> float:
