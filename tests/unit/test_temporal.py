@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from datetime import UTC, datetime
 
 import pytest
@@ -252,48 +251,3 @@ def test_the_parsed_spans_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
             _day(year, 1, 1), _day(year + 1, 1, 1)
         )
         assert len(kept._known) <= 3
-
-
-def _random_phrase(rng: random.Random) -> str:
-    """A phrase of the grammar in random letter case and spacing, valid or not."""
-
-    def cased(word: str) -> str:
-        return rng.choice([word, word.upper(), word.title()])
-
-    space = rng.choice([" ", "  ", "\t", "\n"])
-    day = str(rng.randint(0, 35)) + rng.choice(["", "st", "nd", "rd", "th", "TH"])
-    month = cased(rng.choice(list(temporal._MONTHS))) + rng.choice(["", "."])
-    year = rng.choice(["1800", "2020", "2023", "2024", "2026", "2027", "2999"])
-    count = rng.choice(["0", "1", "3", "99", "a", "an", "one", "TWELVE"])
-    unit = cased(rng.choice(["day", "week", "weekend", "month", "year"]))
-    return rng.choice(
-        [
-            year,
-            f"{year}-{rng.randint(0, 19):02d}-{rng.randint(0, 32):02d}",
-            f"{month},{space}{year}",
-            f"{day}{space}of{space}{month}{rng.choice(['', ', ' + year])}",
-            f"{month}{space}{day}{rng.choice(['', ', ' + year, space + year])}",
-            f"{cased(rng.choice(['in', 'during', 'mid']))}{space}{cased('may')}",
-            f"{count}{space}{unit}{rng.choice(['', 's'])}{space}ago",
-            f"{cased(rng.choice(['last', 'this', 'next', 'past']))}{space}{unit}",
-            cased(rng.choice(["yesterday", "today", "june"])),
-        ]
-    )
-
-
-def test_random_spans_read_natively_read_as_dateparser_reads_them() -> None:
-    rng = random.Random(26)
-    bases = [datetime(2026, 4, 30, 6), datetime(2028, 2, 29, 5), datetime(2026, 9, 15, 22)]
-    compared = 0
-    for _ in range(600):
-        for span in temporal.spans(f"q {_random_phrase(rng)} ?"):
-            base = rng.choice(bases)
-            read = temporal._calendar(span, base) or temporal._relative(span, base)
-            if read is None:
-                continue
-            compared += 1
-            parsed = temporal._parser(base).get_date_data(span)
-            assert parsed.date_obj is not None, span
-            expected = temporal._interval(parsed.date_obj, parsed.period)
-            assert temporal._interval(*read) == expected, (span, base)
-    assert compared > 300
