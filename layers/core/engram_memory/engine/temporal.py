@@ -11,15 +11,10 @@ contract's own field, kept on the record row). The ranking uses that:
    ``today``; ``last|this|next|past`` + a calendar unit; ``N units ago``. Nothing else is read
    as a time, so ordinary words ("we", "second", "now") cannot move a ranking (``dateparser``'s
    own ``search_dates`` reads all three as dates).
-2. **Parsing.** Each span is read as ``dateparser`` reads it (English, dates preferred from the
-   past, relative to the search's ``valid_as_of`` day, UTC), which also says the span's
-   granularity; the span becomes the interval of that day, week, month or year. A month without
-   a year is the latest such month before the search, as a person means it. The grammar's
-   calendar and relative forms (``_calendar``, ``_relative``) are read here, with the same
-   answers (the tests compare them with ``dateparser`` over every form, month, day and a year
-   of bases); the rest (``last weekend``, ``past month``, a day a month lacks) goes to
-   ``dateparser`` itself, whose first use in a process costs ~0.1-0.2 s of CPU (its import and
-   its regular expressions) and each parse 0.4-1 ms.
+2. **Parsing.** Each span is parsed by ``dateparser`` (English, dates preferred from the past,
+   relative to the search's ``valid_as_of`` day, UTC), which also says the span's granularity;
+   the span becomes the interval of that day, week, month or year. A month without a year is the
+   latest such month before the search, as a person means it.
 3. **Feature.** A candidate's *closeness* is 1 when its ``valid_time`` (``t``, or ``[t, t_end]``)
    overlaps one of the query's intervals, and falls linearly to 0 at one interval's length away
    (a triangular kernel whose width is the expression's own granularity: a record from 28
@@ -157,141 +152,13 @@ def _interval(moment: datetime, period: str) -> Interval:
     return Interval(_ms(start), _ms(end))
 
 
-# The calendar forms of ``_SPAN`` read without ``dateparser`` (``_calendar``): a year, an ISO
-# month or date, a month with a year, a day and a month with or without a year, a month alone
-# (module docstring, 2.). Each reads exactly as ``dateparser`` reads it, which
-# ``tests/unit/test_temporal.py`` checks form by form against ``dateparser`` itself.
-_MONTHS: Final = {
-    name: number
-    for number, names in enumerate(
-        (
-            ("january", "jan"),
-            ("february", "feb"),
-            ("march", "mar"),
-            ("april", "apr"),
-            ("may",),
-            ("june", "jun"),
-            ("july", "jul"),
-            ("august", "aug"),
-            ("september", "sep", "sept"),
-            ("october", "oct"),
-            ("november", "nov"),
-            ("december", "dec"),
-        ),
-        start=1,
-    )
-    for name in names
-}
-_ORDINAL: Final = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}
-_M = r"(?P<month>[a-z]+)\.?"
-_D = r"(?P<day>\d{1,2})(?P<suffix>st|nd|rd|th)?"
-_Y = rf"(?P<year>{_YEAR})"
-_CALENDAR: Final = tuple(
-    re.compile(pattern, re.IGNORECASE)
-    for pattern in (
-        _Y,
-        rf"{_Y}-(?P<month_number>\d\d)(?:-(?P<day_number>\d\d))?",
-        rf"{_M},?\s+{_Y}",
-        rf"{_D}\s+(?:of\s+)?{_M}(?:,?\s+{_Y})?",
-        rf"{_M}\s+{_D}(?:,?\s+{_Y})?",
-        _M,
-        rf"in\s+{_M}(?:,?\s+{_Y})?",  # the grammar's "in May (2023)": a month, as alone
-    )
-)
-
-
-_COUNTS: Final = {
-    word: number
-    for number, word in enumerate(
-        [
-            *("one", "two", "three", "four", "five", "six"),
-            *("seven", "eight", "nine", "ten", "eleven", "twelve"),
-        ],
-        start=1,
-    )
-} | {"a": 1, "an": 1}
-_RELATIVE: Final = re.compile(
-    r"(?:(?P<count>\d{1,3}|[a-z]+)\s+(?P<unit>day|week|month|year)s?\s+ago"
-    r"|(?P<step>last|this|next)\s+(?P<step_unit>week|month|year)|(?P<word>yesterday|today))",
-    re.IGNORECASE,
-)
-_STEPS: Final = {"last": -1, "this": 0, "next": 1}
-
-
-def _relative(span: str, base: datetime) -> tuple[datetime, str] | None:
-    """``(moment, period)`` of ``N units ago``, ``last|this|next week|month|year``,
-    ``yesterday`` and ``today`` as ``dateparser`` reads them, or None (``_calendar``)."""
-    match = _RELATIVE.fullmatch(span)
-    if match is None:
-        return None
-    if match["word"] is not None:
-        back = 1 if match["word"].lower() == "yesterday" else 0
-        return base - timedelta(days=back), "day"
-    if match["step"] is not None:
-        unit, shift = match["step_unit"].lower(), _STEPS[match["step"].lower()]
-    else:
-        count = match["count"].lower()
-        number = int(count) if count.isdigit() else _COUNTS.get(count)
-        if not number:
-            return None
-        unit, shift = match["unit"].lower(), -number
-    if unit == "year":
-        return datetime(base.year + shift, 1, 1), "year"
-    if unit == "month":
-        year, month = divmod(base.year * 12 + base.month - 1 + shift, 12)
-        return datetime(year, month + 1, 1), "month"
-    days = 7 * shift if unit == "week" else shift
-    return base + timedelta(days=days), unit
-
-
-def _calendar(span: str, base: datetime) -> tuple[datetime, str] | None:
-    """``(moment, period)`` of a calendar ``span`` as ``dateparser`` reads it relative to
-    ``base``, or None for a span left to ``dateparser`` (relative words, a day a month lacks,
-    29 February without a year, an ordinal suffix that is not the day's, a month number beyond
-    12, ...). Only the fields the period keeps matter (``_interval``)."""
-    for pattern in _CALENDAR:
-        match = pattern.fullmatch(span)
-        if match is not None:
-            break
-    else:
-        return None
-    found = match.groupdict()
-    year = int(found["year"]) if found.get("year") else None
-    if found.get("month_number") is not None:
-        month = int(found["month_number"])
-    elif found.get("month") is not None:
-        month = _MONTHS.get(found["month"].lower(), 0)
-    else:
-        return (datetime(year, 1, 1), "year") if year is not None else None
-    if not 1 <= month <= 12:
-        return None
-    text_day = found.get("day")
-    day_text = text_day if text_day is not None else found.get("day_number")
-    if day_text is None:
-        if year is None:  # a month alone: this year's, unless it is still to come
-            year = base.year if month <= base.month else base.year - 1
-        return datetime(year, month, 1), "month"
-    day = int(day_text)
-    suffix = found.get("suffix")
-    if suffix is not None and suffix.lower() != _ORDINAL.get(day, "th"):
-        return None
-    if year is None:
-        if (month, day) == (2, 29):
-            return None
-        year = base.year if (month, day) <= (base.month, base.day) else base.year - 1
-    if not 1 <= day <= calendar.monthrange(year, month)[1]:
-        return None
-    return datetime(year, month, day), "day"
-
-
 class _Parsed:
-    """The interval each span named on a day (None: no interval), read natively or by
-    ``dateparser`` (module docstring, 2.).
+    """The interval each span named on a day, as ``dateparser`` read it (None: no interval).
 
-    A span's answer depends on the span and on the day it is relative to (``_parser``) only, so
-    it is kept per (day, span): ``dateparser`` takes 0.4-1 ms a span, and the same few spans
-    come back. The day is in the key, so a new day never reads an answer of the last. Bounded:
-    emptied when full.
+    Parsing one span takes ``dateparser`` 0.4-1 ms, and the same few spans come back ("2023",
+    "last week", month names). Its answer depends on the span and on the day it is relative to
+    (``_parser``) only, so it is kept per (day, span); the day is in the key, so a new day never
+    reads an answer of the last. Bounded: emptied when full.
     """
 
     LIMIT: Final = 4096
@@ -305,12 +172,12 @@ class _Parsed:
         with self._lock:
             if key in self._known:
                 return self._known[key]
-        read = _calendar(span, base) or _relative(span, base)
-        if read is None:
-            parsed = _parser(base).get_date_data(span)
-            read = (parsed.date_obj, parsed.period)
-        moment, period = read
-        found = None if moment is None or period not in _PERIODS else _interval(moment, period)
+        parsed = _parser(base).get_date_data(span)
+        found = (
+            None
+            if parsed.date_obj is None or parsed.period not in _PERIODS
+            else _interval(parsed.date_obj, parsed.period)
+        )
         with self._lock:
             if len(self._known) >= self.LIMIT:
                 self._known.clear()
