@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import shutil
 import subprocess
 import tempfile
@@ -19,7 +20,17 @@ from .identity import Issuer, self_signed
 from .lambdas import LambdaService, Worker, function_env
 from .moto_server import route_lambda_tasks, start_moto
 from .opensearch import FakeOpenSearch
-from .settings import ACCOUNT, APPROVAL_AUDIENCE, AUDIENCE, REGION, ROOT, TENANT, WORKER
+from .recorder import CallRecorder
+from .settings import (
+    ACCOUNT,
+    APPROVAL_AUDIENCE,
+    AUDIENCE,
+    OPERATOR_ROLE_ARN,
+    REGION,
+    ROOT,
+    TENANT,
+    WORKER,
+)
 from .stack import MotoSession, Stack, Unresolvable
 from .tally import Tally
 
@@ -34,6 +45,7 @@ def template_parameters(https_url: str) -> dict[str, str]:
         "OpenSearchMode": "create",
         "KeyAdminRoleArn": f"arn:aws:iam::{ACCOUNT}:role/engram-key-admin",
         "DeployRoleArn": f"arn:aws:iam::{ACCOUNT}:role/engram-deployer",
+        "OperatorRoleArn": OPERATOR_ROLE_ARN,
     }
 
 
@@ -56,6 +68,7 @@ class Harness:
         self.build = Path(args.build_dir).resolve()
         self.stopping: list[Callable[[], None]] = []
         self.tally = Tally()
+        self.recorder = CallRecorder(work / "calls.jsonl")
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -63,9 +76,10 @@ class Harness:
         import boto3
 
         self.tally.hook_moto()
+        self.recorder.hook_moto()
         self.moto_url, stop_moto = start_moto()
         self.stopping.append(stop_moto)
-        self.lambdas = LambdaService()
+        self.lambdas = LambdaService(self.recorder)
         self.stopping.append(self.lambdas.server.shutdown)
         route_lambda_tasks(self.lambdas.url)
         self._start_https()
@@ -77,10 +91,12 @@ class Harness:
         parameters = template_parameters(self.https_url)
         self.stack = Stack(template, parameters, MotoSession(self.session, self.moto_url))
         self.stack.provision(self.https_url)
+        (self.work / "refs.json").write_text(json.dumps(self.stack.refs, default=str), "utf-8")
 
     def _start_https(self) -> None:
         self.cert, key = self_signed(self.work)
         self.search = FakeOpenSearch()
+        self.search.handle = self.recorder.wrap_opensearch(self.search.handle)  # type: ignore[assignment, method-assign]
         self.issuer = Issuer("")
         self.cloudformation = CloudFormationAnswers()
         https = https_server(self.cert, key, self.search, self.issuer, self.cloudformation)
@@ -135,6 +151,7 @@ class Harness:
         function_name = self.stack.refs[name]
         env = function_env(
             variables,
+            principal=name,
             function_name=function_name,
             memory=str(props.get("MemorySize", 128)),
             code=code,

@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from .endpoints import send_json
-from .settings import REGION
+from .recorder import CallRecorder
+from .settings import REGION, access_key
 
 
 class Worker:
@@ -71,7 +72,8 @@ class Worker:
 class LambdaService:
     """``POST /2015-03-31/functions/<name>/invocations`` → the function's worker."""
 
-    def __init__(self) -> None:
+    def __init__(self, recorder: CallRecorder | None = None) -> None:
+        self.recorder = recorder
         self.workers: dict[str, Worker] = {}
         self.invocations: list[tuple[str, str]] = []
         self.payloads: list[bytes] = []
@@ -83,7 +85,9 @@ class LambdaService:
         name = function.rsplit(":function:", 1)[-1].split(":", 1)[0]
         return self.workers.get(name)
 
-    def answer(self, path: str, body: bytes) -> tuple[int, bytes, dict[str, str]]:
+    def answer(
+        self, path: str, body: bytes, authorization: str = ""
+    ) -> tuple[int, bytes, dict[str, str]]:
         """Status, body and the Lambda headers of one ``Invoke`` request."""
         match = re.fullmatch(r"/2015-03-31/functions/([^/]+)/invocations", path)
         worker = self.worker(unquote(match.group(1))) if match else None
@@ -91,6 +95,10 @@ class LambdaService:
             data = json.dumps({"Type": "User", "message": "Function not found"}).encode()
             return 404, data, {"x-amzn-errortype": "ResourceNotFoundException"}
         event = json.loads(body or b"{}")
+        if self.recorder is not None:
+            self.recorder.lambda_invoke(
+                authorization, unquote(match.group(1)) if match else "", event
+            )
         step = event.get("step") or event.get("tool") or "-"
         self.invocations.append((worker.name, str(step)))
         self.payloads.append(body)
@@ -116,7 +124,8 @@ class LambdaService:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b"{}"
-                status, data, headers = service.answer(self.path, body)
+                authorization = self.headers.get("authorization") or ""
+                status, data, headers = service.answer(self.path, body, authorization)
                 send_json(self, status, data, **headers)
 
         return Handler
@@ -125,6 +134,7 @@ class LambdaService:
 def function_env(
     variables: dict[str, str],
     *,
+    principal: str,
     function_name: str,
     memory: str,
     code: Path,
@@ -137,7 +147,7 @@ def function_env(
         **variables,
         "AWS_REGION": REGION,
         "AWS_DEFAULT_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "cloud-check",
+        "AWS_ACCESS_KEY_ID": access_key(principal),
         "AWS_SECRET_ACCESS_KEY": "cloud-check",
         "AWS_ENDPOINT_URL": moto_url,
         "AWS_ENDPOINT_URL_LAMBDA": lambda_url,

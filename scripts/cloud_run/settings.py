@@ -34,6 +34,27 @@ BROKEN_BUILD_ERRORS: Final = frozenset(
 )
 
 
+# Each principal of the run signs with its own access key, so the services see who called them as
+# AWS would (a function's role, a state machine's role, the operator's role). The harness's own
+# set-up signs with another key and is not recorded.
+ACCESS_KEY_PREFIX: Final = "gate-"
+OPERATOR: Final = "Operator"  # the principal of `engram-memory admin --stack ...`
+OPERATOR_ROLE_ARN: Final = f"arn:aws:iam::{ACCOUNT}:role/engram-operator"  # OperatorRoleArn
+STATES: Final = "StepFunctions"  # the state machines' Lambda tasks (the machine: the event's)
+
+
+def access_key(principal: str) -> str:
+    """The access key id ``principal`` (a template logical id, OPERATOR or STATES) signs with."""
+    return f"{ACCESS_KEY_PREFIX}{principal}"
+
+
+def principal_of_key(access_key_id: str) -> str | None:
+    """The principal that signed with ``access_key_id``; None for the harness's own calls."""
+    if not access_key_id.startswith(ACCESS_KEY_PREFIX):
+        return None
+    return access_key_id.removeprefix(ACCESS_KEY_PREFIX)
+
+
 def sample(name: str) -> Any:
     """``events/<name>``, parsed (a fresh copy on every call)."""
     return json.loads((EVENTS / name).read_text("utf-8"))
