@@ -11,7 +11,9 @@ from urllib.parse import urlencode
 
 from .harness import Harness
 from .identity import AUTHORIZE_PATH
+from .mcp import CLASSIC
 from .settings import AUDIENCE, PRINCIPAL, sample
+from .smoke import outcome
 
 
 def page(h: Harness, event: dict[str, Any]) -> dict[str, Any]:
@@ -64,9 +66,10 @@ def sign_in(h: Harness, opened: dict[str, Any]) -> str | None:
     return str(session[0]).split(";")[0]
 
 
-def approve_on_the_page(h: Harness, approval_id: str) -> dict[str, Any]:
-    """What a browser does (see the module docstring). Each step is checked; the POST's answer
-    is returned ({} when a step before it failed)."""
+def approve_on_the_page(h: Harness, approval_id: str, decision: str = "approve") -> dict[str, Any]:
+    """What a browser does (see the module docstring), the person choosing ``decision``
+    (approve or decline). Each step is checked; the POST's answer is returned ({} when a step
+    before it failed)."""
     opened = page_event("approval_get.json", approval_id)
     cookie = sign_in(h, opened)
     if cookie is None:
@@ -89,5 +92,34 @@ def approve_on_the_page(h: Harness, approval_id: str) -> dict[str, Any]:
         refused.get("statusCode") == 403,
         f"flow: a POST without the page's CSRF token is refused ({refused.get('statusCode')})",
     )
-    posted["body"] = urlencode({"csrf_token": found.group(1), "decision": "approve"})
+    posted["body"] = urlencode({"csrf_token": found.group(1), "decision": decision})
     return page(h, posted)
+
+
+def page_link(h: Harness, asked: Any, tool: str = "forget") -> str | None:
+    """The approval id of a -32042 answer's page link (None when the answer has none,
+    reported)."""
+    error = asked.get("error", {})
+    elicitations = (error.get("data") or {}).get("elicitations") or []
+    url = str(elicitations[0].get("url", "")) if elicitations else ""
+    if not h.report.check(
+        error.get("code") == -32042 and "/approvals/" in url,
+        f"flow: {tool} ({CLASSIC}) answers -32042 with the approval URL ({url[:60]})",
+    ):
+        print(f"       {json.dumps(asked)[:400]}")
+        return None
+    return url.rsplit("/", 1)[1]
+
+
+def approve_the_link(h: Harness, asked: Any, tool: str = "forget") -> bool:
+    """The -32042 answer names the approval page; the person approves there."""
+    approval_id = page_link(h, asked, tool)
+    if approval_id is None:
+        return False
+    answered = approve_on_the_page(h, approval_id)
+    h.report.check(
+        answered.get("result", {}).get("statusCode") == 200
+        and 'data-decision="approve"' in str(answered.get("result", {}).get("body")),
+        f"flow: the built approval page takes the signed-in person's answer -> {outcome(answered)}",
+    )
+    return True

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..cloud_template import Report
 from .flow import flow
 from .harness import Harness
+from .judge import judge
 from .smoke import smoke
 
 DESCRIPTION = (
@@ -33,6 +34,7 @@ def run(harness: Harness, report: Report) -> None:
         if harness.start_workers():
             smoke(harness)
             flow(harness)
+            judge(harness.recorder.since(0), harness.stack.refs, report)
     except Exception as exc:  # the harness itself broke: one FAIL with the cause
         report.check(False, f"harness: {type(exc).__name__}: {exc}")
         import traceback

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .approval import approve_on_the_page
+from .approval import approve_the_link
+from .edges import edges
 from .harness import Harness
 from .mcp import (
     CLASSIC,
     MODERN,
+    admit,
     call,
-    capture_arguments,
+    capture,
     confirm_in_form_mode,
     mcp,
     receipt_state,
@@ -25,8 +27,8 @@ from .mcp import (
     wait_execution,
     wait_quiet,
 )
+from .schedules import drain, rotate_session_secret
 from .settings import TOOLS, sample
-from .smoke import outcome
 from .tally import tally_between
 
 GENERAL = "purpose:general"
@@ -40,11 +42,15 @@ def flow(h: Harness) -> None:
     search_args = {**sample("search.json")["arguments"], "query": "release train Tuesday"}
     get_args = {"record_id": record_id, "purpose_ref": GENERAL}
     find_and_read(h, record_id, search_args, get_args)
+    drain(h, "the admission's projection upsert")
     if not withdraw_in_form_mode(h):
         return
     if not forget_in_url_mode(h, record_id, search_args, get_args):
         return
     forget_in_form_mode(h)
+    drain(h, "the forgets' projection drops")
+    edges(h, search_args)
+    rotate_session_secret(h)
     scan_for_tokens(h)
     check_the_services(h)
 
@@ -66,35 +72,6 @@ def handshake(h: Harness) -> None:
         names == sorted(f"engram_memory_{t}" for t in TOOLS),
         f"flow: tools/list -> {len(names)} tools",
     )
-
-
-def capture(h: Harness, text: str, key: str) -> str | None:
-    """A candidate captured with ``text``: its id (None when capture failed, reported)."""
-    captured = call(h, "capture", capture_arguments(text, key))
-    try:
-        candidate_id = str(value(captured)["candidate_id"])
-    except (KeyError, TypeError):
-        h.report.check(False, f"flow: capture -> {json.dumps(captured)[:300]}")
-        return None
-    return candidate_id
-
-
-def admit(
-    h: Harness, candidate_id: str, key: str, arguments: dict[str, Any] | None = None
-) -> tuple[str, str] | None:
-    """request_admission of the candidate: the record's id and the outcome's status (None when
-    the answer has no outcome, reported)."""
-    admitted = call(
-        h,
-        "request_admission",
-        {**(arguments or {}), "candidate_id": candidate_id, "idempotency_key": key},
-    )
-    try:
-        outcome_ = value(admitted)["outcome"]
-        return str(outcome_["record_id"]), str(outcome_["status"])
-    except (KeyError, TypeError):
-        h.report.check(False, f"flow: request_admission -> {json.dumps(admitted)[:300]}")
-        return None
 
 
 def remember(h: Harness) -> str | None:
@@ -198,26 +175,6 @@ def forget_in_url_mode(
     h.report.check(
         said.startswith("ok") and record_id not in hits,
         f"flow: search no longer finds the record ({said})",
-    )
-    return True
-
-
-def approve_the_link(h: Harness, asked: Any) -> bool:
-    """The -32042 answer names the approval page; the person approves there."""
-    error = asked.get("error", {})
-    elicitations = (error.get("data") or {}).get("elicitations") or []
-    url = elicitations[0].get("url", "") if elicitations else ""
-    if not h.report.check(
-        error.get("code") == -32042 and "/approvals/" in url,
-        f"flow: forget ({CLASSIC}) answers -32042 with the approval URL ({url[:60]})",
-    ):
-        print(f"       {json.dumps(asked)[:400]}")
-        return False
-    answered = approve_on_the_page(h, url.rsplit("/", 1)[1])
-    h.report.check(
-        answered.get("result", {}).get("statusCode") == 200
-        and 'data-decision="approve"' in str(answered.get("result", {}).get("body")),
-        f"flow: the built approval page takes the signed-in person's answer -> {outcome(answered)}",
     )
     return True
 

@@ -69,6 +69,9 @@ class Harness:
         self.stopping: list[Callable[[], None]] = []
         self.tally = Tally()
         self.recorder = CallRecorder(work / "calls.jsonl")
+        # executions a declined form confirmation left waiting: the function spends the
+        # approval but does not end the run, which waits out its 300 s (the flow skips them)
+        self.abandoned: set[str] = set()
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -123,6 +126,7 @@ class Harness:
             except Unresolvable as exc:
                 ok = self.report.check(False, f"{name}: environment: {exc}")
                 continue
+            worker.on_invoke = self.recorder.runner(name, worker.name)
             self.lambdas.workers[worker.name] = worker
         return ok
 
@@ -176,6 +180,14 @@ class Harness:
         ]
         timeout_ms = int(props.get("Timeout", 3)) * 1000
         return Worker(function_name, argv, env, timeout_ms, self.work / f"{name}.log")
+
+    def restart(self, logical_id: str) -> None:
+        """A new container of the function (a cold start): what it cached is gone."""
+        old = self.worker(logical_id)
+        fresh = self.launch(logical_id)
+        fresh.on_invoke = self.recorder.runner(logical_id, fresh.name)
+        self.lambdas.workers[fresh.name] = fresh
+        old.stop()
 
     def worker(self, logical_id: str) -> Worker:
         """The worker of the template's function ``logical_id``."""

@@ -134,6 +134,7 @@ class Table:
     logical: str
     arn: str
     hash_key: str
+    sse_key: str = ""  # the customer managed key of its encryption at rest ('' for AWS's)
 
 
 @dataclass
@@ -199,6 +200,11 @@ class World:
         for name, _ in self._of_type("AWS::KMS::Key"):
             arn = str(refs[f"{name}.Arn"])
             self.keys[arn] = self.keys[str(refs[name])] = arn
+        for name, props in self._of_type("AWS::DynamoDB::Table"):
+            sse = props.get("SSESpecification") or {}
+            if sse.get("SSEType") == "KMS" and sse.get("KMSMasterKeyId"):
+                key = str(self.resolved(sse["KMSMasterKeyId"]))
+                self.tables[str(refs[name])].sse_key = self.keys.get(key, key)
         for _, props in self._of_type("AWS::KMS::Alias"):
             self.keys[str(self.resolved(props["AliasName"]))] = self.keys[
                 str(self.resolved(props["TargetKeyId"]))
@@ -206,9 +212,11 @@ class World:
         for name, props in self._of_type("AWS::S3::Bucket"):
             rules = props.get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration", [])
             default = rules[0].get("ServerSideEncryptionByDefault", {}) if rules else {}
-            key = default.get("KMSMasterKeyID") if default.get("SSEAlgorithm") == "aws:kms" else ""
+            sse_key = (
+                default.get("KMSMasterKeyID") if default.get("SSEAlgorithm") == "aws:kms" else None
+            )
             self.buckets[str(refs[name])] = (
-                self.keys.get(str(self.resolved(key)), "") if key else ""
+                self.keys.get(str(self.resolved(sse_key)), "") if sse_key is not None else ""
             )
         for name, props in self._of_type("AWS::SecretsManager::Secret"):
             arn = str(refs[name])
@@ -255,7 +263,8 @@ class World:
                         f"{role}.{inline.get('PolicyName', index)}", inline["PolicyDocument"]
                     )
                 )
-            for managed in self.resolved(props.get("ManagedPolicyArns", [])) or []:
+            managed_arns = self.resolved(props.get("ManagedPolicyArns", []))
+            for managed in managed_arns if isinstance(managed_arns, list) else []:
                 names.append(self._managed(str(managed)))
             self.identity[principal] = names
             self.role_arns[principal] = str(self.stack.refs[f"{role}.Arn"])
@@ -446,6 +455,38 @@ def _query_leading_key(params: dict[str, Any], table: Table) -> list[str]:
 
 
 def dynamodb(call: Call, world: World) -> Iterator[Found]:
+    """The item requests of ``call``, each followed by what DynamoDB asks KMS with the caller's
+    permissions for a table under a customer managed key (its published key policy for
+    DynamoDB: kms:ViaService dynamodb, the caller's account)."""
+    keys: dict[str, Table] = {}
+    for found in _dynamodb(call, world):
+        yield found
+        table = next((t for t in world.tables.values() if found[1].startswith(t.arn)), None)
+        if table is not None and table.sse_key:
+            keys[table.sse_key] = table
+    for key, table in keys.items():
+        via: Context = {
+            "kms:CallerAccount": ACCOUNT,
+            "kms:ViaService": f"dynamodb.{REGION}.amazonaws.com",
+        }
+        via.update(
+            encryption_context(
+                {
+                    "aws:dynamodb:tableName": table.arn.rsplit("/", 1)[1],
+                    "aws:dynamodb:subscriberId": ACCOUNT,
+                }
+            )
+        )
+        yield "kms:Decrypt", key, dict(via), "dynamodb"
+        yield (
+            "kms:DescribeKey",
+            key,
+            {"kms:CallerAccount": ACCOUNT, "kms:ViaService": via["kms:ViaService"]},
+            "dynamodb",
+        )
+
+
+def _dynamodb(call: Call, world: World) -> Iterator[Found]:
     p, op = call.params, call.operation
     if op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
         table = _table(world, p["TableName"])
@@ -565,6 +606,9 @@ def s3(call: Call, world: World) -> Iterator[Found]:
     kms_via.update(encryption_context({"aws:s3:arn": bucket_arn}))
     if op in ("GetObject", "HeadObject"):
         yield "s3:GetObject", f"{bucket_arn}/{p['Key']}", {}, ""
+        # S3 answers a missing object 404 (NoSuchKey, which the store reads as a missing blob)
+        # only to a caller that may list the bucket, 403 to any other: the check has no prefix
+        yield "s3:ListBucket", bucket_arn, {}, "s3"
         if sse_key and op == "GetObject":
             yield "kms:Decrypt", sse_key, dict(kms_via), "s3"
     elif op in ("PutObject", "CopyObject"):
@@ -628,6 +672,8 @@ def states(call: Call, world: World) -> Iterator[Found]:
 
 
 def lambda_(call: Call, world: World) -> Iterator[Found]:
+    if call.operation == "Run":
+        return  # Lambda ran the function: its own requests are lambda_runtime's
     name = str(call.params["FunctionName"]).rsplit(":function:", 1)[-1].split(":", 1)[0]
     if name not in world.functions:
         raise Unmodelled(f"a function that is not the stack's: {name}")
@@ -691,7 +737,7 @@ TRANSLATORS: Final = {
 def lambda_runtime(call: Call, world: World) -> list[Authorization]:
     """What Lambda does with the function's role for each invocation: its log lines in its log
     group, its trace segments (``Tracing: Active``)."""
-    if call.service != "lambda":
+    if call.service != "lambda" or call.operation != "Run":
         return []
     name = str(call.params["FunctionName"]).rsplit(":function:", 1)[-1].split(":", 1)[0]
     function = world.functions.get(name)
@@ -714,6 +760,45 @@ def lambda_runtime(call: Call, world: World) -> list[Authorization]:
     ]
 
 
+# What Step Functions does with a state machine's role: the X-Ray actions of a traced machine
+# (the developer guide's "IAM policies for using AWS X-Ray in Step Functions") and the log
+# delivery actions of a machine that logs to CloudWatch Logs ("IAM policies for logging to
+# CloudWatch Logs"; log delivery has no resource-level permissions).
+STATES_TRACING: Final = (
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+)
+STATES_LOGGING: Final = (
+    "logs:CreateLogDelivery",
+    "logs:GetLogDelivery",
+    "logs:UpdateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:DescribeResourcePolicies",
+    "logs:DescribeLogGroups",
+)
+
+
+def states_runtime(call: Call, world: World) -> list[Authorization]:
+    """What Step Functions does with a machine's role when it runs (a recorded task of it)."""
+    resource = world.stack.template["Resources"].get(call.principal, {})
+    if resource.get("Type") != "AWS::StepFunctions::StateMachine":
+        return []
+    props = resource["Properties"]
+    found: list[str] = []
+    if (props.get("TracingConfiguration") or {}).get("Enabled"):
+        found += STATES_TRACING
+    if props.get("LoggingConfiguration"):
+        found += STATES_LOGGING
+    return [
+        Authorization.of(call.principal, action, "*", _global(call.principal, world), "states")
+        for action in found
+    ]
+
+
 def all_authorizations(
     calls: Iterable[Call], world: World
 ) -> tuple[list[Authorization], list[str]]:
@@ -723,7 +808,11 @@ def all_authorizations(
     unmodelled: list[str] = []
     for call in calls:
         try:
-            found = authorizations(call, world) + lambda_runtime(call, world)
+            found = [
+                *authorizations(call, world),
+                *lambda_runtime(call, world),
+                *states_runtime(call, world),
+            ]
         except (Unmodelled, KeyError, Unresolvable) as exc:
             unmodelled.append(
                 f"{call.principal} {call.service}:{call.operation}: {type(exc).__name__} {exc}"

@@ -116,7 +116,7 @@ class Issuer:
         id_token = self._mint(claims, {"kid": "k1"})
         return 200, {"id_token": id_token, "token_type": "Bearer", "expires_in": 300}
 
-    def token(self, tools: tuple[str, ...] = TOOLS) -> str:
+    def token(self, tools: tuple[str, ...] = TOOLS, confirm: tuple[str, ...] = ()) -> str:
         now = int(time.time())
         claims = {
             "iss": self.url,
@@ -130,7 +130,7 @@ class Issuer:
             "workspace_id": WORKSPACE,
             "purpose_ref": "purpose:general",
             "engram_tools": list(tools),
-            "engram_confirm": [],
+            "engram_confirm": list(confirm),
         }
         return self._mint(claims, {"kid": "k1", "typ": "at+jwt"})
 

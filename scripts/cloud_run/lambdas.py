@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ class Worker:
     ) -> None:
         self.name = name
         self.timeout_ms = timeout_ms
+        self.on_invoke: Callable[[], None] | None = None  # Lambda runs the function (recorder)
         self.lock = threading.Lock()
         self.log = log
         self._stderr = log.open("ab")
@@ -54,6 +56,8 @@ class Worker:
         return answer
 
     def invoke(self, event: Any) -> dict[str, Any]:
+        if self.on_invoke is not None:
+            self.on_invoke()
         return self.request(
             {"event": event, "function_name": self.name, "timeout_ms": self.timeout_ms}
         )

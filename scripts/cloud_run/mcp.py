@@ -16,6 +16,7 @@ from .settings import REGION, sample
 CLASSIC: str = "2025-11-25"  # URL-mode elicitation (-32042)
 MODERN: str = "2026-07-28"  # form-mode confirmation (inputRequests / requestState)
 APPROVE = {"engram_confirmation": {"action": "accept", "content": {"decision": "approve"}}}
+DECLINE = {"engram_confirmation": {"action": "accept", "content": {"decision": "decline"}}}
 
 
 def _sha(text: str) -> str:
@@ -63,11 +64,17 @@ def search_hits(answer: Any) -> tuple[list[str], str]:
 
 
 def mcp(
-    h: Harness, body: dict[str, Any], *, protocol: str, headers: dict[str, str] | None = None
+    h: Harness,
+    body: dict[str, Any],
+    *,
+    protocol: str,
+    headers: dict[str, str] | None = None,
+    confirm: tuple[str, ...] = (),
 ) -> tuple[int, Any]:
-    """One JSON-RPC request to the built adapter, through the API's default endpoint."""
+    """One JSON-RPC request to the built adapter, through the API's default endpoint, with a
+    fresh token (whose ``engram_confirm`` lists ``confirm``)."""
     event = sample("mcp_adapter_tools_call.json")
-    event["headers"]["authorization"] = f"Bearer {h.issuer.token()}"
+    event["headers"]["authorization"] = f"Bearer {h.issuer.token(confirm=confirm)}"
     event["headers"]["mcp-protocol-version"] = protocol
     event["headers"].update(headers or {})
     # through the API's default endpoint: the adapter must accept its execute-api Host
@@ -98,7 +105,9 @@ def call(h: Harness, tool: str, arguments: dict[str, Any], **params: Any) -> Any
     return mcp(h, body, protocol=CLASSIC)[1]
 
 
-def modern_call(h: Harness, tool: str, arguments: dict[str, Any], **extra: Any) -> Any:
+def modern_call(
+    h: Harness, tool: str, arguments: dict[str, Any], confirm: tuple[str, ...] = (), **extra: Any
+) -> Any:
     """tools/call at 2026-07-28 (a client that can answer a form): the answer's JSON-RPC body."""
     body = {
         "jsonrpc": "2.0",
@@ -115,13 +124,20 @@ def modern_call(h: Harness, tool: str, arguments: dict[str, Any], **extra: Any) 
         },
     }
     headers = {"mcp-method": "tools/call", "mcp-name": f"engram_memory_{tool}"}
-    return mcp(h, body, protocol=MODERN, headers=headers)[1]
+    return mcp(h, body, protocol=MODERN, headers=headers, confirm=confirm)[1]
 
 
-def confirm_in_form_mode(h: Harness, tool: str, arguments: dict[str, Any]) -> Any | None:
-    """``tool`` at 2026-07-28: the adapter must ask for a form confirmation, the human approves
-    in the client; the second answer (None when the first did not ask, reported)."""
-    asked = modern_call(h, tool, arguments).get("result", {})
+def confirm_in_form_mode(
+    h: Harness,
+    tool: str,
+    arguments: dict[str, Any],
+    answer: dict[str, Any] = APPROVE,
+    confirm: tuple[str, ...] = (),
+) -> Any | None:
+    """``tool`` at 2026-07-28: the adapter must ask for a form confirmation, the human answers
+    in the client (``APPROVE`` or ``DECLINE``); the second answer (None when the first did not
+    ask, reported)."""
+    asked = modern_call(h, tool, arguments, confirm).get("result", {})
     if not h.report.check(
         "requestState" in asked and "engram_confirmation" in asked.get("inputRequests", {}),
         f"flow: {tool} ({MODERN}) asks for a form confirmation",
@@ -129,15 +145,55 @@ def confirm_in_form_mode(h: Harness, tool: str, arguments: dict[str, Any]) -> An
         print(f"       {json.dumps(asked)[:400]}")
         return None
     return modern_call(
-        h, tool, arguments, inputResponses=APPROVE, requestState=asked["requestState"]
+        h, tool, arguments, confirm, inputResponses=answer, requestState=asked["requestState"]
     )
+
+
+def capture(h: Harness, text: str, key: str) -> str | None:
+    """A candidate captured with ``text``: its id (None when capture failed, reported)."""
+    captured = call(h, "capture", capture_arguments(text, key))
+    try:
+        candidate_id = str(value(captured)["candidate_id"])
+    except (KeyError, TypeError):
+        h.report.check(False, f"flow: capture -> {json.dumps(captured)[:300]}")
+        return None
+    return candidate_id
+
+
+def admit(
+    h: Harness, candidate_id: str, key: str, arguments: dict[str, Any] | None = None
+) -> tuple[str, str] | None:
+    """request_admission of the candidate: the record's id ('' when none was made) and the
+    outcome's status (None when the answer has no outcome, reported)."""
+    admitted = call(
+        h,
+        "request_admission",
+        {**(arguments or {}), "candidate_id": candidate_id, "idempotency_key": key},
+    )
+    try:
+        outcome_ = value(admitted)["outcome"]
+        return str(outcome_.get("record_id", "")), str(outcome_["status"])
+    except (KeyError, TypeError):
+        h.report.check(False, f"flow: request_admission -> {json.dumps(admitted)[:300]}")
+        return None
+
+
+def running_executions(h: Harness) -> set[str]:
+    machines = [h.stack.refs[m] for m in ("WithdrawStateMachine", "ForgetStateMachine")]
+    return {
+        str(e["name"])
+        for arn in machines
+        for e in h.sfn.list_executions(stateMachineArn=arn)["executions"]
+        if e["status"] == "RUNNING"
+    }
 
 
 # -- the state machines ----------------------------------------------------------------------------
 
 
 def wait_quiet(h: Harness, timeout_s: float = 60.0) -> None:
-    """Until no execution of either state machine is running (their tails have run)."""
+    """Until no execution of either state machine is running (their tails have run), but those
+    a declined form confirmation left waiting (``Harness.abandoned``)."""
     until = time.monotonic() + timeout_s
     machines = [h.stack.refs[m] for m in ("WithdrawStateMachine", "ForgetStateMachine")]
     while time.monotonic() < until:
@@ -145,11 +201,13 @@ def wait_quiet(h: Harness, timeout_s: float = 60.0) -> None:
             e
             for arn in machines
             for e in h.sfn.list_executions(stateMachineArn=arn)["executions"]
-            if e["status"] == "RUNNING"
+            if e["status"] == "RUNNING" and e["name"] not in h.abandoned
         ]
         if not running:
             return
         time.sleep(0.2)
+    names = ", ".join(str(e["name"])[:24] for e in running)
+    print(f"  (still running after {timeout_s:.0f} s: {names})")
 
 
 def wait_execution(h: Harness, machine: str, timeout_s: float = 60.0) -> dict[str, Any]:
@@ -162,7 +220,10 @@ def wait_execution(h: Harness, machine: str, timeout_s: float = 60.0) -> dict[st
             described: dict[str, Any] = h.sfn.describe_execution(
                 executionArn=executions[0]["executionArn"]
             )
-            if described["status"] != "RUNNING" or time.monotonic() > until:
+            if described["status"] != "RUNNING":
+                return described
+            if time.monotonic() > until:
+                print(f"  (still running after {timeout_s:.0f} s: {described['name'][:24]})")
                 return described
         elif time.monotonic() > until:
             return {"status": "NOT_STARTED"}

@@ -40,6 +40,8 @@ class FakeOpenSearch:
         # request to it carried a SigV4 signature for service es in the region
         self.security: dict[str, Any] = {}
         self.security_unsigned: list[str] = []
+        # while True, every data request answers 503 (a domain briefly unavailable)
+        self.unavailable = False
         self.lock = threading.Lock()
 
     def handle(
@@ -49,6 +51,8 @@ class FakeOpenSearch:
         parts = [unquote(p) for p in bare.strip("/").split("/") if p]
         with self.lock:
             self.requests.append(f"{method} /{'/'.join(parts[:1] + ['…'] * (len(parts) > 1))}")
+            if self.unavailable and not SECURITY_API_RE.match(bare):
+                return 503, {"error": {"type": "cloud_check_unavailable"}, "status": 503}
             if method == "PUT" and SECURITY_API_RE.match(bare):
                 if not SIGV4_ES_SCOPE_RE.match(authorization):
                     self.security_unsigned.append(bare)
@@ -60,8 +64,8 @@ class FakeOpenSearch:
     def _route(self, method: str, parts: list[str], body: bytes) -> tuple[int, Any]:
         if method == "HEAD" and not parts:
             return 200, {}
-        if parts == ["_bulk"] or (len(parts) == 2 and parts[1] == "_bulk"):
-            return 200, self._bulk(body, parts[0] if len(parts) == 2 else None)
+        if len(parts) == 2 and parts[1] == "_bulk":  # the index in the path (its IAM grant)
+            return 200, self._bulk(body, parts[0])
         if len(parts) == 1 and method == "PUT":
             if parts[0] in self.indices:
                 return 400, {"error": {"type": "resource_already_exists_exception"}, "status": 400}
@@ -105,7 +109,7 @@ class FakeOpenSearch:
             }
         return None
 
-    def _bulk(self, body: bytes, default_index: str | None) -> dict[str, Any]:
+    def _bulk(self, body: bytes, default_index: str) -> dict[str, Any]:
         lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
         items: list[dict[str, Any]] = []
         position = 0

@@ -51,6 +51,11 @@ KEY_CLASSES: Final[dict[str, dict[str, str]]] = {
         "scopekey:": f"scopekey:{PROBE}",
     },
 }
+# Reading an item is one capability however it is asked for (one, a batch, a query, a
+# transaction's condition check); each write is its own.
+READS: Final = frozenset(
+    {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"}
+)
 ITEM_ACTIONS: Final = (
     "dynamodb:GetItem",
     "dynamodb:BatchGetItem",
@@ -81,6 +86,8 @@ def signature(world: World, authorization: Authorization) -> tuple[str, str]:
     """The action and the kind of resource of a request: what "the same request" means when
     another principal is asked to make it."""
     action, resource = authorization.action, authorization.resource
+    if action in READS:
+        action = "dynamodb:<read>"
     if action.startswith("dynamodb:"):
         table = next((t.logical for t in world.tables.values() if resource.startswith(t.arn)), "?")
         leading = authorization.value("dynamodb:LeadingKeys") or ()
@@ -159,16 +166,17 @@ def other_tenant(allowed: Iterable[Authorization]) -> Iterator[Probe]:
 def unused_key_classes(world: World, allowed: Iterable[Authorization]) -> Iterator[Probe]:
     used: set[tuple[str, str, str]] = set()
     for authorization in allowed:
-        _, kind = signature(world, authorization)
-        if authorization.action.startswith("dynamodb:") and "|" in kind:
+        action, kind = signature(world, authorization)
+        if action.startswith("dynamodb:") and "|" in kind:
             table, classes = kind.split("|", 1)
             for class_ in classes.split(","):
-                used.add((authorization.principal, authorization.action, f"{table}|{class_}"))
+                used.add((authorization.principal, action, f"{table}|{class_}"))
     for principal in world.role_arns:
         for found in world.tables.values():
             for action in ITEM_ACTIONS:
+                group = "dynamodb:<read>" if action in READS else action
                 for class_, sample in KEY_CLASSES.get(found.logical, {}).items():
-                    if (principal, action, f"{found.logical}|{class_}") in used:
+                    if (principal, group, f"{found.logical}|{class_}") in used:
                         continue
                     context: Context = {
                         **_global(world, principal),

@@ -135,6 +135,15 @@ class CallRecorder:
         if principal is not None:
             self.add(Call(principal, "lambda", "Invoke", {"FunctionName": function}))
 
+    def runner(self, principal: str, function: str) -> Callable[[], None]:
+        """What Lambda does with the function's role on each invocation (its logs, its traces),
+        recorded as one ``lambda:Run`` of the function (``iam.lambda_runtime``)."""
+
+        def ran() -> None:
+            self.add(Call(principal, "lambda", "Run", {"FunctionName": function}))
+
+        return ran
+
     def opensearch(self, method: str, path: str, authorization: str, status: int) -> None:
         principal = principal_of_key(access_key_in(authorization))
         if principal is not None:

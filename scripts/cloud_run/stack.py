@@ -99,6 +99,10 @@ class Stack:
             return self.resolve(value[0]) == self.resolve(value[1])
         if key == "Fn::Not":
             return not self.resolve(value[0])
+        if key == "Fn::And":
+            return all(self.resolve(item) for item in value)
+        if key == "Fn::Or":
+            return any(self.resolve(item) for item in value)
         if key == "Condition":
             return self.conditions[value]
         return {key: self.resolve(value)}

@@ -479,19 +479,14 @@ def test_bulk_apply_sends_ordered_actions_in_chunks(
     changes.append((SCOPE, ProjectionChange(delete_record_id="mem_0001")))
     index.bulk_apply(changes)
     first, second = cluster.requests
-    assert (first.method, first.path, first.params) == ("POST", "/_bulk", {"refresh": "false"})
+    path = ("POST", "/engram-records/_bulk", {"refresh": "false"})
+    assert (first.method, first.path, first.params) == path  # the index in the path, not the body
     assert len(first.body) == 2 * 499 + 1  # 500 actions: 499 index (+ source) and one delete
-    assert first.body[0] == {
-        "index": {"_index": "engram-records", "_id": document_id(SCOPE, "mem_0000")}
-    }
+    assert first.body[0] == {"index": {"_id": document_id(SCOPE, "mem_0000")}}
     assert first.body[1]["record_id"] == "mem_0000"
     assert first.body[1]["tenant_id"] == SCOPE.tenant_id
-    assert first.body[-1] == {
-        "delete": {"_index": "engram-records", "_id": document_id(OTHER, "mem_0000")}
-    }
-    assert second.body == [
-        {"delete": {"_index": "engram-records", "_id": document_id(SCOPE, "mem_0001")}}
-    ]
+    assert first.body[-1] == {"delete": {"_id": document_id(OTHER, "mem_0000")}}
+    assert second.body == [{"delete": {"_id": document_id(SCOPE, "mem_0001")}}]
 
 
 def test_bulk_apply_with_nothing_sends_nothing(
@@ -509,7 +504,9 @@ def test_bulk_item_failures(index: OpenSearchLexicalIndex, cluster: FakeCluster)
     ]
 
     def bulk_answers(*items: dict[str, Any]) -> None:
-        cluster.answer("POST", "/_bulk", (200, {"errors": True, "items": list(items)}))
+        cluster.answer(
+            "POST", "/engram-records/_bulk", (200, {"errors": True, "items": list(items)})
+        )
 
     bulk_answers(
         {"index": {"status": 201, "result": "created"}},

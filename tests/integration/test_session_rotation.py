@@ -4,8 +4,6 @@ expires (``approver_signin.CookieKeys``: current and previous version, read from
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,11 +11,11 @@ import boto3
 import pytest
 from approval_testing import APPROVAL_ENV, approval_page, session_of
 from aws_testing import REGION, moto_aws
-from moto.secretsmanager.models import FakeSecret, secretsmanager_backends
 from pydantic import ValidationError
 
 from engram_memory.cloud.approval_page import ApprovalHandler
 from engram_memory.cloud.session_rotation import RotationRefused, rotation_handler
+from scripts.cloud_run.schedules import start_rotation
 
 ACCOUNT = "123456789012"  # moto's account
 STEPS = ("createSecret", "setSecret", "testSecret", "finishSecret")
@@ -29,23 +27,6 @@ def secrets() -> Iterator[tuple[Any, str]]:
         client = boto3.client("secretsmanager", region_name=REGION)
         arn = client.create_secret(Name="engram-dev-session", SecretString="s" * 64)["ARN"]
         yield client, arn
-
-
-def start_rotation(arn: str) -> str:
-    """What Secrets Manager does before it calls the function: rotation enabled, a new version
-    staged AWSPENDING without a value. (moto's RotateSecret without a Lambda would make that
-    empty version current at once, which the service never does.)"""
-    secret = secretsmanager_backends[ACCOUNT][REGION].secrets[arn]
-    assert isinstance(secret, FakeSecret)
-    secret.rotation_requested = secret.rotation_enabled = True
-    token = str(uuid.uuid4())
-    secret.remove_version_stages_from_old_versions(["AWSPENDING"])
-    secret.versions[token] = {
-        "createdate": int(time.time()),
-        "version_id": token,
-        "version_stages": ["AWSPENDING"],
-    }
-    return token
 
 
 def rotate(client: Any, arn: str) -> str:
