@@ -185,6 +185,17 @@ def test_an_opensearch_403_is_reported_with_its_error_type_never_its_reason() ->
     assert reported == [Denial("es", "search", "security_exception", 403, None)]
 
 
+def test_a_failing_report_never_replaces_the_indexs_own_failure() -> None:
+    index = refusing_index([])
+
+    def broken(denial: Denial) -> None:
+        raise RuntimeError("telemetry down")
+
+    index._on_denied = broken
+    with pytest.raises(IndexUnavailable):
+        index.search(SCOPE, ["retry"], 5)
+
+
 def test_a_bulk_item_refused_by_opensearch_is_reported_once() -> None:
     reported: list[Denial] = []
     upsert = ProjectionChange(upsert=ProjectionDoc("mem_1", {"primary": "retry budget"}))

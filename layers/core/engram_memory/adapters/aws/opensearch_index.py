@@ -105,6 +105,7 @@ type), the composition root's ``AwsAccessDenied`` counter.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -131,6 +132,8 @@ __all__ = [
     "OpenSearchLexicalIndex",
     "document_id",
 ]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_INDEX: Final = "engram-records"
 MAX_RESULT_WINDOW: Final = 10_000
@@ -340,7 +343,10 @@ class OpenSearchLexicalIndex:
         if status != 403 or self._on_denied is None:
             return
         code = error if isinstance(error, str) and _IDENTIFIER.fullmatch(error) else "403"
-        self._on_denied(Denial(self._service, operation, code, 403, None))
+        try:
+            self._on_denied(Denial(self._service, operation, code, 403, None))
+        except Exception:  # the call's own failure must stand, whatever telemetry does
+            log.exception("reporting an OpenSearch access denial failed")
 
     # -- index lifecycle -----------------------------------------------------------------------
 
