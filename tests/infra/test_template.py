@@ -100,6 +100,8 @@ DASHBOARD_WIDGETS: Final = (
     "HTTP API 4xx",
     "HTTP API 5xx",
     "HTTP API latency p99 (ms)",
+    "Store faults: STORE_UNAVAILABLE, JOURNAL_CORRUPT",
+    "AWS access denied by service",
 )
 # Actions that have no resource-level permissions and so may name Resource "*".
 # Actions without a resource type: they can only be granted on "*".
@@ -1325,6 +1327,8 @@ EMITTED_DIMENSIONS = {
     "ProjectionLagMs": {"service", "tenant", "workflow"},
     "OutboxOldestAgeSeconds": {"service", "tenant"},
     "OutboxPending": {"service", "tenant"},
+    "StoreFaults": {"service", "tenant", "code"},
+    "AwsAccessDenied": {"service", "tenant", "aws_service"},  # the per-service series
 }
 SCHEMA_QUERY = re.compile(r'SELECT \w+\((\w+)\) FROM SCHEMA\("EngramMemory", ([\w, ]+)\)')
 
@@ -1434,6 +1438,92 @@ def test_the_outbox_age_alarm_reads_the_metric_the_drainer_emits() -> None:
     ]
     assert alarm["Threshold"] == {"Ref": "OutboxAgeAlarmSeconds"}
     assert alarm["TreatMissingData"] == "breaching"  # a drainer that stopped reporting alarms
+
+
+# The failure alarms of issue 34: (metric, its code dimension, period, evaluation periods,
+# datapoints to alarm). A refusal and a corrupt journal page at once; STORE_UNAVAILABLE is
+# retriable, so it pages when at least 3 of the last 5 minutes had one, whatever the traffic.
+FAILURE_ALARMS: Final = {
+    "AwsAccessDeniedAlarm": ("AwsAccessDenied", None, 300, 1, 1),
+    "StoreUnavailableAlarm": ("StoreFaults", "STORE_UNAVAILABLE", 60, 5, 3),
+    "JournalCorruptAlarm": ("StoreFaults", "JOURNAL_CORRUPT", 300, 1, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILURE_ALARMS))
+def test_the_failure_alarms_read_the_tenants_series_and_say_what_to_check_first(
+    name: str,
+) -> None:
+    metric, code, period, evaluations, datapoints = FAILURE_ALARMS[name]
+    alarm = props(name)
+    environment = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert (alarm["Namespace"], alarm["MetricName"]) == (
+        environment["POWERTOOLS_METRICS_NAMESPACE"],
+        metric,
+    )
+    dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
+    assert dimensions == {
+        "service": environment["POWERTOOLS_SERVICE_NAME"],
+        "tenant": {"Ref": "TenantId"},
+        **({"code": code} if code else {}),
+    }
+    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"]) == (
+        "Sum",
+        period,
+        evaluations,
+    )
+    assert alarm.get("DatapointsToAlarm", evaluations) == datapoints
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (
+        1,
+        "GreaterThanOrEqualToThreshold",
+    )
+    assert alarm["TreatMissingData"] == "notBreaching"  # no call, no fault: nothing to page
+    assert alarm_topic(alarm["AlarmActions"]) == alarm_topic(alarm["OKActions"])
+    description = sub_template(alarm["AlarmDescription"]) or alarm["AlarmDescription"]
+    assert "Check first:" in description and len(description) <= 1024
+
+
+def test_the_key_state_rule_watches_the_stacks_two_keys_and_publishes_to_the_alarm_topic() -> None:
+    rule = props("KmsKeyStateRule")
+    assert rule["State"] == "ENABLED"
+    pattern = rule["EventPattern"]
+    api_calls, deletion = pattern["$or"]
+    assert pattern["source"] == ["aws.kms"]
+    assert api_calls["detail-type"] == ["AWS API Call via CloudTrail"]
+    assert api_calls["detail"]["eventName"] == ["DisableKey", "ScheduleKeyDeletion"]
+    assert api_calls["detail"]["errorCode"] == [{"exists": False}]
+    keys = api_calls["detail"]["requestParameters"]["keyId"]
+    assert {json.dumps(k, sort_keys=True) for k in keys} == {
+        json.dumps(value, sort_keys=True)
+        for key in ("EngramTableKey", "EngramDataKey")
+        for value in ({"Ref": key}, {"Fn::GetAtt": [key, "Arn"]})
+    }
+    assert deletion["detail-type"] == ["KMS CMK Deletion"]
+    assert {ref_target(k) for k in deletion["resources"]} == {"EngramTableKey", "EngramDataKey"}
+    (target,) = rule["Targets"]
+    assert alarm_topic([target["Arn"]]) == "AlarmTopic"
+
+
+def test_the_stacks_topic_admits_only_its_alarms_and_its_key_state_rule() -> None:
+    policy = resources("AWS::SNS::TopicPolicy")["AlarmTopicPolicy"]
+    assert policy["Condition"] == "CreateAlarmTopic"  # never rewrites an operator's topic
+    assert [ref_target(t) for t in policy["Properties"]["Topics"]] == ["AlarmTopic"]
+    alarms, rule = policy["Properties"]["PolicyDocument"]["Statement"]
+    for statement in (alarms, rule):
+        assert statement["Effect"] == "Allow" and statement["Action"] == "sns:Publish"
+        assert ref_target(statement["Resource"]) == "AlarmTopic"
+    assert alarms["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    source = sub_template(alarms["Condition"]["ArnLike"]["aws:SourceArn"])
+    assert source is not None and source.endswith(":alarm:engram-${TenantId}-*")
+    assert alarms["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    # every alarm of the stack is one the statement admits (else its notifications are dropped)
+    prefix = source.rsplit(":", 1)[1].rstrip("*")
+    for name, alarm in resources("AWS::CloudWatch::Alarm").items():
+        assert str(sub_template(alarm["Properties"]["AlarmName"])).startswith(prefix), name
+    assert rule["Principal"] == {"Service": "events.amazonaws.com"}
+    assert rule["Condition"] == {
+        "ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["KmsKeyStateRule", "Arn"]}}
+    }
 
 
 def test_the_drainer_runs_every_minute_and_has_its_event_samples() -> None:

@@ -99,10 +99,14 @@ def test_the_dashboard_shows_the_http_apis_requests_errors_and_p99_latency() -> 
     assert {("Count", "Sum"), ("4xx", "Sum"), ("5xx", "Sum"), ("Latency", "p99")} <= shown
 
 
-@pytest.mark.parametrize(
-    ("given", "topic"),
-    [({}, {"Ref": "AlarmTopic"}), ({"AlarmTopicArn": OPERATOR_TOPIC}, {"Ref": "AlarmTopicArn"})],
-)
+# The stack's own alarm topic, or the operator's (AlarmTopicArn): what every alarm names.
+TOPICS: Final = [
+    ({}, {"Ref": "AlarmTopic"}),
+    ({"AlarmTopicArn": OPERATOR_TOPIC}, {"Ref": "AlarmTopicArn"}),
+]
+
+
+@pytest.mark.parametrize(("given", "topic"), TOPICS)
 def test_every_alarm_goes_to_one_topic_the_operators_when_named(
     given: dict[str, str], topic: Any
 ) -> None:
@@ -112,6 +116,18 @@ def test_every_alarm_goes_to_one_topic_the_operators_when_named(
     assert len(alarms) > 20
     for alarm in alarms:
         assert alarm["Properties"]["AlarmActions"] == [topic] == alarm["Properties"]["OKActions"]
+
+
+@pytest.mark.parametrize(("given", "topic"), TOPICS)
+def test_the_key_state_rule_publishes_to_the_same_topic_whose_policy_only_the_stack_writes(
+    given: dict[str, str], topic: Any
+) -> None:
+    resources = stack(**given)
+    rule = resources["KmsKeyStateRule"]
+    assert [t["Arn"] for t in rule["Properties"]["Targets"]] == [topic]
+    # the stack's own topic gets its policy; an operator's topic keeps the operator's
+    policies = of_type(resources, "AWS::SNS::TopicPolicy")
+    assert list(policies) == ([] if given else ["AlarmTopicPolicy"])
 
 
 # --------------------------------------------------------------------------------------------

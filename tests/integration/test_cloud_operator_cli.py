@@ -193,6 +193,7 @@ MOTO_LACKS: Final = {
     "AWS::CloudWatch::Alarm": "every alarm",
     "AWS::S3::BucketPolicy": "the blob bucket's TLS-only policy",
     "AWS::SecretsManager::RotationSchedule": "the session secret's rotation",
+    "AWS::SNS::TopicPolicy": "the alarm topic's policy",
 }
 # ... and with them what names the HTTP API: its routes' invoke permissions and the dashboard
 REFERS_TO_THE_API: Final = {
@@ -219,6 +220,7 @@ def test_the_stack_is_the_translated_template_less_exactly_what_moto_cannot_crea
         "HttpApiApiGatewayDefaultStage",
         "EngramBlobBucketPolicy",
         "ApprovalSessionSecretRotation",
+        "AlarmTopicPolicy",
     }
     assert {n: why for n, why in template.removed.items() if n not in lacking} == {
         name: "refers to HttpApi" for name in REFERS_TO_THE_API

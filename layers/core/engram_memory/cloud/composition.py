@@ -120,7 +120,13 @@ def build_engine(
 class AwsClients:
     """The one place a client of the cloud host is made: every client from one boto3 session,
     made on first use (a caller passing every client never needs credentials or a region), with
-    the one timeout and retry policy of ``client_config``."""
+    the one timeout and retry policy of ``client_config``.
+
+    A session made here (``make_session``: a function's, from its settings) reports every call
+    AWS refuses for want of permission (``adapters.aws.denials``, counted as ``AwsAccessDenied``
+    by ``observability.record_access_denied``) from each client made from it; a session given
+    (the operator's command line, a test's) is used as it is: the operator reads refusals on
+    their terminal, and a metric document on stdout would corrupt the command's output."""
 
     def __init__(self, make_session: Callable[[], Session], session: Session | None = None) -> None:
         self._make_session = make_session
@@ -133,7 +139,10 @@ class AwsClients:
 
     def session(self) -> Session:
         if self._session is None:
-            self._session = self._make_session()
+            from engram_memory.adapters.aws.denials import watch_denials
+            from engram_memory.cloud.observability import record_access_denied
+
+            self._session = watch_denials(self._make_session(), record_access_denied)
         return self._session
 
     def client(
@@ -331,14 +340,18 @@ def _lexical_index(aws: _Aws, opensearch_client: Any) -> LexicalIndex:
     ``opensearch_client``), index ``ENGRAM_OPENSEARCH_INDEX`` (default ``engram-records``; the
     template names it per tenant) with ``ENGRAM_OPENSEARCH_REPLICAS`` replicas, SigV4
     service ``ENGRAM_OPENSEARCH_SERVICE`` (``es``, the default, for a domain; ``aoss`` for
-    OpenSearch Serverless)."""
+    OpenSearch Serverless); its 403s are counted as ``AwsAccessDenied``."""
     from engram_memory.adapters.aws.opensearch_index import OpenSearchLexicalIndex
+    from engram_memory.cloud.observability import record_access_denied
 
     index_name, replicas = aws.env.opensearch_index, aws.env.opensearch_replicas
     try:
         if opensearch_client is not None:
             return OpenSearchLexicalIndex(
-                client=opensearch_client, index_name=index_name, replicas=replicas
+                client=opensearch_client,
+                index_name=index_name,
+                replicas=replicas,
+                on_denied=record_access_denied,
             )
         return OpenSearchLexicalIndex(
             endpoint=aws.env.opensearch_endpoint,
@@ -347,6 +360,7 @@ def _lexical_index(aws: _Aws, opensearch_client: Any) -> LexicalIndex:
             replicas=replicas,
             session=aws.session(),
             service=aws.env.opensearch_service,
+            on_denied=record_access_denied,
         )
     except ValueError as exc:
         raise ConfigurationError(

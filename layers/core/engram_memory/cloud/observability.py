@@ -32,6 +32,16 @@ Every metric also carries the ``tenant`` dimension (above).
 - ``OutboxOldestAgeSeconds`` (Seconds), ``OutboxPending`` and ``OutboxDrained`` (Count) —
   dimension ``service``: emitted by each run of the scheduled outbox drainer (``drainer.py``);
   the age is that of the oldest item still pending after the run (0 when none is).
+- ``StoreFaults`` — dimensions ``service``, ``code`` (``STORE_UNAVAILABLE`` or
+  ``JOURNAL_CORRUPT``): one per tool call answering either code (the audit sink), one series per
+  code for the stack's alarms;
+- ``AwsAccessDenied`` — AWS refused a call of the function's role for want of permission
+  (``adapters.aws.denials``; the OpenSearch index's 403s too), emitted twice: dimension
+  ``service`` alone (the tenant's one series, which the alarm reads) and with ``aws_service``
+  (the IAM prefix, one of ``AWS_SERVICES`` or ``other``: the dashboard's breakdown). Each comes
+  with one ERROR log line (message ``aws access denied``) naming the AWS service, the operation,
+  the error code, the HTTP status and AWS's request id (to find the call in CloudTrail), never
+  the error's message, which names the role and the resource.
 
 ``instrumented`` wraps every Lambda handler of the stack (tools, adapter, workflow, approval).
 """
@@ -40,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 import warnings
 from collections.abc import Callable
@@ -50,13 +61,17 @@ from engram_memory.contract.errors import ErrorCode
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Metrics, Tracer
 
+    from engram_memory.adapters.aws.denials import Denial
     from engram_memory.engine.ports import AuditEvent
 
 __all__ = [
+    "ACCESS_DENIED_MESSAGE",
     "ADMISSION_STATUSES",
     "AUDIT_MESSAGE",
+    "AWS_SERVICES",
     "DEFAULT_NAMESPACE",
     "DEFAULT_SERVICE",
+    "STORE_FAULT_CODES",
     "TENANT_DIMENSION",
     "PowertoolsAuditSink",
     "count_admission_outcome",
@@ -64,6 +79,7 @@ __all__ = [
     "get_metrics",
     "get_tracer",
     "instrumented",
+    "record_access_denied",
     "record_outbox_state",
     "record_projection_lag",
 ]
@@ -75,6 +91,17 @@ TENANT_DIMENSION: Final = "tenant"
 ADMISSION_STATUSES: Final = frozenset(
     {"accepted", "rejected", "pending_adjudication", "duplicate_exact"}
 )
+ACCESS_DENIED_MESSAGE: Final = "aws access denied"
+# The IAM prefixes of what the stack's functions call: the bounded values of ``aws_service``.
+AWS_SERVICES: Final = frozenset(
+    {"dynamodb", "kms", "s3", "secretsmanager", "states", "lambda", "es", "aoss", "logs", "sts"}
+)
+# The envelope codes that mean the stack's own store is failing: ``StoreFaults``.
+STORE_FAULT_CODES: Final = frozenset(
+    {ErrorCode.STORE_UNAVAILABLE.value, ErrorCode.JOURNAL_CORRUPT.value}
+)
+_OPERATION: Final = re.compile(r"[A-Za-z][A-Za-z0-9 _-]{0,63}")
+_TOKEN: Final = re.compile(r"[A-Za-z0-9/+=-]{1,128}")  # an error code, a request id
 # X-Ray records the AWS calls (botocore) and the HTTP calls to OpenSearch (opensearch-py's
 # requests connection): operation, URL and status only, never request or response bodies.
 _TRACED_MODULES: Final = ("botocore", "requests")
@@ -213,6 +240,28 @@ def count_admission_outcome(status: str) -> None:
     _count("AdmissionOutcome", {"status": status if status in ADMISSION_STATUSES else "unknown"})
 
 
+def record_access_denied(denial: Denial) -> None:
+    """Log and count one call AWS refused for want of permission (see the module docstring)."""
+    service = denial.service if denial.service in AWS_SERVICES else "other"
+    operation = denial.operation if _OPERATION.fullmatch(denial.operation) else "unknown"
+    code = denial.code if _TOKEN.fullmatch(denial.code) else "unknown"
+    request_id = denial.request_id
+    if request_id is not None and not _TOKEN.fullmatch(request_id):
+        request_id = None
+    get_logger().error(
+        ACCESS_DENIED_MESSAGE,
+        extra={
+            "aws_service": service,
+            "operation": operation,
+            "error_code": code,
+            "http_status": denial.status,
+            "request_id": request_id,
+        },
+    )
+    _count("AwsAccessDenied", {})
+    _count("AwsAccessDenied", {"aws_service": service})
+
+
 class PowertoolsAuditSink:
     """The cloud ``AuditSink``: one structured log line and one metric per outcome, no content.
 
@@ -238,6 +287,8 @@ class PowertoolsAuditSink:
         self._count("ToolCalls", {"tool": tool, "code": event.code})
         if event.code == ErrorCode.GATE_FAILED.value:
             self._count("GateFailed", {"tool": tool})
+        if event.code in STORE_FAULT_CODES:
+            self._count("StoreFaults", {"code": event.code})
 
     def _count(self, name: str, dimensions: dict[str, str]) -> None:
         _count(name, dimensions, self._namespace)

@@ -96,12 +96,16 @@ Error translation: every client, transport or HTTP failure (connection errors, t
 5xx, 4xx, a missing index on search or ``contains``, missing credentials) raises
 ``IndexUnavailable``; a 404 on delete is success (the delete is idempotent); a 404 document on
 ``contains`` is ``False``. Messages carry the operation, the HTTP status and the error type
-only, never terms or document content.
+only, never terms or document content. A 403 — the domain's access policy refusing the role,
+or fine-grained access control's ``security_exception``, for a request or a bulk item — is also
+handed to ``on_denied`` (a ``denials.Denial``: the SigV4 service, the operation, the error
+type), the composition root's ``AwsAccessDenied`` counter.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -115,6 +119,7 @@ from opensearchpy.exceptions import ImproperlyConfigured, NotFoundError, OpenSea
 from opensearchpy.helpers.signer import RequestsAWSV4SignerAuth
 
 from engram_memory.adapters.aws.client_config import READ_TIMEOUT_S
+from engram_memory.adapters.aws.denials import Denial
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import IndexHit, IndexUnavailable, ProjectionChange, ProjectionDoc
@@ -127,6 +132,8 @@ __all__ = [
     "OpenSearchLexicalIndex",
     "document_id",
 ]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_INDEX: Final = "engram-records"
 MAX_RESULT_WINDOW: Final = 10_000
@@ -265,6 +272,7 @@ class OpenSearchLexicalIndex:
         max_retries: int = 2,
         ensure_on_write: bool = True,
         replicas: int | None = None,
+        on_denied: Callable[[Denial], None] | None = None,
     ) -> None:
         if not index_name or index_name != index_name.lower() or index_name.startswith("_"):
             raise ValueError("index_name must be a lowercase OpenSearch index name")
@@ -282,6 +290,7 @@ class OpenSearchLexicalIndex:
         self._ensure_on_write = ensure_on_write
         self._ensured = False
         self._replicas = replicas
+        self._on_denied = on_denied
         self._lock = threading.Lock()
         self.index_name: Final = index_name
 
@@ -328,8 +337,19 @@ class OpenSearchLexicalIndex:
         except NotFoundError:
             raise
         except (OpenSearchException, BotoCoreError) as exc:
+            self._denied(operation, getattr(exc, "status_code", None), getattr(exc, "error", None))
             raise _unavailable(operation, exc) from exc
         return cast("dict[str, Any]", response) if isinstance(response, dict) else {}
+
+    def _denied(self, operation: str, status: Any, error: Any) -> None:
+        """Hand a 403 to ``on_denied`` (never its message: it names the role and the index)."""
+        if status != 403 or self._on_denied is None:
+            return
+        code = error if isinstance(error, str) and _IDENTIFIER.fullmatch(error) else "403"
+        try:
+            self._on_denied(Denial(self._service, operation, code, 403, None))
+        except Exception:  # the call's own failure must stand, whatever telemetry does
+            log.exception("reporting an OpenSearch access denial failed")
 
     # -- index lifecycle -----------------------------------------------------------------------
 
@@ -348,6 +368,9 @@ class OpenSearchLexicalIndex:
             client.indices.create(index=self.index_name, body=self.index_body())
         except OpenSearchException as exc:
             if getattr(exc, "error", None) != "resource_already_exists_exception":
+                self._denied(
+                    "create index", getattr(exc, "status_code", None), getattr(exc, "error", None)
+                )
                 raise _unavailable("create index", exc) from exc
             created = False
         except BotoCoreError as exc:
@@ -579,8 +602,7 @@ class OpenSearchLexicalIndex:
             if change.delete_record_id is not None:
                 yield {"delete": {"_id": document_id(scope, change.delete_record_id)}}, None
 
-    @staticmethod
-    def _check_bulk_items(response: Mapping[str, Any]) -> None:
+    def _check_bulk_items(self, response: Mapping[str, Any]) -> None:
         failed: list[str] = []
         for item in response.get("items", []):
             for kind, result in item.items():
@@ -591,6 +613,8 @@ class OpenSearchLexicalIndex:
                     error = result.get("error")
                     reason = error.get("type", "") if isinstance(error, Mapping) else ""
                     failed.append(f"{status} {reason}".strip())
+        if any(f.startswith("403") for f in failed):  # one report for the request
+            self._denied("bulk", 403, next(f for f in failed if f.startswith("403"))[4:])
         if failed:
             summary = ", ".join(sorted(set(failed)))
             raise IndexUnavailable(
