@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import time
 from collections.abc import Iterator
 from typing import Any
 from unittest.mock import patch
@@ -50,6 +51,7 @@ def edges(h: Harness, search_args: dict[str, Any]) -> None:
     admitted = admit_while_search_is_down(h, search_args)
     if admitted is not None:
         forget_while_search_is_down(h, admitted[0], search_args)
+    forget_while_keys_stay(h)
     large_memory(h, search_args)
     large_memory_drained(h)
     withdraw_large_candidate(h)
@@ -213,6 +215,74 @@ def forget_while_search_is_down(h: Harness, record_id: str, search_args: dict[st
         done is not None and receipt_state(done) == "tombstoned" and record_id not in hits,
         f"flow: forgotten while OpenSearch was down, gone from search after the drainer's run "
         f"({said}; drainer: {json.dumps(drained)[:120]})",
+    )
+
+
+def forget_while_keys_stay(h: Harness) -> None:
+    """A forget whose key destruction meets a key table that refuses deletes (throttled) for
+    everyone but the drainer: the execution's tail retries, the drainer's next run destroys the
+    record's key from the outbox, and the tail then finds nothing left."""
+    text = "The incident bridge number changes every quarter."
+    candidate_id = capture(h, text, "cloud-check-capture-10")
+    admitted = None if candidate_id is None else admit(h, candidate_id, "cloud-check-admit-00010")
+    if admitted is None:
+        return
+    forget = {
+        "record_id": admitted[0],
+        "idempotency_key": "cloud-check-forget-keys-stay",
+        "reason_ref": "reason:obsolete",
+    }
+    with key_deletes_refused(h) as refused:
+        done = confirm_in_form_mode(h, "forget", forget)
+        until = time.monotonic() + 30
+        while not refused and time.monotonic() < until:
+            time.sleep(0.1)
+        keys_before = key_items(h)
+        drained = drain(h, "a key destruction the execution could not finish")
+        keys_after = key_items(h)
+    wait_quiet(h)
+    h.report.check(
+        done is not None
+        and receipt_state(done) == "tombstoned"
+        and bool(refused)
+        and keys_after < keys_before,
+        f"flow: forgotten while the key table refused deletes ({len(refused)} refused); the "
+        f"drainer destroyed the key ({keys_before} -> {keys_after} key items; drainer: "
+        f"{json.dumps(drained)[:100]})",
+    )
+
+
+@contextlib.contextmanager
+def key_deletes_refused(h: Harness) -> Iterator[list[str]]:
+    """The key table answers DeleteItem with throttling to every principal but the drainer
+    (moto runs in this process; the recorder knows whose request it is answering). Yields the
+    principals refused so far."""
+    from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException
+    from moto.dynamodb.models import DynamoDBBackend
+
+    key_table = str(h.stack.refs["EngramKeyTable"])
+    refused: list[str] = []
+    delete = DynamoDBBackend.delete_item
+
+    def throttled(backend: Any, table_name: str, *args: Any, **kwargs: Any) -> Any:
+        principal = getattr(h.recorder.current, "principal", None)
+        if table_name == key_table and principal != "OutboxDrainerFunction":
+            refused.append(str(principal))
+            raise DynamodbException(
+                ERROR_TYPE_PREFIX + "ProvisionedThroughputExceededException",
+                "cloud-check: the key table refuses deletes for now",
+            )
+        return delete(backend, table_name, *args, **kwargs)
+
+    with patch.object(DynamoDBBackend, "delete_item", throttled):
+        yield refused
+
+
+def key_items(h: Harness) -> int:
+    """How many items the key table holds (the harness's own view)."""
+    dynamodb = h.session.client("dynamodb", endpoint_url=h.moto_url)
+    return int(
+        dynamodb.scan(TableName=str(h.stack.refs["EngramKeyTable"]), Select="COUNT")["Count"]
     )
 
 

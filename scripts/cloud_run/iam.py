@@ -487,70 +487,83 @@ def dynamodb(call: Call, world: World) -> Iterator[Found]:
 
 
 def _dynamodb(call: Call, world: World) -> Iterator[Found]:
-    p, op = call.params, call.operation
-    if op in ("GetItem", "PutItem", "UpdateItem", "DeleteItem"):
-        table = _table(world, p["TableName"])
-        kind = op.removesuffix("Item")
-        key = p["Item"] if op == "PutItem" else p["Key"]
+    for handles, translate in _DYNAMODB:
+        if call.operation in handles:
+            yield from translate(call.operation, call.params, world)
+            return
+    raise Unmodelled(f"dynamodb:{call.operation}")
+
+
+def _one_item(op: str, p: dict[str, Any], world: World) -> Iterator[Found]:
+    table = _table(world, p["TableName"])
+    key = p["Item"] if op == "PutItem" else p["Key"]
+    context: Context = {"dynamodb:LeadingKeys": [_hash_value(table, key)]}
+    context.update(
+        _read_context(p) if op == "GetItem" else _item_context(op.removesuffix("Item"), p)
+    )
+    yield f"dynamodb:{op}", table.arn, context, ""
+
+
+def _transaction(op: str, p: dict[str, Any], world: World) -> Iterator[Found]:
+    """Each item of a transaction is authorized as its own item request."""
+    for entry in p["TransactItems"]:
+        ((kind, item),) = entry.items()
+        table = _table(world, item["TableName"])
+        action = "GetItem" if kind == "Get" else _WRITES[kind]
+        key = item["Key"] if "Key" in item else item["Item"]
         context: Context = {"dynamodb:LeadingKeys": [_hash_value(table, key)]}
-        context.update(_read_context(p) if op == "GetItem" else _item_context(kind, p))
+        context.update(_read_context(item) if kind == "Get" else _item_context(kind, item))
+        context["dynamodb:EnclosingOperation"] = op
+        yield f"dynamodb:{action}", table.arn, context, ""
+
+
+def _batch(op: str, p: dict[str, Any], world: World) -> Iterator[Found]:
+    """A batch is one request per table, naming every partition key of its items."""
+    for name, request in p["RequestItems"].items():
+        table = _table(world, name)
+        if op == "BatchGetItem":
+            keys = {_hash_value(table, key) for key in request["Keys"]}
+            context: Context = {"dynamodb:LeadingKeys": sorted(keys), **_read_context(request)}
+        else:
+            items = [
+                r["PutRequest"]["Item"] if "PutRequest" in r else r["DeleteRequest"]["Key"]
+                for r in request
+            ]
+            context = {"dynamodb:LeadingKeys": sorted({_hash_value(table, i) for i in items})}
         yield f"dynamodb:{op}", table.arn, context, ""
-    elif op in ("TransactWriteItems", "TransactGetItems"):
-        for entry in p["TransactItems"]:
-            ((kind, item),) = entry.items()
-            table = _table(world, item["TableName"])
-            action = "GetItem" if kind == "Get" else _WRITES[kind]
-            context = {
-                "dynamodb:LeadingKeys": [
-                    _hash_value(table, item["Key"] if "Key" in item else item["Item"])
-                ]
-            }
-            context.update(_read_context(item) if kind == "Get" else _item_context(kind, item))
-            context["dynamodb:EnclosingOperation"] = op
-            yield f"dynamodb:{action}", table.arn, context, ""
-    elif op == "BatchGetItem":
-        for name, request in p["RequestItems"].items():
-            table = _table(world, name)
-            keys = sorted({_hash_value(table, key) for key in request["Keys"]})
-            yield (
-                "dynamodb:BatchGetItem",
-                table.arn,
-                {"dynamodb:LeadingKeys": keys, **_read_context(request)},
-                "",
-            )
-    elif op == "BatchWriteItem":
-        for name, requests in p["RequestItems"].items():
-            table = _table(world, name)
-            keys = sorted(
-                {
-                    _hash_value(
-                        table,
-                        r["PutRequest"]["Item"] if "PutRequest" in r else r["DeleteRequest"]["Key"],
-                    )
-                    for r in requests
-                }
-            )
-            yield "dynamodb:BatchWriteItem", table.arn, {"dynamodb:LeadingKeys": keys}, ""
-    elif op == "Query":
+
+
+def _table_request(op: str, p: dict[str, Any], world: World) -> Iterator[Found]:
+    if op == "Query":
         table = _table(world, p["TableName"])
         arn = f"{table.arn}/index/{p['IndexName']}" if p.get("IndexName") else table.arn
-        yield (
-            "dynamodb:Query",
-            arn,
-            {"dynamodb:LeadingKeys": _query_leading_key(p, table), **_read_context(p)},
-            "",
-        )
+        leading = _query_leading_key(p, table)
+        yield "dynamodb:Query", arn, {"dynamodb:LeadingKeys": leading, **_read_context(p)}, ""
     elif op == "Scan":
-        table = _table(world, p["TableName"])
-        yield "dynamodb:Scan", table.arn, _read_context(p), ""
-    elif op in ("DescribeTable", "DescribeContinuousBackups", "DescribeTimeToLive"):
-        yield f"dynamodb:{op}", _table(world, p["TableName"]).arn, {}, ""
-    elif op == "ExportTableToPointInTime":
-        yield "dynamodb:ExportTableToPointInTime", _table(world, p["TableArn"]).arn, {}, ""
+        yield "dynamodb:Scan", _table(world, p["TableName"]).arn, _read_context(p), ""
     elif op == "DescribeExport":
         yield "dynamodb:DescribeExport", p["ExportArn"], {}, ""
     else:
-        raise Unmodelled(f"dynamodb:{op}")
+        yield f"dynamodb:{op}", _table(world, p.get("TableName") or p["TableArn"]).arn, {}, ""
+
+
+_DYNAMODB: Final = (
+    (("GetItem", "PutItem", "UpdateItem", "DeleteItem"), _one_item),
+    (("TransactWriteItems", "TransactGetItems"), _transaction),
+    (("BatchGetItem", "BatchWriteItem"), _batch),
+    (
+        (
+            "Query",
+            "Scan",
+            "DescribeTable",
+            "DescribeContinuousBackups",
+            "DescribeTimeToLive",
+            "ExportTableToPointInTime",
+            "DescribeExport",
+        ),
+        _table_request,
+    ),
+)
 
 
 # KMS ----------------------------------------------------------------------------------------------

@@ -69,6 +69,8 @@ class CallRecorder:
         self.calls: list[Call] = []
         self.lock = threading.Lock()
         self.journal = journal
+        # the principal whose request moto is answering on this thread (fault injection reads it)
+        self.current = threading.local()
 
     def add(self, call: Call) -> None:
         with self.lock:
@@ -99,13 +101,17 @@ class CallRecorder:
             length = int(environ.get("CONTENT_LENGTH") or 0)
             body = environ["wsgi.input"].read(length) if length else b""
             environ["wsgi.input"] = io.BytesIO(body)
+            recorder.current.principal = principal
             status: list[int] = []
 
             def start(status_line: str, headers: Any, *args: Any) -> Any:
                 status.append(int(status_line.split(" ", 1)[0]))
                 return start_response(status_line, headers, *args)
 
-            answered = b"".join(dispatch(app, environ, start))
+            try:
+                answered = b"".join(dispatch(app, environ, start))
+            finally:
+                recorder.current.principal = None
             service = signing_service(authorization)
             operation, params = parse_request(service, environ, body)
             recorder.add(

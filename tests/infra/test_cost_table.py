@@ -71,8 +71,8 @@ def test_a_vpc_adds_its_interface_endpoints_per_az_and_hour() -> None:
     added = (
         rows["production in a VPC (3 AZs, endpoints)"].idle_month - rows["production"].idle_month
     )
-    # KMS, Secrets Manager, Step Functions and X-Ray, in each of three subnets; gateways are free
-    assert added == pytest.approx(4 * 3 * hours * hourly)
+    # KMS, Secrets Manager and X-Ray, in each of three subnets; gateways are free
+    assert added == pytest.approx(3 * 3 * hours * hourly)
 
 
 def test_the_deployment_guide_shows_the_scripts_table() -> None:

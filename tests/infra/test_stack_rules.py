@@ -82,11 +82,9 @@ def test_a_key_policy_naming_a_function_role_for_put_key_policy_is_a_violation()
 
 def test_an_unbounded_item_write_is_a_violation() -> None:
     template = translated()
-    del statement(template, "RequestAdmissionFunctionPolicy", "ReadAndShredCandidateKeys")[
-        "Condition"
-    ]
+    del statement(template, "RequestAdmissionFunctionPolicy", "ShredKeys")["Condition"]
     assert item_write_violations(template) == [
-        "RequestAdmissionFunctionRole.ReadAndShredCandidateKeys: ['dynamodb:DeleteItem'] on any item"
+        "RequestAdmissionFunctionRole.ShredKeys: ['dynamodb:DeleteItem'] on any item"
     ]
 
 
@@ -127,12 +125,17 @@ def writes(role: str, action: str, table: str, key: str) -> bool:
     ("role", "action", "key"),
     [
         ("CaptureFunctionRole", "dynamodb:PutItem", f"{SCOPE}#CANDIDATE#c1"),
-        ("CaptureFunctionRole", "dynamodb:UpdateItem", SCOPE),
+        ("CaptureFunctionRole", "dynamodb:PutItem", SCOPE),
         ("RequestAdmissionFunctionRole", "dynamodb:PutItem", f"{SCOPE}#RECORD#r1"),
         ("RequestAdmissionFunctionRole", "dynamodb:PutItem", "APPROVAL#a1"),
         ("WorkflowStepFunctionRole", "dynamodb:DeleteItem", f"{SCOPE}#LEDGER#p#k"),
         ("WorkflowStepFunctionRole", "dynamodb:PutItem", "APPROVAL_TOKEN#a1"),
+        ("WorkflowStepFunctionRole", "dynamodb:PutItem", "OUTBOX"),
+        ("WorkflowStepFunctionRole", "dynamodb:PutItem", "BLOB_GC"),
+        ("WorkflowStepFunctionRole", "dynamodb:PutItem", "APPROVAL_EXEC#forget-x"),
+        ("RequestAdmissionFunctionRole", "dynamodb:PutItem", "OUTBOX"),
         ("OutboxDrainerFunctionRole", "dynamodb:DeleteItem", f"{SCOPE}#OUTBOX#drop#r1"),
+        ("OutboxDrainerFunctionRole", "dynamodb:DeleteItem", "OUTBOX"),
     ],
 )
 def test_each_function_may_write_the_items_its_tool_writes(
@@ -146,7 +149,8 @@ def test_each_function_may_write_the_items_its_tool_writes(
     [
         # a revocation, another tenant's scope, a nonce: never a tool function's write
         ("CaptureFunctionRole", "dynamodb:PutItem", "REVOKED#dev#principal#alice"),
-        ("CaptureFunctionRole", "dynamodb:UpdateItem", "S#other#ws-1"),
+        ("CaptureFunctionRole", "dynamodb:UpdateItem", SCOPE),  # capture only puts
+        ("CaptureFunctionRole", "dynamodb:PutItem", "S#other#ws-1"),
         ("CaptureFunctionRole", "dynamodb:DeleteItem", f"{SCOPE}#CANDIDATE#c1"),
         ("RequestAdmissionFunctionRole", "dynamodb:DeleteItem", "REVOKED#dev#token#t1"),
         ("RequestAdmissionFunctionRole", "dynamodb:PutItem", "APPROVAL_TOKEN#a1"),
@@ -160,10 +164,11 @@ def test_writes_outside_a_functions_items_are_denied(role: str, action: str, key
     assert not writes(role, action, "EngramTable", key)
 
 
-def test_admission_may_shred_a_candidate_key_but_no_record_or_scope_key() -> None:
+def test_admission_may_shred_candidate_and_record_keys_but_no_scope_key() -> None:
     role = "RequestAdmissionFunctionRole"
     assert writes(role, "dynamodb:DeleteItem", "EngramKeyTable", "key_" + "0" * 32)
-    assert not writes(role, "dynamodb:DeleteItem", "EngramKeyTable", "record:abc")
+    # a record key made for an admission whose commit then lost
+    assert writes(role, "dynamodb:DeleteItem", "EngramKeyTable", "record:abc")
     assert not writes(role, "dynamodb:DeleteItem", "EngramKeyTable", "scopekey:abc")
     for shredder in ("WorkflowStepFunctionRole", "OutboxDrainerFunctionRole"):
         assert writes(shredder, "dynamodb:DeleteItem", "EngramKeyTable", "record:abc")

@@ -303,7 +303,7 @@ def test_in_a_vpc_the_domain_is_private_and_only_its_functions_reach_it(profile:
         if "VpcConfig" in f["Properties"]
     }
     expected = _opensearch_functions(resources) | {"OpenSearchSecurityConfigFunction"}
-    assert in_vpc == expected and len(in_vpc) == 6, in_vpc
+    assert in_vpc == expected and len(in_vpc) == 5, in_vpc
     for name in in_vpc:
         properties = resources[name]["Properties"]
         assert properties["VpcConfig"] == {"SecurityGroupIds": [client_group], "SubnetIds": subnets}
