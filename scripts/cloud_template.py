@@ -222,6 +222,62 @@ def lint(path: Path, out: Path | None, report: Report) -> None:
     )
     for match in [*errors, *warnings]:
         print(f"       {match.rule.id} {match.message} ({_path_of(match)})")
+    check_deploy_role_policy(translated, report)
+
+
+def check_deploy_role_policy(translated: dict[str, Any], report: Report) -> None:
+    """infra/deploy-role-policy.json is what the template's resource handlers declare."""
+    actions, unknown = deploy_role_actions(translated)
+    current = DEPLOY_POLICY.read_text("utf-8") if DEPLOY_POLICY.exists() else ""
+    fresh = current == deploy_role_policy(translated)
+    report.check(
+        not unknown and fresh,
+        f"{DEPLOY_POLICY.relative_to(ROOT)}: the {len(actions)} actions the translated "
+        "template's resource handlers declare"
+        + (f"; no schema for {', '.join(unknown)}" if unknown else "")
+        + ("" if fresh else " (stale: python scripts/cloud_template.py deploy-policy --write)"),
+    )
+
+
+# The deploy role (DeployRoleArn, CloudFormation's service role): CloudFormation creates, updates
+# and deletes each resource with its permissions, and every resource type's registry schema lists
+# the actions its handlers call (handlers.<create|read|update|delete|list>.permissions; cfn-lint
+# ships the schemas). The policy is their union over the translated template's resource types
+# (every condition's), plus lambda:InvokeFunction for the custom resources' service tokens, on
+# "*": most resources get names CloudFormation generates, so scoping them is the operator's choice.
+DEPLOY_POLICY: Final = ROOT / "infra" / "deploy-role-policy.json"
+_HANDLERS: Final = ("create", "read", "update", "delete", "list")
+
+
+def deploy_role_actions(translated: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The actions the template's resource handlers declare, and the types with no schema."""
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    actions: set[str] = set()
+    unknown: list[str] = []
+    for resource_type in sorted({r["Type"] for r in translated["Resources"].values()}):
+        if resource_type.startswith("Custom::"):
+            actions.add("lambda:InvokeFunction")  # CloudFormation calls the service token
+            continue
+        try:
+            schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(REGION, resource_type).schema
+        except Exception:  # an unknown type is reported, not raised
+            unknown.append(resource_type)
+            continue
+        for handler in _HANDLERS:
+            actions.update(schema.get("handlers", {}).get(handler, {}).get("permissions", []))
+    return sorted(actions, key=str.lower), unknown
+
+
+def deploy_role_policy(translated: dict[str, Any]) -> str:
+    actions, _ = deploy_role_actions(translated)
+    statement = {
+        "Sid": "CreateUpdateDeleteTheStacksResources",
+        "Effect": "Allow",
+        "Action": actions,
+        "Resource": "*",
+    }
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]}, indent=2) + "\n"
 
 
 def _path_of(match: Any) -> str:
@@ -813,7 +869,8 @@ def stack_rules(translated: dict[str, Any]) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["translate", "lint", "scan", "guard"])
+    parser.add_argument("command", choices=["translate", "lint", "scan", "guard", "deploy-policy"])
+    parser.add_argument("--write", action="store_true", help="deploy-policy: rewrite the file")
     parser.add_argument("--template", type=Path, default=ROOT / "template.yaml")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -825,6 +882,13 @@ def main(argv: list[str] | None = None) -> int:
             print(text)
         else:
             args.out.write_text(text, "utf-8")
+        return 0
+    if args.command == "deploy-policy":
+        text = deploy_role_policy(translate(args.template))
+        if args.write:
+            DEPLOY_POLICY.write_text(text, "utf-8")
+        else:
+            print(text, end="")
         return 0
     if args.command == "lint":
         lint(args.template, args.out, report)

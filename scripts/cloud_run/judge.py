@@ -188,9 +188,14 @@ def check_docs(judgement: Judgement, world: World, report: Report, *, write: boo
 
 
 def judge(
-    calls: list[Call], refs: dict[str, Any], report: Report, *, write_docs: bool = False
+    calls: list[Call],
+    refs: dict[str, Any],
+    report: Report,
+    *,
+    write_docs: bool = False,
+    template: Path = ROOT / "template.yaml",
 ) -> Judgement | None:
-    translated = translate(ROOT / "template.yaml")
+    translated = translate(template)
     world = World.of(translated, refs)
     try:
         judgement = run_judgement(calls, world)
@@ -225,10 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--write-docs", action="store_true", help="rewrite the docs' generated tables"
     )
+    parser.add_argument(
+        "--template", type=Path, default=ROOT / "template.yaml", help="judge another template"
+    )
     args = parser.parse_args(argv)
     report = Report()
     refs = json.loads((args.work / "refs.json").read_text("utf-8"))
-    judge(load_calls(args.work), refs, report, write_docs=args.write_docs)
+    judge(load_calls(args.work), refs, report, write_docs=args.write_docs, template=args.template)
     return 1 if report.failed else 0
 
 

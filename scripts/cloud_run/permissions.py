@@ -97,39 +97,80 @@ def _limits(world: World, verdict: Verdict) -> set[str]:
     return found
 
 
-def _who(world: World, principal: str) -> str:
-    if principal == OPERATOR:
-        return "the operator (`OperatorRoleArn`)"
-    return principal
+def _who(principal: str) -> str:
+    return "the operator (`OperatorRoleArn`)" if principal == OPERATOR else principal
 
 
-def render_section(verdicts: Iterable[Verdict], world: World) -> str:
-    rows: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+def _shown(text: str) -> str:
+    """A resource or a limit as the docs show it: the tenant as ``<tenant>``."""
+    return text.replace(f"engram-{TENANT}-", "engram-<tenant>-")
+
+
+def _resource_label(world: World, verdict: Verdict) -> str:
+    authorization = verdict.authorization
+    resource = _shown(_resource_name(world, authorization.resource))
+    if authorization.action == "s3:ListBucket" and authorization.via == "s3":
+        return resource + " (S3's check before a missing object's 404)"
+    if authorization.via == "lambda":
+        return resource + " (Lambda, with the function's role)"
+    if authorization.via == "states":
+        return resource + " (Step Functions, with the machine's role)"
+    if authorization.via:
+        return resource + f" (through {authorization.via})"
+    return resource
+
+
+def _rows(verdicts: Iterable[Verdict], world: World) -> dict[tuple[str, str, str], set[str]]:
+    """(principal, service:action, resource) -> the limits the run's requests carried."""
+    rows: dict[tuple[str, str, str], set[str]] = {}
     for verdict in verdicts:
         if not verdict.allowed:
             continue
         authorization = verdict.authorization
-        resource = _resource_name(world, authorization.resource)
-        if authorization.via == "lambda":
-            resource += " (Lambda, for the function)"
-        elif authorization.via:
-            resource += f" (through {authorization.via})"
-        actions, limits = rows.setdefault((authorization.principal, resource), (set(), set()))
-        actions.add(authorization.action)
-        limits.update(_limits(world, verdict))
+        limits = {_shown(limit) for limit in _limits(world, verdict)}
+        if authorization.via:
+            limits = {limit for limit in limits if not limit.startswith("through ")}
+        key = (authorization.principal, authorization.action, _resource_label(world, verdict))
+        rows.setdefault(key, set()).update(limits)
+    return rows
+
+
+def render_section(verdicts: Iterable[Verdict], world: World) -> str:
+    """Two tables: who may use each KMS key and how, then everything each principal did."""
+    rows = _rows(list(verdicts), world)
+    grouped: dict[tuple[str, str, str, str], set[str]] = {}
+    for (principal, action, resource), limits in rows.items():
+        service, name = action.split(":", 1)
+        key = (principal, service, resource, "; ".join(sorted(limits)) or "—")
+        grouped.setdefault(key, set()).add(name)
+    keys: dict[tuple[str, str, str], set[str]] = {}
+    for (principal, action, resource), limits in rows.items():
+        if action.startswith("kms:"):
+            for limit in sorted(limits) or ["—"]:
+                keys.setdefault((resource, action, limit), set()).add(_who(principal))
     lines = [
         BEGIN,
+        "",
+        "**The keys.** Every KMS request the run made, by key: who made it and what it carried.",
+        "",
+        "| key | operation | limited to | who |",
+        "|---|---|---|---|",
+    ]
+    for (kms_key, operation, limit), users in sorted(keys.items()):
+        lines.append(f"| {kms_key} | `{operation}` | {limit} | {', '.join(sorted(users))} |")
+    lines += [
+        "",
+        "**Every principal.** Every request the run made and the simulator allowed, by principal",
+        "(a state machine and Lambda act with the principal's role where the table says so).",
         "",
         "| who | may | on | what the run's requests carried |",
         "|---|---|---|---|",
     ]
     last = ""
-    for (principal, resource), (actions, limits) in sorted(rows.items()):
-        who = _who(world, principal) if principal != last else ""
+    for (principal, service, resource, carried), names in sorted(grouped.items()):
+        who = _who(principal) if principal != last else ""
         last = principal
-        service = sorted(actions)[0].split(":", 1)[0]
-        names = ", ".join(sorted(a.split(":", 1)[1] for a in actions))
-        shown = "; ".join(sorted(limits)) or "—"
-        lines.append(f"| {who} | {service}:{names} | {resource} | {shown} |")
+        actions = ", ".join(f"`{service}:{name}`" for name in sorted(names))
+        lines.append(f"| {who} | {actions} | {resource} | {carried} |")
     lines += ["", END]
     return "\n".join(lines)

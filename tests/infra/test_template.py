@@ -1656,3 +1656,15 @@ def test_deploys_acknowledge_the_transforms_the_template_uses(env: str) -> None:
     capabilities = config[env]["deploy"]["parameters"]["capabilities"].split()
     assert "CAPABILITY_IAM" in capabilities
     assert "CAPABILITY_AUTO_EXPAND" in capabilities  # AWS::LanguageExtensions + AWS::Include
+
+
+@pytest.mark.parametrize("env", ["default", "acme"])
+def test_deploys_hand_cloudformation_the_deploy_role_and_name_a_client_id(env: str) -> None:
+    config = tomllib.loads(SAMCONFIG_PATH.read_text(encoding="utf-8"))
+    values = overrides(env)
+    # KMS refuses a key policy that locks out its creator: the creator is DeployRoleArn
+    assert config[env]["deploy"]["parameters"]["role_arn"] == values["DeployRoleArn"]
+    assert values["DeployRoleArn"] != values["KeyAdminRoleArn"]
+    # the approval page's client id at the issuer (an ID token's aud), not a URL
+    assert not values["ApprovalAudience"].startswith(("https://", "http://"))
+    assert values["ApprovalAudience"] != values["Audience"]
