@@ -205,6 +205,9 @@ def harness_on(build_dir: Path, python312: str, runtime_dir: Path) -> Iterator[H
                     )
                     urllib.request.urlopen(reset, timeout=10).close()  # noqa: S310 - local moto
             harness.stop()
+            # its hook on moto's dispatcher stays for the rest of the process (the next
+            # harness's stacks on it): its journal, in the folder removed now, is not written
+            harness.recorder.journal = None
 
 
 def python312() -> str | None:
