@@ -7,7 +7,7 @@ import re
 import secrets
 from typing import Any, Protocol
 
-from .settings import ACCOUNT, REGION, ROOT, TENANT
+from .settings import ACCOUNT, API_ID, REGION, ROOT, STACK_NAME, TENANT
 
 
 class Unresolvable(Exception):
@@ -34,9 +34,9 @@ def _pseudo_parameters() -> dict[str, Any]:
         "AWS::AccountId": ACCOUNT,
         "AWS::Partition": "aws",
         "AWS::URLSuffix": "amazonaws.com",
-        "AWS::StackName": f"engram-memory-{TENANT}",
-        "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/engram-memory-"
-        f"{TENANT}/0a1b2c3d-0000-4000-8000-000000000000",
+        "AWS::StackName": STACK_NAME,
+        "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{STACK_NAME}"
+        "/0a1b2c3d-0000-4000-8000-000000000000",
     }
 
 
@@ -167,7 +167,10 @@ class Stack:
             )["ARN"]
 
     def _named_only(self, search_endpoint: str) -> None:
-        """Roles, the domain and the functions: names and ARNs, nothing created on moto."""
+        """Roles, the domain, the HTTP API and the functions: names and ARNs, nothing created on
+        moto (the HTTP API is ``Harness._start_api``'s stand-in)."""
+        for name in self.of_type("AWS::Serverless::HttpApi"):
+            self.refs[name] = API_ID
         for name in self.of_type("AWS::IAM::Role"):
             self.refs[name] = f"engram-{TENANT}-{name}"
             self.refs[f"{name}.Arn"] = f"arn:aws:iam::{ACCOUNT}:role/engram-{TENANT}-{name}"
