@@ -19,7 +19,7 @@ from ..cloud_template import Report, load_template
 from .api_gateway import Route, serve_api
 from .endpoints import CloudFormationAnswers, https_server
 from .identity import Issuer, self_signed
-from .lambdas import LambdaService, Worker, function_env
+from .lambdas import FunctionLog, LambdaService, Worker, function_env
 from .moto_server import route_lambda_tasks, start_moto
 from .opensearch import FakeOpenSearch
 from .recorder import CallRecorder
@@ -33,6 +33,7 @@ from .settings import (
     ROOT,
     TENANT,
     WORKER,
+    access_key,
 )
 from .stack import MotoSession, Stack, Unresolvable
 from .tally import Tally
@@ -160,8 +161,27 @@ class Harness:
             except Unresolvable as exc:
                 ok = self.report.check(False, f"{name}: environment: {exc}")
                 continue
+            worker.cloudwatch = self.function_log(name)
             self.lambdas.workers[worker.name] = worker
         return ok
+
+    def function_log(self, name: str) -> FunctionLog | None:
+        """Where Lambda writes the function's invocation lines: its ``LoggingConfig`` group (the
+        template gives each function its own), with its role's key; None for a function whose
+        group the stack does not create (a condition leaves both out of a deployed stack)."""
+        props = self.stack.functions()[name]
+        try:
+            group = self.stack.resolve((props.get("LoggingConfig") or {}).get("LogGroup"))
+        except Unresolvable:
+            return None
+        logs = self.session.client(
+            "logs",
+            endpoint_url=self.moto_url,
+            aws_access_key_id=access_key(name),
+            aws_secret_access_key="cloud-check",
+        )
+        group = str(group or f"/aws/lambda/{self.stack.refs[name]}")
+        return FunctionLog(logs, group, int(props.get("MemorySize", 128)))
 
     def _python312_runs(self) -> bool:
         version = subprocess.run(
