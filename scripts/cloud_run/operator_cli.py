@@ -18,7 +18,7 @@ formats); import (a ``@modelcontextprotocol/server-memory`` JSONL file and a fol
 notes: dry run, run, re-run); reindex; keys rotate; tokens revoke; backup; restore, which the
 stack refuses because it holds memories (restoring into an empty stack needs a second stack:
 ``tests/integration/test_cloud_operator_cli.py`` does it on moto); audit and policy, which say
-where the cloud keeps them.
+where the cloud keeps them. Then the smoke command (``operator_smoke``).
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ class Done:
 
 def operator_env(h: Harness) -> dict[str, str]:
     """The operator's shell: its own access key and no other credentials; the AWS endpoints are
-    moto's and the harness's Lambda service (``invoke`` of the drainer)."""
+    moto's and the harness's Lambda service (``invoke`` of the drainer); the harness's CA for the
+    HTTP API's stand-in (the smoke)."""
     return {
         "PATH": "/usr/bin:/bin",
         "HOME": str(h.work),
@@ -88,6 +89,7 @@ def operator_env(h: Harness) -> dict[str, str]:
         "AWS_CONFIG_FILE": "/dev/null",
         "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
         "AWS_EC2_METADATA_DISABLED": "true",
+        "SSL_CERT_FILE": str(h.cert),
     }
 
 
@@ -200,7 +202,9 @@ def projected(h: Harness, workspace: str = WORKSPACE) -> set[str]:
 
 
 def operator(h: Harness) -> None:
-    """Every ``admin`` command against the stack (module doc)."""
+    """Every ``admin`` command against the stack (module doc), then the smoke command."""
+    from .operator_smoke import operator_smoke, scan_outputs
+
     cli = open_cli(h)
     if cli is None or not status(h, cli):
         return
@@ -218,6 +222,8 @@ def operator(h: Harness) -> None:
     said_where(h, cli)
     audit_log(h)
     function_logs(h)
+    operator_smoke(h, cli)
+    scan_outputs(h, cli)
     slowest = sorted(cli.took, reverse=True)[:3]
     print(
         f"  tally: operator: {len(cli.took)} admin run(s) in {sum(t for t, _ in cli.took):.1f} s;"
