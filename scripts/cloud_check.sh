@@ -18,7 +18,9 @@
 #  4. run: every function of the template from its build folder + the built layer, in
 #     `python3.12 -I -S` workers, boto3/botocore from a separate runtime directory, against moto
 #     running out of process; each function's events/ samples, then the end-to-end MCP flow with
-#     the state machines executed on moto — scripts/cloud_run (a package run as a folder).
+#     the state machines executed on moto, then the operator's `engram-memory admin --stack`
+#     commands and its smoke command (the project venv's CLI, made when missing) through an
+#     HTTPS stand-in of the HTTP API — scripts/cloud_run (a package run as a folder).
 #
 # The tools (cfn-lint, samtranslator, checkov, moto server, pyjwt) live in .venv-cloud/ (pinned in
 # scripts/cloud-tools.txt and, every dependency, scripts/cloud-tools.constraints.txt; created on
@@ -161,7 +163,7 @@ if [[ -n "$run_build" ]]; then
     --logs "${CLOUD_CHECK_LOGS:-$work_dir/logs}"
   # The cloud benchmarks on this build (Lambda init beside the bare Powertools anchor, warm calls
   # with moto's time taken out), briefly: the README's test run has no build to run them on.
-  if [[ -x .venv/bin/python ]]; then
+  if [[ -x .venv/bin/pytest ]]; then
     if ENGRAM_SAM_BUILD="$run_build" ENGRAM_LAMBDA_RUNTIME="$TOOLS_VENV/lambda-runtime" \
       .venv/bin/python -m pytest -q -p no:cacheprovider tests/bench/test_cloud_built_bench.py; then
       pass "bench.cold_imports and bench.lambda_warm --built on the build"
@@ -169,7 +171,7 @@ if [[ -n "$run_build" ]]; then
       fail "bench.cold_imports and bench.lambda_warm --built on the build (tests/bench/test_cloud_built_bench.py)"
     fi
   else
-    echo "  (the cloud benchmarks on the build need the project venv: run ./test first)"
+    echo "  (the cloud benchmarks on the build need the project venv with its dev extra: run ./test first)"
   fi
 else
   fail "no build to run the functions from"

@@ -10,8 +10,10 @@ The handler is imported once (a cold start); an import error is answered to ever
 ``Runtime.ImportModuleError``, as Lambda does. Protocol: one JSON request per line on stdin
 (``{"event", "function_name", "timeout_ms"}``), one JSON answer per line on the process's
 original stdout (``{"result"}`` or ``{"error": {"errorType", "errorMessage"}}``, with ``"took"``:
-the invocation's wall and CPU milliseconds in this process); whatever the handler prints or logs
-goes to stderr. ``{"modules": true}`` answers the files of every imported module outside the
+the invocation's wall and CPU milliseconds in this process, ``"request_id"``: the context's
+``aws_request_id``, ``"max_memory_mb"``: the process's peak resident memory so far, and on the
+first invocation ``"init"``: what the init phase took — what Lambda's ``REPORT`` line says);
+whatever the handler prints or logs goes to stderr. ``{"modules": true}`` answers the files of every imported module outside the
 standard library, so the gate can check they all come from the build; ``{"init": true}`` answers
 what the init phase took (the handler module's import and whatever it runs), so
 ``bench.cold_imports --built`` measures Lambda's init on the build.
@@ -20,6 +22,7 @@ what the init phase took (the handler module's import and whatever it runs), so
 import importlib
 import json
 import os
+import resource
 import sys
 import time
 import traceback
@@ -79,6 +82,20 @@ def _took(wall: float, cpu: float) -> dict[str, float]:
     }
 
 
+def _peak_memory_mb() -> int:
+    """The process's peak resident memory, in MB (Lambda's "Max Memory Used"): ``VmHWM`` of
+    /proc/self/status (Linux; ``ru_maxrss`` would keep the forking parent's peak across the
+    exec), else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
 def main() -> None:
     code_dir, layer_dir, runtime_dir, handler_name = sys.argv[1:5]
     roots = [os.path.realpath(p) for p in (code_dir, layer_dir, runtime_dir)]
@@ -99,6 +116,7 @@ def main() -> None:
             "errorMessage": f"Unable to import module '{module_name}': {type(exc).__name__}: {exc}",
         }
     init = _took(wall, cpu)
+    cold = True  # the next invocation is the first: its REPORT line carries the init duration
     for line in sys.stdin:
         request = json.loads(line)
         answer: dict[str, Any]
@@ -118,6 +136,10 @@ def main() -> None:
                 traceback.print_exc()
                 answer = {"error": {"errorType": type(exc).__name__, "errorMessage": str(exc)}}
             answer["took"] = _took(wall, cpu)
+            answer["request_id"] = context.aws_request_id
+            answer["max_memory_mb"] = _peak_memory_mb()
+            if cold:
+                answer["init"], cold = init, False
         answers.write(json.dumps(answer) + "\n")
 
 

@@ -31,15 +31,27 @@ resolved against these resources; a ``Ref`` the harness cannot resolve fails the
 2. **flow**: the adapter receives API Gateway HTTP API v2 events and drives initialize,
    tools/list, capture, request_admission, search, get, withdraw (form mode, 2026-07-28, the
    withdraw state machine runs) and forget (URL mode, 2025-11-25: the approval page is the built
-   approval function, the forget state machine runs), then search and get see the record gone.
+   approval function, the forget state machine runs), then search and get see the record gone;
+3. **the operator**: the real ``engram-memory admin --stack`` CLI (the project venv's) against
+   the stack registered in moto's CloudFormation, signed with the operator's key: every command
+   that works against a stack, each ``--json`` document read for what it did (``operator_cli``);
+4. **the smoke command** (``admin --stack ... smoke``) through the HTTP API's stand-in, the
+   harness approving on the page as a browser would when it prints the link (``operator_smoke``).
+
+Like Lambda, the Lambda service writes each invocation's ``START``/``END``/``REPORT`` lines to
+the function's log group in moto's CloudWatch Logs.
 
 Output: ``  ok   ...`` / ``  FAIL ...`` lines; exit 1 on a FAIL.
 
 One module per concern: ``settings`` (names and paths), ``moto_server``, ``stack`` (the
-template's resources and intrinsics), ``lambdas`` (the Lambda service and its workers),
-``identity`` (TLS and the issuer), ``opensearch`` (the fake domain), ``endpoints`` (the HTTPS
-server), ``tally`` (what each phase cost), ``harness`` (set-up and tear-down), ``smoke``, ``mcp``
-(the client side), ``approval`` (the approval page as a browser uses it), ``flow`` and ``cli``.
+template's resources and intrinsics, the stack in moto's CloudFormation), ``lambdas`` (the
+Lambda service and its workers), ``identity`` (TLS and the issuer), ``opensearch`` (the fake
+domain), ``endpoints`` (the HTTPS server), ``api_gateway`` (the HTTP API's stand-in), ``tally``
+(what each phase cost), ``harness`` (set-up and tear-down), ``smoke``, ``mcp`` (the client side),
+``approval`` (the approval page as a browser uses it), ``flow``, ``operator_cli`` (the operator's
+commands; not ``operator``, which would shadow the standard library's when the folder runs as a
+script), ``operator_smoke``, ``cli``; ``recorder``, ``iam``, ``judge``, ``probes`` and
+``permissions`` (every AWS call per principal, and the IAM judge over them).
 
 Usage: python scripts/cloud_run --build-dir DIR --python312 PATH --runtime-dir DIR [--logs DIR]
 """

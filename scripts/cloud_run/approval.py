@@ -1,19 +1,30 @@
-"""The approval page in a browser, as API Gateway events to the built approval function: open
-the link (302 to the issuer), sign in there as the principal, come back to the callback (session
-cookie), read the page's CSRF token, press Approve."""
+"""The approval page in a browser: open the link (302 to the issuer), sign in there as the
+principal, come back to the callback (session cookie), read the page's CSRF token, press Approve.
+
+Each request is an API Gateway event for the built approval function: sent to its worker as is
+(``page``: the flow), or as the HTTPS request a browser sends to the HTTP API's stand-in, which
+makes the event again (``through_the_api``: the operator's smoke, whose link names the API's
+custom domain)."""
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import re
+import ssl
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from .harness import Harness
 from .identity import AUTHORIZE_PATH
 from .mcp import CLASSIC
 from .settings import AUDIENCE, PRINCIPAL, sample
 from .smoke import outcome
+
+# One request of the browser: the approval function's event in, its Lambda answer out.
+Send = Callable[[Harness, dict[str, Any]], dict[str, Any]]
 
 
 def page(h: Harness, event: dict[str, Any]) -> dict[str, Any]:
@@ -25,6 +36,45 @@ def page(h: Harness, event: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
+def through_the_api(h: Harness, event: dict[str, Any]) -> dict[str, Any]:
+    """The request ``event`` describes, sent over HTTPS to the HTTP API's stand-in as a browser
+    sends it (the link's host, ``Cookie``, ``Origin``; redirects not followed), its response as
+    the Lambda answer it came from (``statusCode``, ``headers``, ``cookies``, ``body``)."""
+    method = event["requestContext"]["http"]["method"]
+    target = event["rawPath"] + (
+        f"?{event['rawQueryString']}" if event.get("rawQueryString") else ""
+    )
+    headers = {
+        k: v for k, v in (event.get("headers") or {}).items() if k not in ("content-length", "host")
+    }
+    headers["host"] = AUDIENCE.split("/")[2]  # the link's host, which DNS sends to the API
+    if event.get("cookies"):
+        headers["cookie"] = "; ".join(event["cookies"])
+    body = str(event.get("body") or "").encode()
+    if event.get("isBase64Encoded"):
+        body = base64.b64decode(body)
+    base = urlsplit(h.api_url)
+    tls = ssl.create_default_context(cafile=str(h.cert))
+    connection = http.client.HTTPSConnection(
+        base.hostname or "", base.port, context=tls, timeout=30
+    )
+    try:
+        connection.request(method, target, body=body or None, headers=headers)
+        response = connection.getresponse()
+        data = response.read().decode("utf-8", "replace")
+        pairs = response.getheaders()
+    finally:
+        connection.close()
+    return {
+        "result": {
+            "statusCode": response.status,
+            "headers": {name: value for name, value in pairs if name.lower() != "set-cookie"},
+            "cookies": [value for name, value in pairs if name.lower() == "set-cookie"],
+            "body": data,
+        }
+    }
+
+
 def page_event(name: str, approval_id: str) -> dict[str, Any]:
     """``events/<name>`` addressed to the approval ``approval_id``."""
     event: dict[str, Any] = sample(name)
@@ -33,11 +83,11 @@ def page_event(name: str, approval_id: str) -> dict[str, Any]:
     return event
 
 
-def sign_in(h: Harness, opened: dict[str, Any]) -> str | None:
+def sign_in(h: Harness, opened: dict[str, Any], send: Send = page, who: str = "flow") -> str | None:
     """Open the link signed out, sign in at the issuer, come back: the session cookie (None when
-    a step failed, reported)."""
+    a step failed, reported as ``who``'s)."""
     check = h.report.check
-    redirect = page(h, opened).get("result", {})
+    redirect = send(h, opened).get("result", {})
     location = str((redirect.get("headers") or {}).get("Location", ""))
     signin = [c.split(";")[0] for c in redirect.get("cookies") or []]
     if not check(
@@ -45,7 +95,7 @@ def sign_in(h: Harness, opened: dict[str, Any]) -> str | None:
         and location.startswith(h.issuer.url + AUTHORIZE_PATH + "?")
         and "code_challenge_method=S256" in location
         and len(signin) == 1,
-        f"flow: the approval link sends a signed-out person to the issuer "
+        f"{who}: the approval link sends a signed-out person to the issuer "
         f"({redirect.get('statusCode')}, PKCE S256)",
     ):
         return None
@@ -53,47 +103,55 @@ def sign_in(h: Harness, opened: dict[str, Any]) -> str | None:
     callback = sample("approval_callback.json")
     callback["rawQueryString"] = urlencode({"code": code, "state": state})
     callback["cookies"] = signin
-    back = page(h, callback).get("result", {})
+    back = send(h, callback).get("result", {})
     session = [c for c in back.get("cookies") or [] if c.startswith("engram_approver=")]
     if not check(
         back.get("statusCode") == 200
         and len(session) == 1
         and all(a in session[0] for a in ("HttpOnly", "Secure", "SameSite=Strict")),
-        "flow: the sign-in callback verifies the ID token and sets the session cookie "
+        f"{who}: the sign-in callback verifies the ID token and sets the session cookie "
         f"({back.get('statusCode')}, HttpOnly; Secure; SameSite=Strict)",
     ):
         return None
     return str(session[0]).split(";")[0]
 
 
-def approve_on_the_page(h: Harness, approval_id: str, decision: str = "approve") -> dict[str, Any]:
+def approve_on_the_page(
+    h: Harness,
+    approval_id: str,
+    decision: str = "approve",
+    send: Send | None = None,
+    who: str = "flow",
+) -> dict[str, Any]:
     """What a browser does (see the module docstring), the person choosing ``decision``
-    (approve or decline). Each step is checked; the POST's answer is returned ({} when a step
-    before it failed)."""
+    (approve or decline), each request sent with ``send`` (``page``: to the built function).
+    Each step is checked as ``who``'s; the POST's answer is returned ({} when a step before it
+    failed)."""
+    send = send or page
     opened = page_event("approval_get.json", approval_id)
-    cookie = sign_in(h, opened)
+    cookie = sign_in(h, opened, send, who)
     if cookie is None:
         return {}
     opened["cookies"] = [cookie]
-    shown = page(h, opened).get("result", {})
+    shown = send(h, opened).get("result", {})
     body = str(shown.get("body", ""))
     found = re.search(r'name="csrf_token" value="([0-9a-f]+)"', body)
     if not h.report.check(
         shown.get("statusCode") == 200 and found is not None and 'id="memory"' in body,
-        f"flow: the signed-in principal sees the page with the memory ({shown.get('statusCode')})",
+        f"{who}: the signed-in principal sees the page with the memory ({shown.get('statusCode')})",
     ):
         return {}
     assert found is not None
     posted = page_event("approval_post.json", approval_id)
     posted["cookies"] = [cookie]
     posted["headers"]["origin"] = AUDIENCE.rsplit("/", 1)[0]
-    refused = page(h, {**posted, "body": "decision=approve"}).get("result", {})
+    refused = send(h, {**posted, "body": "decision=approve"}).get("result", {})
     h.report.check(
         refused.get("statusCode") == 403,
-        f"flow: a POST without the page's CSRF token is refused ({refused.get('statusCode')})",
+        f"{who}: a POST without the page's CSRF token is refused ({refused.get('statusCode')})",
     )
     posted["body"] = urlencode({"csrf_token": found.group(1), "decision": decision})
-    return page(h, posted)
+    return send(h, posted)
 
 
 def page_link(h: Harness, asked: Any, tool: str = "forget") -> str | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..cloud_template import Report
 from .flow import flow
 from .harness import Harness
+from .operator_cli import operator
 from .judge import judge
 from .smoke import smoke
 
@@ -28,12 +29,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(harness: Harness, report: Report) -> None:
-    """Set up, smoke, flow; a broken harness is one FAIL with its cause; always torn down."""
+    """Set up, smoke, flow, the operator; a broken harness is one FAIL with its cause; always
+    torn down."""
     try:
         harness.start()
         if harness.start_workers():
             smoke(harness)
             flow(harness)
+            operator(harness)
             judge(harness.recorder.since(0), harness.stack.refs, report)
     except Exception as exc:  # the harness itself broke: one FAIL with the cause
         report.check(False, f"harness: {type(exc).__name__}: {exc}")

@@ -1,5 +1,6 @@
 """The harness's state: moto, the Lambda service and its workers, the HTTPS server (issuer,
-CloudFormation answers, fake OpenSearch), the stack; started and stopped in one place."""
+CloudFormation answers, fake OpenSearch), the HTTP API's stand-in, the stack; started and
+stopped in one place."""
 
 from __future__ import annotations
 
@@ -15,14 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from ..cloud_template import Report, load_template
+from .api_gateway import Route, serve_api
 from .endpoints import CloudFormationAnswers, https_server
 from .identity import Issuer, self_signed
-from .lambdas import LambdaService, Worker, function_env
+from .lambdas import FunctionLog, LambdaService, Worker, function_env
 from .moto_server import route_lambda_tasks, start_moto
 from .opensearch import FakeOpenSearch
 from .recorder import CallRecorder
 from .settings import (
     ACCOUNT,
+    API_ID,
     APPROVAL_AUDIENCE,
     AUDIENCE,
     OPERATOR_ROLE_ARN,
@@ -30,6 +33,7 @@ from .settings import (
     ROOT,
     TENANT,
     WORKER,
+    access_key,
 )
 from .stack import MotoSession, Stack, Unresolvable
 from .tally import Tally
@@ -53,10 +57,12 @@ class Harness:
     moto_url: str
     lambdas: LambdaService
     cert: Path
+    tls_key: Path
     search: FakeOpenSearch
     issuer: Issuer
     cloudformation: CloudFormationAnswers
     https_url: str
+    api_url: str  # the HTTP API's stand-in (its routes: the template's HttpApi events)
     session: Any
     sfn: Any
     stack: Stack
@@ -95,17 +101,49 @@ class Harness:
         self.stack = Stack(template, parameters, MotoSession(self.session, self.moto_url))
         self.stack.provision(self.https_url)
         (self.work / "refs.json").write_text(json.dumps(self.stack.refs, default=str), "utf-8")
+        self._start_api()
 
     def _start_https(self) -> None:
-        self.cert, key = self_signed(self.work)
+        self.cert, self.tls_key = self_signed(self.work)
         self.search = FakeOpenSearch()
         self.search.handle = self.recorder.wrap_opensearch(self.search.handle)  # type: ignore[assignment, method-assign]
         self.issuer = Issuer("")
         self.cloudformation = CloudFormationAnswers()
-        https = https_server(self.cert, key, self.search, self.issuer, self.cloudformation)
+        https = https_server(self.cert, self.tls_key, self.search, self.issuer, self.cloudformation)
         self.stopping.append(https.shutdown)
         self.https_url = f"https://127.0.0.1:{https.server_port}"
         self.issuer.url = self.https_url
+
+    def _start_api(self) -> None:
+        """The HTTP API over HTTPS: every ``HttpApi`` event of the template's functions is a
+        route to the function's worker; the API's domains are its execute-api host (the
+        ``McpUrl`` output's) and the custom domain of ``Audience``."""
+        routes = []
+        for name, props in self.stack.functions().items():
+            for event in (props.get("Events") or {}).values():
+                if event.get("Type") == "HttpApi":
+                    spec = event["Properties"]
+                    routes.append(Route(spec["Method"].upper(), spec["Path"], self._invoker(name)))
+        serving = serve_api(
+            routes,
+            cert=self.cert,
+            key=self.tls_key,
+            domain=f"{API_ID}.execute-api.{REGION}.amazonaws.com",
+            aliases=[AUDIENCE.split("/")[2]],
+            api_id=API_ID,
+        )
+        running = contextlib.ExitStack()
+        self.api_url = running.enter_context(serving)
+        self.stopping.append(running.close)
+
+    def _invoker(self, logical_id: str) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+        def invoke(event: dict[str, Any]) -> dict[str, Any] | None:
+            worker = self.lambdas.worker(self.stack.refs[logical_id])
+            answer = worker.invoke(event) if worker is not None else {}
+            result = answer.get("result")
+            return result if isinstance(result, dict) else None
+
+        return invoke
 
     def stop(self) -> None:
         for worker in self.lambdas.workers.values() if hasattr(self, "lambdas") else []:
@@ -127,8 +165,27 @@ class Harness:
                 ok = self.report.check(False, f"{name}: environment: {exc}")
                 continue
             worker.on_invoke = self.recorder.runner(name, worker.name)
+            worker.cloudwatch = self.function_log(name)
             self.lambdas.workers[worker.name] = worker
         return ok
+
+    def function_log(self, name: str) -> FunctionLog | None:
+        """Where Lambda writes the function's invocation lines: its ``LoggingConfig`` group (the
+        template gives each function its own), with its role's key; None for a function whose
+        group the stack does not create (a condition leaves both out of a deployed stack)."""
+        props = self.stack.functions()[name]
+        try:
+            group = self.stack.resolve((props.get("LoggingConfig") or {}).get("LogGroup"))
+        except Unresolvable:
+            return None
+        logs = self.session.client(
+            "logs",
+            endpoint_url=self.moto_url,
+            aws_access_key_id=access_key(name),
+            aws_secret_access_key="cloud-check",
+        )
+        group = str(group or f"/aws/lambda/{self.stack.refs[name]}")
+        return FunctionLog(logs, group, int(props.get("MemorySize", 128)))
 
     def _python312_runs(self) -> bool:
         version = subprocess.run(
@@ -217,6 +274,9 @@ def harness_on(build_dir: Path, python312: str, runtime_dir: Path) -> Iterator[H
                     )
                     urllib.request.urlopen(reset, timeout=10).close()  # noqa: S310 - local moto
             harness.stop()
+            # its hook on moto's dispatcher stays for the rest of the process (the next
+            # harness's stacks on it): its journal, in the folder removed now, is not written
+            harness.recorder.journal = None
 
 
 def python312() -> str | None:

@@ -116,7 +116,12 @@ class Issuer:
         id_token = self._mint(claims, {"kid": "k1"})
         return 200, {"id_token": id_token, "token_type": "Bearer", "expires_in": 300}
 
-    def token(self, tools: tuple[str, ...] = TOOLS, confirm: tuple[str, ...] = ()) -> str:
+    def token(
+        self,
+        tools: tuple[str, ...] = TOOLS,
+        confirm: tuple[str, ...] = (),
+        workspace: str = WORKSPACE,
+    ) -> str:
         now = int(time.time())
         claims = {
             "iss": self.url,
@@ -127,7 +132,7 @@ class Issuer:
             "exp": now + 900,
             "jti": secrets.token_urlsafe(18),
             "tenant_id": TENANT,
-            "workspace_id": WORKSPACE,
+            "workspace_id": workspace,
             "purpose_ref": "purpose:general",
             "engram_tools": list(tools),
             "engram_confirm": list(confirm),

@@ -1,17 +1,22 @@
 """The Lambda service: ``Invoke`` over HTTP, each function a python3.12 worker on its build folder.
 
 A worker is ``python3.12 -I -S scripts/lambda_worker.py`` whose ``sys.path`` is only the
-function's build folder, the built layer's ``python/`` and a runtime boto3 directory.
+function's build folder, the built layer's ``python/`` and a runtime boto3 directory. Around each
+invocation the service writes the function's ``START``, ``END`` and ``REPORT`` lines to its log
+group in moto's CloudWatch Logs, as Lambda does (``FunctionLog``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
+import secrets
 import subprocess
 import threading
 from collections.abc import Callable
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -22,8 +27,62 @@ from .recorder import CallRecorder
 from .settings import REGION, access_key
 
 
+class FunctionLog:
+    """What Lambda writes to a function's log group around each invocation: ``START``, ``END``
+    and ``REPORT`` (duration, billed duration, memory size, max memory used, and the init
+    duration on an execution environment's first invocation), in one log stream per execution
+    environment (a worker). Lambda writes them with the function's execution role, so ``logs``
+    signs with the function's key (the recorder sees ``CreateLogStream``/``PutLogEvents`` as the
+    role's). The billed duration is the duration rounded up to the millisecond plus, on a cold
+    start, the init duration (Lambda bills the init phase of managed runtimes since August
+    2025)."""
+
+    def __init__(self, logs: Any, group: str, memory_mb: int) -> None:
+        self.logs = logs
+        self.group = group
+        self.memory_mb = memory_mb
+        self.stream = ""
+        self.lock = threading.Lock()
+
+    def write(self, answer: dict[str, Any]) -> None:
+        if answer.get("request_id"):
+            with self.lock:
+                self._write(answer)
+
+    def _write(self, answer: dict[str, Any]) -> None:
+        request_id = answer["request_id"]
+        if not self.stream:
+            day = time.strftime("%Y/%m/%d", time.gmtime())
+            self.stream = f"{day}/[$LATEST]{secrets.token_hex(16)}"
+            self.logs.create_log_stream(logGroupName=self.group, logStreamName=self.stream)
+        duration = float((answer.get("took") or {}).get("wall_ms", 0.0))
+        init = (answer.get("init") or {}).get("wall_ms")
+        billed = math.ceil(duration + float(init or 0.0))
+        report = (
+            f"REPORT RequestId: {request_id}\tDuration: {duration:.2f} ms\t"
+            f"Billed Duration: {billed} ms\tMemory Size: {self.memory_mb} MB\t"
+            f"Max Memory Used: {int(answer.get('max_memory_mb') or 0)} MB"
+        )
+        if init is not None:
+            report += f"\tInit Duration: {float(init):.2f} ms"
+        end_ms = int(time.time() * 1000)
+        start_ms = end_ms - math.ceil(duration)
+        lines = [
+            (start_ms, f"START RequestId: {request_id} Version: $LATEST"),
+            (end_ms, f"END RequestId: {request_id}"),
+            (end_ms, report),
+        ]
+        self.logs.put_log_events(
+            logGroupName=self.group,
+            logStreamName=self.stream,
+            logEvents=[{"timestamp": at, "message": message} for at, message in lines],
+        )
+
+
 class Worker:
     """One built function in its own ``python3.12 -I -S`` process (see lambda_worker.py)."""
+
+    cloudwatch: FunctionLog | None = None  # set by the gate's run (not by the benchmarks)
 
     def __init__(
         self, name: str, argv: list[str], env: dict[str, str], timeout_ms: int, log: Path
@@ -58,9 +117,12 @@ class Worker:
     def invoke(self, event: Any) -> dict[str, Any]:
         if self.on_invoke is not None:
             self.on_invoke()
-        return self.request(
+        answer = self.request(
             {"event": event, "function_name": self.name, "timeout_ms": self.timeout_ms}
         )
+        if self.cloudwatch is not None:
+            self.cloudwatch.write(answer)
+        return answer
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 import secrets
 from typing import Any, Protocol
 
-from .settings import ACCOUNT, REGION, ROOT, TENANT
+from .settings import ACCOUNT, API_ID, REGION, ROOT, STACK_NAME, TENANT
 
 
 class Unresolvable(Exception):
@@ -34,9 +35,9 @@ def _pseudo_parameters() -> dict[str, Any]:
         "AWS::AccountId": ACCOUNT,
         "AWS::Partition": "aws",
         "AWS::URLSuffix": "amazonaws.com",
-        "AWS::StackName": f"engram-memory-{TENANT}",
-        "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/engram-memory-"
-        f"{TENANT}/0a1b2c3d-0000-4000-8000-000000000000",
+        "AWS::StackName": STACK_NAME,
+        "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{STACK_NAME}"
+        "/0a1b2c3d-0000-4000-8000-000000000000",
     }
 
 
@@ -55,6 +56,7 @@ class Stack:
                 value = [v.strip() for v in str(value or "").split(",") if v.strip()]
             if value is not None:
                 self.refs[name] = value
+        self.skipped_outputs: list[str] = []  # the Outputs the harness cannot resolve
         self.conditions: dict[str, bool] = {}
         for name, expression in template.get("Conditions", {}).items():
             self.conditions[name] = bool(self.resolve(expression))
@@ -129,6 +131,7 @@ class Stack:
         self._storage_and_keys()
         self._named_only(search_endpoint)
         self._state_machines()
+        self._cloudformation()
 
     def _tables(self) -> None:
         dynamodb = self.session.client("dynamodb")
@@ -141,6 +144,12 @@ class Stack:
                 AttributeDefinitions=props["AttributeDefinitions"],
                 BillingMode=props.get("BillingMode", "PAY_PER_REQUEST"),
             )
+            if props.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled"):
+                # moto's create_table takes no PITR setting (`admin backup` exports need it)
+                dynamodb.update_continuous_backups(
+                    TableName=table,
+                    PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True},
+                )
             ttl = props.get("TimeToLiveSpecification")
             if ttl:
                 dynamodb.update_time_to_live(
@@ -171,7 +180,10 @@ class Stack:
             )["ARN"]
 
     def _named_only(self, search_endpoint: str) -> None:
-        """Roles, the domain and the functions: names and ARNs, nothing created on moto."""
+        """Roles, the domain, the HTTP API and the functions: names and ARNs, nothing created on
+        moto (the HTTP API is ``Harness._start_api``'s stand-in)."""
+        for name in self.of_type("AWS::Serverless::HttpApi"):
+            self.refs[name] = API_ID
         for name in self.of_type("AWS::IAM::Role"):
             self.refs[name] = f"engram-{TENANT}-{name}"
             self.refs[f"{name}.Arn"] = f"arn:aws:iam::{ACCOUNT}:role/engram-{TENANT}-{name}"
@@ -196,6 +208,47 @@ class Stack:
                 roleArn=f"arn:aws:iam::{ACCOUNT}:role/{name}Role",
                 type=props.get("Type", "STANDARD"),
             )["stateMachineArn"]
+
+    def _cloudformation(self) -> None:
+        """The stack in moto's CloudFormation, as ``engram-memory admin --stack`` reads it
+        (``resolve_stack``): named ``AWS::StackName``, its ``TenantId`` parameter, the template's
+        Outputs resolved against the harness's resources (``skipped_outputs``: those naming what
+        the harness does not have), and as its resources the template's log groups, which moto's
+        CloudFormation creates in moto's CloudWatch Logs (the functions' groups, where the Lambda
+        service writes each invocation's lines; the operator's audit group). Every other resource
+        is the harness's own, created above and not listed by CloudFormation: the drainer is then
+        found by the name ``resolve_stack`` falls back to, the template's ``FunctionName``."""
+        groups: dict[str, Any] = {}
+        for name in self.of_type("AWS::Logs::LogGroup"):
+            resource = self.resource(name)
+            if not self.conditions.get(resource.get("Condition", ""), True):
+                continue
+            props = resource["Properties"]
+            group = str(self.resolve(props["LogGroupName"]))
+            self.refs[name] = group
+            self.refs[f"{name}.Arn"] = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{group}:*"
+            groups[name] = {"Type": "AWS::Logs::LogGroup", "Properties": {"LogGroupName": group}}
+            if "RetentionInDays" in props:
+                days = int(self.resolve(props["RetentionInDays"]))
+                groups[name]["Properties"]["RetentionInDays"] = days
+        outputs: dict[str, Any] = {}
+        for name, output in self.template.get("Outputs", {}).items():
+            if not self.conditions.get(output.get("Condition", ""), True):
+                continue
+            try:
+                outputs[name] = {"Value": str(self.resolve(output["Value"]))}
+            except Unresolvable:
+                self.skipped_outputs.append(name)
+        body = {
+            "Parameters": {"TenantId": {"Type": "String"}},
+            "Resources": groups,
+            "Outputs": outputs,
+        }
+        self.session.client("cloudformation").create_stack(
+            StackName=self.refs["AWS::StackName"],
+            TemplateBody=json.dumps(body),
+            Parameters=[{"ParameterKey": "TenantId", "ParameterValue": self.refs["TenantId"]}],
+        )
 
     # -- functions ---------------------------------------------------------------------------
 

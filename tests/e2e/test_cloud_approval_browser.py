@@ -3,8 +3,9 @@ Decline, from a real URL elicitation of the cloud MCP adapter.
 
 The stack is the one ``tests/integration/test_state_machines.py`` builds on moto (DynamoDB, S3,
 KMS, Secrets Manager, and Step Functions running the template's ASL); the MCP adapter Lambda and
-the approval function are the real handlers, served over HTTPS on 127.0.0.1 by ``api_gateway``
-(requests in, API Gateway HTTP API v2 events out). The tenant's identity provider is
+the approval function are the real handlers, served over HTTPS on 127.0.0.1 by
+``scripts.cloud_run.api_gateway`` (requests in, API Gateway HTTP API v2 events out; the cloud gate
+serves the built functions with it). The tenant's identity provider is
 ``tests/oidc_provider.py`` over HTTPS on ``localhost`` (another site than the page, as an Okta or
 Entra ID is). The agent is the official ``mcp`` client declaring URL-only elicitation; the person
 is headless Chromium (Selenium, Debian's chromium-driver), which types a user name at the
@@ -30,7 +31,7 @@ import anyio
 import httpx2
 import mcp.types as types
 import pytest
-from api_gateway import serve_api
+from aws_testing import FakeLambdaContext
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from selenium import webdriver
@@ -41,6 +42,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 from engram_memory.cloud.approval_page import ApprovalHandler, StoredMemories, https_fetch
 from engram_memory.cloud.oidc import IssuerKeys
 from scripts.cloud_run import self_signed
+from scripts.cloud_run.api_gateway import Route, serve_api
 
 from browser_support import (
     PHONE_WIDTH,
@@ -125,11 +127,17 @@ def site(
     tls = ssl.create_default_context(cafile=str(cert))
     handlers: dict[str, Any] = {}
 
-    def routes(path: str) -> Any:
-        if path == "/mcp":
-            return handlers["adapter"]
-        return handlers["page"] if path.startswith("/approvals/") else None
+    def to(name: str, function_name: str) -> Any:
+        context = FakeLambdaContext.of(function_name, remaining_ms=29_000)
+        return lambda event: handlers[name](event, context)
 
+    adapter, page = to("adapter", "engram-dev-mcp-adapter"), to("page", "engram-dev-approval")
+    routes = [
+        *(Route(method, "/mcp", adapter) for method in ("POST", "GET", "DELETE")),
+        Route("GET", "/approvals/{approvalId}", page),
+        Route("POST", "/approvals/{approvalId}", page),
+        Route("GET", "/approvals/callback", page),
+    ]
     with contextlib.ExitStack() as running:
         base = running.enter_context(serve_api(routes, cert=cert, key=key, domain=DOMAIN))
         provider = running.enter_context(

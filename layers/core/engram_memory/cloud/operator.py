@@ -497,6 +497,27 @@ class StackSeat:
     def set_admission_mode(self, mode: str) -> list[str]:
         raise UsageError(_POLICY_ON_STACK)
 
+    def smoke(self, token: str, endpoint: str | None, say: Callable[[str], None]) -> dict[str, Any]:
+        """``smoke``: the six tools through the stack's API (``cloud.smoke``). It needs no engine
+        over the stack: only the stack's outputs and its functions' log groups."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from engram_memory.cloud.smoke import SmokeFailed, run_smoke
+
+        try:
+            return run_smoke(
+                self._stack_name, token=token, say=say, endpoint=endpoint, region=self._region
+            )
+        except (StackError, SmokeFailed) as error:
+            raise SeatFailure(str(error)) from None
+        except (BotoCoreError, ClientError) as error:
+            code = (
+                error.response.get("Error", {}).get("Code")
+                if isinstance(error, ClientError)
+                else ""
+            )
+            raise SeatFailure(f"AWS answered {code or type(error).__name__}") from None
+
     def close(self) -> None:
         """The clients close with the process; nothing is held open on the stack."""
 

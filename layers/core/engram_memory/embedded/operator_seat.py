@@ -199,5 +199,11 @@ class DataDirSeat:
             "A running server applies it from its next call.",
         ]
 
+    def smoke(self, token: str, endpoint: str | None, say: Callable[[str], None]) -> dict[str, Any]:
+        raise UsageError(
+            "smoke runs the six tools through a deployed stack's API: `admin --stack NAME smoke`"
+            " (on this host, `tour` walks them against the engine)"
+        )
+
     def close(self) -> None:
         """Nothing stays open between calls: each opens and closes its own engine."""

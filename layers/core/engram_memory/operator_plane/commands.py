@@ -459,6 +459,45 @@ def cmd_keys_rotate(args: argparse.Namespace) -> int:
     return _on_seat(args, "key rotation", lambda seat: seat.rotate_keys())
 
 
+SMOKE_TOKEN_ENV: Final = "ENGRAM_TOKEN"  # noqa: S105 - the name of a variable, not a secret
+
+
+def _agent_token(args: argparse.Namespace) -> str:
+    """The smoke's agent token: ``--token-file``'s content, else ``ENGRAM_TOKEN`` (never echoed)."""
+    if args.token_file is not None:
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            raise UsageError(f"--token-file: cannot read {args.token_file}") from None
+    else:
+        token = os.environ.get(SMOKE_TOKEN_ENV, "").strip()
+    if not token:
+        raise UsageError(
+            f"smoke needs an agent's bearer token for the stack: --token-file FILE or"
+            f" {SMOKE_TOKEN_ENV} (all six tools granted)"
+        )
+    return token
+
+
+def cmd_smoke(args: argparse.Namespace) -> int:
+    """The six tools through the deployed API, each step printed as it happens (on stderr with
+    ``--json``, whose document goes to stdout)."""
+    if not getattr(args, "stack", None):
+        raise UsageError("smoke runs against a deployed stack: admin --stack NAME smoke")
+    token = _agent_token(args)
+    stream = sys.stderr if args.json else sys.stdout
+
+    def say(line: str) -> None:
+        print(line, file=stream, flush=True)
+
+    def said(document: Any) -> None:
+        """Every line was said as it happened."""
+
+    return _on_seat(
+        args, "smoke", lambda seat: seat.smoke(token, args.endpoint, say), _shown(args, said)
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # The parser
 # --------------------------------------------------------------------------------------------
@@ -675,6 +714,27 @@ def _add_host_operations(admin_sub: Sub) -> None:
     _data_dir_option(rebuild)
     rebuild.add_argument("--workspace", default=DEFAULT_WORKSPACE)
     rebuild.set_defaults(func=cmd_reindex)
+    _add_smoke(admin_sub)
+
+
+def _add_smoke(admin_sub: Sub) -> None:
+    summary = (
+        "with --stack: the six tools through the deployed API with an agent's token; a person"
+        " approves withdraw and forget on the approval page; the functions' REPORT lines"
+    )
+    smoke = admin_sub.add_parser("smoke", help=summary, description=summary)
+    _data_dir_option(smoke)
+    smoke.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="the MCP endpoint to call (default: the stack's McpUrl output)",
+    )
+    smoke.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"the agent's bearer token (default: the {SMOKE_TOKEN_ENV} environment variable)",
+    )
+    smoke.set_defaults(func=cmd_smoke)
 
 
 def _add_tokens_and_keys(admin_sub: Sub) -> None:

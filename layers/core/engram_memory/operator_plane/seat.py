@@ -97,4 +97,9 @@ class OperatorSeat(Protocol):
 
     def set_admission_mode(self, mode: str) -> list[str]: ...
 
+    def smoke(self, token: str, endpoint: str | None, say: Callable[[str], None]) -> dict[str, Any]:
+        """The six tools through the host's deployed API with an agent's ``token``, each step
+        ``say``-ed as it happens; its document (a failed step: ``SeatFailure``)."""
+        ...
+
     def close(self) -> None: ...
