@@ -9,8 +9,8 @@ from pathlib import Path
 from ..cloud_template import Report
 from .flow import flow
 from .harness import Harness
-from .operator_cli import operator
 from .judge import judge
+from .operator_cli import operator
 from .smoke import smoke
 
 DESCRIPTION = (

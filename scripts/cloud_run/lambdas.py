@@ -15,8 +15,8 @@ import re
 import secrets
 import subprocess
 import threading
-from collections.abc import Callable
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
