@@ -28,6 +28,7 @@ from .settings import (
     API_ID,
     APPROVAL_AUDIENCE,
     AUDIENCE,
+    KEY_ADMIN_ROLE_ARN,
     OPERATOR_ROLE_ARN,
     REGION,
     ROOT,
@@ -47,7 +48,7 @@ def template_parameters(https_url: str) -> dict[str, str]:
         "Audience": AUDIENCE,
         "ApprovalAudience": APPROVAL_AUDIENCE,
         "OpenSearchMode": "create",
-        "KeyAdminRoleArn": f"arn:aws:iam::{ACCOUNT}:role/engram-key-admin",
+        "KeyAdminRoleArn": KEY_ADMIN_ROLE_ARN,
         "DeployRoleArn": f"arn:aws:iam::{ACCOUNT}:role/engram-deployer",
         "OperatorRoleArn": OPERATOR_ROLE_ARN,
     }
@@ -243,6 +244,7 @@ class Harness:
         old = self.worker(logical_id)
         fresh = self.launch(logical_id)
         fresh.on_invoke = self.recorder.runner(logical_id, fresh.name)
+        fresh.cloudwatch = self.function_log(logical_id)
         self.lambdas.workers[fresh.name] = fresh
         old.stop()
 

@@ -40,7 +40,17 @@ from pathlib import Path
 from typing import Any, Final
 
 from .recorder import Call
-from .settings import ACCOUNT, OPERATOR, OPERATOR_ROLE_ARN, REGION, ROOT, TENANT
+from .settings import (
+    ACCOUNT,
+    KEY_ADMIN,
+    KEY_ADMIN_ROLE_ARN,
+    OPERATOR,
+    OPERATOR_ROLE_ARN,
+    PERSON_POLICIES,
+    REGION,
+    ROOT,
+    TENANT,
+)
 from .stack import Stack, Unresolvable
 
 SIMULATOR: Final = ROOT / "scripts" / "iam_simulator"
@@ -253,7 +263,7 @@ class World:
         for name, props in self._of_type("AWS::IAM::ManagedPolicy"):
             self._policy(name, props["PolicyDocument"])
             for role in self.resolved(props.get("Roles", [])):
-                attached.setdefault(_role_name_to_logical(str(role), self.stack), []).append(name)
+                attached.setdefault(str(role), []).append(name)
         for principal, role in self.roles.items():
             props = self.stack.template["Resources"][role]["Properties"]
             names = list(attached.get(role, []))
@@ -268,8 +278,12 @@ class World:
                 names.append(self._managed(str(managed)))
             self.identity[principal] = names
             self.role_arns[principal] = str(self.stack.refs[f"{role}.Arn"])
-        self.identity[OPERATOR] = list(attached.get(OPERATOR, []))
-        self.role_arns[OPERATOR] = OPERATOR_ROLE_ARN
+        # the people's roles are not the stack's: their policies are the stack's managed
+        # policies for them (OperatorPolicy, KeyAdminPolicy)
+        for person, role_arn in ((OPERATOR, OPERATOR_ROLE_ARN), (KEY_ADMIN, KEY_ADMIN_ROLE_ARN)):
+            policy = PERSON_POLICIES[person]
+            self.identity[person] = [policy] if policy in self.policies else []
+            self.role_arns[person] = role_arn
 
     def _policy(self, name: str, document: Any) -> str:
         try:
@@ -337,14 +351,6 @@ def _role_of(reference: Any) -> str:
     if not target:
         raise Unresolvable(f"a role that is not the template's: {reference!r}")
     return str(target[0] if isinstance(target, list) else target.split(".")[0])
-
-
-def _role_name_to_logical(role: str, stack: Stack) -> str:
-    """A ManagedPolicy's role (a name) -> the logical id of the template's role, or OPERATOR."""
-    for name, value in stack.refs.items():
-        if value == role and not name.endswith(".Arn"):
-            return name
-    return OPERATOR if role == OPERATOR_ROLE_ARN.rsplit("/", 1)[-1] else role
 
 
 def _without_no_value(node: Any) -> Any:
@@ -542,7 +548,10 @@ def _table_request(op: str, p: dict[str, Any], world: World) -> Iterator[Found]:
     elif op == "Scan":
         yield "dynamodb:Scan", _table(world, p["TableName"]).arn, _read_context(p), ""
     elif op == "DescribeExport":
-        yield "dynamodb:DescribeExport", p["ExportArn"], {}, ""
+        # moto names an export table/<table ARN>/import/<id>; AWS, table/<table>/export/<id>
+        table_part, _, export_id = str(p["ExportArn"]).rpartition("/")
+        table = _table(world, table_part.rsplit("/", 1)[0])
+        yield "dynamodb:DescribeExport", f"{table.arn}/export/{export_id}", {}, ""
     else:
         yield f"dynamodb:{op}", _table(world, p.get("TableName") or p["TableArn"]).arn, {}, ""
 

@@ -32,7 +32,16 @@ from typing import Any
 
 from .harness import Harness
 from .mcp import CLASSIC, call, capture_arguments, mcp, search_hits, structured, value
-from .settings import OPERATOR, REGION, ROOT, STACK_NAME, TENANT, WORKSPACE, access_key
+from .settings import (
+    KEY_ADMIN,
+    OPERATOR,
+    REGION,
+    ROOT,
+    STACK_NAME,
+    TENANT,
+    WORKSPACE,
+    access_key,
+)
 
 CLI_TIMEOUT_S = 180
 # Near-duplicates (character shingles, see engram_memory/policy/quality.py): B and C are held
@@ -107,13 +116,15 @@ class Cli:
     def argv(self, *args: str) -> list[str]:
         return [str(self.program), "admin", "--stack", STACK_NAME, "--region", REGION, *args]
 
-    def admin(self, *args: str, as_json: bool = True) -> Done:
+    def admin(self, *args: str, as_json: bool = True, signer: str = OPERATOR) -> Done:
+        """``admin ...`` signed as the operator, or as ``signer`` (the key admin rotates)."""
         argv = self.argv(*args, *(["--json"] if as_json else []))
+        env = {**self.env, "AWS_ACCESS_KEY_ID": access_key(signer)}
         started = time.monotonic()
         try:
             done = subprocess.run(
                 argv,
-                env=self.env,
+                env=env,
                 cwd=self.h.work,
                 capture_output=True,
                 text=True,
@@ -473,7 +484,7 @@ def reindex(h: Harness, cli: Cli, records: set[str]) -> None:
 
 def keys_and_tokens(h: Harness, cli: Cli) -> None:
     sealed = capture(h, TEXT_F, "operator-capture-f-000001")
-    rotated = cli.admin("keys", "rotate")
+    rotated = cli.admin("keys", "rotate", signer=KEY_ADMIN)  # the key policy's key admin only
     doc = rotated.document or {}
     opened = cli.workspace("pending", "show", sealed)
     h.report.check(
@@ -571,9 +582,11 @@ def said_where(h: Harness, cli: Cli) -> None:
     )
 
 
-def _events(h: Harness, group: str) -> list[dict[str, Any]]:
+def _events(h: Harness, group: str, stream: str = "") -> list[dict[str, Any]]:
+    """The group's events (one stream's when ``stream`` is given)."""
     logs = h.session.client("logs", endpoint_url=h.moto_url)
-    pages = logs.get_paginator("filter_log_events").paginate(logGroupName=group)
+    streams = {"logStreamNames": [stream]} if stream else {}
+    pages = logs.get_paginator("filter_log_events").paginate(logGroupName=group, **streams)
     return [event for page in pages for event in page.get("events", [])]
 
 
@@ -605,7 +618,7 @@ def audit_log(h: Harness) -> None:
 
 
 def function_logs(h: Harness) -> None:
-    """Every function invoked so far has START, END and REPORT lines in its log group, and its
+    """Every worker invoked so far has START, END and REPORT lines in its log stream, and its
     first REPORT carries the init duration."""
     streams = groups = reports = 0
     wrong: list[str] = []
@@ -613,7 +626,10 @@ def function_logs(h: Harness) -> None:
         if worker.cloudwatch is None or not worker.cloudwatch.stream:
             continue
         groups += 1
-        events = [e["message"] for e in _events(h, worker.cloudwatch.group)]
+        # one stream per worker (an execution environment): a restarted function has two
+        events = [
+            e["message"] for e in _events(h, worker.cloudwatch.group, worker.cloudwatch.stream)
+        ]
         kinds = [m.split(" ", 1)[0] for m in events]
         found_reports = [m for m in events if m.startswith("REPORT ")]
         reports += len(found_reports)

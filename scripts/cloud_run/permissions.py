@@ -15,7 +15,7 @@ from typing import Final
 
 from .iam import Verdict, World
 from .probes import key_class
-from .settings import OPERATOR, ROOT, TENANT
+from .settings import KEY_ADMIN, OPERATOR, ROOT, TENANT
 
 DOCS: Final = ROOT / "docs" / "deploying-aws.md"
 BEGIN: Final = "<!-- permissions: generated from the gate's recording (scripts/cloud_run/permissions.py); do not edit -->"
@@ -98,7 +98,11 @@ def _limits(world: World, verdict: Verdict) -> set[str]:
 
 
 def _who(principal: str) -> str:
-    return "the operator (`OperatorRoleArn`)" if principal == OPERATOR else principal
+    if principal == OPERATOR:
+        return "the operator (`OperatorRoleArn`, `OperatorPolicyArn`)"
+    if principal == KEY_ADMIN:
+        return "the key admin (`KeyAdminRoleArn`, `KeyAdminPolicyArn`)"
+    return principal
 
 
 def _shown(text: str) -> str:

@@ -42,6 +42,13 @@ BROKEN_BUILD_ERRORS: Final = frozenset(
 ACCESS_KEY_PREFIX: Final = "gate-"
 OPERATOR: Final = "Operator"  # the principal of `engram-memory admin --stack ...`
 OPERATOR_ROLE_ARN: Final = f"arn:aws:iam::{ACCOUNT}:role/engram-operator"  # OperatorRoleArn
+KEY_ADMIN: Final = "KeyAdmin"  # the principal of `admin --stack ... keys rotate`
+KEY_ADMIN_ROLE_ARN: Final = f"arn:aws:iam::{ACCOUNT}:role/engram-key-admin"  # KeyAdminRoleArn
+# The roles the stack's managed policies are for (the template's logical ids of the policies).
+PERSON_POLICIES: Final = {OPERATOR: "OperatorPolicy", KEY_ADMIN: "KeyAdminPolicy"}
+# A run that checks a refusal (a stack that does not exist) signs with this suffix: AWS may refuse
+# its calls or answer them, the command's one line is the same, so the judge leaves them out.
+REFUSAL_SUFFIX: Final = "~refusal"
 STATES: Final = "StepFunctions"  # the state machines' Lambda tasks (the machine: the event's)
 
 
@@ -51,8 +58,9 @@ def access_key(principal: str) -> str:
 
 
 def principal_of_key(access_key_id: str) -> str | None:
-    """The principal that signed with ``access_key_id``; None for the harness's own calls."""
-    if not access_key_id.startswith(ACCESS_KEY_PREFIX):
+    """The principal that signed with ``access_key_id``; None for the harness's own calls and
+    for a refusal check's (``REFUSAL_SUFFIX``)."""
+    if not access_key_id.startswith(ACCESS_KEY_PREFIX) or access_key_id.endswith(REFUSAL_SUFFIX):
         return None
     return access_key_id.removeprefix(ACCESS_KEY_PREFIX)
 

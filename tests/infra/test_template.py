@@ -717,13 +717,12 @@ def test_the_data_key_policy_lets_capture_only_seal_and_admission_only_open() ->
         ("kms:GenerateDataKey", "candidate"): {role_of("CaptureFunction")},
         # (and the operator's role, when the stack names one: the test below)
         ("kms:Decrypt", "any"): {role_of("RequestAdmissionFunction"), "OperatorRoleArn"},
+        # the operator seals an import's candidates and makes an adjudication's scope key
+        ("kms:GenerateDataKey", "any"): {"OperatorRoleArn"},
         # Sealed record bodies: admission makes scope keys; the record readers (and the approval
         # page, which shows a forget's record) open them and nothing else, so none of them
         # holds a permission to open a candidate.
-        ("kms:GenerateDataKey", "record-scope"): {
-            role_of("RequestAdmissionFunction"),
-            "OperatorRoleArn",
-        },
+        ("kms:GenerateDataKey", "record-scope"): {role_of("RequestAdmissionFunction")},
         ("kms:Decrypt", "record-scope"): readers,
     }
 
@@ -740,8 +739,8 @@ def test_only_a_named_operator_role_may_open_content_and_only_when_it_is_set() -
     ]
     assert [(c[0], c[2]) for c in conditional] == [("HasOperatorRole", {"Ref": "AWS::NoValue"})] * 2
     granted = {(c[1]["Action"], _key_class(c[1])) for c in conditional}
-    # open a candidate or a body; make a scope's record key, never a candidate's key
-    assert granted == {("kms:Decrypt", "any"), ("kms:GenerateDataKey", "record-scope")}
+    # open a candidate or a body; seal an import's candidate, make a scope's record key
+    assert granted == {("kms:Decrypt", "any"), ("kms:GenerateDataKey", "any")}
     for _, statement, _ in conditional:
         assert statement["Principal"] == {"AWS": {"Ref": "OperatorRoleArn"}}
         tenant = statement["Condition"]["StringEquals"]["kms:EncryptionContext:engram:tenant"]

@@ -296,7 +296,7 @@ def test_a_stack_in_a_vpc_is_created_whole_and_operated(stacks: Stacks) -> None:
     endpoints = {
         e["ServiceName"].rsplit(".", 1)[1] for e in ec2.describe_vpc_endpoints()["VpcEndpoints"]
     }
-    assert endpoints == {"dynamodb", "s3", "kms", "secretsmanager", "states", "xray"}
+    assert endpoints == {"dynamodb", "s3", "kms", "secretsmanager", "xray"}
     stack.remember("A stack in a VPC is operated the same way.", "vpc-000001")
     code, status, _ = stacks.admin(stack, "status", "--workspace", WORKSPACE)
     assert code == 0 and status["records"] == {"accepted_current": 1}, status
