@@ -266,7 +266,11 @@ def deploy_role_actions(translated: dict[str, Any]) -> tuple[list[str], list[str
             continue
         for handler in _HANDLERS:
             actions.update(schema.get("handlers", {}).get(handler, {}).get("permissions", []))
-    return sorted(actions, key=str.lower), unknown
+    # IAM action names are case-insensitive, and a schema may spell one otherwise (s3:getObject)
+    spelled: dict[str, str] = {}
+    for action in actions:
+        spelled[action.lower()] = min(spelled.get(action.lower(), action), action)
+    return [spelled[key] for key in sorted(spelled)], unknown
 
 
 def deploy_role_policy(translated: dict[str, Any]) -> str:
