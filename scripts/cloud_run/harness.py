@@ -86,7 +86,7 @@ class Harness:
         import boto3
 
         self.tally.hook_moto()
-        self.recorder.hook_moto()
+        self.stopping.append(self.recorder.hook_moto())
         self.moto_url, stop_moto = start_moto()
         self.stopping.append(stop_moto)
         self.lambdas = LambdaService(self.recorder)
@@ -276,9 +276,6 @@ def harness_on(build_dir: Path, python312: str, runtime_dir: Path) -> Iterator[H
                     )
                     urllib.request.urlopen(reset, timeout=10).close()  # noqa: S310 - local moto
             harness.stop()
-            # its hook on moto's dispatcher stays for the rest of the process (the next
-            # harness's stacks on it): its journal, in the folder removed now, is not written
-            harness.recorder.journal = None
 
 
 def python312() -> str | None:

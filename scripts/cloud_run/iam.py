@@ -34,6 +34,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -769,7 +770,9 @@ def lambda_runtime(call: Call, world: World) -> list[Authorization]:
     group = str(
         world.resolved((props.get("LoggingConfig") or {}).get("LogGroup", f"/aws/lambda/{name}"))
     )
-    stream = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{group}:log-stream:2026/12/06/[$LATEST]0"
+    # a stream as Lambda names one: <date>/[$LATEST]<execution environment>
+    day = time.strftime("%Y/%m/%d", time.gmtime())
+    stream = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{group}:log-stream:{day}/[$LATEST]0"
     found = [
         ("logs:CreateLogStream", stream),
         ("logs:PutLogEvents", stream),

@@ -85,9 +85,9 @@ class CallRecorder:
 
     # -- moto ------------------------------------------------------------------------------------
 
-    def hook_moto(self) -> None:
+    def hook_moto(self) -> Callable[[], None]:
         """Record every signed request moto's dispatcher answers (in this process, where
-        ``ThreadedMotoServer`` runs), for the rest of the process."""
+        ``ThreadedMotoServer`` runs), until the returned callable unhooks it."""
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
         recorder = self
@@ -126,9 +126,11 @@ class CallRecorder:
             )
             return [answered]
 
-        # moto has no hook on its dispatcher: wrapped for the rest of the process, like the
-        # tally's timing (both wrappers stack)
-        patch.object(DomainDispatcherApplication, "__call__", recorded).start()
+        # moto has no hook on its dispatcher: wrapped while the harness lives (a benchmark
+        # starts several harnesses in one process)
+        patcher = patch.object(DomainDispatcherApplication, "__call__", recorded)
+        patcher.start()
+        return patcher.stop
 
     # -- the harness's own services --------------------------------------------------------------
 
