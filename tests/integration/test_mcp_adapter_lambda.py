@@ -120,6 +120,7 @@ def adapter_over(cloud: Cloud, apps: dict[str, Any], clock: Any = None) -> Adapt
         "ENGRAM_REQUEST_STATE_SECRET_ARN": secret_arn,
         "ENGRAM_TENANT_ID": TENANT,
         "ENGRAM_TABLE": TABLE,
+        "ENGRAM_INVOCATION_KEY_ARN": cloud.env["ENGRAM_INVOCATION_KEY_ARN"],
     }
     builds: list[int] = []
 

@@ -24,7 +24,7 @@ from unittest import mock
 
 import pytest
 from approval_testing import answer, approval_page, outcome
-from aws_testing import TABLE, FakeLambdaContext
+from aws_testing import TABLE, FakeLambdaContext, signed
 from test_mcp_adapter_lambda import adapter_over, modern_call, remembered_then_forget
 from test_tool_handlers import (
     Cloud,
@@ -39,6 +39,7 @@ from test_tool_handlers import (
 
 from engram_memory.cloud.approvals import ApprovalStore
 from engram_memory.cloud.execution_gate import ExecutionGate
+from engram_memory.cloud.proofs import KmsMacKey
 from engram_memory.engine.context import TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +100,8 @@ class Stack:
 
     def invoke(self, tool: str, ev: dict[str, Any]) -> dict[str, Any]:
         answer: dict[str, Any] = self.tools[tool].handler(
-            ev, FakeLambdaContext(remaining_ms=20_000)
+            signed(ev, self.cloud.env, self.cloud.clients["kms"]),
+            FakeLambdaContext(remaining_ms=20_000),
         )
         json.dumps(answer)
         return answer
@@ -189,6 +191,9 @@ def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sta
                 clients=cloud.clients,
                 data_key_arn=cloud.env["ENGRAM_DATA_KEY_ARN"],
                 now_ms=clock.now_ms,
+                proof_key=KmsMacKey(
+                    cloud.clients["kms"], cloud.env["ENGRAM_APPROVAL_PROOF_KEY_ARN"]
+                ),
             )
             return Stack(cloud, clock, sfn, machines, lam, tools, approval)
 

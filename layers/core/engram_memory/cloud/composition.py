@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from engram_memory.cloud.approval_page import ApprovalHandler, ApprovalPageParts
     from engram_memory.cloud.approvals import ApprovalStore
     from engram_memory.cloud.execution_gate import ExecutionGate
+    from engram_memory.cloud.proofs import MacKey
     from engram_memory.cloud.settings import StoredRecordsSettings
     from engram_memory.engine.ports import AdmissionPolicy
     from engram_memory.mcp_surface.server import EngramMcp
@@ -231,6 +232,14 @@ def canonical_store(
     )
 
 
+def mac_key(clients: AwsClients, key_arn: str) -> MacKey:
+    """A KMS HMAC key of the stack (``cloud.proofs``): what the role may do with it is the
+    template's."""
+    from engram_memory.cloud.proofs import KmsMacKey
+
+    return KmsMacKey(clients.client("kms"), key_arn)
+
+
 def approval_store(clients: AwsClients, table: str) -> ApprovalStore:
     """The parked approvals of withdraw and forget runs, in the canonical table."""
     from engram_memory.cloud.approvals import ApprovalStore
@@ -330,7 +339,9 @@ def _approval_page_parts(
         clock=clock,
     )
     assert handler.memories is not None
-    desk = CloudDesk(approvals, handler.sfn, cookies, csrf_key, handler.memories)
+    if handler.proof_key is None:
+        handler.proof_key = mac_key(AwsClients(settings.session), settings.approval_proof_key_arn)
+    desk = CloudDesk(approvals, handler.sfn, cookies, csrf_key, handler.memories, handler.proof_key)
     origin = urlsplit(settings.base_url)
     return ApprovalPageParts(approvals, desk, cookies, signin, f"{origin.scheme}://{origin.netloc}")
 
@@ -428,6 +439,7 @@ def build_adapter(
     jwks_fetcher: Callable[[str], dict[str, Any]] | None = None,
     clock: Clock | None = None,
     audit: AuditSink | None = None,
+    invocation_key: MacKey | None = None,
 ) -> EngramMcp:
     """The MCP surface of the adapter Lambda: ``AdapterSettings`` in (or the template's
     environment, parsed here), surface out.
@@ -465,6 +477,7 @@ def build_adapter(
         audit=audit,
         lambda_client=lambda_client,
         client_factory=new_lambda_client,
+        invocation_key=invocation_key or mac_key(clients, env.invocation_key_arn),
     )
     # No approval channel: a run asks, not the surface (``mcp_surface.approval_channel``).
     return EngramMcp(

@@ -8,8 +8,9 @@ once per MCP request (the adapter attaches the approval it holds up front):
 1. finds the Standard execution named from the ledger key (scope, principal, idempotency key)
    through its parked approval, or starts it and waits for its ``await_approval`` step to park
    the task token (``ApprovalStore``): a retried call never starts a second run;
-2. with the human's approval (form mode: the adapter's elicitation round trip) hands it to the
-   execution (``SendTaskSuccess``); without one, and nobody has answered yet, answers
+2. with the human's approval (form mode: the adapter's elicitation round trip, attested by the
+   adapter's MAC, ``cloud.proofs``) hands it to the execution (``SendTaskSuccess``), whose
+   commit step verifies it; without one, and nobody has answered yet, answers
    ``confirmation_required`` with the approval page of this run (``approval_url``);
 3. waits — a ledger read per poll, no use case — until the execution's commit step has run the
    use case once with the approval, and answers with that commit's output. The first success the
@@ -209,16 +210,20 @@ class ExecutionGate:
 
     def _deliver(self, engine: Engine, parked: ParkedApproval, invocation: ToolInvocation) -> None:
         """Hand the carried approval to the waiting execution (single use of the token)."""
+        from engram_memory.cloud.proofs import form_proof
+
         assert invocation.approval is not None
+        if invocation.approval_mac is None:
+            return  # nothing vouches for the answer: the run waits for the page
+        proof = form_proof(invocation.approval, invocation.approval_mac)
         taken = self.approvals.take(parked.approval_id, engine.clock.now_ms())
         if taken is None or taken.task_token is None:
             return  # answered meanwhile (e.g. on the approval page): wait for that run
         from botocore.exceptions import ClientError
 
         try:
-            self.sfn.send_task_success(
-                taskToken=taken.task_token, output=invocation.approval.model_dump_json()
-            )
+            # the adapter's attestation of the client's answer: the run verifies it
+            self.sfn.send_task_success(taskToken=taken.task_token, output=proof.model_dump_json())
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") not in ENDED_WAIT_ERRORS:
                 raise
