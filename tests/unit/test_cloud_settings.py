@@ -173,9 +173,9 @@ def test_the_engine_settings_parse_their_values_and_defaults() -> None:
         "ENGRAM_OPENSEARCH_INDEX": "engram-acme-records",
         "ENGRAM_OPENSEARCH_REPLICAS": "0",
     }
-    parsed = ToolFunctionSettings.from_env({**ENGINE_ENV, **per_tenant})
+    parsed = ToolFunctionSettings.from_env({**TOOL_ENV, **per_tenant})
     assert (parsed.opensearch_index, parsed.opensearch_replicas) == ("engram-acme-records", 0)
-    assert ToolFunctionSettings.from_env(ENGINE_ENV).binding() == HostBinding("acme")
+    assert ToolFunctionSettings.from_env(TOOL_ENV).binding() == HostBinding("acme")
 
 
 def test_the_adapter_settings_parse_lists_and_the_tool_map() -> None:
