@@ -417,15 +417,18 @@ def build_execution_gate(
     ``ENGRAM_WITHDRAW_STATE_MACHINE_ARN`` / ``ENGRAM_FORGET_STATE_MACHINE_ARN``, the function's
     own machine; ``ENGRAM_TABLE``, parked approvals; ``ENGRAM_APPROVAL_BASE_URL``, the approval
     page's https origin), gate out; clients in ``AWS_REGION``."""
+    from engram_memory.cloud.approvals import ApprovalTopic
     from engram_memory.cloud.execution_gate import ExecutionGate
 
     gate = settings if isinstance(settings, GateSettings) else gate_settings(tool, settings)
     clients = AwsClients(gate.session)
+    topic = gate.approval_topic_arn
     return ExecutionGate(
         sfn=clients.client("stepfunctions"),
         approvals=approval_store(clients, gate.table),
         state_machine_arn=gate.state_machine_arn,
         approval_base_url=gate.approval_base_url,
+        topic=ApprovalTopic(clients.client("sns"), topic) if topic else None,
     )
 
 

@@ -306,10 +306,6 @@ class WorkflowSettings(EngineEnvironment):
     invocation_key_arn: str = _mac_key(*_INVOCATION_KEY)
     approval_proof_key_arn: str = _mac_key(*_PROOF_KEY)
     approval_page_required: bool = _env(*_PAGE_REQUIRED, default=False)
-    # where an approval request is announced (SNS), when the stack has a topic
-    approval_topic_arn: str | None = _env(
-        "ENGRAM_APPROVAL_TOPIC_ARN", "the SNS topic ARN of approval requests", default=None
-    )
 
 
 class GateSettings(_Settings):
@@ -320,6 +316,12 @@ class GateSettings(_Settings):
         "ENGRAM_APPROVAL_BASE_URL", "the approval page's https:// origin (the HTTP API's URL)"
     )
     state_machine_arn: str
+    approval_topic_arn: str | None = _env(
+        "ENGRAM_APPROVAL_TOPIC_ARN",
+        "the SNS topic ARN that announces approval requests",
+        default=None,
+        pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$",
+    )
 
 
 class WithdrawGateSettings(GateSettings):
