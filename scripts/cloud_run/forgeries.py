@@ -4,7 +4,8 @@ APIs, on the built functions: nothing commits (``cloud/proofs.py``).
 - a direct invoke of a tool function (anyone with ``lambda:InvokeFunction``), with a well-formed
   context of their choosing: -32603, nothing captured;
 - a forged ``SendTaskSuccess`` with the task token read from the table (anyone who may read the
-  table or the execution history): the run ends without a commit, the record stays;
+  table or the execution history): the run ends without a commit (``NotApproved``, the commit
+  step's ``GateFailed``), the record stays;
 - a proof replayed from an earlier run's history, and the same proof rewritten for this run's
   operation: the run ends without a commit, the record stays.
 
@@ -112,28 +113,41 @@ def completed_by_someone_else(
     key = {"pk": {"S": f"APPROVAL_TOKEN#{approval_id}"}, "sk": {"S": "APPROVAL_TOKEN"}}
     parked = dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
     h.sfn.send_task_success(taskToken=parked["task_token"]["S"], output=output(parked))
-    status = _ended(h, parked["execution_name"]["S"])
+    ended = _ended(h, parked["execution_name"]["S"])
+    result = json.loads(ended.get("output") or "{}")
+    refused = str((result.get("error") or {}).get("Error", ""))
     still = structured(call(h, "get", {"record_id": record_id, "purpose_ref": GENERAL}))
     h.report.check(
-        status != "SUCCEEDED" and still.get("ok") is True,
-        f"forgery: {what} -> run {status}, record still there: {still.get('ok')}",
+        "commit" not in result and refused == "GateFailed" and still.get("ok") is True,
+        f"forgery: {what} -> run {ended['status']} ({refused or 'no refusal'}), "
+        f"record still there: {still.get('ok')}",
     )
 
 
+DRILL_TEXTS = (
+    "The lab's freezer alarm pages the on-call biologist after ten minutes.",
+    "Invoices above five thousand euros need two signatures from finance.",
+    "The staging cluster is rebuilt from scratch every Sunday night.",
+)
+
+
 def _record(h: Harness, n: int) -> str | None:
-    text = f"Forgery drill {n}: the lab door code changes every quarter."
+    """A record made for drill ``n`` (distinct texts: the near-duplicate gate admits each)."""
+    text = DRILL_TEXTS[n]
     candidate_id = capture(h, text, f"cloud-check-capture-forged-{n}")
     admitted = None if candidate_id is None else admit(h, candidate_id, f"cloud-check-admit-f{n}")
     return admitted[0] if admitted and admitted[0] else None
 
 
-def _ended(h: Harness, name: str, timeout_s: float = 60.0) -> str:
+def _ended(h: Harness, name: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    """The forget run ``name`` once it has ended (NotApproved is a Pass state: SUCCEEDED, its
+    output holding the refusal and no commit)."""
     arn = h.stack.refs["ForgetStateMachine"]
     machine = arn.split(":stateMachine:", 1)
     execution = f"{machine[0]}:execution:{machine[1]}:{name}"
     until = time.monotonic() + timeout_s
     while True:
-        status = str(h.sfn.describe_execution(executionArn=execution)["status"])
-        if status != "RUNNING" or time.monotonic() > until:
-            return status
+        described: dict[str, Any] = h.sfn.describe_execution(executionArn=execution)
+        if described["status"] != "RUNNING" or time.monotonic() > until:
+            return described
         time.sleep(0.2)
