@@ -386,7 +386,7 @@ def test_a_host_that_requires_the_page_never_asks_the_clients_form(cloud: Cloud)
             "mcp-name": "engram_memory_forget",
         }
     )
-    capabilities = {"elicitation": {"form": {}}}
+    capabilities: dict[str, Any] = {"elicitation": {"form": {}}}
     meta = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": capabilities,
