@@ -280,6 +280,26 @@ def hmac_key(kms: Any, name: str) -> str:
     return str(metadata["Arn"])
 
 
+# An invocation key held in the test (``cloud.proofs.FixedMacKey``): for tests about something
+# else than the MAC, whose faults (a KMS refusal) must not meet the adapter's signature.
+HELD_INVOCATION_KEY = b"held-invocation-key-for-tests-0123456789"
+
+
+def held_key() -> Any:
+    from engram_memory.cloud.proofs import FixedMacKey
+
+    return FixedMacKey(HELD_INVOCATION_KEY)
+
+
+def signed_with_held_key(event: Any) -> Any:
+    """``event`` signed as the adapter would, with ``held_key()`` (no AWS call)."""
+    from engram_memory.cloud.proofs import invocation_mac
+    from engram_memory.cloud.wire import ToolInvocation
+
+    sent = ToolInvocation.model_validate(event).to_event()
+    return {**sent, "proof": invocation_mac(held_key(), sent)}
+
+
 def signed(event: Any, env: dict[str, str], kms: Any) -> Any:
     """``event`` as the MCP adapter sends it: with its MAC under the invocation key (and the
     attestation of a form answer it carries), ``cloud.proofs``."""

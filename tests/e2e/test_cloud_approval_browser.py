@@ -159,6 +159,8 @@ def site(
                 "ENGRAM_KEY_TABLE": stack.cloud.env["ENGRAM_KEY_TABLE"],
                 "ENGRAM_DATA_KEY_ARN": stack.cloud.env["ENGRAM_DATA_KEY_ARN"],
                 "ENGRAM_APPROVAL_SESSION_SECRET_ARN": "unused: the key is set below",
+                # the stack's proof key on moto: the run's commit step verifies the page's MAC
+                "ENGRAM_APPROVAL_PROOF_KEY_ARN": stack.cloud.env["ENGRAM_APPROVAL_PROOF_KEY_ARN"],
             },
             now_ms=page_clock.now_ms,
         )

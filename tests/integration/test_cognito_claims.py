@@ -131,6 +131,7 @@ def pool_verifier() -> tuple[TokenVerifier, HostConfig]:
         "ENGRAM_AUDIENCE_ALIASES": f"{AGENT_CLIENT},",
         "ENGRAM_TOOL_FUNCTIONS": json.dumps({"search": "engram-dev-search"}),
         "ENGRAM_REQUEST_STATE_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:1:secret:x",
+        "ENGRAM_INVOCATION_KEY_ARN": "arn:aws:kms:eu-west-1:123456789012:key/00000000-0000-0000-0000-0000000000aa",
     }
     settings = AdapterSettings.from_env(env)
     public = jwt.algorithms.RSAAlgorithm.to_jwk(SIGNING_KEY.public_key(), as_dict=True)

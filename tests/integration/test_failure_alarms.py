@@ -44,7 +44,16 @@ from alarm_testing import (
     stack_refs,
     template_resource,
 )
-from aws_testing import ACCOUNT, BUCKET, REGION, TABLE, TENANT, FakeLambdaContext
+from aws_testing import (
+    ACCOUNT,
+    BUCKET,
+    REGION,
+    TABLE,
+    TENANT,
+    FakeLambdaContext,
+    held_key,
+    signed_with_held_key,
+)
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from opensearchpy import OpenSearch
 from test_fault_metrics import RefusingCluster
@@ -85,7 +94,7 @@ class Stack:
 
     def invoke(self, tool: str, ev: dict[str, Any]) -> dict[str, Any]:
         answer: dict[str, Any] = self.apps[tool].handler(
-            ev, FakeLambdaContext.of(f"engram-{TENANT}-{tool}")
+            signed_with_held_key(ev), FakeLambdaContext.of(f"engram-{TENANT}-{tool}")
         )
         return answer
 
@@ -115,6 +124,7 @@ def stack(cloud: Cloud) -> Stack:
     apps = {tool: load_app(tool) for tool in TOOLS}
     for app in apps.values():
         app.handler.engine = engine
+        app.handler.invocation_key = held_key()  # the faults here are the engine's calls'
         app.handler.use_gate(None)
     topic = cloud.session.client("sns").create_topic(Name=f"engram-{TENANT}-alarms")["TopicArn"]
     return Stack(cloud, topic, apps)
@@ -156,9 +166,12 @@ def _seed_a_body_in_s3(stack: Stack) -> str:
     seeded = load_app("capture"), load_app("request_admission")
     for app in seeded:
         app.handler.engine = seeding
-    captured = value_of("capture", seeded[0].handler(event("capture"), FakeLambdaContext()))
+        app.handler.invocation_key = held_key()
+    sent = signed_with_held_key(event("capture"))
+    captured = value_of("capture", seeded[0].handler(sent, FakeLambdaContext()))
     admitted = seeded[1].handler(
-        event("request_admission", candidate_id=captured["candidate_id"]), FakeLambdaContext()
+        signed_with_held_key(event("request_admission", candidate_id=captured["candidate_id"])),
+        FakeLambdaContext(),
     )
     record_id: str = value_of("request_admission", admitted)["outcome"]["record_id"]
     assert clients["s3"].list_objects_v2(Bucket=BUCKET)["KeyCount"] > 0
@@ -171,8 +184,9 @@ def _s3(stack: Stack, record_id: str) -> dict[str, Any]:
 
 def _secrets_manager(stack: Stack) -> None:
     cold = load_app("search")  # a cold start reads the cursor secret
+    cold.handler.invocation_key = held_key()
     with pytest.raises(ConfigurationError, match="ENGRAM_CURSOR_SECRET_ARN"):
-        cold.handler(event("search"), FakeLambdaContext())
+        cold.handler(signed_with_held_key(event("search")), FakeLambdaContext())
 
 
 def _step_functions(stack: Stack, candidate_id: str) -> dict[str, Any]:
@@ -194,7 +208,9 @@ def _lambda(stack: Stack) -> None:
             "ENGRAM_REQUEST_STATE_SECRET_ARN": state,
             "ENGRAM_TENANT_ID": TENANT,
             "ENGRAM_TABLE": TABLE,
+            "ENGRAM_INVOCATION_KEY_ARN": stack.cloud.env["ENGRAM_INVOCATION_KEY_ARN"],
         },
+        invocation_key=held_key(),  # the refused call here is the Lambda invoke
         jwks=TokenIssuer(
             Ed25519PrivateKey.generate(),
             issuer="https://issuer.example.com",

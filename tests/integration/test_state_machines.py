@@ -617,3 +617,22 @@ def test_a_new_request_is_announced_once_without_the_memorys_text(stack: Stack) 
     body = notice["Message"]
     assert needed["approval_url"] in body and PRINCIPAL in body and record_id in body
     assert "red binder" not in body and "recovery phrase" not in body
+
+
+def test_a_decline_in_the_clients_form_ends_the_run_at_once(stack: Stack) -> None:
+    """The adapter hands the function a decline of the form (signed, with the call's
+    arguments): the function spends the question and ends the run (``ApprovalDeclined``)
+    instead of leaving it to wait out its 300 s; the retry is gate_failed, nothing forgotten."""
+    record_id = _record(stack, "Badge readers are re-keyed after every office move.")
+    forget = event("forget", record_id=record_id, idempotency_key="forget-form-decline")
+    asked = stack.invoke("forget", forget)
+    approval = carried_approval(asked, approved_ago_ms=0, now_ms=stack.clock.now_ms())
+
+    declined = stack.invoke("forget", {**forget, "approval": approval, "declined": True})
+    done = stack.wait_done("forget", timeout_s=20.0)
+
+    assert declined["error"]["code"] == "gate_failed"
+    assert done["status"] == "SUCCEEDED"  # ended now, not after the 300 s wait
+    assert json.loads(done["output"])["outcome"] == "not_approved"
+    assert stack.invoke("get", event("get", record_id=record_id))["ok"] is True
+    assert "commit_transition" not in stack.lam.steps

@@ -165,6 +165,33 @@ class ExecutionGate:
         except StoreUnavailable:
             return envelope  # a replay is a truthful answer; only the first-report mark is lost
 
+    def decline(self, engine: Engine, invocation: ToolInvocation, ctx: TrustedContext) -> None:
+        """The person declined in the client's form: end the run now (``SendTaskFailure``,
+        ``ApprovalDeclined``) rather than let it wait out its 300 s. Single use like an
+        approval: a run answered meanwhile (on the page) keeps that answer. Best effort: the
+        decline itself is already spent in the store (``Engine.decline``)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        arguments = invocation.arguments
+        if not isinstance(arguments, dict) or not isinstance(arguments.get("idempotency_key"), str):
+            return
+        try:
+            parked = self.approvals.for_execution(
+                execution_name(invocation.tool, self._key(invocation, ctx))
+            )
+            if parked is None or parked.used:
+                return
+            taken = self.approvals.take(parked.approval_id, engine.clock.now_ms())
+            if taken is None or taken.task_token is None:
+                return
+            self.sfn.send_task_failure(
+                taskToken=taken.task_token,
+                error="ApprovalDeclined",
+                cause="The human declined the operation.",
+            )
+        except (StoreUnavailable, ClientError, BotoCoreError):
+            log.warning("a declined run could not be ended: it waits out its 300 s")
+
     # -- steps ------------------------------------------------------------------------------------
 
     @staticmethod

@@ -263,9 +263,11 @@ class ToolHandler(EngineHandler):
             return self._refuse(engine, UnknownTool(), "wrong_function", ctx.audit_id, ctx)
         ctx = _bounded_by_lambda(ctx, engine.clock, context)
         carried = invocation.approval
-        if invocation.declined and carried is not None:
-            return engine.decline(self.tool, ctx, carried)
         gate = self._gate()
+        if invocation.declined and carried is not None:
+            if gate is not None:  # the decline ends the run it answers (signed: the adapter's)
+                gate.decline(engine, invocation, ctx)
+            return engine.decline(self.tool, ctx, carried)
         if gate is not None or not self._attested(invocation):
             carried = None  # a gated tool's run verifies the answer; here only an attested one
         try:
