@@ -215,7 +215,12 @@ class HttpService:
 
     def audited(self, audit_id: str) -> dict[str, Any]:
         """The audit line of the call ``audit_id`` (as ``engram-memory admin audit`` reads it)."""
-        return audit_entry(self.data_dir, audit_id)
+        (entry,) = audit_entries(self.data_dir, {audit_id}).values()
+        return entry
+
+    def audit_of(self, audit_ids: set[str]) -> dict[str, dict[str, Any]]:
+        """The audit lines of the calls ``audit_ids``, by id, in one read of the log."""
+        return audit_entries(self.data_dir, audit_ids)
 
     @property
     def url(self) -> str:
@@ -426,12 +431,16 @@ def error_code(result: types.CallToolResult) -> str:
     return code
 
 
-def audit_entry(data_dir: Path, audit_id: str) -> dict[str, Any]:
-    """The one audit line of the call ``audit_id`` in ``data_dir``'s audit log."""
-    lines = audit_lines(data_dir / AUDIT_FILE)
-    (entry,) = [e for e in map(json.loads, filter(str.strip, lines)) if e["audit_id"] == audit_id]
-    assert isinstance(entry, dict)
-    return entry
+def audit_entries(data_dir: Path, audit_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The audit lines of the calls ``audit_ids`` in ``data_dir``'s audit log, by id (each
+    call writes exactly one)."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in audit_lines(data_dir / AUDIT_FILE):
+        if line.strip() and (entry := json.loads(line))["audit_id"] in audit_ids:
+            assert entry["audit_id"] not in found, entry
+            found[entry["audit_id"]] = entry
+    assert set(found) == audit_ids
+    return found
 
 
 def without_audit_id(env: dict[str, Any]) -> dict[str, Any]:
