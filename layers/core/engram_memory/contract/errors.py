@@ -249,9 +249,10 @@ UNKNOWN_TOOL: Final = "Unknown tool"
 class RefusalReason(StrEnum):
     """Why a call was refused with ``-32603``: its JSON-RPC error's ``data.reason``.
 
-    A closed set (docs/contract.md §1.1); each value names something the caller, its human or the
-    host's operator can act on, and none says anything about another tenant (a token bound to
-    any tenant but the host's is ``tenant_mismatch``, whether that tenant exists or not):
+    A closed set (docs/contract.md §1, "Protocol errors"); each value names something the caller,
+    its human or the host's operator can act on, and none says anything about another tenant (a
+    token bound to any tenant but the host's is ``tenant_mismatch``, whether that tenant exists
+    or not):
 
     - ``missing_token``: no bearer token reached the server (stdio: ``ENGRAM_TOKEN`` unset);
     - ``invalid_token``: malformed, badly signed, not for this service, not yet valid, or its
