@@ -84,6 +84,14 @@ def test_every_invalid_input_to_every_tool_answers_its_codes_one_message(
             },
             {"reason": "no_elicitation", "approval_id": "apr_1"},
         ),
+        (
+            {"reason": "no_elicitation", "page": "/srv/approvals/apr_1"},
+            {"reason": "no_elicitation"},
+        ),
+        (
+            {"reason": "no_elicitation", "page": "https://m.example.com/approvals/apr_1"},
+            {"reason": "no_elicitation", "page": "https://m.example.com/approvals/apr_1"},
+        ),
     ],
 )
 def test_a_functions_refusal_reaches_the_client_with_the_constant_message_and_checked_data(

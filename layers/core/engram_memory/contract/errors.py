@@ -343,8 +343,9 @@ class NoConfirmationChannel(TrustedContextUnavailable):
 
 def refusal_of_data(data: object) -> TrustedContextUnavailable:
     """The ``-32603`` a ``data`` object from another process stands for (the cloud's tool
-    function answers one to its adapter): only the closed keys and reasons, strings only, and
-    ``approve_with`` without a path; anything else is ``internal_error``."""
+    function answers one to its adapter): only the closed keys and reasons, strings only,
+    ``approve_with`` without a path and ``page`` an https or http URL; a reason outside the set
+    is ``internal_error``."""
     if not isinstance(data, Mapping):
         return TrustedContextUnavailable(RefusalReason.INTERNAL_ERROR)
     try:
@@ -357,6 +358,8 @@ def refusal_of_data(data: object) -> TrustedContextUnavailable:
     shown = {key: value for key, value in hints.items() if isinstance(value, str)}
     if "/" in shown.get("approve_with", ""):
         shown.pop("approve_with")
+    if not shown.get("page", "https://").startswith(("https://", "http://")):
+        shown.pop("page")
     return NoConfirmationChannel(**shown)
 
 
