@@ -36,10 +36,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 from unittest import mock
+
+from engram_memory.cloud.proofs import FixedMacKey, KmsMacKey, MacKey, invocation_mac
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS = ROOT / "functions"
@@ -115,6 +118,14 @@ TAGS = tuple(
         "zephyr",
     ]
 )
+
+
+def _signed(key: MacKey, event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with the adapter's MAC under ``key`` (outside the handler's timing)."""
+    from engram_memory.cloud.wire import ToolInvocation
+
+    sent = ToolInvocation.model_validate(event).to_event()
+    return {**sent, "proof": invocation_mac(key, sent)}
 
 
 def _text(n: int) -> str:
@@ -237,14 +248,19 @@ class _WarmTools:
     and what their calls need: record ids to get, captured candidates to admit, a serial number
     for idempotency keys."""
 
-    def __init__(self, invoke: Callable[[str, dict[str, Any]], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        invoke: Callable[[str, dict[str, Any]], dict[str, Any]],
+        sign: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> None:
         self.invoke = invoke
+        self.sign = sign  # the adapter's MAC of each event (cloud/proofs.py): the tools check it
         self.record_ids: list[str] = []
         self.pending: list[tuple[str, int]] = []
         self.serial = iter(range(10**9))
 
     def call(self, tool: str, event: dict[str, Any]) -> dict[str, Any]:
-        answer = self.invoke(tool, event)
+        answer = self.invoke(tool, self.sign(event))
         if not answer.get("ok") and "confirmation_required" not in answer:
             raise RuntimeError(f"{tool} answered {answer.get('error')}")
         return answer
@@ -353,8 +369,12 @@ def profile(records: int, calls: int) -> list[ToolProfile]:
             lexical_index=tenant["index"],
         )
         apps = {tool: _load_app(tool) for tool in TOOLS}
+        # the adapter's signature with a key held here: what is profiled is the tools' work
+        # (the built bench, --built, checks it with KMS as deployed)
+        key = FixedMacKey(b"lambda-warm-invocation-key-0123456789abcdef")
         for app in apps.values():
             app.handler.engine = engine
+            app.handler.invocation_key = key
 
         def invoke(tool: str, event: dict[str, Any]) -> dict[str, Any]:
             answer: dict[str, Any] = apps[tool].handler(
@@ -362,7 +382,7 @@ def profile(records: int, calls: int) -> list[ToolProfile]:
             )
             return answer
 
-        tools = _WarmTools(invoke)
+        tools = _WarmTools(invoke, partial(_signed, key))
         tools.seed(records)
         steps = tools.steps()
         for tool in TOOLS:  # one warm-up call each: lazily built clients and caches
@@ -502,7 +522,9 @@ def profile_built(
         if not harness.start_workers():
             raise RuntimeError(f"the functions of {build} do not start on {python312}")
         functions = _BuiltFunctions(harness)
-        tools = _WarmTools(functions.invoke)
+        kms = harness.session.client("kms", endpoint_url=harness.moto_url)
+        key = KmsMacKey(kms, harness.stack.refs["InvocationKey.Arn"])  # as the adapter signs
+        tools = _WarmTools(functions.invoke, partial(_signed, key))
         tools.seed(records)
         admitted = len(tools.record_ids)
         steps = tools.steps()

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 from aws_testing import BUCKET, KEY_TABLE, REGION, TABLE
 
 from engram_memory.cloud.approval_page import ApprovalHandler, StoredMemories
+from engram_memory.cloud.proofs import FixedMacKey, MacKey
 
 BASE_URL: Final = "https://memory.example.com"
 CLIENT_ID: Final = "engram-approvals"
@@ -34,7 +35,10 @@ APPROVAL_ENV: Final = {
     "ENGRAM_KEY_TABLE": KEY_TABLE,
     "ENGRAM_DATA_KEY_ARN": "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000",
     "ENGRAM_APPROVAL_SESSION_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:123456789012:secret:x",
+    "ENGRAM_APPROVAL_PROOF_KEY_ARN": "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-0000000000aa",
 }
+# The approval proof key (a KMS HMAC key in the stack): only the page makes proofs with it.
+PROOF_KEY: Final = FixedMacKey(b"approval-proof-key-for-tests-0123456789")
 CSRF_RE: Final = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 
 
@@ -64,6 +68,7 @@ def approval_page(
     now_ms: Callable[[], int] | None = None,
     env: Mapping[str, str] = APPROVAL_ENV,
     data_key_arn: str | None = None,
+    proof_key: MacKey = PROOF_KEY,
 ) -> ApprovalHandler:
     """The approval function's handler over moto (``clients``: dynamodb, s3 and kms, and the
     stack's ``data_key_arn``, for the memory shown; without them the page shows none)."""
@@ -74,6 +79,7 @@ def approval_page(
     handler.approvals = approvals
     handler.sfn = sfn
     handler.session_key = SESSION_KEY
+    handler.proof_key = proof_key
     handler.fetch = _unreachable
     handler.keys = lambda kid: None
     handler.memories = (

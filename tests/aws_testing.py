@@ -253,6 +253,7 @@ def tenant_resources(
     secret_arn = clients["secretsmanager"].create_secret(
         Name="engram-dev-cursor", SecretString="c" * 64
     )["ARN"]
+    invocation_key, proof_key = (hmac_key(clients["kms"], name) for name in ("invocation", "proof"))
     env = {
         "AWS_REGION": REGION,
         "ENGRAM_TABLE": TABLE,
@@ -265,8 +266,39 @@ def tenant_resources(
         "ENGRAM_ADMISSION_MODE": "auto",
         "ENGRAM_RETENTION_CEILING_S": "2592000",
         "ENGRAM_CURSOR_SECRET_ARN": secret_arn,
+        "ENGRAM_INVOCATION_KEY_ARN": invocation_key,
+        "ENGRAM_APPROVAL_PROOF_KEY_ARN": proof_key,
     }
     return clients, env
+
+
+def hmac_key(kms: Any, name: str) -> str:
+    """A KMS HMAC key on moto (the template's ``AWS::KMS::Key`` with ``KeySpec: HMAC_256``)."""
+    metadata = kms.create_key(
+        Description=f"engram dev {name} key", KeySpec="HMAC_256", KeyUsage="GENERATE_VERIFY_MAC"
+    )["KeyMetadata"]
+    return str(metadata["Arn"])
+
+
+def signed(event: Any, env: dict[str, str], kms: Any) -> Any:
+    """``event`` as the MCP adapter sends it: with its MAC under the invocation key (and the
+    attestation of a form answer it carries), ``cloud.proofs``."""
+    from engram_memory.cloud.proofs import KmsMacKey, attest_form, invocation_mac
+    from engram_memory.engine.gate import Approval
+
+    if not isinstance(event, dict):
+        return event
+    from engram_memory.cloud.wire import ToolInvocation
+
+    key = KmsMacKey(kms, env["ENGRAM_INVOCATION_KEY_ARN"])
+    event = {k: v for k, v in event.items() if k not in ("proof", "approval_mac")}
+    with suppress(ValueError):  # what the adapter signs: the event as the model writes it
+        event = ToolInvocation.model_validate(event).to_event()
+    if isinstance(event.get("approval"), dict) and not event.get("declined"):
+        with suppress(ValueError):  # a malformed approval: the function refuses the event
+            event["approval_mac"] = attest_form(key, Approval.model_validate(event["approval"]))
+    event["proof"] = invocation_mac(key, event)
+    return event
 
 
 _SESSION: list[boto3.session.Session] = []

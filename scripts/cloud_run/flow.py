@@ -11,6 +11,7 @@ from typing import Any
 
 from .approval import approve_the_link
 from .edges import edges
+from .forgeries import forgeries
 from .harness import Harness
 from .mcp import (
     CLASSIC,
@@ -50,6 +51,7 @@ def flow(h: Harness) -> None:
     forget_in_form_mode(h)
     drain(h, "the forgets' projection drops")
     edges(h, search_args)
+    forgeries(h)
     rotate_session_secret(h)
     scan_for_tokens(h)
     check_the_services(h)

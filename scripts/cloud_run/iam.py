@@ -602,6 +602,8 @@ def kms(call: Call, world: World) -> Iterator[Found]:
     }
     if key_id.startswith("alias/"):
         context["kms:RequestAlias"] = key_id
+    if p.get("MacAlgorithm"):
+        context["kms:MacAlgorithm"] = str(p["MacAlgorithm"])
     if call.operation in (
         "GetKeyRotationStatus",
         "RotateKeyOnDemand",
@@ -743,7 +745,14 @@ def es(call: Call, world: World) -> Iterator[Found]:
     )
 
 
+def sns(call: Call, world: World) -> Iterator[Found]:
+    if call.operation != "Publish":
+        raise Unmodelled(f"sns:{call.operation}")
+    yield "sns:Publish", str(call.params["TopicArn"]), {}, ""
+
+
 TRANSLATORS: Final = {
+    "sns": sns,
     "dynamodb": dynamodb,
     "kms": kms,
     "s3": s3,

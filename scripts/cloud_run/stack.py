@@ -170,8 +170,14 @@ class Stack:
             self.refs[name] = bucket
             self.refs[f"{name}.Arn"] = f"arn:aws:s3:::{bucket}"
         for name in self.of_type("AWS::KMS::Key"):
-            meta = client("kms").create_key(Description=name)["KeyMetadata"]
+            props = self.resource(name)["Properties"]
+            spec = {k: props[k] for k in ("KeySpec", "KeyUsage") if k in props}  # HMAC keys
+            meta = client("kms").create_key(Description=name, **spec)["KeyMetadata"]
             self.refs[name], self.refs[f"{name}.Arn"] = meta["KeyId"], meta["Arn"]
+        for name in self.of_type("AWS::SNS::Topic"):
+            topic_name = self.resolve(self.resource(name)["Properties"].get("TopicName"))
+            created = client("sns").create_topic(Name=topic_name or f"engram-{TENANT}-{name}")
+            self.refs[name] = created["TopicArn"]
         for name in self.of_type("AWS::SecretsManager::Secret"):
             spec = self.resource(name)["Properties"].get("GenerateSecretString", {})
             value = secrets.token_urlsafe(96)[: int(spec.get("PasswordLength", 64))]

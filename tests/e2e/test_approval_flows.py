@@ -244,3 +244,37 @@ async def test_a_client_that_cannot_ask_is_told_the_terminal_command_which_then_
         answer_from_terminal(http_service, approval_id, "approve")
         forgotten = ok_value(await agent.client.call_tool(FORGET, arguments))
         assert forgotten["receipt"]["to_state"] == "tombstoned"
+
+
+async def test_a_host_that_requires_the_page_never_takes_the_clients_form(
+    http_service: HttpService,
+) -> None:
+    """``approval_page_required`` (host.json): a client that could answer a form (it declares
+    form and URL) gets the page's link instead; the form is never shown, and the person who
+    answers on the page (with the terminal's code) is the one whose answer commits."""
+    runtime = http_service.server.surface.runtime
+    host = runtime.host
+    runtime.host = host.model_copy(update={"approval_page_required": True})
+    forms: list[Any] = []
+
+    async def form_answerer(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        forms.append(params)
+        return types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    try:
+        _, token = http_service.tokens.fresh()
+        async with http_client(http_service.url, token, LEGACY, human=Human()) as client:
+            record_id = await Agent(client).remember(NOTE)
+        async with http_client(http_service.url, token, LEGACY, human=form_answerer) as client:
+            agent = Agent(client)
+            call = partial(agent.forget, record_id, new_key("forget"))
+            link = await link_of(call)
+            assert forms == []  # the client's form was never used
+            code = terminal_code(http_service, approval_id_of(link))
+            assert await answer_on_page(link, "approve", code) == 200
+            forgotten = ok_value(await call())
+        assert forgotten["receipt"]["to_state"] == "tombstoned"
+    finally:
+        runtime.host = host

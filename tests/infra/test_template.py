@@ -899,6 +899,8 @@ def test_search_and_get_open_no_candidate_and_write_nothing(function: str) -> No
     for action, targets, statement in grants(function):
         if "EngramDataKey" in targets:  # only scope keys of sealed record bodies
             assert (action, _key_class(statement)) == ("kms:Decrypt", "record-scope")
+        elif "InvocationKey" in targets:  # the adapter's signature of the call, checked
+            assert (action, targets) == ("kms:VerifyMac", {"InvocationKey"})
         elif action.startswith("kms:"):
             assert targets == {"EngramTableKey"}
             assert "kms:ViaService" in statement["Condition"]["StringEquals"]
@@ -1064,6 +1066,8 @@ def test_the_approval_function_answers_approvals_and_reads_only_what_the_page_sh
     for action, targets, statement in grants("ApprovalFunction"):
         if "EngramDataKey" in targets:  # a forget's record body: its scope key, never a candidate
             assert (action, _key_class(statement)) == ("kms:Decrypt", "record-scope")
+        elif "ApprovalProofKey" in targets:  # the proof of a person's approval, made here only
+            assert (action, targets) == ("kms:GenerateMac", {"ApprovalProofKey"})
         elif action.startswith("kms:"):
             assert targets == {"EngramTableKey"}
             assert "kms:ViaService" in statement["Condition"]["StringEquals"]
@@ -1592,7 +1596,7 @@ def test_reserved_concurrency_is_a_parameter_where_zero_or_empty_means_unreserve
 
 
 def test_the_alarm_email_subscription_is_optional() -> None:
-    (subscription,) = resources("AWS::SNS::Subscription").values()
+    subscription = resources("AWS::SNS::Subscription")["AlarmEmailSubscription"]
     assert template()["Conditions"][subscription["Condition"]] == {
         "Fn::And": [
             {"Condition": "CreateAlarmTopic"},
@@ -1667,3 +1671,72 @@ def test_deploys_hand_cloudformation_the_deploy_role_and_name_a_client_id(env: s
     # the approval page's client id at the issuer (an ID token's aud), not a URL
     assert not values["ApprovalAudience"].startswith(("https://", "http://"))
     assert values["ApprovalAudience"] != values["Audience"]
+
+
+# --------------------------------------------------------------------------------------------
+# Proofs (cloud/proofs.py): who may make them, who checks them
+# --------------------------------------------------------------------------------------------
+
+PROOF_KEYS = {
+    # key: (the one role that may GenerateMac, the roles that may VerifyMac)
+    "ApprovalProofKey": ({"ApprovalFunction"}, {"WorkflowStepFunction"}),
+    "InvocationKey": (
+        {"McpAdapterFunction"},
+        {
+            "SearchFunction",
+            "GetFunction",
+            "CaptureFunction",
+            "RequestAdmissionFunction",
+            "WithdrawFunction",
+            "ForgetFunction",
+            "WorkflowStepFunction",
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("key", sorted(PROOF_KEYS))
+def test_each_proof_key_is_made_by_one_role_and_checked_by_those_that_act_on_it(key: str) -> None:
+    makers, checkers = PROOF_KEYS[key]
+    assert props(key)["KeySpec"] == "HMAC_256"
+    assert props(key)["KeyUsage"] == "GENERATE_VERIFY_MAC"
+    functions = sorted(resources("AWS::Serverless::Function"))
+    made_by = {f for f in functions if allows(f, "kms:GenerateMac", key)}
+    checked_by = {f for f in functions if allows(f, "kms:VerifyMac", key)}
+    assert (made_by, checked_by) == (makers, checkers)
+    # the key policy names the same roles, for the same actions, and nothing else may use it
+    used = {
+        (action, principal)
+        for action, principals, _ in key_policy_grants(key)
+        for principal in principals
+        if action in ("kms:GenerateMac", "kms:VerifyMac")
+    }
+    assert used == {("kms:GenerateMac", role_of(f)) for f in makers} | {
+        ("kms:VerifyMac", role_of(f)) for f in checkers
+    }
+    for action, _, statement in key_policy_grants(key):
+        if action.startswith("kms:") and "Mac" in action:
+            assert statement["Condition"]["StringEquals"]["kms:MacAlgorithm"] == "HMAC_SHA_256"
+    # no role policy anywhere grants a MAC action on "*"
+    for function in functions:
+        for action, targets, _ in grants(function):
+            assert not ("Mac" in action and "*" in targets), (function, action)
+
+
+def test_every_function_is_told_its_proof_keys_and_whether_the_page_is_required() -> None:
+    variables = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert variables["ENGRAM_INVOCATION_KEY_ARN"] == {"Fn::GetAtt": ["InvocationKey", "Arn"]}
+    assert variables["ENGRAM_APPROVAL_PROOF_KEY_ARN"] == {"Fn::GetAtt": ["ApprovalProofKey", "Arn"]}
+    assert variables["ENGRAM_APPROVAL_PAGE_REQUIRED"] == {"Ref": "RequireApprovalPage"}
+    assert template()["Parameters"]["RequireApprovalPage"]["Default"] == "false"
+
+
+def test_approval_requests_are_announced_by_the_functions_that_start_them() -> None:
+    functions = sorted(resources("AWS::Serverless::Function"))
+    publishers = {f for f in functions if allows(f, "sns:Publish", "ApprovalRequestTopic")}
+    assert publishers == {"WithdrawFunction", "ForgetFunction"}
+    topic = props("ApprovalRequestTopic")
+    assert topic["KmsMasterKeyId"] == "alias/aws/sns"
+    subscription = resources("AWS::SNS::Subscription")["ApprovalRequestEmailSubscription"]
+    assert subscription["Condition"] == "HasApprovalEmail"
+    assert ref_target(subscription["Properties"]["TopicArn"]) == "ApprovalRequestTopic"

@@ -16,7 +16,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 import pytest
-from approval_testing import APPROVAL_ENV, BASE_URL, CLIENT_ID, RESOURCE, PageContext, outcome
+from approval_testing import (
+    APPROVAL_ENV,
+    BASE_URL,
+    CLIENT_ID,
+    PROOF_KEY,
+    RESOURCE,
+    PageContext,
+    outcome,
+)
 from approval_testing import page_event as event
 from bs4 import BeautifulSoup, Tag
 
@@ -85,6 +93,7 @@ class Page:
 def page(provider: LocalOidcProvider, tls: tuple[Path, Path]) -> Page:
     trust = ssl.create_default_context(cafile=str(tls[0]))
     handler = ApprovalHandler(env={**APPROVAL_ENV, "ENGRAM_ISSUER": provider.issuer})
+    handler.proof_key = PROOF_KEY
     now = int(time.time() * 1000)
     handler.approvals = Approvals(  # type: ignore[assignment]
         ParkedApproval(
@@ -220,6 +229,7 @@ def test_malformed_ids_and_an_unreachable_issuer_are_pages(page: Page) -> None:
     handler = ApprovalHandler(env=down_issuer)
     handler.approvals, handler.sfn = page.handler.approvals, page.sfn
     handler.memories, handler.session_key = page.handler.memories, b"k" * 32
+    handler.proof_key = PROOF_KEY
     handler.fetch = https_fetch(page.trust)
     down = handler(event(APPROVAL_ID), PageContext())
     assert down["statusCode"] == 503 and outcome(down) == "unavailable"

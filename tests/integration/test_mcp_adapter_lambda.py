@@ -102,7 +102,9 @@ def adapter(cloud: Cloud) -> Adapter:
     return adapter_over(cloud, warm_apps(cloud))
 
 
-def adapter_over(cloud: Cloud, apps: dict[str, Any], clock: Any = None) -> Adapter:
+def adapter_over(
+    cloud: Cloud, apps: dict[str, Any], clock: Any = None, **variables: str
+) -> Adapter:
     """The MCP adapter Lambda in front of the tool functions ``apps`` (invoked in process)."""
     lam = FakeLambdaClient(apps)
     key = Ed25519PrivateKey.generate()
@@ -120,6 +122,8 @@ def adapter_over(cloud: Cloud, apps: dict[str, Any], clock: Any = None) -> Adapt
         "ENGRAM_REQUEST_STATE_SECRET_ARN": secret_arn,
         "ENGRAM_TENANT_ID": TENANT,
         "ENGRAM_TABLE": TABLE,
+        "ENGRAM_INVOCATION_KEY_ARN": cloud.env["ENGRAM_INVOCATION_KEY_ARN"],
+        **variables,
     }
     builds: list[int] = []
 
@@ -364,6 +368,39 @@ def test_a_forget_is_confirmed_through_the_adapter_and_the_approval_reaches_the_
     # The record is tombstoned: the state check comes before any confirmation (CONTRACT §12), and
     # the request state is claimed only by an operation it binds, so it never authorizes this one.
     assert replay["structuredContent"]["error"]["code"] == "ALREADY_TERMINAL"
+
+
+def test_a_host_that_requires_the_page_never_asks_the_clients_form(cloud: Cloud) -> None:
+    """``RequireApprovalPage``: a client that offers only a form is not asked (-32603, the
+    approval not taken from it); nothing is forgotten."""
+    adapter = adapter_over(cloud, warm_apps(cloud), ENGRAM_APPROVAL_PAGE_REQUIRED="true")
+    record_id, forget = remembered_then_forget(
+        adapter, "Only the page may approve forgetting this.", "adapter-page"
+    )
+    event: dict[str, Any] = json.loads((EVENTS / "mcp_adapter_tools_call.json").read_text())
+    event["headers"].update(
+        {
+            "authorization": f"Bearer {adapter.token()}",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/call",
+            "mcp-name": "engram_memory_forget",
+        }
+    )
+    capabilities: dict[str, Any] = {"elicitation": {"form": {}}}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    }
+    params = {"name": "engram_memory_forget", "arguments": forget, "_meta": meta}
+    event["body"] = json.dumps(
+        {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}
+    )
+    answered = json.loads(adapter.handler(event, FakeLambdaContext())["body"])
+    assert answered["error"]["code"] == -32603, answered
+    assert answered["error"]["message"] == "Trusted invocation context unavailable"
+    assert answered["error"]["data"]["reason"] == "no_elicitation"
+    got = adapter.call("get", {"record_id": record_id, "purpose_ref": "purpose:general"})
+    assert got["result"]["structuredContent"]["ok"] is True
 
 
 def test_a_declined_forget_is_gate_failed_and_the_record_stays(adapter: Adapter) -> None:

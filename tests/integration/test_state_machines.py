@@ -24,7 +24,7 @@ from unittest import mock
 
 import pytest
 from approval_testing import answer, approval_page, outcome
-from aws_testing import TABLE, FakeLambdaContext
+from aws_testing import TABLE, FakeLambdaContext, signed
 from test_mcp_adapter_lambda import adapter_over, modern_call, remembered_then_forget
 from test_tool_handlers import (
     Cloud,
@@ -39,6 +39,7 @@ from test_tool_handlers import (
 
 from engram_memory.cloud.approvals import ApprovalStore
 from engram_memory.cloud.execution_gate import ExecutionGate
+from engram_memory.cloud.proofs import KmsMacKey
 from engram_memory.engine.context import TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +100,8 @@ class Stack:
 
     def invoke(self, tool: str, ev: dict[str, Any]) -> dict[str, Any]:
         answer: dict[str, Any] = self.tools[tool].handler(
-            ev, FakeLambdaContext(remaining_ms=20_000)
+            signed(ev, self.cloud.env, self.cloud.clients["kms"]),
+            FakeLambdaContext(remaining_ms=20_000),
         )
         json.dumps(answer)
         return answer
@@ -189,6 +191,9 @@ def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sta
                 clients=cloud.clients,
                 data_key_arn=cloud.env["ENGRAM_DATA_KEY_ARN"],
                 now_ms=clock.now_ms,
+                proof_key=KmsMacKey(
+                    cloud.clients["kms"], cloud.env["ENGRAM_APPROVAL_PROOF_KEY_ARN"]
+                ),
             )
             return Stack(cloud, clock, sfn, machines, lam, tools, approval)
 
@@ -585,3 +590,30 @@ def test_a_forget_costs_one_invocation_per_request_and_one_use_case_run_to_commi
         "Engine.handle runs with an approval (commits)": 1,
     }
     assert stack.lam.steps == ["await_approval", "commit_transition", "finish_tail"]
+
+
+def test_a_new_request_is_announced_once_without_the_memorys_text(stack: Stack) -> None:
+    """Whatever the agent's client can show, the stack's approval topic tells the people
+    subscribed to it (e-mail, chat) that a request waits: the operation, who asks, the page;
+    never the memory's text. A retried call (the same run) announces nothing again."""
+    from engram_memory.cloud.approvals import ApprovalTopic
+
+    sns, sqs = stack.cloud.session.client("sns"), stack.cloud.session.client("sqs")
+    topic = sns.create_topic(Name="engram-dev-approval-requests")["TopicArn"]
+    queue = sqs.create_queue(QueueName="approver-inbox")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn["Attributes"]["QueueArn"])
+    stack.tools["forget"].handler.gate.topic = ApprovalTopic(sns, topic)
+    text = "The vault recovery phrase lives in the red binder."
+    record_id = _record(stack, text)
+    forget = event("forget", record_id=record_id, idempotency_key="forget-announce-01")
+
+    needed = stack.invoke("forget", forget)["confirmation_required"]
+    stack.invoke("forget", {**forget, "audit_id": event("get")["audit_id"]})  # the agent retries
+
+    messages = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=10)["Messages"]
+    (notice,) = [json.loads(m["Body"]) for m in messages]
+    assert notice["Subject"] == "Engram Memory: approve a forget?"
+    body = notice["Message"]
+    assert needed["approval_url"] in body and PRINCIPAL in body and record_id in body
+    assert "red binder" not in body and "recovery phrase" not in body

@@ -32,6 +32,7 @@ from aws_testing import (
     FakeLambdaContext,
     MemoryLexicalIndex,
     moto_aws,
+    signed,
     tenant_resources,
 )
 from pydantic import TypeAdapter, ValidationError
@@ -182,9 +183,13 @@ def invoke(cloud: Cloud) -> Invoke:
     """Call a tool function's handler over one shared engine (as six warm containers would)."""
     apps = warm_apps(cloud)
 
-    def call(function: str, event: Any, **context: Any) -> dict[str, Any]:
+    def call(
+        function: str, event: Any, *, unsigned: bool = False, **context: Any
+    ) -> dict[str, Any]:
+        """``unsigned``: the event as someone other than the adapter would send it."""
+        sent = event if unsigned else signed(event, cloud.env, cloud.clients["kms"])
         result: dict[str, Any] = apps[function].handler(
-            event, FakeLambdaContext(function_name=f"engram-memory-dev-{function}", **context)
+            sent, FakeLambdaContext(function_name=f"engram-memory-dev-{function}", **context)
         )
         json.dumps(result)  # what Lambda sends back must serialize
         return result
@@ -225,6 +230,11 @@ def event(tool: str, **arguments: Any) -> dict[str, Any]:
     loaded["audit_id"] = new_audit_id()
     loaded["arguments"].update(arguments)
     return loaded
+
+
+def sign(cloud: Cloud, ev: Any) -> Any:
+    """``ev`` signed as the adapter signs what it sends (``aws_testing.signed``)."""
+    return signed(ev, cloud.env, cloud.clients["kms"])
 
 
 def value_of(tool: str, envelope: dict[str, Any]) -> dict[str, Any]:
@@ -355,7 +365,7 @@ def test_a_tool_function_never_asks_a_human_itself(cloud: Cloud) -> None:
         app.handler.use_gate(None)  # withdraw/forget commit in the function (no state machine)
 
     def invoke(tool: str, ev: dict[str, Any]) -> dict[str, Any]:
-        answer: dict[str, Any] = apps[tool].handler(ev, FakeLambdaContext())
+        answer: dict[str, Any] = apps[tool].handler(sign(cloud, ev), FakeLambdaContext())
         return answer
 
     _, record_id = remember(invoke, "Tag every release with its changelog.", "n" * 16)
@@ -383,7 +393,7 @@ def test_a_cold_start_wires_the_engine_from_the_environment(cloud: Cloud) -> Non
     app = load_app("capture")
     assert app.handler.engine is None
 
-    answer = app.handler(event("capture"), FakeLambdaContext())
+    answer = app.handler(sign(cloud, event("capture")), FakeLambdaContext())
 
     assert value_of("capture", answer)["status"] == "committed_pending"
     assert app.handler.engine is not None
@@ -755,7 +765,7 @@ def test_a_gate_without_its_variables_is_a_configuration_error(
     app.handler.engine = cloud.engine()
     app.handler._env = env
     with pytest.raises(ConfigurationError, match=name):
-        app.handler(event("forget"), FakeLambdaContext())
+        app.handler(sign(cloud, event("forget")), FakeLambdaContext())
 
 
 def test_only_withdraw_and_forget_have_a_gate(cloud: Cloud) -> None:
@@ -789,9 +799,12 @@ def test_manual_admission_mode_holds_candidates_for_an_operator(cloud: Cloud) ->
     capture = load_app("capture")
     capture.handler.engine = app.handler.engine = cloud.engine()
 
-    captured = value_of("capture", capture.handler(event("capture"), FakeLambdaContext()))
+    captured = value_of(
+        "capture", capture.handler(sign(cloud, event("capture")), FakeLambdaContext())
+    )
     answer = app.handler(
-        event("request_admission", candidate_id=captured["candidate_id"]), FakeLambdaContext()
+        sign(cloud, event("request_admission", candidate_id=captured["candidate_id"])),
+        FakeLambdaContext(),
     )
 
     assert value_of("request_admission", answer)["outcome"]["status"] == "pending_adjudication"
@@ -808,7 +821,7 @@ def test_the_semantic_channel_is_opt_in_in_the_cloud(cloud: Cloud) -> None:
         app.handler.engine = semantic
 
     def invoke(tool: str, ev: dict[str, Any]) -> dict[str, Any]:
-        answer: dict[str, Any] = apps[tool].handler(ev, FakeLambdaContext())
+        answer: dict[str, Any] = apps[tool].handler(sign(cloud, ev), FakeLambdaContext())
         return answer
 
     _, record_id = remember(invoke, "The espresso machine is descaled every month.", "s" * 16)
@@ -862,3 +875,63 @@ def test_the_cloud_semantic_channel_loads_the_configured_model_directory(
         cloud.engine(env=env)
     with pytest.raises(ConfigurationError, match="needs ENGRAM_SEMANTIC=local"):
         cloud.engine(env={**env, "ENGRAM_SEMANTIC": "off"})
+
+
+# --------------------------------------------------------------------------------------------
+# Only the adapter's invocations count (cloud.proofs)
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_direct_invoke_without_the_adapters_mac_is_refused_and_audited(
+    invoke: Invoke, output: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """``lambda:InvokeFunction`` on a tool function is not an identity: an event the adapter
+    did not sign (however well formed its context) is -32603, audited, and runs nothing."""
+    ev = capture_event("Written by someone who may invoke functions.", "u" * 16)
+
+    assert invoke("capture", ev, unsigned=True) == CONTEXT_UNAVAILABLE
+    lines = output()
+    audits = [line for line in lines if line.get("message") == AUDIT_MESSAGE]
+    assert [a["code"] for a in audits] == ["PROTOCOL_CONTEXT_UNAVAILABLE"]
+    assert any(line.get("reason") == "unsigned_invocation" for line in lines)
+    # the same event, signed by the adapter, is a capture
+    assert value_of("capture", invoke("capture", ev))["status"] == "committed_pending"
+
+
+def test_an_event_changed_after_the_adapter_signed_it_is_refused(cloud: Cloud) -> None:
+    app = load_app("search")
+    app.handler.engine = cloud.engine()
+    ev = sign(cloud, event("search"))
+    for change in (
+        {"principal": "someone-else"},
+        {"workspace_id": "another-workspace"},
+        {"grants": ["search", "get", "capture", "request_admission", "withdraw", "forget"]},
+    ):
+        forged = {**ev, "context": {**ev["context"], **change}}
+        assert app.handler(forged, FakeLambdaContext()) == CONTEXT_UNAVAILABLE
+    assert app.handler(ev, FakeLambdaContext())["ok"] is True
+
+
+def test_an_approval_the_adapter_did_not_attest_commits_nothing(
+    cloud: Cloud, invoke: Invoke
+) -> None:
+    """A signed call carrying an approval whose attestation is another approval's (or none) is
+    asked again: the tool commits only a form answer the adapter vouches for."""
+    _, record_id = remember(invoke, "Rotate the staging TLS certificate every 60 days.", "f" * 16)
+    ev = event("forget", record_id=record_id)
+    now = cloud.clock.now_ms()
+    first = invoke("forget", ev)
+    approval = human_approval(first, issued_at_ms=now, approved_at_ms=now)
+    other = {**approval, "approval_id": "rs_" + uuid.uuid4().hex}
+    stolen_mac = sign(cloud, {**ev, "approval": other})["approval_mac"]
+
+    carried = sign(cloud, {**ev, "approval": approval})
+    for mac in (stolen_mac, None):
+        forged = (
+            {**carried, "approval_mac": mac}
+            if mac
+            else {k: v for k, v in carried.items() if k != "approval_mac"}
+        )
+        assert set(invoke("forget", forged, unsigned=True)) == {"confirmation_required"}
+    assert invoke("get", event("get", record_id=record_id))["ok"]
+    assert invoke("forget", carried, unsigned=True)["ok"] is True  # the attested one commits

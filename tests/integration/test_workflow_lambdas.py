@@ -16,7 +16,15 @@ from typing import Any
 
 import boto3
 import pytest
-from approval_testing import PageContext, answer, approval_page, outcome, page_event, session_of
+from approval_testing import (
+    PROOF_KEY,
+    PageContext,
+    answer,
+    approval_page,
+    outcome,
+    page_event,
+    session_of,
+)
 from aws_testing import BUCKET, REGION, TABLE, FakeLambdaContext, MemoryLexicalIndex, moto_aws
 from test_tool_handlers import EVENTS, ROOT, load_app
 
@@ -26,12 +34,14 @@ from engram_memory.cloud.approval_page import ApprovalHandler
 from engram_memory.cloud.approvals import (
     ApprovalStore,
     ApprovalWindowExpired,
+    GateFailed,
     WorkflowRequest,
     execution_name,
     start_confirmed_execution,
 )
 from engram_memory.cloud.composition import build_engine
 from engram_memory.cloud.drainer import DrainerHandler
+from engram_memory.cloud.proofs import FixedMacKey, invocation_mac
 from engram_memory.cloud.settings import HostBinding
 from engram_memory.cloud.tool_handler import DeferredHandler, deferred_handler
 from engram_memory.cloud.wire import ToolInvocation
@@ -51,6 +61,15 @@ from engram_testing import FakeClock, handled, sha
 
 KEY_TABLE = "engram-keys"
 TENANT = "dev"
+INVOCATION_KEY = FixedMacKey(b"invocation-key-for-tests-0123456789abcdef")
+INVOCATION_KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-0000000000bb"
+
+
+def adapter_signed(invocation: dict[str, Any]) -> dict[str, Any]:
+    """The invocation as the adapter sends it: with its MAC (``cloud.proofs``)."""
+    event = ToolInvocation.model_validate(invocation).to_event()
+    event.pop("proof", None)
+    return {**event, "proof": invocation_mac(INVOCATION_KEY, event)}
 
 
 def load(name: str) -> dict[str, Any]:
@@ -107,6 +126,8 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             "ENGRAM_DATA_KEY_ARN": key_arn,
             "ENGRAM_TENANT_ID": TENANT,
             "ENGRAM_CURSOR_SECRET_ARN": secret["ARN"],
+            "ENGRAM_INVOCATION_KEY_ARN": INVOCATION_KEY_ARN,
+            "ENGRAM_APPROVAL_PROOF_KEY_ARN": INVOCATION_KEY_ARN,
         }
         for name, value in env.items():
             monkeypatch.setenv(name, value)
@@ -125,6 +146,8 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         workflow, sfn = load_app("workflow"), FakeSfn()
         workflow.handler.loaded().engine = engine
         workflow.handler.loaded().approvals = store
+        workflow.handler.loaded().invocation_key = INVOCATION_KEY
+        workflow.handler.loaded().proof_key = PROOF_KEY
         approval = approval_page(
             store,
             sfn,
@@ -171,6 +194,7 @@ def withdraw_events(world: World) -> dict[str, dict[str, Any]]:
     )
     assert isinstance(pending, ConfirmationNeeded)
     request["operation_digest"] = pending.request.operation_digest
+    request["invocation"] = adapter_signed(request["invocation"])
     steps = {}
     for step in ("await_approval", "commit_transition", "finish_tail"):
         steps[step] = {**load(f"workflow_{step}"), "request": request}
@@ -204,7 +228,8 @@ def approve(world: World, steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def test_a_withdraw_runs_through_the_steps(world: World) -> None:
     steps = withdraw_events(world)
     approval = approve(world, steps)
-    assert approval["approved_at_ms"] == world.clock.now_ms()
+    assert approval["approval"]["approved_at_ms"] == world.clock.now_ms()
+    assert approval["channel"] == "page" and approval["approver"] == "agent-alice"
 
     handler, ctx = world.workflow.handler, _context()
     world.clock.advance(2_000)
@@ -219,6 +244,72 @@ def test_a_withdraw_runs_through_the_steps(world: World) -> None:
         "keys": "complete",
     }
     assert world.engine.store.outbox_pending(10) == []
+
+
+def _refused(world: World, steps: dict[str, dict[str, Any]], answer: Any) -> None:
+    """Completing the wait with ``answer`` commits nothing: the run ends NotApproved."""
+    with pytest.raises(GateFailed):
+        world.workflow.handler({**steps["commit_transition"], "approval": answer}, _context())
+    candidate = steps["commit_transition"]["request"]["target"]
+    scope = Scope(TENANT, "ws-research-0001")
+    row = world.engine.store.candidate_get(scope, candidate)
+    assert row is not None and row.state == "pending"  # nothing committed
+
+
+def test_only_the_pages_proof_completes_the_wait(world: World) -> None:
+    """A stolen task token with a forged ``SendTaskSuccess`` (the bare approval, or a proof
+    made with another key), a proof for another operation or another approval, and a form
+    answer nobody attested all end the run without a commit; the page's own proof commits."""
+    steps = withdraw_events(world)
+    proof = approve(world, steps)
+    world.clock.advance(1_000)
+    forged_key = FixedMacKey(b"a key the attacker made up for itself-0123")
+    other_intent = {**proof["approval"], "operation_digest": "sha256:" + "e" * 64}
+    other_approval = {**proof["approval"], "approval_id": "apr_" + "e" * 32}
+
+    _refused(world, steps, proof["approval"])  # the former output: an approval, no proof
+    _refused(world, steps, {**proof, "mac": invocation_mac(forged_key, proof)})
+    _refused(world, steps, {**proof, "approval": other_intent})
+    _refused(world, steps, {**proof, "approval": other_approval})
+    _refused(world, steps, {**proof, "approver": "someone-else"})
+    _refused(world, steps, {**proof, "channel": "form"})  # a page proof is no form attestation
+    _refused(world, steps, {"approve": True})
+
+    committed = world.workflow.handler(
+        {**steps["commit_transition"], "approval": proof}, _context()
+    )
+    assert committed["envelope"]["ok"] is True
+
+
+def test_a_call_the_adapter_did_not_sign_never_commits_in_a_run(world: World) -> None:
+    """Someone who may start executions starts one with a context of their choosing: even
+    with a person's proof for that operation, the commit step refuses the unsigned call."""
+    steps = withdraw_events(world)
+    proof = approve(world, steps)
+    request = steps["commit_transition"]["request"]
+    forged = {**request, "invocation": {**request["invocation"], "proof": None}}
+    with pytest.raises(GateFailed):
+        world.workflow.handler(
+            {**steps["commit_transition"], "request": forged, "approval": proof}, _context()
+        )
+
+
+def test_a_host_that_requires_the_page_refuses_form_answers_in_the_run(world: World) -> None:
+    from engram_memory.cloud.proofs import attest_form, form_proof
+    from engram_memory.engine.gate import Approval
+
+    steps = withdraw_events(world)
+    proof = approve(world, steps)
+    approval = Approval.model_validate(proof["approval"])
+    attested = form_proof(approval, attest_form(INVOCATION_KEY, approval)).model_dump(mode="json")
+    handler = world.workflow.handler.loaded()
+    handler.settings = handler.settings.model_copy(update={"approval_page_required": True})
+    _refused(world, steps, attested)
+    handler.settings = handler.settings.model_copy(update={"approval_page_required": False})
+    committed = world.workflow.handler(
+        {**steps["commit_transition"], "approval": attested}, _context()
+    )
+    assert committed["envelope"]["ok"] is True
 
 
 def test_a_declined_approval_fails_the_task(world: World) -> None:
@@ -239,9 +330,9 @@ def test_a_late_approval_expires_the_window(world: World) -> None:
 
 def test_an_approval_is_answered_once(world: World) -> None:
     steps = withdraw_events(world)
-    approval = approve(world, steps)
-    assert outcome(post(world, approval["approval_id"], True)) == "answered"
-    assert outcome(post(world, approval["approval_id"], False)) == "answered"
+    approval_id = approve(world, steps)["approval"]["approval_id"]
+    assert outcome(post(world, approval_id, True)) == "answered"
+    assert outcome(post(world, approval_id, False)) == "answered"
     assert outcome(post(world, "apr_" + "f" * 32, True)) == "not_found"
     assert len(world.sfn.calls) == 1
 

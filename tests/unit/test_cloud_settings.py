@@ -34,6 +34,14 @@ ENGINE_ENV = {
     "ENGRAM_CURSOR_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:cursor",
     "ENGRAM_OPENSEARCH_ENDPOINT": "https://search-acme.eu-west-1.es.amazonaws.com",
 }
+INVOCATION_KEY = {
+    "ENGRAM_INVOCATION_KEY_ARN": "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-0000000000aa"
+}
+PROOF_KEY = {
+    "ENGRAM_APPROVAL_PROOF_KEY_ARN": "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-0000000000bb"
+}
+TOOL_ENV = {**ENGINE_ENV, **INVOCATION_KEY}
+WORKFLOW_ENV = {**TOOL_ENV, **PROOF_KEY}
 GATE_ENV = {
     "AWS_REGION": "eu-west-1",
     "ENGRAM_TABLE": "engram-acme",
@@ -50,6 +58,7 @@ ADAPTER_ENV = {
     "ENGRAM_REQUEST_STATE_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:rs",
     "ENGRAM_ALLOWED_ORIGINS": "https://app.acme.example, https://ops.acme.example",
     "ENGRAM_ALLOWED_HOSTS": "",  # blank: unset
+    **INVOCATION_KEY,
 }
 APPROVAL_ENV = {
     "AWS_REGION": "eu-west-1",
@@ -62,12 +71,13 @@ APPROVAL_ENV = {
     "ENGRAM_RESOURCE_URI": "https://memory.acme.example/mcp",
     "ENGRAM_APPROVAL_BASE_URL": "https://memory.acme.example",
     "ENGRAM_APPROVAL_SESSION_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:s",
+    **PROOF_KEY,
 }
 
 # model, a complete environment, its required variables
 KINDS: list[tuple[Any, dict[str, str], list[str]]] = [
-    (ToolFunctionSettings, ENGINE_ENV, [n for n in ENGINE_ENV if n != "AWS_REGION"]),
-    (WorkflowSettings, ENGINE_ENV, [n for n in ENGINE_ENV if n != "AWS_REGION"]),
+    (ToolFunctionSettings, TOOL_ENV, [n for n in TOOL_ENV if n != "AWS_REGION"]),
+    (WorkflowSettings, WORKFLOW_ENV, [n for n in WORKFLOW_ENV if n != "AWS_REGION"]),
     (DrainerSettings, ENGINE_ENV, [n for n in ENGINE_ENV if n != "AWS_REGION"]),
     (
         WithdrawGateSettings,
@@ -88,6 +98,7 @@ KINDS: list[tuple[Any, dict[str, str], list[str]]] = [
             "ENGRAM_RESOURCE_URI",
             "ENGRAM_ISSUER",
             "ENGRAM_REQUEST_STATE_SECRET_ARN",
+            "ENGRAM_INVOCATION_KEY_ARN",
         ],
     ),
     (ApprovalSettings, APPROVAL_ENV, [n for n in APPROVAL_ENV if n != "AWS_REGION"]),
@@ -122,17 +133,17 @@ def test_a_missing_variable_is_one_line_naming_it_and_what_to_set(
 @pytest.mark.parametrize(
     ("model", "env", "name", "value"),
     [
-        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_ADMISSION_MODE", "lenient"),
-        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_DATA_KEY_ARN", "alias/engram"),
-        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_OPENSEARCH_ENDPOINT", "http://plain.example"),
-        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_OPENSEARCH_SERVICE", "solr"),
-        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_OPENSEARCH_INDEX", "Engram"),
-        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_OPENSEARCH_REPLICAS", "3"),
-        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_SEMANTIC", "remote"),
-        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_FUSION", "max"),
-        (ToolFunctionSettings, ENGINE_ENV, "ENGRAM_EMBEDDING_MODEL_SHA256", "ABC"),
+        (ToolFunctionSettings, TOOL_ENV, "ENGRAM_ADMISSION_MODE", "lenient"),
+        (ToolFunctionSettings, TOOL_ENV, "ENGRAM_DATA_KEY_ARN", "alias/engram"),
+        (ToolFunctionSettings, TOOL_ENV, "ENGRAM_OPENSEARCH_ENDPOINT", "http://plain.example"),
+        (ToolFunctionSettings, TOOL_ENV, "ENGRAM_OPENSEARCH_SERVICE", "solr"),
+        (ToolFunctionSettings, TOOL_ENV, "ENGRAM_OPENSEARCH_INDEX", "Engram"),
+        (ToolFunctionSettings, TOOL_ENV, "ENGRAM_OPENSEARCH_REPLICAS", "3"),
+        (ToolFunctionSettings, TOOL_ENV, "ENGRAM_SEMANTIC", "remote"),
+        (ToolFunctionSettings, TOOL_ENV, "ENGRAM_FUSION", "max"),
+        (ToolFunctionSettings, TOOL_ENV, "ENGRAM_EMBEDDING_MODEL_SHA256", "ABC"),
         (DrainerSettings, ENGINE_ENV, "ENGRAM_RETENTION_CEILING_S", "-5"),
-        (WorkflowSettings, ENGINE_ENV, "ENGRAM_RETENTION_CEILING_S", "a week"),
+        (WorkflowSettings, WORKFLOW_ENV, "ENGRAM_RETENTION_CEILING_S", "a week"),
         (ForgetGateSettings, GATE_ENV, "ENGRAM_APPROVAL_BASE_URL", "http://memory.acme.example"),
         (AdapterSettings, ADAPTER_ENV, "ENGRAM_TOOL_FUNCTIONS", "search=engram-acme-search"),
         (AdapterSettings, ADAPTER_ENV, "ENGRAM_TOOL_FUNCTIONS", '{"delete": "engram-acme-x"}'),
@@ -149,7 +160,7 @@ def test_an_invalid_variable_is_one_line_naming_it(
 
 
 def test_the_engine_settings_parse_their_values_and_defaults() -> None:
-    settings = ToolFunctionSettings.from_env({**ENGINE_ENV, "ENGRAM_RETENTION_CEILING_S": "3600"})
+    settings = ToolFunctionSettings.from_env({**TOOL_ENV, "ENGRAM_RETENTION_CEILING_S": "3600"})
     assert settings.binding() == HostBinding("acme", 3600)
     assert (settings.admission_mode, settings.fusion, settings.semantic) == (
         "auto",
@@ -162,9 +173,9 @@ def test_the_engine_settings_parse_their_values_and_defaults() -> None:
         "ENGRAM_OPENSEARCH_INDEX": "engram-acme-records",
         "ENGRAM_OPENSEARCH_REPLICAS": "0",
     }
-    parsed = ToolFunctionSettings.from_env({**ENGINE_ENV, **per_tenant})
+    parsed = ToolFunctionSettings.from_env({**TOOL_ENV, **per_tenant})
     assert (parsed.opensearch_index, parsed.opensearch_replicas) == ("engram-acme-records", 0)
-    assert ToolFunctionSettings.from_env(ENGINE_ENV).binding() == HostBinding("acme")
+    assert ToolFunctionSettings.from_env(TOOL_ENV).binding() == HostBinding("acme")
 
 
 def test_the_adapter_settings_parse_lists_and_the_tool_map() -> None:

@@ -187,6 +187,14 @@ class HostConfig(_Closed):
         default=False,
         description="Let the operator console answer clients that are not on this machine.",
     )
+    approval_page_required: bool = Field(
+        default=False,
+        description=(
+            "withdraw and forget are approved by a person on the approval page (or at the"
+            " host's terminal), never by the answer to the client's form: for hosts that do"
+            " not trust their agents' clients."
+        ),
+    )
 
     @field_validator("resource")
     @classmethod

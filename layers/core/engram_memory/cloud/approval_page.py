@@ -14,7 +14,9 @@ Routes (all public on the HTTP API: the function itself checks who is signed in)
   cookie set (``HttpOnly; Secure; SameSite=Strict``, 10 minutes, HMAC-signed under the key in
   ``ENGRAM_APPROVAL_SESSION_SECRET_ARN``), then a page that goes on to the approval.
 - ``POST /approvals/{approvalId}``: the form (session cookie + CSRF token + same-origin + an
-  explicit decision) answers the parked Step Functions task token, once. Only the principal the
+  explicit decision) answers the parked Step Functions task token, once: an approval with a
+  proof under the approval proof key (``cloud.proofs``; only this function may make one), which
+  the run's commit step verifies. Only the principal the
   agent acts for (the parked ``principal`` = the ID token's ``sub``) may see or answer it.
 
 The former bearer-JWT ``POST`` (``{"approve": true}`` with an approval-audience access token) is
@@ -78,6 +80,7 @@ from engram_memory.cloud.approver_signin import (
 )
 from engram_memory.cloud.observability import instrumented
 from engram_memory.cloud.oidc import IssuerKeysUnavailable
+from engram_memory.cloud.proofs import MacKey, prove_on_page
 from engram_memory.cloud.settings import (
     ApprovalSettings,
 )
@@ -172,12 +175,14 @@ class CloudDesk(QuestionDesk[ParkedApproval]):
         cookies: SignedCookies,
         csrf_key: bytes,
         memories: Callable[[ParkedApproval], Memory | None],
+        proof_key: MacKey,
     ) -> None:
         super().__init__(csrf_key, "approval-form")
         self._approvals = approvals
         self._sfn = sfn
         self._cookies = cookies
         self._memories = memories
+        self._proof_key = proof_key  # only this function may GenerateMac with it
 
     def question(self, approval_id: str, credential: str) -> ParkedApproval | PageError:
         approver = self._cookies.approver(credential)
@@ -205,7 +210,10 @@ class CloudDesk(QuestionDesk[ParkedApproval]):
     def answer(
         self, approval_id: str, credential: str, decision: Decision, now_ms: int, code: str = ""
     ) -> DeskAnswer | PageError:
-        # ``code`` is the embedded page's: here the signed-in principal is the proof
+        # ``code`` is the embedded page's: here the signed-in person's session is the presence
+        approver = self._cookies.approver(credential)
+        if approver is None:
+            return PageError.SIGN_IN
         try:
             taken = self._approvals.take(approval_id, now_ms)
         except StoreUnavailable:
@@ -216,9 +224,10 @@ class CloudDesk(QuestionDesk[ParkedApproval]):
 
         try:
             if decision is Decision.APPROVE:
-                approval = taken.approved(now_ms)
+                # the proof the run's commit verifies: only this function can make it
+                proof = prove_on_page(self._proof_key, taken.approved(now_ms), approver.subject)
                 self._sfn.send_task_success(
-                    taskToken=taken.task_token, output=approval.model_dump_json()
+                    taskToken=taken.task_token, output=proof.model_dump_json()
                 )
             else:
                 self._sfn.send_task_failure(
@@ -230,6 +239,8 @@ class CloudDesk(QuestionDesk[ParkedApproval]):
             if exc.response.get("Error", {}).get("Code", "") in ENDED_WAIT_ERRORS:
                 return PageError.EXPIRED  # the run stopped waiting (its 300 s ran out)
             raise
+        except StoreUnavailable:  # the proof key unreachable: the token is spent, unanswered
+            return PageError.UNAVAILABLE
         return DeskAnswer(_view(taken, None), decision)
 
 
@@ -316,6 +327,7 @@ class ApprovalHandler:
         self.session_key: bytes | None = None
         self.fetch: Fetch | None = None
         self.keys: KeySource | None = None
+        self.proof_key: MacKey | None = None
         self.now_ms = now_ms
         self._env = env
         self._parts: ApprovalPageParts | None = None

@@ -40,10 +40,12 @@ __all__ = [
     "ENDED_WAIT_ERRORS",
     "EXECUTION_NAME_PATTERN",
     "ApprovalStore",
+    "ApprovalTopic",
     "ApprovalWindowExpired",
     "GateFailed",
     "ParkedApproval",
     "WorkflowRequest",
+    "approval_notice",
     "execution_name",
     "from_item",
     "start_confirmed_execution",
@@ -310,6 +312,48 @@ class ApprovalStore:
         """
         marked = self._stamp_once(approval_id, "reported_at_ms", now_ms, "attribute_exists(pk)")
         return marked is not None
+
+
+def approval_notice(parked: ParkedApproval, url: str) -> tuple[str, str]:
+    """The subject and text announcing a waiting approval (the stack's approval topic): the
+    operation, who asks, the target's id and the page — never the memory's text or anything
+    the agent wrote (its reason is a reference; the page shows what a person must see)."""
+    from engram_memory.contract.types import format_instant
+
+    what = {"withdraw": "withdraw a pending memory", "forget": "forget a memory"}
+    asks = parked.principal + (f" (agent {parked.agent_id})" if parked.agent_id else "")
+    lines = [
+        f"An agent asks to {what.get(parked.tool, parked.tool)}.",
+        "",
+        f"Who asks:   {asks}",
+        f"Workspace:  {parked.workspace_id} (tenant {parked.tenant_id})",
+        f"Target:     {parked.target or '-'}",
+        f"Expires:    {format_instant(parked.expires_at_ms)}",
+        "",
+        f"Approve or decline: {url}",
+        "Sign in as the person who may answer for this agent; nothing changes until you do.",
+    ]
+    return f"Engram Memory: approve a {parked.tool}?", "\n".join(lines)
+
+
+class ApprovalTopic:
+    """The SNS topic a waiting approval is announced on (``approval_notice``)."""
+
+    def __init__(self, sns: Any, topic_arn: str) -> None:
+        self._sns = sns
+        self.topic_arn = topic_arn
+
+    def announce(self, parked: ParkedApproval, url: str) -> bool:
+        """Publish the notice; False (nothing raised) when SNS refuses or cannot be reached:
+        the request waits on its page all the same."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        subject, text = approval_notice(parked, url)
+        try:
+            self._sns.publish(TopicArn=self.topic_arn, Subject=subject, Message=text)
+        except (BotoCoreError, ClientError):
+            return False
+        return True
 
 
 def execution_name(workflow: str, ledger_key: str) -> str:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from engram_memory.cloud.approval_page import ApprovalHandler, ApprovalPageParts
     from engram_memory.cloud.approvals import ApprovalStore
     from engram_memory.cloud.execution_gate import ExecutionGate
+    from engram_memory.cloud.proofs import MacKey
     from engram_memory.cloud.settings import StoredRecordsSettings
     from engram_memory.engine.ports import AdmissionPolicy
     from engram_memory.mcp_surface.server import EngramMcp
@@ -231,6 +232,14 @@ def canonical_store(
     )
 
 
+def mac_key(clients: AwsClients, key_arn: str) -> MacKey:
+    """A KMS HMAC key of the stack (``cloud.proofs``): what the role may do with it is the
+    template's."""
+    from engram_memory.cloud.proofs import KmsMacKey
+
+    return KmsMacKey(clients.client("kms"), key_arn)
+
+
 def approval_store(clients: AwsClients, table: str) -> ApprovalStore:
     """The parked approvals of withdraw and forget runs, in the canonical table."""
     from engram_memory.cloud.approvals import ApprovalStore
@@ -330,7 +339,9 @@ def _approval_page_parts(
         clock=clock,
     )
     assert handler.memories is not None
-    desk = CloudDesk(approvals, handler.sfn, cookies, csrf_key, handler.memories)
+    if handler.proof_key is None:
+        handler.proof_key = mac_key(AwsClients(settings.session), settings.approval_proof_key_arn)
+    desk = CloudDesk(approvals, handler.sfn, cookies, csrf_key, handler.memories, handler.proof_key)
     origin = urlsplit(settings.base_url)
     return ApprovalPageParts(approvals, desk, cookies, signin, f"{origin.scheme}://{origin.netloc}")
 
@@ -406,15 +417,18 @@ def build_execution_gate(
     ``ENGRAM_WITHDRAW_STATE_MACHINE_ARN`` / ``ENGRAM_FORGET_STATE_MACHINE_ARN``, the function's
     own machine; ``ENGRAM_TABLE``, parked approvals; ``ENGRAM_APPROVAL_BASE_URL``, the approval
     page's https origin), gate out; clients in ``AWS_REGION``."""
+    from engram_memory.cloud.approvals import ApprovalTopic
     from engram_memory.cloud.execution_gate import ExecutionGate
 
     gate = settings if isinstance(settings, GateSettings) else gate_settings(tool, settings)
     clients = AwsClients(gate.session)
+    topic = gate.approval_topic_arn
     return ExecutionGate(
         sfn=clients.client("stepfunctions"),
         approvals=approval_store(clients, gate.table),
         state_machine_arn=gate.state_machine_arn,
         approval_base_url=gate.approval_base_url,
+        topic=ApprovalTopic(clients.client("sns"), topic) if topic else None,
     )
 
 
@@ -428,6 +442,7 @@ def build_adapter(
     jwks_fetcher: Callable[[str], dict[str, Any]] | None = None,
     clock: Clock | None = None,
     audit: AuditSink | None = None,
+    invocation_key: MacKey | None = None,
 ) -> EngramMcp:
     """The MCP surface of the adapter Lambda: ``AdapterSettings`` in (or the template's
     environment, parsed here), surface out.
@@ -465,6 +480,7 @@ def build_adapter(
         audit=audit,
         lambda_client=lambda_client,
         client_factory=new_lambda_client,
+        invocation_key=invocation_key or mac_key(clients, env.invocation_key_arn),
     )
     # No approval channel: a run asks, not the surface (``mcp_surface.approval_channel``).
     return EngramMcp(

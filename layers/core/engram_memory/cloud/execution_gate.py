@@ -8,9 +8,12 @@ once per MCP request (the adapter attaches the approval it holds up front):
 1. finds the Standard execution named from the ledger key (scope, principal, idempotency key)
    through its parked approval, or starts it and waits for its ``await_approval`` step to park
    the task token (``ApprovalStore``): a retried call never starts a second run;
-2. with the human's approval (form mode: the adapter's elicitation round trip) hands it to the
-   execution (``SendTaskSuccess``); without one, and nobody has answered yet, answers
+2. with the human's approval (form mode: the adapter's elicitation round trip, attested by the
+   adapter's MAC, ``cloud.proofs``) hands it to the execution (``SendTaskSuccess``), whose
+   commit step verifies it; without one, and nobody has answered yet, answers
    ``confirmation_required`` with the approval page of this run (``approval_url``);
+   A run it starts is announced on the stack's approval topic (``ApprovalTopic``): the
+   operation, who asks and the page, so a person learns of it whatever the client shows;
 3. waits — a ledger read per poll, no use case — until the execution's commit step has run the
    use case once with the approval, and answers with that commit's output. The first success the
    agent sees reports ``replayed: false`` in either mode (``ApprovalStore.first_report``).
@@ -24,6 +27,7 @@ then answers the retriable ``DEADLINE_EXCEEDED``, and the retry finds the same r
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from engram_memory.cloud.approvals import (
     ENDED_WAIT_ERRORS,
     ApprovalStore,
+    ApprovalTopic,
     ParkedApproval,
     WorkflowRequest,
     execution_name,
@@ -46,6 +51,8 @@ if TYPE_CHECKING:
     from engram_memory.engine.service import Engine
 
 __all__ = ["ExecutionGate", "ledger_key"]
+
+log = logging.getLogger(__name__)
 
 # How long a call without a deadline waits for a step of its execution (parking, committing).
 PARK_WAIT_MS: Final = 5_000
@@ -78,6 +85,7 @@ class ExecutionGate:
         approval_base_url: str,
         sleep: Callable[[float], None] = time.sleep,
         poll_interval_s: float = POLL_INTERVAL_S,
+        topic: ApprovalTopic | None = None,
     ) -> None:
         self.sfn = sfn
         self.approvals = approvals
@@ -85,6 +93,7 @@ class ExecutionGate:
         self.approval_base_url = approval_base_url.rstrip("/")
         self._sleep = sleep
         self._poll_interval_s = poll_interval_s
+        self.topic = topic  # where a new request is announced (None: nowhere)
 
     def run(
         self,
@@ -122,9 +131,7 @@ class ExecutionGate:
             else:
                 answer = confirmation_required(request)
                 answer["confirmation_required"]["approval_id"] = parked.approval_id
-                answer["confirmation_required"]["approval_url"] = (
-                    f"{self.approval_base_url}/approvals/{parked.approval_id}"
-                )
+                answer["confirmation_required"]["approval_url"] = self._page(parked)
                 return answer
         idempotency_key = str(cast("dict[str, Any]", invocation.arguments)["idempotency_key"])
         envelope: dict[str, Any] | None = self._poll(
@@ -193,7 +200,17 @@ class ExecutionGate:
         parked: ParkedApproval | None = self._poll(
             engine, lambda: self.approvals.for_execution(name), deadline, execution_arn
         )
+        if parked is not None:
+            self._announce(parked)
         return parked
+
+    def _announce(self, parked: ParkedApproval) -> None:
+        """The person learns that something waits, whatever the agent's client can show."""
+        if self.topic is not None and not self.topic.announce(parked, self._page(parked)):
+            log.warning("the approval request could not be announced")
+
+    def _page(self, parked: ParkedApproval) -> str:
+        return f"{self.approval_base_url}/approvals/{parked.approval_id}"
 
     def _execution_arn(self, name: str) -> str:
         machine = self.state_machine_arn.split(":stateMachine:", 1)
@@ -209,16 +226,20 @@ class ExecutionGate:
 
     def _deliver(self, engine: Engine, parked: ParkedApproval, invocation: ToolInvocation) -> None:
         """Hand the carried approval to the waiting execution (single use of the token)."""
+        from engram_memory.cloud.proofs import form_proof
+
         assert invocation.approval is not None
+        if invocation.approval_mac is None:
+            return  # nothing vouches for the answer: the run waits for the page
+        proof = form_proof(invocation.approval, invocation.approval_mac)
         taken = self.approvals.take(parked.approval_id, engine.clock.now_ms())
         if taken is None or taken.task_token is None:
             return  # answered meanwhile (e.g. on the approval page): wait for that run
         from botocore.exceptions import ClientError
 
         try:
-            self.sfn.send_task_success(
-                taskToken=taken.task_token, output=invocation.approval.model_dump_json()
-            )
+            # the adapter's attestation of the client's answer: the run verifies it
+            self.sfn.send_task_success(taskToken=taken.task_token, output=proof.model_dump_json())
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") not in ENDED_WAIT_ERRORS:
                 raise

@@ -61,11 +61,13 @@ from engram_memory.contract.errors import (
 )
 from engram_memory.engine.context import TOOLS, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
-from engram_memory.engine.ports import AuditEvent, AuditSink, Clock
+from engram_memory.engine.ports import AuditEvent, AuditSink, Clock, StoreUnavailable
 from engram_memory.mcp_surface.server import EngramMcp
 from engram_memory.mcp_surface.transports import McpGate, streamable_app
 
 if TYPE_CHECKING:
+    from engram_memory.cloud.proofs import MacKey
+
     pass
 
 log = logging.getLogger(__name__)
@@ -116,8 +118,11 @@ class LambdaToolEngine:
         audit: AuditSink,
         lambda_client: Any = None,
         client_factory: Callable[[], Any] | None = None,
+        invocation_key: MacKey,
     ) -> None:
         self.functions = dict(functions)
+        # signs every invocation (the tool refuses an unsigned one) and attests form answers
+        self.invocation_key = invocation_key
         self.clock = clock
         self.audit = audit
         self._lambda = lambda_client
@@ -167,7 +172,7 @@ class LambdaToolEngine:
         if ctx.deadline_ms is not None and self.clock.now_ms() >= ctx.deadline_ms:
             return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.DEADLINE_EXCEEDED)
         try:
-            payload = ToolInvocation.from_trusted(tool, arguments, ctx, approval).to_event()
+            payload = self._signed(ToolInvocation.from_trusted(tool, arguments, ctx, approval))
         except ValidationError:
             # the arguments or context cannot be sent (e.g. not JSON): the function would
             # refuse it as malformed
@@ -196,6 +201,22 @@ class LambdaToolEngine:
             log.error("a tool function answered without an envelope", extra={"tool": tool})
             raise _host_failure()
         return cast("dict[str, Any]", answer)
+
+    def _signed(self, invocation: ToolInvocation) -> dict[str, Any]:
+        """The invocation's event, with the adapter's MAC (and its attestation of a form answer
+        it carries): only this function can make either (``cloud.proofs``). KMS unreachable is
+        -32603, like any other transport failure."""
+        from engram_memory.cloud.proofs import attest_form, invocation_mac
+
+        try:
+            event = invocation.to_event()
+            if invocation.approval is not None and not invocation.declined:
+                event["approval_mac"] = attest_form(self.invocation_key, invocation.approval)
+            event["proof"] = invocation_mac(self.invocation_key, event)
+        except StoreUnavailable:
+            log.exception("the invocation key is unavailable")
+            raise _host_failure() from None
+        return event
 
     def _function(self, tool: str) -> str:
         function = self.functions.get(tool)
@@ -237,8 +258,8 @@ class LambdaToolEngine:
     def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]:
         """The human declined ``approval``'s question: the tool's function spends its id in the
         store (``Engine.decline``) and answers ``gate_failed``."""
-        payload = ToolInvocation.from_trusted(tool, {}, ctx, approval, declined=True).to_event()
-        answer = self._invoke(self._function(tool), payload, ctx.audit_id)
+        invocation = ToolInvocation.from_trusted(tool, {}, ctx, approval, declined=True)
+        answer = self._invoke(self._function(tool), self._signed(invocation), ctx.audit_id)
         if answer is _TIMED_OUT:
             return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.DEADLINE_EXCEEDED)
         if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
@@ -309,6 +330,7 @@ def host_config_of(settings: AdapterSettings) -> HostConfig:
         "issuer": settings.issuer,
         "tenant_id": settings.tenant_id,
         "allowed_origins": settings.allowed_origins,
+        "approval_page_required": settings.approval_page_required,
     }
     if settings.retention_ceiling_s is not None:
         options["retention"] = RetentionConfig(

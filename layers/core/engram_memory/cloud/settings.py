@@ -269,8 +269,25 @@ class EngineEnvironment(_BindingSettings, StoredRecordsSettings):
     )
 
 
+def _mac_key(variable: str, what: str) -> Any:
+    return _env(
+        variable, f"{what} (arn:aws:kms:<region>:<account>:key/<id>)", pattern=KMS_KEY_ARN_PATTERN
+    )
+
+
+_INVOCATION_KEY: Final = ("ENGRAM_INVOCATION_KEY_ARN", "the KMS HMAC key ARN of tool invocations")
+_PROOF_KEY: Final = ("ENGRAM_APPROVAL_PROOF_KEY_ARN", "the KMS HMAC key ARN of approval proofs")
+_PAGE_REQUIRED: Final = (
+    "ENGRAM_APPROVAL_PAGE_REQUIRED",
+    "'true' (withdraw and forget need the approval page, never the client's form) or 'false'",
+)
+
+
 class ToolFunctionSettings(EngineEnvironment):
-    """The six tool functions (``functions/<tool>/app.py``)."""
+    """The six tool functions (``functions/<tool>/app.py``): each verifies the adapter's MAC of
+    its invocation (``cloud.proofs``)."""
+
+    invocation_key_arn: str = _mac_key(*_INVOCATION_KEY)
 
 
 class DrainerSettings(EngineEnvironment):
@@ -285,6 +302,10 @@ class WorkflowSettings(EngineEnvironment):
         "the approval page's https:// origin (the HTTP API's URL)",
         default="",
     )
+    # the commit step verifies the run's call (the adapter's MAC) and the approval's proof
+    invocation_key_arn: str = _mac_key(*_INVOCATION_KEY)
+    approval_proof_key_arn: str = _mac_key(*_PROOF_KEY)
+    approval_page_required: bool = _env(*_PAGE_REQUIRED, default=False)
 
 
 class GateSettings(_Settings):
@@ -295,6 +316,12 @@ class GateSettings(_Settings):
         "ENGRAM_APPROVAL_BASE_URL", "the approval page's https:// origin (the HTTP API's URL)"
     )
     state_machine_arn: str
+    approval_topic_arn: str | None = _env(
+        "ENGRAM_APPROVAL_TOPIC_ARN",
+        "the SNS topic ARN that announces approval requests",
+        default=None,
+        pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$",
+    )
 
 
 class WithdrawGateSettings(GateSettings):
@@ -350,6 +377,8 @@ class AdapterSettings(_BindingSettings):
         "comma-separated client ids an agent token may name as aud besides ENGRAM_RESOURCE_URI",
         default_factory=list,
     )
+    invocation_key_arn: str = _mac_key(*_INVOCATION_KEY)
+    approval_page_required: bool = _env(*_PAGE_REQUIRED, default=False)
 
 
 class ApprovalSettings(StoredRecordsSettings):
@@ -373,6 +402,7 @@ class ApprovalSettings(StoredRecordsSettings):
         "ENGRAM_APPROVAL_SESSION_SECRET_ARN",
         "the ARN of the secret that keys the page's session cookies and CSRF tokens",
     )
+    approval_proof_key_arn: str = _mac_key(*_PROOF_KEY)
 
     @property
     def base_url(self) -> str:

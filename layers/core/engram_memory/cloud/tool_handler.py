@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Tracer
 
     from engram_memory.cloud.execution_gate import ExecutionGate
+    from engram_memory.cloud.proofs import MacKey
     from engram_memory.cloud.settings import EngineEnvironment, HostBinding
+    from engram_memory.cloud.wire import ToolInvocation
     from engram_memory.contract.errors import ProtocolRefusal
     from engram_memory.engine.context import TrustedContext
     from engram_memory.engine.ports import Clock
@@ -70,6 +72,8 @@ class EngineHandler:
         self.settings: EngineEnvironment | None = None
         self.engine: Engine | None = None
         self.binding: HostBinding | None = None
+        # the KMS HMAC key of the adapter's invocations (``cloud.proofs``); tests may set it
+        self.invocation_key: MacKey | None = None
         self._env = env
         self._build = build
         self._lock = threading.Lock()
@@ -102,6 +106,28 @@ class EngineHandler:
     def _validate(self) -> None:
         """Run by every invocation before the engine: the checks that need what init does not
         import (ToolHandler: its tool is one of the six)."""
+
+    def _invocation_key(self) -> MacKey:
+        """The key that verifies the adapter's MAC of an invocation (made on first use)."""
+        with self._lock:
+            if self.invocation_key is None:
+                from engram_memory.cloud.composition import AwsClients, mac_key
+
+                settings = self._settings_locked()
+                arn = getattr(settings, "invocation_key_arn", None)
+                if not isinstance(arn, str):
+                    raise TypeError(f"{type(settings).__name__} names no invocation key")
+                self.invocation_key = mac_key(AwsClients(settings.session), arn)
+            return self.invocation_key
+
+    def authentic(self, invocation: ToolInvocation) -> bool:
+        """Whether ``invocation`` carries the adapter's MAC of itself (``cloud.proofs``): over
+        its event as the model writes it, which is what the adapter signed and what the run's
+        copy of the call is checked by again."""
+        from engram_memory.cloud.proofs import invocation_verifies
+
+        event = {**invocation.to_event(), "proof": invocation.proof}
+        return invocation_verifies(self._invocation_key(), event)
 
     def _handle(self, event: Any, context: Any) -> dict[str, Any]:
         raise NotImplementedError
@@ -179,10 +205,36 @@ class ToolHandler(EngineHandler):
         self._logger.warning("invocation refused", extra={"reason": reason, "code": code})
         return protocol_error(refusal)
 
+    def _attested(self, invocation: ToolInvocation) -> bool:
+        """Whether the form answer ``invocation`` carries is the adapter's (``cloud.proofs``)."""
+        from engram_memory.cloud.proofs import form_proof, proven_approval
+        from engram_memory.engine.ports import StoreUnavailable
+
+        if invocation.approval is None or invocation.approval_mac is None:
+            return False
+        key = self._invocation_key()
+        proof = form_proof(invocation.approval, invocation.approval_mac)
+        try:
+            now_ms = self._ready()[0].clock.now_ms()
+            return proven_approval(proof, page_key=key, form_key=key, now_ms=now_ms) is not None
+        except StoreUnavailable:
+            return False
+
+    def _signed_by_adapter(self, invocation: ToolInvocation) -> bool | None:
+        """Whether the adapter signed ``invocation``; None when the key cannot be reached."""
+        from engram_memory.engine.ports import StoreUnavailable
+
+        try:
+            return self.authentic(invocation)
+        except StoreUnavailable:
+            return None
+
     def _handle(self, event: Any, context: Any) -> dict[str, Any]:
         from engram_memory.cloud.wire import confirmation_required, parse_invocation, protocol_error
         from engram_memory.contract.errors import (
+            ErrorCode,
             ProtocolRefusal,
+            RefusalReason,
             TrustedContextUnavailable,
             UnknownTool,
         )
@@ -195,6 +247,13 @@ class ToolHandler(EngineHandler):
             invocation = parse_invocation(event)
         except TrustedContextUnavailable as refusal:
             return self._refuse(engine, refusal, "invalid_event", new_audit_id())
+        signed = self._signed_by_adapter(invocation)
+        if signed is None:  # KMS unreachable: retriable, nothing ran
+            return engine.refuse(self.tool, None, invocation.audit_id, ErrorCode.STORE_UNAVAILABLE)
+        if not signed:
+            # invoked by someone other than the adapter: the context is nobody's word
+            unsigned = TrustedContextUnavailable(RefusalReason.INTERNAL_ERROR)
+            return self._refuse(engine, unsigned, "unsigned_invocation", invocation.audit_id)
         self._logger.append_keys(audit_id=invocation.audit_id, tool=self.tool)
         self._tracer.put_annotation("audit_id", invocation.audit_id)
         try:
@@ -208,11 +267,11 @@ class ToolHandler(EngineHandler):
         if invocation.declined and carried is not None:
             return engine.decline(self.tool, ctx, carried)
         gate = self._gate()
+        if gate is not None or not self._attested(invocation):
+            carried = None  # a gated tool's run verifies the answer; here only an attested one
         try:
             # a gated tool with its state machine never commits here (see execution_gate)
-            answer = engine.handle(
-                self.tool, invocation.arguments, ctx, None if gate is not None else carried
-            )
+            answer = engine.handle(self.tool, invocation.arguments, ctx, carried)
         except ProtocolRefusal as refusal:  # audited by the engine
             return protocol_error(refusal)
         if isinstance(answer, ConfirmationNeeded):

@@ -12,7 +12,12 @@ The MCP adapter Lambda verifies the caller and invokes one tool function per MCP
                  "host_fact_digests"?: {"key": <64 hex>, "digests": [<64 hex>, ...]},
                  "credential_id"?: <the token's jti>, "credential_issued_at_ms"?: <epoch ms>},
      "approval"?: {...``engine.gate.Approval`` as JSON, when the adapter holds one...},
-     "declined"?: true (the human declined that approval's question: the function spends its id)}
+     "declined"?: true (the human declined that approval's question: the function spends its id),
+     "approval_mac"?: the adapter's attestation of a form answer (``cloud.proofs``),
+     "proof": the adapter's MAC of the invocation under the invocation key (``cloud.proofs``)}
+
+The tool function refuses (-32603, audited) an invocation whose ``proof`` does not verify:
+invoking a tool function directly is not an identity, only the adapter's signature is.
 
 No credential crosses this boundary: the bearer token the adapter verified travels only as a
 keyed digest (``engine.context.HostFactDigests``), which the admission policy can match a
@@ -190,6 +195,16 @@ class ToolInvocation(_EventModel):
     declined: StrictBool = Field(
         default=False,
         description="The human declined ``approval``'s question: spend its id, answer gate_failed.",
+    )
+    approval_mac: StrictStr | None = Field(
+        default=None,
+        max_length=512,
+        description="The adapter's attestation of a form answer (``cloud.proofs.attest_form``).",
+    )
+    proof: StrictStr | None = Field(
+        default=None,
+        max_length=512,
+        description="The adapter's MAC of this invocation (``cloud.proofs.invocation_mac``).",
     )
 
     @classmethod

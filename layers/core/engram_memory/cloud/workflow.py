@@ -14,14 +14,22 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from engram_memory.cloud.approvals import (
     ApprovalStore,
     ApprovalWindowExpired,
     GateFailed,
     WorkflowRequest,
 )
-from engram_memory.cloud.composition import AwsClients, approval_store
+from engram_memory.cloud.composition import AwsClients, approval_store, mac_key
 from engram_memory.cloud.observability import get_logger, record_projection_lag
+from engram_memory.cloud.proofs import (
+    ApprovalProof,
+    MacKey,
+    invocation_verifies,
+    proven_approval,
+)
 from engram_memory.cloud.settings import (
     LAMBDA_DEADLINE_MARGIN_MS,
     HostBinding,
@@ -29,7 +37,7 @@ from engram_memory.cloud.settings import (
 )
 from engram_memory.cloud.tool_handler import EngineHandler
 from engram_memory.contract.errors import ErrorCode
-from engram_memory.engine.context import Scope
+from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
 from engram_memory.engine.ports import (
     CommitOutcomeUnknown,
@@ -52,6 +60,7 @@ class WorkflowHandler(EngineHandler):
 
     settings_model = WorkflowSettings
     approvals: ApprovalStore | None = None  # made with the engine, on the first step
+    proof_key: MacKey | None = None  # the approval proof key (tests may set it)
 
     def _ready_steps(self) -> tuple[Engine, ApprovalStore, HostBinding]:
         with self._lock:
@@ -103,13 +112,15 @@ class WorkflowHandler(EngineHandler):
         request: WorkflowRequest,
         context: Any,
     ) -> dict[str, Any]:
-        # The one window check (300 s from the asking, 30 s from the approval), here rather than
-        # in a step of its own: a retry of this step takes time, so it must check again anyway.
-        approval = Approval.model_validate(event["approval"])
-        if not approval.usable_at(engine.clock.now_ms()):
-            raise ApprovalWindowExpired(approval.approval_id)
         invocation = request.invocation
         ctx = invocation.trusted_context(binding)
+        # Whatever completed the wait is checked before anything else: only the page's proof (or
+        # the adapter's attestation of a form answer, when the host lets forms answer) commits.
+        approval = self.proven(engine, request, event.get("approval"), ctx)
+        # The one window check (300 s from the asking, 30 s from the approval), here rather than
+        # in a step of its own: a retry of this step takes time, so it must check again anyway.
+        if not approval.usable_at(engine.clock.now_ms()):
+            raise ApprovalWindowExpired(approval.approval_id)
         # The tool call's own deadline has passed long ago: this step is bounded by its Lambda.
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         deadline = (
@@ -130,6 +141,47 @@ class WorkflowHandler(EngineHandler):
                 raise transient(code)
         # the envelope holds receipts and digests only (withdraw/forget outputs carry no content)
         return {"envelope": envelope, "committed_at_ms": engine.clock.now_ms()}
+
+    def _keys(self) -> tuple[MacKey, MacKey | None]:
+        """The approval proof key and, unless the host requires the page, the adapter's
+        invocation key (which attests form answers); made on first use."""
+        with self._lock:
+            settings = self._settings_locked()
+            assert isinstance(settings, WorkflowSettings)
+            if self.proof_key is None:
+                clients = AwsClients(settings.session)
+                self.proof_key = mac_key(clients, settings.approval_proof_key_arn)
+        form_key = None if settings.approval_page_required else self._invocation_key()
+        return self.proof_key, form_key
+
+    def proven(
+        self, engine: Engine, request: WorkflowRequest, answer: Any, ctx: TrustedContext
+    ) -> Approval:
+        """The approval the wait was completed with, if a proof vouches for it; else the refusal
+        is audited and the run ends ``NotApproved`` (``GateFailed``): a stolen task token, a
+        forged ``SendTaskSuccess``, a replayed or another operation's proof commit nothing."""
+        invocation = request.invocation
+        approval_id = str((answer or {}).get("approval", {}).get("approval_id", "?"))
+        try:
+            proof = ApprovalProof.model_validate(answer)
+            page_key, form_key = self._keys()
+            call = {**invocation.to_event(), "proof": invocation.proof}
+            approval = (
+                proven_approval(
+                    proof, page_key=page_key, form_key=form_key, now_ms=engine.clock.now_ms()
+                )
+                if invocation_verifies(self._invocation_key(), call)
+                else None
+            )
+        except (ValidationError, AttributeError, TypeError):
+            approval = None
+        if approval is None:
+            get_logger().warning(
+                "approval refused: no valid proof", extra={"approval": approval_id}
+            )
+            engine.refuse(invocation.tool, ctx, ctx.audit_id, "APPROVAL_PROOF_INVALID")
+            raise GateFailed(approval_id)
+        return approval
 
     @staticmethod
     def finish_tail(

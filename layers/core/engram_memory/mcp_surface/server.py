@@ -49,6 +49,7 @@ from engram_memory.mcp_surface.confirmations import (
     approval_of_state,
     approved,
     can_elicit,
+    can_open_url,
     elicit_form,
     elicit_on_stream,
     form_params,
@@ -331,7 +332,11 @@ class EngramMcp:
         capabilities = session.client_capabilities
         if needed.url is not None and opens_urls(capabilities, modern=call.modern):
             return _url_elicitation(url_params(needed), modern=call.modern)
-        if not can_elicit(capabilities) or not (call.modern or session.can_send_request):
+        if (
+            not can_elicit(capabilities)
+            or not (call.modern or session.can_send_request)
+            or self.runtime.host.approval_page_required  # the client's form is not enough
+        ):
             # the cloud: its run's approval page, where the approver signs in
             self._unavailable(
                 call, NoConfirmationChannel(approval_id=needed.elicitation_id, page=needed.url)
@@ -371,6 +376,9 @@ class EngramMcp:
             return await self._approved(call, given)
         session = call.ctx.session
         mode = confirmation_mode(session.client_capabilities)
+        if mode == "form" and self.runtime.host.approval_page_required:
+            # the host does not take the client's word: its page, or its terminal
+            mode = "url" if can_open_url(session.client_capabilities) else "terminal"
         if (
             mode is None
             or (mode == "url" and not channel.has_page)
