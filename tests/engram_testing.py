@@ -6,6 +6,7 @@ real implementations of their ports; faults are injected through the adapters' o
 
 from __future__ import annotations
 
+import copy
 import gzip
 import hashlib
 import io
@@ -204,6 +205,26 @@ def object_paths(node: Any, path: tuple[str | int, ...] = ()) -> list[tuple[str 
         for index, child in enumerate(node):
             found.extend(object_paths(child, (*path, index)))
     return found
+
+
+DELETE = object()  # ``with_value``'s value that removes the field
+
+
+def with_value(data: dict[str, Any], path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
+    """A deep copy of ``data`` with ``value`` at ``path`` (``DELETE`` removes it; the empty
+    path replaces the whole of it)."""
+    if not path:
+        replaced: dict[str, Any] = copy.deepcopy(value)
+        return replaced
+    changed = copy.deepcopy(data)
+    node: Any = changed
+    for step in path[:-1]:
+        node = node[step]
+    if value is DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return changed
 
 
 REQUEST_SCOPE = Scope("t", "w")

@@ -22,7 +22,7 @@ from engram_memory.contract.models import (
     SearchInput,
 )
 
-from engram_testing import golden_payload
+from engram_testing import DELETE, golden_payload, with_value
 
 MAX_SAFE = 2**53 - 1
 KEY = "capture-key-0001"  # 16 bytes
@@ -108,20 +108,12 @@ MAXIMAL: dict[str, dict[str, Any]] = {
 MUTATING = ("capture", "request_admission", "withdraw", "forget")
 
 Path_ = tuple[str | int, ...]
-_DELETE = object()
+_DELETE = DELETE
 
 
 def variant(tool: str, path: Path_, value: Any, *, base: str = "maximal") -> dict[str, Any]:
     """A deep copy of the tool's fixture with ``value`` at ``path`` (``_DELETE`` removes it)."""
-    data = copy.deepcopy((MAXIMAL if base == "maximal" else MINIMAL)[tool])
-    node: Any = data
-    for step in path[:-1]:
-        node = node[step]
-    if value is _DELETE:
-        del node[path[-1]]
-    else:
-        node[path[-1]] = value
-    return data
+    return with_value((MAXIMAL if base == "maximal" else MINIMAL)[tool], path, value)
 
 
 def accept(tool: str, data: dict[str, Any]) -> BaseModel:

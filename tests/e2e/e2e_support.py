@@ -39,9 +39,11 @@ from mcp.client.session import ClientRequestContext, ClientSession, ElicitationF
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from engram_memory.adapters.local.audit import audit_lines
 from engram_memory.binding.host_config import HostConfig
 from engram_memory.binding.tokens import TokenIssuer, key_id
-from engram_memory.embedded.data_dir import ISSUER_KEY_FILE, key_path
+from engram_memory.contract.errors import MESSAGES, ErrorCode
+from engram_memory.embedded.data_dir import AUDIT_FILE, ISSUER_KEY_FILE, key_path
 from engram_memory.embedded.issuer_keys import load_or_create_issuer_key
 from engram_memory.embedded.serve import EmbeddedServer, open_server
 from engram_memory.engine.context import TOOLS, Scope
@@ -71,6 +73,7 @@ WITHDRAW = TOOL_NAMES["withdraw"]
 FORGET = TOOL_NAMES["forget"]
 TRUSTED_CONTEXT_UNAVAILABLE = -32603
 UNKNOWN_TOOL = -32602
+INVALID_SCHEMA_MESSAGE = MESSAGES[ErrorCode.INVALID_SCHEMA]  # the code's one message
 
 
 def new_workspace() -> str:
@@ -208,6 +211,16 @@ class HttpService:
     server: EmbeddedServer
     base_url: str
     tokens: Tokens
+    data_dir: Path
+
+    def audited(self, audit_id: str) -> dict[str, Any]:
+        """The audit line of the call ``audit_id`` (as ``engram-memory admin audit`` reads it)."""
+        (entry,) = audit_entries(self.data_dir, {audit_id}).values()
+        return entry
+
+    def audit_of(self, audit_ids: set[str]) -> dict[str, dict[str, Any]]:
+        """The audit lines of the calls ``audit_ids``, by id, in one read of the log."""
+        return audit_entries(self.data_dir, audit_ids)
 
     @property
     def url(self) -> str:
@@ -248,7 +261,8 @@ def serve_http(data_dir: Path) -> Iterator[HttpService]:
     try:
         with served(server, sock, "the in-process MCP HTTP server", stop_s=15):
             tokens = Tokens(data_dir, embedded.surface.runtime.host, embedded.issuer)
-            yield HttpService(server=embedded, base_url=f"http://127.0.0.1:{port}", tokens=tokens)
+            base_url = f"http://127.0.0.1:{port}"
+            yield HttpService(embedded, base_url, tokens, data_dir)
     finally:
         embedded.close()
 
@@ -415,6 +429,18 @@ def error_code(result: types.CallToolResult) -> str:
     assert not env["ok"], env
     code: str = env["error"]["code"]
     return code
+
+
+def audit_entries(data_dir: Path, audit_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The audit lines of the calls ``audit_ids`` in ``data_dir``'s audit log, by id (each
+    call writes exactly one)."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in audit_lines(data_dir / AUDIT_FILE):
+        if line.strip() and (entry := json.loads(line))["audit_id"] in audit_ids:
+            assert entry["audit_id"] not in found, entry
+            found[entry["audit_id"]] = entry
+    assert set(found) == audit_ids
+    return found
 
 
 def without_audit_id(env: dict[str, Any]) -> dict[str, Any]:

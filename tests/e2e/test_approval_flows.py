@@ -232,12 +232,15 @@ def _rows(book: Any) -> list[Any]:
 async def test_a_client_that_cannot_ask_is_told_the_terminal_command_which_then_answers(
     http_service: HttpService,
 ) -> None:
-    """-32603 names the host's command; once a person runs it, the agent's retry commits."""
+    """-32603's data names the host's command; once a person runs it, the agent's retry
+    commits."""
     async with new_agent(http_service, LEGACY, None) as agent:
         record_id = await agent.remember(NOTE)
         arguments = agent.forget_arguments(record_id)
         error = await protocol_error(partial(agent.client.call_tool, FORGET, arguments))
-        (approval_id,) = re.findall(r"approvals approve (apr_[0-9a-f]{32})", error.message)
+        assert error.message == "Trusted invocation context unavailable"
+        approval_id = error.data["approval_id"]
+        assert error.data["approve_with"] == f"engram-memory approvals approve {approval_id}"
         answer_from_terminal(http_service, approval_id, "approve")
         forgotten = ok_value(await agent.client.call_tool(FORGET, arguments))
         assert forgotten["receipt"]["to_state"] == "tombstoned"

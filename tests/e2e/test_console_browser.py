@@ -78,7 +78,7 @@ async def _seed(service: HttpService, token: str, seeded: dict[str, Any]) -> Non
     async with http_client(service.url, token, LEGACY) as client:  # it cannot ask a human
         arguments = Agent(client).forget_arguments(seeded["asked_id"])
         error = await protocol_error(partial(client.call_tool, FORGET, arguments))
-        seeded["approval_id"] = re.findall(r"approve (apr_[0-9a-f]{32})", error.message)[0]
+        seeded["approval_id"] = error.data["approval_id"]  # -32603's data names the question
         seeded["forget_arguments"] = arguments
 
 

@@ -8,6 +8,7 @@ text/structured equality, and the RFC 9728 protected-resource metadata.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import httpx2
@@ -21,6 +22,7 @@ from e2e_support import (
     CAPTURE,
     FORGET,
     GET,
+    INVALID_SCHEMA_MESSAGE,
     MODERN,
     REVISIONS,
     SEARCH,
@@ -151,9 +153,14 @@ async def test_a_client_that_cannot_ask_a_human_is_refused_with_32603_and_nothin
         for attempt in (lambda: agent.forget(record_id), lambda: agent.withdraw(candidate_id)):
             error = await protocol_error(attempt)
             assert error.code == TRUSTED_CONTEXT_UNAVAILABLE
-            # the constant message, then what the human can do: the host's terminal command
-            assert error.message.startswith("Trusted invocation context unavailable: ")
-            assert "engram-memory approvals approve apr_" in error.message
+            # the constant message; what the human can do is in data: the host's terminal
+            # command (the bare program name, no path) and the approval page
+            assert error.message == "Trusted invocation context unavailable"
+            data = error.data
+            assert data["reason"] == "no_elicitation"
+            assert data["approve_with"] == f"engram-memory approvals approve {data['approval_id']}"
+            assert data["page"].startswith(f"{http_service.base_url}/approvals/apr_")
+            assert set(data) == {"reason", "approval_id", "approve_with", "page"}
 
         assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
         assert ok_value(await agent.admit(candidate_id))["outcome"]["status"] == "accepted"
@@ -299,10 +306,12 @@ async def test_an_extra_field_at_any_level_is_an_invalid_schema_envelope_not_a_c
                 assert not env["ok"], (tool, pointer)
                 assert env["error"]["code"] == "INVALID_SCHEMA", (tool, pointer, env)
                 assert env["error"]["retriable"] is False
-                # the message names the field as a JSON pointer and the rule it broke
-                message = env["error"]["message"]
+                # the message is the code's constant one; the audit line names the field as a
+                # JSON pointer and the rule it broke
+                assert env["error"]["message"] == INVALID_SCHEMA_MESSAGE
+                violation = http_service.audited(env["auditId"])["violation"]
                 field = f"{pointer.rstrip('/')}/unexpected_field"
-                assert f"At {field}: is not allowed" in message, (field, message)
+                assert (violation["pointer"], violation["rule"]) == (field, "extra_forbidden")
                 tried += 1
         assert tried == 14  # every object of every tool's arguments
         assert human.asked == []  # validation happens before anybody is asked
@@ -400,20 +409,36 @@ async def test_a_client_from_an_allowed_local_origin_is_served(
 
 
 @pytest.mark.parametrize("mode", REVISIONS)
-async def test_invalid_schema_names_the_field_and_the_rule_never_the_value(
+async def test_invalid_schema_has_one_message_and_the_audit_line_names_the_field_and_rule(
     http_service: HttpService, mode: str
 ) -> None:
     secretish = "sk-live-" + "Q" * 40
     async with new_agent(http_service, mode) as agent:
-        cases: list[tuple[dict[str, Any], str]] = [
-            ({"query": "WAL", "purpose_ref": agent.purpose, "limit": 51}, "At /limit: must be"),
-            ({"query": secretish, "purpose_ref": agent.purpose, "limit": "10"}, "At /limit: must"),
-            ({"query": "WAL", "purpose_ref": agent.purpose, secretish: 1}, "no extra fields"),
-            ({"purpose_ref": agent.purpose}, "At /query: is required"),
+        hidden = "(a name not shown)"
+        cases: list[tuple[dict[str, Any], dict[str, Any]]] = [
+            (
+                {"query": "WAL", "purpose_ref": agent.purpose, "limit": 51},
+                {"pointer": "/limit", "rule": "less_than_equal", "says": "must be at most 50"},
+            ),
+            (
+                {"query": secretish, "purpose_ref": agent.purpose, "limit": "10"},
+                {"pointer": "/limit", "rule": "int_type", "says": "must be an integer"},
+            ),
+            (
+                {"query": "WAL", "purpose_ref": agent.purpose, secretish: 1},
+                {"pointer": f"/{hidden}", "rule": "extra_forbidden"},
+            ),
+            ({"purpose_ref": agent.purpose}, {"pointer": "/query", "rule": "missing"}),
         ]
         for arguments, expected in cases:
             env = envelope(await agent.client.call_tool(SEARCH, arguments))
-            message = env["error"]["message"]
-            assert env["error"]["code"] == "INVALID_SCHEMA" and expected in message, message
-            assert message.startswith("The arguments do not match the closed input schema. ")
-            assert secretish not in message and "Q" * 10 not in message
+            assert env["error"] == {
+                "code": "INVALID_SCHEMA",
+                "message": INVALID_SCHEMA_MESSAGE,
+                "retriable": False,
+            }
+            line = http_service.audited(env["auditId"])
+            assert line["code"] == "INVALID_SCHEMA" and line["tool"] == "search"
+            assert expected.items() <= line["violation"].items(), line["violation"]
+            assert set(line["violation"]) == {"pointer", "rule", "says", "more"}
+            assert secretish not in json.dumps(line) and "Q" * 10 not in json.dumps(line)

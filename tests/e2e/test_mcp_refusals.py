@@ -173,6 +173,8 @@ async def test_a_bad_token_on_stdio_lists_no_tools_and_calls_are_32603(
         )
         assert error.code == TRUSTED_CONTEXT_UNAVAILABLE
         assert error.message == "Trusted invocation context unavailable"
+        reason = "token_expired" if kind == "expired" else "invalid_token"
+        assert error.data == {"reason": reason}
 
 
 @pytest.mark.parametrize("mode", REVISIONS)
@@ -191,6 +193,9 @@ async def test_an_authentic_token_that_binds_no_agent_context_is_refused_with_32
         assert (await client.list_tools()).tools == []
         error = await protocol_error(lambda: Agent(client).search("anything"))
         assert error.code == TRUSTED_CONTEXT_UNAVAILABLE
+        assert error.message == "Trusted invocation context unavailable"
+        reason = "maintenance_token" if kind == "maintenance-grant" else "tenant_mismatch"
+        assert error.data == {"reason": reason}
 
 
 # -- origin ------------------------------------------------------------------------------------
@@ -250,6 +255,7 @@ async def test_a_purpose_other_than_the_tokens_is_refused_with_32603_and_writes_
             error = await protocol_error(attempt)
             assert error.code == TRUSTED_CONTEXT_UNAVAILABLE
             assert error.message == "Trusted invocation context unavailable"
+            assert error.data == {"reason": "purpose_mismatch"}
         assert http_service.journal_cursor(workspace) == written
 
 

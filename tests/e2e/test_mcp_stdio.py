@@ -78,7 +78,12 @@ async def test_a_stdio_client_without_elicitation_is_refused_with_32603_for_gate
         record_id = await agent.remember(NOTE)
         error = await protocol_error(lambda: agent.forget(record_id))
         assert error.code == TRUSTED_CONTEXT_UNAVAILABLE
-        assert "engram-memory approvals approve apr_" in error.message  # the human's route
+        assert error.message == "Trusted invocation context unavailable"
+        # the human's route is in data: the terminal's command, no page (stdio serves none)
+        data = error.data
+        assert data["reason"] == "no_elicitation"
+        assert data["approve_with"] == f"engram-memory approvals approve {data['approval_id']}"
+        assert "page" not in data
         assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
 
 
@@ -95,6 +100,7 @@ async def test_without_engram_token_stdio_lists_no_tools_refuses_calls_and_says_
             )
             assert error.code == TRUSTED_CONTEXT_UNAVAILABLE
             assert error.message == "Trusted invocation context unavailable"
+            assert error.data == {"reason": "missing_token"}
     assert "ENGRAM_TOKEN is not set" in log_path.read_text(encoding="utf-8")
 
 
@@ -149,7 +155,11 @@ async def test_stdout_carries_only_json_rpc_messages_and_banners_go_to_stderr(
         assert json.loads(line)["jsonrpc"] == "2.0"
     assert replies[1]["result"]["serverInfo"]["name"] == "engram-memory"
     assert [tool["name"] for tool in replies[2]["result"]["tools"]] == [SEARCH]
-    assert replies[3]["error"]["code"] == TRUSTED_CONTEXT_UNAVAILABLE  # purpose mismatch
+    assert replies[3]["error"] == {  # purpose mismatch
+        "code": TRUSTED_CONTEXT_UNAVAILABLE,
+        "message": "Trusted invocation context unavailable",
+        "data": {"reason": "purpose_mismatch"},
+    }
 
 
 async def test_the_missing_token_warning_goes_to_stderr_not_stdout(stdio_home: StdioHome) -> None:

@@ -253,4 +253,6 @@ def test_without_a_page_no_link_is_handed_out_and_the_terminal_is_named(
         command = f"engram-memory approvals approve {form.approval_id}"
         assert command in form.message and command in terminal.message
         assert "cannot ask a human" in terminal.message
+        # what a -32603 hands the client: the bare program name, never the path it runs from
+        assert form.approve_with == terminal.approve_with == command
         assert shown == []  # no page to type a code in: nothing to announce

@@ -397,7 +397,8 @@ def test_a_host_that_requires_the_page_never_asks_the_clients_form(cloud: Cloud)
     )
     answered = json.loads(adapter.handler(event, FakeLambdaContext())["body"])
     assert answered["error"]["code"] == -32603, answered
-    assert answered["error"]["message"].startswith("Trusted invocation context unavailable")
+    assert answered["error"]["message"] == "Trusted invocation context unavailable"
+    assert answered["error"]["data"]["reason"] == "no_elicitation"
     got = adapter.call("get", {"record_id": record_id, "purpose_ref": "purpose:general"})
     assert got["result"]["structuredContent"]["ok"] is True
 

@@ -238,6 +238,38 @@ def test_pending_list_show_adjudicate_and_withdraw(data: Path, capsys: Capture) 
     assert "Tuesdays" not in (data / "audit.log").read_text()
 
 
+def test_admin_audit_shows_an_invalid_schemas_field_and_rule_which_the_agent_never_sees(
+    data: Path, capsys: Capture
+) -> None:
+    secretish = "sk-live-" + "Q" * 40
+    host = open_embedded(data)
+    try:
+        arguments = {"query": secretish, "purpose_ref": "purpose:general", "limit": 51}
+        refused = handled(host.engine, "search", arguments, _ctx())
+    finally:
+        host.close()
+    assert refused["error"] == {
+        "code": "INVALID_SCHEMA",
+        "message": "The arguments do not match the closed input schema.",
+        "retriable": False,
+    }
+    assert main(["admin", "audit", "--data-dir", str(data), "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    (entry,) = [e for e in entries if e["audit_id"] == refused["auditId"]]
+    assert entry["violation"] == {
+        "pointer": "/limit",
+        "rule": "less_than_equal",
+        "says": "must be at most 50",
+        "more": 0,
+    }
+    assert main(["admin", "audit", "--data-dir", str(data)]) == 0
+    shown = capsys.readouterr().out
+    (row,) = [line for line in shown.splitlines() if refused["auditId"] in line]
+    assert row.endswith("INVALID_SCHEMA  /limit: must be at most 50")
+    assert shown.splitlines()[0].split()[-1] == "violation"
+    assert secretish not in shown
+
+
 def test_records_commands_walk_the_lifecycle_and_status_counts_it(
     data: Path, capsys: Capture
 ) -> None:

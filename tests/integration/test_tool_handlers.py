@@ -86,6 +86,7 @@ AUDIT_FIELDS = {
     "code",
     "target",
     "digests",
+    "violation",  # INVALID_SCHEMA only
 }
 
 
@@ -413,9 +414,20 @@ def test_the_lambdas_remaining_time_bounds_the_call(invoke: Invoke) -> None:
 # Refusals
 # --------------------------------------------------------------------------------------------
 
-CONTEXT_UNAVAILABLE: dict[str, Any] = {
-    "protocol_error": {"code": -32603, "message": "Trusted invocation context unavailable"}
-}
+
+def context_unavailable(reason: str) -> dict[str, Any]:
+    """A function's -32603: the constant message, the reason in ``data`` (nothing else)."""
+    return {
+        "protocol_error": {
+            "code": -32603,
+            "message": "Trusted invocation context unavailable",
+            "data": {"reason": reason},
+        }
+    }
+
+
+# an event the adapter would never send: the host's own failure
+CONTEXT_UNAVAILABLE = context_unavailable("internal_error")
 UNKNOWN_TOOL: dict[str, Any] = {"protocol_error": {"code": -32602, "message": "Unknown tool"}}
 
 
@@ -424,7 +436,7 @@ def test_a_foreign_tenant_is_refused(invoke: Invoke, tool: str) -> None:
     foreign = event(tool)
     foreign["context"]["tenant_id"] = "tenant-other-0002"
 
-    assert invoke(tool, foreign) == CONTEXT_UNAVAILABLE
+    assert invoke(tool, foreign) == context_unavailable("tenant_mismatch")
 
 
 def _without(key: str) -> Callable[[dict[str, Any]], None]:
@@ -487,7 +499,8 @@ def test_a_tool_the_context_does_not_grant_is_refused(invoke: Invoke) -> None:
 
 
 def test_a_purpose_other_than_the_bound_one_is_refused(invoke: Invoke) -> None:
-    assert invoke("search", event("search", purpose_ref="purpose:other")) == CONTEXT_UNAVAILABLE
+    refused = invoke("search", event("search", purpose_ref="purpose:other"))
+    assert refused == context_unavailable("purpose_mismatch")
 
 
 # --------------------------------------------------------------------------------------------
@@ -534,7 +547,7 @@ def test_audit_lines_and_metrics_never_carry_payload_text(
     for line in audit:
         # The AuditEvent fields (Powertools drops the ones that are None) and Powertools' own.
         assert set(line) - POWERTOOLS_FIELDS <= AUDIT_FIELDS
-        assert set(line) >= AUDIT_FIELDS - {"target", "agent_id", "session_id"}
+        assert set(line) >= AUDIT_FIELDS - {"target", "agent_id", "session_id", "violation"}
         assert all(DIGEST.fullmatch(value) for value in line["digests"].values()), line
     assert [line["code"] for line in audit] == [
         "OK",

@@ -62,6 +62,10 @@ def test_a_message_that_is_not_one_well_formed_request_is_a_constant_error(
         '{"a": -0}',
         '{"a": -0.0}',
         '{"a": "\\ud800"}',
+        "[]",  # not an object: a wrong type, INVALID_SCHEMA like any other
+        '"search"',
+        "7",
+        "true",
     ],
 )
 def test_refused_json_in_arguments_reaches_the_tool_as_a_marker(arguments: str) -> None:

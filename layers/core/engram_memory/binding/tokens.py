@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from engram_memory.binding.host_config import HostConfig
-from engram_memory.contract.errors import TrustedContextUnavailable
+from engram_memory.contract.errors import RefusalReason, TrustedContextUnavailable
 from engram_memory.engine.context import CONFIRMABLE, TOOLS, RetentionPolicy, TrustedContext
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "context_from_claims",
     "key_id",
     "public_jwks",
+    "refusal_of",
 ]
 
 LEEWAY_S: Final = 30
@@ -633,10 +634,20 @@ def _claims(
 # --------------------------------------------------------------------------------------------
 
 
-def _refuse(reason: str) -> NoReturn:
-    error = TrustedContextUnavailable()
-    # A note shows in tracebacks and logs; the JSON-RPC message stays the constant one.
-    error.add_note(f"token refused on the agent path: {reason}")
+def refusal_of(error: InvalidToken) -> TrustedContextUnavailable:
+    """The -32603 for a token the verifier refused (``InvalidToken``): ``token_expired`` when its
+    ``exp`` passed (the host mints a new one), ``invalid_token`` for every other flaw."""
+    expired = error.reason == "expired"
+    return TrustedContextUnavailable(
+        RefusalReason.TOKEN_EXPIRED if expired else RefusalReason.INVALID_TOKEN
+    )
+
+
+def _refuse(note: str, reason: RefusalReason = RefusalReason.INVALID_TOKEN) -> NoReturn:
+    error = TrustedContextUnavailable(reason)
+    # A note shows in tracebacks and logs; the JSON-RPC message stays the constant one, and
+    # its data says only ``reason``.
+    error.add_note(f"token refused on the agent path: {note}")
     raise error
 
 
@@ -718,10 +729,10 @@ def context_from_claims(
     for name in _GRANT_CLAIMS:
         value = claims.other.get(name)
         if value is not None and _MAINTENANCE_GRANT in _grants(value):
-            _refuse("maintenance grant on the agent path")
+            _refuse("maintenance grant on the agent path", RefusalReason.MAINTENANCE_TOKEN)
     tenant_id = _id_claim("tenant_id", claims.tenant_id)
     if tenant_id != host.tenant_id:
-        _refuse("the token's tenant is not this host's")
+        _refuse("the token's tenant is not this host's", RefusalReason.TENANT_MISMATCH)
     workspace_id = _id_claim("workspace_id", claims.workspace_id)
     purpose_ref = _id_claim("purpose_ref", claims.purpose_ref)
     principal = _id_claim("sub", claims.subject)

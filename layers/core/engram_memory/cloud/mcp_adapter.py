@@ -54,8 +54,10 @@ from engram_memory.contract.envelope import failure
 from engram_memory.contract.errors import (
     ErrorCode,
     ProtocolRefusal,
+    RefusalReason,
     TrustedContextUnavailable,
     UnknownTool,
+    refusal_of_data,
 )
 from engram_memory.engine.context import TOOLS, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
@@ -102,8 +104,9 @@ class LambdaToolEngine:
     """What ``EngramMcp`` needs of an engine, over the six tool functions.
 
     ``handle`` invokes the tool's function and returns its envelope; a ``protocol_error`` answer
-    becomes the matching ``ProtocolRefusal``; a function error or a transport failure is a
-    generic -32603 (``TrustedContextUnavailable``) whose text never reaches the client.
+    becomes the matching ``ProtocolRefusal`` (its ``data`` checked against the closed set); a
+    function error or a transport failure is a -32603 whose ``data.reason`` is
+    ``internal_error`` and whose text never reaches the client.
     ``refuse`` audits a call the surface refused itself.
     """
 
@@ -174,7 +177,7 @@ class LambdaToolEngine:
             # the arguments or context cannot be sent (e.g. not JSON): the function would
             # refuse it as malformed
             self._audit(tool, ctx, ctx.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
-            raise TrustedContextUnavailable() from None
+            raise _host_failure() from None
         answer = self._invoke(function, payload, ctx.audit_id)
         if answer is _TIMED_OUT:
             return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.DEADLINE_EXCEEDED)
@@ -182,7 +185,7 @@ class LambdaToolEngine:
             try:
                 request = request_of(answer)
             except (KeyError, TypeError):
-                raise TrustedContextUnavailable() from None
+                raise _host_failure() from None
             page = answer["confirmation_required"]
             url = page.get("approval_url")
             return ConfirmationNeeded(
@@ -191,12 +194,12 @@ class LambdaToolEngine:
                 elicitation_id=str(page.get("approval_id", "")) or None,
             )
         if not isinstance(answer, dict):
-            raise TrustedContextUnavailable()
+            raise _host_failure()
         if "protocol_error" in answer:
             raise _refusal_of(answer["protocol_error"])
         if not isinstance(answer.get("ok"), bool):
             log.error("a tool function answered without an envelope", extra={"tool": tool})
-            raise TrustedContextUnavailable()
+            raise _host_failure()
         return cast("dict[str, Any]", answer)
 
     def _signed(self, invocation: ToolInvocation) -> dict[str, Any]:
@@ -212,20 +215,20 @@ class LambdaToolEngine:
             event["proof"] = invocation_mac(self.invocation_key, event)
         except StoreUnavailable:
             log.exception("the invocation key is unavailable")
-            raise TrustedContextUnavailable() from None
+            raise _host_failure() from None
         return event
 
     def _function(self, tool: str) -> str:
         function = self.functions.get(tool)
         if function is None:
             log.error("no function configured for a granted tool", extra={"tool": tool})
-            raise TrustedContextUnavailable()
+            raise _host_failure()
         return function
 
     def _invoke(self, function: str, payload: dict[str, Any], audit_id: str) -> Any:
         body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
         if len(body) > _INVOKE_PAYLOAD_LIMIT:
-            raise TrustedContextUnavailable()
+            raise _host_failure()
         from botocore.exceptions import ReadTimeoutError
 
         try:
@@ -238,19 +241,19 @@ class LambdaToolEngine:
             return _TIMED_OUT
         except Exception:  # a transport failure is an internal error, nothing more
             log.exception("tool function invocation failed", extra={"audit_id": audit_id})
-            raise TrustedContextUnavailable() from None
+            raise _host_failure() from None
         if response.get("FunctionError"):
             # The function's error text stays in the logs (its own and ours), never the client.
             log.error(
                 "tool function error",
                 extra={"audit_id": audit_id, "function_error": str(response["FunctionError"])},
             )
-            raise TrustedContextUnavailable()
+            raise _host_failure()
         try:
             return json.loads(raw)
         except (ValueError, TypeError):
             log.error("tool function answer is not JSON", extra={"audit_id": audit_id})
-            raise TrustedContextUnavailable() from None
+            raise _host_failure() from None
 
     def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]:
         """The human declined ``approval``'s question: the tool's function spends its id in the
@@ -260,7 +263,7 @@ class LambdaToolEngine:
         if answer is _TIMED_OUT:
             return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.DEADLINE_EXCEEDED)
         if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
-            raise TrustedContextUnavailable()
+            raise _host_failure()
         return cast("dict[str, Any]", answer)
 
     def refuse(
@@ -291,10 +294,17 @@ class LambdaToolEngine:
 
 
 def _refusal_of(error: Any) -> ProtocolRefusal:
+    """The refusal a function answered: -32602, or -32603 with the ``data`` it gave (only the
+    closed keys and reasons); the function's message is never passed on, the code's is."""
     code = error.get("code") if isinstance(error, dict) else None
     if code == UnknownTool.jsonrpc_code:
         return UnknownTool()
-    return TrustedContextUnavailable()
+    return refusal_of_data(error.get("data") if isinstance(error, dict) else None)
+
+
+def _host_failure() -> TrustedContextUnavailable:
+    """-32603 for what failed on the host's side (an invocation, an answer): ``internal_error``."""
+    return TrustedContextUnavailable(RefusalReason.INTERNAL_ERROR)
 
 
 # --------------------------------------------------------------------------------------------

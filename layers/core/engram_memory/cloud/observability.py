@@ -13,11 +13,12 @@ process. They are configured by the usual Powertools environment variables:
   alarms and dashboard select only their own (``tenant = <TenantId>``).
 
 ``PowertoolsAuditSink`` is the cloud ``AuditSink``: one structured log line per tool call holding
-exactly the ``AuditEvent`` fields (ids, outcome code, target id, digests) and one metric per
-outcome. Neither a log line nor a metric nor a trace annotation written here ever carries
-payload content: the audit event has none by construction, and the only free-form value a
-caller controls — the tool name of a refused call — is reduced to ``unknown`` unless it is one
-of the six tools.
+exactly the ``AuditEvent`` fields (ids, outcome code, target id, digests, an ``INVALID_SCHEMA``'s
+violation) and one metric per outcome. Neither a log line nor a metric nor a trace annotation
+written here ever carries payload content: the audit event has none by construction, and the
+free-form values a caller controls are reduced — the tool name of a refused call to ``unknown``
+unless it is one of the six tools, a violation's field names to ``(a name not shown)`` unless
+they are plain identifiers (``contract.errors``).
 
 Metrics (all ``Count``, each emitted at once as its own EMF document, so their dimension sets
 never mix):
@@ -267,7 +268,8 @@ class PowertoolsAuditSink:
 
     The log line (message ``audit``, level INFO) holds ``audit_id``, ``at`` (RFC 3339, from
     ``at_ms``), ``tenant_id``, ``workspace_id``, ``principal``, ``agent_id``, ``session_id``,
-    ``tool``, ``ok``, ``code``, ``target`` and ``digests`` — the ``AuditEvent`` and nothing else
+    ``tool``, ``ok``, ``code``, ``target``, ``digests`` and, for an ``INVALID_SCHEMA``,
+    ``violation`` (the field and the rule, never a value) — the ``AuditEvent`` and nothing else
     (besides the keys Powertools adds: level, timestamp, service, Lambda context; and the stack's
     ``tenant``).
     """

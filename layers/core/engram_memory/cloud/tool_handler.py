@@ -234,6 +234,7 @@ class ToolHandler(EngineHandler):
         from engram_memory.contract.errors import (
             ErrorCode,
             ProtocolRefusal,
+            RefusalReason,
             TrustedContextUnavailable,
             UnknownTool,
         )
@@ -251,7 +252,7 @@ class ToolHandler(EngineHandler):
             return engine.refuse(self.tool, None, invocation.audit_id, ErrorCode.STORE_UNAVAILABLE)
         if not signed:
             # invoked by someone other than the adapter: the context is nobody's word
-            unsigned = TrustedContextUnavailable()
+            unsigned = TrustedContextUnavailable(RefusalReason.INTERNAL_ERROR)
             return self._refuse(engine, unsigned, "unsigned_invocation", invocation.audit_id)
         self._logger.append_keys(audit_id=invocation.audit_id, tool=self.tool)
         self._tracer.put_annotation("audit_id", invocation.audit_id)

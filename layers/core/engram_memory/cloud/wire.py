@@ -25,7 +25,8 @@ memory's text against and nobody can present as a token.
 
 The function answers with the contract envelope, with ``{"confirmation_required": {...}}`` (the
 operation to approve; for withdraw/forget with the ``approval_url`` of its run), or with
-``{"protocol_error": {"code": -32602 | -32603, "message": ...}}`` for a protocol refusal (the
+``{"protocol_error": {"code": -32602 | -32603, "message": ..., "data"?: {...}}}`` for a protocol
+refusal (the code's constant message, and for -32603 its ``data``: ``{"reason": ...}``; the
 adapter turns it into a JSON-RPC error). Any other failure is a Lambda function error.
 """
 
@@ -48,7 +49,11 @@ from pydantic import (
 )
 
 from engram_memory.cloud.settings import HostBinding, ToolName
-from engram_memory.contract.errors import ProtocolRefusal, TrustedContextUnavailable
+from engram_memory.contract.errors import (
+    ProtocolRefusal,
+    RefusalReason,
+    TrustedContextUnavailable,
+)
 from engram_memory.engine.context import (
     CONFIRMABLE,
     HostFactDigests,
@@ -258,7 +263,7 @@ class ToolInvocation(_EventModel):
         """
         ctx = self.context
         if ctx.tenant_id != binding.tenant_id:
-            raise TrustedContextUnavailable()
+            raise TrustedContextUnavailable(RefusalReason.TENANT_MISMATCH)
         return TrustedContext(
             tenant_id=ctx.tenant_id,
             workspace_id=ctx.workspace_id,
@@ -295,8 +300,8 @@ def parse_invocation(payload: Any) -> ToolInvocation:
     """Validate an invocation event; ``TrustedContextUnavailable`` when it is malformed."""
     try:
         return ToolInvocation.model_validate(payload)
-    except ValidationError:
-        raise TrustedContextUnavailable() from None
+    except ValidationError:  # the adapter builds the event: a malformed one is the host's fault
+        raise TrustedContextUnavailable(RefusalReason.INTERNAL_ERROR) from None
 
 
 def context_from_event(payload: Any, env: Mapping[str, str] = os.environ) -> TrustedContext:
@@ -309,5 +314,10 @@ def context_from_event(payload: Any, env: Mapping[str, str] = os.environ) -> Tru
 
 
 def protocol_error(refusal: ProtocolRefusal) -> dict[str, Any]:
-    """The function's answer for a protocol refusal: the adapter makes it a JSON-RPC error."""
-    return {"protocol_error": {"code": refusal.jsonrpc_code, "message": refusal.message}}
+    """The function's answer for a protocol refusal: the adapter makes it a JSON-RPC error
+    (``mcp_adapter``), its ``data`` included."""
+    error: dict[str, Any] = {"code": refusal.jsonrpc_code, "message": refusal.message}
+    data = refusal.data
+    if data is not None:
+        error["data"] = data
+    return {"protocol_error": error}

@@ -22,15 +22,15 @@ def success(value: dict[str, Any], audit_id: str) -> dict[str, Any]:
     }
 
 
-def failure(code: ErrorCode, audit_id: str, detail: str | None = None) -> dict[str, Any]:
-    """The failure envelope: the code's constant message, then ``detail`` when there is one
-    (``INVALID_SCHEMA``: the field and the rule, ``errors.schema_violation``)."""
-    message = MESSAGES[code] if detail is None else f"{MESSAGES[code]} {detail}"
+def failure(code: ErrorCode, audit_id: str) -> dict[str, Any]:
+    """The failure envelope: its error object is closed (``code``, the code's one constant
+    message, ``retriable``); what else is known (an ``INVALID_SCHEMA``'s field and rule) goes to
+    the audit line under ``auditId``."""
     return {
         "ok": False,
         "auditId": audit_id,
         "redactionClass": REDACTION_CLASS,
-        "error": {"code": code.value, "message": message, "retriable": code in RETRIABLE},
+        "error": {"code": code.value, "message": MESSAGES[code], "retriable": code in RETRIABLE},
     }
 
 

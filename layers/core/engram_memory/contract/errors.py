@@ -4,15 +4,22 @@ Every failure an agent can see is either a *domain failure* (``EngramError``: a 
 with a contract code and a retriable flag) or a *protocol refusal* (``ProtocolRefusal``: a JSON-RPC
 error, not a tool result). Adapters translate vendor exceptions into the port-level exceptions of
 ``engine.ports``; the engine translates those into ``EngramError`` once. Messages are constant per
-code: nothing from the input or from internals is ever echoed. One exception adds to it, never a
-value: an ``INVALID_SCHEMA`` names the offending field as a JSON pointer and the rule it broke
-(``schema_violation``).
+code, on both hosts: nothing from the input or from internals is ever echoed, and clients act on
+the code alone (CONTRACT.md §1.1, §2).
+
+What helps beyond the code goes elsewhere, never into a message:
+
+- an ``INVALID_SCHEMA``'s first offending field (a JSON pointer) and the rule it broke
+  (``Violation``, from ``schema_violation``) go to the call's audit line, for the operator;
+- a ``-32603``'s reason (``RefusalReason``, a closed set) and, for a confirmation no client can
+  ask, what a person can do instead go to the JSON-RPC error's ``data`` (``ProtocolRefusal.data``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
@@ -103,11 +110,30 @@ MESSAGES: dict[ErrorCode, str] = {
 }
 
 
-class EngramError(Exception):
-    """A domain failure: becomes a failure envelope carrying ``code`` and ``retriable``;
-    ``violation`` (``INVALID_SCHEMA`` only: the field and the rule) follows the constant message."""
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """Where the arguments broke the closed schema (``INVALID_SCHEMA``): the call's audit line
+    holds it (``AuditEvent.violation``), the envelope never does.
 
-    def __init__(self, code: ErrorCode, violation: str | None = None) -> None:
+    ``pointer``: RFC 6901 pointer to the first offending field ("" is the top level), a name
+    that is not a plain identifier shown as ``(a name not shown)``; ``rule``: one of ``RULES``;
+    ``says``: the rule in words, with the schema's bounds (never an input value); ``more``: how
+    many other violations the arguments hold."""
+
+    pointer: str
+    rule: str
+    says: str
+    more: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pointer": self.pointer, "rule": self.rule, "says": self.says, "more": self.more}
+
+
+class EngramError(Exception):
+    """A domain failure: becomes a failure envelope carrying ``code``, its constant message and
+    ``retriable``; ``violation`` (``INVALID_SCHEMA`` only) goes to the audit line."""
+
+    def __init__(self, code: ErrorCode, violation: Violation | None = None) -> None:
         super().__init__(code.value)
         self.code = code
         self.violation = violation
@@ -161,7 +187,14 @@ _RULES: Final[dict[str, str]] = {
     "duplicate_id": "repeats a citation or component id",
     "unresolved_citation": "cites a citation that the evidence does not hold",
     "unresolved_component": "names a component that the payload does not hold",
+    # the engine's own checks before the models (engine.service)
+    "not_one_object": "must be one JSON object (no duplicate keys, no -0, no lone surrogate)",
+    "too_large": "must be at most {max_bytes} bytes of JSON",
+    # a rule the table does not name
+    "other": "breaks a rule of the contract (a bound, NFC, a cross-reference or a format)",
 }
+# The closed set of ``Violation.rule``.
+RULES: Final = frozenset(_RULES)
 _SHOWN_NAME: Final = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 
 
@@ -181,10 +214,8 @@ def _pointer(loc: Sequence[Any]) -> str:
     return "/" + "/".join(parts) if parts else ""
 
 
-def _rule(kind: str, context: Mapping[str, Any]) -> str:
-    template = _RULES.get(kind)
-    if template is None:
-        return "breaks a rule of the contract (a bound, NFC, a cross-reference or a format)"
+def _says(rule: str, context: Mapping[str, Any]) -> str:
+    template = _RULES[rule]
     bounds = {k: v for k, v in context.items() if isinstance(v, int | float)}
     try:
         return template.format(**bounds)
@@ -192,22 +223,65 @@ def _rule(kind: str, context: Mapping[str, Any]) -> str:
         return template.split(" {", 1)[0]
 
 
-def schema_violation(errors: Sequence[Mapping[str, Any]]) -> str:
-    """``At /field: the rule.`` for the first violation (pydantic's ``errors()``), and how many
-    more there are; never an input value."""
+def top_level_violation(rule: str, **bounds: int) -> Violation:
+    """A violation of the arguments as a whole (``not_one_object``, ``too_large``)."""
+    return Violation(pointer="", rule=rule, says=_says(rule, bounds))
+
+
+def schema_violation(errors: Sequence[Mapping[str, Any]]) -> Violation:
+    """The first violation (pydantic's ``errors()``) as a ``Violation``, and how many more
+    there are; never an input value."""
     first = errors[0]
-    where = _pointer(first.get("loc", ())) or "the top level"
-    text = f"At {where}: {_rule(str(first.get('type', '')), first.get('ctx') or {})}."
-    more = len(errors) - 1
-    return text + (f" ({more} more violation{'s' if more > 1 else ''}.)" if more else "")
+    kind = str(first.get("type", ""))
+    rule = kind if kind in _RULES else "other"
+    return Violation(
+        pointer=_pointer(first.get("loc", ())),
+        rule=rule,
+        says=_says(rule, first.get("ctx") or {}),
+        more=len(errors) - 1,
+    )
 
 
-TRUSTED_CONTEXT_UNAVAILABLE = "Trusted invocation context unavailable"
-UNKNOWN_TOOL = "Unknown tool"
+TRUSTED_CONTEXT_UNAVAILABLE: Final = "Trusted invocation context unavailable"
+UNKNOWN_TOOL: Final = "Unknown tool"
+
+
+class RefusalReason(StrEnum):
+    """Why a call was refused with ``-32603``: its JSON-RPC error's ``data.reason``.
+
+    A closed set (docs/contract.md §1, "Protocol errors"); each value names something the caller,
+    its human or the host's operator can act on, and none says anything about another tenant (a
+    token bound to any tenant but the host's is ``tenant_mismatch``, whether that tenant exists
+    or not):
+
+    - ``missing_token``: no bearer token reached the server (stdio: ``ENGRAM_TOKEN`` unset);
+    - ``invalid_token``: malformed, badly signed, not for this service, not yet valid, or its
+      claims are malformed;
+    - ``token_expired``: its ``exp`` has passed (the host mints a new one);
+    - ``maintenance_token``: it carries a maintenance grant, never used on the agent path;
+    - ``tenant_mismatch``: it binds a tenant that is not this host's;
+    - ``purpose_mismatch``: the arguments' ``purpose_ref`` is not the one the token binds;
+    - ``no_elicitation``: a person must confirm the call and this client cannot ask one;
+    - ``internal_error``: the host failed to serve the call (report it to the host's operator).
+    """
+
+    MISSING_TOKEN = "missing_token"  # noqa: S105 - a reason's name, not a secret
+    INVALID_TOKEN = "invalid_token"  # noqa: S105
+    TOKEN_EXPIRED = "token_expired"  # noqa: S105
+    MAINTENANCE_TOKEN = "maintenance_token"  # noqa: S105
+    TENANT_MISMATCH = "tenant_mismatch"
+    PURPOSE_MISMATCH = "purpose_mismatch"
+    NO_ELICITATION = "no_elicitation"
+    INTERNAL_ERROR = "internal_error"
+
+
+# The keys ``ProtocolRefusal.data`` may hold: a closed set, each value a string.
+REFUSAL_DATA_KEYS: Final = ("reason", "approval_id", "approve_with", "page")
 
 
 class ProtocolRefusal(Exception):
-    """A refusal that is a JSON-RPC error, not a tool result (CONTRACT.md §1.1)."""
+    """A refusal that is a JSON-RPC error, not a tool result (CONTRACT.md §1.1): its ``message``
+    is the code's constant one, what helps beyond the code is in ``data``."""
 
     jsonrpc_code: int = -32603
     message: str = TRUSTED_CONTEXT_UNAVAILABLE
@@ -215,23 +289,78 @@ class ProtocolRefusal(Exception):
     def __init__(self) -> None:
         super().__init__(self.message)
 
+    @property
+    def data(self) -> dict[str, str] | None:
+        """The JSON-RPC error's ``data`` object (None: the error has none)."""
+        return None
+
 
 class TrustedContextUnavailable(ProtocolRefusal):
-    """-32603: missing or invalid host context, purpose/principal/tenant mismatch, no confirmation channel."""
+    """-32603: missing or invalid host context, a purpose or tenant mismatch, a maintenance
+    token, a confirmation no client can ask, a host failure; ``reason`` says which."""
 
     jsonrpc_code = -32603
     message = TRUSTED_CONTEXT_UNAVAILABLE
+
+    def __init__(self, reason: RefusalReason) -> None:
+        super().__init__()
+        self.reason = reason
+
+    @property
+    def data(self) -> dict[str, str]:
+        return {"reason": self.reason.value}
 
 
 class NoConfirmationChannel(TrustedContextUnavailable):
     """-32603 for a call that needs a human's confirmation and a client that cannot ask one.
 
-    The message is the constant one followed by what a person can do instead (``route``: e.g.
-    the host's terminal command), so the agent can tell its human; it never holds input."""
+    ``data`` says what a person can do instead, when the host knows: the question it opened
+    (``approval_id``), the host's command that answers it (``approve_with``, the bare program
+    name: never a path) and the approval page (``page``). Never an input value."""
 
-    def __init__(self, route: str) -> None:
-        self.message = f"{TRUSTED_CONTEXT_UNAVAILABLE}: {route}"
-        super().__init__()
+    def __init__(
+        self,
+        *,
+        approval_id: str | None = None,
+        approve_with: str | None = None,
+        page: str | None = None,
+    ) -> None:
+        super().__init__(RefusalReason.NO_ELICITATION)
+        self.hints = {
+            key: value
+            for key, value in (
+                ("approval_id", approval_id),
+                ("approve_with", approve_with),
+                ("page", page),
+            )
+            if value
+        }
+
+    @property
+    def data(self) -> dict[str, str]:
+        return {"reason": self.reason.value, **self.hints}
+
+
+def refusal_of_data(data: object) -> TrustedContextUnavailable:
+    """The ``-32603`` a ``data`` object from another process stands for (the cloud's tool
+    function answers one to its adapter): only the closed keys and reasons, strings only,
+    ``approve_with`` without a path and ``page`` an https or http URL; a reason outside the set
+    is ``internal_error``."""
+    if not isinstance(data, Mapping):
+        return TrustedContextUnavailable(RefusalReason.INTERNAL_ERROR)
+    try:
+        reason = RefusalReason(str(data.get("reason")))
+    except ValueError:
+        return TrustedContextUnavailable(RefusalReason.INTERNAL_ERROR)
+    if reason is not RefusalReason.NO_ELICITATION:
+        return TrustedContextUnavailable(reason)
+    hints = {key: data.get(key) for key in REFUSAL_DATA_KEYS[1:]}
+    shown = {key: value for key, value in hints.items() if isinstance(value, str)}
+    if "/" in shown.get("approve_with", ""):
+        shown.pop("approve_with")
+    if not shown.get("page", "https://").startswith(("https://", "http://")):
+        shown.pop("page")
+    return NoConfirmationChannel(**shown)
 
 
 class UnknownTool(ProtocolRefusal):

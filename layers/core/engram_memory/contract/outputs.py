@@ -207,8 +207,9 @@ OUTPUT_MODELS: dict[str, type[OutputModel]] = {
 class ErrorBody(OutputModel):
     code: ErrorCode = Field(description="Contract error code; act on it and on retriable only.")
     message: str = Field(
-        description="Sanitized message for the code: constant; for INVALID_SCHEMA followed by"
-        " the field (a JSON pointer) and the rule it broke, never a value."
+        description="The code's one constant, sanitized message (the same on every host, never"
+        " a value); for INVALID_SCHEMA the field and the rule it broke are in the host's audit"
+        " log under auditId."
     )
     retriable: bool = Field(description="True: back off and retry (same key for mutations).")
 

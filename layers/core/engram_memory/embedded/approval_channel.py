@@ -34,7 +34,7 @@ from engram_memory.engine.context import TrustedContext, new_audit_id
 from engram_memory.engine.gate import Approval, ConfirmationRequest
 from engram_memory.engine.ports import Clock
 from engram_memory.mcp_surface.approval_channel import Declined, Mode, Question
-from engram_memory.operator_plane.commands import command_name
+from engram_memory.operator_plane.commands import PROGRAM, command_name
 
 if TYPE_CHECKING:
     from engram_memory.engine.kernel import Kernel
@@ -128,7 +128,7 @@ class EmbeddedApprovals:
     def message(self, row: OpenApproval, *, mode: Mode) -> str:
         """What the human reads, for the mode asked in: the page's summary and where else it
         can be answered; for a client that cannot ask (``terminal``), only the terminal's
-        command (the -32603's message)."""
+        command (its -32603 carries the command in ``data``: ``approve_with``)."""
         program = command_name()
         command = f"`{program} approvals approve {row.approval_id}`"
         if mode == "terminal":
@@ -180,6 +180,7 @@ class EmbeddedApprovals:
             expires_at_ms=row.expires_at_ms,
             message=self.message(row, mode=mode),
             link=self.link(row),
+            approve_with=approve_command(row.approval_id),
         )
 
     def answer(self, question: Question, approve: bool) -> Approval | Declined | None:
@@ -298,6 +299,12 @@ def approval_routes(desk: LinkDesk, allowed_hosts: list[str]) -> list[Route]:
     return [Route(APPROVALS_PATH + "/{approval_id}", endpoint=page, methods=["GET", "POST"])]
 
 
+def approve_command(approval_id: str) -> str:
+    """The terminal command that approves ``approval_id``, as a -32603's ``data`` names it: the
+    bare program name, never the path this server was started by."""
+    return f"{PROGRAM} approvals approve {approval_id}"
+
+
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -306,4 +313,10 @@ def _html(page: shared.PageResponse) -> Response:
     return HTMLResponse(page.html, page.status, headers=dict(page.headers))
 
 
-__all__ = ["APPROVALS_PATH", "EmbeddedApprovals", "LinkDesk", "approval_routes"]
+__all__ = [
+    "APPROVALS_PATH",
+    "EmbeddedApprovals",
+    "LinkDesk",
+    "approval_routes",
+    "approve_command",
+]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from engram_memory.contract.errors import ErrorCode, TrustedContextUnavailable
+from engram_memory.contract.errors import ErrorCode, NoConfirmationChannel
 from engram_memory.engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def call_in_process(
         return answer
     if obtain is None:
         engine.refuse(tool, ctx, ctx.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
-        raise TrustedContextUnavailable()
+        raise NoConfirmationChannel()
     approval = obtain(answer.request)
     if approval is None:
         return engine.refuse(tool, ctx, ctx.audit_id, ErrorCode.GATE_FAILED)

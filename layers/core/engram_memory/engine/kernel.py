@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
 from engram_memory.contract.canonical import digest
-from engram_memory.contract.errors import EngramError, ErrorCode, TrustedContextUnavailable
+from engram_memory.contract.errors import (
+    EngramError,
+    ErrorCode,
+    RefusalReason,
+    TrustedContextUnavailable,
+)
 from engram_memory.contract.models import ClosedModel
 from engram_memory.contract.packing import pack, unpack
 from engram_memory.contract.types import format_instant
@@ -250,7 +255,7 @@ class Kernel:
     @staticmethod
     def check_purpose(call: Call, purpose_ref: str) -> None:
         if purpose_ref != call.ctx.purpose_ref:
-            raise TrustedContextUnavailable()
+            raise TrustedContextUnavailable(RefusalReason.PURPOSE_MISMATCH)
 
     def mutation(self, call: Call, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         for _ in range(self.settings.commit_attempts):

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
+from engram_memory.contract.errors import Violation
 from engram_memory.engine.context import HostFactDigests, Scope, TrustedContext
 
 CandidateState = Literal["pending", "rejected", "withdrawn", "admitted"]
@@ -520,6 +521,9 @@ class AuditEvent:
     code: str  # "OK" or the contract error code
     target: str | None = None
     digests: Mapping[str, str] = field(default_factory=dict)  # never plaintext
+    # INVALID_SCHEMA only: the first offending field and the rule (never a value); the envelope
+    # carries the code's constant message alone
+    violation: Violation | None = None
 
     @classmethod
     def of_call(
@@ -532,6 +536,7 @@ class AuditEvent:
         code: str,
         target: str | None,
         digests: Mapping[str, str],
+        violation: Violation | None = None,
     ) -> AuditEvent:
         """The event of a call made in ``ctx``: who and where come from the trusted context."""
         return cls(
@@ -547,6 +552,7 @@ class AuditEvent:
             code,
             target,
             digests,
+            violation,
         )
 
 

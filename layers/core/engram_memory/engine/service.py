@@ -23,7 +23,9 @@ from engram_memory.contract.errors import (
     ErrorCode,
     ProtocolRefusal,
     UnknownTool,
+    Violation,
     schema_violation,
+    top_level_violation,
 )
 from engram_memory.contract.models import (
     INPUT_MODELS,
@@ -50,11 +52,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Approval", "ConfirmationNeeded", "Engine", "EngineSettings", "new_audit_id"]
 
-_NOT_ONE_OBJECT = (
-    "At the top level: the arguments must be one JSON object (no duplicate keys, no -0, no lone"
-    " surrogate)."
-)
-_TOO_LARGE = f"At the top level: the arguments must be at most {MAX_ARGUMENT_BYTES} bytes of JSON."
+_NOT_ONE_OBJECT = top_level_violation("not_one_object")
+_TOO_LARGE = top_level_violation("too_large", max_bytes=MAX_ARGUMENT_BYTES)
 
 
 class Engine(Kernel):
@@ -81,8 +80,8 @@ class Engine(Kernel):
             if len(envelope_json(envelope)) > self.settings.transport_ceiling_bytes:
                 raise EngramError(ErrorCode.RESULT_TOO_LARGE)
         except EngramError as error:
-            self._audit(call, ok=False, code=error.code.value)
-            return failure(error.code, ctx.audit_id, error.violation)
+            self._audit(call, ok=False, code=error.code.value, violation=error.violation)
+            return failure(error.code, ctx.audit_id)
         except ProtocolRefusal:
             self._audit(call, ok=False, code="PROTOCOL_CONTEXT_UNAVAILABLE")
             raise
@@ -171,7 +170,9 @@ class Engine(Kernel):
                 raise EngramError(ErrorCode.INVALID_DIGEST) from None
             raise EngramError(ErrorCode.INVALID_SCHEMA, schema_violation(errors)) from None
 
-    def _audit(self, call: Call, *, ok: bool, code: str) -> None:
+    def _audit(
+        self, call: Call, *, ok: bool, code: str, violation: Violation | None = None
+    ) -> None:
         ctx = call.ctx
         event = AuditEvent.of_call(
             ctx,
@@ -181,6 +182,7 @@ class Engine(Kernel):
             code=code,
             target=call.target,
             digests=dict(call.digests),
+            violation=violation,
         )
         try:
             self.audit.record(event)

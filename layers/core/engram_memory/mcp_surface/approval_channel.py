@@ -41,7 +41,7 @@ from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationRequest
 
 # How the human is asked: a link (URL mode), a form in the client, or, for a client that can do
-# neither, only at the host's terminal (the -32603's message names the command).
+# neither, only at the host's terminal (the -32603's ``data`` names the command).
 Mode = Literal["url", "form", "terminal"]
 
 
@@ -76,6 +76,9 @@ class Question:
     expires_at_ms: int
     message: str  # what the human reads, for the mode it was asked in
     link: str | None  # the page that answers it too (None: the host serves no page)
+    # the host's command that answers it, as a person types it (the bare program name, never a
+    # path): the -32603's ``data.approve_with`` for a client that cannot ask
+    approve_with: str | None = None
 
 
 class ApprovalChannel(Protocol):

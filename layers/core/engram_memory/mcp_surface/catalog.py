@@ -126,7 +126,9 @@ Never store secrets, credentials, tokens, API or signing keys, passwords, connec
 Every result is an envelope {ok, output | error, auditId}. Act on error.code and
 error.retriable only. Use one idempotency_key per logical operation and reuse it, with identical
 arguments, when you retry. JSON-RPC errors -32603 (trusted context unavailable) and -32602
-(unknown tool) are not memory answers: stop and report them to the host operator.
+(unknown tool) are not memory answers: stop and report them to the host operator. A -32603's
+data.reason says why; for "no_elicitation" (withdraw or forget from a client that cannot ask a
+human), give your human data.approve_with or data.page, then retry the same call.
 """
 
 

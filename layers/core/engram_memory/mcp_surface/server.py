@@ -18,13 +18,19 @@ from pydantic import ValidationError
 
 from engram_memory import CONNECTOR
 from engram_memory.binding.host_config import HostConfig
-from engram_memory.binding.tokens import InvalidToken, VerifiedClaims, context_from_claims
+from engram_memory.binding.tokens import (
+    InvalidToken,
+    VerifiedClaims,
+    context_from_claims,
+    refusal_of,
+)
 from engram_memory.binding.verified_tokens import ClaimsVerifier
 from engram_memory.contract.envelope import envelope_text
 from engram_memory.contract.errors import (
     ErrorCode,
     NoConfirmationChannel,
     ProtocolRefusal,
+    RefusalReason,
     TrustedContextUnavailable,
     UnknownTool,
 )
@@ -58,12 +64,6 @@ log = logging.getLogger(__name__)
 
 SERVER_VERSION = "0.1.0"
 UNKNOWN_NAME = "unknown"  # the audit log's tool for a name that is not one of the six
-# A host without an approval channel (the cloud): its approvals happen on a run's page, which
-# only a client that can show a form or open a link reaches.
-NO_CHANNEL_ROUTE = (
-    "this client cannot ask a human to confirm; use an MCP client that supports elicitation"
-    " (a form or a link), or ask the host's operator to withdraw or forget it for you"
-)
 
 
 class SurfaceEngine(Protocol):
@@ -110,7 +110,9 @@ def envelope_result(envelope: dict[str, Any]) -> types.CallToolResult:
 
 
 def _refusal(error: ProtocolRefusal) -> MCPError:
-    return MCPError(code=error.jsonrpc_code, message=error.message)
+    """The JSON-RPC error of a refusal: the code's constant message, and its ``data`` (for
+    -32603: the reason, and what a person can do instead) when it has one."""
+    return MCPError(code=error.jsonrpc_code, message=error.message, data=error.data)
 
 
 class EngramMcp:
@@ -155,14 +157,15 @@ class EngramMcp:
 
     @staticmethod
     async def _internal_errors(ctx: Any, call_next: Any) -> Any:
-        """Nothing unexpected leaks: any crash is -32603 with a constant message."""
+        """Nothing unexpected leaks: any crash is -32603 with its constant message and the
+        reason ``internal_error``."""
         try:
             return await call_next(ctx)
         except (MCPError, ValidationError):
             raise
         except Exception:
             log.exception("unexpected error while serving an MCP request")
-            raise MCPError(code=types.INTERNAL_ERROR, message="Internal error") from None
+            raise _refusal(TrustedContextUnavailable(RefusalReason.INTERNAL_ERROR)) from None
 
     # -- host binding ---------------------------------------------------------------------------
 
@@ -188,11 +191,11 @@ class EngramMcp:
     def _trusted(self, audit_id: str) -> TrustedContext:
         token = self._bearer()
         if not token:
-            raise TrustedContextUnavailable()
+            raise TrustedContextUnavailable(RefusalReason.MISSING_TOKEN)
         try:
             claims = self.runtime.verifier.verify(token)
-        except InvalidToken:
-            raise TrustedContextUnavailable() from None
+        except InvalidToken as error:
+            raise refusal_of(error) from None
         return context_from_claims(
             claims, audit_id=audit_id, host=self.runtime.host, raw_token=token
         )
@@ -300,14 +303,14 @@ class EngramMcp:
             self.runtime.engine.refuse(call.grant, trusted, trusted.audit_id, code)
         )
 
-    def _unavailable(self, call: _Call, route: str = NO_CHANNEL_ROUTE) -> NoReturn:
-        """No way to reach the human through this client: -32603, audited, its message naming
-        what a person can do instead (``route``)."""
+    def _unavailable(self, call: _Call, refusal: NoConfirmationChannel) -> NoReturn:
+        """No way to reach the human through this client: -32603, audited, its ``data`` naming
+        what a person can do instead (``refusal``)."""
         trusted = call.trusted
         self.runtime.engine.refuse(
             call.grant, trusted, trusted.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE"
         )
-        raise _refusal(NoConfirmationChannel(route))
+        raise _refusal(refusal)
 
     def _form_round_trip(
         self, request: ConfirmationRequest, issued_at_ms: int, question: Question | None = None
@@ -334,7 +337,10 @@ class EngramMcp:
             or not (call.modern or session.can_send_request)
             or self.runtime.host.approval_page_required  # the client's form is not enough
         ):
-            self._unavailable(call)
+            # the cloud: its run's approval page, where the approver signs in
+            self._unavailable(
+                call, NoConfirmationChannel(approval_id=needed.elicitation_id, page=needed.url)
+            )
         if call.modern:
             return self._form_round_trip(needed.request, self.runtime.clock.now_ms())
         approval = await elicit_on_stream(
@@ -362,8 +368,8 @@ class EngramMcp:
         """Ask through the host's approval channel (module ``approval_channel``): an answer
         already given wins; else URL mode (the question's link) for a client that declared URL
         only, a form for one that declared form; a client that can do neither (or URL only
-        where the host serves no page) gets -32603 naming the terminal's command, and its retry
-        takes the answer given there."""
+        where the host serves no page) gets -32603 whose ``data`` names the question, the
+        terminal's command and the page, and its retry takes the answer given there."""
         request = needed.request
         given = await anyio.to_thread.run_sync(channel.given, request)
         if given is not None:
@@ -381,7 +387,12 @@ class EngramMcp:
             mode = "terminal"
         question = await anyio.to_thread.run_sync(channel.ask, request, call.trusted, mode)
         if mode == "terminal":
-            self._unavailable(call, question.message)
+            refusal = NoConfirmationChannel(
+                approval_id=question.approval_id,
+                approve_with=question.approve_with,
+                page=question.link,
+            )
+            self._unavailable(call, refusal)
         if mode == "url" and question.link is not None:
             link = types.ElicitRequestURLParams(
                 message=question.message, url=question.link, elicitation_id=question.approval_id

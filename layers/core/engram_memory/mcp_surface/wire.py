@@ -12,6 +12,9 @@ Every message, on HTTP and on stdio, is screened before the SDK parses it:
   marker in ``_meta`` that the surface turns into that envelope); anywhere else in the
   message, ``-32600``. The SDK's parser would keep the last of duplicate keys, read ``-0`` as
   ``0`` and refuse a lone surrogate as a parse error.
+- ``arguments`` that are not an object (an array, a string, a number): the same marker, so the
+  call answers ``INVALID_SCHEMA`` like any other wrong type (CONTRACT.md §1), where the SDK
+  would answer ``-32602`` with a message of its own (``-32602``'s is ``Unknown tool``).
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ def screen(text: str) -> Screened:
             or isinstance(params, _RepeatedKeys)
         ):
             return Screened(error=error_body(INVALID_REQUEST))
-        if not _refused(arguments):
+        if arguments is None or (isinstance(arguments, dict) and not _refused(arguments)):
             return Screened(text=text)
         meta = params.get("_meta")
         if meta is not None and not isinstance(meta, dict):

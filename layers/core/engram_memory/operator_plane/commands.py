@@ -55,6 +55,7 @@ _AUDIT_COLUMNS: Final = (
     ("principal", "principal"),
     ("tool", "tool"),
     ("outcome", "code"),
+    ("violation", "violation"),  # INVALID_SCHEMA: the field and the rule (``_violation``)
 )
 _PENDING_COLUMNS: Final = (
     ("candidate", "candidate_id"),
@@ -230,7 +231,8 @@ def _show_audit(page: AuditPage) -> None:
     if page.empty_reason is not None:
         print(page.empty_reason)
         return
-    for line in text.table(page.entries, _AUDIT_COLUMNS):
+    rows = [{**entry, "violation": _violation(entry.get("violation"))} for entry in page.entries]
+    for line in text.table(rows, _AUDIT_COLUMNS):
         print(line)
     print(f"({len(page.entries)} of {page.total} entries, most recent last)")
     if page.unreadable:
@@ -238,6 +240,17 @@ def _show_audit(page: AuditPage) -> None:
             f"engram-memory: {page.unreadable} unreadable line(s) in {page.source} skipped",
             file=sys.stderr,
         )
+
+
+def _violation(violation: object) -> str | None:
+    """An ``INVALID_SCHEMA`` line's ``violation`` in words: ``/limit: must be at most 50``
+    (``(top level)`` for the arguments as a whole), and how many more there were."""
+    if not isinstance(violation, dict):
+        return None
+    where = str(violation.get("pointer") or "(top level)")
+    more = violation.get("more")
+    extra = f" (+{more} more)" if isinstance(more, int) and more > 0 else ""
+    return f"{where}: {violation.get('says', violation.get('rule', ''))}{extra}"
 
 
 def _print_lines(lines: list[str]) -> None:
