@@ -76,8 +76,8 @@ class Harness:
         self.stopping: list[Callable[[], None]] = []
         self.tally = Tally()
         self.recorder = CallRecorder(work / "calls.jsonl")
-        # executions a declined form confirmation left waiting: the function spends the
-        # approval but does not end the run, which waits out its 300 s (the flow skips them)
+        # executions a declined form confirmation failed to end (the function ends its run with
+        # ApprovalDeclined; a run left waiting is a failed check, and the flow skips it)
         self.abandoned: set[str] = set()
 
     # -- set-up --------------------------------------------------------------------------------

@@ -255,10 +255,18 @@ class LambdaToolEngine:
             log.error("tool function answer is not JSON", extra={"audit_id": audit_id})
             raise _host_failure() from None
 
-    def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]:
+    def decline(
+        self, tool: str, ctx: TrustedContext, approval: Approval, arguments: Any = None
+    ) -> dict[str, Any]:
         """The human declined ``approval``'s question: the tool's function spends its id in the
-        store (``Engine.decline``) and answers ``gate_failed``."""
-        invocation = ToolInvocation.from_trusted(tool, {}, ctx, approval, declined=True)
+        store (``Engine.decline``), ends the run that waits for it (found from ``arguments``'
+        idempotency key) and answers ``gate_failed``."""
+        try:
+            invocation = ToolInvocation.from_trusted(
+                tool, arguments or {}, ctx, approval, declined=True
+            )
+        except ValidationError:  # arguments that cannot travel: the id is spent all the same
+            invocation = ToolInvocation.from_trusted(tool, {}, ctx, approval, declined=True)
         answer = self._invoke(self._function(tool), self._signed(invocation), ctx.audit_id)
         if answer is _TIMED_OUT:
             return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.DEADLINE_EXCEEDED)

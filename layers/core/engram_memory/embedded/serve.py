@@ -92,8 +92,10 @@ class EngineOnDemand:
     ) -> dict[str, Any]:
         return self.host.engine.refuse(tool, ctx, audit_id, code)
 
-    def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]:
-        return self.host.engine.decline(tool, ctx, approval)
+    def decline(
+        self, tool: str, ctx: TrustedContext, approval: Approval, arguments: Any = None
+    ) -> dict[str, Any]:
+        return self.host.engine.decline(tool, ctx, approval)  # the book holds the question
 
 
 @dataclass

@@ -78,7 +78,9 @@ class SurfaceEngine(Protocol):
         self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str
     ) -> dict[str, Any]: ...
 
-    def decline(self, tool: str, ctx: TrustedContext, approval: Approval) -> dict[str, Any]: ...
+    def decline(
+        self, tool: str, ctx: TrustedContext, approval: Approval, arguments: Any = None
+    ) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -293,7 +295,10 @@ class EngramMcp:
 
     async def _declined(self, call: _Call, approval: Approval) -> types.CallToolResult:
         """The human declined ``approval``'s question: its id spent, ``gate_failed``."""
-        decline = functools.partial(self.runtime.engine.decline, call.grant, call.trusted, approval)
+        # the call's arguments go with it: a host whose question is a run finds the run to end
+        decline = functools.partial(
+            self.runtime.engine.decline, call.grant, call.trusted, approval, call.arguments
+        )
         return envelope_result(await anyio.to_thread.run_sync(decline))
 
     def _refused(self, call: _Call, code: ErrorCode) -> types.CallToolResult:
