@@ -299,6 +299,7 @@ def host_config_of(settings: AdapterSettings) -> HostConfig:
         "issuer": settings.issuer,
         "tenant_id": settings.tenant_id,
         "allowed_origins": settings.allowed_origins,
+        "approver_claim": settings.approver_claim,
     }
     if settings.retention_ceiling_s is not None:
         options["retention"] = RetentionConfig(
@@ -316,6 +317,7 @@ def host_config_of(settings: AdapterSettings) -> HostConfig:
 
 
 _HOST_VARIABLES: Final = {
+    "approver_claim": "ENGRAM_APPROVER_CLAIM",
     "resource": "ENGRAM_RESOURCE_URI",
     "issuer": "ENGRAM_ISSUER",
     "tenant_id": "ENGRAM_TENANT_ID",
