@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlencode
 
 from aws_testing import BUCKET, KEY_TABLE, REGION, TABLE
 
 from engram_memory.cloud.approval_page import ApprovalHandler, StoredMemories
+from engram_memory.cloud.approver_signin import SignedIn
 from engram_memory.cloud.proofs import FixedMacKey, MacKey
 
 BASE_URL: Final = "https://memory.example.com"
@@ -54,6 +55,19 @@ class PageContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return 29_000
+
+
+@dataclass
+class RecordedSfn:
+    """Step Functions as the page answers it: each answer recorded (success, or the error)."""
+
+    answers: list[str] = field(default_factory=list)
+
+    def send_task_success(self, **kwargs: Any) -> None:
+        self.answers.append("success")
+
+    def send_task_failure(self, **kwargs: Any) -> None:
+        self.answers.append(kwargs["error"])
 
 
 def _unreachable(url: str, form: Mapping[str, str] | None) -> Mapping[str, Any]:
@@ -135,8 +149,9 @@ def page_event(
 
 
 def session_of(handler: ApprovalHandler, sub: str) -> str:
-    """The ``name=value`` of the session cookie a sign-in as ``sub`` sets."""
-    return handler.signed_cookies().session_cookie(sub).split(";", 1)[0]
+    """The ``name=value`` of the session cookie a person's sign-in as ``sub`` sets (just now)."""
+    signed_in = SignedIn(sub, auth_time=handler.now_ms() // 1000)
+    return handler.signed_cookies().session_cookie(signed_in).split(";", 1)[0]
 
 
 def csrf_of(page: Mapping[str, Any]) -> str:

@@ -4,6 +4,13 @@ Discovery, ``/authorize`` (a sign-in page: the person picks who they are and pre
 ``/token`` (single-use codes, bound to client, redirect URI and code challenge) and ``/jwks``.
 ID tokens are EdDSA JWTs signed with an Ed25519 key, published with the project's own
 ``public_jwks``. Served by uvicorn on a free 127.0.0.1 port in a background thread.
+
+ID tokens carry ``auth_time``: the sign-in's time, or — while ``signed_in_s_ago`` says the
+browser holds an earlier session — that session's, unless the request's ``max_age`` (when the
+provider ``honours_max_age``; Cognito does not) or ``prompt=login`` (``honours_prompt``) asks
+for a fresh one.
+``claims_for`` shapes a user's ID token as a provider would (Cognito's ``cognito:groups``,
+Entra's ``idtyp``, Okta's ``cid``...; ``None`` removes a claim, e.g. ``auth_time``).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import contextlib
 import hashlib
 import secrets
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,8 +29,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import httpx2
 import jwt
 import uvicorn
+from bs4 import BeautifulSoup, Tag
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -41,6 +51,7 @@ class _Grant:
     challenge: str
     nonce: str
     subject: str
+    auth_time: int
 
 
 @dataclass
@@ -50,6 +61,18 @@ class LocalOidcProvider:
     key: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
     codes: dict[str, _Grant] = field(default_factory=dict)
     extra_audiences: list[str] = field(default_factory=list)  # ID tokens' aud besides the client
+    claims_for: dict[str, dict[str, Any]] = field(default_factory=dict)  # user -> ID-token claims
+    signed_in_s_ago: int = 0  # the browser's session at the provider (0: none, a fresh sign-in)
+    honours_max_age: bool = True
+    honours_prompt: bool = True
+    asked: list[dict[str, str]] = field(default_factory=list)  # each authorization request
+
+    def reset(self) -> None:
+        """Forget what a test set: its users' claims, the browser's session, what was asked."""
+        self.claims_for.clear()
+        self.signed_in_s_ago = 0
+        self.honours_max_age = self.honours_prompt = True
+        self.asked.clear()
 
     @property
     def kid(self) -> str:
@@ -92,6 +115,7 @@ class LocalOidcProvider:
         if params.get("code_challenge_method") != "S256" or not params.get("code_challenge"):
             return HTMLResponse("<h1>PKCE (S256) is required</h1>", 400)
         if request.method == "GET":  # the sign-in page
+            self.asked.append(params)
             hidden = "".join(
                 f'<input type="hidden" name="{escape(k)}" value="{escape(v)}">'
                 for k, v in params.items()
@@ -108,9 +132,20 @@ class LocalOidcProvider:
             challenge=params["code_challenge"],
             nonce=params.get("nonce", ""),
             subject=params.get("username", ""),
+            auth_time=self._auth_time(params),
         )
         query = urlencode({"code": code, "state": params.get("state", "")})
         return RedirectResponse(f"{redirect_uri}?{query}", 303)
+
+    def _auth_time(self, params: dict[str, str]) -> int:
+        """When the person signed in: now, or the browser's earlier session when the request
+        lets the provider reuse it."""
+        now = int(time.time())
+        max_age = params.get("max_age")
+        fresh = (self.honours_prompt and params.get("prompt") == "login") or (
+            self.honours_max_age and max_age is not None and self.signed_in_s_ago > int(max_age)
+        )
+        return now if fresh else now - self.signed_in_s_ago
 
     async def token(self, request: Request) -> Response:
         form = {k: str(v) for k, v in (await request.form()).items()}
@@ -140,9 +175,28 @@ class LocalOidcProvider:
             "iat": now,
             "exp": now + 300,
             "nonce": grant.nonce,
+            "auth_time": grant.auth_time,
         }
+        for name, value in self.claims_for.get(grant.subject, {}).items():
+            if value is None:
+                claims.pop(name, None)
+            else:
+                claims[name] = value
         id_token = jwt.encode(claims, self.key, algorithm="EdDSA", headers={"kid": self.kid})
         return JSONResponse({"id_token": id_token, "token_type": "Bearer", "expires_in": 300})
+
+
+def sign_in(authorization_url: str, username: str, *, verify: ssl.SSLContext | bool = True) -> str:
+    """What the person does at the provider: open its sign-in page, type who they are, press
+    Sign in. Where the provider sends the browser back (the redirect URI with code and state)."""
+    page = httpx2.get(authorization_url, verify=verify, timeout=10)
+    form = BeautifulSoup(page.text, "html.parser").find("form")
+    assert isinstance(form, Tag), page.text
+    fields = {str(i["name"]): str(i.get("value", "")) for i in form.find_all("input")}
+    fields["username"] = username
+    answer = httpx2.post(authorization_url.split("?")[0], data=fields, verify=verify, timeout=10)
+    assert answer.status_code == 303
+    return str(answer.headers["location"])
 
 
 @contextlib.contextmanager

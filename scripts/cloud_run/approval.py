@@ -1,5 +1,8 @@
 """The approval page in a browser: open the link (302 to the issuer), sign in there as the
-principal, come back to the callback (session cookie), read the page's CSRF token, press Approve.
+approver the agent's token names (``APPROVER``), come back to the callback (session cookie), read
+the page's CSRF token, press Approve. The agent's own identity at the issuer is refused
+(``agent_is_refused``): a member of the agents' group gets no session, and the agent signed in
+as a person-shaped user is not the approver.
 
 Each request is an API Gateway event for the built approval function: sent to its worker as is
 (``page``: the flow), or as the HTTPS request a browser sends to the HTTP API's stand-in, which
@@ -20,7 +23,7 @@ from urllib.parse import urlencode, urlsplit
 from .harness import Harness
 from .identity import AUTHORIZE_PATH
 from .mcp import CLASSIC
-from .settings import AUDIENCE, PRINCIPAL, sample
+from .settings import APPROVER, AUDIENCE, PRINCIPAL, sample
 from .smoke import outcome
 
 # One request of the browser: the approval function's event in, its Lambda answer out.
@@ -83,27 +86,44 @@ def page_event(name: str, approval_id: str) -> dict[str, Any]:
     return event
 
 
-def sign_in(h: Harness, opened: dict[str, Any], send: Send = page, who: str = "flow") -> str | None:
-    """Open the link signed out, sign in at the issuer, come back: the session cookie (None when
-    a step failed, reported as ``who``'s)."""
-    check = h.report.check
+def signed_in_at_the_issuer(
+    h: Harness,
+    opened: dict[str, Any],
+    send: Send,
+    who: str,
+    subject: str = APPROVER,
+    groups: tuple[str, ...] | None = None,
+) -> dict[str, Any] | None:
+    """Open the link signed out and sign in at the issuer as ``subject`` (its ID token listing
+    ``groups``): the callback's answer (None when the link did not send the browser there)."""
     redirect = send(h, opened).get("result", {})
     location = str((redirect.get("headers") or {}).get("Location", ""))
     signin = [c.split(";")[0] for c in redirect.get("cookies") or []]
-    if not check(
+    if not h.report.check(
         redirect.get("statusCode") == 302
         and location.startswith(h.issuer.url + AUTHORIZE_PATH + "?")
         and "code_challenge_method=S256" in location
+        and "max_age=300" in location
         and len(signin) == 1,
         f"{who}: the approval link sends a signed-out person to the issuer "
-        f"({redirect.get('statusCode')}, PKCE S256)",
+        f"({redirect.get('statusCode')}, PKCE S256, max_age 300 s)",
     ):
         return None
-    code, state = h.issuer.sign_in(location, PRINCIPAL)
+    code, state = h.issuer.sign_in(location, subject, groups=groups)
     callback = sample("approval_callback.json")
     callback["rawQueryString"] = urlencode({"code": code, "state": state})
     callback["cookies"] = signin
-    back = send(h, callback).get("result", {})
+    back: dict[str, Any] = send(h, callback).get("result", {})
+    return back
+
+
+def sign_in(h: Harness, opened: dict[str, Any], send: Send = page, who: str = "flow") -> str | None:
+    """Open the link signed out, sign in at the issuer as the agent's approver, come back: the
+    session cookie (None when a step failed, reported as ``who``'s)."""
+    check = h.report.check
+    back = signed_in_at_the_issuer(h, opened, send, who)
+    if back is None:
+        return None
     session = [c for c in back.get("cookies") or [] if c.startswith("engram_approver=")]
     if not check(
         back.get("statusCode") == 200
@@ -138,7 +158,7 @@ def approve_on_the_page(
     found = re.search(r'name="csrf_token" value="([0-9a-f]+)"', body)
     if not h.report.check(
         shown.get("statusCode") == 200 and found is not None and 'id="memory"' in body,
-        f"{who}: the signed-in principal sees the page with the memory ({shown.get('statusCode')})",
+        f"{who}: the signed-in approver sees the page with the memory ({shown.get('statusCode')})",
     ):
         return {}
     assert found is not None
@@ -169,11 +189,46 @@ def page_link(h: Harness, asked: Any, tool: str = "forget") -> str | None:
     return url.rsplit("/", 1)[1]
 
 
-def approve_the_link(h: Harness, asked: Any, tool: str = "forget") -> bool:
-    """The -32042 answer names the approval page; the person approves there."""
+def agent_is_refused(h: Harness, approval_id: str) -> None:
+    """The agent's own identity at the issuer never answers: signed in as a member of the
+    agents' group it gets no session; signed in as a user outside the group (an operator who
+    forgot the group) it is not the approver its token names, and the page shows nothing."""
+    opened = page_event("approval_get.json", approval_id)
+    back = signed_in_at_the_issuer(h, opened, page, "flow", PRINCIPAL) or {}
+    sessions = [c for c in back.get("cookies") or [] if c.startswith("engram_approver=")]
+    h.report.check(
+        back.get("statusCode") == 403 and not sessions and outcome_of(back) == "not_a_person",
+        f"flow: the agent's own sign-in (a member of the agents' group) gets no session "
+        f"({back.get('statusCode')} {outcome_of(back)})",
+    )
+    back = signed_in_at_the_issuer(h, opened, page, "flow", PRINCIPAL, ("staff",)) or {}
+    sessions = [c for c in back.get("cookies") or [] if c.startswith("engram_approver=")]
+    shown: dict[str, Any] = {}
+    if sessions:
+        shown = page(h, {**opened, "cookies": [sessions[0].split(";")[0]]}).get("result", {})
+    h.report.check(
+        shown.get("statusCode") == 403 and outcome_of(shown) == "forbidden",
+        f"flow: the agent signed in outside the group is not the approver its token names "
+        f"({shown.get('statusCode')} {outcome_of(shown)})",
+    )
+
+
+def outcome_of(page_answer: dict[str, Any]) -> str | None:
+    """The page's ``data-decision`` (answered) or ``data-error`` (refused)."""
+    found = re.search(r'data-(?:decision|error)="([a-z_]+)"', str(page_answer.get("body", "")))
+    return found.group(1) if found else None
+
+
+def approve_the_link(
+    h: Harness, asked: Any, tool: str = "forget", *, agent_tries_first: bool = False
+) -> bool:
+    """The -32042 answer names the approval page; the person approves there (after the agent's
+    own sign-in was refused, with ``agent_tries_first``)."""
     approval_id = page_link(h, asked, tool)
     if approval_id is None:
         return False
+    if agent_tries_first:
+        agent_is_refused(h, approval_id)
     answered = approve_on_the_page(h, approval_id)
     h.report.check(
         answered.get("result", {}).get("statusCode") == 200

@@ -2,7 +2,8 @@
 initialize, tools/list, capture, request_admission, search, get, withdraw (form mode, 2026-07-28,
 the withdraw state machine runs) and forget (URL mode, 2025-11-25: the approval page is the built
 approval function, the forget state machine runs), then search and get see the record gone; a
-second forget in form mode; last, no bearer token in any payload the run produced."""
+second forget in form mode; last, no bearer token in any payload the run produced. On the page,
+the agent's own identity is refused first, then the approver its token names approves."""
 
 from __future__ import annotations
 
@@ -155,7 +156,7 @@ def forget_in_url_mode(
         "idempotency_key": "cloud-check-forget-0001",
         "reason_ref": "reason:obsolete",
     }
-    if not approve_the_link(h, call(h, "forget", forget)):
+    if not approve_the_link(h, call(h, "forget", forget), agent_tries_first=True):
         return False
     execution = wait_execution(h, "ForgetStateMachine")
     h.report.check(

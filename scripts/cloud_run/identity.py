@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from .settings import AUDIENCE, PRINCIPAL, TENANT, TOOLS, WORKSPACE
+from .settings import AGENTS_GROUP, APPROVER, AUDIENCE, PRINCIPAL, TENANT, TOOLS, WORKSPACE
 
 JWKS_PATH: Final = "/.well-known/jwks.json"
 AUTHORIZE_PATH: Final = "/authorize"  # never fetched: the harness plays the person signing in
@@ -82,14 +82,25 @@ class Issuer:
             ]
         }
 
-    def sign_in(self, authorization_url: str, subject: str) -> tuple[str, str]:
-        """The person signs in at the authorization endpoint as ``subject``: the code and the
-        state the provider redirects back with (its grant kept for the token endpoint)."""
+    def sign_in(
+        self, authorization_url: str, subject: str, *, groups: tuple[str, ...] | None = None
+    ) -> tuple[str, str]:
+        """``subject`` signs in at the authorization endpoint, just now: the code and the state
+        the provider redirects back with (its grant kept for the token endpoint). The ID token
+        lists ``groups``; by default the agent (``PRINCIPAL``) is in the agents' group, as an
+        operator puts every agent user there."""
         from urllib.parse import parse_qs, urlsplit
 
         query = {k: v[0] for k, v in parse_qs(urlsplit(authorization_url).query).items()}
         code = secrets.token_urlsafe(24)
-        self.grants[code] = {**query, "sub": subject}
+        if groups is None:
+            groups = (AGENTS_GROUP,) if subject == PRINCIPAL else ("staff",)
+        self.grants[code] = {
+            **query,
+            "sub": subject,
+            "auth_time": str(int(time.time())),
+            "groups": ",".join(groups),
+        }
         return code, query.get("state", "")
 
     def exchange(self, form: dict[str, str]) -> tuple[int, dict[str, Any]]:
@@ -112,6 +123,8 @@ class Issuer:
             "iat": now,
             "exp": now + 300,
             "nonce": grant.get("nonce", ""),
+            "auth_time": int(grant["auth_time"]),
+            "groups": [g for g in grant["groups"].split(",") if g],
         }
         id_token = self._mint(claims, {"kid": "k1"})
         return 200, {"id_token": id_token, "token_type": "Bearer", "expires_in": 300}
@@ -136,6 +149,7 @@ class Issuer:
             "purpose_ref": "purpose:general",
             "engram_tools": list(tools),
             "engram_confirm": list(confirm),
+            "engram_approver": APPROVER,  # the template's ApproverClaim default
         }
         return self._mint(claims, {"kid": "k1", "typ": "at+jwt"})
 

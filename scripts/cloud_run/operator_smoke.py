@@ -5,7 +5,7 @@ harness's issuer for a workspace of its own, in a file only its owner reads.
 
 When the command prints an approval page's link, the harness is the test approver: it opens the
 link as a browser does, through the stand-in (``approval.through_the_api``: the issuer's sign-in
-as the token's principal, the page's CSRF token, Approve). The command's whole output goes into
+as the approver the token names, the page's CSRF token, Approve). The command's whole output goes into
 the gate's log, each line behind ``|`` (its lines are not the gate's).
 
 Checked: exit code 0 with every step ok and both approvals answered; the functions' REPORT lines

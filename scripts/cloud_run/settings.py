@@ -17,6 +17,10 @@ API_ID: Final = "abcd1234"  # the HTTP API's id (events/mcp_adapter_*.json's req
 AUDIENCE: Final = "https://memory.example.com/mcp"
 APPROVAL_AUDIENCE: Final = "https://memory.example.com/approvals"
 PRINCIPAL: Final = "agent-alice"
+# The person the agent's token names as its approver (engram_approver): who signs in to the
+# approval page. The agent itself, at the stand-in issuer, is a member of the agents' group.
+APPROVER: Final = "person-dana"
+AGENTS_GROUP: Final = "engram-agents"  # the template's AgentsGroup default
 WORKSPACE: Final = "ws-research-0001"
 TOOLS: Final = ("search", "get", "capture", "request_admission", "withdraw", "forget")
 AUDIT_MESSAGE: Final = (

@@ -378,10 +378,30 @@ async def test_another_principal_who_signs_in_is_refused(
         await anyio.to_thread.run_sync(mallory.open, link)
 
         assert mallory.error() == "forbidden"
-        assert "Only the person the agent acts for" in browser.find_element(By.ID, "next-step").text
+        next_step = browser.find_element(By.ID, "next-step").text
+        assert "Only the person who approves for this agent" in next_step
         assert NOTE not in browser.page_source and browser.find_elements(By.TAG_NAME, "form") == []
         assert await link_of(call) == link  # unanswered
         assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
+
+
+async def test_the_agent_signing_in_with_its_own_account_gets_no_session(
+    site: CloudSite, browser: webdriver.Chrome
+) -> None:
+    site.provider.claims_for[ALICE] = {"groups": ["engram-agents"]}  # the agents' group
+    agent_user = Person(browser)  # the principal's own account at the provider
+    async with agent_of(site) as agent:
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id, new_key("forget"))
+        call = partial(agent.client.call_tool, FORGET, arguments)
+        link = await link_of(call)
+
+        await anyio.to_thread.run_sync(agent_user.open, link)
+
+        assert agent_user.error() == "not_a_person"
+        assert [c for c in browser.get_cookies() if c["name"] == "engram_approver"] == []
+        assert NOTE not in browser.page_source and browser.find_elements(By.TAG_NAME, "form") == []
+        assert await link_of(call) == link  # unanswered
 
 
 async def test_the_signed_in_page_reads_at_phone_width_and_on_a_desktop(

@@ -114,6 +114,10 @@ def test_the_functions_and_the_authorizer_trust_the_created_pool() -> None:
     assert env["ENGRAM_ISSUER"] == POOL_ISSUER
     assert env["ENGRAM_AUDIENCE_ALIASES"]["Fn::Join"][1][0] == {"Ref": "CognitoAgentClient"}
     assert env["ENGRAM_APPROVAL_AUDIENCE"] == {"Ref": "CognitoApprovalClient"}
+    page = stack(**POOL)["ApprovalFunction"]["Properties"]["Environment"]["Variables"]
+    assert page["ENGRAM_APPROVER_GROUPS_CLAIM"] == "cognito:groups"
+    assert page["ENGRAM_AGENTS_GROUP"] == "engram-agents"  # the pool's group of agents
+    assert stack(**POOL)["CognitoAgentsGroup"]["Properties"]["GroupName"] == "engram-agents"
     # without the pool: the operator's issuer and clients, the pool named nowhere
     assert jwt_configuration(stack())["issuer"] == {"Ref": "IssuerUrl"}
     assert tool_environment(stack())["ENGRAM_ISSUER"] == {"Ref": "IssuerUrl"}
@@ -139,6 +143,7 @@ def test_no_app_client_may_write_an_agents_binding_and_nobody_signs_up() -> None
         "engram_workspace",
         "engram_purpose",
         "engram_tools",
+        "engram_approver",  # who approves for the agent: no agent names its own approver
     }
 
 

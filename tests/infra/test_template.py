@@ -575,11 +575,16 @@ def test_only_the_metadata_and_the_approval_page_are_unauthenticated() -> None:
 
 def test_the_approval_page_signs_in_with_its_own_client_never_the_mcp_audience() -> None:
     env = props("ApprovalFunction")["Environment"]["Variables"]
-    assert env == {"ENGRAM_APPROVAL_SESSION_SECRET_ARN": {"Ref": "ApprovalSessionSecret"}}
+    assert env["ENGRAM_APPROVAL_SESSION_SECRET_ARN"] == {"Ref": "ApprovalSessionSecret"}
+    # an ID token whose groups claim lists the agents' group signs nobody in
+    assert decided(env["ENGRAM_APPROVER_GROUPS_CLAIM"]) == {"Ref": "ApproverGroupsClaim"}
+    assert decided(env["ENGRAM_AGENTS_GROUP"]) == {"Ref": "AgentsGroup"}
+    assert template()["Parameters"]["AgentsGroup"]["Default"] == "engram-agents"
     globals_env = template()["Globals"]["Function"]["Environment"]["Variables"]
     assert decided(globals_env["ENGRAM_APPROVAL_AUDIENCE"]) == {"Ref": "ApprovalAudience"}
     assert decided(globals_env["ENGRAM_ISSUER"]) == {"Ref": "IssuerUrl"}
     assert globals_env["ENGRAM_RESOURCE_URI"] == {"Ref": "Audience"}  # refused in ID tokens
+    assert globals_env["ENGRAM_APPROVER_CLAIM"] == {"Ref": "ApproverClaim"}  # the adapter's
     rule = template()["Rules"]["ApprovalsNeedTheirOwnAudience"]["Assertions"][0]["Assert"]
     assert rule == {"Fn::Not": [{"Fn::Equals": [{"Ref": "ApprovalAudience"}, {"Ref": "Audience"}]}]}
 

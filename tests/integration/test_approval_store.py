@@ -27,8 +27,8 @@ def store() -> Iterator[ApprovalStore]:
         yield ApprovalStore(dynamodb, TABLE)
 
 
-def park(store: ApprovalStore, approval_id: str, token: str) -> str:
-    ctx = context(agent_id="agent-1", session_id="session-1")
+def park(store: ApprovalStore, approval_id: str, token: str, **ctx_fields: Any) -> str:
+    ctx = context(agent_id="agent-1", session_id="session-1", **ctx_fields)
     request = WorkflowRequest(
         invocation=ToolInvocation.from_trusted("forget", {"record_id": "mem_1"}, ctx),
         target="mem_1",
@@ -78,3 +78,19 @@ def test_the_commit_is_first_reported_once(store: ApprovalStore) -> None:
     assert store.first_report(approval_id, T0 + 1_000)
     assert not store.first_report(approval_id, T0 + 2_000)
     assert not store.first_report("apr_" + "9" * 32, T0)
+
+
+def test_the_approver_the_agents_token_named_is_parked_with_the_token(
+    store: ApprovalStore,
+) -> None:
+    approval_id = park(store, "apr_" + "1" * 32, "token-1", approver="person-dana")
+    parked = store.get(approval_id)
+    assert parked is not None and parked.approver == "person-dana"
+    taken = store.take(approval_id, T0 + 1_000)
+    assert taken is not None and taken.approver == "person-dana"
+    assert "approver" not in taken.approved(T0 + 1_000).model_dump()  # not in the binding
+
+
+def test_without_an_approver_claim_none_is_parked(store: ApprovalStore) -> None:
+    parked = store.get(park(store, "apr_" + "1" * 32, "token-1"))
+    assert parked is not None and parked.approver is None

@@ -1,8 +1,11 @@
 """Approver sign-in for the cloud approval page: OIDC code + PKCE against a local provider, the
-signed session and sign-in cookies (HttpOnly; Secure; SameSite=Strict), and their refusals."""
+signed session and sign-in cookies (HttpOnly; Secure; SameSite=Strict), and their refusals; the
+person checks (``PersonRule``): never an agent's or an application's ID token, a fresh
+interactive sign-in (``max_age``, ``auth_time``, ``prompt=login``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -10,21 +13,26 @@ from urllib.parse import parse_qs, urlparse
 import httpx2
 import jwt
 import pytest
-from bs4 import BeautifulSoup, Tag
 
+from engram_memory.binding.tokens import LEEWAY_S
 from engram_memory.cloud.approver_signin import (
     SESSION_COOKIE,
+    SIGN_IN_MAX_AGE_S,
     SIGNIN_COOKIE,
     KeySource,
+    NotAPerson,
     OidcClient,
     PendingSignIn,
+    PersonRule,
     SignedCookies,
+    SignedIn,
     SignInFailed,
+    StaleSignIn,
     cookie_value,
     pkce_pair,
 )
 
-from oidc_provider import LocalOidcProvider, serve_provider
+from oidc_provider import LocalOidcProvider, serve_provider, sign_in
 
 CLIENT_ID = "engram-approvals"
 REDIRECT = "https://approvals.example/approvals/callback"
@@ -70,15 +78,8 @@ def client_for(
 
 
 def sign_in_as(authorization_url: str, username: str) -> dict[str, str]:
-    """What the person does at the provider: open the page, type who they are, press Sign in."""
-    page = httpx2.get(authorization_url, timeout=10)
-    form = BeautifulSoup(page.text, "html.parser").find("form")
-    assert isinstance(form, Tag), page.text
-    fields = {str(i["name"]): str(i.get("value", "")) for i in form.find_all("input")}
-    fields["username"] = username
-    answer = httpx2.post(authorization_url.split("?")[0], data=fields, timeout=10)
-    assert answer.status_code == 303
-    location = answer.headers["location"]
+    """What the person does at the provider: the callback's query parameters."""
+    location = sign_in(authorization_url, username)
     assert location.startswith(REDIRECT + "?")
     return {k: v[0] for k, v in parse_qs(urlparse(location).query).items()}
 
@@ -103,7 +104,8 @@ def test_code_with_pkce_signs_the_person_in_as_the_provider_subject(
     assert query["code_challenge_method"] == ["S256"] and query["response_type"] == ["code"]
     assert query["state"] == [pending.state] and query["nonce"] == [pending.nonce]
     returned = sign_in_as(url, "alice")
-    assert client.finish(code=returned["code"], state=returned["state"], pending=pending) == "alice"
+    signed_in = client.finish(code=returned["code"], state=returned["state"], pending=pending)
+    assert signed_in.subject == "alice"
 
 
 def test_a_code_is_used_once_and_only_with_its_verifier_and_state(
@@ -147,7 +149,8 @@ def test_an_id_token_also_valid_for_the_mcp_endpoint_is_refused(
         provider.extra_audiences = []
     url, pending = client.start("/approvals/apr_1")
     returned = sign_in_as(url, "alice")
-    assert client.finish(code=returned["code"], state=returned["state"], pending=pending) == "alice"
+    signed_in = client.finish(code=returned["code"], state=returned["state"], pending=pending)
+    assert signed_in.subject == "alice"
 
 
 def test_an_id_token_signed_by_an_unpublished_key_is_refused(provider: LocalOidcProvider) -> None:
@@ -162,7 +165,7 @@ def test_an_id_token_signed_by_an_unpublished_key_is_refused(provider: LocalOidc
 def test_cookies_are_httponly_secure_samesite_strict_and_short_lived() -> None:
     now = [1_790_000_000.0]
     cookies = SignedCookies(b"k" * 32, clock=lambda: now[0])
-    header = cookies.session_cookie("alice")
+    header = cookies.session_cookie(SignedIn("alice", int(now[0])))
     name, _, rest = header.partition("=")
     value = rest.split(";")[0]
     attributes = {a.strip().split("=")[0] for a in rest.split(";")[1:]}
@@ -177,7 +180,8 @@ def test_cookies_are_httponly_secure_samesite_strict_and_short_lived() -> None:
 
 def test_a_tampered_or_foreign_cookie_reads_as_signed_out() -> None:
     cookies = SignedCookies(b"k" * 32)
-    value = cookies.session_cookie("alice").split(";")[0].split("=", 1)[1]
+    signed_in = SignedIn("alice", int(time.time()))
+    value = cookies.session_cookie(signed_in).split(";")[0].split("=", 1)[1]
     payload, mac = value.split(".")
     import base64
     import json
@@ -194,3 +198,101 @@ def test_a_tampered_or_foreign_cookie_reads_as_signed_out() -> None:
     assert cookies.approver(signin_value) is None  # a sign-in cookie is not a session
     restored = cookies.pending(signin_value)
     assert restored == PendingSignIn("s", "n", "v", "/approvals/apr_1")
+
+
+# --------------------------------------------------------------------------------------------
+# The approver is a person: never an agent, never an application, a fresh interactive sign-in
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def idp(provider: LocalOidcProvider) -> Iterator[LocalOidcProvider]:
+    """The module's provider, its users' claims and sessions reset after the test."""
+    yield provider
+    provider.reset()
+
+
+def signed_in_as(
+    client: OidcClient, username: str, *, force_login: bool = False
+) -> SignedIn | Exception:
+    """A whole sign-in as ``username``: the verified person, or why it was refused."""
+    url, pending = client.start("/approvals/apr_1", force_login=force_login)
+    returned = sign_in_as(url, username)
+    try:
+        return client.finish(code=returned["code"], state=returned["state"], pending=pending)
+    except SignInFailed as refused:
+        return refused
+
+
+def test_the_authorization_request_asks_for_a_sign_in_within_max_age(
+    provider: LocalOidcProvider,
+) -> None:
+    client = client_for(provider)
+    url, pending = client.start("/approvals/apr_1")
+    query = parse_qs(urlparse(url).query)
+    assert query["max_age"] == [str(SIGN_IN_MAX_AGE_S)] and "prompt" not in query
+    assert not pending.forced
+    url, pending = client.start("/approvals/apr_1", force_login=True)
+    assert parse_qs(urlparse(url).query)["prompt"] == ["login"] and pending.forced
+
+
+@pytest.mark.parametrize(
+    ("claims", "reason"),
+    [
+        ({"groups": ["staff", "engram-agents"]}, "agents' group"),
+        ({"groups": "engram-agents"}, "agents' group"),
+        ({"groups": [7]}, "not a list of names"),
+        ({"hasgroups": True}, "overage"),  # Entra: too many groups for the token
+        ({"_claim_names": {"groups": "src1"}}, "overage"),
+        ({"idtyp": "app"}, "application"),  # Entra: an app-only token
+        ({"gty": "client-credentials"}, "application"),
+        ({"token_use": "access"}, "not an ID token"),  # Cognito
+        ({"cid": "alice"}, "client id"),  # Okta: a service app's sub is its client id
+        ({"azp": "alice"}, "client id"),
+        ({"auth_time": None}, "interactive sign-in"),  # no auth_time at all
+        ({"auth_time": "yesterday"}, "interactive sign-in"),
+    ],
+)
+def test_an_agents_or_an_applications_id_token_is_no_persons_sign_in(
+    idp: LocalOidcProvider, claims: dict[str, Any], reason: str
+) -> None:
+    idp.claims_for["alice"] = claims
+    refused = signed_in_as(client_for(idp), "alice")
+    assert isinstance(refused, NotAPerson) and reason in str(refused)
+    assert "alice" not in str(refused)  # a constant reason, never a claim's value
+
+
+def test_the_groups_claim_and_the_agents_group_are_the_operators(idp: LocalOidcProvider) -> None:
+    entra_group = "0b7d7e2c-4a8f-4c1e-9d3b-6f2a1e5c8b90"  # Entra writes group object ids
+    client = client_for(idp)
+    client.person = PersonRule(groups_claim="cognito:groups", agents_group=entra_group)
+    idp.claims_for["alice"] = {"cognito:groups": [entra_group], "groups": ["engram-agents"]}
+    assert isinstance(signed_in_as(client, "alice"), NotAPerson)
+    idp.claims_for["alice"] = {"cognito:groups": ["people"], "groups": ["engram-agents"]}
+    assert isinstance(signed_in_as(client, "alice"), SignedIn)  # another claim is not read
+
+
+def test_a_stale_sign_in_is_refused_unless_the_provider_asks_again(idp: LocalOidcProvider) -> None:
+    client = client_for(idp)
+    idp.signed_in_s_ago = 3600  # the browser signed in an hour ago
+    fresh = signed_in_as(client, "alice")  # a provider that applies max_age asks again
+    assert isinstance(fresh, SignedIn) and time.time() - fresh.auth_time < 5
+    idp.honours_max_age = False  # Cognito: max_age is ignored, the old session is reused
+    stale = signed_in_as(client, "alice")
+    assert isinstance(stale, StaleSignIn) and "max_age" in str(stale)
+    forced = signed_in_as(client, "alice", force_login=True)  # prompt=login: a new sign-in
+    assert isinstance(forced, SignedIn)
+    idp.signed_in_s_ago = SIGN_IN_MAX_AGE_S + LEEWAY_S - 5  # within max_age and the leeway
+    assert isinstance(signed_in_as(client, "alice"), SignedIn)
+    idp.claims_for["alice"] = {"auth_time": int(time.time()) + 600}
+    assert type(signed_in_as(client, "alice")) is SignInFailed  # a sign-in in the future
+
+
+def test_a_session_signed_before_the_person_checks_reads_as_signed_out() -> None:
+    cookies = SignedCookies(b"k" * 32)
+    before = cookies._seal("session", {"sub": "alice", "exp": int(time.time()) + 600})
+    assert cookies.approver(before) is None  # no auth_time: that browser signs in again
+    now = int(time.time())
+    value = cookies.session_cookie(SignedIn("alice", now)).split(";")[0].split("=", 1)[1]
+    approver = cookies.approver(value)
+    assert approver is not None and (approver.subject, approver.auth_time) == ("alice", now)

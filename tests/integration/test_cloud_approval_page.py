@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import httpx2
 import pytest
 from approval_testing import (
     APPROVAL_ENV,
@@ -23,17 +22,17 @@ from approval_testing import (
     PROOF_KEY,
     RESOURCE,
     PageContext,
+    RecordedSfn,
     outcome,
 )
 from approval_testing import page_event as event
-from bs4 import BeautifulSoup, Tag
 
 from engram_memory.cloud.approval_page import ApprovalHandler, https_fetch
 from engram_memory.cloud.approvals import ParkedApproval
 from engram_memory.cloud.oidc import IssuerKeys
 from scripts.cloud_run import self_signed
 
-from oidc_provider import LocalOidcProvider, serve_provider
+from oidc_provider import LocalOidcProvider, serve_provider, sign_in
 
 APPROVAL_ID = "apr_" + "a" * 32
 ALICE = "agent-alice"
@@ -56,17 +55,6 @@ class Approvals:
         return taken
 
 
-@dataclass
-class Sfn:
-    answers: list[str]
-
-    def send_task_success(self, **kwargs: Any) -> None:
-        self.answers.append("success")
-
-    def send_task_failure(self, **kwargs: Any) -> None:
-        self.answers.append(kwargs["error"])
-
-
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return self_signed(tmp_path_factory.mktemp("tls"))
@@ -81,7 +69,7 @@ def provider(tls: tuple[Path, Path]) -> Iterator[LocalOidcProvider]:
 @dataclass
 class Page:
     handler: ApprovalHandler
-    sfn: Sfn
+    sfn: RecordedSfn
     trust: ssl.SSLContext
 
     def __call__(self, ev: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +100,7 @@ def page(provider: LocalOidcProvider, tls: tuple[Path, Path]) -> Page:
             used=False,
         )
     )
-    sfn = Sfn([])
+    sfn = RecordedSfn()
     handler.sfn = sfn
     handler.memories = lambda parked: None
     handler.session_key = b"k" * 32
@@ -123,16 +111,10 @@ def page(provider: LocalOidcProvider, tls: tuple[Path, Path]) -> Page:
 
 def sign_in_at(page: Page, location: str, username: str) -> tuple[str, str]:
     """At the provider: its sign-in form, a user name, Sign in; the callback's query."""
-    form_page = httpx2.get(location, verify=page.trust, timeout=10)
-    form = BeautifulSoup(form_page.text, "html.parser").find("form")
-    assert isinstance(form, Tag)
-    fields = {str(i["name"]): str(i.get("value", "")) for i in form.find_all("input")}
-    fields["username"] = username
-    answer = httpx2.post(location.split("?")[0], data=fields, verify=page.trust, timeout=10)
-    assert answer.status_code == 303
-    back = urlsplit(answer.headers["location"])
+    back_to = sign_in(location, username, verify=page.trust)
+    back = urlsplit(back_to)
     assert f"{back.scheme}://{back.netloc}{back.path}" == f"{BASE_URL}/approvals/callback"
-    return back.query, answer.headers["location"]
+    return back.query, back_to
 
 
 def start(page: Page) -> tuple[str, str]:
@@ -258,3 +240,76 @@ def test_nothing_of_the_sign_in_is_logged(page: Page, capsys: pytest.CaptureFixt
     for secret in (code, session.split("=", 1)[1], signin.split(";")[0].split("=", 1)[1]):
         assert secret not in logged.out and secret not in logged.err
     assert token.group(1) not in logged.out
+
+
+@pytest.fixture
+def idp(provider: LocalOidcProvider) -> Iterator[LocalOidcProvider]:
+    """The module's provider, its users' claims and sessions reset after the test."""
+    yield provider
+    provider.reset()
+
+
+def test_a_stale_sign_in_is_asked_again_once_with_prompt_login(
+    page: Page, idp: LocalOidcProvider
+) -> None:
+    idp.honours_max_age = False  # as Cognito: max_age is ignored, the old session reused
+    idp.signed_in_s_ago = 3600
+    location, signin = start(page)
+    assert parse_qs(urlsplit(location).query)["max_age"] == ["300"]
+    query, _ = sign_in_at(page, location, ALICE)
+
+    again = callback(page, query, signin)  # stale: back to the issuer, asking for a sign-in
+
+    assert again["statusCode"] == 302
+    (renewed,) = again["cookies"]  # the new pending sign-in replaces the old one
+    assert renewed.startswith("engram_signin=") and renewed != signin
+    assert parse_qs(urlsplit(again["headers"]["Location"]).query)["prompt"] == ["login"]
+    query, _ = sign_in_at(page, again["headers"]["Location"], ALICE)
+    back = callback(page, query, renewed)
+    assert back["statusCode"] == 200 and back["cookies"][1].startswith("engram_approver=")
+
+
+def test_a_provider_that_ignores_prompt_login_too_ends_on_a_page_not_a_loop(
+    page: Page, idp: LocalOidcProvider
+) -> None:
+    idp.honours_max_age = idp.honours_prompt = False
+    idp.signed_in_s_ago = 3600
+    location, signin = start(page)
+    query, _ = sign_in_at(page, location, ALICE)
+    again = callback(page, query, signin)
+    query, _ = sign_in_at(page, again["headers"]["Location"], ALICE)
+
+    stale = callback(page, query, again["cookies"][0])
+
+    assert stale["statusCode"] == 401 and outcome(stale) == "stale_sign_in"
+    assert [c for c in stale["cookies"] if c.startswith("engram_approver=")] == []
+    assert "Sign out there" in stale["body"]
+
+
+def test_an_agent_signing_in_gets_no_session(page: Page, idp: LocalOidcProvider) -> None:
+    idp.claims_for[ALICE] = {"groups": ["engram-agents"]}
+    location, signin = start(page)
+    query, _ = sign_in_at(page, location, ALICE)
+
+    refused = callback(page, query, signin)
+
+    assert refused["statusCode"] == 403 and outcome(refused) == "not_a_person"
+    assert [c for c in refused["cookies"] if c.startswith("engram_approver=")] == []
+    assert page.sfn.answers == []
+
+
+def test_the_designated_approver_answers_and_the_principal_cannot(page: Page) -> None:
+    approvals = page.handler.approvals
+    assert isinstance(approvals, Approvals)
+    approvals.parked = approvals.parked.model_copy(update={"approver": "person-dana"})
+    sessions = {}
+    for who in (ALICE, "person-dana"):
+        location, signin = start(page)
+        query, _ = sign_in_at(page, location, who)
+        sessions[who] = callback(page, query, signin)["cookies"][1].split(";")[0]
+
+    refused = page(event(APPROVAL_ID, cookies=[sessions[ALICE]]))
+    shown = page(event(APPROVAL_ID, cookies=[sessions["person-dana"]]))
+
+    assert refused["statusCode"] == 403 and outcome(refused) == "forbidden"
+    assert shown["statusCode"] == 200 and 'name="csrf_token"' in shown["body"]

@@ -27,6 +27,7 @@ REGION: Final = "eu-west-1"
 POOL: Final = "eu-west-1_AbCdEf123"  # the events' userPoolId
 AGENT_CLIENT: Final = "4k2v9q8r1s7t3u6w0x5y2z8a1b"  # the events' callerContext.clientId
 RESOURCE: Final = "https://memory.example.com/mcp"
+APPROVER: Final = "9c4d1e7f-2a3b-4c5d-8e6f-7a8b9c0d1e2f"  # the event's custom:engram_approver
 # What the template sets when CreateCognitoUserPool=true (Globals.Function.Environment).
 ISSUER: Final = f"https://cognito-idp.{REGION}.amazonaws.com/{POOL}"
 
@@ -51,6 +52,7 @@ def test_a_v2_event_gets_the_four_claims_in_the_id_token_with_the_tools_as_a_lis
                     "workspace_id": "ws-0001",
                     "purpose_ref": "purpose:general",
                     "engram_tools": ["search", "get", "capture"],
+                    "engram_approver": APPROVER,
                 }
             }
         }
@@ -102,6 +104,21 @@ def test_an_unbound_agent_fails_the_trigger_so_cognito_issues_no_token(
         trigger(event)
     assert attribute in str(refused.value)
     assert "delete_everything" not in str(refused.value)  # no attribute value in the message
+
+
+def test_the_approver_attribute_is_optional_and_its_claim_is_named_by_the_stack() -> None:
+    event = sample("cognito_claims")
+    del event["request"]["userAttributes"]["custom:engram_approver"]
+    added = trigger(event)["response"]["claimsAndScopeOverrideDetails"]["idTokenGeneration"]
+    assert "engram_approver" not in added["claimsToAddOrOverride"]  # nobody approves for it
+    renamed = claims_handler(
+        CognitoClaimsSettings.from_env(
+            {"ENGRAM_TENANT_ID": TENANT, "ENGRAM_APPROVER_CLAIM": "approver_sub"}
+        )
+    )(sample("cognito_claims"), None)
+    claims = renamed["response"]["claimsAndScopeOverrideDetails"]["idTokenGeneration"]
+    assert claims["claimsToAddOrOverride"]["approver_sub"] == APPROVER
+    assert "engram_approver" not in claims["claimsToAddOrOverride"]
 
 
 def test_the_trigger_reads_its_tenant_from_the_environment(
@@ -180,6 +197,7 @@ def test_the_pools_id_token_with_the_triggers_claims_binds_an_agent_context() ->
     )
     assert ctx.grants == frozenset({"search", "get", "capture"})
     assert ctx.principal == "5f8e2c1a-3b4d-4e6f-8a9b-0c1d2e3f4a5b"
+    assert ctx.approver == APPROVER  # who answers this agent's confirmations on the page
 
 
 def test_a_token_of_a_user_the_trigger_left_alone_is_refused() -> None:

@@ -217,6 +217,9 @@ def test_the_csp_allows_only_the_page_own_inline_style_by_hash() -> None:
         (PageError.UNAVAILABLE, 503),
         (PageError.WRONG_CODE, 403),
         (PageError.NO_MORE_ATTEMPTS, 429),
+        (PageError.SIGN_IN, 401),
+        (PageError.NOT_A_PERSON, 403),
+        (PageError.STALE_SIGN_IN, 401),
     ],
 )
 def test_every_error_is_a_page_with_a_next_step(error: PageError, status: int) -> None:

@@ -444,6 +444,26 @@ def test_reconciliation_needs_the_consent_of_token_and_host(
     assert ctx.reconcile_consent is expected
 
 
+def test_the_approver_claim_names_who_answers_the_agents_confirmations(
+    key: Ed25519PrivateKey, verifier: TokenVerifier
+) -> None:
+    with_approver = _sign(key, _claims(engram_approver="person-dana"))
+    assert _context(verifier, with_approver).approver == "person-dana"
+    assert _context(verifier, _sign(key, _claims())).approver is None  # the principal answers
+    renamed = HostConfig(approver_claim="approver_sub")
+    token = _sign(key, _claims(approver_sub="person-dana", engram_approver="person-mallory"))
+    assert _context(verifier, token, renamed).approver == "person-dana"
+    for malformed in ("", "  ", 7, ["person-dana"]):
+        with pytest.raises(TrustedContextUnavailable):
+            _context(verifier, _sign(key, _claims(engram_approver=malformed)))
+
+
+@pytest.mark.parametrize("name", ["sub", "tenant_id", "engram_tools", "scope", "bad name", ""])
+def test_the_approver_claim_is_never_one_the_host_reads_for_something_else(name: str) -> None:
+    with pytest.raises(ValueError, match="approver_claim"):
+        HostConfig(approver_claim=name)
+
+
 def test_without_the_raw_token_the_context_has_no_host_facts(
     issuer: TokenIssuer, verifier: TokenVerifier
 ) -> None:

@@ -207,8 +207,8 @@ ERRORS: Final[dict[PageError, tuple[int, str, str]]] = {
     PageError.FORBIDDEN: (
         403,
         "You cannot answer this request",
-        "Only the person the agent acts for can answer it. Sign in as that person, or ask them"
-        " to open the link.",
+        "Only the person who approves for this agent can answer it. Sign in as that person, or"
+        " ask them to open the link.",
     ),
     PageError.BAD_REQUEST: (
         400,
@@ -239,6 +239,20 @@ ERRORS: Final[dict[PageError, tuple[int, str, str]]] = {
         "You are not signed in",
         "Your sign-in expired or did not complete, and nothing was changed. Open the approval"
         " link again: it takes you to your organization's sign-in page and back to the request.",
+    ),
+    PageError.NOT_A_PERSON: (
+        403,
+        "This sign-in cannot approve",
+        "Approvals are given by a person signing in with their own account, never with an"
+        " agent's or an application's, and nothing was changed. Ask the person who approves for"
+        " this agent to open the link and sign in.",
+    ),
+    PageError.STALE_SIGN_IN: (
+        401,
+        "Sign in again",
+        "Approvals need a sign-in from the last 5 minutes, and your organization's sign-in page"
+        " reused an earlier one; nothing was changed. Sign out there, then open the approval"
+        " link again and sign in.",
     ),
 }
 

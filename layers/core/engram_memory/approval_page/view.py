@@ -238,5 +238,7 @@ class PageError(enum.Enum):
     BAD_REQUEST = "bad_request"
     UNAVAILABLE = "unavailable"
     SIGN_IN = "sign_in"  # the cloud: no session (expired, or a sign-in that did not complete)
+    NOT_A_PERSON = "not_a_person"  # the cloud: an agent's or an application's sign-in
+    STALE_SIGN_IN = "stale_sign_in"  # the cloud: the provider kept reusing an old sign-in
     WRONG_CODE = "wrong_code"  # the embedded host: not the question's one-time code
     NO_MORE_ATTEMPTS = "no_more_attempts"  # the embedded host: too many wrong codes

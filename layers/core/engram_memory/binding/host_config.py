@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the policy (a secret scanner) loads only when a policy is n
 
 __all__ = [
     "DEFAULT_ALLOWED_ORIGINS",
+    "DEFAULT_APPROVER_CLAIM",
     "DEFAULT_PORT",
     "DEFAULT_RESOURCE",
     "AdmissionConfig",
@@ -42,6 +43,13 @@ __all__ = [
 
 DEFAULT_PORT: Final = 8765
 DEFAULT_RESOURCE: Final = f"http://127.0.0.1:{DEFAULT_PORT}/mcp"
+DEFAULT_APPROVER_CLAIM: Final = "engram_approver"
+# Claims the host reads as something else: never the approver claim.
+_CLAIMS_READ_ELSEWHERE: Final = frozenset(
+    {"iss", "aud", "sub", "iat", "nbf", "exp", "jti", "tenant_id", "workspace_id", "purpose_ref"}
+    | {"agent_id", "sid", "engram_tools", "engram_confirm", "engram_retention", "engram_reconcile"}
+    | {"engram_grants", "scope", "scp"}
+)
 DEFAULT_ALLOWED_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 _DEFAULT_PORTS: Final = {"http": "80", "https": "443"}
 _MAX_ERRORS_SHOWN: Final = 3
@@ -195,6 +203,14 @@ class HostConfig(_Closed):
             " not trust their agents' clients."
         ),
     )
+    approver_claim: str = Field(
+        default=DEFAULT_APPROVER_CLAIM,
+        pattern=r"^[A-Za-z][A-Za-z0-9_:.-]{0,127}$",
+        description=(
+            "The agent-token claim naming who approves the agent's confirmations on the cloud"
+            " approval page (the approver's `sub`)."
+        ),
+    )
 
     @field_validator("resource")
     @classmethod
@@ -219,6 +235,13 @@ class HostConfig(_Closed):
     def _no_blank(cls, value: str) -> str:
         if not value.strip() or value != value.strip():
             raise ValueError("must not be blank or have surrounding spaces")
+        return value
+
+    @field_validator("approver_claim")
+    @classmethod
+    def _own_claim(cls, value: str) -> str:
+        if value in _CLAIMS_READ_ELSEWHERE:
+            raise ValueError(f"{value!r} is a claim the host reads for something else")
         return value
 
     @field_validator("allowed_origins")

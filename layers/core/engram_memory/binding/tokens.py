@@ -719,7 +719,8 @@ def context_from_claims(
     the host's (never looser: ``allow_retain`` only if both allow, the smaller ceiling; the host's
     when the token has none); reconciliation consent only if the token and the host both consent.
     ``raw_token`` becomes the context's host fact, so the admission policy rejects any memory that
-    contains it.
+    contains it. ``approver``: the claim ``host.approver_claim`` names (who answers the agent's
+    confirmations on the cloud approval page), when the token carries one.
 
     Raises ``TrustedContextUnavailable`` when the token's tenant is not the host's, a claim has
     the wrong type, ``engram_tools`` or ``engram_confirm`` name something other than the six
@@ -740,7 +741,6 @@ def context_from_claims(
     session_id = _optional_id_claim("sid", claims.session_id)
     grants = _names("engram_tools", claims.engram_tools)
     confirm = _names("engram_confirm", claims.engram_confirm) & CONFIRMABLE
-
     retention = _capped_retention(claims.engram_retention, host.retention_policy())
     reconcile = claims.engram_reconcile
     if reconcile is not None and not isinstance(reconcile, bool):
@@ -762,4 +762,5 @@ def context_from_claims(
         host_facts=(raw_token,) if raw_token else (),
         credential_id=claims.token_id,
         credential_issued_at_ms=claims.issued_at * 1000,
+        approver=_optional_id_claim(host.approver_claim, claims.other.get(host.approver_claim)),
     )

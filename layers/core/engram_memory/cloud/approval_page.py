@@ -4,20 +4,28 @@ tenant's identity provider and answers a URL-mode confirmation with a button.
 Routes (all public on the HTTP API: the function itself checks who is signed in):
 
 - ``GET /approvals/{approvalId}`` without a session: a 302 to the issuer's authorization
-  endpoint (OIDC discovery; authorization code with PKCE S256, ``state`` and ``nonce``; the
-  client id is the approval audience), the pending sign-in kept in a signed cookie. With a
-  session: the shared page (``engram_memory.approval_page``) with Approve / Decline and a CSRF
-  token bound to the approval and the session.
+  endpoint (OIDC discovery; authorization code with PKCE S256, ``state``, ``nonce`` and
+  ``max_age``; the client id is the approval audience), the pending sign-in kept in a signed
+  cookie. With a session: the shared page (``engram_memory.approval_page``) with Approve /
+  Decline and a CSRF token bound to the approval and the session.
 - ``GET /approvals/callback``: the code exchanged at the token endpoint, the ID token checked
   (issuer, audience, nonce, signature against the issuer's JWKS via ``cloud.oidc.IssuerKeys``;
-  an ID token whose ``aud`` also names the MCP resource is an agent's and is refused), a session
-  cookie set (``HttpOnly; Secure; SameSite=Strict``, 10 minutes, HMAC-signed under the key in
+  an ID token whose ``aud`` also names the MCP resource is an agent's and is refused), then as a
+  person's (``approver_signin.PersonRule``: never a member of the agents' group, never an
+  application, an interactive sign-in whose ``auth_time`` is within ``max_age``; a stale one is
+  asked again once, with ``prompt=login``), a session cookie set (``HttpOnly; Secure;
+  SameSite=Strict``, 10 minutes, HMAC-signed under the key in
   ``ENGRAM_APPROVAL_SESSION_SECRET_ARN``), then a page that goes on to the approval.
 - ``POST /approvals/{approvalId}``: the form (session cookie + CSRF token + same-origin + an
   explicit decision) answers the parked Step Functions task token, once: an approval with a
   proof under the approval proof key (``cloud.proofs``; only this function may make one), which
-  the run's commit step verifies. Only the principal the
-  agent acts for (the parked ``principal`` = the ID token's ``sub``) may see or answer it.
+  the run's commit step verifies.
+
+Who may see or answer a request (``CloudDesk.question``): the approver the agent's verified
+token named (the parked ``approver``: ``ENGRAM_APPROVER_CLAIM``, e.g. ``engram_approver``, copied
+from the agent's context when the run parked its token), signed in as that ``sub``; when the
+token named none, the principal itself (the parked ``principal``) — a person, since every
+session passed the person checks above. An agent therefore never approves its own request.
 
 The former bearer-JWT ``POST`` (``{"approve": true}`` with an approval-audience access token) is
 gone: any program holding such a token could answer without a person ever seeing the memory,
@@ -73,12 +81,14 @@ from engram_memory.cloud.approver_signin import (
     SIGNIN_COOKIE,
     Fetch,
     KeySource,
+    NotAPerson,
     OidcClient,
     SignedCookies,
     SignInFailed,
+    StaleSignIn,
     cookie_value,
 )
-from engram_memory.cloud.observability import instrumented
+from engram_memory.cloud.observability import get_logger, instrumented
 from engram_memory.cloud.oidc import IssuerKeysUnavailable
 from engram_memory.cloud.proofs import MacKey, prove_on_page
 from engram_memory.cloud.settings import (
@@ -194,7 +204,7 @@ class CloudDesk(QuestionDesk[ParkedApproval]):
             return PageError.UNAVAILABLE
         if parked is None:
             return PageError.NOT_FOUND
-        if approver.subject != parked.principal:
+        if approver.subject != (parked.approver or parked.principal):
             return PageError.FORBIDDEN  # before anything else is said about the request
         if parked.used:
             return PageError.ANSWERED
@@ -381,34 +391,55 @@ class ApprovalHandler:
         session expired while the page was open) is told to open the link again."""
         if request.method != "GET":
             return _error(PageError.SIGN_IN)
-        try:
-            url, pending = parts.signin.start(f"{APPROVALS_PATH}/{request.approval_id}")
-        except (SignInFailed, IssuerKeysUnavailable):
-            return _error(PageError.UNAVAILABLE)
-        return _response(redirect(url), [parts.cookies.pending_cookie(pending)])
+        return _to_issuer(parts, f"{APPROVALS_PATH}/{request.approval_id}")
 
     def _callback(self, parts: ApprovalPageParts, request: _Request) -> dict[str, Any]:
         cleared = [SignedCookies.cleared(SIGNIN_COOKIE)]
         pending = parts.cookies.pending(cookie_value(request.cookie_header, SIGNIN_COOKIE))
         if request.method != "GET" or pending is None or "error" in request.query:
             return _error(PageError.SIGN_IN, cleared)
-        try:
-            subject = parts.signin.finish(
-                code=request.query.get("code", ""),
-                state=request.query.get("state", ""),
-                pending=pending,
-            )
-        except SignInFailed:
-            return _error(PageError.SIGN_IN, cleared)
-        except IssuerKeysUnavailable:
-            return _error(PageError.UNAVAILABLE, cleared)
         return_to = pending.return_to
         if not return_to.startswith(APPROVALS_PATH + "/") or not _APPROVAL_ID.match(
             return_to.removeprefix(APPROVALS_PATH + "/")
         ):
             return _error(PageError.NOT_FOUND, cleared)
-        session = parts.cookies.session_cookie(subject)
+        try:
+            signed_in = parts.signin.finish(
+                code=request.query.get("code", ""),
+                state=request.query.get("state", ""),
+                pending=pending,
+            )
+        except StaleSignIn:
+            if pending.forced:  # asked with prompt=login already: the provider ignores it too
+                _refused("the provider reused an earlier sign-in after prompt=login")
+                return _error(PageError.STALE_SIGN_IN, cleared)
+            return _to_issuer(parts, return_to, force_login=True)  # its cookie replaces this one
+        except NotAPerson as refused:
+            _refused(str(refused))
+            return _error(PageError.NOT_A_PERSON, cleared)
+        except SignInFailed:
+            return _error(PageError.SIGN_IN, cleared)
+        except IssuerKeysUnavailable:
+            return _error(PageError.UNAVAILABLE, cleared)
+        session = parts.cookies.session_cookie(signed_in)
         return _response(PageResponse(200, render_signed_in(return_to)), [*cleared, session])
+
+
+def _to_issuer(
+    parts: ApprovalPageParts, return_to: str, *, force_login: bool = False
+) -> dict[str, Any]:
+    """A 302 to the identity provider's sign-in (``prompt=login`` with ``force_login``), with
+    the pending sign-in's cookie."""
+    try:
+        url, pending = parts.signin.start(return_to, force_login=force_login)
+    except (SignInFailed, IssuerKeysUnavailable):
+        return _error(PageError.UNAVAILABLE)
+    return _response(redirect(url), [parts.cookies.pending_cookie(pending)])
+
+
+def _refused(reason: str) -> None:
+    """A sign-in the page refused, for the operator: the constant reason, never a claim value."""
+    get_logger().warning("approval sign-in refused", extra={"reason": reason})
 
 
 __all__ = [

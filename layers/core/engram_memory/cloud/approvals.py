@@ -10,7 +10,8 @@ it as it checks every other approval.
 Parked token — pk ``APPROVAL_TOKEN#<approval_id>``, sk ``APPROVAL_TOKEN``: ``to_item`` of the
 ``ParkedApproval`` (the open ``Approval``'s fields — ``approval_id``, ``tool``, ``target``,
 ``operation_digest``, ``principal``, ``tenant_id``, ``workspace_id`` S, ``issued_at_ms`` N — and
-``task_token`` (removed once used), ``execution_name``, ``workflow``, ``reason_ref`` S), ``ttl`` N (epoch s, at most 300 s after issue; DynamoDB's TTL sweep is
+``task_token`` (removed once used), ``execution_name``, ``workflow``, ``reason_ref``, ``approver``
+S), ``ttl`` N (epoch s, at most 300 s after issue; DynamoDB's TTL sweep is
 lazy, so reads check the expiry themselves), ``used_at_ms`` N once answered,
 ``reported_at_ms`` N once the commit was first reported to the agent. The token is
 consumed with one conditional ``UpdateItem`` (the approval function may not ``DeleteItem``):
@@ -108,6 +109,8 @@ class ParkedApproval(Approval):
     # who asks, for the page (absent on items parked before the sign-in page)
     agent_id: StrictStr | None = None
     session_id: StrictStr | None = None
+    # who may answer on the page: the approver the agent's token names (absent: the principal)
+    approver: StrictStr | None = None
 
 
 def _s(value: str) -> dict[str, str]:
@@ -176,6 +179,7 @@ class ApprovalStore:
             reason_ref=request.reason_ref,
             agent_id=ctx.agent_id,
             session_id=ctx.session_id,
+            approver=ctx.approver,
         )
         if self._put_new(parked):
             return approval_id

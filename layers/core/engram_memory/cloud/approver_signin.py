@@ -2,14 +2,25 @@
 a short-lived session cookie, and the CSRF token of the page's form.
 
 - ``OidcClient``: discovery (the issuer must name itself exactly), the authorization URL with
-  ``state``, ``nonce`` and an S256 ``code_challenge``, the code exchange with the verifier, and
-  the ID token checked against the issuer's JWKS (algorithm allow-list of ``tokens``, ``iss``,
-  ``aud`` = the client id, ``nonce``, ``exp``/``iat`` with the same leeway). HTTP is injected
-  (``Fetch``): the module makes no network call of its own, and tests use a local provider.
-- ``SignedCookies``: the pending sign-in (state, nonce, verifier, where to return) and the signed-in
-  session (the approver's subject and expiry), each an HMAC-signed value in a cookie that is
+  ``state``, ``nonce``, an S256 ``code_challenge`` and ``max_age`` (``prompt=login`` too when a
+  sign-in is asked again), the code exchange with the verifier, and the ID token checked against
+  the issuer's JWKS (algorithm allow-list of ``tokens``, ``iss``, ``aud`` = the client id,
+  ``nonce``, ``exp``/``iat`` with the same leeway), then as a person's (``PersonRule``, below).
+  HTTP is injected (``Fetch``): the module makes no network call of its own, and tests use a
+  local provider.
+- ``PersonRule``: the approver is never an agent. An ID token is refused (``NotAPerson``) when its
+  groups claim lists the agents' group, when it is an application's (Entra ``idtyp: app``, a
+  client-credentials grant, a ``token_use`` other than ``id``, a ``sub`` that is the client id
+  ``azp``/``cid``/``client_id``/``appid`` name), when the provider left the groups out (an overage:
+  ``hasgroups`` or a distributed ``_claim_names`` entry), and when it carries no ``auth_time`` (no
+  interactive sign-in). An ``auth_time`` older than ``max_age`` (with the leeway) is
+  ``StaleSignIn``: the provider reused an earlier session (Cognito ignores ``max_age``), and the
+  page asks once more with ``prompt=login``.
+- ``SignedCookies``: the pending sign-in (state, nonce, verifier, where to return, whether it
+  already asked with ``prompt=login``) and the signed-in session (the approver's subject, the
+  sign-in's ``auth_time`` and the expiry), each an HMAC-signed value in a cookie that is
   ``HttpOnly; Secure; SameSite=Strict`` and short-lived. A tampered, expired or foreign cookie
-  reads as absent.
+  reads as absent, and so does a session without an ``auth_time`` (signed before these checks).
 - ``CookieKeys``: the MAC keys of the session secret's versions. The secret rotates
   (``cloud.session_rotation``); the current version signs, the current and the previous one
   verify, so a session signed just before a rotation stays valid until it expires.
@@ -54,10 +65,82 @@ SIGNIN_TTL_S: Final = 300
 KEY_REFRESH_S: Final = 300.0
 KEY_RETRY_S: Final = 60.0
 MIN_COOKIE_KEY_BYTES: Final = 32
+# The authorization request's max_age: the person signed in (typed a password, used a key) at
+# most this long before the ID token; auth_time is held to it, with the tokens' leeway.
+SIGN_IN_MAX_AGE_S: Final = 300
+# Claims that name the OAuth client: an ID token whose sub is one of them is an application's.
+_CLIENT_CLAIMS: Final = ("azp", "cid", "client_id", "appid")
 
 
 class SignInFailed(Exception):
     """The sign-in cannot complete; the message is constant and holds no token or secret."""
+
+
+class NotAPerson(SignInFailed):
+    """The ID token is an agent's or an application's, or comes from no interactive sign-in:
+    it never answers a confirmation (the message names the reason, never a claim's value)."""
+
+
+class StaleSignIn(SignInFailed):
+    """The ID token's ``auth_time`` is older than ``max_age``: the provider reused a session."""
+
+
+@dataclass(frozen=True, slots=True)
+class PersonRule:
+    """What makes an ID token a person's: not in ``agents_group`` (listed by ``groups_claim``),
+    not an application's, signed in interactively within ``max_age_s`` (see the module doc)."""
+
+    groups_claim: str = "groups"
+    agents_group: str = "engram-agents"
+    max_age_s: int = SIGN_IN_MAX_AGE_S
+
+    def auth_time(self, claims: Mapping[str, Any], now: float) -> int:
+        """The sign-in's ``auth_time`` when ``claims`` are a person's fresh sign-in; else
+        ``NotAPerson`` or ``StaleSignIn``."""
+        if claims.get("idtyp") == "app" or claims.get("gty") == "client-credentials":
+            raise NotAPerson("the ID token is an application's, not a person's")
+        if claims.get("token_use", "id") != "id":
+            raise NotAPerson("the token is not an ID token")
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject:
+            raise SignInFailed("the ID token names no subject")
+        if any(claims.get(name) == subject for name in _CLIENT_CLAIMS):
+            raise NotAPerson("the ID token's subject is an application (a client id)")
+        if self.agents_group in self._groups(claims):
+            raise NotAPerson("the ID token is an agent's (a member of the agents' group)")
+        auth_time = claims.get("auth_time")
+        if isinstance(auth_time, bool) or not isinstance(auth_time, int | float):
+            raise NotAPerson("the ID token names no interactive sign-in (auth_time)")
+        if auth_time > now + LEEWAY_S:
+            raise SignInFailed("the ID token's sign-in is in the future (auth_time)")
+        if now - auth_time > self.max_age_s + LEEWAY_S:
+            raise StaleSignIn("the ID token's sign-in is older than max_age (auth_time)")
+        return int(auth_time)
+
+    def _groups(self, claims: Mapping[str, Any]) -> list[str]:
+        """The groups the token lists; ``NotAPerson`` when the provider left them out (an
+        overage) or wrote something else than names."""
+        distributed = claims.get("_claim_names")
+        if claims.get("hasgroups") is not None or (
+            isinstance(distributed, Mapping) and self.groups_claim in distributed
+        ):
+            raise NotAPerson("the ID token leaves the groups out (an overage): cannot tell")
+        groups = claims.get(self.groups_claim)
+        if groups is None:
+            return []
+        if isinstance(groups, str):
+            return [groups]
+        if isinstance(groups, list) and all(isinstance(group, str) for group in groups):
+            return groups
+        raise NotAPerson("the ID token's groups claim is not a list of names")
+
+
+@dataclass(frozen=True, slots=True)
+class SignedIn:
+    """A person's verified sign-in: its ``sub`` and when they signed in (``auth_time``)."""
+
+    subject: str
+    auth_time: int
 
 
 def pkce_pair() -> tuple[str, str]:
@@ -90,12 +173,16 @@ class PendingSignIn:
     nonce: str
     verifier: str
     return_to: str
+    forced: bool = False  # asked with prompt=login (once: a stale sign-in is not asked again)
 
 
 @dataclass(frozen=True, slots=True)
 class Approver:
+    """A signed-in session: the person's subject, when they signed in, when it ends."""
+
     subject: str
     expires_at: int
+    auth_time: int
 
 
 class OidcClient:
@@ -110,6 +197,7 @@ class OidcClient:
         fetch: Fetch,
         keys: KeySource,
         refused_audiences: frozenset[str] = frozenset(),
+        person: PersonRule = PersonRule(),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.issuer = issuer
@@ -119,6 +207,7 @@ class OidcClient:
         self._keys = keys
         # an ID token whose aud also names one of these (the MCP resource) is an agent's token
         self._refused_audiences = refused_audiences
+        self.person = person
         self._clock = clock
         self._metadata: ProviderMetadata | None = None
 
@@ -139,31 +228,37 @@ class OidcClient:
             self._metadata = metadata
         return self._metadata
 
-    def start(self, return_to: str) -> tuple[str, PendingSignIn]:
-        """The authorization URL to send the browser to, and what to keep until it returns."""
+    def start(self, return_to: str, *, force_login: bool = False) -> tuple[str, PendingSignIn]:
+        """The authorization URL to send the browser to, and what to keep until it returns.
+
+        It asks for a sign-in no older than ``max_age``; ``force_login`` adds ``prompt=login``
+        (a provider that ignores ``max_age`` still asks the person to sign in again)."""
         verifier, challenge = pkce_pair()
         pending = PendingSignIn(
             state=secrets.token_urlsafe(24),
             nonce=secrets.token_urlsafe(24),
             verifier=verifier,
             return_to=return_to,
+            forced=force_login,
         )
-        query = urlencode(
-            {
-                "response_type": "code",
-                "client_id": self.client_id,
-                "redirect_uri": self.redirect_uri,
-                "scope": "openid",
-                "state": pending.state,
-                "nonce": pending.nonce,
-                "code_challenge": challenge,
-                "code_challenge_method": "S256",
-            }
-        )
-        return f"{self.metadata().authorization_endpoint}?{query}", pending
+        query = {
+            "response_type": "code",
+            "client_id": self.client_id,
+            "redirect_uri": self.redirect_uri,
+            "scope": "openid",
+            "state": pending.state,
+            "nonce": pending.nonce,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "max_age": str(self.person.max_age_s),
+        }
+        if force_login:
+            query["prompt"] = "login"
+        return f"{self.metadata().authorization_endpoint}?{urlencode(query)}", pending
 
-    def finish(self, *, code: str, state: str, pending: PendingSignIn) -> str:
-        """Exchange the code (with the PKCE verifier) and return the verified ``sub``."""
+    def finish(self, *, code: str, state: str, pending: PendingSignIn) -> SignedIn:
+        """Exchange the code (with the PKCE verifier) and return the verified person's sign-in:
+        ``SignInFailed``, or its kinds ``NotAPerson`` and ``StaleSignIn`` (see ``PersonRule``)."""
         if not code or not hmac.compare_digest(state.encode(), pending.state.encode()):
             raise SignInFailed("the sign-in does not match the one this browser started")
         metadata = self.metadata()
@@ -190,7 +285,7 @@ class OidcClient:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise SignInFailed("the ID token names no subject")
-        return subject
+        return SignedIn(subject, self.person.auth_time(claims, self._clock()))
 
     def _verify(self, id_token: str, metadata: ProviderMetadata) -> dict[str, Any]:
         try:
@@ -319,6 +414,7 @@ class SignedCookies:
             "nonce": pending.nonce,
             "verifier": pending.verifier,
             "return_to": pending.return_to,
+            "forced": pending.forced,
             "exp": int(self._clock()) + SIGNIN_TTL_S,
         }
         return self.header(SIGNIN_COOKIE, self._seal("signin", body), SIGNIN_TTL_S, same_site="Lax")
@@ -327,17 +423,33 @@ class SignedCookies:
         body = self._open("signin", value)
         if body is None:
             return None
-        return PendingSignIn(body["state"], body["nonce"], body["verifier"], body["return_to"])
+        return PendingSignIn(
+            body["state"],
+            body["nonce"],
+            body["verifier"],
+            body["return_to"],
+            forced=body.get("forced") is True,
+        )
 
-    def session_cookie(self, subject: str) -> str:
-        body = {"sub": subject, "exp": int(self._clock()) + SESSION_TTL_S}
+    def session_cookie(self, signed_in: SignedIn) -> str:
+        """The session of a person's verified sign-in (what the page's answer check reads)."""
+        body = {
+            "sub": signed_in.subject,
+            "auth_time": signed_in.auth_time,
+            "exp": int(self._clock()) + SESSION_TTL_S,
+        }
         return self.header(SESSION_COOKIE, self._seal("session", body), SESSION_TTL_S)
 
     def approver(self, value: str | None) -> Approver | None:
+        """The signed-in person; None for no session, and for one signed before the person
+        checks (no ``auth_time``): that browser signs in again."""
         body = self._open("session", value)
         if body is None or not isinstance(body.get("sub"), str):
             return None
-        return Approver(subject=body["sub"], expires_at=int(body["exp"]))
+        auth_time = body.get("auth_time")
+        if isinstance(auth_time, bool) or not isinstance(auth_time, int):
+            return None
+        return Approver(subject=body["sub"], expires_at=int(body["exp"]), auth_time=auth_time)
 
 
 def cookie_value(cookie_header: str | None, name: str) -> str | None:
@@ -352,14 +464,19 @@ def cookie_value(cookie_header: str | None, name: str) -> str | None:
 __all__ = [
     "SESSION_COOKIE",
     "SIGNIN_COOKIE",
+    "SIGN_IN_MAX_AGE_S",
     "Approver",
     "Fetch",
     "KeySource",
+    "NotAPerson",
     "OidcClient",
     "PendingSignIn",
+    "PersonRule",
     "ProviderMetadata",
     "SignInFailed",
     "SignedCookies",
+    "SignedIn",
+    "StaleSignIn",
     "cookie_value",
     "pkce_pair",
 ]

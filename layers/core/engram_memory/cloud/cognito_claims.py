@@ -7,11 +7,15 @@ Cognito access tokens carry no ``aud``, docs/identity-providers/cognito.md):
   user of this pool can hold a token for another tenant;
 - ``workspace_id``, ``purpose_ref``: the user's ``custom:engram_workspace`` and
   ``custom:engram_purpose``;
-- ``engram_tools``: ``custom:engram_tools``, comma-separated tool names.
+- ``engram_tools``: ``custom:engram_tools``, comma-separated tool names;
+- the approver claim (``ENGRAM_APPROVER_CLAIM``, default ``engram_approver``):
+  ``custom:engram_approver``, the pool ``sub`` of the person who answers this agent's
+  confirmations on the approval page, when the administrator set one (without it, nobody can
+  approve the agent's withdraw or forget: the page never takes an agent's own sign-in).
 
 Who is an agent: a member of the pool group ``engram-agents`` (``AGENTS_GROUP``). The template
-makes the three attributes writable by no app client, so only an administrator
-(``AdminUpdateUserAttributes``) binds an agent. For an agent, a missing or malformed attribute
+makes the four attributes writable by no app client, so only an administrator
+(``AdminUpdateUserAttributes``) binds an agent and names its approver. For an agent, a missing or malformed attribute
 fails the trigger: Cognito then issues no token, rather than one the stack refuses later. Anyone
 else (a person signing in to the approval page) gets the token Cognito made, unchanged.
 
@@ -29,13 +33,14 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from engram_memory.cloud.observability import get_logger
-from engram_memory.cloud.settings import CognitoClaimsSettings
+from engram_memory.cloud.settings import DEFAULT_APPROVER_CLAIM, CognitoClaimsSettings
 from engram_memory.engine.context import TOOLS
 
 AGENTS_GROUP: Final = "engram-agents"
 WORKSPACE_ATTRIBUTE: Final = "custom:engram_workspace"
 PURPOSE_ATTRIBUTE: Final = "custom:engram_purpose"
 TOOLS_ATTRIBUTE: Final = "custom:engram_tools"
+APPROVER_ATTRIBUTE: Final = "custom:engram_approver"
 
 
 class AgentNotBound(Exception):
@@ -90,20 +95,28 @@ def _tools(attributes: Mapping[str, str]) -> list[str]:
     return list(dict.fromkeys(granted))
 
 
-def agent_claims(event: PreTokenGenerationEvent, tenant_id: str) -> dict[str, Any] | None:
+def agent_claims(
+    event: PreTokenGenerationEvent, tenant_id: str, approver_claim: str = DEFAULT_APPROVER_CLAIM
+) -> dict[str, Any] | None:
     """The claims to add for this event's user, or None when the user is not an agent."""
     if AGENTS_GROUP not in event.request.groupConfiguration.groupsToOverride:
         return None
     attributes = event.request.userAttributes
-    return {
+    claims: dict[str, Any] = {
         "tenant_id": tenant_id,
         "workspace_id": _attribute(attributes, WORKSPACE_ATTRIBUTE),
         "purpose_ref": _attribute(attributes, PURPOSE_ATTRIBUTE),
         "engram_tools": _tools(attributes),
     }
+    approver = attributes.get(APPROVER_ATTRIBUTE, "").strip()
+    if approver:
+        claims[approver_claim] = approver
+    return claims
 
 
-def respond(raw: dict[str, Any], tenant_id: str) -> dict[str, Any]:
+def respond(
+    raw: dict[str, Any], tenant_id: str, approver_claim: str = DEFAULT_APPROVER_CLAIM
+) -> dict[str, Any]:
     """Cognito's event with its ``response`` filled in (the trigger's answer is the event)."""
     event = PreTokenGenerationEvent.model_validate(raw)
     if event.version not in ("2", "3"):
@@ -112,7 +125,7 @@ def respond(raw: dict[str, Any], tenant_id: str) -> dict[str, Any]:
             "set its PreTokenGenerationConfig LambdaVersion to V2_0"
         )
     try:
-        claims = agent_claims(event, tenant_id)
+        claims = agent_claims(event, tenant_id, approver_claim)
     except AgentNotBound as refused:
         get_logger().warning(
             "no token for an unbound agent",
@@ -136,6 +149,6 @@ def claims_handler(
     def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         if not held:
             held.append(CognitoClaimsSettings.from_env())
-        return respond(event, held[0].tenant_id)
+        return respond(event, held[0].tenant_id, held[0].approver_claim)
 
     return handler

@@ -314,7 +314,12 @@ def _approval_page_parts(
         CloudDesk,
         https_fetch,
     )
-    from engram_memory.cloud.approver_signin import CookieKeys, OidcClient, SignedCookies
+    from engram_memory.cloud.approver_signin import (
+        CookieKeys,
+        OidcClient,
+        PersonRule,
+        SignedCookies,
+    )
     from engram_memory.cloud.oidc import IssuerKeys
 
     # one secret, two keys: the cookies' MAC and the CSRF tokens' (never the same bytes). The
@@ -336,6 +341,7 @@ def _approval_page_parts(
         fetch=handler.fetch or https_fetch(),
         keys=handler.keys or IssuerKeys(settings.issuer),
         refused_audiences=frozenset({settings.resource_uri}),
+        person=PersonRule(groups_claim=settings.groups_claim, agents_group=settings.agents_group),
         clock=clock,
     )
     assert handler.memories is not None

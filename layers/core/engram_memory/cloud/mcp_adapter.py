@@ -339,6 +339,7 @@ def host_config_of(settings: AdapterSettings) -> HostConfig:
         "tenant_id": settings.tenant_id,
         "allowed_origins": settings.allowed_origins,
         "approval_page_required": settings.approval_page_required,
+        "approver_claim": settings.approver_claim,
     }
     if settings.retention_ceiling_s is not None:
         options["retention"] = RetentionConfig(
@@ -356,6 +357,7 @@ def host_config_of(settings: AdapterSettings) -> HostConfig:
 
 
 _HOST_VARIABLES: Final = {
+    "approver_claim": "ENGRAM_APPROVER_CLAIM",
     "resource": "ENGRAM_RESOURCE_URI",
     "issuer": "ENGRAM_ISSUER",
     "tenant_id": "ENGRAM_TENANT_ID",

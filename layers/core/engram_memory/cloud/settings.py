@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from boto3.session import Session
 
 __all__ = [
+    "DEFAULT_AGENTS_GROUP",
+    "DEFAULT_APPROVER_CLAIM",
+    "DEFAULT_GROUPS_CLAIM",
     "LAMBDA_DEADLINE_MARGIN_MS",
     "AdapterSettings",
     "ApprovalSettings",
@@ -66,6 +69,9 @@ __all__ = [
 
 DEFAULT_RETENTION_CEILING_S: Final = RetentionPolicy().max_expires_in_s
 DEFAULT_OPENSEARCH_INDEX: Final = "engram-records"
+DEFAULT_APPROVER_CLAIM: Final = "engram_approver"  # binding.host_config's default too
+DEFAULT_GROUPS_CLAIM: Final = "groups"
+DEFAULT_AGENTS_GROUP: Final = "engram-agents"  # the stack's Cognito pool's group of agents
 MIN_CURSOR_KEY_BYTES: Final = 32
 MIN_SESSION_KEY_BYTES: Final = 32
 KMS_KEY_ARN_PATTERN: Final = r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$"
@@ -197,10 +203,22 @@ class _BindingSettings(_Settings):
         return HostBinding(self.tenant_id, self.retention_ceiling_s)
 
 
+def _approver_claim(**field: Any) -> Any:
+    return _env(
+        "ENGRAM_APPROVER_CLAIM",
+        "the agent-token claim naming the agent's approver (a claim name, default"
+        f" {DEFAULT_APPROVER_CLAIM})",
+        default=DEFAULT_APPROVER_CLAIM,
+        pattern=r"^[A-Za-z][A-Za-z0-9_:.-]{0,127}$",
+        **field,
+    )
+
+
 class CognitoClaimsSettings(_Settings):
     """The user pool's pre-token-generation trigger (``functions/cognito_claims/app.py``)."""
 
     tenant_id: Text = _env("ENGRAM_TENANT_ID", "this stack's tenant id")
+    approver_claim: str = _approver_claim()
 
 
 class StoredRecordsSettings(_Settings):
@@ -379,13 +397,16 @@ class AdapterSettings(_BindingSettings):
     )
     invocation_key_arn: str = _mac_key(*_INVOCATION_KEY)
     approval_page_required: bool = _env(*_PAGE_REQUIRED, default=False)
+    # checked further by ``host.config.HostConfig`` (not a claim the host reads otherwise)
+    approver_claim: str = _approver_claim()
 
 
 class ApprovalSettings(StoredRecordsSettings):
     """The approval page (``functions/approval/app.py``) and its OpenID Connect sign-in.
 
     The OIDC redirect URI is ``<approval_base_url>/approvals/callback``; an ID token whose
-    audience also names ``resource_uri`` (an agent's token) is refused.
+    audience also names ``resource_uri`` (an agent's token) is refused, and so is one whose
+    ``groups_claim`` lists ``agents_group`` (``cloud.approver_signin.PersonRule``).
     """
 
     issuer: Https = _env("ENGRAM_ISSUER", "the tenant's OIDC issuer URL (https://)")
@@ -403,6 +424,16 @@ class ApprovalSettings(StoredRecordsSettings):
         "the ARN of the secret that keys the page's session cookies and CSRF tokens",
     )
     approval_proof_key_arn: str = _mac_key(*_PROOF_KEY)
+    groups_claim: Text = _env(
+        "ENGRAM_APPROVER_GROUPS_CLAIM",
+        "the ID-token claim listing a person's groups (groups; cognito:groups for the stack's pool)",
+        default=DEFAULT_GROUPS_CLAIM,
+    )
+    agents_group: Text = _env(
+        "ENGRAM_AGENTS_GROUP",
+        "the agents' group (a name or id in the groups claim): its members never approve",
+        default=DEFAULT_AGENTS_GROUP,
+    )
 
     @property
     def base_url(self) -> str:

@@ -13,10 +13,10 @@ outcome and how long it took:
 3. ``search`` for the label finds the record (retried while the projection catches up), ``get``
    reads it;
 4. ``capture`` a second labelled memory and ``withdraw`` it, then ``forget`` the record: each
-   answers ``-32042`` with the approval page's link, printed for the person (the principal the
-   token names, signed in at the stack's identity provider) to approve; the command retries the
-   same call with the same idempotency key every few seconds until it commits, at most for the
-   300 s a question lives;
+   answers ``-32042`` with the approval page's link, printed for the person (the approver the
+   token names — else its principal, a person — signed in at the stack's identity provider) to
+   approve; the command retries the same call with the same idempotency key every few seconds
+   until it commits, at most for the 300 s a question lives;
 5. ``drained``: search no longer finds the record and get answers ``NOT_FOUND``;
 6. the functions' ``REPORT`` lines since the smoke started (init duration, duration, billed
    duration, memory), read from CloudWatch Logs: the stack's ``AWS::Logs::LogGroup`` resources
@@ -342,7 +342,7 @@ class SmokeRun:
                 if answer.url != shown:
                     self.say(
                         f"[wait] {tool:<18} a person must approve: open {answer.url} and sign in"
-                        f" as the token's principal (waiting up to {APPROVAL_WINDOW_S:.0f} s)"
+                        f" as the token's approver (waiting up to {APPROVAL_WINDOW_S:.0f} s)"
                     )
                     shown = answer.url
             elif answer.get("ok") is True or _code(answer) not in _RETRIABLE_WAITS:

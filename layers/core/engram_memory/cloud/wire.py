@@ -10,7 +10,8 @@ The MCP adapter Lambda verifies the caller and invokes one tool function per MCP
                  "reconcile_consent": false, "agent_id"?: ..., "session_id"?: ...,
                  "deadline_ms"?: <epoch ms>,
                  "host_fact_digests"?: {"key": <64 hex>, "digests": [<64 hex>, ...]},
-                 "credential_id"?: <the token's jti>, "credential_issued_at_ms"?: <epoch ms>},
+                 "credential_id"?: <the token's jti>, "credential_issued_at_ms"?: <epoch ms>,
+                 "approver"?: <the subject who answers the principal's confirmations>},
      "approval"?: {...``engine.gate.Approval`` as JSON, when the adapter holds one...},
      "declined"?: true (the human declined that approval's question: the function spends its id),
      "approval_mac"?: the adapter's attestation of a form answer (``cloud.proofs``),
@@ -141,9 +142,20 @@ class InvocationContext(_EventModel):
     credential_issued_at_ms: StrictInt | None = Field(
         default=None, ge=0, description="When the verified token was issued, epoch milliseconds."
     )
+    approver: Identifier | None = Field(
+        default=None,
+        description="Who answers the principal's confirmations on the approval page (a subject"
+        " the token's approver claim names); absent: the principal, signed in as a person.",
+    )
 
     _check_ids = field_validator(
-        "tenant_id", "workspace_id", "principal", "purpose_ref", "agent_id", "session_id"
+        "tenant_id",
+        "workspace_id",
+        "principal",
+        "purpose_ref",
+        "agent_id",
+        "session_id",
+        "approver",
     )(_not_blank)
     _check_names = field_validator("grants", "confirm_required")(_unique)
 
@@ -248,6 +260,7 @@ class ToolInvocation(_EventModel):
                     "host_fact_digests": _digests_of(ctx),
                     "credential_id": ctx.credential_id,
                     "credential_issued_at_ms": ctx.credential_issued_at_ms,
+                    "approver": ctx.approver,
                 },
             }
         )
@@ -287,6 +300,7 @@ class ToolInvocation(_EventModel):
             ),
             credential_id=ctx.credential_id,
             credential_issued_at_ms=ctx.credential_issued_at_ms,
+            approver=ctx.approver,
         )
 
 

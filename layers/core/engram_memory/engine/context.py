@@ -102,6 +102,10 @@ class TrustedContext:
     # operator's revocations on every call; None for contexts that no credential carries.
     credential_id: str | None = None
     credential_issued_at_ms: int | None = None
+    # Who answers this principal's confirmations on the cloud approval page: the subject the
+    # operator named in the agent's verified token (its approver claim); None: the principal
+    # itself, signing in as a person. The embedded host does not read it (its code is the proof).
+    approver: str | None = None
 
     @property
     def scope(self) -> Scope:
