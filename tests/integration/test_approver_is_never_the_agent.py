@@ -30,6 +30,7 @@ import pytest
 from approval_testing import (
     APPROVAL_ENV,
     CLIENT_ID,
+    PROOF_KEY,
     RESOURCE,
     PageContext,
     RecordedSfn,
@@ -218,6 +219,7 @@ def parked_for(mode: Mode, store: ApprovalStore) -> str:
         "ENGRAM_AUDIENCE_ALIASES": mode.aliases,
         "ENGRAM_TOOL_FUNCTIONS": json.dumps({"forget": "engram-dev-forget"}),
         "ENGRAM_REQUEST_STATE_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:1:secret:x",
+        "ENGRAM_INVOCATION_KEY_ARN": "arn:aws:kms:eu-west-1:123456789012:key/00000000-0000-0000-0000-0000000000aa",
     }
     settings = AdapterSettings.from_env(env)
     public = jwt.algorithms.RSAAlgorithm.to_jwk(AGENT_KEY.public_key(), as_dict=True)
@@ -308,6 +310,7 @@ def site(
         handler.approvals, handler.sfn = store, sfn
         handler.memories = lambda parked: None
         handler.session_key = b"k" * 32
+        handler.proof_key = PROOF_KEY
         handler.fetch = https_fetch(trust)
         handler.keys = IssuerKeys(provider.issuer, ssl_context=trust)
         yield Site(mode, handler, provider, trust, store, sfn, approval_id)
