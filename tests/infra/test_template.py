@@ -982,13 +982,15 @@ def test_only_withdraw_and_forget_start_executions_each_of_its_own_machine() -> 
 
 def test_only_the_approval_side_may_answer_task_tokens_and_only_on_star() -> None:
     # SendTask* has no resource type: a grant on a state machine ARN is no grant at all (the
-    # gate's IAM simulator: must.use.wildcard). The task token is the guard.
+    # gate's IAM simulator: must.use.wildcard). A success commits only with its proof (the
+    # commit step verifies it, cloud/proofs.py); a failure only ends the run.
     answering = {
         f: {a for a, t, _ in grants(f) if a.startswith("states:SendTask")} for f in FUNCTION_FOLDERS
     }
+    both = {"states:SendTaskSuccess", "states:SendTaskFailure"}
     assert {f: a for f, a in answering.items() if a} == {
-        "WithdrawFunction": {"states:SendTaskSuccess"},  # the form's approval, with the retry
-        "ForgetFunction": {"states:SendTaskSuccess"},
+        "WithdrawFunction": both,  # the form's approval (or decline), with the retry
+        "ForgetFunction": both,
         "ApprovalFunction": {"states:SendTaskSuccess", "states:SendTaskFailure"},  # the page
     }
     for function in answering:
