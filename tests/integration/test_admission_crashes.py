@@ -20,11 +20,7 @@ answer. Then, in a fresh engine, before the outbox is drained:
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +34,7 @@ from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
 from engram_memory.adapters.aws.kms_vault import create_key_table
 from engram_memory.operator_plane.usecases import adjudicate
 
-from engram_testing import context
+from engram_testing import context, killed_child
 
 HERE = Path(__file__).resolve().parent
 NODE = HERE / "admission_crash_node.py"
@@ -86,19 +82,9 @@ def drill(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str,
 
 def _killed(adapter: str, state: Path, *step: str) -> list[dict[str, Any]]:
     """Run one step in a process of its own; it always ends killed. The answers it printed."""
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-    paths = [str(HERE), str(HERE.parent), str(HERE.parents[1]), env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    done = subprocess.run(  # noqa: S603 - our interpreter on our own drill node
-        [sys.executable, str(NODE), adapter, str(state), *step],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    argv = [str(NODE), adapter, str(state), *step]
+    return [json.loads(line) for line in killed_child(argv, paths=[HERE], env=aws)]
 
 
 def _admission(engine: Any, key: str, admit_key: str) -> dict[str, Any]:
