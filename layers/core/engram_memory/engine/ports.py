@@ -63,6 +63,11 @@ class IndexUnavailable(PortError):
     """A projection index could not be queried or updated right now."""
 
 
+class IndexUnreachable(IndexUnavailable):
+    """A projection index this engine can never query, by design rather than by an outage: the
+    cloud operator's seat, outside the OpenSearch domain's network and role mapping."""
+
+
 class EmbedderUnavailable(PortError):
     """The embedder could not embed right now (model missing, runtime failure)."""
 

@@ -19,6 +19,7 @@ from engram_memory.engine.ports import (
     CandidateRow,
     ChangeSet,
     IndexUnavailable,
+    IndexUnreachable,
     JournalHead,
     Neighbour,
     OutboxItem,
@@ -127,10 +128,14 @@ def neighbours(
     its upsert is in the outbox, written in the record's own commit. An index that cannot be
     asked is ``RANKING_UNAVAILABLE``; more than ``UNPROJECTED_LIMIT`` records on their way is
     ``PROJECTION_STALE`` (both retriable, nothing written): the gate never admits what it
-    could not compare."""
+    could not compare. The one exception is an engine that can never ask its index
+    (``IndexUnreachable``: the cloud operator's seat, whose imports leave every upsert to the
+    drainer): none, as before; docs/deploying-aws.md says so."""
     terms = lexical.query_terms(record_text(record))
     try:
         hits = k.lexical.search(scope, terms, NEIGHBOUR_DEPTH) if terms else []
+    except IndexUnreachable:
+        return ()
     except IndexUnavailable:
         raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
     ids = list(dict.fromkeys([*(hit.record_id for hit in hits), *unprojected(k, scope)]))
