@@ -47,6 +47,7 @@ from engram_memory.engine.ports import (
     ChangeSet,
     CommitConflict,
     CommitOutcomeUnknown,
+    IndexMissing,
     JournalHead,
     LedgerEntry,
     OutboxItem,
@@ -887,6 +888,23 @@ def test_a_backlog_of_projections_past_the_bound_holds_admissions_back(aws: Harn
     assert (row.state, row.held) == ("pending", None)
     assert aws.engine.drain_outbox(limit=200) == UNPROJECTED_LIMIT + 1
     assert aws.ok("request_admission", args)["outcome"]["status"] == "accepted"
+
+
+def test_an_admission_before_the_index_exists_compares_the_records_on_their_way(
+    aws: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    aws.index.writable = False  # the first record's upsert fails: the index is never created
+    first = aws.remember("The billing service retries failed card charges three times.")
+
+    def no_index(*_: object) -> list[object]:
+        raise IndexMissing("lexical index unavailable: search failed (404)")
+
+    monkeypatch.setattr(aws.index, "search", no_index)
+    near = aws.capture("the billing service retries failed card-charges 3 times")
+    assert aws.admit(near["candidate_id"])["outcome"]["status"] == "pending_adjudication"
+    new = aws.capture("The invoices go out on the first working day of each month.")
+    assert aws.admit(new["candidate_id"])["outcome"]["status"] == "accepted"
+    assert aws.store.outbox_has(context().scope, "upsert_projection", first)
 
 
 def test_large_candidates_records_and_outputs_live_in_s3_through_the_engine(

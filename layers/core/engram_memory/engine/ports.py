@@ -63,6 +63,12 @@ class IndexUnavailable(PortError):
     """A projection index could not be queried or updated right now."""
 
 
+class IndexMissing(IndexUnavailable):
+    """The index itself does not exist: a new deployment's, before its first write creates it,
+    or a lost one (``reindex`` rebuilds it). A search cannot tell "no match" from it; it holds
+    no record."""
+
+
 class IndexUnreachable(IndexUnavailable):
     """A projection index this engine can never query, by design rather than by an outage: the
     cloud operator's seat, outside the OpenSearch domain's network and role mapping."""

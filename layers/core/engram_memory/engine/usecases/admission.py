@@ -18,6 +18,7 @@ from engram_memory.engine.ports import (
     CandidateHold,
     CandidateRow,
     ChangeSet,
+    IndexMissing,
     IndexUnavailable,
     IndexUnreachable,
     JournalHead,
@@ -136,6 +137,8 @@ def neighbours(
         hits = k.lexical.search(scope, terms, NEIGHBOUR_DEPTH) if terms else []
     except IndexUnreachable:
         return ()
+    except IndexMissing:
+        hits = []  # no index holds nothing (a new stack's, until its first upsert creates it)
     except IndexUnavailable:
         raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
     ids = list(dict.fromkeys([*(hit.record_id for hit in hits), *unprojected(k, scope)]))
