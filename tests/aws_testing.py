@@ -56,7 +56,9 @@ class MemoryLexicalIndex:
     length and IDF (``log((N - n + 0.5) / (n + 0.5))``, floored at 1e-6) are those of the scope.
     Like the OpenSearch index, it also holds each document's vector (``ProjectionDoc.vector``)
     and serves the ``VectorIndex`` port with exact cosine similarity.
-    Set ``available = False`` to make every call raise ``IndexUnavailable``.
+    Set ``available = False`` to make every call raise ``IndexUnavailable``, ``writable = False``
+    to make only writes raise it (a domain that answers queries and refuses writes: the upsert
+    after a commit fails, the admission's neighbours are still found).
     """
 
     name = "lexical"
@@ -66,6 +68,7 @@ class MemoryLexicalIndex:
 
     def __init__(self) -> None:
         self.available = True
+        self.writable = True
         self._docs: dict[Scope, dict[str, dict[str, list[str]]]] = {}
         self._vectors: dict[Scope, dict[str, tuple[float, ...]]] = {}
         self._lock = threading.Lock()
@@ -111,6 +114,8 @@ class MemoryLexicalIndex:
 
     def apply(self, scope: Scope, change: ProjectionChange) -> None:
         self._check()
+        if not self.writable:
+            raise IndexUnavailable("the lexical index refuses writes")
         with self._lock:
             docs = self._docs.setdefault(scope, {})
             vectors = self._vectors.setdefault(scope, {})

@@ -12,10 +12,13 @@ import hashlib
 import io
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler
@@ -627,6 +630,26 @@ HARNESS_FACTORIES: dict[str, Callable[[Path], Harness]] = {
     "embedded": embedded_harness,
     "aws": aws_harness,
 }
+
+
+def killed_child(
+    argv: Sequence[str], *, paths: Sequence[Path] = (), env: Mapping[str, str] | None = None
+) -> list[str]:
+    """Run this interpreter on ``argv`` in a child process that must end killed (SIGKILL: a
+    crash drill), with ``paths`` and tests/ before its ``PYTHONPATH``; the lines it printed."""
+    child_env = {**os.environ, **(env or {})}
+    search = [*map(str, paths), str(Path(__file__).resolve().parent)]
+    child_env["PYTHONPATH"] = os.pathsep.join([*search, child_env.get("PYTHONPATH", "")])
+    done = subprocess.run(  # noqa: S603 - our interpreter on our own drill
+        [sys.executable, *argv],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()
 
 
 def tool_missing(reason: str) -> NoReturn:

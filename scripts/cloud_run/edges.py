@@ -1,7 +1,8 @@
 """The flow's other paths, each a case a deployed stack meets: a person declining (in the
 client's form and on the page), a withdraw approved on the page, an admission the policy
 rejects, a capture and an admission the token makes ask for a person, an admission while
-OpenSearch is down (the outbox and its drainer), and memories above DynamoDB's item limit (S3
+OpenSearch is down (it waits) and while it refuses writes (the outbox and its drainer), and
+memories above DynamoDB's item limit (S3
 bodies, a shredded body whose delete S3 refused). They make the recording cover what the
 stack's roles are granted: a grant no case exercises fails the IAM step
 (``probes.unused_grants``)."""
@@ -181,8 +182,10 @@ def confirmed_writes(h: Harness) -> None:
 def admit_while_search_is_down(
     h: Harness, search_args: dict[str, Any], arguments: dict[str, Any] | None = None
 ) -> tuple[str, str] | None:
-    """An admission while the OpenSearch domain answers 503: the record is committed with its
-    projection upsert left in the outbox; the drainer's next run applies it and clears it."""
+    """An admission while the OpenSearch domain answers 503 waits: ``RANKING_UNAVAILABLE``
+    (retriable, nothing written), the near-duplicate gate never decides without the index. The
+    same call while the domain refuses writes only: the record is committed with its projection
+    upsert left in the outbox; the drainer's next run applies it and clears it."""
     text = "The on-call handbook moved to the wiki's operations space in November."
     if arguments is None:
         candidate_id = capture(h, text, "cloud-check-capture-04")
@@ -190,11 +193,23 @@ def admit_while_search_is_down(
         candidate_id = _captured(h, call(h, "capture", arguments))
     if candidate_id is None:
         return None
+    key = f"admit-while-down-{candidate_id[-12:]}"
     h.search.unavailable = True
     try:
-        admitted = admit(h, candidate_id, f"admit-while-down-{candidate_id[-12:]}")
+        waited = call(
+            h, "request_admission", {"candidate_id": candidate_id, "idempotency_key": key}
+        )
     finally:
         h.search.unavailable = False
+    h.report.check(
+        _code(waited) == "RANKING_UNAVAILABLE",
+        f"flow: an admission while OpenSearch is down waits ({_code(waited)}, nothing written)",
+    )
+    h.search.refusing_writes = True
+    try:
+        admitted = admit(h, candidate_id, key)
+    finally:
+        h.search.refusing_writes = False
     if admitted is None:
         return None
     pending = drain(h, "an upsert left while the domain was down")
@@ -207,7 +222,7 @@ def admit_while_search_is_down(
     hits, said = search_hits(found)
     h.report.check(
         admitted[1] == "accepted" and admitted[0] in hits,
-        f"flow: admitted while OpenSearch was down ({admitted[1]}), searchable after the "
+        f"flow: admitted while OpenSearch refused writes ({admitted[1]}), searchable after the "
         f"drainer's run ({said}; drainer: {json.dumps(pending)[:120]})",
     )
     return admitted
@@ -393,9 +408,9 @@ def large_memory(h: Harness, search_args: dict[str, Any]) -> None:
 
 
 def large_memory_drained(h: Harness) -> None:
-    """A large memory admitted while OpenSearch is down (the drainer reads its body from S3 to
-    project it), then forgotten in the form with S3 answering (the workflow deletes the object
-    and its marker itself)."""
+    """A large memory admitted while OpenSearch refuses writes (the drainer reads its body from
+    S3 to project it), then forgotten in the form with S3 answering (the workflow deletes the
+    object and its marker itself)."""
     arguments = large_arguments("cloud-check-capture-large-3", seed=200)
     search_args = {"query": "", "purpose_ref": GENERAL, "limit": 5}
     admitted = admit_while_search_is_down(h, search_args, arguments)

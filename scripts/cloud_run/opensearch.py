@@ -31,6 +31,12 @@ def _not_found(kind: str) -> tuple[int, Any]:
     return 404, {"error": {"type": kind}, "status": 404}
 
 
+def _writes(method: str, parts: list[str]) -> bool:
+    """Whether a request writes documents: a document's index or delete, or ``_bulk``."""
+    document = len(parts) == 3 and parts[1] == "_doc" and method in ("PUT", "POST", "DELETE")
+    return document or (len(parts) == 2 and parts[1] == "_bulk")
+
+
 class FakeOpenSearch:
     def __init__(self) -> None:
         self.indices: dict[str, dict[str, dict[str, Any]]] = {}
@@ -42,6 +48,9 @@ class FakeOpenSearch:
         self.security_unsigned: list[str] = []
         # while True, every data request answers 503 (a domain briefly unavailable)
         self.unavailable = False
+        # while True, every document write answers 503 and searches are answered (a domain
+        # whose writes fail: an admission still finds its neighbours, its upsert fails)
+        self.refusing_writes = False
         self.lock = threading.Lock()
 
     def handle(
@@ -52,6 +61,8 @@ class FakeOpenSearch:
         with self.lock:
             self.requests.append(f"{method} /{'/'.join(parts[:1] + ['…'] * (len(parts) > 1))}")
             if self.unavailable and not SECURITY_API_RE.match(bare):
+                return 503, {"error": {"type": "cloud_check_unavailable"}, "status": 503}
+            if self.refusing_writes and _writes(method, parts):
                 return 503, {"error": {"type": "cloud_check_unavailable"}, "status": 503}
             if method == "PUT" and SECURITY_API_RE.match(bare):
                 if not SIGV4_ES_SCOPE_RE.match(authorization):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -52,16 +53,22 @@ def test_a_rejecting_policy_rejects_and_shreds(harness: Harness) -> None:
     assert harness.search("deploy staging")["records"] == []
 
 
-def test_manual_adjudication_answers_pending_adjudication_and_writes_nothing(
+def test_manual_adjudication_answers_pending_adjudication_and_stores_only_the_hold(
     harness: Harness,
 ) -> None:
     harness.engine.policy = ScriptedPolicy("adjudication_required")
     captured = harness.capture()
-    before = harness.store.table_snapshot()
-    outcome = harness.admit(captured["candidate_id"])["outcome"]
+    head = harness.store.head(context().scope)
+    value = harness.admit(captured["candidate_id"], key="admit-key-000010")
+    outcome = value["outcome"]
     assert outcome["status"] == "pending_adjudication" and "record_id" not in outcome
-    assert harness.store.table_snapshot() == before
-    assert harness.store.candidate_get(context().scope, captured["candidate_id"]).state == "pending"
+    assert outcome["cursor"] == str(head.cursor)  # no event: the receipt quotes the head
+    assert harness.store.head(context().scope) == head
+    row = harness.store.candidate_get(context().scope, captured["candidate_id"])
+    assert (row.state, row.held) == ("pending", outcome["decision_receipt_digest"])
+    entry = harness.store.ledger_get(context().scope, context().principal, "admit-key-000010")
+    assert json.loads(entry.output) == value
+    assert harness.search("deploy staging")["records"] == []
 
 
 def test_the_decision_receipt_digest_binds_the_decision_envelope(harness: Harness) -> None:

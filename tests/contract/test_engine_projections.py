@@ -36,15 +36,16 @@ def index_deferred(harness: Harness) -> bool:
 
 @contextmanager
 def index_outage(harness: Harness) -> Iterator[None]:
-    """The index is down (the cloud's OpenSearch); the embedded index lives in the store and
+    """The index refuses writes (the cloud's OpenSearch): an admission still finds its
+    neighbours, its upsert after the commit fails. The embedded index lives in the store and
     cannot fail on its own, so there nothing changes."""
     if index_deferred(harness):
-        harness.index.available = False
+        harness.index.writable = False
     try:
         yield
     finally:
         if index_deferred(harness):
-            harness.index.available = True
+            harness.index.writable = True
 
 
 def test_a_record_admitted_while_the_index_is_down_is_never_silently_missing(

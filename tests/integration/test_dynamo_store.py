@@ -42,10 +42,12 @@ from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
 from engram_memory.engine.journal import build_event, verify_journal
 from engram_memory.engine.ports import (
+    CandidateHold,
     CandidateRow,
     ChangeSet,
     CommitConflict,
     CommitOutcomeUnknown,
+    IndexMissing,
     JournalHead,
     LedgerEntry,
     OutboxItem,
@@ -55,6 +57,7 @@ from engram_memory.engine.ports import (
     StateTransition,
     StoreUnavailable,
 )
+from engram_memory.engine.usecases.admission import UNPROJECTED_LIMIT
 
 from engram_testing import Harness, capture_args, context, handled
 
@@ -207,6 +210,33 @@ def test_a_change_set_without_an_event_is_fenced_by_the_head_but_does_not_move_i
     assert store.head(SCOPE) == head
     stale = ChangeSet(SCOPE, JournalHead(0, GENESIS_HASH), ledger("no-event-key-0002", 0))
     assert conflict(store, stale) == "head"
+
+
+def test_a_hold_is_fenced_by_its_candidate_not_the_head_and_outlives_no_decision(
+    store: DynamoStore,
+) -> None:
+    store.commit(change(store, "capture-key-000001", new_candidate=candidate("cand_a")))
+    store.commit(change(store, "capture-key-000002", new_candidate=candidate("cand_b")))
+    held = "sha256:" + "4" * 64
+    store.commit(
+        ChangeSet(SCOPE, None, ledger("hold-key-0000001", 0), hold=CandidateHold("cand_a", held))
+    )
+    assert store.head(SCOPE).cursor == 2  # no event
+    assert store.candidate_get(SCOPE, "cand_a").held == held  # type: ignore[union-attr]
+    assert store.candidate_get(SCOPE, "cand_b").held is None  # type: ignore[union-attr]
+    admit: dict[str, Any] = {
+        "candidate_transition": StateTransition("cand_a", "pending", "admitted"),
+        "new_record": record("mem_a", cursor=3),
+    }
+    assert conflict(store, change(store, "admit-key-0000001", unless_held=True, **admit)) == "state"
+    store.commit(change(store, "adjudicate-key-01", **admit))  # an operator's decision
+    row = store.candidate_get(SCOPE, "cand_a")
+    assert row is not None and (row.state, row.held) == ("admitted", None)
+    late = ChangeSet(SCOPE, None, ledger("hold-key-0000002", 0), hold=CandidateHold("cand_a", held))
+    assert conflict(store, late) == "state"
+    event, _ = build_event(store.head(SCOPE), operation="t", target="x", at_ms=1, digests={})
+    with pytest.raises(ValueError, match="head"):
+        ChangeSet(SCOPE, None, ledger("hold-key-0000003", 0), event=event)
 
 
 def test_scope_keys_cannot_collide_through_separators(store: DynamoStore) -> None:
@@ -825,6 +855,56 @@ def test_a_lagging_index_defers_invalidation_until_the_outbox_drains(aws: Harnes
     assert not aws.index.contains(context().scope, record_id)
     replay = aws.forget(record_id, key="forget-lagging-01")["output"]["value"]
     assert replay["projection_invalidation"] == "complete" and replay["coverage_receipt_digest"]
+
+
+def _backlog(aws: Harness, count: int) -> None:
+    """``count`` projection upserts waiting in the scope's outbox (of records that are gone)."""
+    scope = context().scope
+    items = [
+        OutboxItem(f"upsert_projection:lexical:mem_gone{i:04d}", "upsert_projection", scope,
+                   f"mem_gone{i:04d}", "lexical")
+        for i in range(count)
+    ]  # fmt: skip
+    for start in range(0, count, 30):  # three items each: 90 of a transaction's 100
+        aws.store.commit(
+            ChangeSet(
+                scope=scope,
+                expected_head=aws.store.head(scope),
+                ledger=LedgerEntry(
+                    "operator", f"seed-backlog-{start:04d}", "seed", None, "h", b"{}", 0
+                ),
+                outbox=tuple(items[start : start + 30]),
+            )
+        )
+
+
+def test_a_backlog_of_projections_past_the_bound_holds_admissions_back(aws: Harness) -> None:
+    _backlog(aws, UNPROJECTED_LIMIT + 1)
+    captured = aws.capture("The billing service retries failed card charges three times.")
+    args = {"candidate_id": captured["candidate_id"], "idempotency_key": "admit-backlog-0001"}
+    envelope = aws.call("request_admission", args)
+    assert (envelope["error"]["code"], envelope["error"]["retriable"]) == ("PROJECTION_STALE", True)
+    row = aws.store.candidate_get(context().scope, captured["candidate_id"])
+    assert (row.state, row.held) == ("pending", None)
+    assert aws.engine.drain_outbox(limit=200) == UNPROJECTED_LIMIT + 1
+    assert aws.ok("request_admission", args)["outcome"]["status"] == "accepted"
+
+
+def test_an_admission_before_the_index_exists_compares_the_records_on_their_way(
+    aws: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    aws.index.writable = False  # the first record's upsert fails: the index is never created
+    first = aws.remember("The billing service retries failed card charges three times.")
+
+    def no_index(*_: object) -> list[object]:
+        raise IndexMissing("lexical index unavailable: search failed (404)")
+
+    monkeypatch.setattr(aws.index, "search", no_index)
+    near = aws.capture("the billing service retries failed card-charges 3 times")
+    assert aws.admit(near["candidate_id"])["outcome"]["status"] == "pending_adjudication"
+    new = aws.capture("The invoices go out on the first working day of each month.")
+    assert aws.admit(new["candidate_id"])["outcome"]["status"] == "accepted"
+    assert aws.store.outbox_has(context().scope, "upsert_projection", first)
 
 
 def test_large_candidates_records_and_outputs_live_in_s3_through_the_engine(

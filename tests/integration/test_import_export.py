@@ -286,7 +286,7 @@ def test_exported_mcp_memory_file_is_read_by_the_real_server(
     assert [{**r, "type": "relation"} for r in graph["relations"]] == GRAPH[2:]
 
 
-def test_manual_mode_holds_each_item_and_a_rerun_adds_nothing(
+def test_manual_mode_holds_each_item_and_a_rerun_finds_it_imported(
     data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert (
@@ -294,8 +294,11 @@ def test_manual_mode_holds_each_item_and_a_rerun_adds_nothing(
     )
     source = tmp_path / "memory.jsonl"
     source.write_text(json.dumps(GRAPH[0]) + "\n", encoding="utf-8")
-    for _ in range(2):
-        code, done, err = _import(capsys, data, source, "mcp-memory")
-        assert code == 0 and done["pending_adjudication"] == 1, err
-        assert done["not_accepted"][0]["reason"] == "manual"
-        assert (_candidates(data), _records(data)) == (1, 0)
+    code, done, err = _import(capsys, data, source, "mcp-memory")
+    assert code == 0 and done["pending_adjudication"] == 1, err
+    assert done["not_accepted"][0]["reason"] == "manual"
+    assert (_candidates(data), _records(data)) == (1, 0)
+    # the hold was stored with the item's admission key: the re-run replays it
+    code, done, err = _import(capsys, data, source, "mcp-memory")
+    assert code == 0 and (done["pending_adjudication"], done["already_imported"]) == (0, 1), err
+    assert (_candidates(data), _records(data)) == (1, 0)

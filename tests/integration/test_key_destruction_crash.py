@@ -14,11 +14,7 @@ candidate's ciphertext, in any backup, cannot be opened again.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -30,7 +26,7 @@ from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import KeyDestroyed, SealedBlob
 from engram_memory.operator_plane.usecases import forget_record
 
-from engram_testing import PURPOSE, context
+from engram_testing import PURPOSE, context, killed_child
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = "The crash drill: the admitted record survives and the candidate key does not."
@@ -93,18 +89,7 @@ _CHILD = textwrap.dedent(
 
 
 def _crash(data_dir: Path, crash: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), env.get("PYTHONPATH", "")])
-    done = subprocess.run(  # noqa: S603 - our interpreter on the script above
-        [sys.executable, "-c", _CHILD, str(data_dir), crash, TEXT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
-    lines = done.stdout.strip().splitlines()
+    lines = killed_child(["-c", _CHILD, str(data_dir), crash, TEXT])
     sealed = json.loads(lines[0])
     answer = json.loads(lines[1]) if len(lines) > 1 else None
     return sealed, answer

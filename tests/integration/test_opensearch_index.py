@@ -43,6 +43,7 @@ from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
     IndexHit,
+    IndexMissing,
     IndexUnavailable,
     LexicalIndex,
     ProjectionChange,
@@ -630,6 +631,20 @@ def test_partial_or_missing_answers_are_unavailable_never_empty(
     cluster.answer("POST", r"/engram-records/_search", response)
     with pytest.raises(IndexUnavailable):
         index.search(SCOPE, ["alpha"], 10)
+
+
+def test_a_missing_index_is_told_apart_from_an_outage(
+    index: OpenSearchLexicalIndex, cluster: FakeCluster
+) -> None:
+    # an admission's neighbours on a new stack: no index yet holds nothing (admission.neighbours)
+    missing = (404, {"error": {"type": "index_not_found_exception"}, "status": 404})
+    cluster.answer("POST", r"/engram-records/_search", missing)
+    with pytest.raises(IndexMissing, match="index_not_found_exception"):
+        index.search(SCOPE, ["alpha"], 10)
+    cluster.answer("POST", r"/engram-records/_search", (503, {"error": "down", "status": 503}))
+    with pytest.raises(IndexUnavailable) as down:
+        index.search(SCOPE, ["alpha"], 10)
+    assert not isinstance(down.value, IndexMissing)
 
 
 # --------------------------------------------------------------------------------------------

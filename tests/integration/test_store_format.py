@@ -21,7 +21,14 @@ from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.journal import verify_journal
 from engram_memory.engine.ports import StoreUnavailable
 
-from engram_testing import PURPOSE, context, handled, scanned_bytes
+from engram_testing import (
+    PURPOSE,
+    ScriptedPolicy,
+    context,
+    embedded_harness,
+    handled,
+    scanned_bytes,
+)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "store-format-1"
 EXPECTED: dict[str, Any] = json.loads((FIXTURE / "expected.json").read_text())
@@ -138,3 +145,27 @@ def test_a_migration_that_fails_half_way_leaves_the_directory_as_it_was(
     assert not any(is_packed(value) for value in _layout(data / "engram.db")[2])
     monkeypatch.undo()
     assert _answers(data)["searches"] == EXPECTED["searches"]
+
+
+def test_a_store_from_before_holds_gains_the_column_in_place_and_holds(tmp_path: Path) -> None:
+    """A format-2 engram.db written before admission holds (no ``candidates.held``): opening it
+    adds the column, no row rewritten; its pending candidate reads as never held, and holds."""
+    first = embedded_harness(tmp_path)
+    captured = first.capture("Before holds: the release train leaves on Tuesdays.")
+    first.close()
+    with sqlite3.connect(tmp_path / "engram.db") as conn:
+        conn.execute("ALTER TABLE candidates DROP COLUMN held")
+    again = embedded_harness(tmp_path)
+    try:
+        scope = context().scope
+        row = again.store.candidate_get(scope, captured["candidate_id"])
+        assert row is not None and (row.state, row.held) == ("pending", None)
+        again.engine.policy = ScriptedPolicy("adjudication_required")
+        held = again.admit(captured["candidate_id"], key="admit-before-holds-1")["outcome"]
+        assert held["status"] == "pending_adjudication"
+        row = again.store.candidate_get(scope, captured["candidate_id"])
+        assert row is not None and row.held == held["decision_receipt_digest"]
+        after = again.capture("After holds: a new candidate row.", key="capture-after-holds-1")
+        assert after["status"] == "committed_pending"
+    finally:
+        again.close()

@@ -486,7 +486,7 @@ def test_the_invalidation_step_checks_its_own_scope_not_the_first_page_of_the_qu
 def test_the_drainer_runs_what_the_commit_path_left_and_reports_the_outbox_age(
     world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    world.index.available = False
+    world.index.writable = False  # the admission's upsert fails after its commit
     record_id = admitted_record(world, "The VPN gateway lives in eu-west-1.")
     world.clock.advance(90_000)
     schedule = load("outbox_drainer")
@@ -499,7 +499,7 @@ def test_the_drainer_runs_what_the_commit_path_left_and_reports_the_outbox_age(
     ages = [d["OutboxOldestAgeSeconds"] for d in documents if "OutboxOldestAgeSeconds" in d]
     assert ages == [[90.0]], documents
 
-    world.index.available = True
+    world.index.writable = True
     assert world.drainer.handler(schedule, _context()) == {
         "drained": 1,
         "pending": 0,

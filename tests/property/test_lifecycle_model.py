@@ -116,14 +116,21 @@ class LifecycleModel(RuleBasedStateMachine):
             assert envelope["error"]["code"] == "NOT_FOUND"
             return
         outcome = envelope["output"]["value"]["outcome"]
-        if any(
+        if candidate.get("held") or any(
             c["text"] == candidate["text"]
             and c.get("record_id")
             and self.records[c["record_id"]] == "tombstoned"
             for c in self.candidates.values()
         ):
-            # the tombstone guard holds it; nothing was written
+            # the tombstone guard held it (now or before, under another key): the hold is kept
+            # with the key and on the candidate, no event is written
             assert outcome["status"] == "pending_adjudication"
+            candidate["held"] = True
+            self.ledger[(principal, key)] = (
+                "request_admission",
+                candidate_id,
+                envelope["output"]["value"],
+            )
             return
         assert outcome["status"] == "accepted"
         self.events += 1

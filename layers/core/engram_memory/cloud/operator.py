@@ -40,7 +40,7 @@ from engram_memory.cloud.composition import AwsClients, build_engine
 from engram_memory.cloud.settings import ConfigurationError
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.engine.context import Scope
-from engram_memory.engine.ports import AuditEvent, IndexHit, IndexUnavailable, ProjectionChange
+from engram_memory.engine.ports import AuditEvent, IndexHit, IndexUnreachable, ProjectionChange
 from engram_memory.engine.service import Engine
 from engram_memory.operator_plane.seat import AuditPage, SeatFailure, UsageError
 
@@ -228,7 +228,10 @@ class DrainerIndex:
 
     Every projection change an operation makes is written to the outbox in the operation's own
     transaction; ``apply`` refusing leaves it there for the outbox drainer function, whose role
-    OpenSearch maps (the operator's is not). ``status`` reports the index as not checked.
+    OpenSearch maps (the operator's is not). ``status`` reports the index as not checked. It
+    refuses with ``IndexUnreachable``: an admission from this seat (an import) finds no
+    neighbours for the near-duplicate rule (``admission.neighbours``), where an agent's would wait
+    for an index that is down.
     """
 
     name = "lexical"
@@ -236,8 +239,8 @@ class DrainerIndex:
     scoring_formula_ref = "opensearch:bm25f"
 
     @staticmethod
-    def _unreachable() -> IndexUnavailable:
-        return IndexUnavailable("the operator does not write the OpenSearch projection")
+    def _unreachable() -> IndexUnreachable:
+        return IndexUnreachable("the operator does not write the OpenSearch projection")
 
     def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
         raise self._unreachable()

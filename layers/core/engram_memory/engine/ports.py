@@ -64,6 +64,17 @@ class IndexUnavailable(PortError):
     """A projection index could not be queried or updated right now."""
 
 
+class IndexMissing(IndexUnavailable):
+    """The index itself does not exist: a new deployment's, before its first write creates it,
+    or a lost one (``reindex`` rebuilds it). A search cannot tell "no match" from it; it holds
+    no record."""
+
+
+class IndexUnreachable(IndexUnavailable):
+    """A projection index this engine can never query, by design rather than by an outage: the
+    cloud operator's seat, outside the OpenSearch domain's network and role mapping."""
+
+
 class EmbedderUnavailable(PortError):
     """The embedder could not embed right now (model missing, runtime failure)."""
 
@@ -123,6 +134,10 @@ class CandidateRow:
     sealed: bytes
     policy_version: str
     created_at_ms: int
+    # The admission policy's hold (``pending_adjudication``): the digest of the decision receipt
+    # that held it, or None when no policy held it. A held candidate stays ``pending`` (the
+    # contract's state) until an operator decides; leaving ``pending`` clears it.
+    held: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,19 +206,38 @@ class OutboxItem:
 
 
 @dataclass(frozen=True, slots=True)
+class CandidateHold:
+    """An admission policy's hold on a pending candidate: ``CandidateRow.held`` set to the digest
+    of the decision receipt that held it. The candidate must still be ``pending``."""
+
+    candidate_id: str
+    decision_receipt_digest: str
+
+
+@dataclass(frozen=True, slots=True)
 class ChangeSet:
     """One atomic mutation: everything here commits together or not at all.
 
     Conditions checked inside the commit: the journal head still equals ``expected_head``; the
-    ledger key is free; each transition's ``from_state`` still holds; ``approval_id`` is unused.
+    ledger key is free; each transition's ``from_state`` still holds; ``approval_id`` is unused;
+    a ``hold``'s candidate is still ``pending``; with ``unless_held``, the transitioning
+    candidate is not held (``CommitConflict("state")`` otherwise).
+
+    ``expected_head`` None is a change that writes no journal event and so needs no fence on the
+    head (an admission policy's hold: the ledger entry and the candidate's mark, whose own
+    conditions are its fence); a change with an event always names the head it follows.
     """
 
     scope: Scope
-    expected_head: JournalHead
+    expected_head: JournalHead | None
     ledger: LedgerEntry
     event: JournalEvent | None = None
     new_candidate: CandidateRow | None = None
     candidate_transition: StateTransition | None = None
+    # A policy's decision on the candidate (accept, reject) is refused while it is held; an
+    # operator's adjudication and a withdraw are not. Leaving ``pending`` clears the hold.
+    unless_held: bool = False
+    hold: CandidateHold | None = None
     new_record: RecordRow | None = None
     record_transition: StateTransition | None = None
     shred_record_body: bool = False
@@ -211,6 +245,10 @@ class ChangeSet:
     projection: ProjectionChange | None = None
     approval_id: str | None = None
     outbox: Sequence[OutboxItem] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.event is not None and self.expected_head is None:
+            raise ValueError("a change set with a journal event names the head it follows")
 
 
 class Store(Protocol):

@@ -62,6 +62,7 @@ _PENDING_COLUMNS: Final = (
     ("captured at", "captured_at"),
     ("captured by", "principal"),
     ("state", "state"),
+    ("held", "held"),
 )
 _RECORD_COLUMNS: Final = (
     ("record", "record_id"),

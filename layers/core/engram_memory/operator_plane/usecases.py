@@ -173,6 +173,9 @@ def _candidate_summary(row: CandidateRow) -> dict[str, Any]:
         "captured_at": format_instant(row.created_at_ms),
         "capture_cursor": str(row.capture_cursor),
         "policy_version": row.policy_version,
+        # held by the admission policy (waits for an operator), or never held: not yet asked
+        # for admission, or asked and not decided (an error)
+        "held": row.held is not None,
     }
 
 
@@ -180,7 +183,8 @@ def pending_list(
     engine: Kernel, scope: Scope, operator: str, *, after: str = "", limit: int = 100
 ) -> list[dict[str, Any]]:
     """The scope's pending candidates (captured, not yet admitted, rejected or withdrawn; those
-    a policy held for adjudication among them), in id order: ids and digests, no content."""
+    a policy held for adjudication among them, ``held``), in id order: ids and digests, no
+    content."""
 
     def run(call: Call) -> list[dict[str, Any]]:
         rows = engine.store.candidates_list(scope, "pending", after, limit)
@@ -215,19 +219,23 @@ def _resembles(
     engine: Kernel, call: Call, candidate: CandidateRow, content: Mapping[str, Any]
 ) -> list[str]:
     """The records the policy's near-duplicate rule names for the candidate (empty when the
-    policy has no such rule or cannot decide right now)."""
-    request = AdmissionRequest(
-        scope=call.scope,
-        principal=candidate.principal,
-        candidate_id=candidate.candidate_id,
-        record=content["record"],
-        evidence=content["evidence"],
-        host_facts=(),
-        neighbours=neighbours(engine, call.scope, content["record"], call.now_ms),
-    )
+    policy has no such rule or cannot decide right now: a policy or an index down)."""
     try:
+        request = AdmissionRequest(
+            scope=call.scope,
+            principal=candidate.principal,
+            candidate_id=candidate.candidate_id,
+            record=content["record"],
+            evidence=content["evidence"],
+            host_facts=(),
+            neighbours=neighbours(engine, call.scope, content["record"], call.now_ms),
+        )
         return list(engine.policy.decide(request).resembles)
     except PolicyUnavailable:
+        return []
+    except EngramError as error:
+        if error.code not in (ErrorCode.RANKING_UNAVAILABLE, ErrorCode.PROJECTION_STALE):
+            raise
         return []
 
 
@@ -239,8 +247,9 @@ def adjudicate(
     operator: str,
     reason: str | None = None,
 ) -> dict[str, Any]:
-    """Resolve a pending candidate (one held as ``pending_adjudication``): a human operator
-    accepts or rejects it, with a reason that is part of the journaled intent.
+    """Resolve a pending candidate (one held as ``pending_adjudication``, or one never held): a
+    human operator accepts or rejects it, with a reason that is part of the journaled intent;
+    the policy's hold ends with it.
 
     Idempotent per operator and candidate: repeating the same decision returns the first outcome;
     a different decision afterwards is ``DIGEST_CONFLICT``; a candidate that is not pending is
@@ -331,6 +340,7 @@ def _decide(
         policy_version=call.ctx.principal,
         idempotency_key=key,
         intent=intent,
+        overrides_hold=True,
     )
 
 

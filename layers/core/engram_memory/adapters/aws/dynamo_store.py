@@ -21,7 +21,8 @@ every scoped item also ``tenant_id`` and ``workspace_id``.
   ``principal``, ``idempotency_key``, ``tool``, ``target`` (omitted when None), ``intent_hash``,
   ``cursor`` N, ``output`` B or ``output_ref`` S.
 - candidate control row — pk ``<scope>#CANDIDATE#q(candidate_id)``, sk ``CANDIDATE``: the
-  ``CandidateRow`` fields, ``sealed`` B or ``sealed_ref`` S.
+  ``CandidateRow`` fields, ``sealed`` B or ``sealed_ref`` S, ``held`` S (the hold's decision
+  receipt digest) while an admission policy holds it.
 - record — pk ``<scope>#RECORD#q(record_id)``, sk ``RECORD``: the ``RecordRow`` fields
   (``valid_to_ms`` / ``expires_at_ms`` omitted when None), ``body`` B or ``body_ref`` S, both
   removed once shredded.
@@ -55,9 +56,11 @@ The commit
 
 ``commit`` sends, in this order: the head (a ``Put`` of the new cursor/hash conditioned on
 ``cursor = expected AND event_hash = expected`` — ``attribute_not_exists`` for cursor 0 — or a
-``ConditionCheck`` when the change set has no event), the ledger entry (``attribute_not_exists``),
-the event (``attribute_not_exists``), the candidate put (``attribute_not_exists``) or transition
-(``state = from``), the record put (``attribute_not_exists``) or transition (``state = from``,
+``ConditionCheck`` when the change set has no event; nothing when it names no head: a policy's
+hold), the ledger entry (``attribute_not_exists``),
+the event (``attribute_not_exists``), the candidate put (``attribute_not_exists``), transition
+(``state = from``, and ``attribute_not_exists(held)`` for a policy's decision; ``REMOVE held``)
+or hold (``SET held``, ``state = pending``), the record put (``attribute_not_exists``) or transition (``state = from``,
 ``REMOVE body, body_ref`` when shredding), the tombstone, the used approval
 (``attribute_not_exists``) and the outbox items. A ``TransactionCanceledException`` maps the
 first ``ConditionalCheckFailed`` cancellation reason, by the index of the failing item, to
@@ -127,6 +130,7 @@ from engram_memory.contract.canonical import GENESIS_HASH
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
     OUTBOX_KINDS,
+    CandidateHold,
     CandidateRow,
     CandidateState,
     ChangeSet,
@@ -535,6 +539,7 @@ class DynamoStore:
             sealed=self._required_value(item, "sealed"),
             policy_version=_get_s(item, "policy_version"),
             created_at_ms=_get_n(item, "created_at_ms"),
+            held=_opt_s(item, "held"),
         )
 
     def _record_row(
@@ -969,6 +974,8 @@ class DynamoStore:
     def _plan_head(self, plan: _Plan, changes: ChangeSet) -> None:
         """The journal head: the optimistic fence every commit carries."""
         scope, expected, event = changes.scope, changes.expected_head, changes.event
+        if expected is None:
+            return  # no event (``ChangeSet.__post_init__``): nothing to fence
         names = {"#pk": "pk"} if expected.cursor == 0 else {"#c": "cursor", "#h": "event_hash"}
         condition = "attribute_not_exists(#pk)" if expected.cursor == 0 else "#c = :c AND #h = :h"
         values: dict[str, AttributeValueTypeDef] = (
@@ -1061,7 +1068,18 @@ class DynamoStore:
         if changes.candidate_transition is not None:
             move = changes.candidate_transition
             key = _candidate_key(scope, move.target_id)
-            plan.add(_transition(self.table_name, key, move, shred=False), "state")
+            transition = _transition(self.table_name, key, move, shred=False, candidate=True)
+            if changes.unless_held:
+                update = transition["Update"]
+                update["ConditionExpression"] += " AND attribute_not_exists(#held)"
+            plan.add(transition, "state")
+        if changes.hold is not None:
+            plan.add(
+                _hold(
+                    self.table_name, _candidate_key(scope, changes.hold.candidate_id), changes.hold
+                ),
+                "state",
+            )
 
     def _plan_record(self, plan: _Plan, changes: ChangeSet) -> None:
         """A new record (its id must be free), or a state transition that may shred the body."""
@@ -1230,13 +1248,18 @@ def _put_new(table: str, item: Item) -> TransactWriteItemTypeDef:
 
 
 def _transition(
-    table: str, key: Item, move: StateTransition, *, shred: bool
+    table: str, key: Item, move: StateTransition, *, shred: bool, candidate: bool = False
 ) -> TransactWriteItemTypeDef:
     names = {"#state": "state"}
-    update = "SET #state = :to"
+    removed = []
     if shred:
-        names.update({"#body": "body", "#body_ref": "body_ref"})
-        update += " REMOVE #body, #body_ref"
+        removed += ["body", "body_ref"]
+    if candidate:  # a candidate leaving pending: a policy's hold on it ends
+        removed.append("held")
+    names.update({f"#{name}": name for name in removed})
+    update = "SET #state = :to"
+    if removed:
+        update += " REMOVE " + ", ".join(f"#{name}" for name in removed)
     return {
         "Update": {
             "TableName": table,
@@ -1245,6 +1268,23 @@ def _transition(
             "ConditionExpression": "#state = :from",
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": {":to": _s(move.to_state), ":from": _s(move.from_state)},
+        }
+    }
+
+
+def _hold(table: str, key: Item, hold: CandidateHold) -> TransactWriteItemTypeDef:
+    """A policy's hold on a candidate that must still be pending."""
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": key,
+            "UpdateExpression": "SET #held = :held",
+            "ConditionExpression": "#state = :pending",
+            "ExpressionAttributeNames": {"#held": "held", "#state": "state"},
+            "ExpressionAttributeValues": {
+                ":held": _s(hold.decision_receipt_digest),
+                ":pending": _s("pending"),
+            },
         }
     }
 

@@ -122,7 +122,13 @@ from engram_memory.adapters.aws.client_config import READ_TIMEOUT_S
 from engram_memory.adapters.aws.denials import Denial
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
-from engram_memory.engine.ports import IndexHit, IndexUnavailable, ProjectionChange, ProjectionDoc
+from engram_memory.engine.ports import (
+    IndexHit,
+    IndexMissing,
+    IndexUnavailable,
+    ProjectionChange,
+    ProjectionDoc,
+)
 
 __all__ = [
     "DEFAULT_INDEX",
@@ -411,7 +417,7 @@ class OpenSearchLexicalIndex:
                 ),
             )
         except NotFoundError as exc:  # the index itself is missing: not "no match"
-            raise _unavailable("search", exc) from exc
+            raise IndexMissing(str(_unavailable("search", exc))) from exc
         return self._hits(response, size)
 
     @staticmethod

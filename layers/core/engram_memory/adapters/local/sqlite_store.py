@@ -102,7 +102,7 @@ CREATE TABLE IF NOT EXISTS candidates (
     principal TEXT NOT NULL, state TEXT NOT NULL, payload_digest TEXT NOT NULL,
     record_digest TEXT NOT NULL, record_id TEXT NOT NULL, capture_cursor INTEGER NOT NULL,
     key_ref TEXT NOT NULL, sealed BLOB NOT NULL, policy_version TEXT NOT NULL,
-    created_at_ms INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL, held TEXT,
     PRIMARY KEY (tenant_id, workspace_id, candidate_id)) WITHOUT ROWID;
 {records}
 CREATE TABLE IF NOT EXISTS tombstones (
@@ -148,7 +148,7 @@ _DIGEST_COLUMNS: Final = {
 
 _CANDIDATE_COLUMNS: Final = (
     "candidate_id, principal, state, payload_digest, record_digest, record_id, capture_cursor, "
-    "key_ref, sealed, policy_version, created_at_ms"
+    "key_ref, sealed, policy_version, created_at_ms, held"
 )
 _RECORD_COLUMNS: Final = (
     "record_id, state, record_digest, payload_digest, candidate_id, valid_from_ms, valid_to_ms, "
@@ -225,13 +225,22 @@ class _RowTable:
 
 _CANDIDATES: Final = _RowTable(
     "candidates",
-    "INSERT INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "INSERT INTO candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     "ledger",
     # A candidate leaving ``pending`` (admitted, rejected, withdrawn) is never opened again and
     # its key's destruction is queued in this same commit: its ciphertext is dead weight (2-3 KB
-    # a record), dropped here and zeroed by secure_delete.
-    "UPDATE candidates SET state = ?, sealed = CASE WHEN ? THEN X'' ELSE sealed END "
+    # a record), dropped here and zeroed by secure_delete. Its hold, if a policy held it, ends.
+    "UPDATE candidates SET state = ?, held = NULL, sealed = CASE WHEN ? THEN X'' ELSE sealed END "
     "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ? AND state = ?",
+)
+# An admission policy's hold (``ChangeSet.hold``): the candidate must still be pending.
+_HOLD: Final = (
+    "UPDATE candidates SET held = ? "
+    "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ? AND state = 'pending'"
+)
+_HELD: Final = (
+    "SELECT 1 FROM candidates WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ? "
+    "AND held IS NOT NULL"
 )
 _RECORDS: Final = _RowTable(
     "records",
@@ -474,7 +483,18 @@ class SqliteStore:
         self._matrices = VectorMatrices()
         with self._guard(), self._pool.connection() as conn:
             conn.executescript(_SCHEMA)
+            self._add_columns(conn)
             self._migrate(conn)
+
+    @staticmethod
+    def _add_columns(conn: sqlite3.Connection) -> None:
+        """Columns added to a table after its store format: nullable, so an ``ALTER TABLE`` adds
+        them without rewriting a row. ``candidates.held`` (a policy's hold, issue 35)."""
+        if "held" in {row[1] for row in conn.execute("PRAGMA table_info(candidates)")}:
+            return
+        with immediate(conn):  # another process opening the same file may have added it
+            if "held" not in {row[1] for row in conn.execute("PRAGMA table_info(candidates)")}:
+                conn.execute("ALTER TABLE candidates ADD COLUMN held TEXT")
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Bring a store of an older ``STORE_FORMAT`` to this one, in one transaction (another
@@ -899,8 +919,9 @@ class SqliteStore:
             self._fault("event")
             self._append_event(conn, changes.scope, changes.event)
         moved = changes.candidate_transition
-        if changes.new_candidate is not None or moved is not None:
+        if changes.new_candidate is not None or moved is not None or changes.hold is not None:
             self._fault("candidate")
+            self._hold_conditions(conn, changes)
             leaves_pending = moved is not None and moved.to_state != "pending"
             self._apply_row(
                 conn, changes.scope, _CANDIDATES, changes.new_candidate, moved, drop=leaves_pending
@@ -935,6 +956,8 @@ class SqliteStore:
 
     def _check_head(self, conn: sqlite3.Connection, changes: ChangeSet) -> None:
         self._fault("head")
+        if changes.expected_head is None:
+            return  # no event: nothing to fence (a policy's hold)
         row = conn.execute(
             "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
             (changes.scope.tenant_id, changes.scope.workspace_id),
@@ -992,6 +1015,21 @@ class SqliteStore:
             _update_one(
                 conn, table.move, (move.to_state, drop, t, w, move.target_id, move.from_state)
             )
+
+    @staticmethod
+    def _hold_conditions(conn: sqlite3.Connection, changes: ChangeSet) -> None:
+        """A policy's hold marks its pending candidate; a policy's decision (``unless_held``)
+        is refused on a held one. Either way a candidate that moved is ``CommitConflict``."""
+        t, w = _scope_key(changes.scope)
+        moved, hold = changes.candidate_transition, changes.hold
+        policy_decision = moved if changes.unless_held else None
+        if (
+            policy_decision is not None
+            and conn.execute(_HELD, (t, w, policy_decision.target_id)).fetchone()
+        ):
+            raise CommitConflict("state")
+        if hold is not None:
+            _update_one(conn, _HOLD, (hold.decision_receipt_digest, t, w, hold.candidate_id))
 
     @staticmethod
     def _insert_tombstone(

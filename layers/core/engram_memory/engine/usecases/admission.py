@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from engram_memory.contract.canonical import digest
@@ -14,9 +15,12 @@ from engram_memory.engine.context import Scope
 from engram_memory.engine.kernel import Call, JournalStep, Kernel
 from engram_memory.engine.ports import (
     AdmissionRequest,
+    CandidateHold,
     CandidateRow,
     ChangeSet,
+    IndexMissing,
     IndexUnavailable,
+    IndexUnreachable,
     JournalHead,
     Neighbour,
     OutboxItem,
@@ -37,22 +41,48 @@ def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dic
         if outcome.get("status") == "accepted":
             # The first call's commit landed but its answer (and maybe its upsert) was lost.
             k.retry_pending_upsert(call.scope, outcome["record_id"], call.now_ms)
-        return {**stored, "replayed": True}
+        return {**stored, "replayed": True}  # a hold too: it was stored with the key
 
     candidate = k.pending_candidate(call, candidate_id)
     if candidate.state != "pending":
         raise EngramError(ErrorCode.NOT_FOUND)
     k.confirm(call, args, candidate_id, None)  # call.approval: consumed in the commit
-    content = k.open_candidate(call, candidate)
+    content = k.open_candidate(call, candidate)  # BLOB_MISSING once its key is gone, held or not
+    if candidate.held is not None:
+        # A policy held it: the hold stands until an operator decides, whatever the policy or
+        # the index would say now. The call is held too, quoting the decision that held it.
+        call.digests.update(
+            decision_receipt_digest=candidate.held, record_digest=candidate.record_digest
+        )
+        return _held(k, call, candidate_id, candidate.held, args.idempotency_key, intent)
     record: dict[str, Any] = content["record"]
+    verdict, policy_version = _policy_verdict(k, call, candidate, content)
+    return settle(
+        k,
+        call,
+        candidate,
+        record,
+        verdict=verdict,
+        policy_id=k.policy.policy_id,
+        policy_version=policy_version,
+        idempotency_key=args.idempotency_key,
+        intent=intent,
+    )
 
+
+def _policy_verdict(
+    k: Kernel, call: Call, candidate: CandidateRow, content: Mapping[str, Any]
+) -> tuple[str, str]:
+    """The host policy's verdict on the opened candidate, and the policy version it decided
+    under; the tombstone guard turns an acceptance of forgotten content into a hold."""
+    record = content["record"]
     version_before = k.policy_version()
     try:
         decision = k.policy.decide(
             AdmissionRequest(
                 scope=call.scope,
                 principal=call.ctx.principal,
-                candidate_id=candidate_id,
+                candidate_id=candidate.candidate_id,
                 record=record,
                 evidence=content["evidence"],
                 host_facts=call.ctx.host_facts,
@@ -64,28 +94,21 @@ def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dic
         raise EngramError(ErrorCode.POLICY_UNAVAILABLE) from None
     if k.policy_version() != version_before:
         raise EngramError(ErrorCode.POLICY_STALE)
-
-    verdict = decision.decision
+    verdict: str = decision.decision
     if verdict == "accept" and k.read(
         lambda: k.store.payload_tombstoned(call.scope, candidate.payload_digest)
     ):
         verdict = "adjudication_required"  # the tombstone guard: forgotten content stays forgotten
-    return settle(
-        k,
-        call,
-        candidate,
-        record,
-        verdict=verdict,
-        policy_id=k.policy.policy_id,
-        policy_version=version_before,
-        idempotency_key=args.idempotency_key,
-        intent=intent,
-    )
+    return verdict, version_before
 
 
 # How many of the scope's records the lexical index ranks highest for a candidate are compared
 # with it: a near-duplicate shares nearly all its terms, so it ranks at the top.
 NEIGHBOUR_DEPTH = 8
+# How many records committed but not yet in an index the engine projects itself (OpenSearch:
+# their upserts still in the outbox) an admission compares the candidate with, at most. A scope
+# with more on their way (an index down for a while, a drainer behind) answers PROJECTION_STALE.
+UNPROJECTED_LIMIT = 64
 
 
 def record_text(record: Mapping[str, Any]) -> str:
@@ -97,26 +120,53 @@ def record_text(record: Mapping[str, Any]) -> str:
 def neighbours(
     k: Kernel, scope: Scope, record: Mapping[str, Any], now_ms: int
 ) -> tuple[Neighbour, ...]:
-    """The current records of ``scope`` most like ``record`` by the lexical index (the same
-    analyzer and index as search, so the same in both hosts), opened for the policy. An index
-    that is down gives none: the gate then admits what it would have held, it never fails the
-    call. In the cloud the index is the OpenSearch projection, so a record admitted moments ago
-    whose upsert is still in the outbox is not yet a neighbour."""
+    """The current records of ``scope`` most like ``record``, opened for the policy: the
+    lexical index's best hits (the same analyzer and index as search, in both hosts) and every
+    record the store committed that the index may not hold yet (``unprojected``), each
+    revalidated against the store and opened from it.
+
+    So the decision does not depend on the index having caught up: a record is in the index or
+    its upsert is in the outbox, written in the record's own commit. An index that cannot be
+    asked is ``RANKING_UNAVAILABLE``; more than ``UNPROJECTED_LIMIT`` records on their way is
+    ``PROJECTION_STALE`` (both retriable, nothing written): the gate never admits what it
+    could not compare. The one exception is an engine that can never ask its index
+    (``IndexUnreachable``: the cloud operator's seat, whose imports leave every upsert to the
+    drainer): none, as before; docs/deploying-aws.md says so."""
     terms = lexical.query_terms(record_text(record))
-    if not terms:
-        return ()
     try:
-        hits = k.lexical.search(scope, terms, NEIGHBOUR_DEPTH)
-    except IndexUnavailable:
+        hits = k.lexical.search(scope, terms, NEIGHBOUR_DEPTH) if terms else []
+    except IndexUnreachable:
         return ()
-    rows = k.read(lambda: k.store.records_get(scope, [hit.record_id for hit in hits]))
-    current = [rows[h.record_id] for h in hits if h.record_id in rows]
+    except IndexMissing:
+        hits = []  # no index holds nothing (a new stack's, until its first upsert creates it)
+    except IndexUnavailable:
+        raise EngramError(ErrorCode.RANKING_UNAVAILABLE) from None
+    ids = list(dict.fromkeys([*(hit.record_id for hit in hits), *unprojected(k, scope)]))
+    if not ids:
+        return ()
+    rows = k.read(lambda: k.store.records_get(scope, ids))
+    current = [rows[record_id] for record_id in ids if record_id in rows]
     opened = k.bodies(scope, [row for row in current if k.eligible(row, now_ms)])
     return tuple(
-        Neighbour(hit.record_id, record_text(opened[hit.record_id]))
-        for hit in hits
-        if hit.record_id in opened
+        Neighbour(record_id, record_text(opened[record_id]))
+        for record_id in ids
+        if record_id in opened
     )
+
+
+def unprojected(k: Kernel, scope: Scope) -> list[str]:
+    """The records of ``scope`` the lexical index may not hold yet: none when the store
+    projects them in its own commit (SQLite), else those whose upsert waits in the outbox (read
+    from the store, consistent with its commits). ``PROJECTION_STALE`` past
+    ``UNPROJECTED_LIMIT``."""
+    if k.lexical.maintained_by_store:
+        return []
+    waiting = k.read(
+        lambda: k.store.outbox_pending_in(scope, "upsert_projection", UNPROJECTED_LIMIT + 1)
+    )
+    if len(waiting) > UNPROJECTED_LIMIT:
+        raise EngramError(ErrorCode.PROJECTION_STALE)
+    return [item.target for item in waiting if item.surface == k.lexical.name]
 
 
 def settle(
@@ -130,10 +180,14 @@ def settle(
     policy_version: str,
     idempotency_key: str,
     intent: str,
+    overrides_hold: bool = False,
 ) -> dict[str, Any]:
-    """Issue the decision envelope and apply it: hold (nothing written), accept or reject.
+    """Issue the decision envelope and apply it: hold, accept or reject.
 
-    Acceptance promotes atomically — record, journal event, ledger and the projection (inside the
+    A hold stores the answer with the idempotency key and marks the candidate held (``_held``).
+    A policy's acceptance or rejection is refused by the store while the candidate is held (a
+    concurrent call held it: the use case runs again and finds the hold); an operator's
+    adjudication (``overrides_hold``) ends the hold. Acceptance promotes atomically — record, journal event, ledger and the projection (inside the
     commit for a store-maintained index, else as an ``upsert_projection`` outbox item) in one
     commit; rejection ends the candidate and queues its keys' destruction the same way.
     After the commit the outbox items run at once; what fails is left to the drainer.
@@ -141,11 +195,27 @@ def settle(
     candidate_id = candidate.candidate_id
     decision_digest = _decision_receipt(call, candidate, verdict, policy_id, policy_version)
     if verdict == "adjudication_required":
-        return _held(k, call, candidate_id, decision_digest, intent)
+        return _held(k, call, candidate_id, decision_digest, idempotency_key, intent)
     accepted = verdict == "accept"
     return _commit_decision(
-        k, call, accepted, candidate, record, decision_digest, idempotency_key, intent
+        k,
+        call,
+        accepted,
+        candidate,
+        record,
+        decision_digest,
+        _Ledger(idempotency_key, intent, unless_held=not overrides_hold),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Ledger:
+    """Where a decision's answer is kept: its idempotency key and intent hash; and whether the
+    store must refuse it on a held candidate (a policy's decision, not an operator's)."""
+
+    idempotency_key: str
+    intent: str
+    unless_held: bool
 
 
 def _commit_decision(
@@ -155,8 +225,7 @@ def _commit_decision(
     candidate: CandidateRow,
     record: dict[str, Any],
     decision_digest: str,
-    idempotency_key: str,
-    intent: str,
+    ledger: _Ledger,
 ) -> dict[str, Any]:
     candidate_id = candidate.candidate_id
     doc = k.projection_doc(candidate.record_id, record) if accepted else None
@@ -172,7 +241,7 @@ def _commit_decision(
             head,
             "admit" if accepted else "reject",
             candidate_id,
-            intent,
+            ledger.intent,
             {"record_digest": candidate.record_digest, "decision_receipt_digest": decision_digest},
         )
         output.clear()
@@ -187,12 +256,13 @@ def _commit_decision(
             scope=call.scope,
             expected_head=head,
             ledger=k.ledger_entry(
-                call, idempotency_key, candidate_id, intent, output, step.event.cursor
+                call, ledger.idempotency_key, candidate_id, ledger.intent, output, step.event.cursor
             ),
             event=step.event,
             candidate_transition=StateTransition(
                 candidate_id, "pending", "admitted" if accepted else "rejected"
             ),
+            unless_held=ledger.unless_held,
             new_record=new_record,
             projection=projection,
             approval_id=call.approval.approval_id if call.approval else None,
@@ -241,28 +311,50 @@ def _decision_receipt(
 
 
 def _held(
-    k: Kernel, call: Call, candidate_id: str, decision_digest: str, intent: str
+    k: Kernel,
+    call: Call,
+    candidate_id: str,
+    decision_digest: str,
+    idempotency_key: str,
+    intent: str,
 ) -> dict[str, Any]:
-    """A decision held for an operator: nothing is written, so the receipt quotes the head."""
-    head = k.read(lambda: k.store.head(call.scope))
-    held = {
-        "status": "pending_adjudication",
-        "candidate_id": candidate_id,
-        "cursor": str(head.cursor),
-        "decision_receipt_digest": decision_digest,
-        "transaction_receipt_digest": digest(
-            "canonical-transaction",
-            {
-                "operation": "admission_held",
-                "scope_ref": scope_ref(call.scope),
-                "target": candidate_id,
-                "cursor": str(head.cursor),
-                "decision_receipt_digest": decision_digest,
-                "intent_hash": intent,
-            },
-        ),
-    }
-    return {"outcome": held, "replayed": False}
+    """A decision held for an operator, stored in one commit: the answer in the ledger under
+    the call's idempotency key (a retry with it replays the hold) and the candidate marked held
+    with the decision's digest (a call with another key is held too). No journal event: the
+    candidate stays ``pending``, so the receipt quotes the head it was held at and the ledger
+    entry names no event (cursor 0)."""
+    output: dict[str, Any] = {}
+
+    def build(head: JournalHead) -> ChangeSet:
+        held = {
+            "status": "pending_adjudication",
+            "candidate_id": candidate_id,
+            "cursor": str(head.cursor),
+            "decision_receipt_digest": decision_digest,
+            "transaction_receipt_digest": digest(
+                "canonical-transaction",
+                {
+                    "operation": "admission_held",
+                    "scope_ref": scope_ref(call.scope),
+                    "target": candidate_id,
+                    "cursor": str(head.cursor),
+                    "decision_receipt_digest": decision_digest,
+                    "intent_hash": intent,
+                },
+            ),
+        }
+        output.clear()
+        output.update({"outcome": held, "replayed": False})
+        return ChangeSet(
+            scope=call.scope,
+            expected_head=None,
+            ledger=k.ledger_entry(call, idempotency_key, candidate_id, intent, output, 0),
+            hold=CandidateHold(candidate_id, decision_digest),
+            approval_id=call.approval.approval_id if call.approval else None,
+        )
+
+    k.commit(call, build)
+    return output
 
 
 def _settling_outbox(
