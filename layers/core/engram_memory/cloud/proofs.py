@@ -228,13 +228,14 @@ def form_proof(approval: Approval, mac: str) -> ApprovalProof:
 def proven_approval(
     proof: ApprovalProof,
     *,
-    page_key: MacKey,
+    page_key: MacKey | None,
     form_key: MacKey | None,
     now_ms: int,
 ) -> Approval | None:
     """The approval ``proof`` vouches for, or None: a MAC that does not verify under its
-    channel's key, a form answer where the host requires the page (``form_key`` None), an
-    approval for another principal than the form's, or a proof past its expiry."""
+    channel's key, a channel whose key the caller does not accept (``None``: a form answer where
+    the host requires the page; a page's proof where only form answers are checked), an approval
+    for another principal than the form's, or a proof past its expiry."""
     if proof.expires_at_ms != proof.approval.expires_at_ms or now_ms > proof.expires_at_ms:
         return None
     if proof.channel == "page":

@@ -216,7 +216,7 @@ class ToolHandler(EngineHandler):
         proof = form_proof(invocation.approval, invocation.approval_mac)
         try:
             now_ms = self._ready()[0].clock.now_ms()
-            return proven_approval(proof, page_key=key, form_key=key, now_ms=now_ms) is not None
+            return proven_approval(proof, page_key=None, form_key=key, now_ms=now_ms) is not None
         except StoreUnavailable:
             return False
 
