@@ -86,7 +86,7 @@ def opensearch_month(
         if cluster.get("DedicatedMasterEnabled"):
             master = _parameter_default(template, cluster["DedicatedMasterType"])
             total += int(cluster["DedicatedMasterCount"]) * hours * hourly[master]
-        storage = nodes * int(domain["EBSOptions"]["VolumeSize"])
+        storage = nodes * int(_parameter_default(template, domain["EBSOptions"]["VolumeSize"]))
         total += storage * _price(prices, "opensearch_gp3_gb_month")
     return total
 

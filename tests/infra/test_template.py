@@ -639,7 +639,7 @@ def test_the_records_table_has_pitr_deletion_protection_ttl_and_the_cmk() -> Non
     assert table["SSESpecification"]["SSEEnabled"] is True
     assert table["SSESpecification"]["SSEType"] == "KMS"
     assert ref_target(table["SSESpecification"]["KMSMasterKeyId"]) == "EngramTableKey"
-    assert template()["Resources"]["EngramTable"]["DeletionPolicy"] == "Retain"
+    assert template()["Resources"]["EngramTable"]["DeletionPolicy"] == "RetainExceptOnCreate"
 
 
 def test_the_key_table_has_no_point_in_time_recovery_and_no_ttl() -> None:
@@ -686,7 +686,7 @@ def test_the_bucket_policy_refuses_plain_http() -> None:
 @pytest.mark.parametrize("key", ["EngramTableKey", "EngramDataKey"])
 def test_both_kms_keys_rotate_and_are_retained(key: str) -> None:
     assert props(key)["EnableKeyRotation"] is True
-    assert template()["Resources"][key]["DeletionPolicy"] == "Retain"
+    assert template()["Resources"][key]["DeletionPolicy"] == "RetainExceptOnCreate"
 
 
 USAGE_ACTIONS: Final = ("kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:ReEncrypt")
@@ -1747,3 +1747,26 @@ def test_approval_requests_are_announced_by_the_functions_that_start_them() -> N
     subscription = resources("AWS::SNS::Subscription")["ApprovalRequestEmailSubscription"]
     assert subscription["Condition"] == "HasApprovalEmail"
     assert ref_target(subscription["Properties"]["TopicArn"]) == "ApprovalRequestTopic"
+
+
+def test_a_failed_first_deploy_leaves_nothing_behind_and_updates_keep_the_data() -> None:
+    """Retained resources are retained on delete and replacement, never after a failed create:
+    a retry for the tenant would otherwise fail on what the first attempt left (the operator
+    audit log group's fixed name)."""
+    retained = {
+        name: r
+        for name, r in template()["Resources"].items()
+        if str(r.get("DeletionPolicy", "Delete")).startswith("Retain")
+    }
+    assert "OperatorAuditLogGroup" in retained and "EngramTable" in retained
+    for name, resource in retained.items():
+        assert resource["DeletionPolicy"] == "RetainExceptOnCreate", name
+        assert resource["UpdateReplacePolicy"] == "Retain", name
+
+
+def test_the_search_domain_upgrades_in_place_and_its_storage_is_a_parameter() -> None:
+    domain = template()["Resources"]["OpenSearchDomain"]
+    assert domain["UpdatePolicy"] == {"EnableVersionUpgrade": True}
+    assert domain["Properties"]["EBSOptions"]["VolumeSize"] == {"Ref": "OpenSearchVolumeGiB"}
+    volume = template()["Parameters"]["OpenSearchVolumeGiB"]
+    assert (volume["Default"], volume["MinValue"]) == (10, 10)
