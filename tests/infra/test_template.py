@@ -1770,3 +1770,60 @@ def test_the_search_domain_upgrades_in_place_and_its_storage_is_a_parameter() ->
     assert domain["Properties"]["EBSOptions"]["VolumeSize"] == {"Ref": "OpenSearchVolumeGiB"}
     volume = template()["Parameters"]["OpenSearchVolumeGiB"]
     assert (volume["Default"], volume["MinValue"]) == (10, 10)
+
+
+# --------------------------------------------------------------------------------------------
+# Alarms an on-call person can use (issue 36, item 6)
+# --------------------------------------------------------------------------------------------
+
+# One event is the incident for these; every other alarm needs a repeat before it pages.
+ONE_EVENT_PAGES = {
+    "AwsAccessDeniedAlarm",  # a permission changed
+    "JournalCorruptAlarm",  # a stored item no longer matches its digest
+    "WithdrawExecutionsFailedAlarm",  # failed after the machine's own retries
+    "ForgetExecutionsFailedAlarm",
+    "OpenSearchClusterRedAlarm",
+    "OpenSearchWritesBlockedAlarm",
+    "OpenSearchFreeStorageAlarm",  # a level, not an event
+    "OutboxAgeAlarm",  # an age past its threshold, not an event
+    "SessionRotationErrorsAlarm",  # runs every SessionSecretRotationDays
+    "SessionRotationThrottlesAlarm",
+}
+
+
+def test_every_alarm_names_its_runbook_and_the_runbook_exists() -> None:
+    guide = (ROOT / "docs" / "deploying-aws.md").read_text(encoding="utf-8")
+    alarms = resources("AWS::CloudWatch::Alarm")
+    assert len(alarms) >= 30
+    for name, alarm in alarms.items():
+        description = alarm["Properties"]["AlarmDescription"]
+        text = description["Fn::Sub"] if isinstance(description, dict) else description
+        text = text[0] if isinstance(text, list) else text
+        found = re.search(r"Runbook: \$\{RunbookUrl\}#(alarm-[a-z0-9-]+)$", text.strip())
+        assert found, name
+        assert f'<a id="{found.group(1)}"></a>' in guide, (name, found.group(1))
+
+
+def test_no_alarm_pages_on_one_event_unless_one_event_is_the_incident() -> None:
+    for name, alarm in resources("AWS::CloudWatch::Alarm").items():
+        spec = alarm["Properties"]
+        needed = int(spec.get("DatapointsToAlarm", spec["EvaluationPeriods"]))
+        if name in ONE_EVENT_PAGES:
+            continue
+        assert needed >= 2 or int(spec["EvaluationPeriods"]) >= 3, name
+
+
+def test_the_production_profile_refuses_an_alarm_topic_nobody_reads() -> None:
+    rule = template()["Rules"]["ProductionAlarmsReachSomeone"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "OpenSearchProfile"}, "production"]}
+    (assertion,) = rule["Assertions"]
+    assert assertion["Assert"] == {
+        "Fn::Not": [
+            {
+                "Fn::And": [
+                    {"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]},
+                    {"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]},
+                ]
+            }
+        ]
+    }
