@@ -186,7 +186,11 @@ def test_metric_math_fills_and_adds_series(cloudwatch: Any) -> None:
     assert alarm_state(cloudwatch, alarm, NOW) == "ALARM"
 
 
-def test_the_templates_metric_math_alarm_fires_on_one_functions_throttles(cloudwatch: Any) -> None:
+def test_the_templates_metric_math_alarm_fires_on_one_functions_repeated_throttles(
+    cloudwatch: Any,
+) -> None:
+    """One function's throttles count (the metric math sums them); one burst does not page,
+    throttling in two of the last three five-minute periods does."""
     functions = {
         name: f"engram-{TENANT}-{name.removesuffix('Function').lower()}"
         for name in (
@@ -204,18 +208,24 @@ def test_the_templates_metric_math_alarm_fires_on_one_functions_throttles(cloudw
     )
     assert alarm["AlarmActions"] == [TOPIC] == alarm["OKActions"]
     assert alarm_state(cloudwatch, alarm, NOW) == "OK"
-    cloudwatch.put_metric_data(
-        Namespace="AWS/Lambda",
-        MetricData=[
-            {
-                "MetricName": "Throttles",
-                "Dimensions": [{"Name": "FunctionName", "Value": functions["GetFunction"]}],
-                "Timestamp": NOW,
-                "Value": 1.0,
-            }
-        ],
-    )
-    assert alarm_state(cloudwatch, alarm, NOW) == "ALARM"
+
+    def throttled(at: datetime) -> None:
+        cloudwatch.put_metric_data(
+            Namespace="AWS/Lambda",
+            MetricData=[
+                {
+                    "MetricName": "Throttles",
+                    "Dimensions": [{"Name": "FunctionName", "Value": functions["GetFunction"]}],
+                    "Timestamp": at,
+                    "Value": 1.0,
+                }
+            ],
+        )
+
+    throttled(NOW)
+    assert alarm_state(cloudwatch, alarm, NOW) == "OK"  # one burst
+    throttled(NOW - timedelta(minutes=5))
+    assert alarm_state(cloudwatch, alarm, NOW) == "ALARM"  # two of the last three periods
 
 
 def test_resolve_names_only_what_it_was_given() -> None:
@@ -306,3 +316,26 @@ def test_a_topic_policy_admits_a_service_only_as_its_statement_says() -> None:
     }
     assert not policy_allows(default, "events.amazonaws.com", "sns:Publish", TOPIC, context)
     assert json.dumps(policy)  # plain data, as a topic's Policy attribute holds it
+
+
+def test_a_functions_lone_crash_does_not_page_and_repeated_crashes_do(cloudwatch: Any) -> None:
+    refs = stack_refs(AlarmTopic=TOPIC, SearchFunction=f"engram-{TENANT}-search")
+    alarm = install_alarm(cloudwatch, "SearchErrorsAlarm", refs)
+
+    def crashed(at: datetime) -> None:
+        cloudwatch.put_metric_data(
+            Namespace="AWS/Lambda",
+            MetricData=[
+                {
+                    "MetricName": "Errors",
+                    "Dimensions": [{"Name": "FunctionName", "Value": f"engram-{TENANT}-search"}],
+                    "Timestamp": at,
+                    "Value": 1.0,
+                }
+            ],
+        )
+
+    crashed(NOW)
+    assert alarm_state(cloudwatch, alarm, NOW) == "OK"
+    crashed(NOW - timedelta(minutes=10))
+    assert alarm_state(cloudwatch, alarm, NOW) == "ALARM"
