@@ -8,7 +8,7 @@
 #     proactive controls' rules (the npm package @cdklabs/cdk-validator-cfnguard, pinned in
 #     scripts/cloud_template.py, installed into .cfn-guard/ on first use: needs npm) and the
 #     well-architected rule sets vendored in infra/guard-rules/; every
-#     finding must be listed with its reason in infra/accepted-findings.yaml, and a cfn-guard
+#     finding must be listed with its reason in infra/accepted-findings.yaml, and an
 #     acceptance that matches no finding fails too — scripts/cloud_template.py scan, guard;
 #  3. build: scripts/sam_check.sh (sam validate --lint, sam build for arm64 as deployed), the
 #     built sizes per function and layer against Lambda's 250 MB unzipped limit, and — on a host

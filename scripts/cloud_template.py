@@ -510,7 +510,7 @@ def guard(path: Path, report: Report) -> None:
         f"of {GUARD_PACKAGE}@{GUARD_PACKAGE_VERSION}, the well-architected rule sets of "
         f"{REGISTRY_RULE_SETS[0].parent.relative_to(ROOT)}/)"
     )
-    judge("cfn-guard", label, found, accepted_findings("cfn-guard"), report, stale_fails=True)
+    judge("cfn-guard", label, found, accepted_findings("cfn-guard"), report)
 
 
 def judge(
@@ -519,11 +519,10 @@ def judge(
     found: list[tuple[str, str, str]],
     accepted: dict[tuple[str, str], str],
     report: Report,
-    *,
-    stale_fails: bool,
 ) -> None:
-    """A scanner's findings against its acceptances: every finding must be accepted; an
-    acceptance that matches no finding is stale (a FAIL when ``stale_fails``, else a note)."""
+    """A scanner's findings against its acceptances: every finding must be accepted, and an
+    acceptance that matches no finding is stale, a FAIL too (remove it with the fix: an
+    acceptance nobody needs is a reason nobody re-reads)."""
     unlisted = [(c, r, n) for c, r, n in found if (c, r) not in accepted]
     listed = [(c, r, n) for c, r, n in found if (c, r) in accepted]
     stale = sorted(set(accepted) - {(c, r) for c, r, _ in found})
@@ -534,16 +533,11 @@ def judge(
     )
     for check, resource, name in unlisted:
         print(f"       {check} {resource}: {name}")
-    if stale_fails:
-        report.check(
-            not stale,
-            f"{scanner}: every acceptance still matches a finding ({len(stale)} stale)",
-        )
+    report.check(
+        not stale, f"{scanner}: every acceptance still matches a finding ({len(stale)} stale)"
+    )
     for check, resource in stale:
-        print(
-            f"       {'' if stale_fails else 'note: '}{check} {resource} is accepted but no "
-            "longer found; remove it"
-        )
+        print(f"       {check} {resource} is accepted but no longer found; remove it")
 
 
 # --------------------------------------------------------------------------------------------
@@ -837,16 +831,7 @@ def role_allows(
 def scan(path: Path, report: Report) -> None:
     translated = translate(path)
     found = sorted(set(_checkov_failures(translated)))
-    # A stale checkov acceptance is harmless (the finding was fixed): reported, not failed, so
-    # a fix can land before its entry is removed.
-    judge(
-        "checkov",
-        "checkov on the translated template",
-        found,
-        accepted_findings(),
-        report,
-        stale_fails=False,
-    )
+    judge("checkov", "checkov on the translated template", found, accepted_findings(), report)
     for rule, violations in stack_rules(translated).items():
         report.check(not violations, f"rule {rule}: {len(violations)} violation(s)")
         for violation in violations:

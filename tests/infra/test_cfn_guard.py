@@ -136,11 +136,11 @@ def test_an_unaccepted_finding_and_a_stale_acceptance_each_fail(
     found = [("CT.S3.PR.1", "Bucket", "title"), ("CT.S3.PR.2", "Bucket", "title")]
     accepted = {("CT.S3.PR.1", "Bucket"): "a reason", ("CT.S3.PR.9", "Bucket"): "fixed since"}
     report = Report()
-    judge("cfn-guard", "cfn-guard", found, accepted, report, stale_fails=True)
+    judge("cfn-guard", "cfn-guard", found, accepted, report)
     out = capsys.readouterr().out
     assert report.failed == 2
     assert "CT.S3.PR.2 Bucket: title" in out
     assert "CT.S3.PR.9 Bucket is accepted but no longer found" in out
     report = Report()
-    judge("checkov", "checkov", found[:1], accepted, report, stale_fails=False)
-    assert report.failed == 0  # checkov's stale acceptance is a note
+    judge("checkov", "checkov", found[:1], accepted, report)
+    assert report.failed == 1  # checkov's stale acceptance fails as cfn-guard's does
