@@ -42,7 +42,7 @@ from types import ModuleType
 from typing import Any
 from unittest import mock
 
-from engram_memory.cloud.proofs import FixedMacKey, KmsMacKey, MacKey, invocation_mac
+from engram_memory.cloud.proofs import FixedMacKey, KmsMacKey, MacKey, signed_event
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS = ROOT / "functions"
@@ -121,11 +121,10 @@ TAGS = tuple(
 
 
 def _signed(key: MacKey, event: dict[str, Any]) -> dict[str, Any]:
-    """``event`` with the adapter's MAC under ``key`` (outside the handler's timing)."""
+    """``event`` as the adapter sends it, signed under ``key`` (outside the handler's timing)."""
     from engram_memory.cloud.wire import ToolInvocation
 
-    sent = ToolInvocation.model_validate(event).to_event()
-    return {**sent, "proof": invocation_mac(key, sent)}
+    return signed_event(key, ToolInvocation.model_validate(event).to_event())
 
 
 def _text(n: int) -> str:

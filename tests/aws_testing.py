@@ -298,31 +298,29 @@ def held_key() -> Any:
 
 def signed_with_held_key(event: Any) -> Any:
     """``event`` signed as the adapter would, with ``held_key()`` (no AWS call)."""
-    from engram_memory.cloud.proofs import invocation_mac
-    from engram_memory.cloud.wire import ToolInvocation
-
-    sent = ToolInvocation.model_validate(event).to_event()
-    return {**sent, "proof": invocation_mac(held_key(), sent)}
+    return signed_with(held_key(), event)
 
 
 def signed(event: Any, env: dict[str, str], kms: Any) -> Any:
-    """``event`` as the MCP adapter sends it: with its MAC under the invocation key (and the
-    attestation of a form answer it carries), ``cloud.proofs``."""
-    from engram_memory.cloud.proofs import KmsMacKey, attest_form, invocation_mac
-    from engram_memory.engine.gate import Approval
+    """``event`` as the MCP adapter sends it, signed under the stack's invocation key (KMS)."""
+    from engram_memory.cloud.proofs import KmsMacKey
+
+    return signed_with(KmsMacKey(kms, env["ENGRAM_INVOCATION_KEY_ARN"]), event)
+
+
+def signed_with(key: Any, event: Any) -> Any:
+    """``event`` as the adapter signs it (``cloud.proofs.signed_event``): the event as the model
+    writes it, when it is a valid invocation; a malformed one as it is (the function refuses
+    it), and not an object not at all."""
+    from engram_memory.cloud.proofs import signed_event
+    from engram_memory.cloud.wire import ToolInvocation
 
     if not isinstance(event, dict):
         return event
-    from engram_memory.cloud.wire import ToolInvocation
-
-    key = KmsMacKey(kms, env["ENGRAM_INVOCATION_KEY_ARN"])
-    event = {k: v for k, v in event.items() if k not in ("proof", "approval_mac")}
-    with suppress(ValueError):  # what the adapter signs: the event as the model writes it
+    with suppress(ValueError):
         event = ToolInvocation.model_validate(event).to_event()
-    if isinstance(event.get("approval"), dict) and not event.get("declined"):
-        with suppress(ValueError):  # a malformed approval: the function refuses the event
-            event["approval_mac"] = attest_form(key, Approval.model_validate(event["approval"]))
-    event["proof"] = invocation_mac(key, event)
+    with suppress(ValueError):  # a malformed approval: the function refuses the event
+        return signed_event(key, event)
     return event
 
 

@@ -274,6 +274,8 @@ def test_only_the_pages_proof_completes_the_wait(world: World) -> None:
     _refused(world, steps, {**proof, "approver": "someone-else"})
     _refused(world, steps, {**proof, "channel": "form"})  # a page proof is no form attestation
     _refused(world, steps, {"approve": True})
+    _refused(world, steps, ["not", "a", "proof"])  # any JSON completes a task token
+    _refused(world, steps, "approved")
 
     committed = world.workflow.handler(
         {**steps["commit_transition"], "approval": proof}, _context()

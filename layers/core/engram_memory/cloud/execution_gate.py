@@ -179,13 +179,11 @@ class ExecutionGate:
             parked = self.approvals.for_execution(
                 execution_name(invocation.tool, self._key(invocation, ctx))
             )
-            if parked is None or parked.used:
-                return
-            taken = self.approvals.take(parked.approval_id, engine.clock.now_ms())
-            if taken is None or taken.task_token is None:
-                return
+            token = None if parked is None else self._take_token(engine, parked)
+            if token is None:
+                return  # not parked yet, or answered meanwhile (on the page)
             self.sfn.send_task_failure(
-                taskToken=taken.task_token,
+                taskToken=token,
                 error="ApprovalDeclined",
                 cause="The human declined the operation.",
             )
@@ -259,18 +257,23 @@ class ExecutionGate:
         if invocation.approval_mac is None:
             return  # nothing vouches for the answer: the run waits for the page
         proof = form_proof(invocation.approval, invocation.approval_mac)
-        taken = self.approvals.take(parked.approval_id, engine.clock.now_ms())
-        if taken is None or taken.task_token is None:
+        token = self._take_token(engine, parked)
+        if token is None:
             return  # answered meanwhile (e.g. on the approval page): wait for that run
         from botocore.exceptions import ClientError
 
         try:
             # the adapter's attestation of the client's answer: the run verifies it
-            self.sfn.send_task_success(taskToken=taken.task_token, output=proof.model_dump_json())
+            self.sfn.send_task_success(taskToken=token, output=proof.model_dump_json())
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") not in ENDED_WAIT_ERRORS:
                 raise
             # the run stopped waiting: no commit will come (gate_failed once it has ended)
+
+    def _take_token(self, engine: Engine, parked: ParkedApproval) -> str | None:
+        """The parked run's task token, taken (single use); None when it was answered already."""
+        taken = self.approvals.take(parked.approval_id, engine.clock.now_ms())
+        return None if taken is None else taken.task_token
 
     def _poll(
         self, engine: Engine, probe: Callable[[], Any], until_ms: int, execution_arn: str

@@ -206,17 +206,13 @@ class LambdaToolEngine:
         """The invocation's event, with the adapter's MAC (and its attestation of a form answer
         it carries): only this function can make either (``cloud.proofs``). KMS unreachable is
         -32603, like any other transport failure."""
-        from engram_memory.cloud.proofs import attest_form, invocation_mac
+        from engram_memory.cloud.proofs import signed_event
 
         try:
-            event = invocation.to_event()
-            if invocation.approval is not None and not invocation.declined:
-                event["approval_mac"] = attest_form(self.invocation_key, invocation.approval)
-            event["proof"] = invocation_mac(self.invocation_key, event)
+            return signed_event(self.invocation_key, invocation.to_event())
         except StoreUnavailable:
             log.exception("the invocation key is unavailable")
             raise _host_failure() from None
-        return event
 
     def _function(self, tool: str) -> str:
         function = self.functions.get(tool)

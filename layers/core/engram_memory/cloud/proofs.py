@@ -52,6 +52,7 @@ __all__ = [
     "invocation_verifies",
     "prove_on_page",
     "proven_approval",
+    "signed_event",
 ]
 
 MAC_ALGORITHM: Final = "HMAC_SHA_256"
@@ -153,6 +154,17 @@ def _signed_part(event: Mapping[str, Any]) -> dict[str, Any]:
 def invocation_mac(key: MacKey, event: Mapping[str, Any]) -> str:
     """The adapter's MAC of an invocation event (``ToolInvocation.to_event()``)."""
     return _b64(key.mac(_message("invocation", _signed_part(event))))
+
+
+def signed_event(key: MacKey, event: Mapping[str, Any]) -> dict[str, Any]:
+    """``event`` (``ToolInvocation.to_event()``) as the adapter sends it: with its attestation of
+    the form answer it carries (``approval_mac``; none for a decline) and its MAC (``proof``)."""
+    sent = {name: value for name, value in event.items() if name not in ("approval_mac", "proof")}
+    approval = sent.get("approval")
+    if isinstance(approval, dict) and not sent.get("declined"):
+        sent["approval_mac"] = attest_form(key, Approval.model_validate(approval))
+    sent["proof"] = invocation_mac(key, sent)
+    return sent
 
 
 def invocation_verifies(key: MacKey, event: Mapping[str, Any]) -> bool:

@@ -10,6 +10,7 @@ Step Functions error the machine catches or retries (``ApprovalWindowExpired``, 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -161,7 +162,9 @@ class WorkflowHandler(EngineHandler):
         is audited and the run ends ``NotApproved`` (``GateFailed``): a stolen task token, a
         forged ``SendTaskSuccess``, a replayed or another operation's proof commit nothing."""
         invocation = request.invocation
-        approval_id = str((answer or {}).get("approval", {}).get("approval_id", "?"))
+        approval_id = "?"
+        with contextlib.suppress(KeyError, TypeError):  # not shaped like a proof: refused below
+            approval_id = str(answer["approval"]["approval_id"])
         try:
             proof = ApprovalProof.model_validate(answer)
             page_key, form_key = self._keys()
