@@ -182,6 +182,28 @@ def test_revoking_an_unknown_token_id_is_an_error(data: Path, capsys: Capture) -
     assert f"token: {token_id}" in capsys.readouterr().out
 
 
+def test_a_token_id_beginning_with_a_dash_is_revoked(
+    data: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ids minted before the ``tok_`` prefix were bare URL-safe base64: 1 in 64 began with "-",
+    which argparse read as a flag, and the revoke failed while the token kept working."""
+    import jwt
+
+    from engram_memory.binding import tokens
+
+    mint = ["token", "--data-dir", str(data), "--principal", "bot", "--workspace", "default"]
+    assert main([*mint, "--purpose", "general", "--tools", "search"]) == 0
+    assert jwt.decode(capsys.readouterr().out.strip(), options={"verify_signature": False})[
+        "jti"
+    ].startswith("tok_")
+    monkeypatch.setattr(tokens, "_token_id", lambda: "-dashed_id")
+    assert main([*mint, "--purpose", "general", "--tools", "search"]) == 0
+    capsys.readouterr()
+    revoke = ["admin", "tokens", "revoke", "--data-dir", str(data), "--token-id", "-dashed_id"]
+    assert main(revoke) == 0
+    assert "token: -dashed_id" in capsys.readouterr().out
+
+
 def test_answering_a_decided_candidate_says_when(data: Path, capsys: Capture) -> None:
     candidate_id, _ = _admitted(data)
     adjudicate = ["admin", "adjudicate", "--data-dir", str(data), candidate_id]

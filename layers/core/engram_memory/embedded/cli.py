@@ -336,12 +336,33 @@ def data_dir_seat(args: argparse.Namespace) -> OperatorSeat:
     return DataDirSeat(Path(args.data_dir), getattr(args, "operator", None))
 
 
+# Options whose value is an id a program chose and may begin with "-" (a token id is URL-safe
+# base64): argparse reads "--token-id -x" as a missing value, so the pair is joined first.
+_ID_OPTIONS = ("--token-id",)
+
+
+def _values_joined(argv: list[str]) -> list[str]:
+    joined: list[str] = []
+    pending: str | None = None
+    for arg in argv:
+        if pending is not None:
+            joined.append(f"{pending}={arg}")
+            pending = None
+        elif arg in _ID_OPTIONS:
+            pending = arg
+        else:
+            joined.append(arg)
+    if pending is not None:
+        joined.append(pending)
+    return joined
+
+
 def main(argv: list[str] | None = None, *, open_seat: SeatOpener = data_dir_seat) -> int:
     """Run one command. ``open_seat`` opens the seat of an ``admin`` command: the data directory
     here; the ``engram-memory`` entry point (``engram_memory.entry``) adds ``--stack``'s."""
     parser = build_parser(open_seat)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_values_joined(sys.argv[1:] if argv is None else argv))
         result: int = args.func(args)
     except (UsageError, HostConfigError) as error:
         _fail(str(error))
