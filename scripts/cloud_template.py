@@ -146,6 +146,10 @@ def condition_value(template: dict[str, Any], body: Any, given: dict[str, str]) 
         return left == right
     if key == "Fn::Join":
         return value[0].join(str(v) for v in condition_value(template, value[1], given))
+    if key == "Fn::EachMemberEquals":  # a rule's: every member of a list parameter
+        members = condition_value(template, value[0], given)
+        members = members.split(",") if isinstance(members, str) else members
+        return all(str(member).strip() == value[1] for member in members)
     parts = [condition_value(template, v, given) for v in value]
     if key == "Fn::Not":
         return not parts[0]
@@ -180,6 +184,21 @@ def deployed(
         if "Condition" not in body
         or condition_value(template, {"Condition": body["Condition"]}, given)
     }
+
+
+def refusals(template: dict[str, Any], **given: str) -> list[str]:
+    """``rule: description`` of every assertion of the template's ``Rules`` that refuses the
+    parameter values ``given`` (defaults otherwise), as CloudFormation would before creating
+    anything."""
+    refused: list[str] = []
+    for name, rule in template.get("Rules", {}).items():
+        condition = rule.get("RuleCondition")
+        if condition is not None and not condition_value(template, condition, given):
+            continue
+        for assertion in rule["Assertions"]:
+            if not condition_value(template, assertion["Assert"], given):
+                refused.append(f"{name}: {assertion.get('AssertDescription', '')}")
+    return refused
 
 
 def _lint_findings(translated: dict[str, Any]) -> list[Any]:
