@@ -38,6 +38,9 @@ from typing import Any, Final
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 ACCEPTED_FINDINGS: Final = ROOT / "infra" / "accepted-findings.yaml"
+# Deployed once per account and region beside the tenant stacks: scanned with them, its logical
+# ids distinct from theirs so that one list of acceptances serves both.
+ACCOUNT_TEMPLATE: Final = ROOT / "infra" / "account.yaml"
 PACKAGE_BUCKET: Final = "engram-cloud-check-packages"  # stands in for sam package's bucket
 REGION: Final = "us-east-1"
 CYCLE_RULE: Final = "E3004"
@@ -521,11 +524,13 @@ def guard(path: Path, report: Report) -> None:
     try:
         package = guard_package()
         found = guard_failures(translate(path), package)
+        found = sorted(set(found) | set(guard_failures(load_template(ACCOUNT_TEMPLATE), package)))
     except GuardUnavailable as exc:
         report.check(False, f"cfn-guard: {exc}")
         return
     label = (
-        f"cfn-guard {guard_version(package)} on the translated template (the Control Tower rules "
+        f"cfn-guard {guard_version(package)} on the translated template and "
+        f"{ACCOUNT_TEMPLATE.relative_to(ROOT)} (the Control Tower rules "
         f"of {GUARD_PACKAGE}@{GUARD_PACKAGE_VERSION}, the well-architected rule sets of "
         f"{REGISTRY_RULE_SETS[0].parent.relative_to(ROOT)}/)"
     )
@@ -849,8 +854,10 @@ def role_allows(
 
 def scan(path: Path, report: Report) -> None:
     translated = translate(path)
-    found = sorted(set(_checkov_failures(translated)))
-    judge("checkov", "checkov on the translated template", found, accepted_findings(), report)
+    found = set(_checkov_failures(translated))
+    found |= set(_checkov_failures(load_template(ACCOUNT_TEMPLATE)))
+    label = f"checkov on the translated template and {ACCOUNT_TEMPLATE.relative_to(ROOT)}"
+    judge("checkov", label, sorted(found), accepted_findings(), report)
     for rule, violations in stack_rules(translated).items():
         report.check(not violations, f"rule {rule}: {len(violations)} violation(s)")
         for violation in violations:
