@@ -1195,17 +1195,27 @@ def test_the_master_role_may_only_put_on_the_security_api() -> None:
         "xray:PutTraceSegments",
         "xray:PutTelemetryRecords",
     }
+    # this tenant's roles and mappings (named after its index) and the audit config, no other
+    api = "_plugins/_security/api/"
+    own = [
+        f"{api}roles/engram-${{TenantId}}-records_*",
+        f"{api}rolesmapping/engram-${{TenantId}}-records_*",
+    ]
+    own.append(f"{api}audit/config")
     ((_, _, statement),) = [g for g in grants(SECURITY_MASTER) if g[0] == "es:ESHttpPut"]
-    assert sub_template(statement["Resource"]) == (
-        "${OpenSearchDomain.Arn}/_plugins/_security/api/*"
-    )
+    assert [sub_template(r) for r in statement["Resource"]] == [
+        "${OpenSearchDomain.Arn}/" + tail for tail in own
+    ]
     (master,) = [
         s
         for s in domain_statements()
         if ref_target(s["Principal"]["AWS"]) == role_of(SECURITY_MASTER)
     ]
     assert as_list(master["Action"]) == ["es:ESHttpPut"]
-    assert master["Resource"]["Fn::Sub"][0].endswith("domain/${Name}/_plugins/_security/api/*")
+    assert [r["Fn::Sub"][0] for r in master["Resource"]] == [
+        "arn:${AWS::Partition}:es:${AWS::Region}:${AWS::AccountId}:domain/${Name}/" + tail
+        for tail in own
+    ]
 
 
 def test_the_security_configuration_maps_every_index_user_by_what_its_role_may_send() -> None:
