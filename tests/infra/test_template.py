@@ -472,7 +472,9 @@ def test_the_tool_function_map_names_the_six_tool_functions() -> None:
     mapping = json.loads(sub_template(env["ENGRAM_TOOL_FUNCTIONS"]) or "")
     assert set(mapping) == set(TOOL_FUNCTIONS)
     for grant, function in TOOL_FUNCTIONS.items():
-        assert mapping[grant] == sub_template(function_props(function)["FunctionName"])
+        # the function's alias (name:alias): tests/infra/test_gradual_deployments.py
+        own = function_props(function)
+        assert mapping[grant] == f"{sub_template(own['FunctionName'])}:{own['AutoPublishAlias']}"
 
 
 @pytest.mark.parametrize(
@@ -1003,7 +1005,8 @@ def test_the_adapter_may_invoke_exactly_the_six_tools_and_read_the_sealing_secre
     invoked = set().union(
         *(t for a, t, _ in grants("McpAdapterFunction") if a == "lambda:InvokeFunction")
     )
-    assert invoked == set(TOOL_FUNCTIONS.values())
+    # each tool's alias (SAM's !Ref Function.Alias), never the function itself
+    assert invoked == {f"{function}.Alias" for function in TOOL_FUNCTIONS.values()}
     for function in FUNCTION_FOLDERS:
         if function != "McpAdapterFunction":
             assert not [a for a, _, _ in grants(function) if a.startswith("lambda:")], function
