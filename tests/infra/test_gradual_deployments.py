@@ -209,9 +209,10 @@ def test_the_adapter_calls_each_tool_by_its_alias_and_may_invoke_only_those() ->
     ]
     (grant,) = grants
     assert grant["Effect"] == "Allow"
-    # the alias ARNs (Ref of an AWS::Lambda::Alias): never the function, $LATEST or "*"
-    assert sorted(r["Ref"] for r in grant["Resource"]) == sorted(
-        alias_of(function)[0] for function in tools.values()
+    # the alias ARNs (function:NAME:live): never the function, $LATEST, a version or "*"
+    assert sorted(r["Fn::Sub"] for r in grant["Resource"]) == sorted(
+        f"${{{function}.Arn}}:{alias_of(function)[1]['Properties']['Name']}"
+        for function in tools.values()
     )
 
 
