@@ -200,8 +200,8 @@ def open_embedded(
     ``search.semantic = "local"`` (the local embedder; ``HostConfigError`` when the semantic
     extra is not installed). Vectors live beside the FTS5 tables in ``engram.db``.
     """
-    from engram_memory.adapters.local.audit import JsonlAuditLog
     from engram_memory.adapters.clock import SystemClock
+    from engram_memory.adapters.local.audit import JsonlAuditLog
     from engram_memory.adapters.local.sqlite_store import SqliteStore
 
     check_key_store(data_dir)
