@@ -197,6 +197,8 @@ MOTO_LACKS: Final = {
     "AWS::S3::BucketPolicy": "the blob bucket's TLS-only policy",
     "AWS::SecretsManager::RotationSchedule": "the session secret's rotation",
     "AWS::SNS::TopicPolicy": "the alarm topic's policy",
+    # its function is created; tests/integration/test_opensearch_security_resource.py drives it
+    "Custom::OpenSearchSecurityConfig": "the shared domain's role mapping",
 }
 # ... and with them what names the HTTP API: its routes' invoke permissions and the dashboard
 REFERS_TO_THE_API: Final = {
@@ -230,6 +232,7 @@ def test_the_stack_is_the_translated_template_less_exactly_what_moto_cannot_crea
         "EngramBlobBucketPolicy",
         "ApprovalSessionSecretRotation",
         "AlarmTopicPolicy",
+        "OpenSearchSecurityConfig",
     }
     assert {n: why for n, why in template.removed.items() if n not in lacking} == {
         name: "refers to HttpApi" for name in REFERS_TO_THE_API
@@ -305,7 +308,8 @@ def test_a_stack_in_a_vpc_is_created_whole_and_operated(stacks: Stacks) -> None:
     endpoints = {
         e["ServiceName"].rsplit(".", 1)[1] for e in ec2.describe_vpc_endpoints()["VpcEndpoints"]
     }
-    assert endpoints == {"dynamodb", "s3", "kms", "secretsmanager", "xray"}
+    # STS: the shared domain's security configuration assumes its owner's role
+    assert endpoints == {"dynamodb", "s3", "kms", "secretsmanager", "sts", "xray"}
     stack.remember("A stack in a VPC is operated the same way.", "vpc-000001")
     code, status, _ = stacks.admin(stack, "status", "--workspace", WORKSPACE)
     assert code == 0 and status["records"] == {"accepted_current": 1}, status
