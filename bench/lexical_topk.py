@@ -29,7 +29,7 @@ from bench.hotpath.corpus import Corpus
 from bench.hotpath.stores import LEXICAL, seeded_store
 from bench.in_process import DEFAULT_LOCOMO
 from engram_memory.adapters.local import lexical_topk
-from engram_memory.adapters.local.sqlite_store import SqliteStore
+from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import IndexHit

@@ -32,11 +32,8 @@ from aws_cryptographic_material_providers.mpl.config import MaterialProvidersCon
 from aws_cryptographic_material_providers.mpl.models import AesWrappingAlg, CreateRawAesKeyringInput
 
 from engram_memory.adapters.local.audit import MemoryAuditLog
-from engram_memory.adapters.local.sqlite_store import (
-    SqliteLexicalIndex,
-    SqliteStore,
-    SqliteVectorIndex,
-)
+from engram_memory.adapters.local.sqlite.indexes import SqliteLexicalIndex, SqliteVectorIndex
+from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.adapters.local.vault import LocalVault
 from engram_memory.contract.packing import unpack_all
 from engram_memory.embedded.in_process import call_in_process

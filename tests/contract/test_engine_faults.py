@@ -9,7 +9,7 @@ from typing import get_args
 
 import pytest
 
-from engram_memory.adapters.local.sqlite_store import CommitStep
+from engram_memory.adapters.local.sqlite.commit import CommitStep
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import SealedBlob, Vault, VaultUnavailable
 

@@ -36,7 +36,8 @@ from aws_testing import (
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from engram_memory.adapters.aws.dynamo_store import BlobMissing, DynamoStore, scope_key
-from engram_memory.adapters.local.sqlite_store import SqliteLexicalIndex, SqliteStore
+from engram_memory.adapters.local.sqlite.indexes import SqliteLexicalIndex
+from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.contract.canonical import GENESIS_HASH
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from engram_memory.adapters.local import sqlite_store, vault
+from engram_memory.adapters.local import vault
+from engram_memory.adapters.local.sqlite import store
 from engram_memory.embedded.data_dir import DATABASE_FILE
 from engram_memory.embedded.host_file import load_host_config
 from engram_memory.embedded.serve import open_server
@@ -21,7 +22,7 @@ def opens(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     runs, so the counting subclasses are the ones it opens)."""
     counted: Counter[str] = Counter()
 
-    class CountedStore(sqlite_store.SqliteStore):
+    class CountedStore(store.SqliteStore):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             counted["store"] += 1
             super().__init__(*args, **kwargs)
@@ -31,7 +32,7 @@ def opens(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
             counted["vault"] += 1
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(sqlite_store, "SqliteStore", CountedStore)
+    monkeypatch.setattr(store, "SqliteStore", CountedStore)
     monkeypatch.setattr(vault, "LocalVault", CountedVault)
     return counted
 

@@ -6,7 +6,8 @@ import os
 import threading
 from pathlib import Path
 
-from engram_memory.adapters.local.sqlite_store import DEFAULT_POOL_SIZE, SqliteStore
+from engram_memory.adapters.local.sqlite.connections import DEFAULT_POOL_SIZE
+from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.engine.context import Scope
 
 from engram_testing import Harness, embedded_harness

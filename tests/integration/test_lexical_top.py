@@ -14,11 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engram_memory.adapters.local import lexical_topk
-from engram_memory.adapters.local.sqlite_store import (
-    _BM25_ARGS,
-    SqliteStore,
-    lexical_table_name,
-)
+from engram_memory.adapters.local.sqlite.fulltext import _BM25_ARGS, lexical_table_name
+from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import IndexHit, ProjectionChange, ProjectionDoc
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from engram_memory.adapters.local import sqlite_store
+from engram_memory.adapters.local.sqlite import schema
+from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.contract.packing import is_packed
 from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import open_embedded
@@ -100,7 +101,7 @@ def test_a_format_1_directory_is_migrated_and_answers_as_before(data: Path) -> N
         "forgotten": "NOT_FOUND",
     }
     after_format, after_without_rowid, after_stored = _layout(data / "engram.db")
-    assert (after_format, after_without_rowid) == (str(sqlite_store.STORE_FORMAT), False)
+    assert (after_format, after_without_rowid) == (str(schema.STORE_FORMAT), False)
     assert len(after_stored) == len(before_stored) and all(map(is_packed, after_stored))
     assert main(["verify", "--data-dir", str(data)]) == 0
     with sqlite3.connect(data / "engram.db") as conn:  # digests kept as their 32 bytes
@@ -138,9 +139,9 @@ def test_a_migration_that_fails_half_way_leaves_the_directory_as_it_was(
         packed.append(document)
         return document
 
-    monkeypatch.setattr(sqlite_store, "pack", failing_pack)
+    monkeypatch.setattr(schema, "pack", failing_pack)
     with pytest.raises(StoreUnavailable):
-        sqlite_store.SqliteStore(data / "engram.db")
+        SqliteStore(data / "engram.db")
     assert _layout(data / "engram.db")[:2] == (None, True)
     assert not any(is_packed(value) for value in _layout(data / "engram.db")[2])
     monkeypatch.undo()

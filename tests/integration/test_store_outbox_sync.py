@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engram_memory.adapters.local.sqlite_store import SqliteStore
+from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import OutboxItem
 

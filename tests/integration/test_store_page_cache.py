@@ -17,11 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from engram_memory.adapters.local.sqlite_store import (
-    DEFAULT_POOL_SIZE,
-    PAGE_CACHE_KIB,
-    SqliteStore,
-)
+from engram_memory.adapters.local.sqlite.connections import DEFAULT_POOL_SIZE, PAGE_CACHE_KIB
+from engram_memory.adapters.local.sqlite.store import SqliteStore
 
 BALLAST_ROWS = 40_000  # ~9 MiB of table pages: more than any connection may cache
 SLACK_BYTES = 1024 * 1024  # the statements and schema the scans prepare, beyond the caches

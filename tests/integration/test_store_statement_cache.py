@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engram_memory.adapters.local import lexical_topk
-from engram_memory.adapters.local.sqlite_store import SqliteStore
+from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import ProjectionChange, ProjectionDoc
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engram_memory.adapters.local.sqlite_store import SqliteStore, _unpack, vector_table_name
+from engram_memory.adapters.local.sqlite.store import SqliteStore
+from engram_memory.adapters.local.sqlite.vectors import unpack_vector, vector_table_name
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import IndexHit, ProjectionChange, ProjectionDoc
 from engram_memory.engine.semantic import unit
@@ -33,7 +34,7 @@ def _scan(store_path: Path, query: tuple[float, ...], depth: int) -> list[IndexH
         rows = conn.execute(f"SELECT record_id, vector FROM {vector_table_name(SCOPE)}").fetchall()
     conn.close()
     q = array("d", query)
-    hits = [IndexHit(rid, sum(map(operator.mul, q, _unpack(blob)))) for rid, blob in rows]
+    hits = [IndexHit(rid, sum(map(operator.mul, q, unpack_vector(blob)))) for rid, blob in rows]
     hits.sort(key=lambda hit: (-hit.score, hit.record_id))
     return hits[:depth]
 

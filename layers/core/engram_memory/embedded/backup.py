@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engram_memory.adapters.local.private_files import fsync_dir
-from engram_memory.adapters.local.sqlite_store import SqliteStore
+from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.adapters.local.vault import LocalVault, load_or_create_master_key
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.types import format_instant

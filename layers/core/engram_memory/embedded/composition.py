@@ -48,7 +48,7 @@ from engram_memory.engine.ports import (
 from engram_memory.operator_plane.commands import command_name
 
 if TYPE_CHECKING:  # the engine and its adapters (the encryption SDK) load in open_embedded
-    from engram_memory.adapters.local.sqlite_store import SqliteStore
+    from engram_memory.adapters.local.sqlite.store import SqliteStore
     from engram_memory.adapters.local.vault import LocalVault
     from engram_memory.embedded.in_process import AskHuman
     from engram_memory.engine.context import Scope, TrustedContext
@@ -202,7 +202,7 @@ def open_embedded(
     """
     from engram_memory.adapters.clock import SystemClock
     from engram_memory.adapters.local.audit import JsonlAuditLog
-    from engram_memory.adapters.local.sqlite_store import SqliteStore
+    from engram_memory.adapters.local.sqlite.store import SqliteStore
 
     check_key_store(data_dir)
     config = config if config is not None else load_host_config(data_dir)
@@ -269,7 +269,7 @@ def _engine(
     embedder: Embedder | None,
     semantic_mode: Literal["hybrid", "semantic_only"],
 ) -> Engine:
-    from engram_memory.adapters.local.sqlite_store import SqliteLexicalIndex, SqliteVectorIndex
+    from engram_memory.adapters.local.sqlite.indexes import SqliteLexicalIndex, SqliteVectorIndex
     from engram_memory.adapters.local.vault import load_or_create_master_key
     from engram_memory.engine.service import Engine, EngineSettings
 
