@@ -1,4 +1,5 @@
-"""The lexical query alone, pruned (``adapters/local/lexical_topk.py``) beside the plain one.
+"""The lexical query alone, pruned (``adapters/local/sqlite/lexical_topk.py``) beside the plain
+one.
 
     python -m bench.lexical_topk --size 10000 [--replicate 10] [--queries 150] [--rounds 2]
 
@@ -28,7 +29,7 @@ from bench.hotpath.__main__ import DEFAULT_CACHE
 from bench.hotpath.corpus import Corpus
 from bench.hotpath.stores import LEXICAL, seeded_store
 from bench.in_process import DEFAULT_LOCOMO
-from engram_memory.adapters.local import lexical_topk
+from engram_memory.adapters.local.sqlite import lexical_topk
 from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope

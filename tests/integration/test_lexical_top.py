@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engram_memory.adapters.local import lexical_topk
+from engram_memory.adapters.local.sqlite import lexical_topk
 from engram_memory.adapters.local.sqlite.fulltext import _BM25_ARGS, lexical_table_name
 from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.engine.context import Scope
@@ -68,7 +68,7 @@ def test_top_hits_are_the_plain_query_with_ties_wider_and_narrower_than_the_slac
     store.close()
 
 
-# -- the pruned ranking (adapters/local/lexical_topk.py) ------------------------------------------
+# -- the pruned ranking (adapters/local/sqlite/lexical_topk.py) ------------------------------------------
 
 COMMON = ["alice", "said", "today"]  # each in most rows: what pruning exists for
 RARE = [f"word{n}" for n in range(12)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_memory.adapters.local import lexical_topk
+from engram_memory.adapters.local.sqlite import lexical_topk
 from engram_memory.adapters.local.sqlite.store import SqliteStore
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import ProjectionChange, ProjectionDoc

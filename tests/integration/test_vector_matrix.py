@@ -90,7 +90,7 @@ def test_the_product_runs_on_one_blas_thread() -> None:
     threadpoolctl = pytest.importorskip("threadpoolctl", reason="the semantic extra is missing")
     import numpy as np
 
-    from engram_memory.adapters.local.vector_matrix import VectorMatrices
+    from engram_memory.adapters.local.sqlite.vector_matrix import VectorMatrices
 
     def blas_threads() -> list[int]:
         return [

@@ -14,8 +14,10 @@ One concern a module:
 - ``schema``: the tables, the store format and the migrations between formats;
 - ``rows``: how the port's rows are kept in columns (digests as bytes, packed bodies);
 - ``projections``: a record's FTS5 row and vector, written and dropped together;
-- ``fulltext``: the per-scope FTS5 tables and the ranked lexical query;
-- ``vectors``: the per-scope vector tables and their matrix snapshots;
+- ``fulltext``: the per-scope FTS5 tables and the ranked lexical query, pruned by
+  ``lexical_topk``;
+- ``vectors``: the per-scope vector tables, searched through ``vector_matrix`` (a scope's
+  vectors as one in-memory matrix);
 - ``backup``: a copy of the canonical store without its projections;
 - ``indexes``: the ``LexicalIndex`` and ``VectorIndex`` ports over the store's projections.
 """

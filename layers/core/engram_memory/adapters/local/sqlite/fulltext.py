@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Final, Literal, overload
 
-from engram_memory.adapters.local import lexical_topk
+from engram_memory.adapters.local.sqlite import lexical_topk
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import IndexHit

@@ -36,8 +36,8 @@ from engram_memory.adapters.local.sqlite.rows import (
     scope_key,
     unpacked,
 )
+from engram_memory.adapters.local.sqlite.vector_matrix import VectorMatrices
 from engram_memory.adapters.local.transactions import immediate
-from engram_memory.adapters.local.vector_matrix import VectorMatrices
 from engram_memory.contract.canonical import GENESIS_HASH
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
