@@ -28,21 +28,22 @@ from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.models import SearchInput
 from engram_memory.contract.types import format_instant
 from engram_memory.engine.context import TOOLS, Scope, TrustedContext, new_audit_id
-from engram_memory.engine.journal import event_id_for, verify_journal
+from engram_memory.engine.journal import event_id_for
 from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
 from engram_memory.engine.ports import (
     AdmissionRequest,
     AuditEvent,
     CandidateRow,
     IndexUnavailable,
-    LedgerByCursor,
     PolicyUnavailable,
     RecordRow,
     StoreUnavailable,
     VaultUnavailable,
 )
 from engram_memory.engine.records import decode, scope_ref
-from engram_memory.engine.usecases.admission import neighbours, settle
+from engram_memory.engine.usecases import inspection as canonical
+from engram_memory.engine.usecases.admission import adjudicate as commit_adjudication
+from engram_memory.engine.usecases.admission import neighbours
 from engram_memory.engine.usecases.reads import search as agent_search
 from engram_memory.engine.usecases.transitions import (
     LIFECYCLE,
@@ -57,7 +58,6 @@ from engram_memory.operator_plane.backup_checks import OperationRefused
 from engram_memory.operator_plane.crash_points import crash_point
 from engram_memory.operator_plane.text import progress
 
-OPERATOR_POLICY_ID = "operator-adjudication"
 OPERATIONS_PURPOSE: Final = "operations"
 _PAGE: Final = 500
 _STATUS_SCAN_LIMIT: Final = 10_000  # records and candidates status checks one by one, at most
@@ -173,7 +173,7 @@ def pending_list(
     content."""
 
     def run(call: Call) -> list[dict[str, Any]]:
-        rows = engine.store.candidates_list(scope, "pending", after, limit)
+        rows = canonical.candidates(engine, scope, "pending", after, limit)
         return [_candidate_summary(row) for row in rows]
 
     return audited(engine, scope, operator, "pending_list", None, run)
@@ -186,7 +186,7 @@ def pending_show(engine: Kernel, scope: Scope, candidate_id: str, operator: str)
     never its content); ``NOT_FOUND`` for anything but a pending candidate of the scope."""
 
     def run(call: Call) -> dict[str, Any]:
-        candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
+        candidate = canonical.candidate(engine, scope, candidate_id)
         if candidate is None or candidate.state != "pending":
             raise EngramError(ErrorCode.NOT_FOUND)
         content = engine.open_candidate(call, candidate)
@@ -263,7 +263,7 @@ def adjudicate(
         call.digests["intent_hash"] = intent
         try:
             result = engine.mutation(
-                call, lambda: _decide(engine, call, scope, candidate_id, decision, intent)
+                call, lambda: commit_adjudication(engine, call, candidate_id, decision, intent)
             )
         except EngramError as error:
             if error.code in (ErrorCode.DIGEST_CONFLICT, ErrorCode.NOT_FOUND):
@@ -283,51 +283,18 @@ _DECIDED: Final = {"admit": "accepted", "reject": "rejected", "withdraw": "withd
 def _refuse_if_decided(engine: Kernel, scope: Scope, candidate_id: str) -> None:
     """A candidate decided already (by a policy, an operator or a withdraw) is
     ``ALREADY_TERMINAL``, saying how and when: not a digest conflict or an unknown id."""
-    candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
+    candidate = canonical.candidate(engine, scope, candidate_id)
     if candidate is None or candidate.state == "pending":
         return
     decided = [
         f"{_DECIDED[body['operation']]} at {body.get('at', '?')}"
-        for _, _, body in _walk_events(engine, scope)
+        for _, body in canonical.journal(engine, scope)
         if body.get("target") == candidate_id and body.get("operation") in _DECIDED
     ]
     raise OperationRefused(
         ErrorCode.ALREADY_TERMINAL,
         f"candidate {candidate_id} was already decided ({decided[-1] if decided else candidate.state})",
     ) from None
-
-
-def _decide(
-    engine: Kernel,
-    call: Call,
-    scope: Scope,
-    candidate_id: str,
-    decision: Literal["accept", "reject"],
-    intent: str,
-) -> dict[str, Any]:
-    """One attempt at the operator's decision: a replay of the same one, or the candidate
-    settled as a policy decision with the operator as the policy."""
-    key = f"adjudicate:{candidate_id}"
-    replay = engine.ledger(call, key, candidate_id, intent)
-    if replay is not None:
-        stored: dict[str, Any] = decode(replay.output)
-        return stored
-    candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
-    if candidate is None or candidate.state != "pending":
-        raise EngramError(ErrorCode.NOT_FOUND)
-    content = engine.open_candidate(call, candidate)
-    return settle(
-        engine,
-        call,
-        candidate,
-        content["record"],
-        verdict=decision,
-        policy_id=OPERATOR_POLICY_ID,
-        policy_version=call.ctx.principal,
-        idempotency_key=key,
-        intent=intent,
-        overrides_hold=True,
-    )
 
 
 def withdraw_candidate(
@@ -339,7 +306,7 @@ def withdraw_candidate(
     arguments = {"reason": _reason(reason)}
 
     def pending(_call: Call) -> CandidateRow:
-        candidate = engine.read(lambda: engine.store.candidate_get(scope, candidate_id))
+        candidate = canonical.candidate(engine, scope, candidate_id)
         if candidate is None:
             raise EngramError(ErrorCode.NOT_FOUND)
         if candidate.state in ("withdrawn", "rejected"):
@@ -448,7 +415,7 @@ def records_list(
         raise EngramError(ErrorCode.INVALID_SCHEMA)
 
     def matching(row: RecordRow) -> dict[str, Any] | None:
-        candidate = engine.store.candidate_get(scope, row.candidate_id)
+        candidate = canonical.candidate(engine, scope, row.candidate_id)
         who = candidate.principal if candidate is not None else ""
         at = format_instant(candidate.created_at_ms) if candidate is not None else ""
         if (principal and who != principal) or not within(at, since, until):
@@ -459,7 +426,7 @@ def records_list(
         kept: list[dict[str, Any]] = []
         cursor = after
         while len(kept) < limit:
-            rows = engine.store.records_list(scope, state, cursor, _PAGE)  # type: ignore[arg-type]
+            rows = canonical.records(engine, scope, state, cursor, _PAGE)  # type: ignore[arg-type]
             kept += [shown for row in rows if (shown := matching(row)) is not None]
             if len(rows) < _PAGE:
                 break
@@ -469,7 +436,7 @@ def records_list(
     def run(call: Call) -> list[dict[str, Any]]:
         if principal or since or until:
             return filtered()
-        rows = engine.store.records_list(scope, state, after, limit)  # type: ignore[arg-type]
+        rows = canonical.records(engine, scope, state, after, limit)  # type: ignore[arg-type]
         return [_record_summary(row) for row in rows]
 
     return audited(engine, scope, operator, "records_list", None, run)
@@ -513,24 +480,13 @@ def record_show(engine: Kernel, scope: Scope, record_id: str, operator: str) -> 
     forgotten). Audited; ``NOT_FOUND`` for a record the scope does not hold."""
 
     def run(call: Call) -> dict[str, Any]:
-        row = engine.read(lambda: engine.store.record_get(scope, record_id))
+        row = canonical.record(engine, scope, record_id)
         if row is None:
             raise EngramError(ErrorCode.NOT_FOUND)
         call.digests["record_digest"] = row.record_digest
         return {**_record_summary(row), "record": _readable(engine, scope, row)}
 
     return audited(engine, scope, operator, "records_show", record_id, run)
-
-
-def _walk_events(engine: Kernel, scope: Scope) -> Iterator[tuple[int, str, dict[str, Any]]]:
-    after = 0
-    while True:
-        events = engine.store.events(scope, after, _PAGE)
-        if not events:
-            return
-        for event in events:
-            yield event.cursor, event.event_hash, decode(event.body)
-        after = events[-1].cursor
 
 
 def record_history(
@@ -540,13 +496,20 @@ def record_history(
     then every transition. Events hold ids and digests only."""
 
     def run(call: Call) -> list[dict[str, Any]]:
-        row = engine.read(lambda: engine.store.record_get(scope, record_id))
+        row = canonical.record(engine, scope, record_id)
         if row is None:
             raise EngramError(ErrorCode.NOT_FOUND)
         targets = {record_id, row.candidate_id}
         steps = [
-            (cursor, {**body, "event_id": event_id_for(event_hash), "event_hash": event_hash})
-            for cursor, event_hash, body in _walk_events(engine, scope)
+            (
+                event.cursor,
+                {
+                    **body,
+                    "event_id": event_id_for(event.event_hash),
+                    "event_hash": event.event_hash,
+                },
+            )
+            for event, body in canonical.journal(engine, scope)
             if body.get("target") in targets
         ]
         return _with_actors(engine, scope, steps)
@@ -560,12 +523,7 @@ def _with_actors(
     """Each step with who committed it (``actor``: the agent's principal, or
     ``operator:<login>``) and the operator's reason, from its ledger entry; None where the
     store cannot say (``ports.LedgerByCursor``)."""
-    store = engine.store
-    ledger = (
-        store.ledger_at(scope, [cursor for cursor, _ in steps])
-        if isinstance(store, LedgerByCursor)
-        else {}
-    )
+    ledger = canonical.ledger_at(engine, scope, [cursor for cursor, _ in steps])
     shown = []
     for cursor, step in steps:
         entry = ledger.get(cursor)
@@ -612,7 +570,7 @@ def transition(
         def attempt() -> dict[str, Any]:
             row = engine.record_leaving(scope, record_id, sources)
             if superseded_by is not None:
-                successor = engine.read(lambda: engine.store.record_get(scope, superseded_by))
+                successor = canonical.record(engine, scope, superseded_by)
                 if successor is None or successor.state != "accepted_current":
                     raise EngramError(ErrorCode.NOT_FOUND)
             authorized = Authorized(
@@ -654,8 +612,8 @@ def status(engine: Kernel, scope: Scope, operator: str, *, full: bool = False) -
     first ``HEALTH_SAMPLE`` of each, or all with ``full``)."""
 
     def run(call: Call) -> dict[str, Any]:
-        counts = engine.store.state_counts(scope)
-        head = engine.store.head(scope)
+        counts = canonical.state_counts(engine, scope)
+        head = canonical.head(engine, scope)
         try:
             checked, missing, without_key = _missing_from_index(engine, scope)
         except IndexUnavailable:  # e.g. the cloud operator's seat: the drainer writes the index
@@ -691,7 +649,7 @@ def _missing_from_index(engine: Kernel, scope: Scope) -> tuple[int, int, int]:
     was taken: right, not stale)."""
     missing = without_key = checked = 0
     for row in _scanned(
-        lambda after: engine.store.records_list(scope, "accepted_current", after, _PAGE),
+        lambda after: canonical.records(engine, scope, "accepted_current", after, _PAGE),
         "record_id",
     ):
         checked += 1
@@ -753,7 +711,7 @@ def readability(engine: Kernel, call: Call, *, full: bool = False) -> dict[str, 
     try:
         pending = records = without_key = 0
         for row in _scanned(
-            lambda after: engine.store.candidates_list(scope, "pending", after, _PAGE),
+            lambda after: canonical.candidates(engine, scope, "pending", after, _PAGE),
             "candidate_id",
             limit,
         ):
@@ -761,7 +719,7 @@ def readability(engine: Kernel, call: Call, *, full: bool = False) -> dict[str, 
             if (code := _candidate_unreadable(engine, call, row)) is not None:
                 unreadable.append({"candidate_id": row.candidate_id, "code": code})
         for record in _scanned(
-            lambda after: engine.store.records_list(scope, None, after, _PAGE), "record_id", limit
+            lambda after: canonical.records(engine, scope, None, after, _PAGE), "record_id", limit
         ):
             if record.body is None:
                 continue  # forgotten: its body is shredded, as it should be
@@ -771,7 +729,11 @@ def readability(engine: Kernel, call: Call, *, full: bool = False) -> dict[str, 
                     without_key += 1
             except EngramError as error:
                 unreadable.append({"record_id": record.record_id, "code": error.code.value})
-    except (VaultUnavailable, StoreUnavailable):
+    except VaultUnavailable:
+        return {"health": "unavailable"}
+    except EngramError as error:  # a page of candidates or records could not be read
+        if error.code is not ErrorCode.STORE_UNAVAILABLE:
+            raise
         return {"health": "unavailable"}
     if any(item["code"] == ErrorCode.STORE_UNAVAILABLE.value for item in unreadable):
         return {"health": "unavailable"}
@@ -824,7 +786,7 @@ def export_records(engine: Kernel, scope: Scope, operator: str) -> Iterator[dict
         lines: list[dict[str, Any]] = []
         after = ""
         while True:
-            rows = engine.store.records_list(scope, "accepted_current", after, _PAGE)
+            rows = canonical.records(engine, scope, "accepted_current", after, _PAGE)
             if not rows:
                 break
             after = rows[-1].record_id
@@ -849,7 +811,7 @@ def export_records(engine: Kernel, scope: Scope, operator: str) -> Iterator[dict
 
 def _admission(engine: Kernel, scope: Scope, row: RecordRow) -> dict[str, Any]:
     """The admission receipt of a record: the journal event at its ``accepted_cursor``."""
-    events = engine.store.events(scope, row.accepted_cursor - 1, 1)
+    events = canonical.events(engine, scope, row.accepted_cursor - 1, 1)
     if not events or events[0].cursor != row.accepted_cursor:
         raise EngramError(ErrorCode.CURSOR_GAP)
     event = events[0]
@@ -886,7 +848,7 @@ def revoke_credentials(
         raise EngramError(ErrorCode.INVALID_SCHEMA)
 
     def run(call: Call) -> dict[str, Any]:
-        engine.read(lambda: engine.store.revoke_credentials(tenant_id, kind, value, call.now_ms))
+        engine.revoke_credentials(tenant_id, kind, value, call.now_ms)
         crash_point("revoke.written")
         return {"revoked": kind, kind: value, "at": format_instant(call.now_ms)}
 
@@ -897,8 +859,8 @@ def verify_all(engine: Kernel) -> dict[str, int]:
     """Verify every scope's journal (dense cursors, unbroken hash chain); the head cursor of
     each, by ``tenant/workspace``. Raises ``CURSOR_GAP`` or ``JOURNAL_CORRUPT``."""
     return {
-        f"{scope.tenant_id}/{scope.workspace_id}": verify_journal(engine.store, scope).cursor
-        for scope in engine.read(engine.store.scopes)
+        f"{scope.tenant_id}/{scope.workspace_id}": canonical.verified_head(engine, scope).cursor
+        for scope in canonical.scopes(engine)
     }
 
 
@@ -937,7 +899,7 @@ def reindex(engine: Kernel, scope: Scope) -> ReindexReport:
     after = 0
     try:
         while True:
-            events = engine.store.events(scope, after, _REINDEX_PAGE)
+            events = canonical.events(engine, scope, after, _REINDEX_PAGE)
             if not events:
                 break
             after = events[-1].cursor
@@ -948,10 +910,10 @@ def reindex(engine: Kernel, scope: Scope) -> ReindexReport:
             ]
             record_ids = []
             for candidate_id in admitted:
-                candidate = engine.store.candidate_get(scope, candidate_id)
+                candidate = canonical.candidate(engine, scope, candidate_id)
                 if candidate is not None:
                     record_ids.append(candidate.record_id)
-            rows = engine.store.records_get(scope, record_ids)
+            rows = canonical.records_by_id(engine, scope, record_ids)
             for record_id in record_ids:
                 if engine.project(scope, record_id, rows.get(record_id), engine.surfaces):
                     indexed += 1
