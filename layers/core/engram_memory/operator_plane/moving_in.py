@@ -473,7 +473,7 @@ def import_items(
     """Run ``items`` through capture and admission under ``principal`` and ``purpose`` (or, with
     ``dry_run``, ask the policy only): counts by outcome, and the place and rule or code of each
     item not accepted (never its content). Audited as ``admin.import``."""
-    from engram_memory.operator_plane.usecases import audited
+    from engram_memory.operator_plane.auditing import audited
 
     ctx = _context(scope, principal, purpose)
     counts = dict.fromkeys(
