@@ -424,7 +424,8 @@ def _code(answer: object) -> str:
     return "CONFIRMATION_PENDING"
 
 
-def _whole(engine: Kernel) -> Engine:
+def _full_engine(engine: Kernel) -> Engine:
+    """The engine with its tools' entry point: an import runs the agent's own calls."""
     from engram_memory.engine.service import Engine
 
     assert isinstance(engine, Engine)  # every host's seat opens the whole engine
@@ -433,12 +434,12 @@ def _whole(engine: Kernel) -> Engine:
 
 def _imported(engine: Kernel, ctx: TrustedContext, item: ImportItem) -> dict[str, Any] | None:
     """The capture an earlier import of ``item`` committed (its key is the item's), or None."""
-    return _whole(engine).committed("capture", ctx, item.arguments["idempotency_key"])
+    return _full_engine(engine).committed("capture", ctx, item.arguments["idempotency_key"])
 
 
 def _admit(engine: Kernel, ctx: TrustedContext, item: ImportItem) -> tuple[str, str]:
     """Capture ``item`` and request its admission, as the agent would: (outcome, code)."""
-    engine = _whole(engine)
+    engine = _full_engine(engine)
     key = item.arguments["idempotency_key"]
     before = _imported(engine, ctx, item)
     captured = before or engine.handle(
