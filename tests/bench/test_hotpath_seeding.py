@@ -25,7 +25,7 @@ from engram_memory.engine.context import Scope
 from engram_memory.engine.journal import verify_journal
 from engram_memory.engine.records import decode
 from engram_memory.operator_plane.backup_checks import check_record_bodies
-from engram_memory.operator_plane.usecases import status
+from engram_memory.operator_plane.inspection import status
 
 TURNS = 6
 MEMORIES = 15  # each turn two or three times: the repeats are what RepeatedTexts saves

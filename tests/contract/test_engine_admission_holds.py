@@ -24,7 +24,7 @@ from engram_memory.engine.ports import (
     PolicyDecision,
     StateTransition,
 )
-from engram_memory.operator_plane import usecases as operations
+from engram_memory.operator_plane import decisions, inspection
 
 from engram_testing import Harness, ScriptedPolicy, context
 
@@ -90,7 +90,7 @@ def test_an_operator_adjudication_ends_the_hold_and_the_held_key_still_replays(
     harness: Harness,
 ) -> None:
     candidate_id, first = _held_by_script(harness)
-    outcome = operations.adjudicate(harness.engine, context().scope, candidate_id, "accept", OPS)
+    outcome = decisions.adjudicate(harness.engine, context().scope, candidate_id, "accept", OPS)
     assert outcome["status"] == "accepted"
     row = harness.store.candidate_get(context().scope, candidate_id)
     assert (row.state, row.held) == ("admitted", None)
@@ -105,7 +105,7 @@ def test_an_operator_rejects_a_held_candidate_and_its_agent_may_withdraw_one(
     harness: Harness,
 ) -> None:
     rejected, _ = _held_by_script(harness, "admit-held-000004")
-    outcome = operations.adjudicate(harness.engine, context().scope, rejected, "reject", OPS)
+    outcome = decisions.adjudicate(harness.engine, context().scope, rejected, "reject", OPS)
     assert outcome["status"] == "rejected"
     assert harness.store.candidate_get(context().scope, rejected).held is None
     withdrawn, _ = _held_by_script(harness, "admit-held-000005")
@@ -119,10 +119,10 @@ def test_pending_list_tells_a_held_candidate_from_one_never_asked_for(harness: H
     waiting = harness.capture("Not asked yet: the canary stage runs for forty minutes.")
     listed = {
         row["candidate_id"]: row["held"]
-        for row in operations.pending_list(harness.engine, context().scope, OPS)
+        for row in inspection.pending_list(harness.engine, context().scope, OPS)
     }
     assert listed == {held: True, waiting["candidate_id"]: False}
-    shown = operations.pending_show(harness.engine, context().scope, held, OPS)
+    shown = inspection.pending_show(harness.engine, context().scope, held, OPS)
     assert shown["candidate"]["held"] is True
 
 
@@ -221,7 +221,7 @@ def test_a_record_whose_projection_is_on_its_way_is_a_neighbour(harness: Harness
     captured = harness.capture(NEAR)
     outcome = harness.admit(captured["candidate_id"])["outcome"]
     assert outcome["status"] == "pending_adjudication"
-    shown = operations.pending_show(harness.engine, context().scope, captured["candidate_id"], OPS)
+    shown = inspection.pending_show(harness.engine, context().scope, captured["candidate_id"], OPS)
     assert shown["resembles"] == [first]
 
 

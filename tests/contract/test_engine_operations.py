@@ -8,8 +8,8 @@ from engram_memory.contract.errors import EngramError
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import ProjectionChange
 from engram_memory.engine.usecases.transitions import LifecycleOperation
-from engram_memory.operator_plane import usecases as operations
-from engram_memory.operator_plane.usecases import adjudicate
+from engram_memory.operator_plane import decisions, inspection, repair
+from engram_memory.operator_plane.decisions import adjudicate
 
 from engram_testing import PURPOSE, TENANT, Harness, ScriptedPolicy, context
 
@@ -75,10 +75,10 @@ def test_pending_list_and_show_open_a_held_candidate_for_the_operator_and_audit_
     text = "Held for review: the canary stage runs for forty minutes."
     captured = harness.capture(text)
     harness.admit(captured["candidate_id"])
-    listed = operations.pending_list(harness.engine, _scope(), OPS)
+    listed = inspection.pending_list(harness.engine, _scope(), OPS)
     assert [row["candidate_id"] for row in listed] == [captured["candidate_id"]]
     assert text not in repr(listed)  # the list holds ids and digests only
-    shown = operations.pending_show(harness.engine, _scope(), captured["candidate_id"], OPS)
+    shown = inspection.pending_show(harness.engine, _scope(), captured["candidate_id"], OPS)
     assert shown["record"]["components"][0]["text"] == text
     assert shown["candidate"]["record_digest"] == shown["record"]["record_digest"]
     assert _operator_lines(harness) == [
@@ -86,13 +86,13 @@ def test_pending_list_and_show_open_a_held_candidate_for_the_operator_and_audit_
         ("admin.pending_show", "operator:ops-ana", True, "OK"),
     ]
     assert text not in repr(harness.audit.events)
-    outcome = operations.adjudicate(
+    outcome = decisions.adjudicate(
         harness.engine, _scope(), captured["candidate_id"], "accept", OPS, reason="checked"
     )
     assert outcome["status"] == "accepted"
-    assert operations.pending_list(harness.engine, _scope(), OPS) == []
+    assert inspection.pending_list(harness.engine, _scope(), OPS) == []
     with pytest.raises(EngramError) as gone:
-        operations.pending_show(harness.engine, _scope(), captured["candidate_id"], OPS)
+        inspection.pending_show(harness.engine, _scope(), captured["candidate_id"], OPS)
     assert gone.value.code.value == "NOT_FOUND"
     assert _operator_lines(harness)[-1] == (
         "admin.pending_show",
@@ -106,14 +106,14 @@ def test_records_list_show_and_history_follow_a_record_through_its_life(
     harness: Harness,
 ) -> None:
     record_id = harness.remember("The nightly backup runs at 02:00 UTC.")
-    listed = operations.records_list(harness.engine, _scope(), OPS)
+    listed = inspection.records_list(harness.engine, _scope(), OPS)
     assert [(row["record_id"], row["state"]) for row in listed] == [(record_id, "accepted_current")]
-    operations.transition(harness.engine, _scope(), record_id, "dispute", OPS, "contested")
-    assert operations.records_list(harness.engine, _scope(), OPS, state="accepted_current") == []
-    shown = operations.record_show(harness.engine, _scope(), record_id, OPS)
+    decisions.transition(harness.engine, _scope(), record_id, "dispute", OPS, "contested")
+    assert inspection.records_list(harness.engine, _scope(), OPS, state="accepted_current") == []
+    shown = inspection.record_show(harness.engine, _scope(), record_id, OPS)
     assert shown["state"] == "accepted_disputed"
     assert shown["record"]["components"][0]["text"] == "The nightly backup runs at 02:00 UTC."
-    history = operations.record_history(harness.engine, _scope(), record_id, OPS)
+    history = inspection.record_history(harness.engine, _scope(), record_id, OPS)
     assert [event["operation"] for event in history] == ["capture", "admit", "dispute"]
     assert [event["cursor"] for event in history] == ["1", "2", "3"]
     assert "02:00" not in repr(history)
@@ -141,20 +141,20 @@ def test_a_record_leaving_current_disappears_from_search_and_get(
 ) -> None:
     record_id = harness.remember("The staging cluster rotates certificates weekly.")
     assert _reveals(harness, record_id, "staging certificates") == (True, True)
-    output = operations.transition(harness.engine, _scope(), record_id, operation, OPS, "why")
+    output = decisions.transition(harness.engine, _scope(), record_id, operation, OPS, "why")
     assert output["receipt"]["from_state"] == "accepted_current"
     assert output["receipt"]["to_state"] == state
     assert output["receipt"]["operation"] == operation
     assert _reveals(harness, record_id, "staging certificates") == (False, False)
     assert not any(surface.contains(_scope(), record_id) for surface in harness.engine.surfaces)
-    exported = list(operations.export_records(harness.engine, _scope(), OPS))
+    exported = list(inspection.export_records(harness.engine, _scope(), OPS))
     assert exported == []
 
 
 def test_resolving_a_dispute_brings_the_record_back(harness: Harness) -> None:
     record_id = harness.remember("The staging cluster rotates certificates weekly.")
-    operations.transition(harness.engine, _scope(), record_id, "dispute", OPS, "contested")
-    resolved = operations.transition(harness.engine, _scope(), record_id, "resolve", OPS, "ok")
+    decisions.transition(harness.engine, _scope(), record_id, "dispute", OPS, "contested")
+    resolved = decisions.transition(harness.engine, _scope(), record_id, "resolve", OPS, "ok")
     assert (resolved["receipt"]["from_state"], resolved["receipt"]["to_state"]) == (
         "accepted_disputed",
         "accepted_current",
@@ -165,13 +165,13 @@ def test_resolving_a_dispute_brings_the_record_back(harness: Harness) -> None:
 def test_supersede_names_a_current_successor(harness: Harness) -> None:
     old = harness.remember("Deploys need two approvals.")
     new = harness.remember("Deploys need three approvals since the audit.")
-    operations.transition(
+    decisions.transition(
         harness.engine, _scope(), old, "supersede", OPS, "policy change", superseded_by=new
     )
-    history = operations.record_history(harness.engine, _scope(), old, OPS)
+    history = inspection.record_history(harness.engine, _scope(), old, OPS)
     assert history[-1]["digests"]["superseded_by"] == new
     with pytest.raises(EngramError) as unknown:
-        operations.transition(
+        decisions.transition(
             harness.engine,
             _scope(),
             new,
@@ -186,14 +186,14 @@ def test_supersede_names_a_current_successor(harness: Harness) -> None:
 def test_transitions_the_lifecycle_forbids_are_refused(harness: Harness) -> None:
     record_id = harness.remember()
     with pytest.raises(EngramError) as illegal:
-        operations.transition(harness.engine, _scope(), record_id, "resolve", OPS, "why")
+        decisions.transition(harness.engine, _scope(), record_id, "resolve", OPS, "why")
     assert illegal.value.code.value == "ILLEGAL_TRANSITION"
     assert harness.forget(record_id)["ok"]
     with pytest.raises(EngramError) as terminal:
-        operations.transition(harness.engine, _scope(), record_id, "dispute", OPS, "why")
+        decisions.transition(harness.engine, _scope(), record_id, "dispute", OPS, "why")
     assert terminal.value.code.value == "ALREADY_TERMINAL"
     with pytest.raises(EngramError) as blank:
-        operations.transition(harness.engine, _scope(), record_id, "dispute", OPS, " ")
+        decisions.transition(harness.engine, _scope(), record_id, "dispute", OPS, " ")
     assert blank.value.code.value == "INVALID_SCHEMA"
 
 
@@ -212,7 +212,7 @@ def test_forget_works_from_each_of_the_five_states_and_says_so(
 ) -> None:
     record_id = harness.remember("A memory to forget from one of the five states.")
     for operation in _INTO[state]:
-        operations.transition(harness.engine, _scope(), record_id, operation, OPS, "setup")
+        decisions.transition(harness.engine, _scope(), record_id, operation, OPS, "setup")
     forgotten = harness.forget(record_id)
     assert forgotten["ok"], forgotten
     receipt = forgotten["output"]["value"]["receipt"]
@@ -223,21 +223,21 @@ def test_forget_works_from_each_of_the_five_states_and_says_so(
 
 def test_an_operator_forgets_and_withdraws_with_receipts(harness: Harness) -> None:
     record_id = harness.remember("The old on-call rota lives in the wiki.")
-    operations.transition(harness.engine, _scope(), record_id, "expire", OPS, "stale")
-    forgotten = operations.forget_record(harness.engine, _scope(), record_id, OPS, "request #7")
+    decisions.transition(harness.engine, _scope(), record_id, "expire", OPS, "stale")
+    forgotten = decisions.forget_record(harness.engine, _scope(), record_id, OPS, "request #7")
     assert forgotten["receipt"]["from_state"] == "expired"
     assert forgotten["projection_invalidation"] == "complete"
     other = context(principal="agent-other")
     captured = harness.capture("A draft by another agent.", other)
     key_ref = harness.store.candidate_get(_scope(), captured["candidate_id"]).key_ref
-    withdrawn = operations.withdraw_candidate(
+    withdrawn = decisions.withdraw_candidate(
         harness.engine, _scope(), captured["candidate_id"], OPS, "not wanted"
     )
     assert withdrawn["receipt"]["to_state"] == "withdrawn"
     assert withdrawn["key_destruction"] == "complete"
     assert not harness.vault.key_exists(key_ref)
     with pytest.raises(EngramError) as again:
-        operations.withdraw_candidate(
+        decisions.withdraw_candidate(
             harness.engine, _scope(), captured["candidate_id"], OPS, "twice"
         )
     assert again.value.code.value == "ALREADY_TERMINAL"
@@ -249,9 +249,9 @@ def test_an_operator_forgets_and_withdraws_with_receipts(harness: Harness) -> No
 def test_status_counts_states_and_reports_index_and_key_store_health(harness: Harness) -> None:
     kept = harness.remember("Status: the current record.")
     disputed = harness.remember("Status: the disputed record.")
-    operations.transition(harness.engine, _scope(), disputed, "dispute", OPS, "why")
+    decisions.transition(harness.engine, _scope(), disputed, "dispute", OPS, "why")
     pending = harness.capture("Status: a pending candidate.")
-    report = operations.status(harness.engine, _scope(), OPS)
+    report = inspection.status(harness.engine, _scope(), OPS)
     assert report["records"] == {"accepted_current": 1, "accepted_disputed": 1}
     assert report["candidates"] == {"admitted": 2, "pending": 1}
     assert report["outbox"] == {}
@@ -268,7 +268,7 @@ def test_status_counts_states_and_reports_index_and_key_store_health(harness: Ha
     harness.vault.destroy(harness.store.candidate_get(_scope(), pending["candidate_id"]).key_ref)
     for surface in harness.engine.surfaces:
         surface.apply(_scope(), ProjectionChange(delete_record_id=kept))
-    report = operations.status(harness.engine, _scope(), OPS, full=True)
+    report = inspection.status(harness.engine, _scope(), OPS, full=True)
     assert report["key_store"]["health"] == "keys_missing"
     assert report["key_store"]["checked"] == "all"
     assert report["key_store"]["unreadable"] == [
@@ -283,14 +283,14 @@ def test_export_holds_the_current_records_with_their_admission_receipts(
     record_id = harness.remember("Export me: the release notes live in docs/releases.")
     forgotten = harness.remember("Do not export: a forgotten memory.")
     harness.forget(forgotten)
-    lines = list(operations.export_records(harness.engine, _scope(), OPS))
+    lines = list(inspection.export_records(harness.engine, _scope(), OPS))
     assert [line["record"]["record_id"] for line in lines] == [record_id]
     admission = lines[0]["receipts"]["admission"]
     assert admission["record_digest"] == lines[0]["record"]["record_digest"]
     assert admission["event_id"].startswith("evt_") and admission["decision_receipt_digest"]
     assert "forgotten memory" not in repr(lines)
     scope = _scope()
-    assert operations.verify_all(harness.engine) == {f"{scope.tenant_id}/{scope.workspace_id}": 5}
+    assert repair.verify_all(harness.engine) == {f"{scope.tenant_id}/{scope.workspace_id}": 5}
 
 
 # -- revocation -------------------------------------------------------------------------------------
@@ -304,12 +304,12 @@ def test_revoked_tokens_answer_authorization_revoked_in_every_composition(
     token_b = context(credential_id="jti-b", credential_issued_at_ms=issued)
     record_id = harness.remember("Revocation: a shared memory.")
     assert harness.get(record_id, token_a)["ok"]
-    operations.revoke_credentials(harness.engine, TENANT, OPS, token_id="jti-a")
+    decisions.revoke_credentials(harness.engine, TENANT, OPS, token_id="jti-a")
     assert harness.error("search", {"query": "x", "purpose_ref": PURPOSE}, token_a) == (
         "AUTHORIZATION_REVOKED"
     )
     assert harness.get(record_id, token_b)["ok"]
-    operations.revoke_credentials(harness.engine, TENANT, OPS, principal=token_b.principal)
+    decisions.revoke_credentials(harness.engine, TENANT, OPS, principal=token_b.principal)
     assert harness.get(record_id, token_b)["error"]["code"] == "AUTHORIZATION_REVOKED"
     harness.clock.advance(5_000)
     later = context(credential_id="jti-c", credential_issued_at_ms=harness.clock.now_ms())
@@ -320,4 +320,4 @@ def test_revoked_tokens_answer_authorization_revoked_in_every_composition(
         "admin.revoke",
     ]
     with pytest.raises(EngramError):
-        operations.revoke_credentials(harness.engine, TENANT, OPS)
+        decisions.revoke_credentials(harness.engine, TENANT, OPS)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from engram_memory.engine.ports import ProjectionChange
-from engram_memory.operator_plane.usecases import reindex
+from engram_memory.operator_plane.repair import reindex
 
 from engram_testing import Harness, context
 

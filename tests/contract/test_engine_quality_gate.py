@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from engram_memory.operator_plane import usecases as operations
+from engram_memory.operator_plane import inspection
 from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
 from engram_testing import Harness, context
@@ -32,7 +32,7 @@ def test_a_near_duplicate_is_held_and_the_operator_sees_which_record_it_resemble
     outcome = value["outcome"]
     assert outcome["status"] == "pending_adjudication"
     assert str(first["record_id"]) not in json.dumps(value)  # the agent is not told which
-    shown = operations.pending_show(
+    shown = inspection.pending_show(
         harness.engine, context().scope, captured["candidate_id"], "ops-ana"
     )
     assert shown["resembles"] == [first["record_id"]]

@@ -12,7 +12,7 @@ import mcp.types as types
 import pytest
 from mcp import Client
 
-from engram_memory.operator_plane.usecases import revoke_credentials
+from engram_memory.operator_plane.decisions import revoke_credentials
 
 from e2e_support import (
     ALICE,

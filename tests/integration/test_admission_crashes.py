@@ -32,7 +32,7 @@ from aws_testing import BUCKET, KEY_TABLE, REGION, TABLE
 
 from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
 from engram_memory.adapters.aws.kms_vault import create_key_table
-from engram_memory.operator_plane.usecases import adjudicate
+from engram_memory.operator_plane.decisions import adjudicate
 
 from engram_testing import context, killed_child
 

@@ -208,7 +208,7 @@ def _data(data_dir: Path, search: dict[str, Any]) -> Path:
 def test_a_model_change_re_embeds_the_stored_vectors_when_the_host_opens(
     tmp_path: Path,
 ) -> None:
-    from engram_memory.operator_plane.usecases import reindex
+    from engram_memory.operator_plane.repair import reindex
 
     data = tmp_path / "data"
     for name, spec in (("mean", MEAN), ("cls", {**MEAN, "pooling": "cls"})):

@@ -19,7 +19,7 @@ from test_serve_day_one import init
 from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import open_embedded
 from engram_memory.engine.context import TrustedContext
-from engram_memory.operator_plane import usecases
+from engram_memory.operator_plane import inspection
 
 from engram_testing import capture_args, context, handled
 
@@ -127,7 +127,7 @@ def test_the_default_check_is_a_stated_sample_and_full_opens_everything(
     with sqlite3.connect(data / "keys" / "candidate-keys.db") as conn:
         conn.execute("DELETE FROM data_keys WHERE key_ref = ?", (_key_ref(data, broken),))
     conn.close()
-    monkeypatch.setattr(usecases, "HEALTH_SAMPLE", 1)
+    monkeypatch.setattr(inspection, "HEALTH_SAMPLE", 1)
     assert main(["verify", "--data-dir", str(data), "--workspace", "default"]) == 0
     assert "(the first 1 of each (--full: all))" in capsys.readouterr().out
     for code, err in _checks(capsys, data, "--full"):

@@ -300,7 +300,7 @@ def _held_candidate(data: Path, text: str, key: str) -> str:
 def test_an_operator_accepts_and_rejects_candidates_held_in_manual_mode(
     data: Path, capsys: Capture
 ) -> None:
-    pytest.importorskip("engram_memory.operator_plane.usecases")
+    pytest.importorskip("engram_memory.operator_plane.decisions")
     assert main(["admin", "policy", "set", "--data-dir", str(data), "--mode", "manual"]) == 0
     kept = _held_candidate(
         data, "Releases are cut from the main branch on Tuesdays.", "adjudicate-key-000001"

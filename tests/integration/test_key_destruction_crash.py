@@ -24,7 +24,7 @@ import pytest
 from engram_memory.embedded.composition import open_embedded
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import KeyDestroyed, SealedBlob
-from engram_memory.operator_plane.usecases import forget_record
+from engram_memory.operator_plane.decisions import forget_record
 
 from engram_testing import PURPOSE, context, killed_child
 
@@ -38,7 +38,7 @@ _CHILD = textwrap.dedent(
 
     from engram_memory.adapters.local import vault as vault_module
     from engram_memory.embedded.composition import open_embedded
-    from engram_memory.operator_plane.usecases import forget_record
+    from engram_memory.operator_plane.decisions import forget_record
     from engram_testing import capture_args, context
 
     data_dir, crash = Path(sys.argv[1]), sys.argv[2]

@@ -25,7 +25,7 @@ from engram_memory.binding.tokens import TokenIssuer
 from engram_memory.cloud.composition import build_adapter
 from engram_memory.cloud.mcp_adapter import LambdaAdapter, execute_api_host
 from engram_memory.engine.context import TOOLS
-from engram_memory.operator_plane.usecases import revoke_credentials
+from engram_memory.operator_plane.decisions import revoke_credentials
 
 __all__ = ["cloud"]  # the fixture, re-used
 

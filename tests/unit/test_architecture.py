@@ -54,3 +54,30 @@ def test_the_embedded_command_line_imports_no_cloud_module() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert done.stdout.strip() == "[]"
+
+
+def _store_reaches(path: Path) -> list[str]:
+    """Where ``path`` touches a ``.store`` attribute or calls a ``.commit(...)``, as
+    ``line: source``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    reaches = [
+        node
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Attribute) and node.attr == "store")
+        or (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "commit"
+        )
+    ]
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in reaches]
+
+
+def test_the_operator_plane_never_reaches_into_the_store() -> None:
+    """The operator plane runs on the engine's use cases and reads (issue 37): the store and
+    the commit are the engine's, so a record's lifecycle has one owner whoever moves it."""
+    plane = ROOT / "layers/core/engram_memory/operator_plane"
+    reaches = {
+        path.name: found for path in sorted(plane.glob("*.py")) if (found := _store_reaches(path))
+    }
+    assert not reaches, f"operator_plane reaches past the engine: {reaches}"

@@ -11,7 +11,7 @@ Two kinds of event:
   by item id, not age: with more than a page stuck, a lower bound).
 - **An operator's reindex**: ``{"operation": "reindex", "workspace_id": "<w>"}`` (tenant: the
   stack's own ``ENGRAM_TENANT_ID``), e.g. with ``aws lambda invoke``: rebuild that workspace's
-  OpenSearch documents from the canonical store (``operator_plane.usecases.reindex``) and answer the
+  OpenSearch documents from the canonical store (``operator_plane.repair.reindex``) and answer the
   report (counts only).
 
 The function runs with the workflow function's role (DynamoDB, S3 bodies, data-key
@@ -31,7 +31,7 @@ from engram_memory.cloud.settings import LAMBDA_DEADLINE_MARGIN_MS, DrainerSetti
 from engram_memory.cloud.tool_handler import EngineHandler
 from engram_memory.engine.context import Scope
 from engram_memory.engine.service import Engine
-from engram_memory.operator_plane.usecases import reindex
+from engram_memory.operator_plane.repair import reindex
 
 DRAIN_PAGE: Final = 100
 # Without a Lambda context (tests, a local call), one run drains for at most this long.

@@ -1,6 +1,6 @@
 """The operator's plane against a deployed stack: ``engram-memory admin --stack NAME ...``.
 
-The same operations as the embedded host (``operator_plane.usecases``), run from the operator's
+The same operations as the embedded host (``operator_plane``), run from the operator's
 machine with the operator's own AWS credentials:
 
 - ``resolve_stack`` reads what the stack is from CloudFormation: the outputs (tables, bucket,
@@ -356,7 +356,7 @@ def open_stack(
 def reindex_stack(op: OperatorSession, workspace_id: str) -> dict[str, Any]:
     """Rebuild a workspace's OpenSearch documents: the drainer's reindex (``ReindexRequest``),
     run by the function whose role OpenSearch maps. Audited as ``admin.reindex``."""
-    from engram_memory.operator_plane.usecases import audited
+    from engram_memory.operator_plane.auditing import audited
 
     def run(call: Any) -> dict[str, Any]:
         answer = op.invoke_drainer({"operation": "reindex", "workspace_id": workspace_id})
@@ -380,8 +380,8 @@ def rotate_stack_keys(op: OperatorSession) -> dict[str, Any]:
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from engram_memory.operator_plane.auditing import audited
     from engram_memory.operator_plane.backup_checks import OperationRefused
-    from engram_memory.operator_plane.usecases import audited
 
     key = op.resources.data_key_arn
 

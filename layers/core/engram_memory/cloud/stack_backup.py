@@ -44,8 +44,8 @@ from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.engine.context import Scope
 from engram_memory.engine.journal import EMPTY_HEAD, verify_journal
 from engram_memory.engine.ports import JournalEvent, JournalHead, RecordKeys
+from engram_memory.operator_plane.auditing import audited
 from engram_memory.operator_plane.backup_checks import OperationRefused, check_record_bodies
-from engram_memory.operator_plane.usecases import audited
 
 __all__ = ["OperationRefused", "backup_stack", "restore_stack"]
 

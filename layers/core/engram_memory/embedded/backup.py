@@ -54,10 +54,11 @@ from engram_memory.engine.ports import (
     RecordKeys,
     StoreUnavailable,
 )
+from engram_memory.operator_plane.auditing import audited
 from engram_memory.operator_plane.backup_checks import OperationRefused, check_record_bodies
 from engram_memory.operator_plane.crash_points import crash_point
+from engram_memory.operator_plane.repair import reindex
 from engram_memory.operator_plane.text import progress
-from engram_memory.operator_plane.usecases import audited, reindex
 
 __all__ = ["OperationRefused", "backup", "backups_listed", "restore", "verify_backup"]
 

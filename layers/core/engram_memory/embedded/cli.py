@@ -93,8 +93,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from engram_memory.embedded.composition import open_existing
     from engram_memory.engine.context import Scope
     from engram_memory.engine.journal import verify_journal
+    from engram_memory.operator_plane.auditing import audited
     from engram_memory.operator_plane.commands import default_operator
-    from engram_memory.operator_plane.usecases import audited, readability, unreadable_line
+    from engram_memory.operator_plane.inspection import readability, unreadable_line
 
     host = open_existing(Path(args.data_dir))
     scope = Scope(args.tenant, args.workspace)

@@ -130,7 +130,7 @@ class DataDirSeat:
         return token_issued(self._existing(), token_id)
 
     def reindex(self, workspace: str) -> dict[str, Any]:
-        from engram_memory.operator_plane.usecases import reindex
+        from engram_memory.operator_plane.repair import reindex
 
         return self.call(
             workspace,

@@ -26,9 +26,9 @@ from engram_memory.embedded.data_dir_lease import acquire_lease
 from engram_memory.embedded.issuer_keys import rotate_issuer_key
 from engram_memory.embedded.private_files import write_private_file
 from engram_memory.engine.context import Scope
+from engram_memory.operator_plane.auditing import audited
 from engram_memory.operator_plane.crash_points import crash_point
 from engram_memory.operator_plane.text import progress
-from engram_memory.operator_plane.usecases import audited
 
 __all__ = ["rotate_keys"]
 

@@ -252,6 +252,14 @@ class Kernel:
             )
         )
 
+    def revoke_credentials(
+        self, tenant_id: str, kind: Literal["token", "principal"], value: str, at_ms: int
+    ) -> None:
+        """Revoke one token (``kind`` ``token``, ``value`` its ``jti``) or every token a
+        principal holds at ``at_ms``: an operator's decision, which ``credential_revoked`` reads
+        on every call from then on."""
+        self.read(lambda: self.store.revoke_credentials(tenant_id, kind, value, at_ms))
+
     @staticmethod
     def check_purpose(call: Call, purpose_ref: str) -> None:
         if purpose_ref != call.ctx.purpose_ref:

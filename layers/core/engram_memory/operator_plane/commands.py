@@ -1,8 +1,8 @@
 """``engram-memory admin ...``: the operator plane's one command line, for both hosts.
 
 Each command opens a seat (``operator_plane.seat``: the data directory of ``--data-dir``, or the
-stack of ``--stack``), runs one operator use case (``operator_plane.usecases``) or one host-wide
-operation there, and prints its result as JSON. Every operation is audited under
+stack of ``--stack``), runs one operator use case (``operator_plane.inspection`` or
+``decisions``) or one host-wide operation there, and prints its result as JSON. Every operation is audited under
 ``operator:<identity>``; nothing here is reachable through an agent's MCP endpoint.
 
 Bad input exits with code 2 and one line on stderr; a failed operation exits with code 1.
@@ -274,16 +274,23 @@ def cmd_policy_set(args: argparse.Namespace) -> int:
     )
 
 
-def _usecases() -> ModuleType:
-    """The operator use cases, imported when a command runs (``--help`` stays light)."""
-    from engram_memory.operator_plane import usecases
+def _inspection() -> ModuleType:
+    """The operator's reads, imported when a command runs (``--help`` stays light)."""
+    from engram_memory.operator_plane import inspection
 
-    return usecases
+    return inspection
+
+
+def _decisions() -> ModuleType:
+    """The operator's decisions, imported when a command runs (``--help`` stays light)."""
+    from engram_memory.operator_plane import decisions
+
+    return decisions
 
 
 def cmd_adjudicate(args: argparse.Namespace) -> int:
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
-        return _usecases().adjudicate(
+        return _decisions().adjudicate(
             engine, scope, args.candidate, args.decision, operator, reason=args.reason
         )
 
@@ -300,7 +307,7 @@ def cmd_pending_list(args: argparse.Namespace) -> int:
     limit = _limit(args)
 
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
-        return _usecases().pending_list(engine, scope, operator, after=args.after, limit=limit)
+        return _inspection().pending_list(engine, scope, operator, after=args.after, limit=limit)
 
     return _use_case(
         args,
@@ -314,7 +321,7 @@ def cmd_records_list(args: argparse.Namespace) -> int:
     limit = _limit(args)
 
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
-        return _usecases().records_list(
+        return _inspection().records_list(
             engine, scope, operator, state=args.state, after=args.after, limit=limit
         )
 
@@ -337,7 +344,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     target_id = getattr(args, target)
 
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
-        return getattr(_usecases(), name)(engine, scope, target_id, operator)
+        return getattr(_inspection(), name)(engine, scope, target_id, operator)
 
     human = text.table_of(_HISTORY_COLUMNS, "no events") if name == "record_history" else None
     return _use_case(args, f"{command} {text.cell(target_id)}", run, _shown(args, human))
@@ -345,7 +352,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_pending_withdraw(args: argparse.Namespace) -> int:
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
-        return _usecases().withdraw_candidate(engine, scope, args.candidate, operator, args.reason)
+        return _decisions().withdraw_candidate(engine, scope, args.candidate, operator, args.reason)
 
     return _use_case(args, f"withdraw of {text.cell(args.candidate)}", run, mutates=True)
 
@@ -356,8 +363,8 @@ def cmd_records_step(args: argparse.Namespace) -> int:
 
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
         if step == "forget":
-            return _usecases().forget_record(engine, scope, args.record, operator, args.reason)
-        return _usecases().transition(
+            return _decisions().forget_record(engine, scope, args.record, operator, args.reason)
+        return _decisions().transition(
             engine,
             scope,
             args.record,
@@ -374,11 +381,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     reports: list[dict[str, Any]] = []
 
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
-        reports.append(_usecases().status(engine, scope, operator, full=args.full))
+        reports.append(_inspection().status(engine, scope, operator, full=args.full))
         return reports[-1]
 
     code = _use_case(args, "status", run)
-    if code == 0 and reports and (line := _usecases().unreadable_line(reports[0]["key_store"])):
+    if code == 0 and reports and (line := _inspection().unreadable_line(reports[0]["key_store"])):
         fail(f"status: {line}")  # the health is not ok: exit code 1
         return 1
     return code
@@ -386,7 +393,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     def run(engine: Kernel, scope: Scope, operator: str) -> list[dict[str, Any]]:
-        lines = list(_usecases().export_records(engine, scope, operator))
+        lines = list(_inspection().export_records(engine, scope, operator))
         if args.format == "mcp-memory":
             from engram_memory.operator_plane.moving_in import mcp_memory_lines
 
@@ -460,7 +467,7 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
             )
         return seat.call(
             args.workspace,
-            lambda engine, scope, operator: _usecases().revoke_credentials(
+            lambda engine, scope, operator: _decisions().revoke_credentials(
                 engine, scope.tenant_id, operator, token_id=token_id, principal=args.principal
             ),
             mutates=False,

@@ -25,9 +25,8 @@ import json
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
@@ -37,9 +36,12 @@ from engram_memory.engine.context import Scope, TrustedContext, new_audit_id
 from engram_memory.engine.kernel import Call, Kernel
 from engram_memory.engine.ports import AdmissionRequest, PolicyUnavailable
 from engram_memory.engine.records import build_record, evidence_object, stored_payload
-from engram_memory.engine.usecases.admission import neighbours
+from engram_memory.engine.usecases.admission import forgotten, neighbours
 from engram_memory.operator_plane.seat import UsageError
 from engram_memory.operator_plane.text import progress
+
+if TYPE_CHECKING:
+    from engram_memory.engine.service import Engine
 
 __all__ = ["FORMATS", "ImportItem", "import_items", "mcp_memory_lines", "read_source"]
 
@@ -410,9 +412,7 @@ def _verdict(engine: Kernel, ctx: TrustedContext, item: ImportItem, now_ms: int)
     outcome = {"accept": "accepted", "reject": "rejected"}.get(
         decision.decision, "pending_adjudication"
     )
-    if outcome == "accepted" and engine.read(
-        lambda: engine.store.payload_tombstoned(ctx.scope, record["payload_digest"])
-    ):
+    if outcome == "accepted" and forgotten(engine, ctx.scope, record["payload_digest"]):
         return "pending_adjudication", "tombstone"
     return outcome, decision.rule
 
@@ -424,13 +424,24 @@ def _code(answer: object) -> str:
     return "CONFIRMATION_PENDING"
 
 
-def _admit(engine: Kernel, ctx: TrustedContext, item: ImportItem) -> tuple[str, str]:
-    """Capture ``item`` and request its admission, as the agent would: (outcome, code)."""
+def _full_engine(engine: Kernel) -> Engine:
+    """The engine with its tools' entry point: an import runs the agent's own calls."""
     from engram_memory.engine.service import Engine
 
     assert isinstance(engine, Engine)  # every host's seat opens the whole engine
+    return engine
+
+
+def _imported(engine: Kernel, ctx: TrustedContext, item: ImportItem) -> dict[str, Any] | None:
+    """The capture an earlier import of ``item`` committed (its key is the item's), or None."""
+    return _full_engine(engine).committed("capture", ctx, item.arguments["idempotency_key"])
+
+
+def _admit(engine: Kernel, ctx: TrustedContext, item: ImportItem) -> tuple[str, str]:
+    """Capture ``item`` and request its admission, as the agent would: (outcome, code)."""
+    engine = _full_engine(engine)
     key = item.arguments["idempotency_key"]
-    before = engine.committed("capture", ctx, key)
+    before = _imported(engine, ctx, item)
     captured = before or engine.handle(
         "capture", item.arguments, replace(ctx, audit_id=new_audit_id())
     )
@@ -463,7 +474,7 @@ def import_items(
     """Run ``items`` through capture and admission under ``principal`` and ``purpose`` (or, with
     ``dry_run``, ask the policy only): counts by outcome, and the place and rule or code of each
     item not accepted (never its content). Audited as ``admin.import``."""
-    from engram_memory.operator_plane.usecases import audited
+    from engram_memory.operator_plane.auditing import audited
 
     ctx = _context(scope, principal, purpose)
     counts = dict.fromkeys(
@@ -473,8 +484,7 @@ def import_items(
 
     def run(call: Call) -> dict[str, Any]:
         for done, item in enumerate(items, 1):
-            key = item.arguments["idempotency_key"]
-            imported = engine.read(partial(engine.store.ledger_get, scope, principal, key))
+            imported = _imported(engine, ctx, item)
             expected, rule = _verdict(engine, ctx, item, call.now_ms)
             outcome = expected
             if imported is not None and dry_run:

@@ -2,10 +2,10 @@
 
 An ``OperatorSeat`` is one host's data opened for one operator: the embedded host's data
 directory (``embedded.operator_seat``) or a deployed stack reached with the operator's AWS
-credentials (``cloud.operator``). The operator's use cases (``operator_plane.usecases``) run on
-the seat's engine through ``call``; what differs by host — how a backup is taken and restored,
-how keys rotate, how the search index is rebuilt, where the audit lives, where the admission
-policy is set — is one method each. The command line (``operator_plane.commands``) is the one
+credentials (``cloud.operator``). The operator's use cases (``operator_plane.inspection``,
+``decisions``) run on the seat's engine through ``call``; what differs by host — how a backup
+is taken and restored, how keys rotate, how the search index is rebuilt, where the audit lives,
+where the admission policy is set — is one method each. The command line (``operator_plane.commands``) is the one
 front end over both.
 
 Failures a seat raises:

@@ -1,6 +1,6 @@
 """The console's pages: each reads or acts through the operator plane's use cases
-(``operator_plane.usecases``) on an ``OperatorSeat`` opened for the signed-in operator, and
-answers a template and its values (``Page``) or where to go next (``Redirect``).
+(``operator_plane.inspection``, ``decisions``) on an ``OperatorSeat`` opened for the signed-in
+operator, and answers a template and its values (``Page``) or where to go next (``Redirect``).
 
 They run in a worker thread (the engine is synchronous); the HTTP side (sign-in, CSRF, headers)
 is ``console.app``'s.
@@ -25,7 +25,8 @@ from engram_memory.engine.usecases.transitions import (
     LIFECYCLE_STATES,
     LifecycleOperation,
 )
-from engram_memory.operator_plane import usecases
+from engram_memory.operator_plane import decisions, inspection
+from engram_memory.operator_plane.auditing import audited
 from engram_memory.operator_plane.commands import DEFAULT_WORKSPACE
 
 if TYPE_CHECKING:
@@ -97,8 +98,8 @@ def link(path: str, **params: str | None) -> str:
 
 
 def overview(ask: Ask) -> Answer:
-    status = ask.run(lambda e, s, op: usecases.status(e, s, op))
-    health = usecases.unreadable_line(status["key_store"])
+    status = ask.run(lambda e, s, op: inspection.status(e, s, op))
+    health = inspection.unreadable_line(status["key_store"])
     hours = activity(ask.seat.audit(ACTIVITY_ENTRIES).entries, ask.now_ms)
     return Page(
         "overview.html",
@@ -118,7 +119,7 @@ def records(ask: Ask) -> Answer:
     query = ask.query.get("q", "").strip()
     if query:
         found = ask.run(
-            lambda e, s, op: usecases.records_search(
+            lambda e, s, op: inspection.records_search(
                 e, s, op, query, limit=PAGE_SIZE, page_cursor=ask.query.get("cursor") or None
             )
         )
@@ -149,7 +150,7 @@ def _listed(ask: Ask) -> Answer:
     state = ask.query.get("state") or None
     after = ask.query.get("after", "")
     rows = ask.run(
-        lambda e, s, op: usecases.records_list(
+        lambda e, s, op: inspection.records_list(
             e, s, op, state=state, after=after, limit=PAGE_SIZE, **filters
         )
     )
@@ -169,8 +170,8 @@ def _listed(ask: Ask) -> Answer:
 
 def record(ask: Ask) -> Answer:
     record_id = ask.path["record_id"]
-    shown = ask.run(lambda e, s, op: usecases.record_show(e, s, record_id, op))
-    history = ask.run(lambda e, s, op: usecases.record_history(e, s, record_id, op))
+    shown = ask.run(lambda e, s, op: inspection.record_show(e, s, record_id, op))
+    history = ask.run(lambda e, s, op: inspection.record_history(e, s, record_id, op))
     body = shown.get("record")
     return Page(
         "record.html",
@@ -241,9 +242,9 @@ def record_action(ask: Ask) -> Answer:
 
     def act(engine: Kernel, scope: Scope, operator: str) -> Any:
         if action == "forget":
-            return usecases.forget_record(engine, scope, record_id, operator, reason)
+            return decisions.forget_record(engine, scope, record_id, operator, reason)
         step = cast("LifecycleOperation", action)
-        return usecases.transition(
+        return decisions.transition(
             engine, scope, record_id, step, operator, reason, superseded_by=by
         )
 
@@ -253,14 +254,14 @@ def record_action(ask: Ask) -> Answer:
 
 def pending(ask: Ask) -> Answer:
     after = ask.query.get("after", "")
-    rows = ask.run(lambda e, s, op: usecases.pending_list(e, s, op, after=after, limit=PAGE_SIZE))
+    rows = ask.run(lambda e, s, op: inspection.pending_list(e, s, op, after=after, limit=PAGE_SIZE))
     more = rows[-1]["candidate_id"] if len(rows) == PAGE_SIZE else None
     return Page("pending.html", {"rows": rows, "more": more})
 
 
 def candidate(ask: Ask) -> Answer:
     candidate_id = ask.path["candidate_id"]
-    shown = ask.run(lambda e, s, op: usecases.pending_show(e, s, candidate_id, op))
+    shown = ask.run(lambda e, s, op: inspection.pending_show(e, s, candidate_id, op))
     digest = shown["candidate"]["record_digest"]
     return Page(
         "candidate.html",
@@ -275,7 +276,7 @@ def adjudicate(ask: Ask) -> Answer:
         raise EngramError(ErrorCode.INVALID_SCHEMA)
     reason = ask.form.get("reason", "").strip() or None
     outcome = ask.run(
-        lambda e, s, op: usecases.adjudicate(e, s, candidate_id, decision, op, reason=reason),  # type: ignore[arg-type]
+        lambda e, s, op: decisions.adjudicate(e, s, candidate_id, decision, op, reason=reason),  # type: ignore[arg-type]
         mutates=True,
     )
     return Page("decided.html", {"candidate_id": candidate_id, "outcome": outcome})
@@ -304,9 +305,7 @@ def answer_approval(ask: Ask) -> Answer:
                 raise EngramError(ErrorCode.ALREADY_TERMINAL)
             return first
 
-        return usecases.audited(
-            engine, scope, operator, f"approvals_{decision}", approval_id, recorded
-        )
+        return audited(engine, scope, operator, f"approvals_{decision}", approval_id, recorded)
 
     ask.seat.call(row.workspace_id, answer, mutates=False)
     return Page("answered.html", {"approval_id": approval_id, "decision": decision})
@@ -315,7 +314,7 @@ def answer_approval(ask: Ask) -> Answer:
 def _matches(entry: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
     """Whether an audit entry passes the page's filters: tool, principal and outcome exactly,
     ``since``/``until`` as ISO-8601 UTC prefixes (the entries' ``at`` sorts as text)."""
-    if not usecases.within(str(entry.get("at", "")), filters["since"], filters["until"]):
+    if not inspection.within(str(entry.get("at", "")), filters["since"], filters["until"]):
         return False
     exact = {"tool": "tool", "principal": "principal", "outcome": "code"}
     return all(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 from engram_memory.contract.canonical import digest
 from engram_memory.contract.errors import EngramError, ErrorCode
@@ -29,7 +29,7 @@ from engram_memory.engine.ports import (
     RecordRow,
     StateTransition,
 )
-from engram_memory.engine.records import receipt, scope_ref
+from engram_memory.engine.records import decode, receipt, scope_ref
 
 
 def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dict[str, Any]:
@@ -95,13 +95,20 @@ def _policy_verdict(
     if k.policy_version() != version_before:
         raise EngramError(ErrorCode.POLICY_STALE)
     verdict: str = decision.decision
-    if verdict == "accept" and k.read(
-        lambda: k.store.payload_tombstoned(call.scope, candidate.payload_digest)
-    ):
-        verdict = "adjudication_required"  # the tombstone guard: forgotten content stays forgotten
+    if verdict == "accept" and forgotten(k, call.scope, candidate.payload_digest):
+        verdict = "adjudication_required"
     return verdict, version_before
 
 
+def forgotten(k: Kernel, scope: Scope, payload_digest: str) -> bool:
+    """The tombstone guard: whether content with this payload digest was forgotten in
+    ``scope``. A policy's acceptance of it is held for an operator instead, so forgotten content
+    stays forgotten unless a human decides otherwise."""
+    return k.read(lambda: k.store.payload_tombstoned(scope, payload_digest))
+
+
+# The policy an operator's adjudication is journaled under (its version: the operator).
+OPERATOR_POLICY_ID: Final = "operator-adjudication"
 # How many of the scope's records the lexical index ranks highest for a candidate are compared
 # with it: a near-duplicate shares nearly all its terms, so it ranks at the top.
 NEIGHBOUR_DEPTH = 8
@@ -205,6 +212,40 @@ def settle(
         record,
         decision_digest,
         _Ledger(idempotency_key, intent, unless_held=not overrides_hold),
+    )
+
+
+def adjudicate(
+    k: Kernel,
+    call: Call,
+    candidate_id: str,
+    decision: Literal["accept", "reject"],
+    intent: str,
+) -> dict[str, Any]:
+    """One attempt at an operator's decision on a pending candidate: a replay of the same one
+    (its key is the candidate's, under the operator's principal), or the candidate settled as a
+    policy decision with the operator as the policy, ending any hold. ``NOT_FOUND`` for a
+    candidate that is not pending; ``DIGEST_CONFLICT`` for another decision than the first."""
+    key = f"adjudicate:{candidate_id}"
+    replay = k.ledger(call, key, candidate_id, intent)
+    if replay is not None:
+        stored: dict[str, Any] = decode(replay.output)
+        return stored
+    candidate = k.read(lambda: k.store.candidate_get(call.scope, candidate_id))
+    if candidate is None or candidate.state != "pending":
+        raise EngramError(ErrorCode.NOT_FOUND)
+    content = k.open_candidate(call, candidate)
+    return settle(
+        k,
+        call,
+        candidate,
+        content["record"],
+        verdict=decision,
+        policy_id=OPERATOR_POLICY_ID,
+        policy_version=call.ctx.principal,
+        idempotency_key=key,
+        intent=intent,
+        overrides_hold=True,
     )
 
 
