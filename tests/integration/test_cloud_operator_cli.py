@@ -192,7 +192,8 @@ MOTO_LACKS: Final = {
     "AWS::ApiGatewayV2::Stage": "its stage",
     "AWS::CloudWatch::Alarm": "every alarm",
     "AWS::S3::BucketPolicy": "the blob bucket's TLS-only policy",
-    "AWS::SecretsManager::RotationSchedule": "the session secret's rotation",
+    "AWS::SecretsManager::ResourcePolicy": "the secrets' resource policies",
+    "AWS::SecretsManager::RotationSchedule": "the secrets' rotation",
     "AWS::SNS::TopicPolicy": "the alarm topic's policy",
 }
 # ... and with them what names the HTTP API: its routes' invoke permissions and the dashboard
@@ -219,7 +220,12 @@ def test_the_stack_is_the_translated_template_less_exactly_what_moto_cannot_crea
         "HttpApi",
         "HttpApiApiGatewayDefaultStage",
         "EngramBlobBucketPolicy",
+        "RequestStateSecretRotation",
         "ApprovalSessionSecretRotation",
+        "CursorSecretRotation",
+        "RequestStateSecretPolicy",
+        "ApprovalSessionSecretPolicy",
+        "CursorSecretPolicy",
         "AlarmTopicPolicy",
     }
     assert {n: why for n, why in template.removed.items() if n not in lacking} == {
