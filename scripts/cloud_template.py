@@ -38,6 +38,9 @@ from typing import Any, Final
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 ACCEPTED_FINDINGS: Final = ROOT / "infra" / "accepted-findings.yaml"
+# Deployed once per account and region beside the tenant stacks: scanned with them, its logical
+# ids distinct from theirs so that one list of acceptances serves both.
+ACCOUNT_TEMPLATE: Final = ROOT / "infra" / "account.yaml"
 PACKAGE_BUCKET: Final = "engram-cloud-check-packages"  # stands in for sam package's bucket
 REGION: Final = "us-east-1"
 CYCLE_RULE: Final = "E3004"
@@ -146,6 +149,10 @@ def condition_value(template: dict[str, Any], body: Any, given: dict[str, str]) 
         return left == right
     if key == "Fn::Join":
         return value[0].join(str(v) for v in condition_value(template, value[1], given))
+    if key == "Fn::EachMemberEquals":  # a rule's: every member of a list parameter
+        members = condition_value(template, value[0], given)
+        members = members.split(",") if isinstance(members, str) else members
+        return all(str(member).strip() == value[1] for member in members)
     parts = [condition_value(template, v, given) for v in value]
     if key == "Fn::Not":
         return not parts[0]
@@ -180,6 +187,21 @@ def deployed(
         if "Condition" not in body
         or condition_value(template, {"Condition": body["Condition"]}, given)
     }
+
+
+def refusals(template: dict[str, Any], **given: str) -> list[str]:
+    """``rule: description`` of every assertion of the template's ``Rules`` that refuses the
+    parameter values ``given`` (defaults otherwise), as CloudFormation would before creating
+    anything."""
+    refused: list[str] = []
+    for name, rule in template.get("Rules", {}).items():
+        condition = rule.get("RuleCondition")
+        if condition is not None and not condition_value(template, condition, given):
+            continue
+        for assertion in rule["Assertions"]:
+            if not condition_value(template, assertion["Assert"], given):
+                refused.append(f"{name}: {assertion.get('AssertDescription', '')}")
+    return refused
 
 
 def _lint_findings(translated: dict[str, Any]) -> list[Any]:
@@ -502,11 +524,13 @@ def guard(path: Path, report: Report) -> None:
     try:
         package = guard_package()
         found = guard_failures(translate(path), package)
+        found = sorted(set(found) | set(guard_failures(load_template(ACCOUNT_TEMPLATE), package)))
     except GuardUnavailable as exc:
         report.check(False, f"cfn-guard: {exc}")
         return
     label = (
-        f"cfn-guard {guard_version(package)} on the translated template (the Control Tower rules "
+        f"cfn-guard {guard_version(package)} on the translated template and "
+        f"{ACCOUNT_TEMPLATE.relative_to(ROOT)} (the Control Tower rules "
         f"of {GUARD_PACKAGE}@{GUARD_PACKAGE_VERSION}, the well-architected rule sets of "
         f"{REGISTRY_RULE_SETS[0].parent.relative_to(ROOT)}/)"
     )
@@ -856,8 +880,10 @@ def role_allows(
 
 def scan(path: Path, report: Report) -> None:
     translated = translate(path)
-    found = sorted(set(_checkov_failures(translated)))
-    judge("checkov", "checkov on the translated template", found, accepted_findings(), report)
+    found = set(_checkov_failures(translated))
+    found |= set(_checkov_failures(load_template(ACCOUNT_TEMPLATE)))
+    label = f"checkov on the translated template and {ACCOUNT_TEMPLATE.relative_to(ROOT)}"
+    judge("checkov", label, sorted(found), accepted_findings(), report)
     for rule, violations in stack_rules(translated).items():
         report.check(not violations, f"rule {rule}: {len(violations)} violation(s)")
         for violation in violations:

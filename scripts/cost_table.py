@@ -46,6 +46,7 @@ PROFILES: Final[dict[str, dict[str, str]]] = {
         "OpenSearchMode": "existing",
         "ExistingOpenSearchEndpoint": "https://search-shared.example",
         "ExistingOpenSearchDomainName": "shared",
+        "ExistingOpenSearchSecurityRoleName": "opensearch-security-manager",
     },
 }
 

@@ -18,7 +18,7 @@ from .settings import REGION
 
 BOOST_RE: Final = re.compile(r"^[a-z_]+$")
 SECURITY_API_RE: Final = re.compile(
-    r"^/_plugins/_security/api/(roles/[a-z_]+|rolesmapping/[a-z_]+|audit/config)$"
+    r"^/_plugins/_security/api/(roles/[a-z0-9_-]+|rolesmapping/[a-z0-9_-]+|audit/config)$"
 )
 SIGV4_ES_SCOPE_RE: Final = re.compile(
     r"^AWS4-HMAC-SHA256 Credential=[^/]+/\d{8}/" + REGION + r"/es/aws4_request, "

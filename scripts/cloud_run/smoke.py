@@ -143,10 +143,12 @@ def check_security_config(h: Harness, resource: str) -> None:
     properties = h.stack.resolve(h.stack.resource(resource)["Properties"])
     applied = h.search.security
     unsigned = h.search.security_unsigned
-    reader = applied.get(f"{SECURITY_API}/rolesmapping/engram_reader", {}).get("backend_roles")
-    writer = applied.get(f"{SECURITY_API}/rolesmapping/engram_writer", {}).get("backend_roles")
+    # named after the stack's index: stacks that share a domain keep their own roles
+    reader_role, writer_role = f"{properties['Index']}_reader", f"{properties['Index']}_writer"
+    reader = applied.get(f"{SECURITY_API}/rolesmapping/{reader_role}", {}).get("backend_roles")
+    writer = applied.get(f"{SECURITY_API}/rolesmapping/{writer_role}", {}).get("backend_roles")
     audit = applied.get(f"{SECURITY_API}/audit/config", {})
-    roles = {f"{SECURITY_API}/roles/engram_reader", f"{SECURITY_API}/roles/engram_writer"}
+    roles = {f"{SECURITY_API}/roles/{reader_role}", f"{SECURITY_API}/roles/{writer_role}"}
     h.report.check(
         not unsigned
         and roles <= set(applied)

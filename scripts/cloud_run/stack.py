@@ -6,13 +6,20 @@ import copy
 import json
 import re
 import secrets
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from .settings import ACCOUNT, API_ID, REGION, ROOT, STACK_NAME, TENANT
 
 
 class Unresolvable(Exception):
     pass
+
+
+_NO_VALUE: Final = object()  # what Ref AWS::NoValue resolves to, until its container drops it
+
+
+def _is_intrinsic(key: str) -> bool:
+    return key in ("Ref", "Condition") or key.startswith("Fn::")
 
 
 class Clients(Protocol):
@@ -71,12 +78,17 @@ class Stack:
     # -- intrinsics ------------------------------------------------------------------------------
 
     def resolve(self, node: Any) -> Any:
+        """``node`` with its intrinsics resolved; what an ``AWS::NoValue`` chose is left out
+        of its list or object, as CloudFormation leaves the property out."""
         if isinstance(node, list):
-            return [self.resolve(item) for item in node]
+            return [v for v in (self.resolve(item) for item in node) if v is not _NO_VALUE]
         if not isinstance(node, dict):
             return node
-        if len(node) != 1:
-            return {key: self.resolve(value) for key, value in node.items()}
+        if node == {"Ref": "AWS::NoValue"}:
+            return _NO_VALUE
+        if len(node) != 1 or not _is_intrinsic(next(iter(node))):
+            resolved = {key: self.resolve(value) for key, value in node.items()}
+            return {key: value for key, value in resolved.items() if value is not _NO_VALUE}
         ((key, value),) = node.items()
         return self._intrinsic(key, value)
 

@@ -62,8 +62,14 @@ def as_list(value: Any) -> list[Any]:
 
 
 def statements(document: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    found: Any = document.get("Statement", [])
-    yield from as_list(found)
+    """A policy document's statements, both branches of an ``Fn::If`` included."""
+    pending: list[Any] = list(as_list(document.get("Statement", [])))
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, dict) and "Fn::If" in node:
+            pending.extend(b for b in node["Fn::If"][1:] if b != {"Ref": "AWS::NoValue"})
+        else:
+            yield node
 
 
 def identity_policies() -> Iterator[tuple[Any, dict[str, Any]]]:

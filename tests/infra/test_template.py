@@ -256,7 +256,8 @@ def role_of(function: str) -> str:
 
 
 def role_statements(role: str) -> list[dict[str, Any]]:
-    """Every Allow/Deny statement attached to ``role``: inline policies and AWS::IAM::RolePolicy."""
+    """Every Allow/Deny statement attached to ``role``: inline policies and AWS::IAM::RolePolicy
+    (both branches of a statement chosen by ``Fn::If``: what the role may hold in some stack)."""
     statements = [
         statement
         for policy in props(role).get("Policies", [])
@@ -265,7 +266,12 @@ def role_statements(role: str) -> list[dict[str, Any]]:
     for body in resources("AWS::IAM::RolePolicy").values():
         if ref_target(body["Properties"]["RoleName"]) == role:
             statements.extend(as_list(body["Properties"]["PolicyDocument"]["Statement"]))
-    return statements
+    return [
+        branch
+        for statement in statements
+        for branch in (statement["Fn::If"][1:] if "Fn::If" in statement else [statement])
+        if branch != {"Ref": "AWS::NoValue"}
+    ]
 
 
 def grants(function: str) -> Iterator[tuple[str, set[str], dict[str, Any]]]:
@@ -439,6 +445,30 @@ def test_every_function_is_created_after_its_role_policy(function: str) -> None:
 def test_every_log_group_of_the_stack_has_the_retention_parameter() -> None:
     for name in resources("AWS::Logs::LogGroup"):
         assert props(name)["RetentionInDays"] == {"Ref": "LogRetentionDays"}, name
+
+
+def test_every_log_group_is_encrypted_with_the_stacks_logs_key_for_its_groups_only() -> None:
+    """Audit lines name principals, agents, sessions and workspaces: the stack's own key, which
+    the logs service may use for this stack's log groups and no other."""
+    import fnmatch
+
+    statements = props("LogsKey")["KeyPolicy"]["Statement"]
+    (service,) = [s for s in statements if "Service" in s.get("Principal", {})]
+    assert service["Principal"]["Service"] == {"Fn::Sub": "logs.${AWS::Region}.amazonaws.com"}
+    patterns = [
+        sub_template(p) or ""
+        for p in service["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
+    ]
+    prefix = "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:log-group:"
+    assert all(p.startswith(prefix) and "${TenantId}" in p for p in patterns)
+    groups = resources("AWS::Logs::LogGroup")
+    assert len(groups) >= 20
+    for name in groups:
+        assert props(name)["KmsKeyId"] == {"Fn::GetAtt": ["LogsKey", "Arn"]}, name
+        arn = prefix + (sub_template(props(name)["LogGroupName"]) or "")
+        assert any(fnmatch.fnmatchcase(arn, p) for p in patterns), name
+    assert not any(p.endswith(":log-group:*") for p in patterns)
+    assert template()["Resources"]["LogsKey"]["DeletionPolicy"] == "RetainExceptOnCreate"
 
 
 def test_log_retention_offers_exactly_the_cloudwatch_values() -> None:
@@ -839,8 +869,8 @@ def test_the_created_domain_publishes_slow_error_and_audit_logs_to_retained_log_
         assert group is not None
         assert template()["Resources"][group]["Condition"] == "CreateOpenSearch"
         assert props(group)["RetentionInDays"] == {"Ref": "LogRetentionDays"}
-        # like every log group of the stack, no CMK (infra/accepted-findings.yaml, CKV_AWS_158)
-        assert "KmsKeyId" not in props(group)
+        # like every log group of the stack, under the stack's logs key
+        assert props(group)["KmsKeyId"] == {"Fn::GetAtt": ["LogsKey", "Arn"]}
         groups.add(group)
     assert len(groups) == len(options)  # the audit log has a group of its own
     assert ref_target(options["AUDIT_LOGS"]["CloudWatchLogsLogGroupArn"]) == (
@@ -850,9 +880,12 @@ def test_the_created_domain_publishes_slow_error_and_audit_logs_to_retained_log_
     for group in groups:
         assert "${" + group + ".Arn}" in policy
     assert '"es.amazonaws.com"' in policy and "aws:SourceAccount" in policy
-    assert (
-        template()["Resources"]["OpenSearchDomain"]["DependsOn"] == "OpenSearchLogsResourcePolicy"
-    )
+    # created before the domain: the Ref in its tag (the policy may be the account stack's)
+    (tag,) = [t for t in props("OpenSearchDomain")["Tags"] if t["Key"] == "engram:logs-policy"]
+    assert tag["Value"]["Fn::If"][:2] == [
+        "StackLogsPolicy",
+        {"Ref": "OpenSearchLogsResourcePolicy"},
+    ]
 
 
 def test_the_table_key_is_usable_only_through_dynamodb_s3_and_secrets_manager() -> None:
@@ -1136,15 +1169,16 @@ def test_the_created_domain_runs_fine_grained_access_control_mastered_by_the_cus
     assert [s["Principal"] for s in trust] == [{"Service": "lambda.amazonaws.com"}]
     # no function but the custom resource's runs as the master
     assert [f for f in FUNCTION_FOLDERS if role_of(f) == master_role] == [SECURITY_MASTER]
+    assert template()["Resources"]["OpenSearchAuditLogGroup"]["Condition"] == "CreateOpenSearch"
+    # the security configuration runs in either mode: on a shared domain it maps the stack's
+    # roles too (tests/infra/test_tenant_stack.py), as the owner's security manager
     for name in (
         SECURITY_MASTER,
         master_role,
         f"{SECURITY_MASTER}Policy",
-        f"{SECURITY_MASTER}LogGroup",
         "OpenSearchSecurityConfig",
-        "OpenSearchAuditLogGroup",
     ):
-        assert template()["Resources"][name]["Condition"] == "CreateOpenSearch", name
+        assert "Condition" not in template()["Resources"][name], name
 
 
 def test_the_master_role_may_only_put_on_the_security_api() -> None:
@@ -1152,21 +1186,32 @@ def test_the_master_role_may_only_put_on_the_security_api() -> None:
     assert allowed == {
         "logs:CreateLogStream",
         "logs:PutLogEvents",
-        "es:ESHttpPut",
+        "es:ESHttpPut",  # the stack's own domain
+        "sts:AssumeRole",  # a shared domain: the owner's security manager, nothing else
         "xray:PutTraceSegments",
         "xray:PutTelemetryRecords",
     }
+    # this tenant's roles and mappings (named after its index) and the audit config, no other
+    api = "_plugins/_security/api/"
+    own = [
+        f"{api}roles/engram-${{TenantId}}-records_*",
+        f"{api}rolesmapping/engram-${{TenantId}}-records_*",
+    ]
+    own.append(f"{api}audit/config")
     ((_, _, statement),) = [g for g in grants(SECURITY_MASTER) if g[0] == "es:ESHttpPut"]
-    assert sub_template(statement["Resource"]) == (
-        "${OpenSearchDomain.Arn}/_plugins/_security/api/*"
-    )
+    assert [sub_template(r) for r in statement["Resource"]] == [
+        "${OpenSearchDomain.Arn}/" + tail for tail in own
+    ]
     (master,) = [
         s
         for s in domain_statements()
         if ref_target(s["Principal"]["AWS"]) == role_of(SECURITY_MASTER)
     ]
     assert as_list(master["Action"]) == ["es:ESHttpPut"]
-    assert master["Resource"]["Fn::Sub"][0].endswith("domain/${Name}/_plugins/_security/api/*")
+    assert [r["Fn::Sub"][0] for r in master["Resource"]] == [
+        "arn:${AWS::Partition}:es:${AWS::Region}:${AWS::AccountId}:domain/${Name}/" + tail
+        for tail in own
+    ]
 
 
 def test_the_security_configuration_maps_every_index_user_by_what_its_role_may_send() -> None:
@@ -1177,7 +1222,9 @@ def test_the_security_configuration_maps_every_index_user_by_what_its_role_may_s
         "Custom::OpenSearchSecurityConfig"
     )
     assert ref_target(config["ServiceToken"]) == SECURITY_MASTER
-    assert sub_template(config["Endpoint"]) == "https://${OpenSearchDomain.DomainEndpoint}"
+    created, existing = config["Endpoint"]["Fn::If"][1:]
+    assert sub_template(created) == "https://${OpenSearchDomain.DomainEndpoint}"
+    assert existing == {"Ref": "ExistingOpenSearchEndpoint"}
     variables = template()["Globals"]["Function"]["Environment"]["Variables"]
     assert config["Index"] == variables["ENGRAM_OPENSEARCH_INDEX"]
     assert config["Revision"] == REVISION
@@ -1571,11 +1618,13 @@ def test_the_drainer_runs_every_minute_and_has_its_event_samples() -> None:
         ("AdapterReservedConcurrency", ["McpAdapterFunction"]),
     ],
 )
-def test_reserved_concurrency_is_a_parameter_where_zero_or_empty_means_unreserved(
+def test_reserved_concurrency_is_reserved_by_default_and_zero_or_empty_means_unreserved(
     parameter: str, functions: list[str]
 ) -> None:
+    """Reserved by default: one tenant cannot take the account's pool (its budget and how many
+    tenants fit: scripts/tenant_quotas.py, docs "Many tenants in one account")."""
     declared = template()["Parameters"][parameter]
-    assert declared["Default"] == "" and declared["AllowedPattern"] == "^[0-9]*$"
+    assert int(declared["Default"]) > 0 and declared["AllowedPattern"] == "^[0-9]*$"
     conditions = {
         name
         for name, body in template()["Conditions"].items()

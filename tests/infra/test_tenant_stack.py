@@ -22,7 +22,14 @@ from typing import Any, Final
 
 import pytest
 
-from scripts.cloud_template import _packaged, deployed, load_template, role_statements, translate
+from scripts.cloud_template import (
+    _packaged,
+    deployed,
+    load_template,
+    refusals,
+    role_statements,
+    translate,
+)
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 TEMPLATE: Final = ROOT / "template.yaml"
@@ -201,12 +208,52 @@ def test_the_index_is_named_per_tenant_so_tenants_share_an_existing_domain(mode:
             "ExistingOpenSearchEndpoint": "https://search-shared.example",
             "ExistingOpenSearchDomainName": "shared",
         }
+        given["ExistingOpenSearchSecurityRoleName"] = "platform/opensearch-security-manager"
     resources = stack(**given)
     indexes = {json.dumps(env["ENGRAM_OPENSEARCH_INDEX"]) for env in environment(resources)}
     assert indexes == {json.dumps({"Fn::Sub": "engram-${TenantId}-records"})}
-    if mode == "create":
-        security = resources["OpenSearchSecurityConfig"]["Properties"]
-        assert security["Index"] == {"Fn::Sub": "engram-${TenantId}-records"}
+    security = resources["OpenSearchSecurityConfig"]["Properties"]
+    assert security["Index"] == {"Fn::Sub": "engram-${TenantId}-records"}
+    assert security["SharedDomain"] == ("true" if mode == "existing" else "false")
+
+
+SHARED: Final = {
+    "OpenSearchMode": "existing",
+    "ExistingOpenSearchEndpoint": "https://search-shared.example",
+    "ExistingOpenSearchDomainName": "shared",
+}
+
+
+def test_a_shared_domain_without_fine_grained_access_is_refused() -> None:
+    # (the defaults lack what every deployment names: the issuer, the audiences, the roles)
+    baseline = set(refusals(translated()))
+    (refusal,) = set(refusals(translated(), **SHARED)) - baseline
+    assert refusal.startswith("ExistingOpenSearchIsNamed: ")
+    assert "ExistingOpenSearchSecurityRoleName" in refusal
+    named = SHARED | {"ExistingOpenSearchSecurityRoleName": "opensearch-security-manager"}
+    assert set(refusals(translated(), **named)) == baseline
+
+
+def test_on_a_shared_domain_the_stack_maps_its_roles_signing_as_the_owners_role() -> None:
+    """The security configuration runs on a shared domain too: it assumes the role the
+    domain's owner mapped to security_manager (and may do nothing else there), maps exactly
+    the roles the access policy would name, and its Delete removes them."""
+    named = SHARED | {"ExistingOpenSearchSecurityRoleName": "platform/opensearch-security-manager"}
+    resources = stack(**named)
+    assert "OpenSearchDomain" not in resources
+    security = resources["OpenSearchSecurityConfig"]["Properties"]
+    role_arn = "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/"
+    role_arn += "${ExistingOpenSearchSecurityRoleName}"
+    assert security["SecurityRoleArn"] == {"Fn::Sub": role_arn}
+    assert security["Endpoint"] == {"Ref": "ExistingOpenSearchEndpoint"}
+    readers = {r["Fn::GetAtt"][0] for r in security["ReaderRoleArns"]}
+    writers = {r["Fn::GetAtt"][0] for r in security["WriterRoleArns"]}
+    assert readers == {"SearchFunctionRole"}
+    assert "SearchFunctionRole" not in writers and "McpAdapterFunctionRole" not in writers
+    policy = resources["OpenSearchSecurityConfigFunctionPolicy"]["Properties"]["PolicyDocument"]
+    granted = {(str(s["Action"]), json.dumps(s["Resource"])) for s in policy["Statement"]}
+    assert ("sts:AssumeRole", json.dumps({"Fn::Sub": role_arn})) in granted
+    assert not [a for a, _ in granted if a.startswith("es:")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,8 +358,12 @@ def test_in_a_vpc_the_domain_is_private_and_only_its_functions_reach_it(profile:
         assert role["ManagedPolicyArns"] == [ENI_POLICY], name
 
 
-def test_the_endpoints_cover_every_service_the_functions_in_the_vpc_call() -> None:
-    resources = stack(OpenSearchProfile="production", **VPC)
+@pytest.mark.parametrize("mode", ["create", "existing"])
+def test_the_endpoints_cover_every_service_the_functions_in_the_vpc_call(mode: str) -> None:
+    given = {"OpenSearchProfile": "production", **VPC}
+    if mode == "existing":
+        given |= SHARED | {"ExistingOpenSearchSecurityRoleName": "opensearch-security-manager"}
+    resources = stack(**given)
     endpoints = {
         body["Properties"]["ServiceName"]["Fn::Sub"].rsplit(".", 1)[1]: body["Properties"]
         for body in of_type(resources, "AWS::EC2::VPCEndpoint").values()
@@ -329,7 +380,7 @@ def test_the_endpoints_cover_every_service_the_functions_in_the_vpc_call() -> No
     for function in of_type(resources, "AWS::Lambda::Function").values():
         if "VpcConfig" in function["Properties"]:
             role = function["Properties"]["Role"]["Fn::GetAtt"][0]
-            for statement in role_statements(translated(), role):
+            for statement in role_statements({"Resources": resources}, role):
                 actions = statement["Action"]
                 for action in [actions] if isinstance(actions, str) else actions:
                     called.add(action.split(":")[0])

@@ -540,6 +540,31 @@ def test_a_function_that_does_not_answer_in_time_is_deadline_exceeded(adapter: A
     assert (error["code"], error["retriable"]) == ("DEADLINE_EXCEEDED", True)
 
 
+@pytest.mark.parametrize(
+    ("code", "answered"),
+    [("TooManyRequestsException", "RATE_LIMITED"), ("ResourceNotFoundException", None)],
+)
+def test_a_throttled_tool_function_is_rate_limited_and_retriable(
+    adapter: Adapter, code: str, answered: str | None
+) -> None:
+    """The tool functions reserve concurrency (the tenant's budget): when it is taken, Lambda
+    throttles the invoke; the agent gets the contract's retriable RATE_LIMITED, not -32603.
+    Any other invoke failure stays an internal error."""
+    from botocore.exceptions import ClientError
+
+    def throttled(function: str, payload: dict[str, Any]) -> dict[str, Any]:
+        error = {"Error": {"Code": code, "Message": "Rate Exceeded."}}
+        raise ClientError(error, "Invoke")  # type: ignore[arg-type]
+
+    adapter.lam.override = throttled
+    answer = adapter.call("search", {"query": "q", "purpose_ref": "purpose:general"})
+    if answered is None:
+        assert answer["error"]["code"] == -32603
+        return
+    error = answer["result"]["structuredContent"]["error"]
+    assert (error["code"], error["retriable"]) == (answered, True)
+
+
 def test_the_adapter_passes_its_deadline_and_a_spent_one_invokes_nothing(
     adapter: Adapter,
 ) -> None:

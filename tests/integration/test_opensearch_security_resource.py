@@ -28,12 +28,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from engram_memory.cloud import opensearch_security
-from engram_memory.cloud.opensearch_security import (
-    AUDIT_CONFIG,
-    READER_ROLE,
-    WRITER_ROLE,
-    SecurityConfigResource,
-)
+from engram_memory.cloud.opensearch_security import AUDIT_CONFIG, SecurityConfigResource
 from scripts.cloud_run import self_signed
 
 from engram_testing import QuietHandler
@@ -43,7 +38,10 @@ REGION: Final = "us-east-1"
 ACCESS_KEY: Final = "AKIDCUSTOMRESOURCE01"
 SECRET_KEY: Final = "custom-resource-secret-key-never-in-a-reason"
 SESSION_TOKEN: Final = "custom-resource-session-token-never-in-a-reason"
-INDEX: Final = "engram-records"
+INDEX: Final = "engram-dev-records"
+READER_ROLE: Final = "engram-dev-records_reader"  # named after the index: stacks sharing a domain
+WRITER_ROLE: Final = "engram-dev-records_writer"  # never overwrite each other's roles
+SECURITY_MANAGER: Final = "arn:aws:iam::123456789012:role/platform-opensearch-security-manager"
 READERS: Final = ["arn:aws:iam::123456789012:role/engram-dev-SearchFunctionRole-AAA"]
 WRITERS: Final = [
     "arn:aws:iam::123456789012:role/engram-dev-RequestAdmissionFunctionRole-BBB",
@@ -92,16 +90,25 @@ class Domain:
             self.requests.append(recorded)
             statuses = self.scripted.get(recorded.path) or []
             status = statuses.pop(0) if statuses else 200
-            if status == 200:
+            if status == 200 and recorded.method == "PUT":
                 self.state[recorded.path] = recorded.json()
+            elif recorded.method == "DELETE":
+                status = status if recorded.path in self.state or status != 200 else 404
+                self.state.pop(recorded.path, None)
             return status
 
 
 def _recording_handler(on_request: Any) -> type[BaseHTTPRequestHandler]:
     class Handler(QuietHandler):
         def do_PUT(self) -> None:
+            self.record("PUT")
+
+        def do_DELETE(self) -> None:
+            self.record("DELETE")
+
+        def record(self, method: str) -> None:
             headers = {k.lower(): v for k, v in self.headers.items()}
-            recorded = Recorded("PUT", self.path, headers, self.body())
+            recorded = Recorded(method, self.path, headers, self.body())
             status = on_request(recorded)
             data = json.dumps({"status": "OK" if status < 300 else "ERROR"}).encode()
             self.send_response(status)
@@ -174,6 +181,7 @@ def event(
     readers: list[str] = READERS,
     writers: list[str] = WRITERS,
     physical_id: str | None = None,
+    shared: bool = False,
 ) -> dict[str, Any]:
     sample: dict[str, Any] = json.loads(
         (ROOT / "events" / "opensearch_security_create.json").read_text("utf-8")
@@ -186,15 +194,27 @@ def event(
         ReaderRoleArns=readers,
         WriterRoleArns=writers,
     )
+    if shared:
+        sample["ResourceProperties"].update(SharedDomain="true", SecurityRoleArn=SECURITY_MANAGER)
     if physical_id is not None:
         sample["PhysicalResourceId"] = physical_id
     return sample
 
 
-def resource(loopback: Loopback, **kwargs: Any) -> SecurityConfigResource:
+def resource(
+    loopback: Loopback, signed_as: list[str | None] | None = None, **kwargs: Any
+) -> SecurityConfigResource:
+    """The handler, with the credentials it signs with; ``signed_as`` collects the role each
+    run asked for (None: the function's own, the domain's master user)."""
     credentials = Credentials(ACCESS_KEY, SECRET_KEY, SESSION_TOKEN)
+
+    def credentials_of(role_arn: str | None) -> tuple[Credentials, str]:
+        if signed_as is not None:
+            signed_as.append(role_arn)
+        return credentials, REGION
+
     return SecurityConfigResource(
-        credentials=lambda: (credentials, REGION),
+        credentials=credentials_of,
         ssl_context=loopback.trust,
         sleep=lambda _s: None,
         **kwargs,
@@ -274,7 +294,7 @@ def test_create_maps_the_roles_and_enables_audit_logs_with_signed_requests(
     answer = cloudformation_answer(loopback)
     sample = event(loopback, "Create")
     assert answer["Status"] == "SUCCESS"
-    assert answer["PhysicalResourceId"] == "engram-opensearch-security:127.0.0.1"
+    assert answer["PhysicalResourceId"] == "engram-opensearch-security:127.0.0.1/engram-dev-records"
     for key in ("StackId", "RequestId", "LogicalResourceId"):
         assert answer[key] == sample[key]
     assert answer["Data"]["AuditLogs"] == "enabled"
@@ -311,7 +331,11 @@ def test_update_applies_the_same_configuration_again(loopback: Loopback) -> None
     loopback.answers.clear()
 
     outcome = handler(
-        event(loopback, "Update", physical_id="engram-opensearch-security:127.0.0.1"),
+        event(
+            loopback,
+            "Update",
+            physical_id="engram-opensearch-security:127.0.0.1/engram-dev-records",
+        ),
         lambda_context(),
     )
 
@@ -320,7 +344,7 @@ def test_update_applies_the_same_configuration_again(loopback: Loopback) -> None
     assert loopback.domain.state == after_create
     # the same physical id: CloudFormation sees an update, not a replacement
     assert cloudformation_answer(loopback)["PhysicalResourceId"] == (
-        "engram-opensearch-security:127.0.0.1"
+        "engram-opensearch-security:127.0.0.1/engram-dev-records"
     )
 
 
@@ -330,6 +354,63 @@ def test_an_update_without_a_role_removes_it_from_the_mapping(loopback: Loopback
     handler(event(loopback, "Update", writers=WRITERS[:2]), lambda_context())
     mapping = loopback.domain.state[f"{SECURITY_API}/rolesmapping/{WRITER_ROLE}"]
     assert mapping["backend_roles"] == WRITERS[:2]
+
+
+def test_a_shared_domain_gets_the_stacks_roles_signed_as_its_security_manager(
+    loopback: Loopback,
+) -> None:
+    """A domain other stacks share: roles and mappings named after this stack's index, signed
+    as the role the domain's owner mapped to security_manager, and no audit configuration
+    (the owner's, for every tenant)."""
+    signed_as: list[str | None] = []
+    outcome = resource(loopback, signed_as)(
+        event(loopback, "Create", shared=True), lambda_context()
+    )
+    assert outcome["Status"] == "SUCCESS"
+    assert signed_as == [SECURITY_MANAGER]
+    assert [r.path for r in loopback.domain.requests] == EXPECTED_PATHS[:4]
+    writer = loopback.domain.state[f"{SECURITY_API}/roles/{WRITER_ROLE}"]
+    (permission,) = writer["index_permissions"]
+    assert permission["index_patterns"] == [INDEX]  # no pattern that reaches another tenant
+
+
+def test_another_stack_on_the_shared_domain_keeps_its_own_roles(loopback: Loopback) -> None:
+    handler = resource(loopback)
+    handler(event(loopback, "Create", shared=True), lambda_context())
+    other = event(loopback, "Create", shared=True)
+    other["ResourceProperties"]["Index"] = "engram-other-records"
+    other["ResourceProperties"]["ReaderRoleArns"] = ["arn:aws:iam::123456789012:role/other-search"]
+    other["ResourceProperties"]["WriterRoleArns"] = ["arn:aws:iam::123456789012:role/other-write"]
+    handler(other, lambda_context())
+    mine = loopback.domain.state[f"{SECURITY_API}/rolesmapping/{READER_ROLE}"]
+    theirs = loopback.domain.state[f"{SECURITY_API}/rolesmapping/engram-other-records_reader"]
+    assert mine["backend_roles"] == READERS
+    assert theirs["backend_roles"] == ["arn:aws:iam::123456789012:role/other-search"]
+
+
+def test_deleting_a_stack_on_a_shared_domain_removes_its_roles_and_mappings(
+    loopback: Loopback,
+) -> None:
+    handler = resource(loopback)
+    handler(event(loopback, "Create", shared=True), lambda_context())
+    loopback.answers.clear()
+    outcome = handler(event(loopback, "Delete", shared=True), lambda_context())
+    assert outcome["Status"] == "SUCCESS"
+    deletes = [r.path for r in loopback.domain.requests if r.method == "DELETE"]
+    assert sorted(deletes) == sorted(EXPECTED_PATHS[:4])
+    assert not [p for p in loopback.domain.state if "engram-dev-records" in p]
+    loopback.answers.clear()
+    again = handler(event(loopback, "Delete", shared=True), lambda_context())
+    assert again["Status"] == "SUCCESS"  # already gone (404) is removed
+
+
+def test_a_shared_domain_without_a_security_role_is_refused(loopback: Loopback) -> None:
+    refused = event(loopback, "Create", shared=True)
+    del refused["ResourceProperties"]["SecurityRoleArn"]
+    outcome = resource(loopback)(refused, lambda_context())
+    assert outcome["Status"] == "FAILED"
+    assert "SecurityRoleArn" in outcome["Reason"]
+    assert loopback.domain.requests == []
 
 
 def test_delete_leaves_the_domain_alone_and_answers_success(loopback: Loopback) -> None:
@@ -431,7 +512,7 @@ def test_an_unknown_request_type_is_answered_failed(loopback: Loopback) -> None:
 
 
 def test_an_unexpected_error_is_answered_with_its_type_only(loopback: Loopback) -> None:
-    def broken() -> Any:
+    def broken(_role_arn: str | None) -> Any:
         raise RuntimeError(f"credential provider said {SECRET_KEY}")
 
     handler = SecurityConfigResource(credentials=broken, sleep=lambda _s: None)
@@ -458,3 +539,21 @@ def test_the_function_folder_is_a_thin_handler_over_the_core_module() -> None:
     assert isinstance(module.handler, SecurityConfigResource)
     assert len(path.read_text("utf-8").splitlines()) <= 8
     assert opensearch_security.REVISION
+
+
+def test_on_a_shared_domain_it_signs_with_the_assumed_roles_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default credentials: the function's own, or for a shared domain those STS hands out
+    for the owner's security manager (moto's STS)."""
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        own, region = opensearch_security._default_credentials(None)
+        assumed, _ = opensearch_security._default_credentials(SECURITY_MANAGER)
+    assert region == REGION
+    frozen = assumed.get_frozen_credentials()
+    assert frozen.access_key != own.get_frozen_credentials().access_key and frozen.token

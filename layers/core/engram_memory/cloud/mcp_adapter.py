@@ -85,7 +85,12 @@ TOOL_INVOKE_TIMEOUT_S: Final = 28
 API_GATEWAY_LIMIT_MS: Final = 30_000
 ADAPTER_MARGIN_MS: Final = 1_500
 
-_TIMED_OUT: Final = object()  # ``_invoke``'s answer when the function did not answer in time
+# ``_invoke``'s answer when the function did not run to an answer, as the code the caller gets:
+# it outlived the request's bound, or Lambda throttled it (its reserved concurrency, the
+# tenant's budget, was taken: botocore's own retries are spent by then).
+_TIMED_OUT: Final = ErrorCode.DEADLINE_EXCEEDED
+_THROTTLED: Final = ErrorCode.RATE_LIMITED
+_LAMBDA_THROTTLES: Final = frozenset({"TooManyRequestsException", "ThrottlingException"})
 
 __all__ = [
     "AsgiLambdaBridge",
@@ -181,8 +186,8 @@ class LambdaToolEngine:
             self._audit(tool, ctx, ctx.audit_id, "PROTOCOL_CONTEXT_UNAVAILABLE")
             raise _host_failure() from None
         answer = self._invoke(function, payload, ctx.audit_id)
-        if answer is _TIMED_OUT:
-            return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.DEADLINE_EXCEEDED)
+        if answer is _TIMED_OUT or answer is _THROTTLED:
+            return self.refuse(tool, ctx, ctx.audit_id, answer)
         if isinstance(answer, dict) and "confirmation_required" in answer:
             try:
                 request = request_of(answer)
@@ -227,7 +232,7 @@ class LambdaToolEngine:
         body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
         if len(body) > _INVOKE_PAYLOAD_LIMIT:
             raise _host_failure()
-        from botocore.exceptions import ReadTimeoutError
+        from botocore.exceptions import ClientError, ReadTimeoutError
 
         try:
             response = self._lambda_client().invoke(
@@ -237,6 +242,12 @@ class LambdaToolEngine:
         except ReadTimeoutError:  # the function outlived the request's bound: retriable
             log.warning("tool function invocation timed out", extra={"audit_id": audit_id})
             return _TIMED_OUT
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in _LAMBDA_THROTTLES:
+                log.exception("tool function invocation failed", extra={"audit_id": audit_id})
+                raise _host_failure() from None
+            log.warning("tool function throttled", extra={"audit_id": audit_id})
+            return _THROTTLED
         except Exception:  # a transport failure is an internal error, nothing more
             log.exception("tool function invocation failed", extra={"audit_id": audit_id})
             raise _host_failure() from None
@@ -266,8 +277,8 @@ class LambdaToolEngine:
         except ValidationError:  # arguments that cannot travel: the id is spent all the same
             invocation = ToolInvocation.from_trusted(tool, {}, ctx, approval, declined=True)
         answer = self._invoke(self._function(tool), self._signed(invocation), ctx.audit_id)
-        if answer is _TIMED_OUT:
-            return self.refuse(tool, ctx, ctx.audit_id, ErrorCode.DEADLINE_EXCEEDED)
+        if answer is _TIMED_OUT or answer is _THROTTLED:
+            return self.refuse(tool, ctx, ctx.audit_id, answer)
         if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
             raise _host_failure()
         return cast("dict[str, Any]", answer)
