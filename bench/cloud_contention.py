@@ -49,8 +49,8 @@ from bench.output import markdown_table
 from engram_memory.adapters.aws.dynamo_store import DynamoStore, create_bucket, create_tables
 from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 from engram_memory.adapters.aws.kms_vault import KmsVault, create_key_table
+from engram_memory.adapters.clock import SystemClock
 from engram_memory.adapters.local.audit import MemoryAuditLog
-from engram_memory.adapters.local.clock import SystemClock
 from engram_memory.embedded.tour import TOUR_PURPOSE, capture_args
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.ports import ChangeSet, CommitConflict

@@ -26,6 +26,7 @@ import contextlib
 import copy
 import fnmatch
 import json
+import logging
 import platform
 import re
 import shutil
@@ -98,12 +99,19 @@ def _inline_includes(node: Any, base: Path) -> Any:
     return {key: _inline_includes(value, base) for key, value in node.items()}
 
 
-def translate(path: Path) -> dict[str, Any]:
-    """The template after ``sam package`` and the SAM transform (see the module docstring)."""
+def translate(path: Path, parameters: dict[str, str] | None = None) -> dict[str, Any]:
+    """The template after ``sam package`` and the SAM transform (see the module docstring), for
+    the parameter values CloudFormation hands the transform (``parameters``, else the defaults:
+    SAM resolves some properties at translation, e.g. a DeploymentPreference's Type)."""
     import boto3
     from samtranslator.parser.parser import Parser
     from samtranslator.translator.translator import Translator
 
+    # Offline there is no feature-toggle config, and samtranslator warns once per
+    # DeploymentPreference that "deployment_preference_condition_fix" is not in it; that toggle
+    # only decides whether a function's Condition passes to its deployment group, and no
+    # function with a DeploymentPreference has a Condition here.
+    logging.getLogger("samtranslator.feature_toggle.feature_toggle").setLevel(logging.ERROR)
     sam_template = _packaged(load_template(path), path.parent)
     session = boto3.session.Session(
         region_name=REGION, aws_access_key_id="offline", aws_secret_access_key="offline"
@@ -111,7 +119,9 @@ def translate(path: Path) -> dict[str, Any]:
     translator = Translator(managed_policy_map=None, sam_parser=Parser(), boto_session=session)
     transforms = sam_template.get("Transform", [])
     translated: dict[str, Any] = translator.translate(
-        sam_template=sam_template, parameter_values={}, get_managed_policy_map=lambda: {}
+        sam_template=sam_template,
+        parameter_values=dict(parameters or {}),
+        get_managed_policy_map=lambda: {},
     )
     # The transforms other than SAM's stay for CloudFormation to run (AWS::LanguageExtensions).
     others = [

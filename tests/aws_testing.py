@@ -470,6 +470,8 @@ STACK_PARAMETERS: dict[str, str] = {
     "OpenSearchMode": "existing",
     "ExistingOpenSearchEndpoint": "https://search-engram-ops.us-east-1.es.amazonaws.com",
     "ExistingOpenSearchDomainName": "engram-ops",
+    # a shared domain needs the role its owner mapped to security_manager (the template's rule)
+    "ExistingOpenSearchSecurityRoleName": "engram-opensearch-security-manager",
 }
 
 

@@ -211,7 +211,7 @@ def _seed_engine(
     options: dict[str, Any] = {}
     _prepare_host(data_dir, profile)
     if profile == HYBRID:
-        from engram_memory.adapters.local.embedder import load_local_embedder
+        from engram_memory.adapters.embedder import load_local_embedder
 
         if remember_vectors:  # the same local model, a repeated record not embedded again
             options["embedder"] = RepeatedTexts(load_local_embedder())

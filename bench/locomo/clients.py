@@ -65,7 +65,7 @@ def engine_options(profiles: Sequence[str], fusion: str) -> dict[str, dict[str, 
     }
     embedder = None
     if any(p in SEMANTIC_MODES for p in profiles):
-        from engram_memory.adapters.local.embedder import load_local_embedder
+        from engram_memory.adapters.embedder import load_local_embedder
 
         embedder = load_local_embedder()
     return {

@@ -101,6 +101,7 @@ class Harness:
         parameters = template_parameters(self.https_url)
         self.stack = Stack(template, parameters, MotoSession(self.session, self.moto_url))
         self.stack.provision(self.https_url)
+        self.lambdas.aliases = self.stack.aliases()
         (self.work / "refs.json").write_text(json.dumps(self.stack.refs, default=str), "utf-8")
         self._start_api()
 

@@ -52,7 +52,7 @@ from .settings import (
     ROOT,
     TENANT,
 )
-from .stack import Stack, Unresolvable
+from .stack import PUBLISHED_VERSION, Stack, Unresolvable
 
 SIMULATOR: Final = ROOT / "scripts" / "iam_simulator"
 NO_VALUE: Final = "__AWS::NoValue__"
@@ -248,6 +248,19 @@ class World:
             refs.setdefault(name, f"arn:aws:sns:{REGION}:{ACCOUNT}:engram-{TENANT}-{name}")
         for name, _ in self._of_type("AWS::StepFunctions::StateMachine"):
             refs.setdefault(f"{name}.Arn", refs.get(name))
+        self._versions_and_aliases()
+
+    def _versions_and_aliases(self) -> None:
+        """What SAM generates for an ``AutoPublishAlias``: a version (the harness's first, as
+        ``Stack.aliases`` has it) and the alias, whose Ref is its ARN (``function:NAME:ALIAS``)."""
+        refs = self.stack.refs
+        for name, props in self._of_type("AWS::Lambda::Version"):
+            function = f"{REGION}:{ACCOUNT}:function:{self.resolved(props['FunctionName'])}"
+            refs[name] = f"arn:aws:lambda:{function}:{PUBLISHED_VERSION}"
+            refs[f"{name}.Version"] = PUBLISHED_VERSION
+        for name, props in self._of_type("AWS::Lambda::Alias"):
+            function = f"{REGION}:{ACCOUNT}:function:{self.resolved(props['FunctionName'])}"
+            refs[name] = f"arn:aws:lambda:{function}:{props['Name']}"
 
     def _principals(self) -> None:
         """Each function and state machine, its role and its identity policies; the operator."""
@@ -705,12 +718,16 @@ def states(call: Call, world: World) -> Iterator[Found]:
 
 
 def lambda_(call: Call, world: World) -> Iterator[Found]:
+    """Lambda authorizes an Invoke on the ARN it names: qualified (an alias, a version) when the
+    name carries a qualifier, else the unqualified function's; a grant on one is none on the
+    other."""
     if call.operation == "Run":
         return  # Lambda ran the function: its own requests are lambda_runtime's
-    name = str(call.params["FunctionName"]).rsplit(":function:", 1)[-1].split(":", 1)[0]
+    name, _, qualifier = str(call.params["FunctionName"]).rsplit(":function:", 1)[-1].partition(":")
     if name not in world.functions:
         raise Unmodelled(f"a function that is not the stack's: {name}")
-    yield "lambda:InvokeFunction", f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}", {}, ""
+    arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
+    yield "lambda:InvokeFunction", f"{arn}:{qualifier}" if qualifier else arn, {}, ""
 
 
 def logs(call: Call, world: World) -> Iterator[Found]:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 from .endpoints import send_json
 from .recorder import CallRecorder
@@ -141,6 +141,9 @@ class LambdaService:
     def __init__(self, recorder: CallRecorder | None = None) -> None:
         self.recorder = recorder
         self.workers: dict[str, Worker] = {}
+        # function name -> {alias: version} (``Stack.aliases``): an Invoke naming another
+        # qualifier finds no function, as on Lambda
+        self.aliases: dict[str, dict[str, str]] = {}
         self.invocations: list[tuple[str, str]] = []
         self.payloads: list[bytes] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -151,20 +154,39 @@ class LambdaService:
         name = function.rsplit(":function:", 1)[-1].split(":", 1)[0]
         return self.workers.get(name)
 
+    def executed_version(self, function: str) -> str | None:
+        """The version an Invoke of ``function`` (a name or ARN, qualified or not) runs: the
+        unqualified function and ``$LATEST`` run ``$LATEST``, an alias its version, a published
+        version itself; None when the qualifier names none of them."""
+        name, _, qualifier = function.rsplit(":function:", 1)[-1].partition(":")
+        if qualifier in ("", "$LATEST"):
+            return "$LATEST"
+        published = self.aliases.get(name, {})
+        if qualifier in published:
+            return published[qualifier]
+        return qualifier if qualifier in published.values() else None
+
     def answer(
         self, path: str, body: bytes, authorization: str = ""
     ) -> tuple[int, bytes, dict[str, str]]:
         """Status, body and the Lambda headers of one ``Invoke`` request."""
+        path, _, query = path.partition("?")
         match = re.fullmatch(r"/2015-03-31/functions/([^/]+)/invocations", path)
-        worker = self.worker(unquote(match.group(1))) if match else None
-        if worker is None:
-            data = json.dumps({"Type": "User", "message": "Function not found"}).encode()
-            return 404, data, {"x-amzn-errortype": "ResourceNotFoundException"}
+        function = unquote(match.group(1)) if match else ""
+        qualifier = parse_qs(query).get("Qualifier", [""])[0]
+        function += f":{qualifier}" if qualifier else ""
+        worker = self.worker(function) if match else None
+        version = self.executed_version(function)
+        if worker is None or version is None:
+            missing = {"Type": "User", "message": f"Function not found: {function}"}
+            return (
+                404,
+                json.dumps(missing).encode(),
+                {"x-amzn-errortype": "ResourceNotFoundException"},
+            )
         event = json.loads(body or b"{}")
         if self.recorder is not None:
-            self.recorder.lambda_invoke(
-                authorization, unquote(match.group(1)) if match else "", event
-            )
+            self.recorder.lambda_invoke(authorization, function, event)
         step = event.get("step") or event.get("tool") or "-"
         self.invocations.append((worker.name, str(step)))
         self.payloads.append(body)
@@ -175,7 +197,7 @@ class LambdaService:
             data = json.dumps(answer["error"]).encode()
         else:
             data = json.dumps(answer["result"]).encode()
-        headers["x-amz-executed-version"] = "$LATEST"
+        headers["x-amz-executed-version"] = version
         return 200, data, headers
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

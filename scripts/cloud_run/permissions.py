@@ -60,8 +60,9 @@ def _resource_name(world: World, resource: str) -> str:
     if ":stateMachine:" in resource:
         return "state machine " + resource.split(":stateMachine:", 1)[1]
     if ":function:" in resource:
-        name = resource.split(":function:", 1)[1]
-        return world.functions.get(name, name)
+        name, _, qualifier = resource.split(":function:", 1)[1].partition(":")
+        function = world.functions.get(name, name)
+        return f"{function}, alias {qualifier}" if qualifier else function
     if ":stack/" in resource:
         return "the stack (CloudFormation)"
     return resource

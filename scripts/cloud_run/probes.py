@@ -12,6 +12,8 @@ denied.
   when it never made that action on that kind of resource (so a function that must not open
   candidates is asked to decrypt a candidate's key, the tool functions to answer an approval
   wait, and so on);
+- **past the alias**: every function invoked through an alias, invoked unqualified and as
+  ``$LATEST`` (code no traffic shift has reached);
 - **grants nobody used**: every action a statement of its own policies grants (wildcards
   expanded) that it never made, on the statement's resources, with a context that meets the
   statement's conditions: a grant the run never needed must not be there;
@@ -145,7 +147,7 @@ def _global(world: World, principal: str) -> Context:
     return {"aws:PrincipalArn": world.role_arns[principal]}
 
 
-# -- the four kinds ---------------------------------------------------------------------------------
+# -- the five kinds ---------------------------------------------------------------------------------
 
 
 def other_tenant(allowed: Iterable[Authorization]) -> Iterator[Probe]:
@@ -180,6 +182,23 @@ def other_tenant(allowed: Iterable[Authorization]) -> Iterator[Probe]:
                     ),
                 ),
                 "another tenant's index",
+            )
+
+
+def past_the_alias(allowed: Iterable[Authorization]) -> Iterator[Probe]:
+    """Every function the run invoked through an alias, invoked past it: the unqualified function
+    and ``$LATEST`` (a deploy's new code before CodeDeploy shifts any traffic to it)."""
+    for authorization in allowed:
+        if authorization.action != "lambda:InvokeFunction":
+            continue
+        function, _, qualifier = authorization.resource.partition(":function:")[2].partition(":")
+        if not qualifier or qualifier == "$LATEST":
+            continue
+        arn = authorization.resource.removesuffix(f":{qualifier}")
+        for resource, what in ((arn, "the unqualified function"), (f"{arn}:$LATEST", "$LATEST")):
+            yield Probe(
+                _replaced(authorization, authorization.principal, resource=resource),
+                f"a function past its alias ({function}: {what})",
             )
 
 
@@ -326,6 +345,7 @@ def all_probes(
     probes: dict[Authorization, Probe] = {}
     for probe in (
         *other_tenant(allowed),
+        *past_the_alias(allowed),
         *unused_key_classes(world, allowed),
         *what_others_did(world, allowed),
         *unused_grants(world, allowed, actions),

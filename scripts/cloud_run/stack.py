@@ -10,6 +10,9 @@ from typing import Any, Final, Protocol
 
 from .settings import ACCOUNT, API_ID, REGION, ROOT, STACK_NAME, TENANT
 
+# The version a stack's first deploy publishes of each function with an AutoPublishAlias.
+PUBLISHED_VERSION = "1"
+
 
 class Unresolvable(Exception):
     pass
@@ -215,6 +218,24 @@ class Stack:
             function_name = self.resolve(self.resource(name)["Properties"]["FunctionName"])
             self.refs[name] = function_name
             self.refs[f"{name}.Arn"] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{function_name}"
+            alias = self.resource(name)["Properties"].get("AutoPublishAlias")
+            if alias:  # SAM's references to what it generates: !Ref X.Alias, X.Version
+                self.refs[f"{name}.Alias"] = f"{self.refs[f'{name}.Arn']}:{alias}"
+                self.refs[f"{name}.Version"] = f"{self.refs[f'{name}.Arn']}:{PUBLISHED_VERSION}"
+
+    def aliases(self) -> dict[str, dict[str, str]]:
+        """Function name -> {alias: the version it routes to}, for every ``AutoPublishAlias``:
+        the first deploy publishes version 1 and points the alias at it (no shift: nothing to
+        shift from). The CodeDeploy application and deployment groups that shift it on later
+        deploys are not created: the harness runs one version of each function, and moto's
+        CodeDeploy shifts no alias (tests/infra asserts their shape on the translated
+        template)."""
+        found: dict[str, dict[str, str]] = {}
+        for name in self.of_type("AWS::Serverless::Function"):
+            alias = self.resource(name)["Properties"].get("AutoPublishAlias")
+            if alias:
+                found[str(self.refs[name])] = {str(alias): PUBLISHED_VERSION}
+        return found
 
     def _secret_policies_and_rotation(self) -> None:
         """Each secret's resource policy, as CloudFormation puts it, and its rotation schedule as

@@ -18,7 +18,7 @@ from bench.hotpath.stores import HYBRID, LEXICAL, WORKSPACE, RepeatedTexts, _see
 from bench.locomo.clients import EngineClient
 from bench.locomo.dataset import load
 from bench.locomo.runner import PURPOSE, value
-from engram_memory.adapters.local.embedder import semantic_extra_installed
+from engram_memory.adapters.embedder import semantic_extra_installed
 from engram_memory.embedded.composition import EmbeddedHost, open_existing
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope

@@ -11,7 +11,7 @@ import pytest
 from bench.locomo.__main__ import main
 from bench.locomo.dataset import capture_arguments, load, parse_session_time
 from bench.locomo.runner import percentile, question_scores, run_benchmark
-from engram_memory.adapters.local.embedder import semantic_extra_installed
+from engram_memory.adapters.embedder import semantic_extra_installed
 
 # The head of a LoCoMo conversation file: its two speakers and when the first session was.
 ANA_AND_BO = {

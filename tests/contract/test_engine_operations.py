@@ -7,6 +7,7 @@ import pytest
 from engram_memory.contract.errors import EngramError
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import ProjectionChange
+from engram_memory.engine.usecases.transitions import LifecycleOperation
 from engram_memory.operator_plane import usecases as operations
 from engram_memory.operator_plane.usecases import adjudicate
 
@@ -136,7 +137,7 @@ def _reveals(harness: Harness, record_id: str, query: str) -> tuple[bool, bool]:
     ],
 )
 def test_a_record_leaving_current_disappears_from_search_and_get(
-    harness: Harness, operation: operations.LifecycleOperation, state: str
+    harness: Harness, operation: LifecycleOperation, state: str
 ) -> None:
     record_id = harness.remember("The staging cluster rotates certificates weekly.")
     assert _reveals(harness, record_id, "staging certificates") == (True, True)
@@ -196,7 +197,7 @@ def test_transitions_the_lifecycle_forbids_are_refused(harness: Harness) -> None
     assert blank.value.code.value == "INVALID_SCHEMA"
 
 
-_INTO: dict[str, list[operations.LifecycleOperation]] = {
+_INTO: dict[str, list[LifecycleOperation]] = {
     "accepted_current": [],
     "accepted_disputed": ["dispute"],
     "historical": ["supersede"],

@@ -502,7 +502,9 @@ def test_the_tool_function_map_names_the_six_tool_functions() -> None:
     mapping = json.loads(sub_template(env["ENGRAM_TOOL_FUNCTIONS"]) or "")
     assert set(mapping) == set(TOOL_FUNCTIONS)
     for grant, function in TOOL_FUNCTIONS.items():
-        assert mapping[grant] == sub_template(function_props(function)["FunctionName"])
+        # the function's alias (name:alias): tests/infra/test_gradual_deployments.py
+        own = function_props(function)
+        assert mapping[grant] == f"{sub_template(own['FunctionName'])}:{own['AutoPublishAlias']}"
 
 
 @pytest.mark.parametrize(
@@ -1032,7 +1034,7 @@ def test_the_adapter_may_invoke_exactly_the_six_tools_and_read_the_sealing_secre
     invoked = set().union(
         *(t for a, t, _ in grants("McpAdapterFunction") if a == "lambda:InvokeFunction")
     )
-    assert invoked == set(TOOL_FUNCTIONS.values())
+    assert invoked == set(TOOL_FUNCTIONS.values())  # on their aliases: test_gradual_deployments
     for function in FUNCTION_FOLDERS:
         if function != "McpAdapterFunction":
             assert not [a for a, _, _ in grants(function) if a.startswith("lambda:")], function

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from engram_memory.adapters.local.embedder import (
+from engram_memory.adapters.embedder import (
     MODEL_ID,
     MODEL_SHA256,
     TOKENIZER_FILE,
@@ -63,7 +63,7 @@ def norm(v: tuple[float, ...]) -> float:
 def test_the_shipped_files_declared_mean_and_normalize_give_the_shipped_vectors(
     tmp_path: Path,
 ) -> None:
-    from engram_memory.adapters.local.embedder import load_local_embedder
+    from engram_memory.adapters.embedder import load_local_embedder
 
     generic = OnnxSentenceEmbedder(model_dir(tmp_path / "m", MEAN), sha256=MODEL_SHA256)
     assert generic.embed(TEXTS) == load_local_embedder().embed(TEXTS)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_memory.adapters.local.embedder import (
+from engram_memory.adapters.embedder import (
     DIMENSIONS,
     MODEL_ID,
     semantic_extra_installed,
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def embedder():  # type: ignore[no-untyped-def]
-    from engram_memory.adapters.local.embedder import load_local_embedder
+    from engram_memory.adapters.embedder import load_local_embedder
 
     return load_local_embedder()
 

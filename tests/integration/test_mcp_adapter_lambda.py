@@ -20,7 +20,7 @@ from aws_testing import TABLE, FakeLambdaContext
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_tool_handlers import Cloud, capture_event, cloud, event, warm_apps
 
-from engram_memory.adapters.local.clock import SystemClock
+from engram_memory.adapters.clock import SystemClock
 from engram_memory.binding.tokens import TokenIssuer
 from engram_memory.cloud.composition import build_adapter
 from engram_memory.cloud.mcp_adapter import LambdaAdapter, execute_api_host

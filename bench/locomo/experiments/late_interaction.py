@@ -221,7 +221,7 @@ def main() -> None:
     questions, turn_of, text_of = ingest_and_ask(conversations)
     print(f"{len(questions)} questions captured", flush=True)
 
-    from engram_memory.adapters.local.embedder import load_local_embedder
+    from engram_memory.adapters.embedder import load_local_embedder
 
     emb = load_local_embedder()
     rids = list(text_of)

@@ -378,7 +378,7 @@ def _lexical_index(aws: _Aws, opensearch_client: Any) -> LexicalIndex:
 
 def _clock_and_audit(clock: Clock | None, audit: AuditSink | None) -> tuple[Clock, AuditSink]:
     if clock is None:
-        from engram_memory.adapters.local.clock import SystemClock
+        from engram_memory.adapters.clock import SystemClock
 
         clock = SystemClock()
     if audit is None:
@@ -488,7 +488,7 @@ def _configured_embedder(env: EngineEnvironment) -> Embedder:
     """The shipped MiniLM, or the model in ``ENGRAM_EMBEDDING_MODEL_DIR`` pinned by its sha256
     (the OpenSearch mapping's ``knn_vector`` has a fixed width, so the model must match it)."""
     from engram_memory.adapters.aws.opensearch_index import EMBEDDING_DIMENSIONS
-    from engram_memory.adapters.local.embedder import (
+    from engram_memory.adapters.embedder import (
         EmbeddingModelError,
         OnnxSentenceEmbedder,
         SemanticExtraMissing,

@@ -279,9 +279,7 @@ class PowertoolsAuditSink:
         self._namespace = namespace
 
     def record(self, event: AuditEvent) -> None:
-        from engram_memory.adapters.local.audit import audit_line
-
-        line = audit_line(event)
+        line = event.as_line()
         line["tool"] = _tool_label(event.tool)
         logger = self._logger if self._logger is not None else get_logger()
         logger.info(AUDIT_MESSAGE, extra=line)

@@ -38,8 +38,8 @@ def _channel(args: argparse.Namespace) -> Iterator[EmbeddedApprovals | None]:
     """The data directory's approval channel; None when nothing has asked yet. The engine (the
     memory a question shows) opens only when a question is shown. ``DataDirectoryRefused`` for
     a directory that is not an initialised data directory."""
+    from engram_memory.adapters.clock import SystemClock
     from engram_memory.adapters.local.approvals import FILE_NAME, ApprovalBook
-    from engram_memory.adapters.local.clock import SystemClock
     from engram_memory.embedded.approval_channel import EmbeddedApprovals
     from engram_memory.embedded.composition import open_existing, require_initialised
 

@@ -200,8 +200,8 @@ def open_embedded(
     ``search.semantic = "local"`` (the local embedder; ``HostConfigError`` when the semantic
     extra is not installed). Vectors live beside the FTS5 tables in ``engram.db``.
     """
+    from engram_memory.adapters.clock import SystemClock
     from engram_memory.adapters.local.audit import JsonlAuditLog
-    from engram_memory.adapters.local.clock import SystemClock
     from engram_memory.adapters.local.sqlite_store import SqliteStore
 
     check_key_store(data_dir)
@@ -343,7 +343,7 @@ def _refresh_projections(
     if embedder is None:
         store.refresh_projections(lexical.PROFILE_CONFIG_DIGEST, fields_of)
         return
-    from engram_memory.adapters.local.embedder import MODEL_ID
+    from engram_memory.adapters.embedder import MODEL_ID
 
     # A data directory from before the model was recorded has the shipped model's vectors.
     store.refresh_projections(
@@ -356,7 +356,7 @@ def _refresh_projections(
 
 
 def _local_embedder(data_dir: Path, model: EmbeddingModelConfig | None) -> Embedder:
-    from engram_memory.adapters.local.embedder import (
+    from engram_memory.adapters.embedder import (
         EmbeddingModelError,
         OnnxSentenceEmbedder,
         SemanticExtraMissing,

@@ -19,8 +19,8 @@ from urllib.parse import urlparse
 
 import anyio
 
+from engram_memory.adapters.clock import SystemClock
 from engram_memory.adapters.local.approvals import ApprovalBook
-from engram_memory.adapters.local.clock import SystemClock
 from engram_memory.binding.host_config import DEFAULT_PORT, HostConfig
 from engram_memory.binding.tokens import InvalidToken, TokenIssuer, context_from_claims
 from engram_memory.binding.verified_tokens import cached

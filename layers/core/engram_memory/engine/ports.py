@@ -8,10 +8,11 @@ exceptions with ``raise ... from exc``); the engine maps them to contract codes 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from engram_memory.contract.errors import Violation
+from engram_memory.contract.types import format_instant
 from engram_memory.engine.context import HostFactDigests, Scope, TrustedContext
 
 CandidateState = Literal["pending", "rejected", "withdrawn", "admitted"]
@@ -592,6 +593,25 @@ class AuditEvent:
             digests,
             violation,
         )
+
+    def as_line(self) -> dict[str, Any]:
+        """The event as one audit line, the same on both hosts (the embedded audit log's JSON
+        line, the cloud's structured log record): its fields, ``at`` as an instant;
+        ``violation`` (an ``INVALID_SCHEMA``'s ``{pointer, rule, says, more}``) only when the
+        call had one."""
+        # Every field is a str, int, bool or None but ``digests`` and ``violation`` (copied
+        # below): a shallow read, where ``asdict`` deep-copied each value (a fifth of an audit
+        # line's CPU before its fsync).
+        data = {name: getattr(self, name) for name in _AUDIT_FIELDS}
+        data["at"] = format_instant(data.pop("at_ms"))
+        data["digests"] = dict(self.digests)
+        violation = data.pop("violation")
+        if violation is not None:
+            data["violation"] = violation.as_dict()
+        return data
+
+
+_AUDIT_FIELDS: Final = tuple(item.name for item in fields(AuditEvent))
 
 
 class AuditSink(Protocol):

@@ -28,28 +28,31 @@ from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.models import SearchInput
 from engram_memory.contract.types import format_instant
 from engram_memory.engine.context import TOOLS, Scope, TrustedContext, new_audit_id
-from engram_memory.engine.journal import build_event, event_id_for, verify_journal
+from engram_memory.engine.journal import event_id_for, verify_journal
 from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE, Call, Kernel
 from engram_memory.engine.ports import (
     AdmissionRequest,
     AuditEvent,
     CandidateRow,
-    ChangeSet,
     IndexUnavailable,
-    JournalHead,
     LedgerByCursor,
-    OutboxItem,
     PolicyUnavailable,
-    ProjectionChange,
     RecordRow,
-    StateTransition,
     StoreUnavailable,
     VaultUnavailable,
 )
 from engram_memory.engine.records import decode, scope_ref
 from engram_memory.engine.usecases.admission import neighbours, settle
 from engram_memory.engine.usecases.reads import search as agent_search
-from engram_memory.engine.usecases.transitions import Authorized, commit_forget, commit_withdraw
+from engram_memory.engine.usecases.transitions import (
+    LIFECYCLE,
+    LIFECYCLE_STATES,
+    Authorized,
+    LifecycleOperation,
+    commit_forget,
+    commit_lifecycle,
+    commit_withdraw,
+)
 from engram_memory.operator_plane.backup_checks import OperationRefused
 from engram_memory.operator_plane.crash_points import crash_point
 from engram_memory.operator_plane.text import progress
@@ -63,23 +66,6 @@ HEALTH_SAMPLE: Final = 1_000
 _UNREADABLE_LISTED: Final = 50
 
 T = TypeVar("T")
-
-# The operations plane's record transitions (CONTRACT.md §4): from which states, to which one.
-# Forget (→ tombstoned) is ``forget_record``; tombstoned is terminal and dominant.
-LifecycleOperation = Literal["dispute", "resolve", "supersede", "expire", "trust_invalidate"]
-LIFECYCLE: Final[Mapping[str, tuple[frozenset[str], str]]] = {
-    "dispute": (frozenset({"accepted_current"}), "accepted_disputed"),
-    "resolve": (frozenset({"accepted_disputed"}), "accepted_current"),
-    "supersede": (frozenset({"accepted_current", "accepted_disputed"}), "historical"),
-    "expire": (frozenset({"accepted_current", "accepted_disputed", "historical"}), "expired"),
-    "trust_invalidate": (
-        frozenset({"accepted_current", "accepted_disputed", "historical", "expired"}),
-        "trust_invalid",
-    ),
-}
-
-
-LIFECYCLE_STATES: Final = tuple(sorted(RECORD_STATES_FORGETTABLE))
 
 
 def operator_principal(operator: str) -> str:
@@ -611,7 +597,7 @@ def transition(
     """
     if operation not in LIFECYCLE:
         raise EngramError(ErrorCode.INVALID_SCHEMA)
-    sources, to_state = LIFECYCLE[operation]
+    sources, _ = LIFECYCLE[operation]
     arguments: dict[str, Any] = {"reason": _reason(reason)}
     if superseded_by is not None:
         if operation != "supersede" or superseded_by == record_id:
@@ -629,93 +615,16 @@ def transition(
                 successor = engine.read(lambda: engine.store.record_get(scope, superseded_by))
                 if successor is None or successor.state != "accepted_current":
                     raise EngramError(ErrorCode.NOT_FOUND)
-            return _commit_transition(
-                engine, call, row, operation, to_state, intent, authorization, superseded_by
+            authorized = Authorized(
+                idempotency_key=f"{operation}:{record_id}:{call.ctx.audit_id}",
+                intent=intent,
+                authorization=authorization,
             )
+            return commit_lifecycle(engine, call, row, operation, authorized, superseded_by)
 
         return engine.mutation(call, attempt)
 
     return audited(engine, scope, operator, operation, record_id, run)
-
-
-def _projection_follows(
-    engine: Kernel, call: Call, row: RecordRow, to_state: str
-) -> tuple[ProjectionChange | None, list[OutboxItem]]:
-    """What the search projection does when ``row`` moves to ``to_state``: a record leaving
-    ``accepted_current`` is dropped from it, one returning is upserted, others leave it alone."""
-    record_id = row.record_id
-    if row.state == "accepted_current":
-        outbox = engine.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms)
-        return ProjectionChange(delete_record_id=record_id), outbox
-    if to_state == "accepted_current":
-        doc = engine.projection_doc(record_id, engine.body(call.scope, row))
-        outbox = engine.deferred_projections(
-            call.scope, record_id, "upsert_projection", call.now_ms
-        )
-        return ProjectionChange(upsert=doc), outbox
-    return None, []
-
-
-def _commit_transition(
-    engine: Kernel,
-    call: Call,
-    row: RecordRow,
-    operation: str,
-    to_state: str,
-    intent: str,
-    authorization: str,
-    superseded_by: str | None,
-) -> dict[str, Any]:
-    record_id = row.record_id
-    call.digests["record_digest"] = row.record_digest
-    projection, outbox = _projection_follows(engine, call, row, to_state)
-    digests = {
-        "record_digest": row.record_digest,
-        "authorization_receipt_digest": authorization,
-        "intent_hash": intent,
-        **({"superseded_by": superseded_by} if superseded_by is not None else {}),
-    }
-    output: dict[str, Any] = {}
-
-    def build(head: JournalHead) -> ChangeSet:
-        cursor = head.cursor + 1
-        event, event_id = build_event(
-            head, operation=operation, target=record_id, at_ms=call.now_ms, digests=digests
-        )
-        output.clear()
-        output["receipt"] = {
-            "event_id": event_id,
-            "operation": operation,
-            "from_state": row.state,
-            "to_state": to_state,
-            "cursor": str(cursor),
-            "event_digest": event.event_hash,
-            "authorization_receipt_digest": authorization,
-            "transaction_receipt_digest": engine.transaction_receipt(
-                call, operation, record_id, cursor, event.event_hash, intent
-            ),
-        }
-        return ChangeSet(
-            scope=call.scope,
-            expected_head=head,
-            ledger=engine.ledger_entry(
-                call,
-                f"{operation}:{record_id}:{call.ctx.audit_id}",
-                record_id,
-                intent,
-                output,
-                cursor,
-            ),
-            event=event,
-            record_transition=StateTransition(record_id, row.state, to_state),
-            projection=projection if engine.projects_in_store else None,
-            outbox=tuple(outbox),
-        )
-
-    changes = engine.commit(call, build)
-    complete = engine.run_outbox(changes.outbox)
-    output["projections"] = "complete" if complete else "pending"
-    return output
 
 
 def forget_record(

@@ -20,6 +20,11 @@ from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.types import format_instant
 from engram_memory.embedded.data_dir import BACKUP_SUFFIX, backups_path
 from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE
+from engram_memory.engine.usecases.transitions import (
+    LIFECYCLE,
+    LIFECYCLE_STATES,
+    LifecycleOperation,
+)
 from engram_memory.operator_plane import usecases
 from engram_memory.operator_plane.commands import DEFAULT_WORKSPACE
 
@@ -34,9 +39,9 @@ PAGE_SIZE: Final = 25
 AUDIT_PAGE_SIZE: Final = 50
 ACTIVITY_HOURS: Final = 24
 ACTIVITY_ENTRIES: Final = 20_000  # the overview's chart counts the most recent audit entries
-RECORD_STATES: Final = (*usecases.LIFECYCLE_STATES, "tombstoned")
+RECORD_STATES: Final = (*LIFECYCLE_STATES, "tombstoned")
 # The record actions the page offers, in the order it shows them: the §4 lifecycle and forget.
-ACTIONS: Final = (*usecases.LIFECYCLE, "forget")
+ACTIONS: Final = (*LIFECYCLE, "forget")
 ACTION_LABELS: Final = {
     "dispute": "Dispute",
     "resolve": "Resolve the dispute",
@@ -209,7 +214,7 @@ def receipts(record_digest: str, body: Mapping[str, Any]) -> list[tuple[str, str
 
 
 def _actions_for(state: str) -> list[str]:
-    allowed = [name for name, (sources, _) in usecases.LIFECYCLE.items() if state in sources]
+    allowed = [name for name, (sources, _) in LIFECYCLE.items() if state in sources]
     return allowed + (["forget"] if state in RECORD_STATES_FORGETTABLE else [])
 
 
@@ -237,7 +242,7 @@ def record_action(ask: Ask) -> Answer:
     def act(engine: Kernel, scope: Scope, operator: str) -> Any:
         if action == "forget":
             return usecases.forget_record(engine, scope, record_id, operator, reason)
-        step = cast("usecases.LifecycleOperation", action)
+        step = cast("LifecycleOperation", action)
         return usecases.transition(
             engine, scope, record_id, step, operator, reason, superseded_by=by
         )

@@ -1,9 +1,13 @@
-"""withdraw and forget: confirmation-gated terminal transitions (CONTRACT.md §7.5, §7.6)."""
+"""The record lifecycle, in one place: its table of transitions (CONTRACT.md §4) and the one
+commit every transition makes (journal step, ledger entry, receipt, state change, what the
+projections and keys do). The agents' withdraw and forget, confirmation-gated (§7.5, §7.6),
+and every operator transition (the operator plane's audited use cases) commit through it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.models import ForgetInput, WithdrawInput
@@ -12,10 +16,26 @@ from engram_memory.engine.ports import (
     CandidateRow,
     ChangeSet,
     JournalHead,
+    OutboxItem,
     ProjectionChange,
     RecordRow,
     StateTransition,
 )
+
+# The record transitions an operator makes (§4): from which states, to which one. Forget
+# (→ tombstoned, from any of the five) is ``commit_forget``; tombstoned is terminal and dominant.
+LifecycleOperation = Literal["dispute", "resolve", "supersede", "expire", "trust_invalidate"]
+LIFECYCLE: Final[Mapping[str, tuple[frozenset[str], str]]] = {
+    "dispute": (frozenset({"accepted_current"}), "accepted_disputed"),
+    "resolve": (frozenset({"accepted_disputed"}), "accepted_current"),
+    "supersede": (frozenset({"accepted_current", "accepted_disputed"}), "historical"),
+    "expire": (frozenset({"accepted_current", "accepted_disputed", "historical"}), "expired"),
+    "trust_invalidate": (
+        frozenset({"accepted_current", "accepted_disputed", "historical", "expired"}),
+        "trust_invalid",
+    ),
+}
+LIFECYCLE_STATES: Final = tuple(sorted(RECORD_STATES_FORGETTABLE))
 
 
 @dataclass(frozen=True)
@@ -126,6 +146,54 @@ def commit_forget(k: Kernel, call: Call, row: RecordRow, authorized: Authorized)
     k.retry_pending_upsert(call.scope, record_id, call.now_ms)
     cursor = int(output["receipt"]["cursor"])
     return {**output, **k.invalidation_progress(call.scope, record_id, cursor)}
+
+
+def commit_lifecycle(
+    k: Kernel,
+    call: Call,
+    row: RecordRow,
+    operation: LifecycleOperation,
+    authorized: Authorized,
+    superseded_by: str | None = None,
+) -> dict[str, Any]:
+    """Move ``row`` along the table (``LIFECYCLE[operation]``), journaled with its receipt. A
+    record leaving ``accepted_current`` leaves search and get in the same commit and its
+    projections are dropped; one resolved back is projected again. Returns the output with its
+    receipt and whether the projections followed (``projections``)."""
+    _, to_state = LIFECYCLE[operation]
+    record_id = row.record_id
+    call.digests["record_digest"] = row.record_digest
+    projection, outbox = _projection_follows(k, call, row, to_state)
+    digests = {"record_digest": row.record_digest}
+    if superseded_by is not None:
+        digests["superseded_by"] = superseded_by
+    output, changes = _commit_terminal(
+        k,
+        call,
+        authorized,
+        _Terminal(operation, record_id, row.state, to_state, "projections", digests),
+        record_transition=StateTransition(record_id, row.state, to_state),
+        projection=projection if k.projects_in_store else None,
+        outbox=tuple(outbox),
+    )
+    complete = k.run_outbox(changes.outbox)
+    return {**output, "projections": "complete" if complete else "pending"}
+
+
+def _projection_follows(
+    k: Kernel, call: Call, row: RecordRow, to_state: str
+) -> tuple[ProjectionChange | None, list[OutboxItem]]:
+    """What the search projection does when ``row`` moves to ``to_state``: a record leaving
+    ``accepted_current`` is dropped from it, one returning is upserted, others leave it alone."""
+    record_id = row.record_id
+    if row.state == "accepted_current":
+        outbox = k.deferred_projections(call.scope, record_id, "drop_projection", call.now_ms)
+        return ProjectionChange(delete_record_id=record_id), outbox
+    if to_state == "accepted_current":
+        doc = k.projection_doc(record_id, k.body(call.scope, row))
+        outbox = k.deferred_projections(call.scope, record_id, "upsert_projection", call.now_ms)
+        return ProjectionChange(upsert=doc), outbox
+    return None, []
 
 
 @dataclass(frozen=True)
