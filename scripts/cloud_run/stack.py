@@ -261,7 +261,8 @@ class Stack:
                 raise Unresolvable(f"{name}: a rotation period other than rate(N days)")
             secret = secretsmanager_backends[ACCOUNT][REGION].secrets[props["SecretId"]]
             assert isinstance(secret, FakeSecret)
-            secret.rotation_enabled = True
+            # moto describes a secret's rotation only once one was requested
+            secret.rotation_requested = secret.rotation_enabled = True
             secret.rotation_lambda_arn = props["RotationLambdaARN"]
             secret.auto_rotate_after_days = int(period.group(1))
 
