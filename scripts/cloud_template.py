@@ -762,16 +762,13 @@ def public_route_violations(translated: dict[str, Any]) -> list[str]:
 
 
 def secret_violations(translated: dict[str, Any]) -> list[str]:
-    """A secret a function behind public routes only reads is under a key of the stack and
-    rotates: whoever reads it can forge what those routes trust."""
+    """Every secret a function reads is under a key of the stack, rotates, and has a resource
+    policy that refuses its value to every function role but its readers': whoever reads one can
+    forge what it keys (an approver's session, a requestState, a page cursor)."""
     resources = translated["Resources"]
-    public_roles = {
-        target
-        for function in public_functions(translated)
-        for _, target in _references(resources[function]["Properties"].get("Role"))
-    }
+    runtime = runtime_roles(translated)
     readers: dict[str, set[str]] = {}
-    for role in runtime_roles(translated):
+    for role in runtime:
         for statement in role_statements(translated, role):
             if _covers(statement, "secretsmanager:GetSecretValue"):
                 for _, secret in _references(statement.get("Resource")):
@@ -784,13 +781,42 @@ def secret_violations(translated: dict[str, Any]) -> list[str]:
     }
     wrong = []
     for secret, roles in sorted(readers.items()):
-        if not roles & public_roles:
-            continue
         if "KmsKeyId" not in resources[secret]["Properties"]:
             wrong.append(f"{secret}: read by {sorted(roles)}, under the AWS-managed key")
         if secret not in rotated:
             wrong.append(f"{secret}: read by {sorted(roles)}, never rotated")
+        excepted = _read_only_by(resources, secret)
+        if excepted is None:
+            wrong.append(f"{secret}: read by {sorted(roles)}, no resource policy refuses others")
+        elif excepted & runtime != roles:
+            wrong.append(
+                f"{secret}: read by {sorted(roles)}, its resource policy lets "
+                f"{sorted(excepted & runtime)} read it"
+            )
     return wrong
+
+
+def _read_only_by(resources: dict[str, Any], secret: str) -> set[str] | None:
+    """What the secret's resource policy excepts from its Deny of GetSecretValue (by
+    aws:PrincipalArn), as logical ids and parameters; None without such a Deny."""
+    for resource in resources.values():
+        props = resource.get("Properties", {})
+        if resource["Type"] != "AWS::SecretsManager::ResourcePolicy" or props.get("SecretId") != {
+            "Ref": secret
+        }:
+            continue
+        for statement in _as_list(props.get("ResourcePolicy", {}).get("Statement", [])):
+            condition = statement.get("Condition", {})
+            principals = condition.get("StringNotEquals", {}).get("aws:PrincipalArn")
+            if (
+                statement.get("Effect") == "Deny"
+                and statement.get("Principal") == "*"
+                and "secretsmanager:GetSecretValue" in _as_list(statement.get("Action"))
+                and set(condition) == {"StringNotEquals"}
+                and principals is not None
+            ):
+                return {target for _, target in _references(principals)}
+    return None
 
 
 # -- evaluating a role's statements for one request ------------------------------------------
@@ -875,7 +901,7 @@ def scan(path: Path, report: Report) -> None:
 
 
 def stack_rules(translated: dict[str, Any]) -> dict[str, list[str]]:
-    """The stack's own rules (separation of duties, item scope, public routes, the session key)."""
+    """The stack's own rules (separation of duties, item scope, public routes, the secrets)."""
     return {
         "only the deploying role changes a key policy; no runtime role holds it or CreateGrant": (
             key_policy_violations(translated)
@@ -886,7 +912,7 @@ def stack_rules(translated: dict[str, Any]) -> dict[str, list[str]]:
         "every public route is throttled; its functions reserve concurrency": (
             public_route_violations(translated)
         ),
-        "a secret a public function reads is under the stack's key and rotates": (
+        "every secret a function reads is under the stack's key, rotates, and refuses others": (
             secret_violations(translated)
         ),
     }

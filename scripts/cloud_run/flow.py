@@ -29,7 +29,7 @@ from .mcp import (
     wait_execution,
     wait_quiet,
 )
-from .schedules import drain, rotate_session_secret
+from .schedules import drain, rotate_secrets
 from .settings import TOOLS, sample
 from .tally import tally_between
 
@@ -53,7 +53,7 @@ def flow(h: Harness) -> None:
     drain(h, "the forgets' projection drops")
     edges(h, search_args)
     forgeries(h)
-    rotate_session_secret(h)
+    rotate_secrets(h)
     scan_for_tokens(h)
     check_the_services(h)
 

@@ -335,6 +335,14 @@ class World:
                     (f"arn:aws:es:{REGION}:{ACCOUNT}:domain/{self.domain}/", name)
                 )
 
+    def add_outsider(self, principal: str, role_arn: str, policy: dict[str, Any]) -> None:
+        """A principal of the account that is not the stack's (the negative probes' stand-in
+        for whoever else holds a role there), with ``policy`` as its one identity policy."""
+        name = f"{principal}Policy"
+        self._policy(name, policy)
+        self.identity[principal] = [name]
+        self.role_arns[principal] = role_arn
+
     # -- asking ---------------------------------------------------------------------------------
 
     def resource_policy(self, resource: str) -> str | None:

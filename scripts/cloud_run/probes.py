@@ -16,7 +16,11 @@ denied.
   ``$LATEST`` (code no traffic shift has reached);
 - **grants nobody used**: every action a statement of its own policies grants (wildcards
   expanded) that it never made, on the statement's resources, with a context that meets the
-  statement's conditions: a grant the run never needed must not be there.
+  statement's conditions: a grant the run never needed must not be there;
+- **a secret's outsiders**: a principal of the account that is not the stack's, whose identity
+  policy allows ``secretsmanager:*`` and ``kms:*`` on everything (an administrator's or a
+  developer's role), asks for each secret's value, writes one, or removes its resource policy:
+  only the secret's resource policy stands in the way, so these probes fail unless it does.
 
 A probe is an ``Authorization`` the simulator must deny; an allowed probe fails the gate.
 """
@@ -30,10 +34,26 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .iam import Authorization, Context, World
-from .settings import PERSON_POLICIES, TENANT
+from .settings import ACCOUNT, PERSON_POLICIES, TENANT
 
 OTHER_TENANT: Final = "other"
 PROBE: Final = "probe"
+# Any principal of the account with Secrets Manager and KMS rights on everything.
+OUTSIDER: Final = "AccountPrincipal"
+OUTSIDER_ROLE_ARN: Final = f"arn:aws:iam::{ACCOUNT}:role/engram-probe-account-admin"
+OUTSIDER_POLICY: Final = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Action": ["secretsmanager:*", "kms:*"], "Resource": "*"}],
+}
+# What the outsider asks of each secret: its value, a value of its own, the policy's removal.
+SECRET_ACTIONS: Final = (
+    "secretsmanager:GetSecretValue",
+    "secretsmanager:PutSecretValue",
+    "secretsmanager:UpdateSecretVersionStage",
+    "secretsmanager:UpdateSecret",
+    "secretsmanager:PutResourcePolicy",
+    "secretsmanager:DeleteResourcePolicy",
+)
 
 # The partition key classes of each table: the prefix a key starts with, and a sample key.
 KEY_CLASSES: Final[dict[str, dict[str, str]]] = {
@@ -302,6 +322,18 @@ def _meeting(condition: dict[str, Any]) -> Context:
     return context
 
 
+def secret_outsiders(world: World) -> Iterator[Probe]:
+    """The outsider (registered in ``world`` here) asks each of the stack's secrets for its
+    value, to write one and to drop its resource policy (a secret without one: allowed)."""
+    world.add_outsider(OUTSIDER, OUTSIDER_ROLE_ARN, OUTSIDER_POLICY)
+    for arn in sorted({arn for arn, _ in world.secrets.values()}):
+        for action in SECRET_ACTIONS:
+            yield Probe(
+                Authorization.of(OUTSIDER, action, arn, _global(world, OUTSIDER)),
+                "a secret's outsider (an account principal with secretsmanager:* and kms:*)",
+            )
+
+
 def all_probes(
     world: World, allowed: list[Authorization], actions: dict[str, dict[str, bool]]
 ) -> list[Probe]:
@@ -317,6 +349,8 @@ def all_probes(
         *unused_key_classes(world, allowed),
         *what_others_did(world, allowed),
         *unused_grants(world, allowed, actions),
+        # last: it adds the outsider to ``world``, whom the kinds above must not probe
+        *secret_outsiders(world),
     ):
         a = probe.authorization
         if probe.why.startswith("what ") and any(

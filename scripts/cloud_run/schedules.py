@@ -1,5 +1,5 @@
 """What AWS runs on the stack's behalf, as AWS runs it: EventBridge's every-minute outbox drainer
-and Secrets Manager's rotation of the approval page's session secret.
+and Secrets Manager's rotation of the stack's secrets (request-state, cursor, approval session).
 
 Both go to the built functions' workers, so the calls they make are recorded with the rest of
 the run (each function signs with its own role's key).
@@ -49,14 +49,23 @@ def start_rotation(secret_arn: str) -> str:
     return token
 
 
-def rotate_session_secret(h: Harness) -> None:
-    """One rotation as Secrets Manager runs it: a pending version, then the four steps, each an
-    invocation of the built rotation function; the new version is then current."""
-    arn = str(h.stack.refs["ApprovalSessionSecret"])
+def rotate_secrets(h: Harness) -> None:
+    """One rotation of each secret with a rotation schedule, as Secrets Manager runs it: a
+    pending version, then the four steps, each an invocation of the built rotation function;
+    the new version is then current and the old one previous."""
+    for name in h.stack.of_type("AWS::SecretsManager::RotationSchedule"):
+        props = h.stack.resource(name)["Properties"]
+        secret = str(props["SecretId"]["Ref"])
+        function = str(props["RotationLambdaARN"]["Fn::GetAtt"][0])
+        rotate_secret(h, secret, function)
+
+
+def rotate_secret(h: Harness, secret: str, function: str) -> None:
+    arn = str(h.stack.refs[secret])
     secrets = h.session.client("secretsmanager", endpoint_url=h.moto_url)
     before = secrets.get_secret_value(SecretId=arn, VersionStage="AWSCURRENT")["SecretString"]
     token = start_rotation(arn)
-    worker = h.worker("SessionRotationFunction")
+    worker = h.worker(function)
     answers = [
         worker.invoke({"SecretId": arn, "ClientRequestToken": token, "Step": step})
         for step in ROTATION_STEPS
@@ -66,6 +75,6 @@ def rotate_session_secret(h: Harness) -> None:
     failed = [json.dumps(a)[:200] for a in answers if "error" in a]
     h.report.check(
         not failed and after != before and previous == before,
-        "schedule: the session secret rotated through the built rotation function's four steps "
+        f"schedule: {secret} rotated through the built {function}'s four steps "
         "(a new current value, the old one previous)" + (f"; {failed[0]}" if failed else ""),
     )

@@ -145,6 +145,7 @@ class Stack:
         self._tables()
         self._storage_and_keys()
         self._named_only(search_endpoint)
+        self._secret_policies_and_rotation()
         self._state_machines()
         self._cloudformation()
 
@@ -194,10 +195,12 @@ class Stack:
             created = client("sns").create_topic(Name=topic_name or f"engram-{TENANT}-{name}")
             self.refs[name] = created["TopicArn"]
         for name in self.of_type("AWS::SecretsManager::Secret"):
-            spec = self.resource(name)["Properties"].get("GenerateSecretString", {})
+            props = self.resource(name)["Properties"]
+            spec = props.get("GenerateSecretString", {})
             value = secrets.token_urlsafe(96)[: int(spec.get("PasswordLength", 64))]
+            key = {"KmsKeyId": self.resolve(props["KmsKeyId"])} if "KmsKeyId" in props else {}
             self.refs[name] = client("secretsmanager").create_secret(
-                Name=f"engram-{TENANT}-{name}", SecretString=value
+                Name=f"engram-{TENANT}-{name}", SecretString=value, **key
             )["ARN"]
 
     def _named_only(self, search_endpoint: str) -> None:
@@ -233,6 +236,35 @@ class Stack:
             if alias:
                 found[str(self.refs[name])] = {str(alias): PUBLISHED_VERSION}
         return found
+
+    def _secret_policies_and_rotation(self) -> None:
+        """Each secret's resource policy, as CloudFormation puts it, and its rotation schedule as
+        CloudFormation leaves it: rotation on, with the function and the period (moto runs in
+        this process). moto's RotateSecret would call the function through moto's own Lambda (a
+        container), not the build: the run rotates through the build (``schedules``)."""
+        from moto.secretsmanager.models import FakeSecret, secretsmanager_backends
+
+        client = self.session.client("secretsmanager")
+        for name in self.of_type("AWS::SecretsManager::ResourcePolicy"):
+            props = self.resolve(self.resource(name)["Properties"])
+            client.put_resource_policy(
+                SecretId=props["SecretId"],
+                ResourcePolicy=json.dumps(props["ResourcePolicy"]),
+                BlockPublicPolicy=bool(props.get("BlockPublicPolicy", False)),
+            )
+        for name in self.of_type("AWS::SecretsManager::RotationSchedule"):
+            props = self.resolve(self.resource(name)["Properties"])
+            period = re.fullmatch(
+                r"rate\((\d+) days?\)", props["RotationRules"]["ScheduleExpression"]
+            )
+            if period is None:
+                raise Unresolvable(f"{name}: a rotation period other than rate(N days)")
+            secret = secretsmanager_backends[ACCOUNT][REGION].secrets[props["SecretId"]]
+            assert isinstance(secret, FakeSecret)
+            # moto describes a secret's rotation only once one was requested
+            secret.rotation_requested = secret.rotation_enabled = True
+            secret.rotation_lambda_arn = props["RotationLambdaARN"]
+            secret.auto_rotate_after_days = int(period.group(1))
 
     def _state_machines(self) -> None:
         stepfunctions = self.session.client("stepfunctions")

@@ -1,6 +1,6 @@
 """The stack's own rules on the translated template (``scripts/cloud_template.py``, run by the
 cloud gate's ``scan`` step): separation of duties on the KMS keys, item-level scope of every
-write, throttled public routes, the session secret's key and rotation. Each rule passes on the
+write, throttled public routes, the secrets' key, rotation and resource policies. Each rule passes on the
 template and fails on the breach it names; the item-scope rule is also evaluated request by
 request (``role_allows``: moto does not evaluate IAM condition keys)."""
 
@@ -105,6 +105,22 @@ def test_a_session_secret_under_the_aws_key_or_never_rotated_is_a_violation() ->
     del template["Resources"]["ApprovalSessionSecretRotation"]
     found = secret_violations(template)
     assert [f.split(":")[0] for f in found] == ["ApprovalSessionSecret"] * 2
+
+
+def test_a_secret_without_a_resource_policy_or_one_that_admits_another_role_is_a_violation() -> (
+    None
+):
+    template = translated()
+    del template["Resources"]["RequestStateSecretPolicy"]
+    deny = template["Resources"]["CursorSecretPolicy"]["Properties"]["ResourcePolicy"]["Statement"][
+        0
+    ]
+    deny["Condition"]["StringNotEquals"]["aws:PrincipalArn"].append(
+        {"Fn::GetAtt": ["ApprovalFunctionRole", "Arn"]}
+    )
+    found = secret_violations(template)
+    assert [f.split(":")[0] for f in found] == ["CursorSecret", "RequestStateSecret"]
+    assert "'ApprovalFunctionRole'" in found[0] and "no resource policy" in found[1]
 
 
 # -- the denied writes, request by request ---------------------------------------------------

@@ -43,7 +43,7 @@ FUNCTION_FOLDERS: Final = {
     "ApprovalFunction": "approval",
     "OutboxDrainerFunction": "outbox_drainer",
     "OpenSearchSecurityConfigFunction": "opensearch_security",
-    "SessionRotationFunction": "session_rotation",
+    "SecretRotationFunction": "secret_rotation",
     "CognitoClaimsFunction": "cognito_claims",
 }
 # Run by CloudFormation only (a custom resource): a failure fails the deployment in front of the
@@ -628,7 +628,7 @@ def test_only_the_approval_function_reads_the_session_key() -> None:
         if allows(function, "secretsmanager:GetSecretValue", "ApprovalSessionSecret")
     }
     # the page, and the rotation that writes its next version
-    assert readers == {"ApprovalFunction", "SessionRotationFunction"}
+    assert readers == {"ApprovalFunction", "SecretRotationFunction"}
     secrets = {
         statement["Resource"]["Ref"]
         for action, _, statement in grants("ApprovalFunction")
@@ -899,15 +899,11 @@ def test_the_table_key_is_usable_only_through_dynamodb_s3_and_secrets_manager() 
     assert services == {
         "dynamodb.${AWS::Region}.amazonaws.com",
         "s3.${AWS::Region}.amazonaws.com",
-        "secretsmanager.${AWS::Region}.amazonaws.com",  # the approval session secret
+        "secretsmanager.${AWS::Region}.amazonaws.com",  # the stack's three secrets
     }
 
 
-def test_the_session_secret_is_under_the_table_key_and_rotates() -> None:
-    assert ref_target(props("ApprovalSessionSecret")["KmsKeyId"]) == "EngramTableKey"
-    schedule = props("ApprovalSessionSecretRotation")
-    assert ref_target(schedule["SecretId"]) == "ApprovalSessionSecret"
-    assert ref_target(schedule["RotationLambdaARN"]) == "SessionRotationFunction"
+# Each secret's key, resource policy and rotation: tests/infra/test_secrets.py.
 
 
 # --------------------------------------------------------------------------------------------
@@ -1837,8 +1833,8 @@ ONE_EVENT_PAGES = {
     "OpenSearchWritesBlockedAlarm",
     "OpenSearchFreeStorageAlarm",  # a level, not an event
     "OutboxAgeAlarm",  # an age past its threshold, not an event
-    "SessionRotationErrorsAlarm",  # runs every SessionSecretRotationDays
-    "SessionRotationThrottlesAlarm",
+    "SecretRotationErrorsAlarm",  # runs every SecretRotationDays
+    "SecretRotationThrottlesAlarm",
 }
 
 

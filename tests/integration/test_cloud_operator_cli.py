@@ -195,7 +195,8 @@ MOTO_LACKS: Final = {
     "AWS::CodeDeploy::DeploymentGroup": "each gradual function's deployment group",
     "AWS::Lambda::Alias": "each gradual function's live alias (its version is created)",
     "AWS::S3::BucketPolicy": "the blob bucket's TLS-only policy",
-    "AWS::SecretsManager::RotationSchedule": "the session secret's rotation",
+    "AWS::SecretsManager::ResourcePolicy": "the secrets' resource policies",
+    "AWS::SecretsManager::RotationSchedule": "the secrets' rotation",
     "AWS::SNS::TopicPolicy": "the alarm topic's policy",
     # its function is created; tests/integration/test_opensearch_security_resource.py drives it
     "Custom::OpenSearchSecurityConfig": "the shared domain's role mapping",
@@ -230,7 +231,12 @@ def test_the_stack_is_the_translated_template_less_exactly_what_moto_cannot_crea
         "HttpApi",
         "HttpApiApiGatewayDefaultStage",
         "EngramBlobBucketPolicy",
+        "RequestStateSecretRotation",
         "ApprovalSessionSecretRotation",
+        "CursorSecretRotation",
+        "RequestStateSecretPolicy",
+        "ApprovalSessionSecretPolicy",
+        "CursorSecretPolicy",
         "AlarmTopicPolicy",
         "OpenSearchSecurityConfig",
     }

@@ -48,7 +48,7 @@ def test_every_function_folder_is_benchmarked() -> None:
             "mcp_adapter",
             "opensearch_security",
             "outbox_drainer",
-            "session_rotation",
+            "secret_rotation",
             "workflow",
         ]
     )

@@ -22,7 +22,7 @@ a short-lived session cookie, and the CSRF token of the page's form.
   ``HttpOnly; Secure; SameSite=Strict`` and short-lived. A tampered, expired or foreign cookie
   reads as absent, and so does a session without an ``auth_time`` (signed before these checks).
 - ``CookieKeys``: the MAC keys of the session secret's versions. The secret rotates
-  (``cloud.session_rotation``); the current version signs, the current and the previous one
+  (``cloud.secret_rotation``); the current version signs, the current and the previous one
   verify, so a session signed just before a rotation stays valid until it expires.
 
 The cloud approval function (``engram_memory.cloud.approval_page``) puts them together; they are
@@ -50,6 +50,7 @@ from urllib.parse import urlencode
 import jwt
 
 from engram_memory.binding.tokens import ALLOWED_ALGORITHMS, LEEWAY_S
+from engram_memory.engine.keyring import KeyRing
 
 # GET (form None) or POST form-encoded (form given) a URL; the decoded JSON object.
 Fetch = Callable[[str, Mapping[str, str] | None], Mapping[str, Any]]
@@ -60,10 +61,6 @@ SESSION_COOKIE: Final = "engram_approver"
 SIGNIN_COOKIE: Final = "engram_signin"
 SESSION_TTL_S: Final = 600  # a session lives long enough to answer a few approvals
 SIGNIN_TTL_S: Final = 300
-# Another container may rotate-read first: keys are read again this often, and sooner (at most
-# every KEY_RETRY_S) when a cookie verifies under none of them.
-KEY_REFRESH_S: Final = 300.0
-KEY_RETRY_S: Final = 60.0
 MIN_COOKIE_KEY_BYTES: Final = 32
 # The authorization request's max_age: the person signed in (typed a password, used a key) at
 # most this long before the ID token; auth_time is held to it, with the tokens' leeway.
@@ -309,9 +306,9 @@ class OidcClient:
         return claims
 
 
-class CookieKeys:
+class CookieKeys(KeyRing):
     """The cookie MAC keys, newest first: ``load`` reads them (the session secret's current and
-    previous versions); the first signs, every one verifies."""
+    previous versions); the first signs, every one verifies (``engine.keyring.KeyRing``)."""
 
     def __init__(
         self,
@@ -320,34 +317,7 @@ class CookieKeys:
         clock: Callable[[], float] = time.time,
         held: Sequence[bytes] | None = None,
     ) -> None:
-        self._load = load
-        self._clock = clock
-        self._keys = self._checked(load() if held is None else held)
-        self._read_at = clock()
-
-    @staticmethod
-    def _checked(keys: Sequence[bytes]) -> tuple[bytes, ...]:
-        if not keys or any(len(key) < MIN_COOKIE_KEY_BYTES for key in keys):
-            raise ValueError(f"a cookie key must be at least {MIN_COOKIE_KEY_BYTES} bytes")
-        return tuple(keys)
-
-    def all(self) -> tuple[bytes, ...]:
-        if self._clock() - self._read_at >= KEY_REFRESH_S:
-            self.reread()
-        return self._keys
-
-    def reread(self) -> bool:
-        """Read the keys again unless they were read within ``KEY_RETRY_S``; whether they
-        changed. A failed read keeps the keys held: the page goes on with what it knows."""
-        if self._clock() - self._read_at < KEY_RETRY_S:
-            return False
-        self._read_at = self._clock()
-        try:
-            keys = self._checked(self._load())
-        except Exception:  # the secret unreadable for a moment: the held keys still verify
-            return False
-        changed, self._keys = keys != self._keys, keys
-        return changed
+        super().__init__(load, minimum=MIN_COOKIE_KEY_BYTES, clock=clock, held=held)
 
 
 class SignedCookies:

@@ -49,7 +49,7 @@ from engram_memory.cloud.settings import (
     client_config,
     gate_settings,
     read_cursor_key,
-    read_secret_bytes,
+    read_secret_versions,
 )
 
 # The tools whose human confirmation and commit run in a Step Functions execution.
@@ -277,23 +277,13 @@ def build_approval_page(handler: ApprovalHandler, settings: ApprovalSettings) ->
         """The session secret's current version, then its previous one (after a rotation)."""
         if fixed is not None:  # a test's key
             return (fixed,)
-        secrets = clients.client("secretsmanager")
-
-        def read(stage: str) -> bytes:
-            return read_secret_bytes(
-                secrets,
-                settings.session_secret_arn,
-                name="approval session",
-                variable="ENGRAM_APPROVAL_SESSION_SECRET_ARN",
-                minimum=MIN_SESSION_KEY_BYTES,
-                stage=stage,
-            )
-
-        current = read("AWSCURRENT")
-        try:
-            return (current, read("AWSPREVIOUS"))
-        except ConfigurationError:  # never rotated: no previous version
-            return (current,)
+        return read_secret_versions(
+            clients.client("secretsmanager"),
+            settings.session_secret_arn,
+            name="approval session",
+            variable="ENGRAM_APPROVAL_SESSION_SECRET_ARN",
+            minimum=MIN_SESSION_KEY_BYTES,
+        )
 
     return _approval_page_parts(handler, settings, handler.approvals, versions)
 

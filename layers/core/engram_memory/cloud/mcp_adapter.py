@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import urlparse
@@ -47,7 +48,7 @@ from engram_memory.cloud.oidc import IssuerKeysUnavailable, oidc_verifier
 from engram_memory.cloud.settings import (
     AdapterSettings,
     ConfigurationError,
-    read_secret_bytes,
+    read_secret_versions,
 )
 from engram_memory.cloud.wire import ToolInvocation, request_of
 from engram_memory.contract.envelope import failure
@@ -61,6 +62,7 @@ from engram_memory.contract.errors import (
 )
 from engram_memory.engine.context import TOOLS, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
+from engram_memory.engine.keyring import KeyRing
 from engram_memory.engine.ports import AuditEvent, AuditSink, Clock, StoreUnavailable
 from engram_memory.mcp_surface.server import EngramMcp
 from engram_memory.mcp_surface.transports import McpGate, streamable_app
@@ -327,16 +329,28 @@ def _host_failure() -> TrustedContextUnavailable:
 # --------------------------------------------------------------------------------------------
 
 
-def request_state_key(secrets_client: Any, secret_arn: str) -> bytes:
-    """The 32-byte request-state key: HKDF-SHA256 of the secret (binary, or string as UTF-8)."""
-    secret = read_secret_bytes(
-        secrets_client,
-        secret_arn,
-        name="request-state",
-        variable="ENGRAM_REQUEST_STATE_SECRET_ARN",
-        minimum=MIN_REQUEST_STATE_SECRET_BYTES,
-    )
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(secret)
+def request_state_key(
+    secrets_client: Any, secret_arn: str, *, clock: Callable[[], float] = time.time
+) -> KeyRing:
+    """The 32-byte request-state keys: HKDF-SHA256 of each version of the secret (binary, or
+    string as UTF-8), current first. The secret rotates; a state sealed under the previous
+    version still opens (``RequestStateSealer``), and the versions are read again as ``KeyRing``
+    says."""
+
+    def load() -> tuple[bytes, ...]:
+        versions = read_secret_versions(
+            secrets_client,
+            secret_arn,
+            name="request-state",
+            variable="ENGRAM_REQUEST_STATE_SECRET_ARN",
+            minimum=MIN_REQUEST_STATE_SECRET_BYTES,
+        )
+        return tuple(
+            HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(secret)
+            for secret in versions
+        )
+
+    return KeyRing(load, minimum=32, clock=clock)
 
 
 def host_config_of(settings: AdapterSettings) -> HostConfig:

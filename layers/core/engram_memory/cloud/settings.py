@@ -25,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
 
 from pydantic import (
@@ -40,6 +41,7 @@ from pydantic import (
 
 from engram_memory.adapters.aws.client_config import client_config
 from engram_memory.engine.context import TOOLS, RetentionPolicy
+from engram_memory.engine.keyring import KeyRing
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -65,6 +67,7 @@ __all__ = [
     "gate_settings",
     "read_cursor_key",
     "read_secret_bytes",
+    "read_secret_versions",
 ]
 
 DEFAULT_RETENTION_CEILING_S: Final = RetentionPolicy().max_expires_in_s
@@ -473,12 +476,37 @@ def read_secret_bytes(
     return value
 
 
-def read_cursor_key(secrets_client: Any, secret_arn: str) -> bytes:
-    """The search cursor HMAC key, read once per cold start (see ``read_secret_bytes``)."""
-    return read_secret_bytes(
-        secrets_client,
-        secret_arn,
-        name="cursor",
-        variable="ENGRAM_CURSOR_SECRET_ARN",
-        minimum=MIN_CURSOR_KEY_BYTES,
-    )
+def read_secret_versions(
+    secrets_client: Any, secret_arn: str, *, name: str, variable: str, minimum: int
+) -> tuple[bytes, ...]:
+    """A rotating secret's current version, then its previous one when it has been rotated
+    (``cloud.secret_rotation``): what a ``KeyRing`` loads (see ``read_secret_bytes``)."""
+
+    def read(stage: str) -> bytes:
+        return read_secret_bytes(
+            secrets_client, secret_arn, name=name, variable=variable, minimum=minimum, stage=stage
+        )
+
+    current = read("AWSCURRENT")
+    try:
+        return (current, read("AWSPREVIOUS"))
+    except ConfigurationError:  # never rotated: no previous version
+        return (current,)
+
+
+def read_cursor_key(
+    secrets_client: Any, secret_arn: str, *, clock: Callable[[], float] = time.time
+) -> KeyRing:
+    """The search cursor HMAC key's versions, read at cold start and again as ``KeyRing``
+    says: a cursor signed before a rotation still verifies after it."""
+
+    def load() -> tuple[bytes, ...]:
+        return read_secret_versions(
+            secrets_client,
+            secret_arn,
+            name="cursor",
+            variable="ENGRAM_CURSOR_SECRET_ARN",
+            minimum=MIN_CURSOR_KEY_BYTES,
+        )
+
+    return KeyRing(load, minimum=MIN_CURSOR_KEY_BYTES, clock=clock)

@@ -34,6 +34,7 @@ from engram_memory.engine.gate import (
     check_approval,
 )
 from engram_memory.engine.journal import build_event
+from engram_memory.engine.keyring import KeyRing
 from engram_memory.engine.ports import (
     RECORD_KEY_TARGET,
     AdmissionPolicy,
@@ -89,7 +90,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
-    cursor_key: bytes  # authenticates search page cursors; shared by every instance of a host
+    # authenticates search page cursors; shared by every instance of a host (a KeyRing when it
+    # rotates: the cloud host's cursor secret)
+    cursor_key: bytes | KeyRing
     redaction: RedactionPolicy = field(default_factory=RedactionPolicy.from_allowlist)
     # How many index hits a search ranks and revalidates: ``rank_pages`` pages of the request's
     # ``limit`` (so paging reaches that many pages), at least ``min_rank_depth`` and at most

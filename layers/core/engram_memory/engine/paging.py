@@ -3,7 +3,8 @@
 A cursor binds the request digest, the scope and principal, the pinned ``(valid_as_of,
 system_as_of)``, the ``ordered_ids_digest`` and the offset, and is authenticated with the host's
 cursor key so it cannot be forged or moved to another scope. Anything that does not verify is
-``STALE_PAGE``.
+``STALE_PAGE``. The key may rotate (a ``KeyRing``): a cursor is signed with the current version
+and verifies under the current or the previous one, so a page fetched across a rotation goes on.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from engram_memory.contract.canonical import canonical_bytes
 from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.engine.keyring import KeyRing
 
 _VERSION = 1
 _TAG_BYTES = 16
@@ -41,7 +43,7 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def encode_cursor(state: PageState, key: bytes) -> str:
+def encode_cursor(state: PageState, key: bytes | KeyRing) -> str:
     body = canonical_bytes(
         {
             "v": _VERSION,
@@ -53,19 +55,24 @@ def encode_cursor(state: PageState, key: bytes) -> str:
             "o": state.offset,
         }
     )
-    tag = hmac.new(key, body, hashlib.sha256).digest()[:_TAG_BYTES]
+    signing = key.current() if isinstance(key, KeyRing) else key
+    tag = hmac.new(signing, body, hashlib.sha256).digest()[:_TAG_BYTES]
     return _b64(body) + "." + _b64(tag)
 
 
-def decode_cursor(cursor: str, key: bytes) -> PageState:
+def decode_cursor(cursor: str, key: bytes | KeyRing) -> PageState:
     try:
         body_part, tag_part = cursor.split(".")
         body = _unb64(body_part)
         tag = _unb64(tag_part)
     except (ValueError, binascii.Error):
         raise EngramError(ErrorCode.STALE_PAGE) from None
-    expected = hmac.new(key, body, hashlib.sha256).digest()[:_TAG_BYTES]
-    if not hmac.compare_digest(tag, expected):
+
+    def verified(version: bytes) -> bool | None:
+        expected = hmac.new(version, body, hashlib.sha256).digest()[:_TAG_BYTES]
+        return True if hmac.compare_digest(tag, expected) else None
+
+    if KeyRing.fixed(key, minimum=0).first_that(verified) is None:
         raise EngramError(ErrorCode.STALE_PAGE)
     try:
         data: dict[str, Any] = json.loads(body)

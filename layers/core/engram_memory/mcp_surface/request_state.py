@@ -19,6 +19,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from engram_memory.engine.gate import Approval
+from engram_memory.engine.keyring import KeyRing
 
 _PREFIX: Final = "ers1."
 _AAD: Final = b"engram-memory/request-state/v1"
@@ -29,15 +30,18 @@ class RequestStateInvalid(Exception):
 
 
 class RequestStateSealer:
-    def __init__(self, key: bytes) -> None:
-        if len(key) != 32:
+    """Seals under the key's current version; opens under any version it holds (a ``KeyRing``
+    when the key rotates: a state sealed just before a rotation still opens after it)."""
+
+    def __init__(self, key: bytes | KeyRing) -> None:
+        self._keys = KeyRing.fixed(key, minimum=32)
+        if any(len(version) != 32 for version in self._keys.all()):
             raise ValueError("request-state key must be 32 bytes")
-        self._aead = AESGCM(key)
 
     def seal(self, state: Approval) -> str:
         nonce = os.urandom(12)
         body = state.model_dump_json().encode()
-        sealed = nonce + self._aead.encrypt(nonce, body, _AAD)
+        sealed = nonce + AESGCM(self._keys.current()).encrypt(nonce, body, _AAD)
         return _PREFIX + base64.urlsafe_b64encode(sealed).decode("ascii").rstrip("=")
 
     def open(self, token: str) -> Approval:
@@ -46,7 +50,19 @@ class RequestStateSealer:
         try:
             body_text = token[len(_PREFIX) :]
             raw = base64.urlsafe_b64decode(body_text + "=" * (-len(body_text) % 4))
-            body = self._aead.decrypt(raw[:12], raw[12:], _AAD)
+        except (binascii.Error, ValueError):
+            raise RequestStateInvalid("cannot open") from None
+
+        def opened(key: bytes) -> bytes | None:
+            try:
+                return AESGCM(key).decrypt(raw[:12], raw[12:], _AAD)
+            except (InvalidTag, ValueError):
+                return None
+
+        body = self._keys.first_that(opened)
+        if body is None:
+            raise RequestStateInvalid("cannot open")
+        try:
             return Approval.model_validate_json(body)
-        except (binascii.Error, InvalidTag, ValueError, TypeError):  # ValidationError too
+        except ValueError:  # ValidationError too
             raise RequestStateInvalid("cannot open") from None

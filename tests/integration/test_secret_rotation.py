@@ -1,6 +1,7 @@
-"""The approval page's session secret rotates (``cloud.session_rotation``, the four steps Secrets
-Manager calls, on moto) and the page keeps every session signed before a rotation valid until it
-expires (``approver_signin.CookieKeys``: current and previous version, read from the secret)."""
+"""The stack's secrets rotate (``cloud.secret_rotation``, the four steps Secrets Manager calls, on
+moto) and each reader keeps what was made under the previous version valid, not older
+(``engine.keyring.KeyRing``: current and previous version, read from the secret): the approval
+page's sessions until they expire, the adapter's requestState, the search page cursors."""
 
 from __future__ import annotations
 
@@ -14,8 +15,16 @@ from aws_testing import REGION, moto_aws
 from pydantic import ValidationError
 
 from engram_memory.cloud.approval_page import ApprovalHandler
-from engram_memory.cloud.session_rotation import RotationRefused, rotation_handler
+from engram_memory.cloud.mcp_adapter import request_state_key
+from engram_memory.cloud.secret_rotation import RotationRefused, rotation_handler
+from engram_memory.cloud.settings import read_cursor_key
+from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.engine.gate import Approval
+from engram_memory.engine.paging import PageState, decode_cursor, encode_cursor
+from engram_memory.mcp_surface.request_state import RequestStateInvalid, RequestStateSealer
 from scripts.cloud_run.schedules import start_rotation
+
+from engram_testing import forget_request
 
 ACCOUNT = "123456789012"  # moto's account
 STEPS = ("createSecret", "setSecret", "testSecret", "finishSecret")
@@ -106,3 +115,60 @@ def test_a_session_signed_before_a_rotation_stays_valid_until_it_expires(
     assert page(arn, clock).signed_cookies().approver(after) is not None
     clock.ms += 600_000
     assert page(arn, clock).signed_cookies().approver(after) is None  # expired
+
+
+class KeyClock:
+    """A ``KeyRing``'s clock: how long ago the versions were read decides a re-read."""
+
+    def __init__(self) -> None:
+        self.s = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.s
+
+
+def an_approval() -> Approval:
+    request = forget_request("mem_x", summary="forget mem_x")
+    return Approval.asked(request, approval_id="apr_" + "a" * 32, issued_at_ms=1_000)
+
+
+def test_a_request_state_sealed_before_a_rotation_opens_after_it_not_after_two(
+    secrets: tuple[Any, str],
+) -> None:
+    client, arn = secrets
+    state = an_approval()
+    clock = KeyClock()
+    warm = RequestStateSealer(request_state_key(client, arn, clock=clock))
+    before = warm.seal(state)
+    rotate(client, arn)
+    cold = RequestStateSealer(request_state_key(client, arn))  # an adapter started after it
+    assert cold.open(before) == state  # sealed under the previous version
+    after = cold.seal(state)
+    clock.s += 61  # not read within KEY_RETRY_S: a state it cannot open makes it read again
+    assert warm.open(after) == state
+    rotate(client, arn)
+    oldest = RequestStateSealer(request_state_key(client, arn))
+    with pytest.raises(RequestStateInvalid):
+        oldest.open(before)  # two rotations back
+    assert oldest.open(after) == state
+
+
+def test_a_cursor_signed_before_a_rotation_verifies_after_it_not_after_two(
+    secrets: tuple[Any, str],
+) -> None:
+    client, arn = secrets
+    page = PageState("r" * 64, "b" * 64, 1_800_000_000_000, "2027-01-15T08:00:00Z", "o" * 64, 10)
+    clock = KeyClock()
+    warm = read_cursor_key(client, arn, clock=clock)
+    before = encode_cursor(page, warm)
+    rotate(client, arn)
+    cold = read_cursor_key(client, arn)  # a search function started after it
+    assert decode_cursor(before, cold) == page
+    after = encode_cursor(page, cold)
+    clock.s += 61  # not read within KEY_RETRY_S: a cursor it cannot verify makes it read again
+    assert decode_cursor(after, warm) == page
+    rotate(client, arn)
+    with pytest.raises(EngramError) as refused:
+        decode_cursor(before, read_cursor_key(client, arn))  # two rotations back
+    assert refused.value.code is ErrorCode.STALE_PAGE
+    assert decode_cursor(after, read_cursor_key(client, arn)) == page

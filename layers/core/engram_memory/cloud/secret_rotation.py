@@ -1,17 +1,20 @@
-"""Rotation of the approval page's session secret (``functions/session_rotation/app.py``).
+"""Rotation of the stack's three secrets (``functions/secret_rotation/app.py``): the request-state
+sealing key, the search cursor key and the approval page's session key.
 
 Secrets Manager calls the function four times per rotation (``Step``), each with the secret and
 the new version's ``ClientRequestToken``:
 
 - ``createSecret``: a new random value staged ``AWSPENDING`` (once: a retried step finds it);
-- ``setSecret``: nothing; the key is used by the approval page alone, no other system holds it;
-- ``testSecret``: the pending value is long enough to key the cookies;
+- ``setSecret``: nothing; each key is used by this stack's functions alone, no other system
+  holds it;
+- ``testSecret``: the pending value is long enough to key what the secret keys;
 - ``finishSecret``: ``AWSCURRENT`` moves to the new version, and Secrets Manager stages the old
   one ``AWSPREVIOUS``.
 
-The page signs with the current version and verifies with the current and the previous one
-(``approver_signin.CookieKeys``), so a session signed before the rotation stays valid until it
-expires. The answer names no value; an event that is not this protocol's is refused.
+Each reader signs or seals with the current version and verifies or opens with the current and
+the previous one (``engine.keyring.KeyRing``), so what was made just before a rotation stays
+valid for its short life (a session, a requestState, a page cursor); the next rotation retires
+it. The answer names no value; an event that is not this protocol's is refused.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def _test(secrets: Any, event: RotationEvent) -> None:
         SecretId=event.SecretId, VersionId=event.ClientRequestToken, VersionStage=PENDING
     )
     if len(str(pending.get("SecretString", ""))) < SECRET_LENGTH:
-        raise RotationRefused("the pending version is too short to key the session cookies")
+        raise RotationRefused("the pending version is too short to be a key")
 
 
 def _finish(secrets: Any, event: RotationEvent) -> None:
@@ -108,7 +111,7 @@ def rotate(secrets: Any, raw: Mapping[str, Any]) -> None:
     if PENDING not in stages:
         raise RotationRefused("the version to rotate to is not staged AWSPENDING")
     STEPS[event.Step](secrets, event)
-    get_logger().info("session secret rotation step done", extra={"step": event.Step})
+    get_logger().info("secret rotation step done", extra={"step": event.Step})
 
 
 def rotation_handler(make_secrets: Callable[[], Any] | None = None) -> Callable[[Any, Any], None]:
