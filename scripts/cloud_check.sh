@@ -20,7 +20,9 @@
 #     running out of process; each function's events/ samples, then the end-to-end MCP flow with
 #     the state machines executed on moto, then the operator's `engram-memory admin --stack`
 #     commands and its smoke command (the project venv's CLI, made when missing) through an
-#     HTTPS stand-in of the HTTP API — scripts/cloud_run (a package run as a folder).
+#     HTTPS stand-in of the HTTP API — scripts/cloud_run (a package run as a folder); then
+#     tests/infra, the stack's rules read on the translated template per parameter set and on
+#     the account stack (with the project venv).
 #
 # The tools (cfn-lint, samtranslator, checkov, moto server, pyjwt) live in .venv-cloud/ (pinned in
 # scripts/cloud-tools.txt and, every dependency, scripts/cloud-tools.constraints.txt; created on
@@ -175,6 +177,19 @@ if [[ -n "$run_build" ]]; then
   fi
 else
   fail "no build to run the functions from"
+fi
+# The stack's rules read on the translated template for each parameter set they name (a shared
+# domain refused without its security role, the account stack's log policy and web ACL, the
+# secrets' keys, policies and rotation, the aliases and their rollback alarms, the alarms'
+# runbooks, the quota table): what no run on moto can show.
+if [[ -x .venv/bin/pytest ]]; then
+  if .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/infra; then
+    pass "tests/infra: the stack's rules on the translated template and the account stack"
+  else
+    fail "tests/infra: the stack's rules on the translated template and the account stack"
+  fi
+else
+  echo "  (the stack's rules in tests/infra need the project venv with its dev extra: run ./test first)"
 fi
 echo "cloud-check: [4/4] $((SECONDS - start))s"
 
