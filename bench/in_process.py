@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bench.locomo.runner import PURPOSE
+from bench.locomo.calls import PURPOSE
 
 REPO = Path(__file__).resolve().parent.parent
 # ``../shared`` beside the checkout (as CI lays it out), or beside a parent folder (a worktree).

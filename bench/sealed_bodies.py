@@ -34,7 +34,8 @@ from typing import Any
 from bench.hotpath.corpus import Corpus
 from bench.hotpath.stores import directory_bytes
 from bench.in_process import DEFAULT_LOCOMO, bench_context, envelope, remember_all, seeding_policy
-from bench.locomo.runner import PURPOSE, percentile
+from bench.locomo.calls import PURPOSE
+from bench.locomo.runner import percentile
 
 
 def run(corpus: Corpus, records: int, searches: int) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from typing import Any
 
 from bench.hotpath.corpus import Corpus
 from bench.in_process import DEFAULT_LOCOMO, bench_context, envelope, remember_all, seeding_policy
-from bench.locomo.runner import PURPOSE
+from bench.locomo.calls import PURPOSE
 
 
 def client_validator(

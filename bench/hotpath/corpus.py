@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.locomo.calls import PURPOSE
 from bench.locomo.dataset import Conversation, Turn, capture_arguments, load_dir
-from bench.locomo.runner import PURPOSE
 
 ENTITY_TYPE = "locomo_turn"
+# Records each question asks for: the 10-record response every server and the floor are timed on.
+SEARCH_LIMIT = 10
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,12 @@ PAYLOADS = "floor-payloads.json"
 def write_payloads(store: Any, plan: Any, into: Path) -> Path:
     """Our tool list and one envelope per tool, from the engine on a copy of ``store``; the
     file the floor server reads. ``store``: a ``SeededStore``; ``plan``: the sessions' ``Plan``."""
+    from bench.locomo.calls import PURPOSE, value
     from bench.locomo.clients import EngineClient
-    from bench.locomo.runner import PURPOSE, value
     from engram_memory.embedded.serve import open_server
     from engram_memory.mcp_surface.catalog import TOOL_NAMES, build_tools, for_purpose
 
-    from .sessions import SEARCH_LIMIT
+    from .corpus import SEARCH_LIMIT
     from .stores import DATA, WORKSPACE
 
     tools = [

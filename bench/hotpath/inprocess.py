@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.in_process import DEFAULT_LOCOMO
-from bench.locomo.runner import PURPOSE, percentile, value
+from bench.locomo.calls import PURPOSE, value
+from bench.locomo.runner import percentile
 
-from .corpus import Corpus, Memory
+from .corpus import SEARCH_LIMIT, Corpus, Memory
 from .sessions import WARM_UP_CALLS, Plan, Session, _ms_since
 from .stores import DATA, LEXICAL, PROFILES, WORKSPACE, SeededStore, seeded_store
 
 WARM_UP = 5
-SEARCH_LIMIT = 10
 
 
 def measure(
@@ -125,8 +125,6 @@ _T = TypeVar("_T")
 
 
 def _engine_reads(call: _Call, store: SeededStore, plan: Plan, session: Session) -> None:
-    from .sessions import SEARCH_LIMIT
-
     def search(query: str) -> int:
         arguments = {"query": query, "purpose_ref": PURPOSE, "limit": SEARCH_LIMIT}
         return len(call("search", arguments)["records"])

@@ -38,9 +38,9 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-from bench.locomo.runner import PRINCIPAL, PURPOSE
+from bench.locomo.calls import PRINCIPAL, PURPOSE
 
-from .corpus import Memory
+from .corpus import SEARCH_LIMIT, Memory
 from .floor import PAYLOADS
 from .stores import DATA, PEER_FILE, WORKSPACE, SeededStore
 
@@ -55,7 +55,6 @@ FLOOR_HTTP = "floor-http"
 ENGINE = "engine"
 # The floor that each of our servers is split against (``runner.split``).
 FLOOR_OF = {ENGRAM_STDIO: FLOOR_STDIO, ENGRAM_STDIO_NOTIME: FLOOR_STDIO, ENGRAM_HTTP: FLOOR_HTTP}
-SEARCH_LIMIT = 10
 WARM_UP_CALLS = 2  # per tool, not timed: the first calls of a process pay its lazy imports
 START_DEADLINE_S = 120.0
 CALL_DEADLINE_S = 120.0

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.locomo.runner import value
+from bench.locomo.calls import value
 
 from .corpus import Corpus
 

@@ -62,8 +62,8 @@ def child(data_dir: Path, locomo: Path, warmup: int, pairs: int, run: str) -> di
     """Capture and admit ``warmup + pairs`` memories; the timed pairs' CPU and wall time."""
     import engram_memory
     from bench.hotpath.corpus import Corpus
+    from bench.locomo.calls import value
     from bench.locomo.clients import EngineClient
-    from bench.locomo.runner import value
     from engram_memory.embedded.serve import open_server
 
     corpus = Corpus.load(locomo)

@@ -21,7 +21,7 @@ from engram_memory.embedded.composition import open_embedded
 from engram_memory.engine.context import TrustedContext
 from engram_memory.engine.service import Engine, new_audit_id
 
-from .runner import PRINCIPAL, PURPOSE, TENANT
+from .calls import PRINCIPAL, PURPOSE, TENANT
 
 SEMANTIC_MODES = {
     "semantic": "semantic_only",

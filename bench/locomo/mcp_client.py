@@ -28,7 +28,7 @@ from engram_memory.engine.context import TOOLS
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
 from engram_memory.mcp_surface.transports import MCP_PATH
 
-from .runner import PRINCIPAL, PURPOSE
+from .calls import PRINCIPAL, PURPOSE
 
 
 @contextlib.contextmanager

@@ -20,34 +20,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from .calls import PURPOSE, Client, value
 from .dataset import CATEGORIES, CATEGORY_NAMES, Conversation, capture_arguments, dia_id_of
 
 PROFILES = ("lexical-notime", "lexical", "semantic", "hybrid-notime", "hybrid")
-TENANT = "tenant-benchmark"
-PRINCIPAL = "locomo-bench-agent"
-PURPOSE = "purpose:retrieval-benchmark"
 DEPTH = 10
 KS = (1, 5, 10)
-
-
-class Client(Protocol):
-    """Calls one tool in one workspace and returns the result envelope."""
-
-    def call(self, workspace: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]: ...
-
-
-class BenchmarkError(RuntimeError):
-    """A tool call failed where the benchmark needs it to succeed."""
-
-
-def value(envelope: dict[str, Any], what: str) -> dict[str, Any]:
-    if not envelope.get("ok"):
-        code = envelope.get("error", {}).get("code", "unknown")
-        raise BenchmarkError(f"{what} failed: {code}")
-    result: dict[str, Any] = envelope["output"]["value"]
-    return result
 
 
 # --------------------------------------------------------------------------------------------

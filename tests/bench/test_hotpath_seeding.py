@@ -15,9 +15,9 @@ from test_locomo_bench import ANA_AND_BO
 
 from bench.hotpath.corpus import Corpus
 from bench.hotpath.stores import HYBRID, LEXICAL, WORKSPACE, RepeatedTexts, _seed_engine
+from bench.locomo.calls import PURPOSE, value
 from bench.locomo.clients import EngineClient
 from bench.locomo.dataset import load
-from bench.locomo.runner import PURPOSE, value
 from engram_memory.adapters.embedder import semantic_extra_installed
 from engram_memory.embedded.composition import EmbeddedHost, open_existing
 from engram_memory.engine import lexical

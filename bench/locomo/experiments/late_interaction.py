@@ -25,9 +25,10 @@ import numpy as np
 from engram_memory.engine import lexical, semantic
 from engram_memory.engine.ports import IndexHit
 
+from ..calls import PURPOSE, value
 from ..clients import open_clients
 from ..dataset import CATEGORIES, capture_arguments, load_dir
-from ..runner import PURPOSE, question_scores, value, workspace_of
+from ..runner import question_scores, workspace_of
 
 PROFILE = "hybrid-notime"
 captured: list[tuple[list[IndexHit], list[IndexHit], float | None]] = []
