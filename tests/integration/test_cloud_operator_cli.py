@@ -34,10 +34,10 @@ from aws_testing import (
 )
 
 from engram_memory.adapters.local.audit import MemoryAuditLog
-from engram_memory.cloud import operator as cloud_operator
+from engram_memory.cloud import operator_session
 from engram_memory.cloud.composition import AwsClients, build_engine
 from engram_memory.cloud.drainer import DrainerHandler
-from engram_memory.cloud.operator import DRAINER_RESOURCE, REQUIRED_OUTPUTS, resolve_stack
+from engram_memory.cloud.operator_session import DRAINER_RESOURCE, REQUIRED_OUTPUTS, resolve_stack
 from engram_memory.cloud.settings import HostBinding
 from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.service import Engine
@@ -182,7 +182,7 @@ def stacks(monkeypatch: pytest.MonkeyPatch, capsys: Capture) -> Iterator[Stacks]
     with moto_aws():
         made = Stacks(boto3.session.Session(region_name=REGION), capsys)
         # the CLI invokes the drainer Lambda; here its handler runs in process
-        monkeypatch.setattr(cloud_operator, "lambda_invoker", made.invoker)
+        monkeypatch.setattr(operator_session, "lambda_invoker", made.invoker)
         yield made
 
 

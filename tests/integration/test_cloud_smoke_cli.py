@@ -16,7 +16,7 @@ import pytest
 from aws_testing import REGION, create_template_stack, moto_aws
 
 from engram_memory.cloud.composition import AwsClients
-from engram_memory.cloud.operator import StackError
+from engram_memory.cloud.operator_session import StackError
 from engram_memory.cloud.smoke import read_reports, smoke_target
 from engram_memory.entry import main
 

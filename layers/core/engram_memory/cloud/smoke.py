@@ -45,7 +45,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-from engram_memory.cloud.operator import StackError
+from engram_memory.cloud.operator_session import StackError
 
 if TYPE_CHECKING:
     from boto3.session import Session

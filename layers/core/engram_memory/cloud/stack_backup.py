@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from engram_memory.cloud.operator import OperatorSession
+from engram_memory.cloud.operator_session import OperatorSession
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.engine.context import Scope
 from engram_memory.engine.journal import EMPTY_HEAD, verify_journal
