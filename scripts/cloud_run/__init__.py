@@ -48,9 +48,9 @@ template's resources and intrinsics, the stack in moto's CloudFormation), ``lamb
 Lambda service and its workers), ``identity`` (TLS and the issuer), ``opensearch`` (the fake
 domain), ``endpoints`` (the HTTPS server), ``api_gateway`` (the HTTP API's stand-in), ``tally``
 (what each phase cost), ``harness`` (set-up and tear-down), ``smoke``, ``mcp`` (the client side),
-``approval`` (the approval page as a browser uses it), ``flow``, ``operator_cli`` (the operator's
-commands; not ``operator``, which would shadow the standard library's when the folder runs as a
-script), ``operator_smoke``, ``cli``; ``recorder``, ``iam``, ``judge``, ``probes`` and
+``approval`` (the approval page as a browser uses it), ``flow``, ``operator_shell`` (the CLI in
+the operator's shell), ``operator_cli`` (the operator's commands; not ``operator``, which would
+shadow the standard library's when the folder runs as a script), ``operator_smoke``, ``cli``; ``recorder``, ``iam``, ``judge``, ``probes`` and
 ``permissions`` (every AWS call per principal, and the IAM judge over them).
 
 Usage: python scripts/cloud_run --build-dir DIR --python312 PATH --runtime-dir DIR [--logs DIR]

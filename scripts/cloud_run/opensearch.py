@@ -53,6 +53,16 @@ class FakeOpenSearch:
         self.refusing_writes = False
         self.lock = threading.Lock()
 
+    def record_ids(self, workspace: str) -> set[str]:
+        """The record ids the domain holds for ``workspace``."""
+        with self.lock:
+            return {
+                str(doc.get("record_id"))
+                for docs in self.indices.values()
+                for doc in docs.values()
+                if doc.get("workspace_id") == workspace
+            }
+
     def handle(
         self, method: str, path: str, body: bytes, authorization: str = ""
     ) -> tuple[int, Any]:

@@ -24,26 +24,20 @@ where the cloud keeps them. Then the smoke command (``operator_smoke``).
 from __future__ import annotations
 
 import json
-import subprocess
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .harness import Harness
 from .mcp import CLASSIC, call, capture_arguments, mcp, search_hits, structured, value
+from .operator_shell import Cli, open_cli
+from .operator_smoke import operator_smoke, scan_outputs
 from .settings import (
     KEY_ADMIN,
-    OPERATOR,
-    REGION,
-    ROOT,
     STACK_NAME,
     TENANT,
     WORKSPACE,
-    access_key,
 )
 
-CLI_TIMEOUT_S = 180
 # Near-duplicates (character shingles, see engram_memory/policy/quality.py): B and C are held
 # for adjudication while A is current.
 TEXT_A = "The nightly export to the data lake starts at 02:00 UTC and takes about forty minutes."
@@ -54,111 +48,6 @@ TEXT_C = "the nightly export to the data lake starts at 02:00 utc, and takes abo
 TEXT_D = "Draft: the staging cluster might move to another region next quarter."
 TEXT_E = "The pager rotation hands over every Monday at 09:00 in the on-call channel."
 TEXT_F = "Sealed before the rotation: the blob bucket keeps large attributes for 30 days."
-
-
-@dataclass(frozen=True)
-class Done:
-    """One CLI run: exit code, stdout, stderr."""
-
-    code: int
-    out: str
-    err: str
-
-    @property
-    def document(self) -> Any:
-        """The ``--json`` document (None when stdout is not one)."""
-        try:
-            return json.loads(self.out)
-        except ValueError:
-            return None
-
-    @property
-    def lines(self) -> list[Any]:
-        """stdout as JSON Lines (export)."""
-        return [json.loads(line) for line in self.out.splitlines() if line.strip()]
-
-    def said(self) -> str:
-        """stderr's first line, for a gate line."""
-        return (self.err.strip().splitlines() or [""])[0][:200]
-
-
-def operator_env(h: Harness) -> dict[str, str]:
-    """The operator's shell: its own access key and no other credentials; the AWS endpoints are
-    moto's and the harness's Lambda service (``invoke`` of the drainer); the harness's CA for the
-    HTTP API's stand-in (the smoke)."""
-    return {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(h.work),
-        "LANG": "C.UTF-8",
-        "TZ": "UTC",
-        "AWS_ACCESS_KEY_ID": access_key(OPERATOR),
-        "AWS_SECRET_ACCESS_KEY": "cloud-check",
-        "AWS_ENDPOINT_URL": h.moto_url,
-        "AWS_ENDPOINT_URL_LAMBDA": h.lambdas.url,
-        "AWS_CONFIG_FILE": "/dev/null",
-        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "SSL_CERT_FILE": str(h.cert),
-    }
-
-
-class Cli:
-    """``engram-memory admin --stack STACK --region REGION ...`` in the operator's shell; every
-    output kept (``transcript``) for the token scan."""
-
-    def __init__(self, h: Harness, program: Path) -> None:
-        self.h = h
-        self.program = program
-        self.env = operator_env(h)
-        self.transcript: list[str] = []
-        self.took: list[tuple[float, str]] = []  # (seconds, command) of every run
-
-    def argv(self, *args: str) -> list[str]:
-        return [str(self.program), "admin", "--stack", STACK_NAME, "--region", REGION, *args]
-
-    def admin(self, *args: str, as_json: bool = True, signer: str = OPERATOR) -> Done:
-        """``admin ...`` signed as the operator, or as ``signer`` (the key admin rotates)."""
-        argv = self.argv(*args, *(["--json"] if as_json else []))
-        env = {**self.env, "AWS_ACCESS_KEY_ID": access_key(signer)}
-        started = time.monotonic()
-        try:
-            done = subprocess.run(
-                argv,
-                env=env,
-                cwd=self.h.work,
-                capture_output=True,
-                text=True,
-                timeout=CLI_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return Done(124, "", f"timed out after {CLI_TIMEOUT_S}s: admin {' '.join(args)}")
-        self.took.append((time.monotonic() - started, " ".join(args[:2])))
-        self.transcript += [done.stdout, done.stderr]
-        return Done(done.returncode, done.stdout, done.stderr)
-
-    def workspace(self, *args: str) -> Done:
-        """A command in the flow's workspace."""
-        return self.admin(*args, "--workspace", WORKSPACE)
-
-
-def open_cli(h: Harness) -> Cli | None:
-    """The project venv's ``engram-memory`` (installed with the package when missing)."""
-    from ..devenv import ensure_venv, venv_bin
-
-    program = venv_bin("engram-memory")
-    fresh = not program.exists()
-    try:
-        ensure_venv()
-    except (OSError, subprocess.CalledProcessError, SystemExit) as exc:
-        h.report.check(False, f"operator: the project venv (.venv) cannot be made: {exc}")
-        return None
-    shown = program.relative_to(ROOT)
-    h.report.check(
-        program.exists(),
-        f"operator: the CLI is the project venv's {shown} ({'installed now' if fresh else 'reused'})",
-    )
-    return Cli(h, program) if program.exists() else None
 
 
 # -- the agent's side, through the built adapter -----------------------------------------------
@@ -198,24 +87,11 @@ def got(h: Harness, record_id: str) -> str:
     return "ok" if answer.get("ok") is True else str((answer.get("error") or {}).get("code"))
 
 
-def projected(h: Harness, workspace: str = WORKSPACE) -> set[str]:
-    """The record ids the fake OpenSearch domain holds for ``workspace``."""
-    with h.search.lock:
-        return {
-            str(doc.get("record_id"))
-            for docs in h.search.indices.values()
-            for doc in docs.values()
-            if doc.get("workspace_id") == workspace
-        }
-
-
 # -- the commands --------------------------------------------------------------------------------
 
 
 def operator(h: Harness) -> None:
     """Every ``admin`` command against the stack (module doc), then the smoke command."""
-    from .operator_smoke import operator_smoke, scan_outputs
-
     cli = open_cli(h)
     if cli is None or not status(h, cli):
         return
@@ -304,7 +180,7 @@ def pending_and_adjudication(
     h.report.check(
         accepted.code == 0
         and (accepted.document or {}).get("status") == "accepted"
-        and record_b in projected(h)
+        and record_b in h.search.record_ids(WORKSPACE)
         and record_b in found(h, "nightly export data lake forty five minutes"),
         f"operator: adjudicate accept -> {(accepted.document or {}).get('status')} {record_b[:16]}…,"
         f" projected by the drainer the CLI invoked, found by an agent {accepted.said()}",
@@ -359,7 +235,7 @@ def lifecycle(h: Harness, cli: Cli, record_a: str, record_b: str) -> None:
 
     def record(name: str, target: str, want: str, *extra: str, searchable: bool) -> None:
         state = step(cli, name, target, *extra)
-        checks.append((name, want, state, (target in projected(h)) == searchable))
+        checks.append((name, want, state, (target in h.search.record_ids(WORKSPACE)) == searchable))
 
     record("dispute", record_a, "accepted_disputed", searchable=False)
     record("resolve", record_a, "accepted_current", searchable=True)
@@ -476,7 +352,9 @@ def reindex(h: Harness, cli: Cli, records: set[str]) -> None:
     done = cli.workspace("reindex")
     doc = done.document or {}
     h.report.check(
-        done.code == 0 and doc.get("indexed") == len(records) and projected(h) == records,
+        done.code == 0
+        and doc.get("indexed") == len(records)
+        and h.search.record_ids(WORKSPACE) == records,
         f"operator: reindex -> the drainer indexed {doc.get('indexed')} record(s), exactly the"
         f" {len(records)} current ones are projected {done.said()}",
     )

@@ -1,6 +1,6 @@
 """The smoke command in the gate: ``engram-memory admin --stack engram-memory-dev smoke``, as an
 operator runs it but for ``--endpoint`` (the HTTP API's stand-in, ``Harness._start_api``: the gate
-has no API Gateway), in the operator's shell (``operator_cli.Cli``), with an agent token of the
+has no API Gateway), in the operator's shell (``operator_shell.Cli``), with an agent token of the
 harness's issuer for a workspace of its own, in a file only its owner reads.
 
 When the command prints an approval page's link, the harness is the test approver: it opens the
@@ -25,7 +25,7 @@ import threading
 
 from .approval import approve_on_the_page, through_the_api
 from .harness import Harness
-from .operator_cli import Cli, projected
+from .operator_shell import Cli
 from .settings import OPERATOR, REFUSAL_SUFFIX, REGION, TENANT, access_key
 
 SMOKE_WORKSPACE = "ws-smoke-0001"
@@ -129,7 +129,7 @@ def left_nothing(h: Harness, cli: Cli) -> None:
     records = cli.admin("records", "list", "--workspace", SMOKE_WORKSPACE)
     pending = cli.admin("pending", "list", "--workspace", SMOKE_WORKSPACE)
     states = sorted(str(r.get("state")) for r in records.document or [] if isinstance(r, dict))
-    documents = projected(h, SMOKE_WORKSPACE)
+    documents = h.search.record_ids(SMOKE_WORKSPACE)
     h.report.check(
         records.code == pending.code == 0
         and states == ["tombstoned"]
