@@ -19,6 +19,7 @@ from aws_testing import BUCKET, KEY_TABLE, REGION, TABLE
 
 from engram_memory.cloud.approval_page import ApprovalHandler, StoredMemories
 from engram_memory.cloud.approver_signin import SignedIn
+from engram_memory.cloud.composition import build_approval_page
 from engram_memory.cloud.proofs import FixedMacKey, MacKey
 
 BASE_URL: Final = "https://memory.example.com"
@@ -89,7 +90,9 @@ def approval_page(
     from engram_memory.adapters.aws.dynamo_store import DynamoStore
     from engram_memory.adapters.aws.kms_record_keys import KmsRecordKeys
 
-    handler = ApprovalHandler(env=env, **({"now_ms": now_ms} if now_ms else {}))
+    handler = ApprovalHandler(
+        build=build_approval_page, env=env, **({"now_ms": now_ms} if now_ms else {})
+    )
     handler.approvals = approvals
     handler.sfn = sfn
     handler.session_key = SESSION_KEY

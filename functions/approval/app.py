@@ -2,4 +2,4 @@
 
 from engram_memory.cloud.tool_handler import deferred_handler
 
-handler = deferred_handler("engram_memory.cloud.approval_page:ApprovalHandler")
+handler = deferred_handler("engram_memory.cloud.entry_points:approval_handler")

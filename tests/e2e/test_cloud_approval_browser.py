@@ -40,6 +40,7 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
 from engram_memory.cloud.approval_page import ApprovalHandler, StoredMemories, https_fetch
+from engram_memory.cloud.composition import build_approval_page
 from engram_memory.cloud.oidc import IssuerKeys
 from scripts.cloud_run import self_signed
 from scripts.cloud_run.api_gateway import Route, serve_api
@@ -148,6 +149,7 @@ def site(
         stack = stack_factory(approval_base=base)
         page_clock = RealClock()
         page = ApprovalHandler(
+            build=build_approval_page,
             env={
                 "AWS_REGION": "us-east-1",
                 "ENGRAM_ISSUER": provider.issuer,

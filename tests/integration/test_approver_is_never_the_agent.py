@@ -46,6 +46,7 @@ from engram_memory.binding.tokens import context_from_claims
 from engram_memory.cloud.approval_page import ApprovalHandler, https_fetch
 from engram_memory.cloud.approvals import ApprovalStore, WorkflowRequest
 from engram_memory.cloud.cognito_claims import claims_handler
+from engram_memory.cloud.composition import build_approval_page
 from engram_memory.cloud.mcp_adapter import host_config_of, token_verifier
 from engram_memory.cloud.oidc import IssuerKeys
 from engram_memory.cloud.settings import AdapterSettings, CognitoClaimsSettings
@@ -304,7 +305,8 @@ def site(
         store = ApprovalStore(dynamodb, TABLE)
         approval_id = parked_for(mode, store)
         handler = ApprovalHandler(
-            env={**APPROVAL_ENV, "ENGRAM_ISSUER": provider.issuer, **mode.page_env}
+            build=build_approval_page,
+            env={**APPROVAL_ENV, "ENGRAM_ISSUER": provider.issuer, **mode.page_env},
         )
         sfn = RecordedSfn()
         handler.approvals, handler.sfn = store, sfn

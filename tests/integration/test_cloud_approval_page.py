@@ -29,6 +29,7 @@ from approval_testing import page_event as event
 
 from engram_memory.cloud.approval_page import ApprovalHandler, https_fetch
 from engram_memory.cloud.approvals import ParkedApproval
+from engram_memory.cloud.composition import build_approval_page
 from engram_memory.cloud.oidc import IssuerKeys
 from scripts.cloud_run import self_signed
 
@@ -80,7 +81,9 @@ class Page:
 @pytest.fixture
 def page(provider: LocalOidcProvider, tls: tuple[Path, Path]) -> Page:
     trust = ssl.create_default_context(cafile=str(tls[0]))
-    handler = ApprovalHandler(env={**APPROVAL_ENV, "ENGRAM_ISSUER": provider.issuer})
+    handler = ApprovalHandler(
+        build=build_approval_page, env={**APPROVAL_ENV, "ENGRAM_ISSUER": provider.issuer}
+    )
     handler.proof_key = PROOF_KEY
     now = int(time.time() * 1000)
     handler.approvals = Approvals(  # type: ignore[assignment]
@@ -208,7 +211,7 @@ def test_malformed_ids_and_an_unreachable_issuer_are_pages(page: Page) -> None:
     unknown = page(event("not-an-approval"))
     assert unknown["statusCode"] == 404 and outcome(unknown) == "not_found"
     down_issuer = {**APPROVAL_ENV, "ENGRAM_ISSUER": "https://127.0.0.1:9"}  # nothing listens
-    handler = ApprovalHandler(env=down_issuer)
+    handler = ApprovalHandler(build=build_approval_page, env=down_issuer)
     handler.approvals, handler.sfn = page.handler.approvals, page.sfn
     handler.memories, handler.session_key = page.handler.memories, b"k" * 32
     handler.proof_key = PROOF_KEY

@@ -322,15 +322,19 @@ class ApprovalHandler:
     """The approval function: its cold-start singletons and the three routes.
 
     Tests set ``approvals``, ``sfn``, ``memories``, ``session_key``, ``fetch``/``keys`` and
-    ``now_ms`` before the first invocation; the rest is built from the environment.
+    ``now_ms`` before the first invocation; ``build`` (the composition root's
+    ``build_approval_page``, handed in by ``entry_points.approval_handler``) wires the rest from
+    the environment.
     """
 
     def __init__(
         self,
         *,
+        build: Callable[[ApprovalHandler, ApprovalSettings], ApprovalPageParts],
         env: Mapping[str, str] = os.environ,
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
+        self._build_parts = build
         self.approvals: ApprovalStore | None = None
         self.sfn: Any = None
         self.memories: Callable[[ParkedApproval], Memory | None] | None = None
@@ -347,13 +351,8 @@ class ApprovalHandler:
     def _ready(self) -> ApprovalPageParts:
         with self._lock:
             if self._parts is None:
-                self._parts = self._build()
+                self._parts = self._build_parts(self, ApprovalSettings.from_env(self._env))
             return self._parts
-
-    def _build(self) -> ApprovalPageParts:
-        from engram_memory.cloud.composition import build_approval_page
-
-        return build_approval_page(self, ApprovalSettings.from_env(self._env))
 
     def signed_cookies(self) -> SignedCookies:
         """The cookies this function signs and reads (what a sign-in sets, for tests)."""

@@ -620,8 +620,8 @@ class LambdaAdapter:
     def __init__(
         self,
         *,
+        build: Callable[[AdapterSettings], EngramMcp],
         env: Mapping[str, str] = os.environ,
-        build: Callable[[AdapterSettings], EngramMcp] | None = None,
     ) -> None:
         self._env = env
         self._build = build
@@ -638,7 +638,7 @@ class LambdaAdapter:
                 self.settings = AdapterSettings.from_env(self._env)
             if self.bridge is None:
                 if self.surface is None:
-                    self.surface = self._surface(self.settings)
+                    self.surface = self._build(self.settings)
                 self.gate = stateless_app(self.surface, extra_hosts=self.settings.allowed_hosts)
                 self.bridge = AsgiLambdaBridge(self.gate)
             assert self.gate is not None
@@ -647,13 +647,6 @@ class LambdaAdapter:
             if default_host is not None and default_host not in self.gate.allowed_hosts:
                 self.gate.allowed_hosts.append(default_host)
             return self.bridge
-
-    def _surface(self, settings: AdapterSettings) -> EngramMcp:
-        if self._build is not None:
-            return self._build(settings)
-        from engram_memory.cloud.composition import build_adapter
-
-        return build_adapter(settings)
 
     def __call__(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         answer: dict[str, Any] = self._entry(event, context)
