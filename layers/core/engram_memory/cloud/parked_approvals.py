@@ -32,7 +32,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from engram_memory.cloud.wire import ToolInvocation
+from engram_memory.cloud.tool_invocation import ToolInvocation
 from engram_memory.engine.gate import APPROVAL_TTL_MS, Approval
 from engram_memory.engine.ports import StoreUnavailable
 
