@@ -1,4 +1,4 @@
-"""The confirmation workflow of the cloud: Step Functions task tokens and approval records.
+"""The cloud's approval book: questions parked as Step Functions task tokens, and their records.
 
 A confirmation-gated tool (withdraw, forget) starts a Standard execution whose first Task
 (``await_approval``) parks its task token in the canonical table (``ApprovalStore``); the
