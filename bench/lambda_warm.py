@@ -122,7 +122,7 @@ TAGS = tuple(
 
 def _signed(key: MacKey, event: dict[str, Any]) -> dict[str, Any]:
     """``event`` as the adapter sends it, signed under ``key`` (outside the handler's timing)."""
-    from engram_memory.cloud.wire import ToolInvocation
+    from engram_memory.cloud.tool_invocation import ToolInvocation
 
     return signed_event(key, ToolInvocation.model_validate(event).to_event())
 

@@ -313,7 +313,7 @@ def signed_with(key: Any, event: Any) -> Any:
     writes it, when it is a valid invocation; a malformed one as it is (the function refuses
     it), and not an object not at all."""
     from engram_memory.cloud.proofs import signed_event
-    from engram_memory.cloud.wire import ToolInvocation
+    from engram_memory.cloud.tool_invocation import ToolInvocation
 
     if not isinstance(event, dict):
         return event

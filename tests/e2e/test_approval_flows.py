@@ -222,7 +222,7 @@ def _rows(book: Any) -> list[Any]:
     import contextlib
     import sqlite3
 
-    from engram_memory.adapters.local.approvals import COLUMNS, OpenApproval
+    from engram_memory.adapters.local.approval_book import COLUMNS, OpenApproval
 
     with contextlib.closing(sqlite3.connect(book.path)) as db:
         rows = db.execute(f"SELECT {COLUMNS} FROM approvals")

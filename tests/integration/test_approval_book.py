@@ -9,7 +9,7 @@ from pathlib import Path
 import mcp.types as types
 import pytest
 
-from engram_memory.adapters.local.approvals import FILE_NAME, ApprovalBook
+from engram_memory.adapters.local.approval_book import FILE_NAME, ApprovalBook
 from engram_memory.embedded.cli import main
 from engram_memory.engine.context import Scope
 from engram_memory.engine.gate import (

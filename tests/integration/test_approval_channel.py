@@ -12,9 +12,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from engram_memory.adapters.local.approvals import ApprovalBook
+from engram_memory.adapters.local.approval_book import ApprovalBook
 from engram_memory.approval_page import Decision, PageError
-from engram_memory.embedded.approval_channel import EmbeddedApprovals, LinkDesk
+from engram_memory.embedded.book_channel import EmbeddedApprovals, LinkDesk
 from engram_memory.engine.context import Scope
 from engram_memory.engine.gate import Approval, ConfirmationRequest, check_approval
 from engram_memory.mcp_surface.approval_channel import ApprovalChannel, Declined, Question

@@ -10,8 +10,8 @@ import pytest
 from aws_testing import TABLE, aws_clients, moto_aws
 
 from engram_memory.adapters.aws.dynamo_store import create_tables
-from engram_memory.cloud.approvals import ApprovalStore, WorkflowRequest
-from engram_memory.cloud.wire import ToolInvocation
+from engram_memory.cloud.parked_approvals import ApprovalStore, WorkflowRequest
+from engram_memory.cloud.tool_invocation import ToolInvocation
 
 from engram_testing import context, sha
 

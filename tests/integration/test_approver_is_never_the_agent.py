@@ -44,13 +44,13 @@ from test_cloud_approval_page import provider, tls  # the HTTPS provider and its
 from engram_memory.adapters.aws.dynamo_store import create_tables
 from engram_memory.binding.tokens import context_from_claims
 from engram_memory.cloud.approval_page import ApprovalHandler, https_fetch
-from engram_memory.cloud.approvals import ApprovalStore, WorkflowRequest
 from engram_memory.cloud.cognito_claims import claims_handler
 from engram_memory.cloud.composition import build_approval_page
 from engram_memory.cloud.mcp_adapter import host_config_of, token_verifier
 from engram_memory.cloud.oidc import IssuerKeys
+from engram_memory.cloud.parked_approvals import ApprovalStore, WorkflowRequest
 from engram_memory.cloud.settings import AdapterSettings, CognitoClaimsSettings
-from engram_memory.cloud.wire import ToolInvocation
+from engram_memory.cloud.tool_invocation import ToolInvocation
 from engram_memory.engine.context import new_audit_id
 
 from oidc_provider import LocalOidcProvider, sign_in

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from engram_memory.adapters.local.approvals import ApprovalBook
+from engram_memory.adapters.local.approval_book import ApprovalBook
 from engram_memory.contract.types import format_instant
 from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import init_data_dir, open_embedded

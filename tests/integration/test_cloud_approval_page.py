@@ -28,9 +28,9 @@ from approval_testing import (
 from approval_testing import page_event as event
 
 from engram_memory.cloud.approval_page import ApprovalHandler, https_fetch
-from engram_memory.cloud.approvals import ParkedApproval
 from engram_memory.cloud.composition import build_approval_page
 from engram_memory.cloud.oidc import IssuerKeys
+from engram_memory.cloud.parked_approvals import ParkedApproval
 from scripts.cloud_run import self_signed
 
 from oidc_provider import LocalOidcProvider, serve_provider, sign_in

@@ -34,7 +34,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from test_serve_day_one import engram, free_port, init, listening, token
 
-from engram_memory.adapters.local.approvals import FILE_NAME as APPROVALS_FILE
+from engram_memory.adapters.local.approval_book import FILE_NAME as APPROVALS_FILE
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
 
 from engram_testing import capture_args

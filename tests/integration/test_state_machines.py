@@ -37,8 +37,8 @@ from test_tool_handlers import (
     value_of,
 )
 
-from engram_memory.cloud.approvals import ApprovalStore
 from engram_memory.cloud.execution_gate import ExecutionGate
+from engram_memory.cloud.parked_approvals import ApprovalStore
 from engram_memory.cloud.proofs import KmsMacKey
 from engram_memory.engine.context import TOOLS
 
@@ -596,7 +596,7 @@ def test_a_new_request_is_announced_once_without_the_memorys_text(stack: Stack) 
     """Whatever the agent's client can show, the stack's approval topic tells the people
     subscribed to it (e-mail, chat) that a request waits: the operation, who asks, the page;
     never the memory's text. A retried call (the same run) announces nothing again."""
-    from engram_memory.cloud.approvals import ApprovalTopic
+    from engram_memory.cloud.parked_approvals import ApprovalTopic
 
     sns, sqs = stack.cloud.session.client("sns"), stack.cloud.session.client("sqs")
     topic = sns.create_topic(Name="engram-dev-approval-requests")["TopicArn"]

@@ -40,7 +40,7 @@ from pydantic import TypeAdapter, ValidationError
 from engram_memory.cloud.composition import build_engine, build_execution_gate
 from engram_memory.cloud.observability import AUDIT_MESSAGE, get_logger
 from engram_memory.cloud.settings import ConfigurationError, HostBinding, ToolName
-from engram_memory.cloud.wire import (
+from engram_memory.cloud.tool_invocation import (
     ConfirmableTool,
     ToolInvocation,
     context_from_event,

@@ -31,7 +31,9 @@ from test_tool_handlers import EVENTS, ROOT, load_app
 from engram_memory.adapters.aws.dynamo_store import create_bucket, create_tables
 from engram_memory.adapters.aws.kms_vault import create_key_table
 from engram_memory.cloud.approval_page import ApprovalHandler
-from engram_memory.cloud.approvals import (
+from engram_memory.cloud.composition import build_engine
+from engram_memory.cloud.drainer import DrainerHandler
+from engram_memory.cloud.parked_approvals import (
     ApprovalStore,
     ApprovalWindowExpired,
     GateFailed,
@@ -39,12 +41,10 @@ from engram_memory.cloud.approvals import (
     execution_name,
     start_confirmed_execution,
 )
-from engram_memory.cloud.composition import build_engine
-from engram_memory.cloud.drainer import DrainerHandler
 from engram_memory.cloud.proofs import FixedMacKey, invocation_mac
 from engram_memory.cloud.settings import HostBinding
 from engram_memory.cloud.tool_handler import DeferredHandler, deferred_handler
-from engram_memory.cloud.wire import ToolInvocation
+from engram_memory.cloud.tool_invocation import ToolInvocation
 from engram_memory.cloud.workflow import WorkflowHandler
 from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.gate import ConfirmationNeeded

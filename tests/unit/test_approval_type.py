@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from engram_memory.cloud.approvals import ParkedApproval, from_item, to_item
+from engram_memory.cloud.parked_approvals import ParkedApproval, from_item, to_item
 from engram_memory.engine.gate import (
     APPROVAL_TTL_MS,
     EXECUTION_WINDOW_MS,

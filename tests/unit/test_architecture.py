@@ -4,7 +4,8 @@ The package's own rules (the core never imports a host; the hosts never import e
 adapters never import a composition; the engine imports no adapter or I/O library) are
 import-linter contracts in pyproject.toml, which ./test runs (`lint-imports`). What
 import-linter cannot see is checked here: the Lambda handlers in functions/, outside the
-package, and what the embedded command line loads when it runs.
+package, what the embedded command line loads when it runs, and that no two modules share a
+file name (one concept, one module, one name; docs/architecture.md, "Glossary of human approval").
 """
 
 from __future__ import annotations
@@ -81,3 +82,29 @@ def test_the_operator_plane_never_reaches_into_the_store() -> None:
         path.name: found for path in sorted(plane.glob("*.py")) if (found := _store_reaches(path))
     }
     assert not reaches, f"operator_plane reaches past the engine: {reaches}"
+
+
+PACKAGE = ROOT / "layers" / "core" / "engram_memory"
+# The file names more than one module of the package may share, each with the exact modules that
+# share it, so a third one is caught too. Anything else shared is one name for two concepts (say
+# which one) or one concept in two places (merge them).
+SHARED_FILE_NAMES: dict[str, set[str]] = {
+    # composition.py: each host has one composition root, by design
+    "composition.py": {"cloud/composition.py", "embedded/composition.py"},
+    # backup.py: the SQLite copy without projections and the embedded host's backup command,
+    # which uses it; the same word seen from the store and from the operator
+    "backup.py": {"adapters/local/sqlite/backup.py", "embedded/backup.py"},
+    # errors.py: the contract's error codes and the embedded host's own start-up errors
+    "errors.py": {"contract/errors.py", "embedded/errors.py"},
+    # inspection.py: the engine's read-only use cases and the operator plane's commands over them
+    "inspection.py": {"engine/usecases/inspection.py", "operator_plane/inspection.py"},
+}
+
+
+def test_no_two_modules_of_the_package_share_a_file_name() -> None:
+    by_name: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":  # a package's own module: every package has one
+            by_name.setdefault(path.name, set()).add(path.relative_to(PACKAGE).as_posix())
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert shared == SHARED_FILE_NAMES

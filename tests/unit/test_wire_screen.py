@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from engram_memory.mcp_surface.wire import INVALID_ARGUMENTS_META, screen
+from engram_memory.mcp_surface.wire_screen import INVALID_ARGUMENTS_META, screen
 
 CALL = (
     '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": %s}}'

@@ -5,7 +5,7 @@ desk a host's storage and sign-in stand behind (``QuestionDesk``, with its CSRF 
 form read from the body, GET shows, POST answers (CSRF token, same origin, an explicit choice),
 the pages' headers, errors and redirects.
 
-What stays with a host: the embedded server's ``embedded.approval_channel`` (the link's
+What stays with a host: the embedded server's ``embedded.book_channel`` (the link's
 single-use secret, the ``ApprovalBook``, a starlette route); the cloud's ``cloud.approval_page``
 (OIDC sign-in and the session cookie, DynamoDB and Step Functions, API Gateway events)."""
 

@@ -70,12 +70,6 @@ from engram_memory.approval_page import (
     redirect,
     render_signed_in,
 )
-from engram_memory.cloud.approvals import (
-    APPROVAL_ID_PATTERN,
-    ENDED_WAIT_ERRORS,
-    ApprovalStore,
-    ParkedApproval,
-)
 from engram_memory.cloud.approver_signin import (
     SESSION_COOKIE,
     SIGNIN_COOKIE,
@@ -90,6 +84,12 @@ from engram_memory.cloud.approver_signin import (
 )
 from engram_memory.cloud.observability import get_logger, instrumented
 from engram_memory.cloud.oidc import IssuerKeysUnavailable
+from engram_memory.cloud.parked_approvals import (
+    APPROVAL_ID_PATTERN,
+    ENDED_WAIT_ERRORS,
+    ApprovalStore,
+    ParkedApproval,
+)
 from engram_memory.cloud.proofs import MacKey, prove_on_page
 from engram_memory.cloud.settings import (
     ApprovalSettings,

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
 
     from engram_memory.cloud.approval_page import ApprovalHandler, ApprovalPageParts
-    from engram_memory.cloud.approvals import ApprovalStore
     from engram_memory.cloud.execution_gate import ExecutionGate
+    from engram_memory.cloud.parked_approvals import ApprovalStore
     from engram_memory.cloud.proofs import MacKey
     from engram_memory.cloud.settings import StoredRecordsSettings
     from engram_memory.engine.ports import AdmissionPolicy
@@ -242,7 +242,7 @@ def mac_key(clients: AwsClients, key_arn: str) -> MacKey:
 
 def approval_store(clients: AwsClients, table: str) -> ApprovalStore:
     """The parked approvals of withdraw and forget runs, in the canonical table."""
-    from engram_memory.cloud.approvals import ApprovalStore
+    from engram_memory.cloud.parked_approvals import ApprovalStore
 
     return ApprovalStore(clients.client("dynamodb"), table)
 
@@ -413,8 +413,8 @@ def build_execution_gate(
     ``ENGRAM_WITHDRAW_STATE_MACHINE_ARN`` / ``ENGRAM_FORGET_STATE_MACHINE_ARN``, the function's
     own machine; ``ENGRAM_TABLE``, parked approvals; ``ENGRAM_APPROVAL_BASE_URL``, the approval
     page's https origin), gate out; clients in ``AWS_REGION``."""
-    from engram_memory.cloud.approvals import ApprovalTopic
     from engram_memory.cloud.execution_gate import ExecutionGate
+    from engram_memory.cloud.parked_approvals import ApprovalTopic
 
     gate = settings if isinstance(settings, GateSettings) else gate_settings(tool, settings)
     clients = AwsClients(gate.session)

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from engram_memory.cloud.approvals import (
+from engram_memory.cloud.parked_approvals import (
     ENDED_WAIT_ERRORS,
     ApprovalStore,
     ApprovalTopic,
@@ -46,7 +46,7 @@ from engram_memory.engine.gate import ConfirmationRequest
 from engram_memory.engine.ports import StoreUnavailable
 
 if TYPE_CHECKING:
-    from engram_memory.cloud.wire import ToolInvocation
+    from engram_memory.cloud.tool_invocation import ToolInvocation
     from engram_memory.engine.context import TrustedContext
     from engram_memory.engine.service import Engine
 
@@ -103,7 +103,7 @@ class ExecutionGate:
         request: ConfirmationRequest,
     ) -> dict[str, Any]:
         """The function's answer: an envelope, or ``confirmation_required`` with the page URL."""
-        from engram_memory.cloud.wire import confirmation_required
+        from engram_memory.cloud.tool_invocation import confirmation_required
 
         key = self._key(invocation, ctx)
         name = execution_name(invocation.tool, key)

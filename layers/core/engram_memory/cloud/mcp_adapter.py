@@ -50,7 +50,7 @@ from engram_memory.cloud.settings import (
     ConfigurationError,
     read_secret_versions,
 )
-from engram_memory.cloud.wire import ToolInvocation, request_of
+from engram_memory.cloud.tool_invocation import ToolInvocation, request_of
 from engram_memory.contract.envelope import failure
 from engram_memory.contract.errors import (
     ErrorCode,

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from engram_memory.cloud.execution_gate import ExecutionGate
     from engram_memory.cloud.proofs import MacKey
     from engram_memory.cloud.settings import EngineEnvironment, HostBinding
-    from engram_memory.cloud.wire import ToolInvocation
+    from engram_memory.cloud.tool_invocation import ToolInvocation
     from engram_memory.contract.errors import ProtocolRefusal
     from engram_memory.engine.context import TrustedContext
     from engram_memory.engine.ports import Clock
@@ -196,7 +196,7 @@ class ToolHandler(EngineHandler):
         audit_id: str,
         ctx: TrustedContext | None = None,
     ) -> dict[str, Any]:
-        from engram_memory.cloud.wire import protocol_error
+        from engram_memory.cloud.tool_invocation import protocol_error
         from engram_memory.contract.errors import UnknownTool
 
         unknown = isinstance(refusal, UnknownTool)
@@ -230,7 +230,11 @@ class ToolHandler(EngineHandler):
             return None
 
     def _handle(self, event: Any, context: Any) -> dict[str, Any]:
-        from engram_memory.cloud.wire import confirmation_required, parse_invocation, protocol_error
+        from engram_memory.cloud.tool_invocation import (
+            confirmation_required,
+            parse_invocation,
+            protocol_error,
+        )
         from engram_memory.contract.errors import (
             ErrorCode,
             ProtocolRefusal,

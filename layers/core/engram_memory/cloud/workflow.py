@@ -17,14 +17,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engram_memory.cloud.approvals import (
+from engram_memory.cloud.composition import AwsClients, approval_store, mac_key
+from engram_memory.cloud.observability import get_logger, record_projection_lag
+from engram_memory.cloud.parked_approvals import (
     ApprovalStore,
     ApprovalWindowExpired,
     GateFailed,
     WorkflowRequest,
 )
-from engram_memory.cloud.composition import AwsClients, approval_store, mac_key
-from engram_memory.cloud.observability import get_logger, record_projection_lag
 from engram_memory.cloud.proofs import (
     ApprovalProof,
     MacKey,

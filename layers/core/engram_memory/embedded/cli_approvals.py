@@ -9,7 +9,7 @@
       agent's retry of the same call then commits (within 30 s of an approval) or fails with
       ``gate_failed``.
 
-Both go through the host's approval channel (``embedded.approval_channel.EmbeddedApprovals``,
+Both go through the host's approval channel (``embedded.book_channel.EmbeddedApprovals``,
 the ``ApprovalChannel`` port the MCP surface asks through): ``pending`` to list, ``answer_by_id``
 to answer as ``terminal``. The approvals live in the data directory (``approvals.sqlite3``):
 whoever may read it may answer.
@@ -28,8 +28,8 @@ from engram_memory.operator_plane.commands import command_name, fail, json_optio
 from engram_memory.operator_plane.text import iso
 
 if TYPE_CHECKING:
-    from engram_memory.adapters.local.approvals import OpenApproval
-    from engram_memory.embedded.approval_channel import EmbeddedApprovals
+    from engram_memory.adapters.local.approval_book import OpenApproval
+    from engram_memory.embedded.book_channel import EmbeddedApprovals
     from engram_memory.embedded.composition import EmbeddedHost
 
 
@@ -39,8 +39,8 @@ def _channel(args: argparse.Namespace) -> Iterator[EmbeddedApprovals | None]:
     memory a question shows) opens only when a question is shown. ``DataDirectoryRefused`` for
     a directory that is not an initialised data directory."""
     from engram_memory.adapters.clock import SystemClock
-    from engram_memory.adapters.local.approvals import FILE_NAME, ApprovalBook
-    from engram_memory.embedded.approval_channel import EmbeddedApprovals
+    from engram_memory.adapters.local.approval_book import FILE_NAME, ApprovalBook
+    from engram_memory.embedded.book_channel import EmbeddedApprovals
     from engram_memory.embedded.composition import open_existing, require_initialised
 
     data_dir = Path(args.data_dir)
@@ -67,7 +67,7 @@ def _channel(args: argparse.Namespace) -> Iterator[EmbeddedApprovals | None]:
 
 
 def _listing(channel: EmbeddedApprovals, now_ms: int) -> list[dict[str, Any]]:
-    from engram_memory.adapters.local.approvals import shown_code
+    from engram_memory.adapters.local.approval_book import shown_code
     from engram_memory.approval_page import plain_summary
 
     listed = []

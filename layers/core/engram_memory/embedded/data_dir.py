@@ -4,7 +4,7 @@
 - ``engram.db``                 canonical store (journal, ledger, candidates, records, FTS5)
 - ``audit.log``                 one JSON line per call: ids, outcome codes, digests — no content
                                 (its sealed segments and its lock: ``adapters/local/audit.py``)
-- ``approvals.sqlite3``        the approval book (``adapters/local/approvals.py``)
+- ``approvals.sqlite3``        the approval book (``adapters/local/approval_book.py``)
 - ``console.sqlite3``          the console's one-time sign-in links, hashed
                                 (``embedded/console/links.py``)
 - ``backups/``                  the backups the console takes (``embedded/backup.py``;

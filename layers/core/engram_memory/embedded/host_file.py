@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from engram_memory.adapters.local.private_files import write_private_file
 from engram_memory.binding.host_config import HostConfig, describe_validation_error
 from engram_memory.embedded.data_dir import host_config_path
 from engram_memory.embedded.errors import HostConfigError
-from engram_memory.embedded.private_files import write_private_file
 
 if TYPE_CHECKING:
     from engram_memory.engine.ports import AdmissionPolicy, AdmissionRequest, PolicyDecision

@@ -12,6 +12,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from engram_memory.adapters.local.private_files import write_private_file
 from engram_memory.binding.host_config import HostConfig
 from engram_memory.binding.tokens import JWT_TYP, TokenIssuer, TokenVerifier, key_id, public_jwks
 from engram_memory.embedded.data_dir import (
@@ -20,7 +21,6 @@ from engram_memory.embedded.data_dir import (
     PREVIOUS_ISSUER_KEYS_FILE,
     key_path,
 )
-from engram_memory.embedded.private_files import write_private_file
 
 __all__ = [
     "load_or_create_issuer_key",

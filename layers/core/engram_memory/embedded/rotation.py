@@ -19,12 +19,12 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from engram_memory.adapters.local.private_files import write_private_file
 from engram_memory.adapters.local.vault import next_master_key_path
 from engram_memory.embedded.composition import open_existing, require_initialised
 from engram_memory.embedded.data_dir import KEYS_DIR, MASTER_KEY_FILE
 from engram_memory.embedded.data_dir_lease import acquire_lease
 from engram_memory.embedded.issuer_keys import rotate_issuer_key
-from engram_memory.embedded.private_files import write_private_file
 from engram_memory.engine.context import Scope
 from engram_memory.operator_plane.auditing import audited
 from engram_memory.operator_plane.crash_points import crash_point

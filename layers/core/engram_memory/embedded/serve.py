@@ -20,13 +20,14 @@ from urllib.parse import urlparse
 import anyio
 
 from engram_memory.adapters.clock import SystemClock
-from engram_memory.adapters.local.approvals import ApprovalBook
+from engram_memory.adapters.local.approval_book import ApprovalBook
+from engram_memory.adapters.local.private_files import write_private_file
 from engram_memory.binding.host_config import DEFAULT_PORT, HostConfig
 from engram_memory.binding.tokens import InvalidToken, TokenIssuer, context_from_claims
 from engram_memory.binding.verified_tokens import cached
 from engram_memory.contract.errors import ErrorCode, TrustedContextUnavailable
 from engram_memory.embedded.allocator import cap_malloc_arenas
-from engram_memory.embedded.approval_channel import EmbeddedApprovals, LinkDesk, approval_routes
+from engram_memory.embedded.book_channel import EmbeddedApprovals, LinkDesk, approval_routes
 from engram_memory.embedded.console.app import Console, console_routes, sign_in_link
 from engram_memory.embedded.data_dir import (
     ISSUER_KEY_FILE,
@@ -37,7 +38,6 @@ from engram_memory.embedded.data_dir import (
 from engram_memory.embedded.data_dir_lease import DataDirectoryBusy, DataDirLease, acquire_lease
 from engram_memory.embedded.host_file import LiveAdmissionPolicy, load_host_config
 from engram_memory.embedded.issuer_keys import local_issuer, local_verifier
-from engram_memory.embedded.private_files import write_private_file
 from engram_memory.engine.context import TOOLS, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
 from engram_memory.mcp_surface.catalog import instructions_for

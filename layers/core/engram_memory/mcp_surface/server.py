@@ -58,7 +58,7 @@ from engram_memory.mcp_surface.confirmations import (
     url_params,
 )
 from engram_memory.mcp_surface.request_state import RequestStateInvalid, RequestStateSealer
-from engram_memory.mcp_surface.wire import INVALID_ARGUMENTS_META
+from engram_memory.mcp_surface.wire_screen import INVALID_ARGUMENTS_META
 
 log = logging.getLogger(__name__)
 

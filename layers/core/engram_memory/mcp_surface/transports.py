@@ -36,7 +36,7 @@ from engram_memory.binding.host_config import host_matches
 from engram_memory.binding.tokens import LEEWAY_S, InvalidToken, VerifiedClaims
 from engram_memory.binding.verified_tokens import ClaimsVerifier
 from engram_memory.mcp_surface.server import EngramMcp
-from engram_memory.mcp_surface.wire import PARSE_ERROR, Screened, error_body, screen
+from engram_memory.mcp_surface.wire_screen import PARSE_ERROR, Screened, error_body, screen
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from engram_memory.operator_plane.commands import command_name
 from engram_memory.operator_plane.seat import SeatFailure, UsageError
 
 if TYPE_CHECKING:
-    from engram_memory.embedded.approval_channel import EmbeddedApprovals
+    from engram_memory.embedded.book_channel import EmbeddedApprovals
     from engram_memory.embedded.composition import EmbeddedHost
     from engram_memory.engine.ports import Clock
     from engram_memory.operator_plane.seat import OperatorSeat

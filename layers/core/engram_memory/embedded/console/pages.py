@@ -30,7 +30,7 @@ from engram_memory.operator_plane.auditing import audited
 from engram_memory.operator_plane.commands import DEFAULT_WORKSPACE
 
 if TYPE_CHECKING:
-    from engram_memory.embedded.approval_channel import EmbeddedApprovals
+    from engram_memory.embedded.book_channel import EmbeddedApprovals
     from engram_memory.embedded.console.sessions import Session
     from engram_memory.engine.context import Scope
     from engram_memory.engine.kernel import Kernel

@@ -1,4 +1,4 @@
-"""The confirmation workflow of the cloud: Step Functions task tokens and approval records.
+"""The cloud's approval book: questions parked as Step Functions task tokens, and their records.
 
 A confirmation-gated tool (withdraw, forget) starts a Standard execution whose first Task
 (``await_approval``) parks its task token in the canonical table (``ApprovalStore``); the
@@ -32,7 +32,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from engram_memory.cloud.wire import ToolInvocation
+from engram_memory.cloud.tool_invocation import ToolInvocation
 from engram_memory.engine.gate import APPROVAL_TTL_MS, Approval
 from engram_memory.engine.ports import StoreUnavailable
 

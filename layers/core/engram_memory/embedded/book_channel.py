@@ -28,7 +28,12 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from engram_memory import approval_page as shared  # the page both hosts serve
-from engram_memory.adapters.local.approvals import Answerer, ApprovalBook, OpenApproval, shown_code
+from engram_memory.adapters.local.approval_book import (
+    Answerer,
+    ApprovalBook,
+    OpenApproval,
+    shown_code,
+)
 from engram_memory.binding.host_config import host_matches
 from engram_memory.engine.context import TrustedContext, new_audit_id
 from engram_memory.engine.gate import Approval, ConfirmationRequest

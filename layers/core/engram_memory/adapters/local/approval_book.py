@@ -1,6 +1,7 @@
-"""The embedded host's open confirmations, shared by the server and the terminal (SQLite).
+"""The embedded host's approval book: its questions to humans and their answers, shared by the
+server and the terminal (SQLite; docs/architecture.md, "Glossary of human approval").
 
-One row per confirmation the server asked a human for: what it is bound to (principal, scope,
+One row per question the server asked a human: what it is bound to (principal, scope,
 tool, target, operation digest), who asked (agent, session), its single-use link secret, and its
 answer. The server opens a row when it first asks; the approval page and ``engram-memory
 approvals approve|decline`` answer it (the first answer wins); the agent's retry of the same
