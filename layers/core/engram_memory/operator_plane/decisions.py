@@ -171,20 +171,20 @@ def _operator_commit(
     find: Callable[[Call], Any],
     commit: Callable[..., dict[str, Any]],
 ) -> dict[str, Any]:
-    """An operator's withdraw or forget: audited, its intent and authorization bound to the
-    operator's arguments; each attempt finds what it moves and commits it (the agent's commit,
-    with no approval: the operator is the human)."""
+    """An operator's withdraw, forget or lifecycle transition: audited, its intent and
+    authorization bound to the operator's arguments (once per call); each attempt finds what it
+    moves and commits it through the engine's transition commit (with no approval: the
+    operator is the human)."""
 
     def run(call: Call) -> dict[str, Any]:
         call.reason = arguments["reason"]
-        intent = _operator_intent(call, target, arguments)
+        authorized = Authorized(
+            idempotency_key=f"{operation}:{target}:{call.ctx.audit_id}",
+            intent=_operator_intent(call, target, arguments),
+            authorization=_operator_authorization(engine, call, arguments),
+        )
 
         def attempt() -> dict[str, Any]:
-            authorized = Authorized(
-                idempotency_key=f"{operation}:{target}:{call.ctx.audit_id}",
-                intent=intent,
-                authorization=_operator_authorization(engine, call, arguments),
-            )
             return commit(engine, call, find(call), authorized)
 
         return engine.mutation(call, attempt)
@@ -231,27 +231,20 @@ def transition(
             raise EngramError(ErrorCode.INVALID_SCHEMA)
         arguments["superseded_by"] = superseded_by
 
-    def run(call: Call) -> dict[str, Any]:
-        call.reason = arguments["reason"]
-        intent = _operator_intent(call, record_id, arguments)
-        authorization = _operator_authorization(engine, call, arguments)
+    def leaving(_call: Call) -> RecordRow:
+        row = engine.record_leaving(scope, record_id, sources)
+        if superseded_by is not None:
+            successor = canonical.record(engine, scope, superseded_by)
+            if successor is None or successor.state != "accepted_current":
+                raise EngramError(ErrorCode.NOT_FOUND)
+        return row
 
-        def attempt() -> dict[str, Any]:
-            row = engine.record_leaving(scope, record_id, sources)
-            if superseded_by is not None:
-                successor = canonical.record(engine, scope, superseded_by)
-                if successor is None or successor.state != "accepted_current":
-                    raise EngramError(ErrorCode.NOT_FOUND)
-            authorized = Authorized(
-                idempotency_key=f"{operation}:{record_id}:{call.ctx.audit_id}",
-                intent=intent,
-                authorization=authorization,
-            )
-            return commit_lifecycle(engine, call, row, operation, authorized, superseded_by)
+    def commit(k: Kernel, call: Call, row: RecordRow, authorized: Authorized) -> dict[str, Any]:
+        return commit_lifecycle(k, call, row, operation, authorized, superseded_by)
 
-        return engine.mutation(call, attempt)
-
-    return audited(engine, scope, operator, operation, record_id, run)
+    return _operator_commit(
+        engine, scope, operator, operation, record_id, arguments, leaving, commit
+    )
 
 
 def forget_record(
