@@ -9,6 +9,7 @@ test, where the handler wires everything from the environment itself and no call
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import json
 import re
@@ -41,14 +42,22 @@ from engram_memory.cloud.composition import build_engine, build_execution_gate
 from engram_memory.cloud.observability import AUDIT_MESSAGE, get_logger
 from engram_memory.cloud.settings import ConfigurationError, HostBinding, ToolName
 from engram_memory.cloud.tool_invocation import (
+    STAYS_IN_THE_ADAPTER,
     ConfirmableTool,
+    InvocationContext,
     ToolInvocation,
     context_from_event,
     request_of,
 )
 from engram_memory.contract.errors import TrustedContextUnavailable
 from engram_memory.contract.outputs import OUTPUT_MODELS
-from engram_memory.engine.context import CONFIRMABLE, TOOLS, RetentionPolicy
+from engram_memory.engine.context import (
+    CONFIRMABLE,
+    TOOLS,
+    RetentionPolicy,
+    Scope,
+    TrustedContext,
+)
 from engram_memory.engine.gate import Approval
 from engram_memory.engine.service import Engine, new_audit_id
 
@@ -643,6 +652,46 @@ def test_the_adapter_builds_the_event_the_function_reads_back() -> None:
     )
     sent = ToolInvocation.from_trusted("search", {"query": "x"}, ctx).to_event()
 
+    received = context_from_event(json.loads(json.dumps(sent)), {"ENGRAM_TENANT_ID": TENANT})
+
+    assert received == ctx
+
+
+def test_every_field_of_the_context_crosses_or_is_named_as_staying() -> None:
+    """A field added to ``TrustedContext`` reaches the tool functions without a hand-written
+    copy, or this fails until the invocation decides: it crosses (an ``InvocationContext``
+    field) or it stays in the adapter's process."""
+    engine_fields = {field.name for field in dataclasses.fields(TrustedContext)}
+
+    assert set(InvocationContext.model_fields) == engine_fields - STAYS_IN_THE_ADAPTER
+    assert engine_fields > STAYS_IN_THE_ADAPTER
+
+
+def test_a_context_with_every_crossing_field_set_reads_back_whole() -> None:
+    ctx = TrustedContext.bound(
+        Scope(TENANT, "ws-everything"),
+        "agent-principal-1",
+        "purpose-everything",
+        audit_id=new_audit_id(),
+        grants=frozenset({"search", "capture"}),
+        confirm_required=frozenset({"request_admission"}),
+        retention=RetentionPolicy(allow_retain=True, max_expires_in_s=7_200),
+        reconcile_consent=True,
+        agent_id="agent-everything",
+        session_id="session-everything",
+        deadline_ms=1_780_000_040_000,
+        credential_id="tok_everything",
+        credential_issued_at_ms=1_780_000_000_000,
+        approver="person-who-approves",
+    )
+    unset = {
+        field.name
+        for field in dataclasses.fields(ctx)
+        if getattr(ctx, field.name) == getattr(TrustedContext.unbound("aud_x"), field.name)
+    }
+    assert unset <= STAYS_IN_THE_ADAPTER | {"host_fact_digests"}  # the test sets every field
+
+    sent = ToolInvocation.from_trusted("search", {"query": "x"}, ctx).to_event()
     received = context_from_event(json.loads(json.dumps(sent)), {"ENGRAM_TENANT_ID": TENANT})
 
     assert received == ctx

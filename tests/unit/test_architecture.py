@@ -108,3 +108,23 @@ def test_no_two_modules_of_the_package_share_a_file_name() -> None:
             by_name.setdefault(path.name, set()).add(path.relative_to(PACKAGE).as_posix())
     shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
     assert shared == SHARED_FILE_NAMES
+
+
+def test_a_trusted_context_is_made_only_by_its_own_constructors() -> None:
+    """``TrustedContext`` is made in ``engine/context.py`` (``bound``, ``for_operator``,
+    ``unbound``) and nowhere else in the package: a new field then touches its class, the
+    token's claims and the cloud's invocation, not every place a call is bound. (The bench
+    builds its own, since it also runs against older trees.)"""
+    made_by_hand = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "engine" / "context.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        made_by_hand += [
+            f"{path.relative_to(PACKAGE)}:{node.lineno}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "TrustedContext"
+        ]
+    assert made_by_hand == []

@@ -40,7 +40,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from engram_memory.binding.host_config import HostConfig
 from engram_memory.contract.errors import RefusalReason, TrustedContextUnavailable
-from engram_memory.engine.context import CONFIRMABLE, TOOLS, RetentionPolicy, TrustedContext
+from engram_memory.engine.context import (
+    CONFIRMABLE,
+    TOOLS,
+    RetentionPolicy,
+    Scope,
+    TrustedContext,
+)
 
 __all__ = [
     "ALLOWED_ALGORITHMS",
@@ -751,11 +757,10 @@ def context_from_claims(
     if reconcile is not None and not isinstance(reconcile, bool):
         _refuse("claim engram_reconcile must be a boolean")
 
-    return TrustedContext(
-        tenant_id=tenant_id,
-        workspace_id=workspace_id,
-        principal=principal,
-        purpose_ref=purpose_ref,
+    return TrustedContext.bound(
+        Scope(tenant_id, workspace_id),
+        principal,
+        purpose_ref,
         audit_id=audit_id,
         grants=grants,
         confirm_required=confirm,

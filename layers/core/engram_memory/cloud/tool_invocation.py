@@ -33,6 +33,7 @@ adapter turns it into a JSON-RPC error). Any other failure is a Lambda function 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
@@ -242,26 +243,7 @@ class ToolInvocation(_EventModel):
                 "audit_id": ctx.audit_id,
                 "approval": carried,
                 "declined": declined,
-                "context": {
-                    "tenant_id": ctx.tenant_id,
-                    "workspace_id": ctx.workspace_id,
-                    "principal": ctx.principal,
-                    "purpose_ref": ctx.purpose_ref,
-                    "grants": sorted(ctx.grants),
-                    "confirm_required": sorted(ctx.confirm_required & CONFIRMABLE),
-                    "retention": {
-                        "allow_retain": ctx.retention.allow_retain,
-                        "max_expires_in_s": ctx.retention.max_expires_in_s,
-                    },
-                    "reconcile_consent": ctx.reconcile_consent,
-                    "agent_id": ctx.agent_id,
-                    "session_id": ctx.session_id,
-                    "deadline_ms": ctx.deadline_ms,
-                    "host_fact_digests": _digests_of(ctx),
-                    "credential_id": ctx.credential_id,
-                    "credential_issued_at_ms": ctx.credential_issued_at_ms,
-                    "approver": ctx.approver,
-                },
+                "context": _crossing(ctx),
             }
         )
 
@@ -277,11 +259,11 @@ class ToolInvocation(_EventModel):
         ctx = self.context
         if ctx.tenant_id != binding.tenant_id:
             raise TrustedContextUnavailable(RefusalReason.TENANT_MISMATCH)
-        return TrustedContext(
-            tenant_id=ctx.tenant_id,
-            workspace_id=ctx.workspace_id,
-            principal=ctx.principal,
-            purpose_ref=ctx.purpose_ref,
+        kept = ctx.model_dump(exclude=set(_CONVERTED | _BOUND))
+        return TrustedContext.bound(
+            Scope(ctx.tenant_id, ctx.workspace_id),
+            ctx.principal,
+            ctx.purpose_ref,
             audit_id=self.audit_id,
             grants=frozenset(ctx.grants),
             confirm_required=frozenset(ctx.confirm_required),
@@ -289,19 +271,36 @@ class ToolInvocation(_EventModel):
                 allow_retain=ctx.retention.allow_retain,
                 max_expires_in_s=min(ctx.retention.max_expires_in_s, binding.retention_ceiling_s),
             ),
-            reconcile_consent=ctx.reconcile_consent,
-            agent_id=ctx.agent_id,
-            session_id=ctx.session_id,
-            deadline_ms=ctx.deadline_ms,
             host_fact_digests=(
                 ctx.host_fact_digests.host_fact_digests()
                 if ctx.host_fact_digests is not None
                 else None
             ),
-            credential_id=ctx.credential_id,
-            credential_issued_at_ms=ctx.credential_issued_at_ms,
-            approver=ctx.approver,
+            **kept,
         )
+
+
+# What of the context stays in the adapter's process: the audit id travels beside the context,
+# the cancellation is the process's own, the host facts (the bearer token) cross as keyed digests.
+STAYS_IN_THE_ADAPTER: Final = frozenset({"audit_id", "cancellation", "host_facts"})
+# The fields that cross in another form than the engine's (the rest cross as they are).
+_CONVERTED: Final = frozenset({"grants", "confirm_required", "retention", "host_fact_digests"})
+_BOUND: Final = frozenset({"tenant_id", "workspace_id", "principal", "purpose_ref"})
+
+
+def _crossing(ctx: TrustedContext) -> dict[str, Any]:
+    """The context as it crosses to a tool function, field for field (``InvocationContext``)."""
+    crossing = {
+        field.name: getattr(ctx, field.name)
+        for field in dataclasses.fields(ctx)
+        if field.name not in STAYS_IN_THE_ADAPTER | _CONVERTED
+    }
+    return crossing | {
+        "grants": sorted(ctx.grants),
+        "confirm_required": sorted(ctx.confirm_required & CONFIRMABLE),
+        "retention": dataclasses.asdict(ctx.retention),
+        "host_fact_digests": _digests_of(ctx),
+    }
 
 
 def _digests_of(ctx: TrustedContext) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ from engram_memory.adapters.local.approval_book import (
     shown_code,
 )
 from engram_memory.binding.host_config import host_matches
-from engram_memory.engine.context import TrustedContext, new_audit_id
+from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationRequest
 from engram_memory.engine.ports import Clock
 from engram_memory.mcp_surface.approval_channel import Declined, Mode, Question
@@ -111,12 +111,10 @@ class EmbeddedApprovals:
         # the engine's modules load with the engine, on first use, not when a server starts
         from engram_memory.engine.usecases.approval_subject import approval_subject
 
-        ctx = TrustedContext(
-            tenant_id=row.tenant_id,
-            workspace_id=row.workspace_id,
-            principal=row.principal,
-            purpose_ref="",
-            audit_id=new_audit_id(),
+        ctx = TrustedContext.bound(
+            Scope(row.tenant_id, row.workspace_id),
+            row.principal,
+            "",
             agent_id=row.agent_id,
             session_id=row.session_id,
         )

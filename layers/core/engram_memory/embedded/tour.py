@@ -41,15 +41,9 @@ def _ask_terminal(request: ConfirmationRequest) -> bool:
 
 
 def _context() -> TrustedContext:
-    from engram_memory.engine.context import TrustedContext, new_audit_id
+    from engram_memory.engine.context import Scope, TrustedContext
 
-    return TrustedContext(
-        tenant_id=TOUR_TENANT,
-        workspace_id=TOUR_WORKSPACE,
-        principal="tour-agent",
-        purpose_ref=TOUR_PURPOSE,
-        audit_id=new_audit_id(),
-    )
+    return TrustedContext.bound(Scope(TOUR_TENANT, TOUR_WORKSPACE), "tour-agent", TOUR_PURPOSE)
 
 
 def _show(title: str, envelope: dict[str, Any]) -> dict[str, Any]:

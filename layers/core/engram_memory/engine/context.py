@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from engram_memory.contract.models import INPUT_MODELS
 
@@ -106,6 +106,49 @@ class TrustedContext:
     # operator named in the agent's verified token (its approver claim); None: the principal
     # itself, signing in as a person. The embedded host does not read it (its code is the proof).
     approver: str | None = None
+
+    # The constructors below are the only places a context is made (a guard test holds every
+    # module of the package to them): a new field is added here, in the token's claims
+    # (``binding.tokens``) and, if it crosses to the tool functions, in the cloud's invocation.
+
+    @classmethod
+    def bound(
+        cls,
+        scope: Scope,
+        principal: str,
+        purpose_ref: str,
+        *,
+        audit_id: str | None = None,
+        **facts: Any,
+    ) -> TrustedContext:
+        """A context for ``principal`` in ``scope``; a fresh audit id unless one is given.
+
+        ``facts`` are the other fields, by name, as a verified credential or the host gives
+        them (grants, retention, the credential's id, …); a field it does not name keeps its
+        default.
+        """
+        return cls(
+            tenant_id=scope.tenant_id,
+            workspace_id=scope.workspace_id,
+            principal=principal,
+            purpose_ref=purpose_ref,
+            audit_id=audit_id if audit_id is not None else new_audit_id(),
+            **facts,
+        )
+
+    @classmethod
+    def for_operator(
+        cls, scope: Scope, principal: str, purpose_ref: str, grants: Iterable[str] = TOOLS
+    ) -> TrustedContext:
+        """An operator's seat acting in ``scope`` (its decisions, inspections, imports): no
+        credential, no deadline, only ``grants``."""
+        return cls.bound(scope, principal, purpose_ref, grants=frozenset(grants))
+
+    @classmethod
+    def unbound(cls, audit_id: str) -> TrustedContext:
+        """The context of a call refused before anything bound it (no tenant, no principal):
+        what its audit line is written under."""
+        return cls(tenant_id="", workspace_id="", principal="", purpose_ref="", audit_id=audit_id)
 
     @property
     def scope(self) -> Scope:

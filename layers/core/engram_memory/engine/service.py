@@ -99,9 +99,7 @@ class Engine(Kernel):
         A contract code (e.g. ``gate_failed`` for a replayed confirmation round) returns its
         failure envelope; a protocol refusal code is only audited (the caller raises).
         """
-        bound = ctx or TrustedContext(
-            tenant_id="", workspace_id="", principal="", purpose_ref="", audit_id=audit_id
-        )
+        bound = ctx or TrustedContext.unbound(audit_id)
         call = Call(tool=tool, ctx=bound, now_ms=self.clock.now_ms())
         label = code.value if isinstance(code, ErrorCode) else code
         self._audit(call, ok=False, code=label)

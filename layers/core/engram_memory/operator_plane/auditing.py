@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 from engram_memory.contract.errors import EngramError, ErrorCode
-from engram_memory.engine.context import TOOLS, Scope, TrustedContext, new_audit_id
+from engram_memory.engine.context import Scope, TrustedContext
 from engram_memory.engine.kernel import Call, Kernel
 from engram_memory.engine.ports import AuditEvent, IndexUnavailable, StoreUnavailable
 
@@ -38,14 +38,7 @@ def audited(
 ) -> T:
     """Run one operation as ``operator`` and audit it (ok or the error code), never content."""
     principal = operator_principal(operator)
-    ctx = TrustedContext(
-        tenant_id=scope.tenant_id,
-        workspace_id=scope.workspace_id,
-        principal=principal,
-        purpose_ref=OPERATIONS_PURPOSE,
-        audit_id=new_audit_id(),
-        grants=frozenset(TOOLS),
-    )
+    ctx = TrustedContext.for_operator(scope, principal, OPERATIONS_PURPOSE)
     call = Call(
         tool=operation,
         ctx=ctx,

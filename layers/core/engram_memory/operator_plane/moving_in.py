@@ -373,14 +373,7 @@ def _engram(path: Path, purpose: str, now_ms: int) -> list[ImportItem]:
 
 
 def _context(scope: Scope, principal: str, purpose: str) -> TrustedContext:
-    return TrustedContext(
-        tenant_id=scope.tenant_id,
-        workspace_id=scope.workspace_id,
-        principal=principal,
-        purpose_ref=purpose,
-        audit_id=new_audit_id(),
-        grants=frozenset({"capture", "request_admission"}),
-    )
+    return TrustedContext.for_operator(scope, principal, purpose, ("capture", "request_admission"))
 
 
 def _verdict(engine: Kernel, ctx: TrustedContext, item: ImportItem, now_ms: int) -> tuple[str, str]:
