@@ -45,6 +45,23 @@ ACCOUNT_TEMPLATE: Final = ROOT / "infra" / "account.yaml"
 PACKAGE_BUCKET: Final = "engram-cloud-check-packages"  # stands in for sam package's bucket
 REGION: Final = "us-east-1"
 CYCLE_RULE: Final = "E3004"
+# The tool registry as published (``python -m engram_memory.mcp_surface.catalog`` writes it from
+# the contract's input models): the gate reads the tools from here, since it runs without the
+# package, so a new tool reaches the gate's lists, samples and acceptances with no edit of its own.
+TOOL_SNAPSHOT: Final = ROOT / "layers" / "core" / "engram_memory" / "mcp_surface" / "tools.json"
+# Groups infra/accepted-findings.yaml may name instead of each tool's resources.
+TOOL_GROUPS: Final = {"ToolFunctions": "Function", "ToolFunctionLogGroups": "FunctionLogGroup"}
+
+
+def tools() -> tuple[str, ...]:
+    """The grant names of the registry's tools (the published snapshot's keys)."""
+    return tuple(json.loads(TOOL_SNAPSHOT.read_text("utf-8")))
+
+
+def tool_resource(tool: str, suffix: str = "Function") -> str:
+    """The template's logical id of ``tool``'s function (``request_admission`` ->
+    ``RequestAdmissionFunction``), or of another of its resources by ``suffix``."""
+    return "".join(part.capitalize() for part in tool.split("_")) + suffix
 
 
 class Report:
@@ -337,9 +354,18 @@ def accepted_findings(scanner: str = "checkov") -> dict[tuple[str, str], str]:
         reason = str(entry.get("reason", "")).strip()
         if not reason:
             raise ValueError(f"{ACCEPTED_FINDINGS.name}: {entry.get('check')} has no reason")
-        for resource in entry["resources"]:
-            accepted[(str(entry["check"]), str(resource))] = reason
+        for resource in _expanded(entry["resources"]):
+            accepted[(str(entry["check"]), resource)] = reason
     return accepted
+
+
+def _expanded(resources: list[Any]) -> list[str]:
+    """An acceptance's resources, each group of ``TOOL_GROUPS`` as every tool's resource."""
+    expanded: list[str] = []
+    for resource in map(str, resources):
+        suffix = TOOL_GROUPS.get(resource)
+        expanded += [resource] if suffix is None else [tool_resource(t, suffix) for t in tools()]
+    return expanded
 
 
 def _checkov_failures(translated: dict[str, Any]) -> Iterator[tuple[str, str, str]]:

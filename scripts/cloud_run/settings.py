@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
+from ..cloud_template import tools
+
 ROOT: Final = Path(__file__).resolve().parents[2]
 EVENTS: Final = ROOT / "events"
 WORKER: Final = ROOT / "scripts" / "lambda_worker.py"
@@ -22,7 +24,7 @@ PRINCIPAL: Final = "agent-alice"
 APPROVER: Final = "person-dana"
 AGENTS_GROUP: Final = "engram-agents"  # the template's AgentsGroup default
 WORKSPACE: Final = "ws-research-0001"
-TOOLS: Final = ("search", "get", "capture", "request_admission", "withdraw", "forget")
+TOOLS: Final = tools()  # the registry's, as published (a new tool is in the run by itself)
 AUDIT_MESSAGE: Final = (
     "audit"  # engram_memory.cloud.observability.AUDIT_MESSAGE (not importable here)
 )

@@ -3,10 +3,12 @@ through CloudFormation's ``ResponseURL``, and every module a function loads from
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
+from ..cloud_template import tools
 from .harness import Harness
 from .lambdas import Worker
 from .settings import BROKEN_BUILD_ERRORS, EVENTS
@@ -14,9 +16,24 @@ from .settings import BROKEN_BUILD_ERRORS, EVENTS
 SECURITY_API = "/_plugins/_security/api"
 
 
-def samples_of(code_uri: str) -> list[Path]:
+def samples_of(code_uri: str) -> list[tuple[str, dict[str, Any]]]:
+    """The function's samples, each (what it is, the event): ``events/<folder>[_*].json``; a
+    tool function without one gets its invocation from the registry (see ``registry_sample``)."""
     folder = Path(code_uri.rstrip("/")).name
-    return sorted({*EVENTS.glob(f"{folder}.json"), *EVENTS.glob(f"{folder}_*.json")})
+    files = sorted({*EVENTS.glob(f"{folder}.json"), *EVENTS.glob(f"{folder}_*.json")})
+    found = [(f"events/{path.name}", json.loads(path.read_text("utf-8"))) for path in files]
+    if not found and folder in tools():
+        found = [(f"the registry's {folder} invocation", registry_sample(folder))]
+    return found
+
+
+def registry_sample(tool: str) -> dict[str, Any]:
+    """What the adapter would send ``tool``'s function, from the registry alone: the shared
+    context of the tool samples (``events/search.json``'s) and no arguments, which the built
+    handler must answer (a schema refusal, or the refusal of an unsigned invocation) rather than
+    fail to load or run."""
+    event: dict[str, Any] = json.loads((EVENTS / "search.json").read_text("utf-8"))
+    return event | {"tool": tool, "arguments": {}}
 
 
 def outcome(answer: dict[str, Any]) -> str:
@@ -35,9 +52,9 @@ def outcome(answer: dict[str, Any]) -> str:
     return "answered"
 
 
-def adapter_event(h: Harness, sample: Path) -> dict[str, Any]:
+def adapter_event(h: Harness, sample: dict[str, Any]) -> dict[str, Any]:
     """A sample event, its placeholder bearer token replaced by one the issuer signed."""
-    event: dict[str, Any] = json.loads(sample.read_text("utf-8"))
+    event = copy.deepcopy(sample)
     headers = event.get("headers") or {}
     if headers.get("authorization") == "Bearer REPLACED_BY_TEST":
         headers["authorization"] = f"Bearer {h.issuer.token()}"
@@ -56,15 +73,17 @@ def smoke(h: Harness) -> None:
         ):
             continue
         served = custom_resources_of(h, name)
-        for sample in samples:
-            invoke_sample(h, name, worker, sample, served)
+        for label, sample in samples:
+            invoke_sample(h, name, worker, label, sample, served)
         for resource in served:
             if h.stack.resource(resource)["Type"] == "Custom::OpenSearchSecurityConfig":
                 check_security_config(h, resource)
         check_modules(h, name, worker)
 
 
-def invoke_sample(h: Harness, name: str, worker: Worker, sample: Path, served: list[str]) -> None:
+def invoke_sample(
+    h: Harness, name: str, worker: Worker, label: str, sample: dict[str, Any], served: list[str]
+) -> None:
     """One sample through the built function (as CloudFormation's event when it serves a custom
     resource and the sample has a ``ResponseURL``)."""
     event = adapter_event(h, sample)
@@ -75,14 +94,14 @@ def invoke_sample(h: Harness, name: str, worker: Worker, sample: Path, served: l
     error_type = answer.get("error", {}).get("errorType")
     h.report.check(
         error_type not in BROKEN_BUILD_ERRORS,
-        f"{name} from the build: events/{sample.name} -> {outcome(answer)}",
+        f"{name} from the build: {label} -> {outcome(answer)}",
     )
     if answer_id is None:
         return
     got = h.cloudformation.answers.get(answer_id, {})
     h.report.check(
         got.get("Status") == "SUCCESS" and got.get("RequestId") == event["RequestId"],
-        f"{name}: events/{sample.name} answered CloudFormation's ResponseURL: "
+        f"{name}: {label} answered CloudFormation's ResponseURL: "
         f"{got.get('Status') or 'nothing'}"
         + (f" ({got.get('Reason')})" if got.get("Status") == "FAILED" else ""),
     )

@@ -20,7 +20,7 @@ import pytest
 from cfnlint.api import ManualArgs, lint, lint_file
 from cfnlint.decode.cfn_yaml import load as load_cfn_yaml
 
-from scripts.cloud_template import _decided
+from scripts.cloud_template import _decided, tool_resource, tools
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH: Final = ROOT / "template.yaml"
@@ -33,12 +33,7 @@ ALLOWED_LINT_FINDINGS: Final[Mapping[str, str]] = {}
 # The handler folders other code relies on (functions/<name>/app.py, Handler app.handler).
 FUNCTION_FOLDERS: Final = {
     "McpAdapterFunction": "mcp_adapter",
-    "SearchFunction": "search",
-    "GetFunction": "get",
-    "CaptureFunction": "capture",
-    "RequestAdmissionFunction": "request_admission",
-    "WithdrawFunction": "withdraw",
-    "ForgetFunction": "forget",
+    **{tool_resource(tool): tool for tool in tools()},  # each tool's, by the registry
     "WorkflowStepFunction": "workflow",
     "ApprovalFunction": "approval",
     "OutboxDrainerFunction": "outbox_drainer",
@@ -49,14 +44,8 @@ FUNCTION_FOLDERS: Final = {
 # Run by CloudFormation only (a custom resource): a failure fails the deployment in front of the
 # operator, so no errors or throttles alarm watches it.
 DEPLOY_TIME_FUNCTIONS: Final = frozenset({"OpenSearchSecurityConfigFunction"})
-TOOL_FUNCTIONS: Final = {
-    "search": "SearchFunction",
-    "get": "GetFunction",
-    "capture": "CaptureFunction",
-    "request_admission": "RequestAdmissionFunction",
-    "withdraw": "WithdrawFunction",
-    "forget": "ForgetFunction",
-}
+# The tool functions, from the registry (a seventh tool is held to every rule below by itself).
+TOOL_FUNCTIONS: Final = {tool: tool_resource(tool) for tool in tools()}
 # The environment the composition roots read (engram_memory/cloud/: the tool functions, the adapter, the workflow).
 REQUIRED_ENV: Final = frozenset(
     {

@@ -6,6 +6,7 @@ import mcp.types as types
 import pytest
 
 from engram_memory.contract.errors import EngramError, ErrorCode
+from engram_memory.contract.models import INPUT_MODELS
 from engram_memory.engine.context import TOOLS
 from engram_memory.engine.gate import Approval, check_approval
 from engram_memory.mcp_surface.catalog import (
@@ -33,16 +34,30 @@ ELICIT = types.ClientCapabilities(elicitation=types.ElicitationCapability())
 APPROVE = types.ElicitResult(action="accept", content={"decision": "approve"})
 
 
+# The contract's six tools and their effects (CONTRACT.md §3); a tool added later is held to the
+# annotations of the effect its card declares.
+CONTRACT_EFFECTS = {
+    "search": "read",
+    "get": "read",
+    "capture": "write",
+    "request_admission": "write",
+    "withdraw": "destructive",
+    "forget": "destructive",
+}
+
+
 def test_every_tool_is_published_with_contract_annotations_and_closed_schemas() -> None:
     tools = build_tools()
     assert set(tools) == set(TOOLS) == set(TOOL_NAMES)
     assert {GRANT_OF[t.name] for t in tools.values()} == set(TOOLS)
+    effects = {grant: INPUT_MODELS[grant].tool.effect for grant in tools}
+    assert {grant: effects[grant] for grant in CONTRACT_EFFECTS} == CONTRACT_EFFECTS
     for grant, tool in tools.items():
         annotations = tool.annotations
         assert annotations is not None and annotations.open_world_hint is False
-        if grant in ("search", "get"):
+        if effects[grant] == "read":
             assert annotations.read_only_hint is True
-        elif grant in ("capture", "request_admission"):
+        elif effects[grant] == "write":
             assert (
                 annotations.read_only_hint,
                 annotations.destructive_hint,
