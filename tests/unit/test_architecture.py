@@ -11,6 +11,7 @@ file name (one concept, one module, one name; docs/architecture.md, "Glossary of
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,18 @@ def test_a_trusted_context_is_made_only_by_its_own_constructors() -> None:
             and node.func.id == "TrustedContext"
         ]
     assert made_by_hand == []
+
+
+def test_the_package_docstring_names_every_subpackage_and_nothing_gone() -> None:
+    """The package's docstring is its table of contents: every subpackage and top-level
+    module, and no name that is gone."""
+    import engram_memory
+
+    named = set(re.findall(r"^- ``(\w+)``", engram_memory.__doc__ or "", re.M))
+    present = {
+        path.stem if path.is_file() else path.name
+        for path in PACKAGE.iterdir()
+        if (path.is_dir() and (path / "__init__.py").exists())
+        or (path.suffix == ".py" and path.name != "__init__.py")
+    }
+    assert named == present
