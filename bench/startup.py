@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.harness import engram_cli, stdio_session
+
 TARGETS_S = {"engram-memory --help": 0.5, "stdio initialize": 1.5}
 
 
@@ -41,11 +43,6 @@ class Figure:
     target_s: float | None
 
 
-def engram_cli() -> str:
-    """The ``engram-memory`` console script beside this interpreter."""
-    return str(Path(sys.executable).with_name("engram-memory"))
-
-
 def _timed_process(argv: Sequence[str]) -> float:
     started = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
@@ -54,8 +51,7 @@ def _timed_process(argv: Sequence[str]) -> float:
 
 def _stdio_initialize(data_dir: Path, token: str) -> float:
     import anyio
-    from mcp import Client, StdioServerParameters
-    from mcp.client.stdio import stdio_client
+    from mcp import StdioServerParameters
 
     params = StdioServerParameters(
         command=engram_cli(),
@@ -66,7 +62,7 @@ def _stdio_initialize(data_dir: Path, token: str) -> float:
     async def round_trip() -> float:
         with open(os.devnull, "w", encoding="utf-8") as errlog:
             started = time.perf_counter()
-            async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
+            async with stdio_session(params, errlog) as client:
                 elapsed = time.perf_counter() - started
                 assert client.server_info is not None and client.server_info.name == "engram-memory"
         return elapsed

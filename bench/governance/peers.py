@@ -19,19 +19,18 @@ and after it stopped), and what the copy taken before holds.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
 from bench.governance.canaries import Canary, found_in_text, keys_in, scan
+from bench.harness import stdio_session
 
 BASIC_MEMORY = "basic-memory==0.24.1"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "engram-bench"
@@ -82,7 +81,7 @@ async def _server_memory(folder: Path, among: Sequence[Canary]) -> dict[str, set
     params = _server_memory_params(folder)
     found: dict[str, set[str]] = {}
     half = len(among) // 2
-    async with _stdio(params, folder / "stderr.log") as client:
+    async with stdio_session(params, folder / "stderr.log") as client:
         entities = [
             {"name": c.key, "entityType": "canary", "observations": [c.text]} for c in among
         ]
@@ -153,7 +152,7 @@ async def _basic_memory(folder: Path, among: Sequence[Canary]) -> dict[str, set[
     }
     params = StdioServerParameters(command=str(basic_memory_command()), args=["mcp"], env=env)
     found: dict[str, set[str]] = {}
-    async with _stdio(params, folder.parent / "basic-memory.stderr.log") as client:
+    async with stdio_session(params, folder.parent / "basic-memory.stderr.log") as client:
         for canary in among:
             note = {"title": canary.key, "content": canary.text, "directory": "canaries"}
             await client.call_tool("write_note", note)
@@ -168,13 +167,6 @@ async def _basic_memory(folder: Path, among: Sequence[Canary]) -> dict[str, set[
             found["get"] |= found_in_text(_text(read), [canary])
         found["files_live"] = keys_in(scan([folder], among))
     return found
-
-
-@contextlib.asynccontextmanager
-async def _stdio(params: StdioServerParameters, log: Path) -> AsyncIterator[Client]:
-    with log.open("w", encoding="utf-8") as errors:
-        async with Client(stdio_client(params, errlog=errors), mode="legacy") as client:
-            yield client
 
 
 PEERS = {"server-memory": _server_memory, "basic-memory": _basic_memory}

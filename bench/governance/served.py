@@ -1,7 +1,7 @@
 """Our side of the governance runs: the embedded MCP server and agents with real tokens.
 
-``served`` runs the real server (``open_server`` behind uvicorn on a loopback port, as
-``bench.locomo.mcp_client.serve``) and opens ``Agent``s: the official ``mcp`` client over
+``served`` runs the real server (``open_server`` behind uvicorn on a loopback port:
+``bench.harness.serve_in_thread``) and opens ``Agent``s: the official ``mcp`` client over
 Streamable HTTP with a bearer token the data directory's issuer mints for a principal, tenant
 and workspace. Each agent's client declares form elicitation and a person who approves every
 question (``Human``): a withdraw or a forget goes through the same confirmation a real client's
@@ -27,8 +27,7 @@ from mcp.client.session import ClientRequestContext
 
 from bench.governance.admission import capture_arguments
 from bench.governance.canaries import Canary
-from bench.hotpath.sessions import engram_cli
-from bench.locomo.mcp_client import connect, serve
+from bench.harness import engram_cli, http_session, serve_in_thread
 
 PURPOSE = "purpose:governance-benchmark"
 
@@ -150,7 +149,7 @@ class Served:
         human = Human()
         token = self.token(principal, workspace, tenant)
         client = self.stack.enter_context(
-            self.portal.wrap_async_context_manager(connect(self.url, token, human))
+            self.portal.wrap_async_context_manager(http_session(self.url, token, human))
         )
         return Agent(self.portal, client, human)
 
@@ -160,7 +159,7 @@ def served(data_dir: Path, **options: Any) -> Iterator[Served]:
     """The embedded MCP server over ``data_dir`` (``options``: ``open_server``'s)."""
     with contextlib.ExitStack() as stack:
         portal = stack.enter_context(anyio.from_thread.start_blocking_portal())
-        url, server = stack.enter_context(serve(data_dir, **options))
+        url, server = stack.enter_context(serve_in_thread(data_dir, **options))
         with contextlib.ExitStack() as clients:  # closed before the server stops
             yield Served(url, server, data_dir, portal, clients)
 

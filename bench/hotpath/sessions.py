@@ -22,7 +22,6 @@ import os
 import pickle
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,10 +33,11 @@ from typing import Any
 import anyio
 import httpx2
 from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
+from bench import harness
+from bench.harness import engram_cli
 from bench.locomo.calls import PRINCIPAL, PURPOSE
 
 from .corpus import SEARCH_LIMIT, Memory
@@ -126,31 +126,10 @@ def cpu_per_call(cpu: ProcessCpu | None, since: float, calls: int) -> float:
     return round((cpu.ms() - since) / calls, 3) if cpu is not None and calls else 0.0
 
 
-def engram_cli() -> str:
-    beside = Path(sys.executable).parent / "engram-memory"
-    found = str(beside) if beside.exists() else shutil.which("engram-memory")
-    if found is None:
-        raise RuntimeError("the engram-memory console script is not installed in this environment")
-    return found
-
-
 def mint_token(data_dir: Path, port: int | None = None) -> str:
-    """A bearer token from the data directory's own issuer (as ``engram-memory token`` mints);
-    with ``port``, for the resource the server serves on that port (its audience follows it)."""
-    from engram_memory.embedded.host_file import load_host_config
-    from engram_memory.embedded.issuer_keys import local_issuer
-    from engram_memory.engine.context import TOOLS
-
-    config = load_host_config(data_dir)
-    if port is not None:
-        config = config.serving_on("127.0.0.1", port)
-    return local_issuer(data_dir, config).mint(
-        principal=PRINCIPAL,
-        tenant_id=config.tenant_id,
-        workspace_id=WORKSPACE,
-        purpose_ref=PURPOSE,
-        tools=TOOLS,
-        expires_in_s=86_400,
+    """The bench agent's token from the data directory's own issuer (``bench.harness``)."""
+    return harness.mint_token(
+        data_dir, principal=PRINCIPAL, workspace=WORKSPACE, purpose=PURPOSE, port=port
     )
 
 
@@ -281,9 +260,8 @@ class EngramStdio(Engram):
             args=["serve", "--stdio", "--data-dir", str(workdir / DATA)],
             env={"ENGRAM_TOKEN": self.token},
         )
-        with (workdir / "stderr.log").open("w", encoding="utf-8") as log:
-            async with Client(stdio_client(params, errlog=log), mode="legacy") as client:
-                yield client
+        async with harness.stdio_session(params, workdir / "stderr.log") as client:
+            yield client
 
 
 class EngramStdioUntimed(EngramStdio):
@@ -302,7 +280,7 @@ class EngramHttp(Engram):
 
     def prepare(self, workdir: Path) -> None:
         self.command = engram_cli()
-        self.port = _free_port()
+        self.port = harness.free_port()
         self.token = mint_token(workdir / DATA, self.port)
 
     def connect(
@@ -334,9 +312,8 @@ class FloorStdio(Engram):
         params = StdioServerParameters(
             command=self.argv[0], args=[*self.argv[1:], "--stdio"], cwd=REPO
         )
-        with (workdir / "stderr.log").open("w", encoding="utf-8") as log:
-            async with Client(stdio_client(params, errlog=log), mode="legacy") as client:
-                yield client
+        async with harness.stdio_session(params, workdir / "stderr.log") as client:
+            yield client
 
 
 class FloorHttp(FloorStdio):
@@ -344,7 +321,7 @@ class FloorHttp(FloorStdio):
 
     @contextlib.asynccontextmanager
     async def connect(self, workdir: Path, store: SeededStore) -> AsyncIterator[Client]:
-        port = _free_port()
+        port = harness.free_port()
         async with _http_client([*self.argv, "--port", str(port)], port, workdir, {}) as client:
             yield client
 
@@ -388,9 +365,8 @@ class ServerMemory(Server):
             args=[str(PEER_PACKAGE / "dist" / "index.js")],
             env={"MEMORY_FILE_PATH": str(workdir / PEER_FILE)},
         )
-        with (workdir / "stderr.log").open("w", encoding="utf-8") as log:
-            async with Client(stdio_client(params, errlog=log), mode="legacy") as client:
-                yield client
+        async with harness.stdio_session(params, workdir / "stderr.log") as client:
+            yield client
 
     async def write(self, client: Client, memory: Memory, run_id: str) -> float:
         started = time.perf_counter()
@@ -427,13 +403,6 @@ def _check(result: CallToolResult) -> CallToolResult:
     if result.is_error:
         raise RuntimeError(f"server-memory call failed: {result.content}")
     return result
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def _wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:

@@ -10,50 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio.from_thread
-import httpx2
-import uvicorn
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
-from engram_memory.embedded.serve import open_server
 from engram_memory.engine.context import TOOLS
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from engram_memory.mcp_surface.transports import MCP_PATH
 
+from ..harness import http_session, serve_in_thread
 from .calls import PRINCIPAL, PURPOSE
-
-
-@contextlib.contextmanager
-def serve(data_dir: Path, **engine_options: Any) -> Iterator[tuple[str, Any]]:
-    """The embedded MCP server on a free loopback port; yields (url, server)."""
-    server = open_server(data_dir, **engine_options)
-    app = server.http_app(bind_host="127.0.0.1")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=http.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not http.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the embedded MCP HTTP server did not start")
-            time.sleep(0.02)
-        yield f"http://127.0.0.1:{port}{MCP_PATH}", server
-    finally:
-        http.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
-        server.close()
 
 
 class McpClient:
@@ -77,7 +45,7 @@ class McpClient:
                 expires_in_s=86_400,
             )
             self._sessions[workspace] = self._stack.enter_context(
-                self._portal.wrap_async_context_manager(connect(self._url, token))
+                self._portal.wrap_async_context_manager(http_session(self._url, token))
             )
         return self._sessions[workspace]
 
@@ -86,20 +54,6 @@ class McpClient:
         result = self._portal.call(client.call_tool, TOOL_NAMES[tool], arguments)
         envelope: dict[str, Any] = result.structured_content or json.loads(result.content[0].text)
         return envelope
-
-
-@contextlib.asynccontextmanager
-async def connect(url: str, token: str, elicitation_callback: Any = None) -> Any:
-    """The official client over Streamable HTTP with ``token``; with ``elicitation_callback``
-    it declares elicitation and the callback answers the server's confirmations."""
-    headers = {"Authorization": f"Bearer {token}"}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60)) as http,
-        Client(
-            streamable_http_client(url, http_client=http), elicitation_callback=elicitation_callback
-        ) as client,
-    ):
-        yield client
 
 
 @contextlib.contextmanager
@@ -111,6 +65,6 @@ def open_mcp_clients(
         portal = stack.enter_context(anyio.from_thread.start_blocking_portal())
         clients: dict[str, McpClient] = {}
         for profile, options in engine_options.items():
-            url, server = stack.enter_context(serve(data_dir, **options))
+            url, server = stack.enter_context(serve_in_thread(data_dir, **options))
             clients[profile] = McpClient(url, server, portal, stack)
         yield clients

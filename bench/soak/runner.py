@@ -7,10 +7,7 @@ import hashlib
 import json
 import os
 import random
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -24,22 +21,16 @@ import mcp.types as types
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from engram_memory.embedded.composition import init_data_dir
 from engram_memory.embedded.data_dir import DATABASE_FILE
-from engram_memory.embedded.host_file import load_host_config
-from engram_memory.embedded.issuer_keys import local_issuer
-from engram_memory.engine.context import TOOLS
 from engram_memory.mcp_surface.catalog import TOOL_NAMES
-from engram_memory.mcp_surface.transports import MCP_PATH, WELL_KNOWN
 
+from .. import harness
 from ..locomo.runner import percentile
 from .flatness import judge
 
 PURPOSE = "purpose:soak"
 CLIENTS_PER_WORKSPACE = 4
 CALL_DEADLINE_S = 60.0
-START_DEADLINE_S = 90.0
-STOP_DEADLINE_S = 30.0
 REVISIONS = ("legacy", "2026-07-28")
 # The traffic mix: relative weights. A tool that needs something the client does not have yet
 # (admission without a pending candidate, get or forget without a record) falls back to capture
@@ -130,65 +121,13 @@ class Server:
         }
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def running_server(
     data_dir: Path, log_dir: Path, *, env: dict[str, str] | None = None
 ) -> Iterator[Server]:
-    """``engram-memory serve`` on a free loopback port; SIGTERM (a clean stop) on the way out.
-    ``env``: extra environment variables for the server (e.g. the memory-trace diagnostic)."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}{MCP_PATH}"
-    init_data_dir(data_dir, resource=url)
-    command = [
-        sys.executable,
-        "-m",
-        "engram_memory.embedded.cli",
-        "serve",
-        "--data-dir",
-        str(data_dir),
-    ]
-    command += ["--host", "127.0.0.1", "--port", str(port)]
-    with (log_dir / "server.out").open("wb") as out, (log_dir / "server.err").open("wb") as err:
-        process = subprocess.Popen(  # noqa: S603 - this interpreter, fixed arguments
-            command,
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-        )
-    try:
-        _wait_until_serving(process, port)
-        yield Server(url=url, process=process, data_dir=data_dir)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_until_serving(process: subprocess.Popen[bytes], port: int) -> None:
-    """Until the server answers HTTP. Its socket listens before the host has opened (so that a
-    port in use fails first), and a busy machine can take seconds to open it: connecting alone
-    would start the clock, and the first samples, on a server still starting."""
-    deadline = time.monotonic() + START_DEADLINE_S
-    metadata = f"http://127.0.0.1:{port}{WELL_KNOWN}"
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with {process.returncode} before serving")
-        with contextlib.suppress(httpx2.HTTPError):
-            if httpx2.get(metadata, timeout=2.0).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError("the server did not serve in time")
+    """``engram-memory serve`` as its own process (``bench.harness``), sampled as it runs."""
+    with harness.running_server(data_dir, log_dir, env=env) as started:
+        yield Server(url=started.url, process=started.process, data_dir=data_dir)
 
 
 # -- one client's traffic -----------------------------------------------------------------------
@@ -459,15 +398,12 @@ def run_soak(
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="engram-soak-")))
         data = data_dir or scratch / "data"
         server = stack.enter_context(running_server(data, scratch, env=server_env))
-        config = load_host_config(data)
-        issuer = local_issuer(data, config)
         tokens = [
-            issuer.mint(
+            harness.mint_token(
+                data,
                 principal=f"agent-soak-{number:03d}",
-                tenant_id=config.tenant_id,
-                workspace_id=f"ws-soak-{number // CLIENTS_PER_WORKSPACE:03d}",
-                purpose_ref=PURPOSE,
-                tools=TOOLS,
+                workspace=f"ws-soak-{number // CLIENTS_PER_WORKSPACE:03d}",
+                purpose=PURPOSE,
                 confirm=("withdraw", "forget"),
                 expires_in_s=int(seconds) + 3600,
             )
