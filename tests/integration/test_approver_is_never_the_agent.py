@@ -5,7 +5,7 @@ Per mode, the agent's token as that provider issues it (with the approver claim 
 Cognito's ``custom:engram_approver`` copied by the pool's trigger, a mapped claim at Entra and
 Okta) goes the whole way a confirmation goes: the adapter's verifier and host configuration
 (``ENGRAM_APPROVER_CLAIM``), the trusted context, the tool invocation, the execution input, and
-the token parked by ``ApprovalStore.park`` on moto's DynamoDB. Then the approval function (the
+the token parked by ``ParkedApprovalBook.park`` on moto's DynamoDB. Then the approval function (the
 settings the template sets for the mode: the groups claim and the agents' group) meets the
 people who open the link at the local OIDC provider over HTTPS: the agent's own credentials,
 in each shape they can come back in (a member of the agents' group, an application's token, no
@@ -48,7 +48,7 @@ from engram_memory.cloud.cognito_claims import claims_handler
 from engram_memory.cloud.composition import build_approval_page
 from engram_memory.cloud.mcp_adapter import host_config_of, token_verifier
 from engram_memory.cloud.oidc import IssuerKeys
-from engram_memory.cloud.parked_approvals import ApprovalStore, WorkflowRequest
+from engram_memory.cloud.parked_approvals import ParkedApprovalBook, WorkflowRequest
 from engram_memory.cloud.settings import AdapterSettings, CognitoClaimsSettings
 from engram_memory.cloud.tool_invocation import ToolInvocation
 from engram_memory.engine.context import new_audit_id
@@ -211,7 +211,7 @@ def issuer_of(mode: Mode) -> str:
     }[mode.name]
 
 
-def parked_for(mode: Mode, store: ApprovalStore) -> str:
+def parked_for(mode: Mode, store: ParkedApprovalBook) -> str:
     """The agent's forget, from its token to the parked task token: the approval id."""
     env = {
         "ENGRAM_TENANT_ID": TENANT,
@@ -245,7 +245,7 @@ def parked_for(mode: Mode, store: ApprovalStore) -> str:
     )
     started = WorkflowRequest.model_validate_json(request.model_dump_json())  # the execution input
     return store.park(
-        approval_id=ApprovalStore.new_approval_id(),
+        approval_id=ParkedApprovalBook.new_approval_id(),
         task_token="task-token",
         execution_name="forget-" + "1" * 64,
         workflow="forget",
@@ -262,7 +262,7 @@ class Site:
     handler: ApprovalHandler
     provider: LocalOidcProvider
     trust: ssl.SSLContext
-    store: ApprovalStore
+    store: ParkedApprovalBook
     sfn: RecordedSfn
     approval_id: str
 
@@ -302,7 +302,7 @@ def site(
     with moto_aws():
         dynamodb, _ = aws_clients()
         create_tables(dynamodb, TABLE)
-        store = ApprovalStore(dynamodb, TABLE)
+        store = ParkedApprovalBook(dynamodb, TABLE)
         approval_id = parked_for(mode, store)
         handler = ApprovalHandler(
             build=build_approval_page,

@@ -41,7 +41,7 @@ ALICE = "agent-alice"
 
 @dataclass
 class Approvals:
-    """The parked approval the page is about (what ``ApprovalStore`` reads)."""
+    """The parked approval the page is about (what ``ParkedApprovalBook`` reads)."""
 
     parked: ParkedApproval
 

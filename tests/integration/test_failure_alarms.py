@@ -71,7 +71,7 @@ from test_tool_handlers import (
 
 from engram_memory.adapters.aws.dynamo_store import DynamoStore, _record_key
 from engram_memory.binding.tokens import TokenIssuer
-from engram_memory.cloud.composition import build_adapter, build_engine, build_execution_gate
+from engram_memory.cloud.composition import build_adapter, build_engine, build_workflow_runs
 from engram_memory.cloud.settings import ConfigurationError
 from engram_memory.contract.errors import TrustedContextUnavailable
 from engram_memory.engine.context import TOOLS, Scope
@@ -125,7 +125,7 @@ def stack(cloud: Cloud) -> Stack:
     for app in apps.values():
         app.handler.engine = engine
         app.handler.invocation_key = held_key()  # the faults here are the engine's calls'
-        app.handler.use_gate(None)
+        app.handler.use_runs(None)
     topic = cloud.session.client("sns").create_topic(Name=f"engram-{TENANT}-alarms")["TopicArn"]
     return Stack(cloud, topic, apps)
 
@@ -191,7 +191,7 @@ def _secrets_manager(stack: Stack) -> None:
 
 def _step_functions(stack: Stack, candidate_id: str) -> dict[str, Any]:
     withdraw = stack.apps["withdraw"].handler
-    withdraw.use_gate(build_execution_gate("withdraw", {**stack.cloud.env, **GATE_ENV}))
+    withdraw.use_runs(build_workflow_runs("withdraw", {**stack.cloud.env, **GATE_ENV}))
     return stack.invoke("withdraw", event("withdraw", candidate_id=candidate_id))
 
 

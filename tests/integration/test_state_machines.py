@@ -2,7 +2,7 @@
 
 moto's Step Functions interpreter runs each execution in its own thread; its Lambda tasks reach
 ``functions/workflow/app.py`` in-process (moto cannot run a Lambda without Docker), the tool
-functions start and follow the executions through ``ExecutionGate``, and the approval page
+functions start and follow the executions through ``WorkflowRuns``, and the approval page
 answers the parked task token. Everything else — DynamoDB, KMS, S3, Step Functions — is moto.
 
 The machines are the template's definitions with only ``${WorkflowStepFunctionArn}`` substituted,
@@ -37,9 +37,9 @@ from test_tool_handlers import (
     value_of,
 )
 
-from engram_memory.cloud.execution_gate import ExecutionGate
-from engram_memory.cloud.parked_approvals import ApprovalStore
+from engram_memory.cloud.parked_approvals import ParkedApprovalBook
 from engram_memory.cloud.proofs import KmsMacKey
+from engram_memory.cloud.workflow_runs import WorkflowRuns
 from engram_memory.engine.context import TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ class Stack:
     def parked_approval_id(self) -> str:
         """The approval id the (one) forget run parked."""
         (execution,) = self.executions("forget")
-        approvals = ApprovalStore(self.cloud.clients["dynamodb"], TABLE)
+        approvals = ParkedApprovalBook(self.cloud.clients["dynamodb"], TABLE)
         parked = approvals.for_execution(execution["name"])
         assert parked is not None
         return parked.approval_id
@@ -158,7 +158,7 @@ def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sta
             engine = cloud.engine(clock=clock)
             dynamodb = cloud.clients["dynamodb"]
             sfn = cloud.session.client("stepfunctions")
-            approvals = ApprovalStore(dynamodb, TABLE)
+            approvals = ParkedApprovalBook(dynamodb, TABLE)
             machines = {
                 tool: sfn.create_state_machine(
                     name=f"engram-dev-{tool}",
@@ -176,8 +176,8 @@ def stack_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Sta
             for tool, app in tools.items():
                 app.handler.engine = engine
                 if tool in machines:
-                    app.handler.use_gate(
-                        ExecutionGate(
+                    app.handler.use_runs(
+                        WorkflowRuns(
                             sfn=sfn,
                             approvals=approvals,
                             state_machine_arn=machines[tool],
@@ -603,7 +603,7 @@ def test_a_new_request_is_announced_once_without_the_memorys_text(stack: Stack) 
     queue = sqs.create_queue(QueueName="approver-inbox")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn["Attributes"]["QueueArn"])
-    stack.tools["forget"].handler.gate.topic = ApprovalTopic(sns, topic)
+    stack.tools["forget"].handler.runs.topic = ApprovalTopic(sns, topic)
     text = "The vault recovery phrase lives in the red binder."
     record_id = _record(stack, text)
     forget = event("forget", record_id=record_id, idempotency_key="forget-announce-01")

@@ -38,7 +38,7 @@ from aws_testing import (
 )
 from pydantic import TypeAdapter, ValidationError
 
-from engram_memory.cloud.composition import build_engine, build_execution_gate
+from engram_memory.cloud.composition import build_engine, build_workflow_runs
 from engram_memory.cloud.observability import AUDIT_MESSAGE, get_logger
 from engram_memory.cloud.settings import ConfigurationError, HostBinding, ToolName
 from engram_memory.cloud.tool_invocation import (
@@ -183,7 +183,7 @@ def warm_apps(cloud: Cloud) -> dict[str, ModuleType]:
     apps = {tool: load_app(tool) for tool in TOOLS}
     for app in apps.values():
         app.handler.engine = engine
-        app.handler.use_gate(None)
+        app.handler.use_runs(None)
     return apps
 
 
@@ -371,7 +371,7 @@ def test_a_tool_function_never_asks_a_human_itself(cloud: Cloud) -> None:
     engine = cloud.engine()
     for app in apps.values():
         app.handler.engine = engine
-        app.handler.use_gate(None)  # withdraw/forget commit in the function (no state machine)
+        app.handler.use_runs(None)  # withdraw/forget commit in the function (no state machine)
 
     def invoke(tool: str, ev: dict[str, Any]) -> dict[str, Any]:
         answer: dict[str, Any] = apps[tool].handler(sign(cloud, ev), FakeLambdaContext())
@@ -784,7 +784,7 @@ GATE_ENV = {
 
 @pytest.mark.parametrize("tool", ["withdraw", "forget"])
 def test_a_gated_function_wires_its_own_state_machine(cloud: Cloud, tool: str) -> None:
-    gate = build_execution_gate(tool, {**cloud.env, **GATE_ENV})
+    gate = build_workflow_runs(tool, {**cloud.env, **GATE_ENV})
 
     assert gate.state_machine_arn == GATE_ENV[f"ENGRAM_{tool.upper()}_STATE_MACHINE_ARN"]
     assert gate.approval_base_url == "https://memory.example.com"
@@ -808,7 +808,7 @@ def test_a_gate_without_its_variables_is_a_configuration_error(
         env[name] = value
 
     with pytest.raises(ConfigurationError, match=name):
-        build_execution_gate("forget", env)
+        build_workflow_runs("forget", env)
     # and the handler fails the invocation (a Lambda error), never answering without its gate
     app = load_app("forget")
     app.handler.engine = cloud.engine()
@@ -817,11 +817,11 @@ def test_a_gate_without_its_variables_is_a_configuration_error(
         app.handler(sign(cloud, event("forget")), FakeLambdaContext())
 
 
-def test_only_withdraw_and_forget_have_a_gate(cloud: Cloud) -> None:
+def test_only_withdraw_and_forget_have_workflow_runs(cloud: Cloud) -> None:
     for tool in ("search", "get", "capture", "request_admission"):
         app = load_app(tool)
         app.handler.engine = cloud.engine()
-        assert app.handler._gate() is None
+        assert app.handler._runs() is None
 
 
 def test_a_short_or_unreadable_cursor_secret_is_a_configuration_error(cloud: Cloud) -> None:

@@ -34,9 +34,9 @@ from engram_memory.cloud.approval_page import ApprovalHandler
 from engram_memory.cloud.composition import build_engine
 from engram_memory.cloud.drainer import DrainerHandler
 from engram_memory.cloud.parked_approvals import (
-    ApprovalStore,
     ApprovalWindowExpired,
     GateFailed,
+    ParkedApprovalBook,
     WorkflowRequest,
     execution_name,
     start_confirmed_execution,
@@ -142,7 +142,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
             lexical_index=index,
             clock=clock,
         )
-        store = ApprovalStore(dynamodb, TABLE)
+        store = ParkedApprovalBook(dynamodb, TABLE)
         workflow, sfn = load_app("workflow"), FakeSfn()
         workflow.handler.loaded().engine = engine
         workflow.handler.loaded().approvals = store

@@ -6,7 +6,7 @@
   line per missing or invalid variable); every AWS client with ``client_config``;
 - ``composition``: the engine and the execution gate, built from the settings;
 - ``tool_handler``: the six tool functions' handler (``functions/<tool>/app.py``);
-- ``execution_gate`` and ``approvals``: withdraw/forget through their Step Functions execution
+- ``workflow_runs`` and ``approvals``: withdraw/forget through their Step Functions execution
   (parked task tokens: ``engine.gate.Approval`` and what the item keeps beside it);
 - ``workflow``: the state machines' Task steps; ``approval_page``: the URL-mode approval page;
 - ``mcp_adapter``: the MCP surface as a Lambda, one tool invocation per MCP request;

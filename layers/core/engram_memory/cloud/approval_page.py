@@ -87,8 +87,8 @@ from engram_memory.cloud.oidc import IssuerKeysUnavailable
 from engram_memory.cloud.parked_approvals import (
     APPROVAL_ID_PATTERN,
     ENDED_WAIT_ERRORS,
-    ApprovalStore,
     ParkedApproval,
+    ParkedApprovalBook,
 )
 from engram_memory.cloud.proofs import MacKey, prove_on_page
 from engram_memory.cloud.settings import (
@@ -180,7 +180,7 @@ class CloudDesk(QuestionDesk[ParkedApproval]):
 
     def __init__(
         self,
-        approvals: ApprovalStore,
+        approvals: ParkedApprovalBook,
         sfn: Any,
         cookies: SignedCookies,
         csrf_key: bytes,
@@ -311,7 +311,7 @@ def _error(error: PageError, cookies: list[str] | None = None) -> dict[str, Any]
 class ApprovalPageParts:
     """What the approval function is wired from (``composition.build_approval_page``)."""
 
-    approvals: ApprovalStore
+    approvals: ParkedApprovalBook
     desk: CloudDesk
     cookies: SignedCookies
     signin: OidcClient
@@ -335,7 +335,7 @@ class ApprovalHandler:
         now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self._build_parts = build
-        self.approvals: ApprovalStore | None = None
+        self.approvals: ParkedApprovalBook | None = None
         self.sfn: Any = None
         self.memories: Callable[[ParkedApproval], Memory | None] | None = None
         self.session_key: bytes | None = None

@@ -1,7 +1,7 @@
 """The composition root of the cloud deployment: the engine of one tenant's functions.
 
 ``build_engine`` wires the engine from the environment the SAM template sets;
-``build_execution_gate`` the Step Functions gate of withdraw and forget. Nothing here opens a
+``build_workflow_runs`` the Step Functions runs of withdraw and forget. Nothing here opens a
 client or reads the environment when imported: boto3, the AWS Encryption SDK and opensearch-py
 are imported inside, called on a function's first invocation (the cold-start singleton).
 """
@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
 
     from engram_memory.cloud.approval_page import ApprovalHandler, ApprovalPageParts
-    from engram_memory.cloud.execution_gate import ExecutionGate
-    from engram_memory.cloud.parked_approvals import ApprovalStore
+    from engram_memory.cloud.parked_approvals import ParkedApprovalBook
     from engram_memory.cloud.proofs import MacKey
     from engram_memory.cloud.settings import StoredRecordsSettings
+    from engram_memory.cloud.workflow_runs import WorkflowRuns
     from engram_memory.engine.ports import AdmissionPolicy
     from engram_memory.mcp_surface.server import EngramMcp
 
@@ -240,11 +240,11 @@ def mac_key(clients: AwsClients, key_arn: str) -> MacKey:
     return KmsMacKey(clients.client("kms"), key_arn)
 
 
-def approval_store(clients: AwsClients, table: str) -> ApprovalStore:
+def approval_store(clients: AwsClients, table: str) -> ParkedApprovalBook:
     """The parked approvals of withdraw and forget runs, in the canonical table."""
-    from engram_memory.cloud.parked_approvals import ApprovalStore
+    from engram_memory.cloud.parked_approvals import ParkedApprovalBook
 
-    return ApprovalStore(clients.client("dynamodb"), table)
+    return ParkedApprovalBook(clients.client("dynamodb"), table)
 
 
 def build_approval_page(handler: ApprovalHandler, settings: ApprovalSettings) -> ApprovalPageParts:
@@ -291,7 +291,7 @@ def build_approval_page(handler: ApprovalHandler, settings: ApprovalSettings) ->
 def _approval_page_parts(
     handler: ApprovalHandler,
     settings: ApprovalSettings,
-    approvals: ApprovalStore,
+    approvals: ParkedApprovalBook,
     versions: Callable[[], tuple[bytes, ...]],
 ) -> ApprovalPageParts:
     import hashlib
@@ -406,20 +406,20 @@ def _semantic_channel(
     return embedder, cast("VectorIndex", lexical_index)
 
 
-def build_execution_gate(
+def build_workflow_runs(
     tool: str, settings: GateSettings | Mapping[str, str] = os.environ
-) -> ExecutionGate:
-    """The gate of ``tool`` (withdraw | forget): ``GateSettings`` in (or the environment:
+) -> WorkflowRuns:
+    """The runs of ``tool`` (withdraw | forget): ``GateSettings`` in (or the environment:
     ``ENGRAM_WITHDRAW_STATE_MACHINE_ARN`` / ``ENGRAM_FORGET_STATE_MACHINE_ARN``, the function's
     own machine; ``ENGRAM_TABLE``, parked approvals; ``ENGRAM_APPROVAL_BASE_URL``, the approval
     page's https origin), gate out; clients in ``AWS_REGION``."""
-    from engram_memory.cloud.execution_gate import ExecutionGate
     from engram_memory.cloud.parked_approvals import ApprovalTopic
+    from engram_memory.cloud.workflow_runs import WorkflowRuns
 
     gate = settings if isinstance(settings, GateSettings) else gate_settings(tool, settings)
     clients = AwsClients(gate.session)
     topic = gate.approval_topic_arn
-    return ExecutionGate(
+    return WorkflowRuns(
         sfn=clients.client("stepfunctions"),
         approvals=approval_store(clients, gate.table),
         state_machine_arn=gate.state_machine_arn,

@@ -1,7 +1,7 @@
 """The cloud's approval book: questions parked as Step Functions task tokens, and their records.
 
 A confirmation-gated tool (withdraw, forget) starts a Standard execution whose first Task
-(``await_approval``) parks its task token in the canonical table (``ApprovalStore``); the
+(``await_approval``) parks its task token in the canonical table (``ParkedApprovalBook``); the
 approval page (or the tool function, in form mode) answers it with ``SendTaskSuccess`` carrying
 the ``engine.gate.Approval`` as JSON, which the state machine hands to ``commit_transition``,
 which gives the engine that approval; the engine's gate (``engine.gate.check_approval``) checks
@@ -40,11 +40,11 @@ __all__ = [
     "APPROVAL_TOKEN_TTL_S",
     "ENDED_WAIT_ERRORS",
     "EXECUTION_NAME_PATTERN",
-    "ApprovalStore",
     "ApprovalTopic",
     "ApprovalWindowExpired",
     "GateFailed",
     "ParkedApproval",
+    "ParkedApprovalBook",
     "WorkflowRequest",
     "approval_notice",
     "execution_name",
@@ -138,7 +138,7 @@ def from_item(item: Mapping[str, Any]) -> ParkedApproval:
     return ParkedApproval.model_validate({**fields, "used": "used_at_ms" in item})
 
 
-class ApprovalStore:
+class ParkedApprovalBook:
     """Task tokens parked in the canonical table, each answerable once (see the module doc)."""
 
     def __init__(self, dynamodb: Any, table_name: str) -> None:

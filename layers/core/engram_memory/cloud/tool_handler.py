@@ -27,10 +27,10 @@ from engram_memory.cloud.observability import (
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Tracer
 
-    from engram_memory.cloud.execution_gate import ExecutionGate
     from engram_memory.cloud.proofs import MacKey
     from engram_memory.cloud.settings import EngineEnvironment, HostBinding
     from engram_memory.cloud.tool_invocation import ToolInvocation
+    from engram_memory.cloud.workflow_runs import WorkflowRuns
     from engram_memory.contract.errors import ProtocolRefusal
     from engram_memory.engine.context import TrustedContext
     from engram_memory.engine.ports import Clock
@@ -43,10 +43,10 @@ def _build_engine(settings: EngineEnvironment) -> Engine:
     return build_engine(settings)
 
 
-def _build_execution_gate(tool: str, env: Mapping[str, str]) -> ExecutionGate | None:
-    from engram_memory.cloud.composition import build_execution_gate
+def _build_workflow_runs(tool: str, env: Mapping[str, str]) -> WorkflowRuns | None:
+    from engram_memory.cloud.composition import build_workflow_runs
 
-    return build_execution_gate(tool, env)
+    return build_workflow_runs(tool, env)
 
 
 class EngineHandler:
@@ -139,9 +139,9 @@ class ToolHandler(EngineHandler):
     Created at import of the handler module (cheap: no client, no environment read). The first
     invocation builds the engine (``build(env)``) and the ``HostBinding`` and keeps them for
     the warm container: ``engine`` and ``binding`` are the cold-start singletons, and may be
-    set beforehand (tests). withdraw and forget also build their ``ExecutionGate``
-    (``build_gate(tool, env)``, default ``build_execution_gate``): the confirmation and the
-    commit then run in the tool's state machine. A ``build_gate`` answering ``None`` composes
+    set beforehand (tests). withdraw and forget also build their ``WorkflowRuns``
+    (``build_runs(tool, env)``, default ``build_workflow_runs``): the confirmation and the
+    commit then run in the tool's state machine. A ``build_runs`` answering ``None`` composes
     the function without one: it answers ``confirmation_required`` and commits itself when the
     adapter calls again carrying the human's approval. Each invocation: validate the event, refuse another tool's event
     (-32602) or a malformed/foreign context (-32603) — both audited —, bound the call by the
@@ -154,12 +154,12 @@ class ToolHandler(EngineHandler):
         *,
         env: Mapping[str, str] = os.environ,
         build: Callable[[EngineEnvironment], Engine] = _build_engine,
-        build_gate: Callable[[str, Mapping[str, str]], ExecutionGate | None] | None = None,
+        build_runs: Callable[[str, Mapping[str, str]], WorkflowRuns | None] | None = None,
     ) -> None:
         self.tool = tool
-        self.gate: ExecutionGate | None = None
-        self._gate_built = False
-        self._build_gate = build_gate or _build_execution_gate
+        self.runs: WorkflowRuns | None = None
+        self._runs_built = False
+        self._build_runs = build_runs or _build_workflow_runs
         self._logger: Logger = get_logger()
         self._tracer: Tracer = get_tracer()
         super().__init__(env=env, build=build)
@@ -170,23 +170,23 @@ class ToolHandler(EngineHandler):
         if self.tool not in TOOLS:
             raise ValueError(f"not one of the six tools: {self.tool!r}")
 
-    def use_gate(self, gate: ExecutionGate | None) -> None:
-        """Compose withdraw/forget with ``gate`` (``None``: no state machine) instead of the
+    def use_runs(self, runs: WorkflowRuns | None) -> None:
+        """Compose withdraw/forget with ``runs`` (``None``: no state machine) instead of the
         environment's."""
         with self._lock:
-            self.gate, self._gate_built = gate, True
+            self.runs, self._runs_built = runs, True
 
-    def _gate(self) -> ExecutionGate | None:
-        """withdraw/forget's Step Functions gate, built on first use; ``None`` for other tools."""
+    def _runs(self) -> WorkflowRuns | None:
+        """withdraw/forget's Step Functions runs, built on first use; ``None`` for other tools."""
         from engram_memory.cloud.composition import GATED_TOOLS
 
         if self.tool not in GATED_TOOLS:
             return None
         with self._lock:
-            if not self._gate_built:
-                self.gate = self._build_gate(self.tool, self._env)
-                self._gate_built = True
-            return self.gate
+            if not self._runs_built:
+                self.runs = self._build_runs(self.tool, self._env)
+                self._runs_built = True
+            return self.runs
 
     def _refuse(
         self,
@@ -268,23 +268,23 @@ class ToolHandler(EngineHandler):
             return self._refuse(engine, UnknownTool(), "wrong_function", ctx.audit_id, ctx)
         ctx = _bounded_by_lambda(ctx, engine.clock, context)
         carried = invocation.approval
-        gate = self._gate()
+        runs = self._runs()
         if invocation.declined and carried is not None:
-            if gate is not None:  # the decline ends the run it answers (signed: the adapter's)
-                gate.decline(engine, invocation, ctx)
+            if runs is not None:  # the decline ends the run it answers (signed: the adapter's)
+                runs.decline(engine, invocation, ctx)
             return engine.decline(self.tool, ctx, carried)
-        if gate is not None or not self._attested(invocation):
+        if runs is not None or not self._attested(invocation):
             carried = None  # a gated tool's run verifies the answer; here only an attested one
         try:
-            # a gated tool with its state machine never commits here (see execution_gate)
+            # a gated tool with its state machine never commits here (see workflow_runs)
             answer = engine.handle(self.tool, invocation.arguments, ctx, carried)
         except ProtocolRefusal as refusal:  # audited by the engine
             return protocol_error(refusal)
         if isinstance(answer, ConfirmationNeeded):
-            if gate is not None:
-                return gate.run(engine, invocation, ctx, answer.request)
+            if runs is not None:
+                return runs.run(engine, invocation, ctx, answer.request)
             return confirmation_required(answer.request)  # the adapter asks, then calls again
-        envelope = answer if gate is None else gate.reported(engine, invocation, ctx, answer)
+        envelope = answer if runs is None else runs.reported(engine, invocation, ctx, answer)
         if self.tool == "request_admission" and envelope.get("ok"):
             count_admission_outcome(str(envelope["output"]["value"]["outcome"]["status"]))
         return envelope

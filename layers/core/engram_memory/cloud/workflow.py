@@ -20,9 +20,9 @@ from pydantic import ValidationError
 from engram_memory.cloud.composition import AwsClients, approval_store, mac_key
 from engram_memory.cloud.observability import get_logger, record_projection_lag
 from engram_memory.cloud.parked_approvals import (
-    ApprovalStore,
     ApprovalWindowExpired,
     GateFailed,
+    ParkedApprovalBook,
     WorkflowRequest,
 )
 from engram_memory.cloud.proofs import (
@@ -60,10 +60,10 @@ class WorkflowHandler(EngineHandler):
     steps."""
 
     settings_model = WorkflowSettings
-    approvals: ApprovalStore | None = None  # made with the engine, on the first step
+    approvals: ParkedApprovalBook | None = None  # made with the engine, on the first step
     proof_key: MacKey | None = None  # the approval proof key (tests may set it)
 
-    def _ready_steps(self) -> tuple[Engine, ApprovalStore, HostBinding]:
+    def _ready_steps(self) -> tuple[Engine, ParkedApprovalBook, HostBinding]:
         with self._lock:
             engine, binding = self._ready_locked()
             if self.approvals is None:
@@ -87,12 +87,12 @@ class WorkflowHandler(EngineHandler):
     def await_approval(
         self,
         engine: Engine,
-        approvals: ApprovalStore,
+        approvals: ParkedApprovalBook,
         event: Mapping[str, Any],
         request: WorkflowRequest,
     ) -> dict[str, Any]:
         approval_id = approvals.park(
-            approval_id=ApprovalStore.new_approval_id(),
+            approval_id=ParkedApprovalBook.new_approval_id(),
             task_token=str(event["task_token"]),
             execution_name=str(event["execution_name"]),
             workflow=str(event["workflow"]),

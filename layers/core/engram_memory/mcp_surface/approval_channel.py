@@ -21,7 +21,7 @@ surface as ``Declined``, and the surface has the engine spend the question's id
 named by its id: the operator's terminal (``engram-memory approvals``) goes through these two.
 
 The cloud passes no channel. There a question is a Step Functions run parked on a task token
-(``cloud.parked_approvals.ApprovalStore``): the tool function starts the run and answers
+(``cloud.parked_approvals.ParkedApprovalBook``): the tool function starts the run and answers
 ``confirmation_required`` with the run's approval page, which reaches the surface as a
 ``ConfirmationNeeded`` with a ``url``; the page (or the form's answer, handed to the tool function
 with the retried call) sends the task token back, and the run, not the surface, carries out the

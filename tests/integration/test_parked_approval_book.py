@@ -1,4 +1,4 @@
-"""The cloud's parked task tokens (``ApprovalStore``) on moto's DynamoDB: parked once per
+"""The cloud's parked task tokens (``ParkedApprovalBook``) on moto's DynamoDB: parked once per
 execution (a retried step refreshes the token of the same approval), taken once, reported once."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from aws_testing import TABLE, aws_clients, moto_aws
 
 from engram_memory.adapters.aws.dynamo_store import create_tables
-from engram_memory.cloud.parked_approvals import ApprovalStore, WorkflowRequest
+from engram_memory.cloud.parked_approvals import ParkedApprovalBook, WorkflowRequest
 from engram_memory.cloud.tool_invocation import ToolInvocation
 
 from engram_testing import context, sha
@@ -20,14 +20,14 @@ EXECUTION = "forget-" + "0" * 64
 
 
 @pytest.fixture
-def store() -> Iterator[ApprovalStore]:
+def store() -> Iterator[ParkedApprovalBook]:
     with moto_aws():
         dynamodb, _ = aws_clients()
         create_tables(dynamodb, TABLE)
-        yield ApprovalStore(dynamodb, TABLE)
+        yield ParkedApprovalBook(dynamodb, TABLE)
 
 
-def park(store: ApprovalStore, approval_id: str, token: str, **ctx_fields: Any) -> str:
+def park(store: ParkedApprovalBook, approval_id: str, token: str, **ctx_fields: Any) -> str:
     ctx = context(agent_id="agent-1", session_id="session-1", **ctx_fields)
     request = WorkflowRequest(
         invocation=ToolInvocation.from_trusted("forget", {"record_id": "mem_1"}, ctx),
@@ -46,7 +46,7 @@ def park(store: ApprovalStore, approval_id: str, token: str, **ctx_fields: Any) 
 
 
 def test_a_retried_step_keeps_the_approval_and_hands_it_the_new_token(
-    store: ApprovalStore,
+    store: ParkedApprovalBook,
 ) -> None:
     first = park(store, "apr_" + "1" * 32, "token-1")
     again = park(store, "apr_" + "2" * 32, "token-2")
@@ -59,7 +59,7 @@ def test_a_retried_step_keeps_the_approval_and_hands_it_the_new_token(
 
 
 def test_a_token_is_taken_once_and_a_later_retry_does_not_revive_it(
-    store: ApprovalStore,
+    store: ParkedApprovalBook,
 ) -> None:
     approval_id = park(store, "apr_" + "1" * 32, "token-1")
 
@@ -72,7 +72,7 @@ def test_a_token_is_taken_once_and_a_later_retry_does_not_revive_it(
     assert store.take("apr_" + "9" * 32, T0) is None  # unknown
 
 
-def test_the_commit_is_first_reported_once(store: ApprovalStore) -> None:
+def test_the_commit_is_first_reported_once(store: ParkedApprovalBook) -> None:
     approval_id = park(store, "apr_" + "1" * 32, "token-1")
 
     assert store.first_report(approval_id, T0 + 1_000)
@@ -81,7 +81,7 @@ def test_the_commit_is_first_reported_once(store: ApprovalStore) -> None:
 
 
 def test_the_approver_the_agents_token_named_is_parked_with_the_token(
-    store: ApprovalStore,
+    store: ParkedApprovalBook,
 ) -> None:
     approval_id = park(store, "apr_" + "1" * 32, "token-1", approver="person-dana")
     parked = store.get(approval_id)
@@ -91,6 +91,6 @@ def test_the_approver_the_agents_token_named_is_parked_with_the_token(
     assert "approver" not in taken.approved(T0 + 1_000).model_dump()  # not in the binding
 
 
-def test_without_an_approver_claim_none_is_parked(store: ApprovalStore) -> None:
+def test_without_an_approver_claim_none_is_parked(store: ParkedApprovalBook) -> None:
     parked = store.get(park(store, "apr_" + "1" * 32, "token-1"))
     assert parked is not None and parked.approver is None

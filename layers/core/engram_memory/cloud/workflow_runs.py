@@ -2,12 +2,12 @@
 
 The tool function never commits a confirmation-gated transition itself. It runs the engine up to
 the gate — validation, ``NOT_FOUND``, state checks and the replay of a committed key all happen
-first, so nobody is asked to approve an operation that cannot run — and then ``ExecutionGate``,
+first, so nobody is asked to approve an operation that cannot run — and then ``WorkflowRuns``,
 once per MCP request (the adapter attaches the approval it holds up front):
 
 1. finds the Standard execution named from the ledger key (scope, principal, idempotency key)
    through its parked approval, or starts it and waits for its ``await_approval`` step to park
-   the task token (``ApprovalStore``): a retried call never starts a second run;
+   the task token (``ParkedApprovalBook``): a retried call never starts a second run;
 2. with the human's approval (form mode: the adapter's elicitation round trip, attested by the
    adapter's MAC, ``cloud.proofs``) hands it to the execution (``SendTaskSuccess``), whose
    commit step verifies it; without one, and nobody has answered yet, answers
@@ -16,7 +16,7 @@ once per MCP request (the adapter attaches the approval it holds up front):
    operation, who asks and the page, so a person learns of it whatever the client shows;
 3. waits — a ledger read per poll, no use case — until the execution's commit step has run the
    use case once with the approval, and answers with that commit's output. The first success the
-   agent sees reports ``replayed: false`` in either mode (``ApprovalStore.first_report``).
+   agent sees reports ``replayed: false`` in either mode (``ParkedApprovalBook.first_report``).
 
 An execution that ended without a commit (declined, no answer within 300 s, approved but started
 past the 30 s window, failed) answers ``gate_failed``: the ledger key is spent on that run, so the
@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from engram_memory.cloud.parked_approvals import (
     ENDED_WAIT_ERRORS,
-    ApprovalStore,
     ApprovalTopic,
     ParkedApproval,
+    ParkedApprovalBook,
     WorkflowRequest,
     execution_name,
     start_confirmed_execution,
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from engram_memory.engine.context import TrustedContext
     from engram_memory.engine.service import Engine
 
-__all__ = ["ExecutionGate", "ledger_key"]
+__all__ = ["WorkflowRuns", "ledger_key"]
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +73,14 @@ def ledger_key(tenant_id: str, workspace_id: str, principal: str, idempotency_ke
     )
 
 
-class ExecutionGate:
+class WorkflowRuns:
     """Runs a confirmation-gated call through its Step Functions execution (module doc)."""
 
     def __init__(
         self,
         *,
         sfn: Any,
-        approvals: ApprovalStore,
+        approvals: ParkedApprovalBook,
         state_machine_arn: str,
         approval_base_url: str,
         sleep: Callable[[float], None] = time.sleep,
