@@ -459,12 +459,14 @@ def test_a_note_keeps_its_title_once_and_no_empty_headings(
         "```sh\n# not a heading\n```\n",
         encoding="utf-8",
     )
-    assert _import(capsys, data, notes, "markdown")[1]["accepted"] == 1
-    (record,) = _exported(capsys, data, tmp_path)
-    assert _texts(record)["note"] == (
+    # An Obsidian note without front matter: its opening heading is its title.
+    (notes / "green-tea.md").write_text("\n# Green Tea\n\nAt 80 degrees.\n", encoding="utf-8")
+    assert _import(capsys, data, notes, "markdown")[1]["accepted"] == 2
+    assert sorted(_texts(record)["note"] for record in _exported(capsys, data, tmp_path)) == [
         "# Coffee Brewing\nNotes on brewing at home.\n\n## Relations\n- relates_to [[Tea]]\n\n"
-        "```sh\n# not a heading\n```"
-    )
+        "```sh\n# not a heading\n```",
+        "# Green Tea\nAt 80 degrees.",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -494,15 +494,18 @@ _HEADING: Final = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t#]*")
 _FENCE: Final = re.compile(r" {0,3}(```|~~~)")
 
 
-def _note_text(title: str, prose: Sequence[str]) -> str:
-    """A note's prose under the title heading the import gives it: without the note's own
-    first heading when it repeats the title, without headings left empty (their observations
-    became components of their own), and without runs of blank lines."""
+def _note_text(title: str | None, stem: str, prose: Sequence[str]) -> tuple[str, str]:
+    """A note's title (the front matter's, else its first heading's when the note opens with
+    one, else its file name's) and its prose under the title heading the import gives it:
+    without that first heading when it is the title, without headings left empty (their
+    observations became components of their own), and without runs of blank lines."""
     lines = list(prose)
     while lines and not lines[0].strip():
         lines.pop(0)
     first = _HEADING.fullmatch(lines[0]) if lines else None
-    if first is not None and len(first[1]) == 1 and (first[2] or "").casefold() == title.casefold():
+    opening = (first[2] or "").strip() if first is not None and len(first[1]) == 1 else ""
+    if opening and (title is None or opening.casefold() == title.casefold()):
+        title = title or opening
         lines.pop(0)
     marks = _headings(lines)
     kept: list[str] = []
@@ -510,7 +513,7 @@ def _note_text(title: str, prose: Sequence[str]) -> str:
         blank_again = not line.strip() and not (kept and kept[-1].strip())
         if not blank_again and not _empty_heading(lines, marks, index):
             kept.append(line)
-    return "\n".join(kept).strip()
+    return title or stem, "\n".join(kept).strip()
 
 
 def _empty_heading(lines: Sequence[str], marks: Mapping[int, int], index: int) -> bool:
@@ -552,7 +555,7 @@ def _markdown(root: Path, purpose: str, now_ms: int) -> list[ImportItem]:
         except UnicodeDecodeError:
             raise UsageError(f"{name}: not UTF-8 text") from None
         meta, body, _first = _front_matter(text, name)
-        title = str(meta.get("title") or path.stem)
+        named = meta.get("title")
         prose: list[str] = []
         observations: list[tuple[str, str]] = []
         for line in body.splitlines():
@@ -567,7 +570,7 @@ def _markdown(root: Path, purpose: str, now_ms: int) -> list[ImportItem]:
         # its prose continues in further captures ("part 2", ...) rather than losing the rest.
         per_part = _MAX_COMPONENTS - 1
         parts = [observations[i : i + per_part] for i in range(0, len(observations), per_part)]
-        text_of_note = _note_text(title, prose)
+        title, text_of_note = _note_text(str(named) if named else None, path.stem, prose)
         for part, chunk in enumerate(parts or [[]], 1):
             heading = f"# {title}" if part == 1 else f"# {title} (part {part} of {len(parts)})"
             components = [("note", "context", f"{heading}\n{text_of_note}".strip())]
