@@ -478,6 +478,7 @@ def test_a_note_keeps_its_title_once_and_no_empty_headings(
         ("mcp-memory", "mem0", "this looks like a saved mem0 get_all() answer"),
         ("mcp-memory", "mem0-page", "this looks like a saved mem0 get_all() answer"),
         ("mem0", "markdown", "this looks like a folder of Markdown notes"),
+        ("markdown", "mem0-folder", "this looks like a saved mem0 get_all() answer"),
     ],
 )
 def test_a_wrong_format_names_the_format_the_file_looks_like(
@@ -493,6 +494,10 @@ def test_a_wrong_format_names_the_format_the_file_looks_like(
         source = tmp_path / "notes"
         source.mkdir()
         (source / "tea.md").write_text("# Tea\n\nGreen at 80 degrees.\n", "utf-8")
+    elif shape == "mem0-folder":
+        source = tmp_path / "pages"
+        source.mkdir()
+        (source / "page-1.json").write_text(json.dumps({"results": memories}), "utf-8")
     else:
         source = tmp_path / "source.json"
         document: Any = {
@@ -505,7 +510,7 @@ def test_a_wrong_format_names_the_format_the_file_looks_like(
         )  # fmt: skip
         source.write_text(text, encoding="utf-8")
     code, _, err = _import(capsys, data, source, fmt)
-    expected = "mcp-memory" if shape == "mcp-memory" else shape.removesuffix("-page")
+    expected = shape.removesuffix("-page").removesuffix("-folder")
     assert code == 2 and named in err and f"use --format {expected}" in err, err
     assert "not JSON" not in err and err.count("\n") == 1
     assert _candidates(data) == 0

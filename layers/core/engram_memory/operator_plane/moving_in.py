@@ -546,6 +546,8 @@ def _headings(lines: Sequence[str]) -> dict[int, int]:
 
 def _markdown(root: Path, purpose: str, now_ms: int) -> list[ImportItem]:
     files = sorted(root.rglob("*.md")) if root.is_dir() else [root]
+    if not files:
+        raise UsageError(f"{root}: no .md notes in this folder")
     base = root if root.is_dir() else root.parent
     items: list[ImportItem] = []
     for number, path in enumerate(files, 1):
