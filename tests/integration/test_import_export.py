@@ -403,6 +403,28 @@ def test_a_secret_observation_is_dropped_and_the_entitys_clean_ones_arrive(
     assert key.encode() not in _written(data)
 
 
+def test_an_entity_with_more_observations_than_a_capture_holds_loses_none(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    facts = [f"Survey station {n} reads {n * 37 % 1000} metres" for n in range(1, 71)]
+    entity = {"type": "entity", "name": "Survey", "entityType": "log", "observations": facts}
+    source = tmp_path / "memory.jsonl"
+    source.write_text(json.dumps(entity) + "\n", encoding="utf-8")
+    code, done, err = _import(capsys, data, source, "mcp-memory")
+    assert (code, done["accepted"]) == (0, 2), err  # 62 observations, then the other 8
+    exported = tmp_path / "exported.jsonl"
+    code, _, err = _run(
+        capsys, "admin", "export", "--data-dir", str(data), "--format", "mcp-memory",
+        "--output", str(exported),
+    )  # fmt: skip
+    assert code == 0, err
+    (back,) = [json.loads(line) for line in exported.read_text("utf-8").splitlines()]
+    assert {**back, "observations": sorted(back["observations"])} == {
+        **entity,
+        "observations": sorted(facts),
+    }  # merged by name: each part's observations in turn
+
+
 def test_an_entity_whose_name_is_a_secret_is_rejected_and_its_name_withheld(
     data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

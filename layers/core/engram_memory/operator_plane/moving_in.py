@@ -289,8 +289,16 @@ def _mcp_memory(path: Path, purpose: str, now_ms: int) -> list[ImportItem]:
         if kind == "entity":
             name, entity_type = _strings(value, place, "name", "entityType")
             kept, dropped = _observations(value.get("observations", []), place, name)
-            components = [("name", "context", name), ("type", "context", entity_type), *kept]
+            head = [("name", "context", name), ("type", "context", entity_type)]
+            # A capture holds 64 components: an entity with more observations continues in
+            # further captures of the same name (the export merges them back by name).
+            per_part = _MAX_COMPONENTS - len(head)
+            chunks = [kept[i : i + per_part] for i in range(0, len(kept), per_part)] or [[]]
             source, type_ref = f"mcp-memory:entity:{name}", ENTITY
+            parts = [
+                (source if n == 1 else f"{source}#part-{n}", [*head, *chunk])
+                for n, chunk in enumerate(chunks, 1)
+            ]
         elif kind == "relation":
             start, end, relation = _strings(value, place, "from", "to", "relationType")
             components = [
@@ -300,14 +308,16 @@ def _mcp_memory(path: Path, purpose: str, now_ms: int) -> list[ImportItem]:
                 ("relationType", "context", relation),
             ]
             # The key's identity keeps the newlines it always had: a re-run stays idempotent.
-            source, type_ref = f"mcp-memory:relation:{start}\n{relation}\n{end}", RELATION
+            type_ref = RELATION
+            parts = [(f"mcp-memory:relation:{start}\n{relation}\n{end}", components)]
         else:
             raise UsageError(f"{place}: type must be 'entity' or 'relation'")
-        item = _item(
-            place, source, line, components, type_ref=type_ref, purpose=purpose,
-            valid_from_ms=now_ms,
-        )  # fmt: skip
-        items.append(replace(item, dropped=dropped))
+        for number, (source, components) in enumerate(parts):
+            item = _item(
+                place, source, line, components, type_ref=type_ref, purpose=purpose,
+                valid_from_ms=now_ms,
+            )  # fmt: skip
+            items.append(replace(item, dropped=dropped if number == 0 else ()))
     return items
 
 
