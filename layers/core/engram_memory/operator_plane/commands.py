@@ -29,6 +29,7 @@ from engram_memory.operator_plane.seat import AuditPage, OperatorSeat, SeatFailu
 if TYPE_CHECKING:
     from engram_memory.engine.context import Scope
     from engram_memory.engine.kernel import Kernel
+    from engram_memory.operator_plane.moving_in import Principals
 
 __all__ = [
     "PROGRAM",
@@ -408,8 +409,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     then capture and admit each item under ``--principal`` and ``--purpose``."""
     from engram_memory.operator_plane.moving_in import import_items, read_source
 
+    principals = _principals(args)
+
     def run(engine: Kernel, scope: Scope, operator: str) -> dict[str, Any]:
-        items = read_source(args.format, Path(args.source), args.purpose, engine.clock.now_ms())
+        now_ms = engine.clock.now_ms()
+        items = read_source(args.format, Path(args.source), args.purpose, now_ms, principals)
         return import_items(
             engine,
             scope,
@@ -422,6 +426,22 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     what = "import dry run" if args.dry_run else "import"
     return _use_case(args, what, run, mutates=not args.dry_run)
+
+
+def _principals(args: argparse.Namespace) -> Principals | None:
+    """``--principal-from`` and its ``--principal-map VALUE=PRINCIPAL`` pairs, checked."""
+    from engram_memory.operator_plane.moving_in import Principals
+
+    pairs = [pair.partition("=") for pair in args.principal_map]
+    if any(not value or not sep or not who.strip() for value, sep, who in pairs):
+        raise UsageError("--principal-map takes VALUE=PRINCIPAL")
+    if args.principal_from is None:
+        if pairs:
+            raise UsageError("--principal-map needs --principal-from")
+        if args.principal is None:
+            raise UsageError("name --principal (or, for mem0, --principal-from user_id)")
+        return None
+    return Principals(args.principal_from, {value: who for value, _, who in pairs})
 
 
 def _write_export(args: argparse.Namespace, lines: list[dict[str, Any]]) -> None:
@@ -640,16 +660,33 @@ def _add_import(admin_sub: Sub) -> None:
         "import",
         "capture another memory system's items and ask admission for each, as an agent would",
     )
-    move_in.add_argument("source", metavar="PATH", help="the file (a folder for markdown)")
+    move_in.add_argument(
+        "source", metavar="PATH", help="the file (a folder for markdown; for mem0, either)"
+    )
     move_in.add_argument(
         "--format",
         required=True,
         choices=("mcp-memory", "mem0", "markdown", "engram"),
-        help="mcp-memory (server-memory's JSONL), mem0 (a JSON export), markdown (a folder of"
-        " notes), engram (`admin export`)",
+        help="mcp-memory (server-memory's JSONL), mem0 (saved get_all() answers: a file, or a"
+        " folder of pages), markdown (a folder of notes), engram (`admin export`)",
     )
     move_in.add_argument(
-        "--principal", required=True, help="the principal the items are captured as"
+        "--principal",
+        help="the principal the items are captured as (with --principal-from: the items that"
+        " name none)",
+    )
+    move_in.add_argument(
+        "--principal-from",
+        choices=("user_id", "agent_id"),
+        help="mem0: capture each memory as the principal its user_id (or agent_id) names",
+    )
+    move_in.add_argument(
+        "--principal-map",
+        action="append",
+        default=[],
+        metavar="VALUE=PRINCIPAL",
+        help="with --principal-from: the principal a value becomes (repeatable; a value not"
+        " mapped is its own principal)",
     )
     move_in.add_argument("--purpose", required=True, help="the purpose_ref they are captured under")
     _switch(move_in, "--dry-run", "report what the policy would decide; write nothing")
