@@ -522,6 +522,8 @@ PAGES_LAID_OUT = (
     "/console/records?since=2000",  # filtered: with who captured each record, and when
     "/console/audit",
     "/console/approvals",
+    "/console/pending",
+    "/console/backups",
 )
 
 
@@ -541,7 +543,7 @@ def test_the_console_fits_its_window_without_breaking_words(
     try:
         as_width(browser, width)
         problems = {}
-        for path in PAGES_LAID_OUT:
+        for path in (*PAGES_LAID_OUT, f"/console/records/{seeded.keep_id}"):
             browser.get(f"{seeded.service.base_url}{path}")
             found = {
                 "overflowing": overflowing(browser),
