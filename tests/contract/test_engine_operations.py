@@ -119,6 +119,36 @@ def test_records_list_show_and_history_follow_a_record_through_its_life(
     assert "02:00" not in repr(history)
 
 
+def test_the_consoles_list_opens_each_records_first_line_and_never_a_forgotten_ones(
+    harness: Harness,
+) -> None:
+    """``with_text``: the text's first line (cut at a word), its kind and source, its author;
+    a forgotten record has none, and the audit line counts the bodies opened, never text."""
+    kept = harness.remember("Deploys freeze on Fridays.\nSecurity fixes still go out at once.")
+    long = harness.remember("The incident review covers " + "timeline and remedies, " * 10)
+    forgotten = harness.remember("The vendor's private pricing sheet lives on the shared drive.")
+    decisions.forget_record(harness.engine, _scope(), forgotten, OPS, "not ours to keep")
+    listed = {
+        row["record_id"]: row
+        for row in inspection.records_list(harness.engine, _scope(), OPS, with_text=True)
+    }
+    body = inspection.record_show(harness.engine, _scope(), kept, OPS)["record"]
+    assert listed[kept]["excerpt"] == {
+        "text": "Deploys freeze on Fridays…",
+        "kind": body["components"][0]["kind"],
+        "source": body["citations"][0]["source_ref"],
+    }
+    assert listed[kept]["principal"] == context().principal
+    cut = listed[long]["excerpt"]["text"]
+    assert cut.endswith("remedies…") and len(cut) <= inspection.EXCERPT_CHARS + 1
+    assert listed[forgotten]["state"] == "tombstoned"
+    assert listed[forgotten]["excerpt"] is None
+    assert "pricing" not in repr(listed)
+    line = [e for e in harness.audit.events if e.tool == "admin.records_list"][-1]
+    assert line.digests["bodies_opened"] == "2"
+    assert "Deploys" not in repr(harness.audit.events)
+
+
 # -- the lifecycle of §4 ------------------------------------------------------------------------
 
 

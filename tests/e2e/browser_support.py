@@ -6,6 +6,7 @@ them skips the browser tests (and says so); in CI (``CI=true``) a missing browse
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +66,76 @@ def as_phone(driver: webdriver.Chrome) -> None:
         "Emulation.setDeviceMetricsOverride",
         {"width": PHONE_WIDTH, "height": 640, "deviceScaleFactor": 2, "mobile": True},
     )
+
+
+def as_width(driver: webdriver.Chrome, width: int, height: int = DESKTOP[1]) -> None:
+    """A desktop window ``width`` CSS pixels wide (the viewport, not the window's frame)."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
+
+
+def screenshots_dir(factory: Any, name: str) -> Path:
+    """Where a module's screenshots go: ``ENGRAM_SCREENSHOTS`` when set (kept for a person to
+    look at), else a temporary folder (``factory``: pytest's ``tmp_path_factory``)."""
+    kept = os.environ.get("ENGRAM_SCREENSHOTS")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return Path(kept)
+    path: Path = factory.mktemp(name)
+    return path
+
+
+# Every laid-out element that sticks out of the viewport's right edge or whose content is wider
+# than its box (inside an SVG only the SVG itself counts).
+_OVERFLOWING = """
+const out = [];
+for (const el of document.querySelectorAll('body *')) {
+  if (el.closest('svg') && el.tagName.toLowerCase() !== 'svg') continue;
+  const box = el.getBoundingClientRect();
+  if (box.width === 0 && box.height === 0) continue;
+  const wide = el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1;
+  if (box.right > window.innerWidth + 0.5 || wide) {
+    out.push(`${el.tagName}#${el.id}.${el.className}: right ${Math.round(box.right)},`
+      + ` content ${el.scrollWidth} in ${el.clientWidth}`);
+  }
+}
+return out;
+"""
+
+# Every word of the text under the elements ``arguments[0]`` selects (outside <code>: ids and
+# digests may break) that is laid out on more than one line.
+_BROKEN_WORDS = r"""
+const broken = [];
+for (const root of document.querySelectorAll(arguments[0])) {
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const node = walker.currentNode;
+    if (node.parentElement.closest('code')) continue;
+    for (const word of node.data.matchAll(/[^\s\u2010-\u2014-]+/g)) {
+      const range = document.createRange();
+      range.setStart(node, word.index);
+      range.setEnd(node, word.index + word[0].length);
+      const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+      if (tops.size > 1) broken.push(word[0]);
+    }
+  }
+}
+return broken;
+"""
+
+
+def overflowing(driver: webdriver.Chrome) -> list[str]:
+    """The elements of the page that do not fit across (empty when everything fits)."""
+    found: list[str] = driver.execute_script(_OVERFLOWING)
+    return found
+
+
+def broken_words(driver: webdriver.Chrome, css: str) -> list[str]:
+    """The words under ``css`` that wrap in the middle (empty when every word is whole)."""
+    found: list[str] = driver.execute_script(_BROKEN_WORDS, css)
+    return found
 
 
 def full_screenshot(driver: webdriver.Chrome, path: Path) -> Path:

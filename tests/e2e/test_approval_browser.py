@@ -10,7 +10,7 @@ page at phone width (320 px) with screenshots (``ENGRAM_SCREENSHOTS=DIR`` keeps 
 
 from __future__ import annotations
 
-import os
+import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -26,6 +26,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
+from engram_memory.embedded.console.app import sign_in_link
+
 from browser_support import (
     PHONE_WIDTH,
     as_desktop,
@@ -33,6 +35,7 @@ from browser_support import (
     full_screenshot,
     open_chromium,
     page_width,
+    screenshots_dir,
     text_of,
 )
 from e2e_support import (
@@ -67,11 +70,7 @@ def browser() -> Iterator[webdriver.Chrome]:
 
 @pytest.fixture(scope="module")
 def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    kept = os.environ.get("ENGRAM_SCREENSHOTS")
-    if kept:
-        Path(kept).mkdir(parents=True, exist_ok=True)
-        return Path(kept)
-    return tmp_path_factory.mktemp("approval-screenshots")
+    return screenshots_dir(tmp_path_factory, "approval-screenshots")
 
 
 class Person:
@@ -256,3 +255,37 @@ async def test_the_link_alone_shows_the_request_but_only_the_terminal_code_answe
 
         assert await anyio.to_thread.run_sync(person.answer, link) == "approve"
         assert ok_value(await call())["receipt"]["to_state"] == "tombstoned"
+
+
+def decision_colours(browser: webdriver.Chrome, css: str) -> dict[str, tuple[str, ...]]:
+    """The computed colours (background, text, border) of the first Approve and Decline
+    buttons under ``css``, by label."""
+    colours: dict[str, tuple[str, ...]] = {}
+    for button in browser.find_elements(By.CSS_SELECTOR, css):
+        if button.text in ("Approve", "Decline") and button.text not in colours:
+            colours[button.text] = tuple(
+                button.value_of_css_property(name)
+                for name in ("background-color", "color", "border-top-color")
+            )
+    return colours
+
+
+async def test_approve_and_decline_wear_the_same_colours_on_the_page_and_in_the_console(
+    http_service: HttpService, browser: webdriver.Chrome
+) -> None:
+    async with new_agent(
+        http_service, LEGACY, Person(browser, http_service), url_only=True
+    ) as agent:
+        asked = agent.forget_arguments(await agent.remember(NOTE))
+        link = await link_of(partial(agent.client.call_tool, FORGET, asked))
+    as_desktop(browser)
+    browser.get(link)  # the question stays open after the agent has gone
+    on_page = decision_colours(browser, "form button")
+    browser.delete_all_cookies()
+    now = int(time.time() * 1000)
+    browser.get(sign_in_link(http_service.data_dir, http_service.base_url, "colours", now))
+    browser.get(f"{http_service.base_url}/console/approvals")
+    in_console = decision_colours(browser, ".question form button")
+    assert set(on_page) == {"Approve", "Decline"}, on_page
+    assert in_console == on_page
+    assert on_page["Approve"] != on_page["Decline"]  # two actions, told apart

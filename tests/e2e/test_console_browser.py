@@ -27,12 +27,22 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
 from engram_memory.contract.types import format_instant
 from engram_memory.engine.context import Scope
 
-from browser_support import open_chromium, text_of
+from browser_support import (
+    as_desktop,
+    as_width,
+    broken_words,
+    full_screenshot,
+    open_chromium,
+    overflowing,
+    screenshots_dir,
+    text_of,
+)
 from e2e_support import (
     FORGET,
     LEGACY,
@@ -248,7 +258,12 @@ def test_search_history_forget_with_confirmation_leaves_a_tombstone_an_audit_lin
     browser.find_element(By.XPATH, "//button[text()='Search']").click()
     _wait_for(browser, "results")
     assert browser.find_element(By.ID, "receipt")  # the rank receipt is shown
-    browser.find_element(By.LINK_TEXT, seeded.forget_id).click()
+    hit = next(
+        r
+        for r in browser.find_elements(By.CSS_SELECTOR, "#results tbody tr")
+        if seeded.forget_id in r.text
+    )
+    hit.find_element(By.PARTIAL_LINK_TEXT, "quarterly payroll export").click()
     _wait_for(browser, "memory")
     assert seeded.forget_text in browser.find_element(By.ID, "memory").text
     history = text_of(browser, "#history tbody tr")
@@ -356,7 +371,7 @@ def test_the_overview_charts_the_days_activity_and_the_audit_filters_by_time(
     described = browser.find_element(By.ID, "activity-total").get_attribute("textContent") or ""
     assert int(described.split()[0]) > 0  # the seeding's calls, this hour
     browser.find_element(By.LINK_TEXT, "Audit").click()
-    today = browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr")[0].text.split()[1][:10]
+    today = browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr")[0].text.split()[0][:10]
     for since, until, some in ((today, "", True), ("2999", "", False), ("", "2000-01-01", False)):
         browser.find_element(By.ID, "since").clear()
         browser.find_element(By.ID, "since").send_keys(since)
@@ -464,7 +479,127 @@ def test_a_backup_is_taken_listed_and_verified_from_the_console_under_the_operat
     assert title(browser) == "Refused: BACKUP_INVALID"
     assert "unreadable database" in browser.find_element(By.ID, "detail").text
 
-    browser.get(f"{seeded.service.base_url}/console/audit?principal=operator:{OPERATOR}")
+    browser.get(f"{seeded.service.base_url}/console/audit?by=changes&principal=operator:{OPERATOR}")
     rows = text_of(browser, "#audit tbody tr")
     assert any("admin.backup " in f"{r} " and taken.name in r for r in rows), rows
     assert any("admin.backup_verify" in r and taken.name in r for r in rows), rows
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return screenshots_dir(tmp_path_factory, "console-screenshots")
+
+
+def test_the_records_list_shows_each_records_text_kind_source_author_state_and_time(
+    browser: webdriver.Chrome, seeded: Seeded
+) -> None:
+    sign_in(browser, seeded)
+    body = admin(seeded, "records", "show", seeded.keep_id)["record"]
+    principal, day = captured_by(seeded, seeded.keep_id)
+    browser.get(f"{seeded.service.base_url}/console/records")
+    row = next(r for r in text_of(browser, "#records tbody tr") if seeded.keep_id in r)
+    for shown in (
+        seeded.keep_text,  # one line: the whole of it
+        body["components"][0]["kind"],
+        body["citations"][0]["source_ref"],
+        principal,
+        "accepted_current",
+        day,
+    ):
+        assert shown in row, (shown, row)
+    # the text is the link to the record
+    browser.find_element(By.LINK_TEXT, seeded.keep_text).click()
+    assert title(browser) == f"Record {seeded.keep_id}"
+    # the filters keep the columns
+    browser.get(f"{seeded.service.base_url}/console/records?principal={principal}")
+    row = next(r for r in text_of(browser, "#records tbody tr") if seeded.keep_id in r)
+    assert seeded.keep_text in row
+
+
+PAGES_LAID_OUT = (
+    "/console/",
+    "/console/records",
+    "/console/records?since=2000",  # filtered: with who captured each record, and when
+    "/console/audit",
+    "/console/approvals",
+    "/console/pending",
+    "/console/backups",
+)
+
+
+def header_on_one_line(browser: webdriver.Chrome) -> bool:
+    """Whether Sign out sits on the title's line of the header."""
+    brand = browser.find_element(By.CSS_SELECTOR, "header strong").rect
+    button = browser.find_element(By.XPATH, "//header//button[text()='Sign out']").rect
+    middle = button["y"] + button["height"] / 2
+    return bool(brand["y"] <= middle <= brand["y"] + brand["height"])
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_the_console_fits_its_window_without_breaking_words(
+    browser: webdriver.Chrome, seeded: Seeded, screenshots: Path, width: int
+) -> None:
+    sign_in(browser, seeded)
+    try:
+        as_width(browser, width)
+        problems = {}
+        for path in (*PAGES_LAID_OUT, f"/console/records/{seeded.keep_id}"):
+            browser.get(f"{seeded.service.base_url}{path}")
+            found = {
+                "overflowing": overflowing(browser),
+                "broken words": broken_words(browser, "main table td, main dd"),
+                "Sign out beside the title": header_on_one_line(browser),
+            }
+            if found != {"overflowing": [], "broken words": [], "Sign out beside the title": True}:
+                problems[path] = found
+        assert not problems, (width, problems)
+        browser.get(f"{seeded.service.base_url}/console/records")
+        full_screenshot(browser, screenshots / f"console-records-{width}.png")
+        if width == 1280:  # the content uses the window, not a narrow column in its middle
+            table = browser.find_element(By.ID, "records").rect
+            assert table["width"] >= 1100, table
+    finally:
+        as_desktop(browser)
+
+
+def test_the_overview_says_its_health_in_words_and_charts_with_axes(
+    browser: webdriver.Chrome, seeded: Seeded, screenshots: Path
+) -> None:
+    sign_in(browser, seeded)
+    counts = browser.find_element(By.ID, "counts").text
+    for leaked in ("True", "False", "None", "(--full"):
+        assert leaked not in counts, (leaked, counts)
+    assert re.search(r"\b(fresh|stale)\b", browser.find_element(By.ID, "index").text)
+    assert browser.find_element(By.ID, "key-store").text.startswith("health ok")
+    labels = [
+        label.get_attribute("textContent") or ""
+        for label in browser.find_elements(By.CSS_SELECTOR, "#activity text")
+    ]
+    assert "calls" in labels and "hour starting (UTC)" in labels, labels
+    assert "0" in labels  # the calls axis starts at zero ...
+    assert sum(bool(re.fullmatch(r"\d\d:00", label)) for label in labels) == 6, labels  # hours
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#activity line.axis")) >= 2
+    full_screenshot(browser, screenshots / "console-overview.png")
+
+
+def test_the_audit_page_lists_agents_calls_and_operators_under_a_filter(
+    browser: webdriver.Chrome, seeded: Seeded, screenshots: Path
+) -> None:
+    sign_in(browser, seeded)
+    browser.get(f"{seeded.service.base_url}/console/records")  # a page view, audited
+    browser.find_element(By.LINK_TEXT, "Audit").click()
+    tools = [row.split()[3] for row in text_of(browser, "#audit tbody tr")]
+    assert {"capture", "request_admission"} <= set(tools), tools
+    assert not [tool for tool in tools if tool.startswith("admin.")], tools
+    full_screenshot(browser, screenshots / "console-audit.png")
+
+    for by, expected in (("reads", "admin.records_list"), ("changes", None)):
+        Select(browser.find_element(By.ID, "by")).select_by_value(by)
+        press(browser, "//button[text()='Filter']")
+        rows = text_of(browser, "#audit tbody tr")
+        tools = [row.split()[3] for row in rows if row != "No entries."]
+        assert all(tool.startswith("admin.") for tool in tools), tools
+        if expected:
+            assert expected in tools, tools
+        else:  # actions only: no page view among them
+            assert "admin.records_list" not in tools, tools

@@ -26,6 +26,7 @@ from engram_memory.approval_page.handler import (
     same_origin,
 )
 from engram_memory.approval_page.render import (
+    DECISION_STYLE,
     PAGE_HEADERS,
     render_answered,
     render_approval,
@@ -46,6 +47,7 @@ from engram_memory.approval_page.view import (
 )
 
 __all__ = [
+    "DECISION_STYLE",
     "MAX_FORM_BYTES",
     "PAGE_HEADERS",
     "ApprovalDesk",

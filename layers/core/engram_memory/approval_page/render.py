@@ -10,6 +10,12 @@ from typing import Final
 
 from engram_memory.approval_page.view import ApprovalView, Decision, Memory, PageError, iso_time
 
+# Approve and decline look the same here and in the embedded console, which serves these rules
+# after its own stylesheet: approve is the filled, primary action; decline the outlined one.
+DECISION_STYLE: Final = (
+    "button[value=approve],button.approve{background:#14532d;color:#fff;border-color:#14532d}"
+    "button[value=decline],button.decline{background:#fff;color:#7f1d1d;border-color:#7f1d1d}"
+)
 STYLE: Final = (
     "*{box-sizing:border-box}"
     "body{margin:0;font:16px/1.5 system-ui,sans-serif;color:#1b1b1b;background:#f6f6f4}"
@@ -23,9 +29,8 @@ STYLE: Final = (
     ".choice{display:flex;flex-wrap:wrap;gap:.75rem;margin:1.5rem 0}"
     "button{flex:1 1 8rem;min-height:3rem;font:inherit;font-weight:600;border-radius:.4rem;"
     "border:2px solid #1b1b1b;cursor:pointer}"
-    "button[value=approve]{background:#14532d;color:#fff;border-color:#14532d}"
-    "button[value=decline]{background:#fff;color:#7f1d1d;border-color:#7f1d1d}"
-    ".note{color:#444;font-size:.9rem}"
+    + DECISION_STYLE
+    + ".note{color:#444;font-size:.9rem}"
     "label{display:block;font-weight:600;margin-top:1rem}"
     "input{font:inherit;font-size:1.25rem;letter-spacing:.15em;padding:.4rem .6rem;"
     "width:12rem;max-width:100%;border:2px solid #1b1b1b;border-radius:.4rem}"

@@ -13,6 +13,7 @@ store is read through the engine (``engine.usecases.inspection``), never directl
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -45,6 +46,21 @@ _STATUS_SCAN_LIMIT: Final = 10_000  # records and candidates status checks one b
 # Pending candidates and record bodies the health check opens by default (each kind); --full: all
 HEALTH_SAMPLE: Final = 1_000
 _UNREADABLE_LISTED: Final = 50
+EXCERPT_CHARS: Final = 120  # a listed record's text: its first line, at most this long
+# The operations this module audits: reads that change nothing (the console's page views among
+# them), told apart from an operator's decisions in the audit log by these names.
+READ_OPERATIONS: Final = frozenset(
+    {
+        "pending_list",
+        "pending_show",
+        "records_list",
+        "records_search",
+        "records_show",
+        "records_history",
+        "status",
+        "export",
+    }
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,6 +173,46 @@ def _record_summary(row: RecordRow) -> dict[str, Any]:
     return summary
 
 
+def _opened(engine: Kernel, scope: Scope, rows: list[RecordRow]) -> dict[str, dict[str, Any]]:
+    """The bodies of ``rows`` that open (one key-store read; one by one when one of them does
+    not, so a single unreadable body leaves the others listed)."""
+    try:
+        return engine.bodies(scope, rows)
+    except EngramError:
+        opened: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            with contextlib.suppress(EngramError):
+                opened.update(engine.bodies(scope, [row]))
+        return opened
+
+
+def excerpt(record: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """What a list shows of a record's body: the primary component's first line (cut at a word
+    within ``EXCERPT_CHARS``), its kind and the source of its first citation; None without a
+    body."""
+    if not record:
+        return None
+    components = record.get("components") or [{}]
+    primary = next(
+        (c for c in components if c.get("component_id") == record.get("primary_component_id")),
+        components[0],
+    )
+    text = str(primary.get("text", "")).strip()
+    line = text.splitlines()[0].strip() if text else ""
+    if len(line) > EXCERPT_CHARS or line != text:
+        cut = line[:EXCERPT_CHARS].rsplit(" ", 1)[0] if len(line) > EXCERPT_CHARS else line
+        line = cut.rstrip(" ,;:.") + "…"
+    cited = set(primary.get("citation_ids") or ())
+    citations = record.get("citations") or []
+    source = next((c for c in citations if c.get("citation_id") in cited), None)
+    source = source or (citations[0] if citations else {})
+    return {
+        "text": line,
+        "kind": str(primary.get("kind", "")),
+        "source": str(source.get("source_ref", "")),
+    }
+
+
 def within(at: str, since: str, until: str) -> bool:
     """Whether an ISO-8601 UTC instant falls in ``since``..``until``, each an ISO-8601 prefix
     (``2026-12``, ``2026-12-06T01``) or empty for no bound: instants sort as text."""
@@ -174,6 +230,7 @@ def records_list(
     principal: str = "",
     since: str = "",
     until: str = "",
+    with_text: bool = False,
 ) -> list[dict[str, Any]]:
     """The scope's records (in ``state`` when given), in id order: ids, states and digests.
 
@@ -181,7 +238,11 @@ def records_list(
     whose capture time is ``within`` ``since``..``until``, each row with its ``principal`` and
     ``captured_at`` (its candidate's). The store has no such query: this walks its id-ordered
     list from ``after`` and keeps the rows that match, up to ``limit``, so the last row's id
-    pages on as the plain list does."""
+    pages on as the plain list does.
+
+    With ``with_text`` (the console's list), every row has its ``principal`` and
+    ``captured_at`` too, and its ``excerpt``: the text's first line, kind and source while its
+    body opens, as ``record_show`` opens it (a forgotten record's is shredded: none)."""
     if state is not None and state not in (*LIFECYCLE_STATES, "tombstoned"):
         raise EngramError(ErrorCode.INVALID_SCHEMA)
 
@@ -193,22 +254,27 @@ def records_list(
             return None
         return {**_record_summary(row), "principal": who, "captured_at": at}
 
-    def filtered() -> list[dict[str, Any]]:
-        kept: list[dict[str, Any]] = []
+    def filtered() -> list[tuple[RecordRow, dict[str, Any]]]:
+        kept: list[tuple[RecordRow, dict[str, Any]]] = []
         cursor = after
         while len(kept) < limit:
             rows = canonical.records(engine, scope, state, cursor, _PAGE)  # type: ignore[arg-type]
-            kept += [shown for row in rows if (shown := matching(row)) is not None]
+            kept += [(row, shown) for row in rows if (shown := matching(row)) is not None]
             if len(rows) < _PAGE:
                 break
             cursor = rows[-1].record_id
         return kept[:limit]
 
     def run(call: Call) -> list[dict[str, Any]]:
-        if principal or since or until:
-            return filtered()
-        rows = canonical.records(engine, scope, state, after, limit)  # type: ignore[arg-type]
-        return [_record_summary(row) for row in rows]
+        if not (principal or since or until or with_text):
+            rows = canonical.records(engine, scope, state, after, limit)  # type: ignore[arg-type]
+            return [_record_summary(row) for row in rows]
+        kept = filtered()
+        if not with_text:
+            return [shown for _, shown in kept]
+        opened = _opened(engine, scope, [row for row, _ in kept])
+        call.digests["bodies_opened"] = str(len(opened))
+        return [{**shown, "excerpt": excerpt(opened.get(row.record_id))} for row, shown in kept]
 
     return audited(engine, scope, operator, "records_list", None, run)
 

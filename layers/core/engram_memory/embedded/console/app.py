@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from engram_memory.approval_page import read_form, same_origin
+from engram_memory.approval_page import DECISION_STYLE, read_form, same_origin
 from engram_memory.binding.host_config import host_matches
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.embedded.console import pages
@@ -291,8 +291,11 @@ def _sign_out_route(console: Console, hosts: list[str]) -> Route:
 def _style_route() -> Route:
     css = resources.files("engram_memory.embedded.console").joinpath("static/console.css")
 
+    # approve/decline in the approval page's colours, one language for both
+    served = css.read_bytes() + DECISION_STYLE.encode()
+
     async def style(_request: Request) -> Response:
-        return Response(css.read_bytes(), media_type="text/css", headers=HEADERS)
+        return Response(served, media_type="text/css", headers=HEADERS)
 
     return Route(CONSOLE_PATH + "/console.css", endpoint=style, methods=["GET"])
 

@@ -101,6 +101,7 @@ def overview(ask: Ask) -> Answer:
     status = ask.run(lambda e, s, op: inspection.status(e, s, op))
     health = inspection.unreadable_line(status["key_store"])
     hours = activity(ask.seat.audit(ACTIVITY_ENTRIES).entries, ask.now_ms)
+    peak = max(1, *(hour["calls"] for hour in hours))
     return Page(
         "overview.html",
         {
@@ -108,9 +109,43 @@ def overview(ask: Ask) -> Answer:
             "approvals_waiting": len(ask.approvals.pending()),
             "health": health,
             "index_fresh": status["index"]["fresh"],
+            "index_words": _index_words(status["index"]),
+            "key_store_words": _key_store_words(status["key_store"]),
             "activity": hours,
-            "activity_peak": max(1, *(hour["calls"] for hour in hours)),
+            "activity_peak": peak,
+            "activity_ticks": sorted({0, peak // 2, peak}),
         },
+    )
+
+
+def _index_words(index: Mapping[str, Any]) -> str:
+    """The search index's freshness in words (the status document's ``fresh`` is a boolean, or
+    None when the index cannot be reached)."""
+    if index["fresh"] is None:
+        return "not reachable"
+    return "fresh" if index["fresh"] else "stale"
+
+
+KEY_STORE_HEALTH: Final = {
+    "ok": "health ok",
+    "keys_missing": "keys missing",
+    "unreadable": "unreadable",
+    "unavailable": "unavailable: the key store cannot be read",
+}
+
+
+def _key_store_words(health: Mapping[str, Any]) -> str:
+    """The key store's health in words, and what was opened to say so."""
+    state = str(health.get("health", ""))
+    words = KEY_STORE_HEALTH.get(state, state)
+    if state in ("unreadable", "keys_missing"):
+        words = f"{health.get('unreadable_total', 0)} {words}"
+    if "pending_checked" not in health:
+        return words
+    return (
+        f"{words} — opened {health['pending_checked']} pending candidate(s) and"
+        f" {health['records_checked']} record bodies"
+        f" (the first {inspection.HEALTH_SAMPLE} of each at most)"
     )
 
 
@@ -128,7 +163,7 @@ def records(ask: Ask) -> Answer:
                 "record_id": packet["record"].get("record_id", ""),
                 "rank": packet["rank"],
                 "score": packet["score"],
-                "memory": memory_from_record(packet["record"], digest=""),
+                "excerpt": inspection.excerpt(packet["record"]),
             }
             for packet in found["records"]
         ]
@@ -151,7 +186,7 @@ def _listed(ask: Ask) -> Answer:
     after = ask.query.get("after", "")
     rows = ask.run(
         lambda e, s, op: inspection.records_list(
-            e, s, op, state=state, after=after, limit=PAGE_SIZE, **filters
+            e, s, op, state=state, after=after, limit=PAGE_SIZE, with_text=True, **filters
         )
     )
     more = rows[-1]["record_id"] if len(rows) == PAGE_SIZE else None
@@ -311,9 +346,31 @@ def answer_approval(ask: Ask) -> Answer:
     return Page("answered.html", {"approval_id": approval_id, "decision": decision})
 
 
+# Whose calls the audit page lists: (value, label); agents' by default, since the console's
+# own page views would otherwise fill it.
+AUDIT_CALLERS: Final = (
+    ("agents", "Agents' tool calls"),
+    ("changes", "Operators' actions"),
+    ("reads", "Operators' reads (console page views)"),
+    ("all", "Everyone"),
+)
+
+
+def caller_of(entry: Mapping[str, Any]) -> str:
+    """Whose call an audit entry records: an agent's tool call, or an operator's (``admin.``)
+    read or action."""
+    tool = str(entry.get("tool", ""))
+    if not tool.startswith("admin."):
+        return "agents"
+    return "reads" if tool.removeprefix("admin.") in inspection.READ_OPERATIONS else "changes"
+
+
 def _matches(entry: Mapping[str, Any], filters: Mapping[str, str]) -> bool:
-    """Whether an audit entry passes the page's filters: tool, principal and outcome exactly,
-    ``since``/``until`` as ISO-8601 UTC prefixes (the entries' ``at`` sorts as text)."""
+    """Whether an audit entry passes the page's filters: whose call it is, tool, principal and
+    outcome exactly, ``since``/``until`` as ISO-8601 UTC prefixes (the entries' ``at`` sorts as
+    text)."""
+    if filters["by"] != "all" and caller_of(entry) != filters["by"]:
+        return False
     if not inspection.within(str(entry.get("at", "")), filters["since"], filters["until"]):
         return False
     exact = {"tool": "tool", "principal": "principal", "outcome": "code"}
@@ -328,6 +385,11 @@ def audit(ask: Ask) -> Answer:
     page = ask.seat.audit(2**31)
     names = ("tool", "principal", "outcome", "since", "until")
     filters = {name: ask.query.get(name, "").strip() for name in names}
+    # A tool named is listed whoever's it is: its name says (``admin.`` is an operator's).
+    by = ask.query.get("by", "").strip() or "agents"
+    if by not in dict(AUDIT_CALLERS):
+        raise EngramError(ErrorCode.INVALID_SCHEMA)
+    filters["by"] = caller_of({"tool": filters["tool"]}) if filters["tool"] else by
     entries = [entry for entry in reversed(page.entries) if _matches(entry, filters)]
     number = max(1, _int(ask.query.get("page", "1")))
     start = (number - 1) * AUDIT_PAGE_SIZE
@@ -339,6 +401,7 @@ def audit(ask: Ask) -> Answer:
             "page": number,
             "more": start + AUDIT_PAGE_SIZE < len(entries),
             "matching": len(entries),
+            "callers": AUDIT_CALLERS,
             "empty_reason": page.empty_reason,
         },
     )
