@@ -77,6 +77,7 @@ _HISTORY_COLUMNS: Final = (
     ("target", "target"),
     ("by", "actor"),
     ("reason", "reason"),
+    ("approved by", "approved_by"),
 )
 _RECORD_STATES: Final = (
     "accepted_current",
@@ -690,7 +691,12 @@ def _add_records(admin_sub: Sub) -> None:
     _paging(listing)
     listing.set_defaults(func=cmd_records_list)
     _show_one(records_sub, "show", "one record in any state, with its body", "record")
-    _show_one(records_sub, "history", "the journal events of one record", "record")
+    _show_one(
+        records_sub,
+        "history",
+        "the journal events of one record (or candidate): who, why, approved by whom",
+        "record",
+    )
     for name, summary in _LIFECYCLE_STEPS:
         step = _operation(records_sub, name, summary)
         step.add_argument("record", metavar="RECORD")

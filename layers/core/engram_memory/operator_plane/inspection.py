@@ -261,16 +261,24 @@ def record_show(engine: Kernel, scope: Scope, record_id: str, operator: str) -> 
 
 
 def record_history(
-    engine: Kernel, scope: Scope, record_id: str, operator: str
+    engine: Kernel, scope: Scope, target_id: str, operator: str
 ) -> list[dict[str, Any]]:
-    """The journal events of one record, oldest first: its candidate's capture and admission,
-    then every transition. Events hold ids and digests only."""
+    """The journal events of one record — its candidate's capture and admission, then every
+    transition — or of one candidate (a withdrawn one: its capture and withdraw), oldest first.
+    Events hold ids and digests, and for each step who committed it (``actor``), why
+    (``reason``: the agent's ``reason_ref`` or the operator's reason) and who approved an
+    agent's withdraw or forget (``approved_by``); ``NOT_RECORDED`` where an older event of such
+    a step did not keep them. ``NOT_FOUND`` for an id the scope does not hold."""
 
     def run(call: Call) -> list[dict[str, Any]]:
-        row = canonical.record(engine, scope, record_id)
-        if row is None:
+        row = canonical.record(engine, scope, target_id)
+        candidate = None if row is not None else canonical.candidate(engine, scope, target_id)
+        if row is not None:
+            targets = {target_id, row.candidate_id}
+        elif candidate is not None:
+            targets = {target_id, candidate.record_id}
+        else:
             raise EngramError(ErrorCode.NOT_FOUND)
-        targets = {record_id, row.candidate_id}
         steps = [
             (
                 event.cursor,
@@ -285,23 +293,36 @@ def record_history(
         ]
         return _with_actors(engine, scope, steps)
 
-    return audited(engine, scope, operator, "records_history", record_id, run)
+    return audited(engine, scope, operator, "records_history", target_id, run)
+
+
+# What a record's history shows for an agent's withdraw or forget whose event was journaled
+# before events kept the reason and the approver (``journal.WHY_FIELDS``).
+NOT_RECORDED: Final = "not recorded"
+_APPROVED_STEPS: Final = frozenset({"withdraw", "tombstone"})
 
 
 def _with_actors(
     engine: Kernel, scope: Scope, steps: list[tuple[int, dict[str, Any]]]
 ) -> list[dict[str, Any]]:
     """Each step with who committed it (``actor``: the agent's principal, or
-    ``operator:<login>``) and the operator's reason, from its ledger entry; None where the
-    store cannot say (``ports.LedgerByCursor``)."""
+    ``operator:<login>``), why (``reason``) and who approved it (``approved_by``): from the
+    event (``journal.WHY_FIELDS``), else from its ledger entry (an event written before them;
+    None where the store cannot say: ``ports.LedgerByCursor``)."""
     ledger = canonical.ledger_at(engine, scope, [cursor for cursor, _ in steps])
     shown = []
     for cursor, step in steps:
         entry = ledger.get(cursor)
         output = decode(entry.output) if entry is not None else {}
-        reason = output.get("reason") if isinstance(output, dict) else None
-        actor = entry.principal if entry is not None else None
-        shown.append({**step, "actor": actor, "reason": reason})
+        actor = step.get("by") or (entry.principal if entry is not None else None)
+        reason = step.get("reason_ref") or step.get("reason")
+        if reason is None and isinstance(output, dict):
+            reason = output.get("reason")
+        approved_by = step.get("approved_by")
+        if step.get("operation") in _APPROVED_STEPS and not str(actor).startswith("operator:"):
+            # an agent's: a human approved it, but an older event does not say who nor why
+            reason, approved_by = reason or NOT_RECORDED, approved_by or NOT_RECORDED
+        shown.append({**step, "actor": actor, "reason": reason, "approved_by": approved_by})
     return shown
 
 
