@@ -82,7 +82,7 @@ def test_pending_list_and_show_open_a_held_candidate_for_the_operator_and_audit_
     harness.admit(captured["candidate_id"])
     listed = inspection.pending_list(harness.engine, _scope(), OPS)
     assert [row["candidate_id"] for row in listed] == [captured["candidate_id"]]
-    assert text not in repr(listed)  # the list holds ids and digests only
+    assert [row["first_line"] for row in listed] == [text]  # opened for the operator, audited
     shown = inspection.pending_show(harness.engine, _scope(), captured["candidate_id"], OPS)
     assert shown["record"]["components"][0]["text"] == text
     assert shown["candidate"]["record_digest"] == shown["record"]["record_digest"]

@@ -326,16 +326,8 @@ def test_records_history_shows_who_did_each_step_and_why(data: Path, capsys: Cap
     ]
     assert main(["admin", "records", "history", record_id, "--data-dir", str(data)]) == 0
     header, *rows = capsys.readouterr().out.splitlines()
-    assert header.split() == [
-        "cursor",
-        "at",
-        "operation",
-        "target",
-        "by",
-        "reason",
-        "approved",
-        "by",
-    ]
+    columns = ["cursor", "at", "operation", "target", "by", "reason", "approved by"]
+    assert re.split(r"\s{2,}", header) == columns
     assert "operator:ops-carol" in rows[-1] and rows[-1].split()[-3:] == ["asked", "to", "-"]
 
 

@@ -61,8 +61,9 @@ _PENDING_COLUMNS: Final = (
     ("candidate", "candidate_id"),
     ("captured at", "captured_at"),
     ("captured by", "principal"),
-    ("state", "state"),
-    ("held", "held"),
+    ("waiting", "waiting"),
+    ("held for", "held_for"),
+    ("first line", "first_line"),
 )
 _RECORD_COLUMNS: Final = (
     ("record", "record_id"),
@@ -667,7 +668,11 @@ def _add_pending(admin_sub: Sub) -> None:
     adjudicate.set_defaults(func=cmd_adjudicate)
 
     pending_sub = _nested(admin_sub, "pending", "the candidates that wait for a decision")
-    listing = _operation(pending_sub, "list", "list the pending candidates (ids, no content)")
+    listing = _operation(
+        pending_sub,
+        "list",
+        "list the pending candidates: why each waits, its first line (opens them: audited)",
+    )
     _paging(listing)
     listing.set_defaults(func=cmd_pending_list)
     _show_one(pending_sub, "show", "open a pending candidate: what it says (audited)", "candidate")
