@@ -25,6 +25,7 @@ from engram_memory.engine.ports import (
     StateTransition,
 )
 from engram_memory.operator_plane import decisions, inspection
+from engram_memory.policy.builtin import BuiltinAdmissionPolicy
 
 from engram_testing import Harness, ScriptedPolicy, context
 
@@ -124,6 +125,50 @@ def test_pending_list_tells_a_held_candidate_from_one_never_asked_for(harness: H
     assert listed == {held: True, waiting["candidate_id"]: False}
     shown = inspection.pending_show(harness.engine, context().scope, held, OPS)
     assert shown["candidate"]["held"] is True
+
+
+def test_pending_list_says_why_each_candidate_waits_and_shows_its_first_line(
+    harness: Harness,
+) -> None:
+    """Issue 38, item 3: held by the policy (a near-duplicate of which record, forgotten
+    content, manual adjudication) reads apart from captured and never submitted; each with its
+    text's first line; the listing is audited, its audit line holds no text."""
+    fact = "The billing service retries failed card charges three times, an hour apart."
+    original = harness.remember(fact)
+    near = harness.capture("the billing service retries failed card-charges 3 times, an hour apart")
+    gone_text = "The staging cluster rotates its certificates every week."
+    harness.forget(harness.remember(gone_text))
+    again = harness.capture(gone_text)
+    never = harness.capture("Deploys freeze on Fridays.\nExceptions need the release manager.")
+    for held in (near, again):
+        outcome = harness.admit(held["candidate_id"])["outcome"]
+        assert outcome["status"] == "pending_adjudication"
+    harness.engine.policy = BuiltinAdmissionPolicy(mode="manual")
+    manual = harness.capture("Releases are cut on Tuesdays after the freeze.")
+    assert harness.admit(manual["candidate_id"])["outcome"]["status"] == "pending_adjudication"
+    harness.audit.events.clear()
+
+    listed = {
+        row["candidate_id"]: (row["waiting"], row["held_for"], row["first_line"])
+        for row in inspection.pending_list(harness.engine, context().scope, OPS)
+    }
+    assert listed == {
+        near["candidate_id"]: (
+            "held",
+            f"near-duplicate of {original}",
+            "the billing service retries failed card-charges 3 times, an hour apart",
+        ),
+        again["candidate_id"]: ("held", "forgotten before (the tombstone guard)", gone_text),
+        manual["candidate_id"]: (
+            "held",
+            "adjudication required (manual admission)",
+            "Releases are cut on Tuesdays after the freeze.",
+        ),
+        never["candidate_id"]: ("not submitted", None, "Deploys freeze on Fridays."),
+    }
+    (line,) = harness.audit.events
+    assert (line.tool, line.principal, line.ok) == ("admin.pending_list", "operator:ops-ana", True)
+    assert "Deploys" not in repr(line) and "billing" not in repr(line)
 
 
 class _RacedByAHold(ScriptedPolicy):

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engram_memory.contract.errors import EngramError
 from engram_memory.engine.context import Scope
+from engram_memory.engine.gate import FORM_ANSWER
+from engram_memory.engine.kernel import Kernel
 from engram_memory.engine.ports import ProjectionChange
 from engram_memory.engine.usecases.transitions import LifecycleOperation
 from engram_memory.operator_plane import decisions, inspection, repair
 from engram_memory.operator_plane.decisions import adjudicate
+from engram_memory.operator_plane.inspection import NOT_RECORDED
 
-from engram_testing import PURPOSE, TENANT, Harness, ScriptedPolicy, context
+from engram_testing import PRINCIPAL, PURPOSE, TENANT, Harness, ScriptedPolicy, context
 
 
 def test_an_operator_accepts_a_held_candidate_and_it_becomes_searchable(harness: Harness) -> None:
@@ -77,7 +82,7 @@ def test_pending_list_and_show_open_a_held_candidate_for_the_operator_and_audit_
     harness.admit(captured["candidate_id"])
     listed = inspection.pending_list(harness.engine, _scope(), OPS)
     assert [row["candidate_id"] for row in listed] == [captured["candidate_id"]]
-    assert text not in repr(listed)  # the list holds ids and digests only
+    assert [row["first_line"] for row in listed] == [text]  # opened for the operator, audited
     shown = inspection.pending_show(harness.engine, _scope(), captured["candidate_id"], OPS)
     assert shown["record"]["components"][0]["text"] == text
     assert shown["candidate"]["record_digest"] == shown["record"]["record_digest"]
@@ -147,6 +152,59 @@ def test_the_consoles_list_opens_each_records_first_line_and_never_a_forgotten_o
     line = [e for e in harness.audit.events if e.tool == "admin.records_list"][-1]
     assert line.digests["bodies_opened"] == "2"
     assert "Deploys" not in repr(harness.audit.events)
+
+
+def _why(step: dict[str, object]) -> tuple[object, ...]:
+    return (step["operation"], step["actor"], step["reason"], step["approved_by"])
+
+
+def test_the_history_says_who_forgot_or_withdrew_why_and_who_approved(harness: Harness) -> None:
+    """Issue 38, item 2: an agent's forget and withdraw are journaled with the agent's
+    ``reason_ref`` and the person who approved (whatever the store: the cloud's ledger cannot
+    say who committed a step, the event does); an operator's with the operator's reason."""
+    terminal = "operator:ops-dana at the terminal"
+    harness.confirmations.doctor = lambda a: a.model_copy(update={"approved_by": terminal})
+    record_id = harness.remember("The nightly backup runs at 02:00 UTC.")
+    assert harness.forget(record_id)["ok"]
+    history = inspection.record_history(harness.engine, _scope(), record_id, OPS)
+    assert _why(history[-1]) == ("tombstone", PRINCIPAL, "reason:obsolete", terminal)
+    assert [_why(step)[2:] for step in history[:2]] == [(None, None), (None, None)]
+
+    harness.confirmations.doctor = lambda a: a.model_copy(update={"approved_by": FORM_ANSWER})
+    draft = harness.capture("A draft the agent takes back.")["candidate_id"]
+    assert harness.withdraw(draft)["ok"]
+    history = inspection.record_history(harness.engine, _scope(), draft, OPS)
+    assert [_why(step) for step in history][1:] == [
+        ("withdraw", PRINCIPAL, "reason:mistake", "form answered by the client")
+    ]
+
+    other = harness.remember("The staging cluster rotates certificates weekly.")
+    decisions.forget_record(harness.engine, _scope(), other, OPS, "erasure request")
+    last = inspection.record_history(harness.engine, _scope(), other, OPS)[-1]
+    assert _why(last) == ("tombstone", "operator:ops-ana", "erasure request", None)
+
+
+def test_a_forget_journaled_before_events_kept_why_reads_not_recorded(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events written before they kept the reason and the approver still read: the history
+    says those are not recorded rather than leaving them blank."""
+    original = Kernel.journal_step
+
+    def as_before(self: Kernel, *args: Any, **_why: Any) -> Any:
+        return original(self, *args[:6])  # no ``why``: the event as it was written before
+
+    record_id = harness.remember("The nightly backup runs at 02:00 UTC.")
+    monkeypatch.setattr(Kernel, "journal_step", as_before)
+    assert harness.forget(record_id)["ok"]
+    monkeypatch.undo()
+    (step,) = inspection.record_history(harness.engine, _scope(), record_id, OPS)[-1:]
+    assert "reason_ref" not in step and "by" not in step
+    assert (step["operation"], step["reason"], step["approved_by"]) == (
+        "tombstone",
+        NOT_RECORDED,
+        NOT_RECORDED,
+    )
 
 
 # -- the lifecycle of §4 ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ memory's text and asks for an explicit choice; the terminal answers the same que
 
 from __future__ import annotations
 
+import json
 import re
 from functools import partial
 from typing import Any
@@ -26,6 +27,7 @@ from engram_memory.embedded.cli import main
 from e2e_support import (
     FORGET,
     LEGACY,
+    MODERN,
     REVISIONS,
     WITHDRAW,
     Agent,
@@ -278,3 +280,37 @@ async def test_a_host_that_requires_the_page_never_takes_the_clients_form(
         assert forgotten["receipt"]["to_state"] == "tombstoned"
     finally:
         runtime.host = host
+
+
+async def test_the_history_names_the_reason_and_the_approver_at_the_terminal_or_in_the_form(
+    http_service: HttpService, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 38, item 2, on the real server: a forget approved at the terminal and a withdraw
+    answered in the client's form; ``admin records history`` names the agent's reason_ref and
+    who approved each."""
+    workspace, token = http_service.tokens.fresh()
+    async with http_client(http_service.url, token, LEGACY) as client:  # it cannot ask
+        agent = Agent(client)
+        record_id = await agent.remember(NOTE)
+        arguments = agent.forget_arguments(record_id)
+        error = await protocol_error(partial(client.call_tool, FORGET, arguments))
+        data_dir = http_service.server.approvals.book.path.parent
+        answer = ["approvals", "approve", "--data-dir", str(data_dir), "--operator", "ops-dana"]
+        assert main([*answer, error.data["approval_id"]]) == 0
+        assert ok_value(await client.call_tool(FORGET, arguments))["receipt"]["operation"] == (
+            "tombstone"
+        )
+    async with http_client(http_service.url, token, MODERN, human=Human()) as client:
+        agent = Agent(client)
+        candidate_id = await agent.captured("A draft the agent takes back.")
+        assert ok_value(await agent.withdraw(candidate_id))["receipt"]["to_state"] == "withdrawn"
+    capsys.readouterr()
+    shown = ["--data-dir", str(data_dir), "--workspace", workspace, "--json"]
+    steps = []
+    for target in (record_id, candidate_id):
+        assert main(["admin", "records", "history", target, *shown]) == 0
+        steps.append(json.loads(capsys.readouterr().out)[-1])
+    assert [(s["operation"], s["reason"], s["approved_by"]) for s in steps] == [
+        ("tombstone", "reason:obsolete", "operator:ops-dana at the terminal"),
+        ("withdraw", "reason:captured-by-mistake", "form answered by the client"),
+    ]

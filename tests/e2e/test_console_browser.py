@@ -330,6 +330,8 @@ def test_a_pending_candidate_is_read_and_accepted_from_the_console(
 ) -> None:
     sign_in(browser, seeded)
     browser.find_element(By.LINK_TEXT, "Pending").click()
+    (waiting,) = [r for r in text_of(browser, "#pending tbody tr") if seeded.pending_id in r]
+    assert "not submitted for admission" in waiting and seeded.pending_text in waiting
     browser.find_element(By.LINK_TEXT, seeded.pending_id).click()
     _wait_for(browser, "memory")
     assert seeded.pending_text in browser.find_element(By.ID, "memory").text
@@ -357,6 +359,10 @@ def test_an_approval_is_answered_from_the_console_and_the_agents_retry_commits(
     assert row is not None and row.state == "approved" and row.answered_by == "console"
     forgotten = anyio.run(_retry_forget, seeded)
     assert forgotten["receipt"]["to_state"] == "tombstoned"
+    browser.get(f"{seeded.service.base_url}/console/records/{seeded.asked_id}")
+    last = text_of(browser, "#history tbody tr")[-1]  # who asked, why, who approved
+    assert "tombstone" in last and "reason:obsolete" in last
+    assert f"operator:{OPERATOR} in the console" in last
     browser.get(f"{seeded.service.base_url}/console/audit?tool=admin.approvals_approve")
     rows = text_of(browser, "#audit tbody tr")
     assert any(f"operator:{OPERATOR}" in r and seeded.approval_id in r for r in rows), rows

@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,12 @@ import pytest
 
 from engram_memory.adapters.local.approval_book import ApprovalBook
 from engram_memory.contract.types import format_instant
+from engram_memory.embedded.book_channel import EmbeddedApprovals
 from engram_memory.embedded.cli import main
 from engram_memory.embedded.composition import init_data_dir, open_embedded
 from engram_memory.engine.context import Scope, TrustedContext
+from engram_memory.engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
+from engram_memory.mcp_surface.approval_channel import Question
 from engram_memory.operator_plane import text
 
 from engram_testing import capture_args, context, forget_request, handled
@@ -322,8 +326,103 @@ def test_records_history_shows_who_did_each_step_and_why(data: Path, capsys: Cap
     ]
     assert main(["admin", "records", "history", record_id, "--data-dir", str(data)]) == 0
     header, *rows = capsys.readouterr().out.splitlines()
-    assert header.split() == ["cursor", "at", "operation", "target", "by", "reason"]
-    assert "operator:ops-carol" in rows[-1] and rows[-1].endswith("asked to")
+    columns = ["cursor", "at", "operation", "target", "by", "reason", "approved by"]
+    assert re.split(r"\s{2,}", header) == columns
+    assert "operator:ops-carol" in rows[-1] and rows[-1].split()[-3:] == ["asked", "to", "-"]
+
+
+Answer = Callable[[EmbeddedApprovals, ConfirmationRequest, Question], Approval | None]
+
+
+def _approved_in_the_book(
+    data: Path, tool: str, arguments: dict[str, Any], answer: Answer
+) -> dict[str, Any]:
+    """An agent's ``tool`` call asked through the data directory's approval book, answered by
+    ``answer``, then retried with that answer: the retry's envelope."""
+    host = open_embedded(data)
+    channel = EmbeddedApprovals(
+        lambda: ApprovalBook(data), lambda: host.engine, base_url=None, clock=host.engine.clock
+    )
+    try:
+        needed = host.engine.handle(tool, arguments, _ctx())
+        assert isinstance(needed, ConfirmationNeeded)
+        question = channel.ask(needed.request, _ctx(), "terminal")
+        approval = answer(channel, needed.request, question)
+        assert approval is not None
+        retried = host.engine.handle(tool, arguments, _ctx(), approval)
+        assert not isinstance(retried, ConfirmationNeeded)
+        return retried
+    finally:
+        channel.close()
+        host.close()
+
+
+def _from_terminal(data: Path) -> Answer:
+    def answer(
+        channel: EmbeddedApprovals, request: ConfirmationRequest, question: Question
+    ) -> Approval | None:
+        words = ["approvals", "approve", "--data-dir", str(data), "--operator", "ops-dana"]
+        assert main([*words, question.approval_id]) == 0
+        given = channel.given(request)  # the agent's retry finds the terminal's answer
+        return given if isinstance(given, Approval) else None
+
+    return answer
+
+
+def _in_the_form(
+    channel: EmbeddedApprovals, _request: ConfirmationRequest, question: Question
+) -> Approval | None:
+    given = channel.answer(question, True)  # the client's form, as the MCP surface records it
+    return given if isinstance(given, Approval) else None
+
+
+def test_records_history_names_the_agents_reason_and_who_approved(
+    data: Path, capsys: Capture
+) -> None:
+    """Issue 38, item 2: a forget approved at the terminal and a withdraw answered in the
+    client's form show the agent's reason_ref and the approver, as JSON and as the table."""
+    _, record_id = _admitted(data)
+    forget = {
+        "record_id": record_id,
+        "idempotency_key": "usability-forget-00001",
+        "reason_ref": "reason:user-asked",
+    }
+    assert _approved_in_the_book(data, "forget", forget, _from_terminal(data))["ok"]
+    host = open_embedded(data)
+    try:
+        args = capture_args("A draft nobody needs.", key="usability-draft-00001")
+        captured = handled(host.engine, "capture", args, _ctx())
+    finally:
+        host.close()
+    draft = captured["output"]["value"]["candidate_id"]
+    withdraw = {
+        "candidate_id": draft,
+        "idempotency_key": "usability-withdraw-0001",
+        "reason_ref": "reason:draft-abandoned",
+    }
+    assert _approved_in_the_book(data, "withdraw", withdraw, _in_the_form)["ok"]
+    capsys.readouterr()
+
+    shown = ["--data-dir", str(data), "--json"]
+    assert main(["admin", "records", "history", record_id, *shown]) == 0
+    last = json.loads(capsys.readouterr().out)[-1]
+    assert (last["operation"], last["actor"], last["reason"], last["approved_by"]) == (
+        "tombstone",
+        "agent-alice",
+        "reason:user-asked",
+        "operator:ops-dana at the terminal",
+    )
+    assert main(["admin", "records", "history", draft, *shown]) == 0
+    last = json.loads(capsys.readouterr().out)[-1]
+    assert (last["operation"], last["reason"], last["approved_by"]) == (
+        "withdraw",
+        "reason:draft-abandoned",
+        "form answered by the client",
+    )
+    assert main(["admin", "records", "history", record_id, "--data-dir", str(data)]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split()[-3:] == ["reason", "approved", "by"]
+    assert rows[-1].endswith("reason:user-asked  operator:ops-dana at the terminal")
 
 
 def test_the_banner_names_the_command_the_way_it_was_started(

@@ -434,6 +434,19 @@ def test_forget_and_withdraw_on_the_stack_leave_receipts_and_shred(stacks: Stack
     assert candidate is not None and not stack.engine().vault.key_exists(candidate.key_ref)
     assert {line["tool"] for line in stack.audit_lines()} >= {"admin.forget", "admin.withdraw"}
 
+    # the history says who and why, though DynamoDB's ledger cannot say which call wrote a step
+    for target, reason in (
+        (record["record_id"], "erasure request"),
+        (draft["candidate_id"], "not wanted"),
+    ):
+        code, history, _ = stacks.admin(
+            stack, "records", "history", target, "--workspace", WORKSPACE
+        )
+        assert code == 0, history
+        step = history[-1]
+        assert (step["reason"], step["approved_by"]) == (reason, None)
+        assert step["actor"].startswith("operator:arn:aws:")
+
 
 def test_backup_and_restore_through_a_dynamodb_export(stacks: Stacks) -> None:
     source = stacks.create("engram-dev")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import sqlite3
 import stat
@@ -214,9 +215,25 @@ def test_pending_list_show_adjudicate_and_withdraw(data: Path, capsys: Capture) 
     held = _captured(data, "Releases are cut on Tuesdays.", "operator-cli-key-0001", admit=True)
     draft = _captured(data, "A draft to withdraw.", "operator-cli-key-0002", admit=False)
     capsys.readouterr()
-    listed = _admin(capsys, data, "pending", "list")
-    assert sorted(row["candidate_id"] for row in listed) == sorted([held, draft])
-    assert "Tuesdays" not in json.dumps(listed)
+    listed = {
+        row["candidate_id"]: (row["waiting"], row["held_for"], row["first_line"])
+        for row in _admin(capsys, data, "pending", "list")
+    }
+    assert listed == {  # why each waits, and what it says (issue 38, item 3)
+        held: ("held", "adjudication required (manual admission)", "Releases are cut on Tuesdays."),
+        draft: ("not submitted", None, "A draft to withdraw."),
+    }
+    assert main(["admin", "pending", "list", "--data-dir", str(data)]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    columns = ["candidate", "captured at", "captured by", "waiting", "held for", "first line"]
+    assert re.split(r"\s{2,}", header) == columns
+    shown_rows = {row.split()[0]: row for row in rows}
+    assert shown_rows[held].endswith(
+        "held           adjudication required (manual admission)  Releases are cut on Tuesdays."
+    )
+    assert shown_rows[draft].endswith(
+        "not submitted  -                                         A draft to withdraw."
+    )
     shown = _admin(capsys, data, "pending", "show", held)
     assert shown["record"]["components"][0]["text"] == "Releases are cut on Tuesdays."
     outcome = _admin(capsys, data, "adjudicate", held, "accept", "--reason", "checked")
@@ -229,7 +246,8 @@ def test_pending_list_show_adjudicate_and_withdraw(data: Path, capsys: Capture) 
     audit = [json.loads(line) for line in (data / "audit.log").read_text().splitlines()]
     operator_lines = [line for line in audit if line["tool"].startswith("admin.")]
     assert {line["principal"] for line in operator_lines} >= {"operator:ops-carol"}
-    assert [line["tool"] for line in operator_lines][:4] == [
+    assert [line["tool"] for line in operator_lines][:5] == [
+        "admin.pending_list",
         "admin.pending_list",
         "admin.pending_show",
         "admin.adjudicate",

@@ -244,6 +244,22 @@ def test_a_withdraw_runs_through_the_steps(world: World) -> None:
         "keys": "complete",
     }
     assert world.engine.store.outbox_pending(10) == []
+    assert _journaled_why(world, steps) == "agent-alice on the approval page"
+
+
+def _journaled_why(world: World, steps: dict[str, dict[str, Any]]) -> str:
+    """Who approved the run's commit, as the candidate's history shows it (issue 38, item 2),
+    checking it also names the agent and its reason_ref."""
+    from engram_memory.operator_plane.inspection import record_history
+
+    request = steps["commit_transition"]["request"]
+    scope = Scope(TENANT, "ws-research-0001")
+    step = record_history(world.engine, scope, request["target"], "ops-ana")[-1]
+    reason = request["invocation"]["arguments"]["reason_ref"]
+    assert (step["operation"], step["reason"]) == ("withdraw", reason)
+    assert step["actor"] == request["invocation"]["context"]["principal"]
+    approver: str = step["approved_by"]
+    return approver
 
 
 def _refused(world: World, steps: dict[str, dict[str, Any]], answer: Any) -> None:
@@ -312,6 +328,7 @@ def test_a_host_that_requires_the_page_refuses_form_answers_in_the_run(world: Wo
         {**steps["commit_transition"], "approval": attested}, _context()
     )
     assert committed["envelope"]["ok"] is True
+    assert _journaled_why(world, steps) == "form answered by the client"
 
 
 def test_a_declined_approval_fails_the_task(world: World) -> None:

@@ -97,7 +97,11 @@ def test_the_retry_brings_back_an_approval_of_exactly_the_state_s_operation() ->
     state = state_for(REQUEST, 4_000)
     approval = approval_of_state(state, 5_000)
     assert approval == Approval.of(
-        REQUEST, approval_id=state.approval_id, issued_at_ms=4_000, approved_at_ms=5_000
+        REQUEST,
+        approval_id=state.approval_id,
+        issued_at_ms=4_000,
+        approved_at_ms=5_000,
+        by="form answered by the client",  # the record's history says so
     )
     check_approval(approval, REQUEST, 5_000)  # the engine's gate accepts it
 

@@ -36,7 +36,7 @@ from typing import Annotated, Any, Final, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from engram_memory.engine.gate import Approval
+from engram_memory.engine.gate import FORM_ANSWER, Approval, approver_label
 from engram_memory.engine.ports import StoreUnavailable
 
 __all__ = [
@@ -247,7 +247,10 @@ def proven_approval(
     """The approval ``proof`` vouches for, or None: a MAC that does not verify under its
     channel's key, a channel whose key the caller does not accept (``None``: a form answer where
     the host requires the page; a page's proof where only form answers are checked), an approval
-    for another principal than the form's, or a proof past its expiry."""
+    for another principal than the form's, or a proof past its expiry.
+
+    The approval names who gave it from what the MAC covers (``approved_by``, journaled with the
+    transition): the page's signed-in approver, or the client's form."""
     if proof.expires_at_ms != proof.approval.expires_at_ms or now_ms > proof.expires_at_ms:
         return None
     if proof.channel == "page":
@@ -256,4 +259,5 @@ def proven_approval(
         key = form_key if proof.approver == proof.approval.principal else None
     if key is None or not _checks(key, "approval", proof.bound(), proof.mac):
         return None
-    return proof.approval
+    by = approver_label("page", proof.approver) if proof.channel == "page" else FORM_ANSWER
+    return proof.approval.model_copy(update={"approved_by": by})

@@ -200,12 +200,13 @@ class EmbeddedApprovals:
         return final.approval()
 
     def answer_by_id(
-        self, approval_id: str, approve: bool, *, by: Answerer
+        self, approval_id: str, approve: bool, *, by: Answerer, approver: str | None = None
     ) -> tuple[bool, OpenApproval | None]:
-        """A human answered the question ``approval_id`` (``by``: the terminal, the client's
-        form): whether this answer was the first, and the question as it stands after it (None:
-        no such question)."""
-        recorded = self.book.answer(approval_id, approve, now_ms=self.clock.now_ms(), by=by)
+        """A human answered the question ``approval_id`` (``by``: the terminal, the console,
+        the client's form; ``approver``: who, when known): whether this answer was the first,
+        and the question as it stands after it (None: no such question)."""
+        now_ms = self.clock.now_ms()
+        recorded = self.book.answer(approval_id, approve, now_ms=now_ms, by=by, approver=approver)
         return recorded is not None, recorded or self.book.get(approval_id)
 
     def close_round_trip(self, approval: Approval) -> bool:

@@ -4,10 +4,10 @@
       the questions waiting for a human, each as the approval page shows it
       (``approval_page.plain_summary``): the operation, the memory it acts on, who asks, why,
       time left.
-- ``engram-memory approvals approve|decline [--data-dir DIR] APPROVAL_ID``
+- ``engram-memory approvals approve|decline [--data-dir DIR] [--operator NAME] APPROVAL_ID``
       answer one (the first answer wins, from here, the approval page or the agent's form); the
       agent's retry of the same call then commits (within 30 s of an approval) or fails with
-      ``gate_failed``.
+      ``gate_failed``. The record's history names the approver ``operator:NAME`` (your login).
 
 Both go through the host's approval channel (``embedded.book_channel.EmbeddedApprovals``,
 the ``ApprovalChannel`` port the MCP surface asks through): ``pending`` to list, ``answer_by_id``
@@ -24,7 +24,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engram_memory.operator_plane.commands import command_name, fail, json_option
+from engram_memory.operator_plane.commands import (
+    command_name,
+    default_operator,
+    fail,
+    json_option,
+)
 from engram_memory.operator_plane.text import iso
 
 if TYPE_CHECKING:
@@ -132,12 +137,14 @@ def _not_waiting(approval_id: str, row: OpenApproval | None) -> str:
 
 def _answer(args: argparse.Namespace, approve: bool) -> int:
     from engram_memory.approval_page.view import action_of
+    from engram_memory.operator_plane.auditing import operator_principal
 
+    approver = operator_principal(args.operator)  # journaled with the transition it authorizes
     with _channel(args) as channel:
         recorded, row = (
             (False, None)
             if channel is None
-            else channel.answer_by_id(args.approval_id, approve, by="terminal")
+            else channel.answer_by_id(args.approval_id, approve, by="terminal", approver=approver)
         )
     if not recorded or row is None:
         fail(_not_waiting(args.approval_id, row))
@@ -177,5 +184,10 @@ def add_approvals_parser(sub: Any, default_data_dir: str) -> None:
     ):
         answer = commands.add_parser(name, help=text)
         answer.add_argument("--data-dir", default=default_data_dir)
+        answer.add_argument(
+            "--operator",
+            default=default_operator(),
+            help="who answers, as the record's history names the approver (default: your login)",
+        )
         answer.add_argument("approval_id", metavar="APPROVAL_ID", help="an id from `list`")
         answer.set_defaults(func=func)

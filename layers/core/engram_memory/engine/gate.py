@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
@@ -32,13 +32,38 @@ EXECUTION_WINDOW_MS: Final = 30_000
 
 _Id = Annotated[StrictStr, Field(min_length=1, max_length=1024)]
 
+# Where a human answered a question: the approval page, the host's terminal, the embedded
+# console, or the client's own form (``approver_label`` names who, for a record's history).
+AnsweredOn = Literal["page", "terminal", "console", "form"]
+# The client answered its form: the host cannot name the person behind it.
+FORM_ANSWER: Final = "form answered by the client"
+
+
+def approver_label(on: AnsweredOn, who: str | None = None) -> str:
+    """Who approved, as the journal keeps it beside the transition (an operator reads it in
+    the record's history): the signed-in subject or the operator, and where they answered.
+    ``who`` is None where the host cannot name the person: a form answered by the client, the
+    embedded page (whoever holds its link and the terminal's code)."""
+    if on == "form":
+        return FORM_ANSWER
+    place = {"page": "on the approval page", "terminal": "at the terminal"}.get(
+        on, "in the console"
+    )
+    if who is None:
+        return "the approval page, with the terminal's code" if on == "page" else place
+    return f"{who} {place}"
+
+
 __all__ = [
     "APPROVAL_TTL_MS",
     "EXECUTION_WINDOW_MS",
+    "FORM_ANSWER",
+    "AnsweredOn",
     "Approval",
     "ConfirmationNeeded",
     "ConfirmationRequest",
     "approval_conflict",
+    "approver_label",
     "check_approval",
     "within_windows",
 ]
@@ -89,6 +114,11 @@ class Approval(BaseModel):
     approved_at_ms: StrictInt | None = Field(
         default=None, description="When the human approved; None while unanswered."
     )
+    # Not part of the binding: who gave the answer (``approver_label``), journaled with the
+    # transition it authorizes. None while unanswered, and where the transport cannot say.
+    approved_by: Annotated[StrictStr, Field(min_length=1, max_length=1100)] | None = Field(
+        default=None, description="Who approved, and where (for the record's history)."
+    )
 
     @property
     def scope(self) -> Scope:
@@ -123,14 +153,20 @@ class Approval(BaseModel):
         approval_id: str,
         issued_at_ms: int,
         approved_at_ms: int,
+        by: str | None = None,
     ) -> Approval:
-        """The approval of exactly ``request``."""
+        """The approval of exactly ``request`` (``by``: who gave it, ``approver_label``)."""
         asked = cls.asked(request, approval_id=approval_id, issued_at_ms=issued_at_ms)
-        return asked.approved(approved_at_ms)
+        return asked.approved(approved_at_ms, by)
 
     @classmethod
     def fresh(
-        cls, request: ConfirmationRequest, *, issued_at_ms: int, approved_at_ms: int
+        cls,
+        request: ConfirmationRequest,
+        *,
+        issued_at_ms: int,
+        approved_at_ms: int,
+        by: str | None = None,
     ) -> Approval:
         """A new approval of ``request`` under a fresh id (``apr_`` + 32 hex)."""
         return cls.of(
@@ -138,13 +174,15 @@ class Approval(BaseModel):
             approval_id="apr_" + uuid.uuid4().hex,
             issued_at_ms=issued_at_ms,
             approved_at_ms=approved_at_ms,
+            by=by,
         )
 
-    def approved(self, approved_at_ms: int) -> Approval:
-        """This question, approved at ``approved_at_ms`` — only the binding, as an ``Approval``
-        (whatever a store keeps beside it, e.g. a task token, stays behind)."""
+    def approved(self, approved_at_ms: int, by: str | None = None) -> Approval:
+        """This question, approved at ``approved_at_ms`` by ``by`` (``approver_label``) — only
+        the binding, as an ``Approval`` (whatever a store keeps beside it, e.g. a task token,
+        stays behind)."""
         binding = {name: getattr(self, name) for name in Approval.model_fields}
-        return Approval(**{**binding, "approved_at_ms": approved_at_ms})
+        return Approval(**{**binding, "approved_at_ms": approved_at_ms, "approved_by": by})
 
     def binds(self, request: ConfirmationRequest) -> bool:
         """Is this the approval of exactly ``request`` (tool, target, digest, principal, scope)?"""

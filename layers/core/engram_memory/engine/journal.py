@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from engram_memory.contract.canonical import GENESIS_HASH, digest
 from engram_memory.contract.errors import EngramError, ErrorCode
@@ -14,6 +14,10 @@ from engram_memory.engine.ports import JournalEvent, JournalHead, Store
 from engram_memory.engine.records import decode, encode
 
 EMPTY_HEAD = JournalHead(cursor=0, event_hash=GENESIS_HASH)
+# Who made a terminal transition and why, beside its digests (``build_event``'s ``why``): the
+# principal that committed it (``by``), the agent's ``reason_ref`` or the operator's ``reason``,
+# and who approved an agent's (``approved_by``: ``engine.gate.approver_label``).
+WHY_FIELDS: Final = frozenset({"by", "reason_ref", "reason", "approved_by"})
 _VERIFY_BATCH = 500
 
 
@@ -24,14 +28,22 @@ def build_event(
     target: str,
     at_ms: int,
     digests: Mapping[str, str],
+    why: Mapping[str, str] | None = None,
 ) -> tuple[JournalEvent, str]:
     """The next event after ``head``; returns it with its ``event_id``.
 
     Events hold ids and digests only, never content: the journal can be shown to an operator
-    without revealing a pending candidate.
+    without revealing a pending candidate. ``why``: what the operator reads beside them for a
+    terminal transition (``WHY_FIELDS``: who, the agent's ``reason_ref`` — an opaque reference
+    the contract bounds — or the operator's reason, and who approved); an event without them
+    (written before them, or another operation) has none.
     """
     cursor = head.cursor + 1
+    unknown = set(why or {}) - WHY_FIELDS
+    if unknown:
+        raise ValueError(f"not a journal event's reason field: {sorted(unknown)}")
     body: dict[str, Any] = {
+        **(why or {}),
         "schema": 1,
         "cursor": str(cursor),
         "previous_event_hash": head.event_hash,

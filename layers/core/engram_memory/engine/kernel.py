@@ -151,8 +151,9 @@ class Call:
     approval: Approval | None = None  # the human's approval the transport obtained, if any
     target: str | None = None
     digests: dict[str, str] = field(default_factory=dict)
-    # An operator's reason for the step: kept in its ledger entry (the journal holds ids and
-    # digests only), so the record's history can say why; an agent's call has none.
+    # An operator's reason for the step: kept in its ledger entry, so the record's history can
+    # say why (a terminal transition journals it too: ``journal.WHY_FIELDS``); an agent's call
+    # has none.
     reason: str | None = None
 
     @property
@@ -421,15 +422,18 @@ class Kernel:
         target: str,
         intent: str,
         digests: Mapping[str, str],
+        why: Mapping[str, str] | None = None,
     ) -> JournalStep:
-        """The event a commit appends after ``head`` (its ``digests`` then the intent hash) and
-        the transaction receipt over it, which the use case's output quotes."""
+        """The event a commit appends after ``head`` (its ``digests`` then the intent hash, and
+        ``why``: ``journal.build_event``) and the transaction receipt over it, which the use
+        case's output quotes."""
         event, event_id = build_event(
             head,
             operation=operation,
             target=target,
             at_ms=call.now_ms,
             digests={**digests, "intent_hash": intent},
+            why=why,
         )
         receipt_digest = self.transaction_receipt(
             call, operation, target, event.cursor, event.event_hash, intent

@@ -117,7 +117,8 @@ class LedgerEntry:
 class LedgerByCursor(Protocol):
     """A store that finds the ledger entries of journal cursors (the embedded SQLite store):
     who committed each step of a record's history, and the operator's reason. A store without
-    it (DynamoDB keys its ledger by principal and idempotency key only) shows neither."""
+    it (DynamoDB keys its ledger by principal and idempotency key only) shows neither, but for
+    the terminal transitions whose events say so themselves (``journal.WHY_FIELDS``)."""
 
     def ledger_at(self, scope: Scope, cursors: Sequence[int]) -> dict[int, LedgerEntry]: ...
 

@@ -106,11 +106,17 @@ class ApprovalChannel(Protocol):
         ...
 
     def answer_by_id(
-        self, approval_id: str, approve: bool, *, by: Literal["terminal", "client"]
+        self,
+        approval_id: str,
+        approve: bool,
+        *,
+        by: Literal["terminal", "client"],
+        approver: str | None = None,
     ) -> tuple[bool, Approval | None]:
         """A human answered the question ``approval_id`` outside a form's round trip (``by``:
-        the operator's terminal): whether this answer was the first, and the question as it
-        stands after it (None: no such question). The first answer wins."""
+        the operator's terminal; ``approver``: the operator, journaled with the transition it
+        authorizes): whether this answer was the first, and the question as it stands after it
+        (None: no such question). The first answer wins."""
         ...
 
     def close_round_trip(self, approval: Approval) -> bool:

@@ -20,7 +20,12 @@ from typing import Any, Final
 
 import mcp.types as types
 
-from engram_memory.engine.gate import Approval, ConfirmationNeeded, ConfirmationRequest
+from engram_memory.engine.gate import (
+    FORM_ANSWER,
+    Approval,
+    ConfirmationNeeded,
+    ConfirmationRequest,
+)
 from engram_memory.engine.ports import Clock
 
 ANSWER_KEY: Final = "engram_confirmation"
@@ -109,7 +114,7 @@ def approval_of_state(state: Approval, approved_at_ms: int) -> Approval:
     It binds what the state names; the engine's gate checks that this is the operation of the
     retried call, and the windows. The state's id is the approval id: the commit consumes it.
     """
-    return state.approved(approved_at_ms)
+    return state.approved(approved_at_ms, FORM_ANSWER)
 
 
 async def elicit_form(session: Any, request_id: Any, message: str) -> types.ElicitResult:
@@ -128,4 +133,6 @@ async def elicit_on_stream(
     result = await elicit_form(session, request_id, elicitation_message(request))
     if not approved(result):
         return None
-    return Approval.fresh(request, issued_at_ms=issued_at, approved_at_ms=clock.now_ms())
+    return Approval.fresh(
+        request, issued_at_ms=issued_at, approved_at_ms=clock.now_ms(), by=FORM_ANSWER
+    )

@@ -62,8 +62,9 @@ _PENDING_COLUMNS: Final = (
     ("candidate", "candidate_id"),
     ("captured at", "captured_at"),
     ("captured by", "principal"),
-    ("state", "state"),
-    ("held", "held"),
+    ("waiting", "waiting"),
+    ("held for", "held_for"),
+    ("first line", "first_line"),
 )
 _RECORD_COLUMNS: Final = (
     ("record", "record_id"),
@@ -78,6 +79,7 @@ _HISTORY_COLUMNS: Final = (
     ("target", "target"),
     ("by", "actor"),
     ("reason", "reason"),
+    ("approved by", "approved_by"),
 )
 _RECORD_STATES: Final = (
     "accepted_current",
@@ -703,7 +705,11 @@ def _add_pending(admin_sub: Sub) -> None:
     adjudicate.set_defaults(func=cmd_adjudicate)
 
     pending_sub = _nested(admin_sub, "pending", "the candidates that wait for a decision")
-    listing = _operation(pending_sub, "list", "list the pending candidates (ids, no content)")
+    listing = _operation(
+        pending_sub,
+        "list",
+        "list the pending candidates: why each waits, its first line (opens them: audited)",
+    )
     _paging(listing)
     listing.set_defaults(func=cmd_pending_list)
     _show_one(pending_sub, "show", "open a pending candidate: what it says (audited)", "candidate")
@@ -727,7 +733,12 @@ def _add_records(admin_sub: Sub) -> None:
     _paging(listing)
     listing.set_defaults(func=cmd_records_list)
     _show_one(records_sub, "show", "one record in any state, with its body", "record")
-    _show_one(records_sub, "history", "the journal events of one record", "record")
+    _show_one(
+        records_sub,
+        "history",
+        "the journal events of one record (or candidate): who, why, approved by whom",
+        "record",
+    )
     for name, summary in _LIFECYCLE_STEPS:
         step = _operation(records_sub, name, summary)
         step.add_argument("record", metavar="RECORD")

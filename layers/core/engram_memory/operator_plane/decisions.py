@@ -182,6 +182,7 @@ def _operator_commit(
             idempotency_key=f"{operation}:{target}:{call.ctx.audit_id}",
             intent=_operator_intent(call, target, arguments),
             authorization=_operator_authorization(engine, call, arguments),
+            why={"reason": arguments["reason"]},
         )
 
         def attempt() -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """What an operator looks at: the audited reads of the operator plane, for both hosts.
 
-- candidates: ``pending_list``, ``pending_show`` (opens the sealed candidate for the operator,
-  with the records it near-duplicates);
+- candidates: ``pending_list`` (why each waits, and its first line), ``pending_show`` (opens the
+  sealed candidate for the operator, with the records it near-duplicates);
 - records: ``records_list``, ``records_search`` (the agents' search and ranking),
   ``record_show``, ``record_history``;
 - health: ``status`` (counts, the outbox, the indexes, ``readability`` of the key store);
@@ -29,13 +29,14 @@ from engram_memory.engine.ports import (
     AdmissionRequest,
     CandidateRow,
     IndexUnavailable,
+    PolicyDecision,
     PolicyUnavailable,
     RecordRow,
     VaultUnavailable,
 )
 from engram_memory.engine.records import decode
 from engram_memory.engine.usecases import inspection as canonical
-from engram_memory.engine.usecases.admission import neighbours
+from engram_memory.engine.usecases.admission import forgotten, neighbours, record_text
 from engram_memory.engine.usecases.reads import search as agent_search
 from engram_memory.engine.usecases.transitions import LIFECYCLE_STATES
 from engram_memory.operator_plane.auditing import OPERATIONS_PURPOSE, audited
@@ -87,15 +88,64 @@ def _candidate_summary(row: CandidateRow) -> dict[str, Any]:
 def pending_list(
     engine: Kernel, scope: Scope, operator: str, *, after: str = "", limit: int = 100
 ) -> list[dict[str, Any]]:
-    """The scope's pending candidates (captured, not yet admitted, rejected or withdrawn; those
-    a policy held for adjudication among them, ``held``), in id order: ids and digests, no
-    content."""
+    """The scope's pending candidates (captured, not yet admitted, rejected or withdrawn), in id
+    order, each opened for the operator as ``pending_show`` opens one (an audited action; the
+    audit line names no candidate and no content): why it waits (``waiting``: ``held`` by the
+    admission policy for a human's decision, with what held it in ``held_for``; or ``not
+    submitted``: captured and never admitted, or asked and not decided) and its text's first
+    line (``first_line``)."""
 
     def run(call: Call) -> list[dict[str, Any]]:
         rows = canonical.candidates(engine, scope, "pending", after, limit)
-        return [_candidate_summary(row) for row in rows]
+        return [_waiting(engine, call, row) for row in rows]
 
     return audited(engine, scope, operator, "pending_list", None, run)
+
+
+FIRST_LINE_CHARS: Final = 120
+
+
+def _waiting(engine: Kernel, call: Call, row: CandidateRow) -> dict[str, Any]:
+    """One pending candidate of the list: its summary, why it waits and its first line."""
+    try:
+        content: Mapping[str, Any] | None = engine.open_candidate(call, row)
+    except (EngramError, VaultUnavailable):
+        content = None  # its key gone or unreachable: the status check (readability) says so
+    return {
+        **_candidate_summary(row),
+        "waiting": "not submitted" if row.held is None else "held",
+        "held_for": None if row.held is None else _held_for(engine, call, row, content),
+        "first_line": "(cannot be opened)" if content is None else _first_line(content["record"]),
+    }
+
+
+def _first_line(record: Mapping[str, Any]) -> str:
+    """The first non-blank line of a record's text, cut to ``FIRST_LINE_CHARS``."""
+    lines = (line.strip() for line in record_text(record).splitlines())
+    first = next((line for line in lines if line), "")
+    return first if len(first) <= FIRST_LINE_CHARS else first[: FIRST_LINE_CHARS - 1] + "…"
+
+
+def _held_for(
+    engine: Kernel, call: Call, row: CandidateRow, content: Mapping[str, Any] | None
+) -> str:
+    """What held a candidate for a human, as the engine's guard and the policy see it now (the
+    hold keeps the decision's digest, not its rule): forgotten content, a near-duplicate of the
+    records it names, or the rule that asked for adjudication."""
+    if forgotten(engine, call.scope, row.payload_digest):
+        return "forgotten before (the tombstone guard)"
+    decision = None if content is None else _decision(engine, call, row, content)
+    if decision is None:
+        return "the policy's reason cannot be checked now"
+    if decision.rule == "near-duplicate" and decision.resembles:
+        return "near-duplicate of " + ", ".join(decision.resembles)
+    if decision.rule == "manual":
+        return "adjudication required (manual admission)"
+    if decision.rule.startswith("secret:"):
+        return f"secret ({decision.rule.removeprefix('secret:')})"
+    if decision.decision == "adjudication_required":
+        return f"adjudication required ({decision.rule})"
+    return f"the policy would now {decision.decision} it ({decision.rule})"
 
 
 def pending_show(engine: Kernel, scope: Scope, candidate_id: str, operator: str) -> dict[str, Any]:
@@ -110,21 +160,23 @@ def pending_show(engine: Kernel, scope: Scope, candidate_id: str, operator: str)
             raise EngramError(ErrorCode.NOT_FOUND)
         content = engine.open_candidate(call, candidate)
         call.digests["record_digest"] = candidate.record_digest
+        decision = _decision(engine, call, candidate, content)
         return {
             "candidate": _candidate_summary(candidate),
             "record": content["record"],
             "evidence": content["evidence"],
-            "resembles": _resembles(engine, call, candidate, content),
+            "resembles": list(decision.resembles) if decision is not None else [],
         }
 
     return audited(engine, scope, operator, "pending_show", candidate_id, run)
 
 
-def _resembles(
+def _decision(
     engine: Kernel, call: Call, candidate: CandidateRow, content: Mapping[str, Any]
-) -> list[str]:
-    """The records the policy's near-duplicate rule names for the candidate (empty when the
-    policy has no such rule or cannot decide right now: a policy or an index down)."""
+) -> PolicyDecision | None:
+    """What the admission policy would decide on the candidate now, with the records its
+    near-duplicate rule names (``resembles``); None when it cannot decide right now (a policy
+    or an index down)."""
     try:
         request = AdmissionRequest(
             scope=call.scope,
@@ -135,13 +187,13 @@ def _resembles(
             host_facts=(),
             neighbours=neighbours(engine, call.scope, content["record"], call.now_ms),
         )
-        return list(engine.policy.decide(request).resembles)
+        return engine.policy.decide(request)
     except PolicyUnavailable:
-        return []
+        return None
     except EngramError as error:
         if error.code not in (ErrorCode.RANKING_UNAVAILABLE, ErrorCode.PROJECTION_STALE):
             raise
-        return []
+        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,16 +379,24 @@ def record_show(engine: Kernel, scope: Scope, record_id: str, operator: str) -> 
 
 
 def record_history(
-    engine: Kernel, scope: Scope, record_id: str, operator: str
+    engine: Kernel, scope: Scope, target_id: str, operator: str
 ) -> list[dict[str, Any]]:
-    """The journal events of one record, oldest first: its candidate's capture and admission,
-    then every transition. Events hold ids and digests only."""
+    """The journal events of one record — its candidate's capture and admission, then every
+    transition — or of one candidate (a withdrawn one: its capture and withdraw), oldest first.
+    Events hold ids and digests, and for each step who committed it (``actor``), why
+    (``reason``: the agent's ``reason_ref`` or the operator's reason) and who approved an
+    agent's withdraw or forget (``approved_by``); ``NOT_RECORDED`` where an older event of such
+    a step did not keep them. ``NOT_FOUND`` for an id the scope does not hold."""
 
     def run(call: Call) -> list[dict[str, Any]]:
-        row = canonical.record(engine, scope, record_id)
-        if row is None:
+        row = canonical.record(engine, scope, target_id)
+        candidate = None if row is not None else canonical.candidate(engine, scope, target_id)
+        if row is not None:
+            targets = {target_id, row.candidate_id}
+        elif candidate is not None:
+            targets = {target_id, candidate.record_id}
+        else:
             raise EngramError(ErrorCode.NOT_FOUND)
-        targets = {record_id, row.candidate_id}
         steps = [
             (
                 event.cursor,
@@ -351,23 +411,36 @@ def record_history(
         ]
         return _with_actors(engine, scope, steps)
 
-    return audited(engine, scope, operator, "records_history", record_id, run)
+    return audited(engine, scope, operator, "records_history", target_id, run)
+
+
+# What a record's history shows for an agent's withdraw or forget whose event was journaled
+# before events kept the reason and the approver (``journal.WHY_FIELDS``).
+NOT_RECORDED: Final = "not recorded"
+_APPROVED_STEPS: Final = frozenset({"withdraw", "tombstone"})
 
 
 def _with_actors(
     engine: Kernel, scope: Scope, steps: list[tuple[int, dict[str, Any]]]
 ) -> list[dict[str, Any]]:
     """Each step with who committed it (``actor``: the agent's principal, or
-    ``operator:<login>``) and the operator's reason, from its ledger entry; None where the
-    store cannot say (``ports.LedgerByCursor``)."""
+    ``operator:<login>``), why (``reason``) and who approved it (``approved_by``): from the
+    event (``journal.WHY_FIELDS``), else from its ledger entry (an event written before them;
+    None where the store cannot say: ``ports.LedgerByCursor``)."""
     ledger = canonical.ledger_at(engine, scope, [cursor for cursor, _ in steps])
     shown = []
     for cursor, step in steps:
         entry = ledger.get(cursor)
         output = decode(entry.output) if entry is not None else {}
-        reason = output.get("reason") if isinstance(output, dict) else None
-        actor = entry.principal if entry is not None else None
-        shown.append({**step, "actor": actor, "reason": reason})
+        actor = step.get("by") or (entry.principal if entry is not None else None)
+        reason = step.get("reason_ref") or step.get("reason")
+        if reason is None and isinstance(output, dict):
+            reason = output.get("reason")
+        approved_by = step.get("approved_by")
+        if step.get("operation") in _APPROVED_STEPS and not str(actor).startswith("operator:"):
+            # an agent's: a human approved it, but an older event does not say who nor why
+            reason, approved_by = reason or NOT_RECORDED, approved_by or NOT_RECORDED
+        shown.append({**step, "actor": actor, "reason": reason, "approved_by": approved_by})
     return shown
 
 

@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import Final, Literal, Protocol
 
 from engram_memory.engine.context import Scope
-from engram_memory.engine.gate import APPROVAL_TTL_MS, Approval, ConfirmationRequest
+from engram_memory.engine.gate import (
+    APPROVAL_TTL_MS,
+    AnsweredOn,
+    Approval,
+    ConfirmationRequest,
+    approver_label,
+)
 
 FILE_NAME: Final = "approvals.sqlite3"
 KEEP_ANSWERED_MS: Final = 3_600_000  # rows are pruned an hour after they expired
@@ -45,6 +51,13 @@ CODE_ALPHABET: Final = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read 
 CODE_LENGTH: Final = 8
 MAX_CODE_ATTEMPTS: Final = 5
 CodeRefusal = Literal["wrong_code", "no_more_attempts"]
+# Where each answerer answers (the client answers in its form).
+_ANSWERED_ON: Final[dict[str, AnsweredOn]] = {
+    "page": "page",
+    "terminal": "terminal",
+    "console": "console",
+    "client": "form",
+}
 
 
 def new_code() -> str:
@@ -94,14 +107,16 @@ CREATE TABLE IF NOT EXISTS approvals (
     answered_at_ms INTEGER,
     answered_by TEXT,
     code TEXT NOT NULL DEFAULT '',
-    code_failures INTEGER NOT NULL DEFAULT 0
+    code_failures INTEGER NOT NULL DEFAULT 0,
+    approver TEXT
 );
 CREATE INDEX IF NOT EXISTS approvals_binding
     ON approvals (principal, tenant_id, workspace_id, tool, operation_digest);
 """
 # The row is the ``Approval`` (its binding columns carry the model's own field names) and what
-# the book keeps beside it; ``approved_at_ms`` is not a column: it is the answer's time when
-# the answer was an approval.
+# the book keeps beside it; ``approved_at_ms`` and ``approved_by`` are not columns: they are
+# the answer's time and who gave it (``answered_by`` where, ``approver`` who) when the answer
+# was an approval.
 _BOOK_COLUMNS: Final = (
     "secret",
     "agent_id",
@@ -112,14 +127,17 @@ _BOOK_COLUMNS: Final = (
     "answered_by",
     "code",
     "code_failures",
+    "approver",
 )
-# Columns a book written before them lacks (its rows then have no code: the terminal answers).
+# Columns a book written before them lacks (its rows then have no code: the terminal answers;
+# and no approver: the history says where the answer came from, not who gave it).
 _ADDED_COLUMNS: Final = {
     "code": "TEXT NOT NULL DEFAULT ''",
     "code_failures": "INTEGER NOT NULL DEFAULT 0",
+    "approver": "TEXT",
 }
 _COLUMN_NAMES: Final = (
-    *(name for name in Approval.model_fields if name != "approved_at_ms"),
+    *(name for name in Approval.model_fields if name not in ("approved_at_ms", "approved_by")),
     *_BOOK_COLUMNS,
 )
 COLUMNS: Final = ", ".join(_COLUMN_NAMES)
@@ -138,6 +156,7 @@ class OpenApproval(Approval):
     answered_by: str | None = None
     code: str = ""  # the one-time code the page asks for (shown on the terminal only)
     code_failures: int = 0
+    approver: str | None = None  # who answered, where the host knows (the operator's name)
 
     @classmethod
     def of_row(cls, row: Sequence[object]) -> OpenApproval:
@@ -147,9 +166,11 @@ class OpenApproval(Approval):
         return cls.model_validate({**fields, "approved_at_ms": approved_at})
 
     def approval(self) -> Approval:
-        """The approval the human gave (``usable_at`` says whether the engine would take it)."""
+        """The approval the human gave (``usable_at`` says whether the engine would take it),
+        naming who gave it and where."""
         assert self.answered_at_ms is not None
-        return self.approved(self.answered_at_ms)
+        on: AnsweredOn = _ANSWERED_ON.get(self.answered_by or "", "form")
+        return self.approved(self.answered_at_ms, approver_label(on, self.approver))
 
 
 class ApprovalBook:
@@ -237,15 +258,22 @@ class ApprovalBook:
         return row
 
     def answer(
-        self, approval_id: str, approve: bool, *, now_ms: int, by: Answerer
+        self,
+        approval_id: str,
+        approve: bool,
+        *,
+        now_ms: int,
+        by: Answerer,
+        approver: str | None = None,
     ) -> OpenApproval | None:
-        """Record the first answer to a pending, unexpired row; None when there is none."""
+        """Record the first answer to a pending, unexpired row (``by``: where; ``approver``:
+        who, when the answerer can say); None when there is none."""
         state: State = "approved" if approve else "declined"
         with self._lock, self._db:
             changed = self._db.execute(
-                "UPDATE approvals SET state = ?, answered_at_ms = ?, answered_by = ?"
+                "UPDATE approvals SET state = ?, answered_at_ms = ?, answered_by = ?, approver = ?"
                 " WHERE approval_id = ? AND state = 'pending' AND issued_at_ms + ? >= ?",
-                (state, now_ms, by, approval_id, APPROVAL_TTL_MS, now_ms),
+                (state, now_ms, by, approver, approval_id, APPROVAL_TTL_MS, now_ms),
             ).rowcount
         return self.get(approval_id) if changed == 1 else None
 

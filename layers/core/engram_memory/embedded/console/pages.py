@@ -26,7 +26,7 @@ from engram_memory.engine.usecases.transitions import (
     LifecycleOperation,
 )
 from engram_memory.operator_plane import decisions, inspection
-from engram_memory.operator_plane.auditing import audited
+from engram_memory.operator_plane.auditing import audited, operator_principal
 from engram_memory.operator_plane.commands import DEFAULT_WORKSPACE
 
 if TYPE_CHECKING:
@@ -335,7 +335,12 @@ def answer_approval(ask: Ask) -> Answer:
 
     def answer(engine: Kernel, scope: Scope, operator: str) -> bool:
         def recorded(_call: Any) -> bool:
-            first, _ = ask.approvals.answer_by_id(approval_id, decision == "approve", by="console")
+            first, _ = ask.approvals.answer_by_id(
+                approval_id,
+                decision == "approve",
+                by="console",
+                approver=operator_principal(operator),
+            )
             if not first:
                 raise EngramError(ErrorCode.ALREADY_TERMINAL)
             return first

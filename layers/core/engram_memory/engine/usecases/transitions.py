@@ -6,7 +6,7 @@ and every operator transition (the operator plane's audited use cases) commit th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from engram_memory.contract.errors import EngramError, ErrorCode
@@ -41,12 +41,15 @@ LIFECYCLE_STATES: Final = tuple(sorted(RECORD_STATES_FORGETTABLE))
 @dataclass(frozen=True)
 class Authorized:
     """What lets a terminal transition commit: the call's idempotency key and intent, the
-    authorization receipt, and the approval it spends (none for an operator, who is the human)."""
+    authorization receipt, and the approval it spends (none for an operator, who is the human).
+    ``why``: the agent's reason and who approved, or the operator's reason, journaled with the
+    transition and whoever committed it (``journal.WHY_FIELDS``)."""
 
     idempotency_key: str
     intent: str
     authorization: str
     approval_id: str | None = None
+    why: Mapping[str, str] = field(default_factory=dict)
 
 
 def _confirmed(
@@ -54,11 +57,15 @@ def _confirmed(
 ) -> Authorized:
     """The agent's transition, once a human confirmed it (or the host needs no confirmation)."""
     approval = k.confirm(call, args, target, args.reason_ref)
+    why = {"reason_ref": args.reason_ref}
+    if approval is not None and approval.approved_by is not None:
+        why["approved_by"] = approval.approved_by
     return Authorized(
         idempotency_key=args.idempotency_key,
         intent=intent,
         authorization=k.authorization_receipt(call, approval, {"reason_ref": args.reason_ref}),
         approval_id=approval.approval_id if approval else None,
+        why=why,
     )
 
 
@@ -214,11 +221,12 @@ def _commit_terminal(
     """Commit the transition: its journal event, its ledger entry and ``changes`` in one change
     set. The output as committed, and the change set (its outbox still to run)."""
     digests = {**terminal.digests, "authorization_receipt_digest": authorized.authorization}
+    why = {**authorized.why, "by": call.ctx.principal}
     output: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:
         step = k.journal_step(
-            call, head, terminal.event, terminal.target, authorized.intent, digests
+            call, head, terminal.event, terminal.target, authorized.intent, digests, why
         )
         output.clear()
         output.update(
