@@ -685,6 +685,27 @@ def test_tokens_revoke_by_token_and_by_principal(data: Path, capsys: Capture) ->
     assert "not a token" in _one_line_error(capsys)
 
 
+def test_a_token_minted_just_after_its_principal_is_revoked_works(
+    data: Path, capsys: Capture
+) -> None:
+    # Early in a second, so the revocation and the new token share it: a whole-second `iat`
+    # would read as "issued before the revocation".
+    time.sleep(1.05 - time.time() % 1)
+    _admin(capsys, data, "tokens", "revoke", "--principal", "agent-dora")
+    later = _mint(data, capsys, "agent-dora")
+    assert _search_with(data, later)["ok"]
+
+
+def test_revoking_a_token_twice_keeps_the_first_time(data: Path, capsys: Capture) -> None:
+    token = _mint(data, capsys, "agent-erin")
+    first = _admin(capsys, data, "tokens", "revoke", "--token", token)
+    again = _admin(capsys, data, "tokens", "revoke", "--token", token)
+    assert again["at"] == first["at"] and again["already_revoked"] is True
+    assert "already_revoked" not in first
+    assert main(["admin", "tokens", "revoke", "--data-dir", str(data), "--token", token]) == 0
+    assert f"already revoked at {first['at']}" in capsys.readouterr().out
+
+
 def test_the_banner_shows_the_token_lifetime_from_host_json(tmp_path: Path) -> None:
     out = io.StringIO()
     print_banner(

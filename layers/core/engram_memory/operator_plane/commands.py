@@ -473,7 +473,16 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
             mutates=False,
         )
 
-    return _on_seat(args, "revocation", run)
+    return _on_seat(args, "revocation", run, _shown(args, _show_revocation))
+
+
+def _show_revocation(result: dict[str, Any]) -> None:
+    kind = result["revoked"]
+    what = f"{kind} {text.cell(result[kind])}"
+    if result.get("already_revoked"):
+        print(f"{what}: already revoked at {result['at']} (nothing changed)")
+    else:
+        print(f"{what}: revoked at {result['at']}")
 
 
 def cmd_keys_rotate(args: argparse.Namespace) -> int:
