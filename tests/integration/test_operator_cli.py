@@ -685,6 +685,40 @@ def test_tokens_revoke_by_token_and_by_principal(data: Path, capsys: Capture) ->
     assert "not a token" in _one_line_error(capsys)
 
 
+def _refusal(capsys: Capture, data: Path, *words: str) -> str:
+    assert main(["admin", *words, "--data-dir", str(data)]) == 1
+    return _one_line_error(capsys)
+
+
+def test_operator_not_found_says_which_and_why(toured: Path, capsys: Capture) -> None:
+    record_id = _admin(capsys, toured, "records", "list")[0]["record_id"]
+    assert "not-an-id is not a record id (mem_" in _refusal(
+        capsys, toured, "records", "show", "not-an-id"
+    )
+    assert f"no record {record_id}x in any workspace" in _refusal(
+        capsys, toured, "records", "history", record_id + "x"
+    )
+    assert (
+        f"record {record_id} is not in workspace research: it is in workspace default"
+        " (add --workspace default)"
+    ) in _refusal(
+        capsys, toured, "records", "dispute", record_id, "--workspace", "research", "--reason", "r"
+    )
+    assert "is not a candidate id" in _refusal(capsys, toured, "pending", "show", record_id)
+
+
+def test_a_mistyped_workspace_is_named_not_shown_empty(toured: Path, capsys: Capture) -> None:
+    _mint(toured, capsys, "agent-fay")  # its workspace: default
+    assert (
+        main(["admin", "records", "list", "--data-dir", str(toured), "--workspace", "defualt"]) == 0
+    )
+    out, err = capsys.readouterr()
+    assert out.strip() == "no records"
+    assert "no records, captures or tokens in workspace defualt; known: default" in err
+    assert main(["admin", "records", "list", "--data-dir", str(toured)]) == 0
+    assert "workspace" not in capsys.readouterr().err
+
+
 def test_a_token_minted_just_after_its_principal_is_revoked_works(
     data: Path, capsys: Capture
 ) -> None:
