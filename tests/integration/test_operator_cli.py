@@ -380,6 +380,25 @@ def test_backup_then_restore_beside_the_original_keys(data: Path, capsys: Captur
     assert main(["verify", "--data-dir", str(target)]) == 0
 
 
+def test_a_restore_with_moved_keys_brings_host_json_back(data: Path, capsys: Capture) -> None:
+    assert main(["admin", "policy", "set", "--data-dir", str(data), "--mode", "manual"]) == 0
+    config = json.loads((data / "host.json").read_text())
+    config.update(default_token_ttl_s=5_400, resource="https://memory.example.com/mcp")
+    (data / "host.json").write_text(json.dumps(config))
+    _captured(data, "Host file: the rota is kept.", "operator-cli-key-0050", admit=False)
+    capsys.readouterr()
+    backup_file = _backed_up(data, capsys)
+    target = data.parent / "moved"
+    target.mkdir()
+    shutil.move(data / "keys", target / "keys")  # the live key store, moved as the docs say
+    report = _admin(capsys, target, "restore", str(backup_file))
+    assert report["host_config"].startswith("restored from the backup")
+    restored = load_host_config(target)
+    assert restored.admission.mode == "manual" and restored.default_token_ttl_s == 5_400
+    assert restored.resource == "https://memory.example.com/mcp"
+    assert stat.S_IMODE((target / "host.json").stat().st_mode) == 0o600
+
+
 def test_a_forget_after_the_backup_reaches_the_restored_copy_and_leaves_no_text(
     data: Path, capsys: Capture
 ) -> None:
