@@ -770,6 +770,7 @@ def test_the_banner_shows_the_token_lifetime_from_host_json(tmp_path: Path) -> N
         token_ttl_s=5_400,
     )
     assert "The token expires in 1 h 30 min (default_token_ttl_s in" in out.getvalue()
+    assert "they are for its address: no --port needed" in out.getvalue()
     assert describe_lifetime(86_400) == "1 d" and describe_lifetime(45) == "45 s"
 
 

@@ -376,11 +376,12 @@ def print_banner(
     if console_link is not None:
         print(
             f"\nOperator console (one-time sign-in link, 5 min; `{command_name()} console` prints"
-            f" a new one): {console_link}",
+            f" a new one for this server while it runs): {console_link}",
             file=out,
         )
     print(
-        f"\nMint tokens for other agents with `{command_name()} token --help`. Ctrl-C stops.",
+        f"\nMint tokens for other agents with `{command_name()} token --help` (while this server"
+        " runs, they are for its address: no --port needed). Ctrl-C stops.",
         file=out,
         flush=True,
     )
@@ -458,6 +459,8 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
         server.close()
         raise
     url = f"http://{bind_host}:{port}{MCP_PATH}"
+    if server.lease is not None:  # `console` and `token` find this server without --port
+        server.lease.announce({"url": url, "host": bind_host, "port": port})
     resource = server.surface.runtime.host.resource
     print_banner(
         sys.stdout,

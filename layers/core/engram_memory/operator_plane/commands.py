@@ -510,11 +510,11 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
 
 def _show_revocation(result: dict[str, Any]) -> None:
     kind = result["revoked"]
-    what = f"{kind} {text.cell(result[kind])}"
+    print(f"{kind}: {text.cell(result[kind])}")
     if result.get("already_revoked"):
-        print(f"{what}: already revoked at {result['at']} (nothing changed)")
+        print(f"revoked: already revoked at {result['at']}; nothing changed")
     else:
-        print(f"{what}: revoked at {result['at']}")
+        print(f"revoked: at {result['at']}")
 
 
 def cmd_keys_rotate(args: argparse.Namespace) -> int:
