@@ -33,6 +33,7 @@ from engram_memory.approval_page.render import (
     render_signed_in,
 )
 from engram_memory.approval_page.view import (
+    RETRY_WINDOW,
     ApprovalView,
     Asked,
     Citation,
@@ -48,6 +49,7 @@ from engram_memory.approval_page.view import (
 __all__ = [
     "MAX_FORM_BYTES",
     "PAGE_HEADERS",
+    "RETRY_WINDOW",
     "ApprovalDesk",
     "ApprovalView",
     "Asked",

@@ -776,8 +776,6 @@ def context_from_claims(
         deadline_ms=deadline_ms,
         host_facts=(raw_token,) if raw_token else (),
         credential_id=claims.token_id,
-        credential_issued_at_ms=(
-            claims.issued_at * 1000 if claims.issued_at_ms is None else claims.issued_at_ms
-        ),
+        credential_issued_at_ms=claims.issued_at_ms or claims.issued_at * 1000,
         approver=_optional_id_claim(host.approver_claim, claims.other.get(host.approver_claim)),
     )
