@@ -10,7 +10,7 @@
 - ``backups/``                  the backups the console takes (``embedded/backup.py``;
                                 ``admin backup`` writes wherever it is told)
 - ``host.json``                 the host configuration (resource, tenant, admission, retention)
-- ``issued-tokens.jsonl``      the id, principal and expiry of every token minted here
+- ``issued-tokens.jsonl``      the id, principal, workspace and expiry of every token minted
 - ``lease.lock``                its ``flock`` is the data directory's lease: held by the one
                                 running server, or by ``admin keys rotate``/``restore`` while
                                 they run (``data_dir_lease.py``); it names the holder's PID

@@ -66,8 +66,9 @@ def _read_issuer_key(path: Path) -> Ed25519PrivateKey:
 
 class LocalIssuer(TokenIssuer):
     """A ``TokenIssuer`` that notes the id of every token it mints in the data directory
-    (``issued-tokens.jsonl``, 0600: id, principal, expiry; never the token), so that
-    ``admin tokens revoke --token-id`` can tell an id it minted from a mistyped one."""
+    (``issued-tokens.jsonl``, 0600: id, principal, workspace, expiry; never the token), so that
+    ``admin tokens revoke --token-id`` can tell an id it minted from a mistyped one, and the
+    operator commands know the workspaces tokens were minted for."""
 
     def __init__(self, private_key: Ed25519PrivateKey, *, issued: Path, **names: str) -> None:
         super().__init__(private_key, **names)
