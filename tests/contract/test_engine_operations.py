@@ -403,9 +403,12 @@ def test_revoked_tokens_answer_authorization_revoked_in_every_composition(
     later = context(credential_id="jti-c", credential_issued_at_ms=harness.clock.now_ms())
     assert harness.get(record_id, later)["ok"]  # minted after the revocation
     assert harness.get(record_id)["ok"]  # no credential: nothing to revoke
+    first = decisions.revoke_credentials(harness.engine, TENANT, OPS, token_id="jti-z")
+    harness.clock.advance(5_000)
+    again = decisions.revoke_credentials(harness.engine, TENANT, OPS, token_id="jti-z")
+    assert again == {**first, "already_revoked": True}  # the first time stands
     assert [e.tool for e in harness.audit.events if e.tool.startswith("admin.")] == [
-        "admin.revoke",
-        "admin.revoke",
-    ]
+        "admin.revoke"
+    ] * 4
     with pytest.raises(EngramError):
         decisions.revoke_credentials(harness.engine, TENANT, OPS)

@@ -13,10 +13,16 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from engram_memory.adapters.local.approval_book import ApprovalBook
-from engram_memory.approval_page import Decision, PageError
+from engram_memory.approval_page import RETRY_WINDOW, Decision, PageError, render_error
 from engram_memory.embedded.book_channel import EmbeddedApprovals, LinkDesk
 from engram_memory.engine.context import Scope
-from engram_memory.engine.gate import Approval, ConfirmationRequest, check_approval
+from engram_memory.engine.gate import (
+    APPROVAL_TTL_MS,
+    EXECUTION_WINDOW_MS,
+    Approval,
+    ConfirmationRequest,
+    check_approval,
+)
 from engram_memory.mcp_surface.approval_channel import ApprovalChannel, Declined, Question
 from engram_memory.mcp_surface.confirmations import approval_of_state, state_for
 
@@ -211,6 +217,8 @@ def test_the_link_alone_cannot_answer_without_the_terminal_code(
         (line,) = shown
         assert f"{code[:4]}-{code[4:]}" in line and question.approval_id in line
         assert f"engram-memory approvals approve {question.approval_id}" in line
+        assert f"approval page {question.link}, type the code" in line  # the operator's own
+        assert RETRY_WINDOW in line
         assert len(code) == 8 and not set(code) & set("01OIL")
 
         desk = LinkDesk(channel, csrf_key=b"k" * 32)
@@ -256,3 +264,29 @@ def test_without_a_page_no_link_is_handed_out_and_the_terminal_is_named(
         # what a -32603 hands the client: the bare program name, never the path it runs from
         assert form.approve_with == terminal.approve_with == command
         assert shown == []  # no page to type a code in: nothing to announce
+
+
+def test_a_link_without_its_secret_says_it_is_incomplete_and_nothing_else(
+    channel: EmbeddedApprovals,
+) -> None:
+    question = channel.ask(a_request(), context(), "url")
+    desk = LinkDesk(channel, csrf_key=b"k" * 32)
+    open_one = desk.view(question.approval_id, "")
+    assert open_one is PageError.INCOMPLETE_LINK
+    assert desk.view("apr_" + "0" * 32, "") is open_one  # alike for an unknown id
+    status, page = render_error(PageError.INCOMPLETE_LINK)
+    assert status == 404 and "incomplete" in page and "?secret=" in page
+    assert question.approval_id not in page
+
+
+def test_agent_and_approver_are_told_one_retry_window(tmp_path: Path, clock: FakeClock) -> None:
+    assert (
+        f"within {EXECUTION_WINDOW_MS // 1000} s of the approval and"
+        f" {APPROVAL_TTL_MS // 60_000} minutes of the request"
+    ) == RETRY_WINDOW
+    with announcing(tmp_path, clock, None) as (channel, _shown):
+        terminal = channel.ask(a_request(), context(), "terminal")
+    with announcing(tmp_path, clock, BASE_URL) as (paged, _shown):
+        url = paged.ask(a_request("mem_def"), context(), "url")
+    assert RETRY_WINDOW in terminal.message and RETRY_WINDOW in url.message
+    assert "within 5 minutes." not in terminal.message

@@ -398,6 +398,25 @@ def test_backup_then_restore_beside_the_original_keys(data: Path, capsys: Captur
     assert main(["verify", "--data-dir", str(target)]) == 0
 
 
+def test_a_restore_with_moved_keys_brings_host_json_back(data: Path, capsys: Capture) -> None:
+    assert main(["admin", "policy", "set", "--data-dir", str(data), "--mode", "manual"]) == 0
+    config = json.loads((data / "host.json").read_text())
+    config.update(default_token_ttl_s=5_400, resource="https://memory.example.com/mcp")
+    (data / "host.json").write_text(json.dumps(config))
+    _captured(data, "Host file: the rota is kept.", "operator-cli-key-0050", admit=False)
+    capsys.readouterr()
+    backup_file = _backed_up(data, capsys)
+    target = data.parent / "moved"
+    target.mkdir()
+    shutil.move(data / "keys", target / "keys")  # the live key store, moved as the docs say
+    report = _admin(capsys, target, "restore", str(backup_file))
+    assert report["host_config"].startswith("restored from the backup")
+    restored = load_host_config(target)
+    assert restored.admission.mode == "manual" and restored.default_token_ttl_s == 5_400
+    assert restored.resource == "https://memory.example.com/mcp"
+    assert stat.S_IMODE((target / "host.json").stat().st_mode) == 0o600
+
+
 def test_a_forget_after_the_backup_reaches_the_restored_copy_and_leaves_no_text(
     data: Path, capsys: Capture
 ) -> None:
@@ -703,6 +722,61 @@ def test_tokens_revoke_by_token_and_by_principal(data: Path, capsys: Capture) ->
     assert "not a token" in _one_line_error(capsys)
 
 
+def _refusal(capsys: Capture, data: Path, *words: str) -> str:
+    assert main(["admin", *words, "--data-dir", str(data)]) == 1
+    return _one_line_error(capsys)
+
+
+def test_operator_not_found_says_which_and_why(toured: Path, capsys: Capture) -> None:
+    record_id = _admin(capsys, toured, "records", "list")[0]["record_id"]
+    assert "not-an-id is not a record id (mem_" in _refusal(
+        capsys, toured, "records", "show", "not-an-id"
+    )
+    assert f"no record {record_id}x in any workspace" in _refusal(
+        capsys, toured, "records", "history", record_id + "x"
+    )
+    assert (
+        f"record {record_id} is not in workspace research: it is in workspace default"
+        " (add --workspace default)"
+    ) in _refusal(
+        capsys, toured, "records", "dispute", record_id, "--workspace", "research", "--reason", "r"
+    )
+    assert "is not a candidate id" in _refusal(capsys, toured, "pending", "show", record_id)
+
+
+def test_a_mistyped_workspace_is_named_not_shown_empty(toured: Path, capsys: Capture) -> None:
+    _mint(toured, capsys, "agent-fay")  # its workspace: default
+    assert (
+        main(["admin", "records", "list", "--data-dir", str(toured), "--workspace", "defualt"]) == 0
+    )
+    out, err = capsys.readouterr()
+    assert out.strip() == "no records"
+    assert "no records, captures or tokens in workspace defualt; known: default" in err
+    assert main(["admin", "records", "list", "--data-dir", str(toured)]) == 0
+    assert "workspace" not in capsys.readouterr().err
+
+
+def test_a_token_minted_just_after_its_principal_is_revoked_works(
+    data: Path, capsys: Capture
+) -> None:
+    # Early in a second, so the revocation and the new token share it: a whole-second `iat`
+    # would read as "issued before the revocation".
+    time.sleep(1.05 - time.time() % 1)
+    _admin(capsys, data, "tokens", "revoke", "--principal", "agent-dora")
+    later = _mint(data, capsys, "agent-dora")
+    assert _search_with(data, later)["ok"]
+
+
+def test_revoking_a_token_twice_keeps_the_first_time(data: Path, capsys: Capture) -> None:
+    token = _mint(data, capsys, "agent-erin")
+    first = _admin(capsys, data, "tokens", "revoke", "--token", token)
+    again = _admin(capsys, data, "tokens", "revoke", "--token", token)
+    assert again["at"] == first["at"] and again["already_revoked"] is True
+    assert "already_revoked" not in first
+    assert main(["admin", "tokens", "revoke", "--data-dir", str(data), "--token", token]) == 0
+    assert f"already revoked at {first['at']}" in capsys.readouterr().out
+
+
 def test_the_banner_shows_the_token_lifetime_from_host_json(tmp_path: Path) -> None:
     out = io.StringIO()
     print_banner(
@@ -714,6 +788,7 @@ def test_the_banner_shows_the_token_lifetime_from_host_json(tmp_path: Path) -> N
         token_ttl_s=5_400,
     )
     assert "The token expires in 1 h 30 min (default_token_ttl_s in" in out.getvalue()
+    assert "they are for its address: no --port needed" in out.getvalue()
     assert describe_lifetime(86_400) == "1 d" and describe_lifetime(45) == "45 s"
 
 

@@ -125,7 +125,68 @@ def test_serving_on_another_port_advertises_that_port_and_no_authorization_serve
         assert f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp" in challenge
         # a token minted for that port (as the banner's, or `token --port`) is served
         assert initialize(port, token(data, "--port", str(port))).status_code == 200
-        assert initialize(port, token(data)).status_code == 401  # minted for 8765
+        assert initialize(port, token(data, "--port", "8765")).status_code == 401
+
+
+def _console_link(data: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [engram(), "console", "--data-dir", str(data)], capture_output=True, text=True, check=True
+    )
+
+
+def test_console_and_token_find_the_running_server_and_say_when_none_runs(
+    tmp_path: Path,
+) -> None:
+    data, port = tmp_path / "data", free_port()
+    with serving([engram(), "serve", "--data-dir", str(data), "--port", str(port)], port):
+        assert initialize(port, token(data)).status_code == 200  # no --port: the server's
+        linked = _console_link(data)
+        assert linked.stdout.startswith(f"http://127.0.0.1:{port}/console/signin/")
+        assert "no server" not in linked.stderr
+    assert not (data / "server.json").exists()  # a clean stop takes its address away
+    stopped = _console_link(data)
+    assert stopped.stdout.startswith("http://127.0.0.1:8765/console/signin/")
+    assert f"no server is serving {data} over HTTP now" in stopped.stderr
+    assert len(stopped.stderr.strip().splitlines()) == 2  # that line, and the link's own
+
+
+def test_the_address_a_killed_server_left_behind_is_not_believed(tmp_path: Path) -> None:
+    data, port = tmp_path / "data", free_port()
+    with serving(
+        [engram(), "serve", "--data-dir", str(data), "--port", str(port)], port
+    ) as process:
+        process.kill()
+        process.wait()
+    assert json.loads((data / "server.json").read_text())["port"] == port  # left behind
+    done = subprocess.run(
+        [
+            engram(),
+            "token",
+            "--data-dir",
+            str(data),
+            "--principal",
+            "p",
+            "--workspace",
+            "w",
+            "--purpose",
+            "general",
+            "--tools",
+            "search",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    claims = json.loads(_payload(done.stdout.strip()))
+    assert claims["aud"] == "http://127.0.0.1:8765/mcp"
+    assert "no server is serving" in done.stderr
+
+
+def _payload(token: str) -> str:
+    import base64
+
+    body = token.split(".")[1]
+    return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
 
 
 def test_a_resource_set_in_host_json_is_kept_whatever_the_port(tmp_path: Path) -> None:

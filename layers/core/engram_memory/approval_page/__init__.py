@@ -34,6 +34,7 @@ from engram_memory.approval_page.render import (
     render_signed_in,
 )
 from engram_memory.approval_page.view import (
+    RETRY_WINDOW,
     ApprovalView,
     Asked,
     Citation,
@@ -50,6 +51,7 @@ __all__ = [
     "DECISION_STYLE",
     "MAX_FORM_BYTES",
     "PAGE_HEADERS",
+    "RETRY_WINDOW",
     "ApprovalDesk",
     "ApprovalView",
     "Asked",

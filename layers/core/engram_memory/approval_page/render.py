@@ -8,7 +8,14 @@ import hashlib
 from html import escape
 from typing import Final
 
-from engram_memory.approval_page.view import ApprovalView, Decision, Memory, PageError, iso_time
+from engram_memory.approval_page.view import (
+    RETRY_WINDOW,
+    ApprovalView,
+    Decision,
+    Memory,
+    PageError,
+    iso_time,
+)
 
 # Approve and decline look the same here and in the embedded console, which serves these rules
 # after its own stylesheet: approve is the filled, primary action; decline the outlined one.
@@ -144,8 +151,7 @@ def _after_answer(view: ApprovalView) -> str:
         )
     return (
         "After you answer, go back to your agent: it retries the same call, which then goes"
-        " through (approve) or is refused (decline). The retry must come within 30 s of your"
-        " approval and 5 minutes of the request."
+        f" through (approve) or is refused (decline). The retry must come {RETRY_WINDOW}."
     )
 
 
@@ -157,7 +163,7 @@ def render_answered(view: ApprovalView, decision: Decision) -> str:
             " same call returns its receipt."
             if view.committed_by_run
             else f"You approved: {view.action}. Go back to your agent now: its retry of the"
-            " same call goes through if it comes within 30 s."
+            f" same call goes through if it comes {RETRY_WINDOW}."
         )
     else:
         heading = "Declined"
@@ -190,6 +196,13 @@ ERRORS: Final[dict[PageError, tuple[int, str, str]]] = {
         "Approval not found",
         "This approval link is not known here. Open the whole link your agent's host showed you;"
         " if the agent still needs an approval, have it retry its call to get a new link.",
+    ),
+    PageError.INCOMPLETE_LINK: (
+        404,
+        "This approval link is incomplete",
+        "The link lacks its secret: the part after ?secret= that the agent's host gave with it."
+        " Open the whole link; or, on the host, run engram-memory approvals list to see the"
+        " requests waiting and answer them there.",
     ),
     PageError.EXPIRED: (
         410,

@@ -227,10 +227,16 @@ def iso_time(at_ms: int) -> str:
     return datetime.fromtimestamp(at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+# The one retry window every person and agent is told (the engine's gate, engine/gate.py:
+# EXECUTION_WINDOW_MS and APPROVAL_TTL_MS, decides it; tests/unit checks the two agree).
+RETRY_WINDOW: Final = "within 30 s of the approval and 5 minutes of the request"
+
+
 class PageError(enum.Enum):
     """Why the page cannot show or take an answer; each renders with a next step."""
 
     NOT_FOUND = "not_found"
+    INCOMPLETE_LINK = "incomplete_link"  # the embedded host: a link without its secret
     EXPIRED = "expired"
     ANSWERED = "answered"
     CSRF = "csrf"

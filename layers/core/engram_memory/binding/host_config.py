@@ -191,6 +191,16 @@ class HostConfig(_Closed):
     default_token_ttl_s: int = Field(
         default=86_400, ge=1, description="Lifetime of tokens minted without --expires-in."
     )
+    http_session_idle_s: float = Field(
+        default=600,
+        gt=0,
+        le=86_400,
+        description=(
+            "Seconds an MCP HTTP session may stay idle (no request in flight) before the server"
+            " closes it and frees its memory; its id then answers 404 and the client"
+            " initializes anew."
+        ),
+    )
     console_remote: bool = Field(
         default=False,
         description="Let the operator console answer clients that are not on this machine.",

@@ -257,14 +257,17 @@ class TokenIssuer:
             raise ValueError(f"confirm lists tools that are not granted: {', '.join(outside)}")
         if isinstance(expires_in_s, bool) or not isinstance(expires_in_s, int) or expires_in_s < 1:
             raise ValueError("expires_in_s must be a positive number of seconds")
-        issued = int(time.time()) if now is None else now
-        if isinstance(issued, bool) or not isinstance(issued, int):
+        # `iat` to the millisecond (RFC 7519 allows a non-integer NumericDate): a revocation of
+        # the principal is then exact, never refusing a token minted a moment after it.
+        issued_ms = time.time_ns() // 1_000_000 if now is None else now * 1000
+        if isinstance(now, bool) or not isinstance(issued_ms, int):
             raise ValueError("now must be an integer number of seconds")
+        issued = issued_ms // 1000
         claims: dict[str, Any] = {
             "iss": self.issuer,
             "aud": self.audience,
             "sub": _nonempty("principal", principal),
-            "iat": issued,
+            "iat": issued if now is not None else issued_ms / 1000,
             "nbf": issued,
             "exp": issued + expires_in_s,
             "jti": _token_id(),
@@ -314,6 +317,7 @@ class VerifiedClaims:
     engram_retention: object = None
     engram_reconcile: object = None
     other: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    issued_at_ms: int | None = None  # `iat` to the millisecond, as the token carries it
 
 
 @dataclass(frozen=True, slots=True)
@@ -616,6 +620,7 @@ def _claims(
         audience=audience,
         subject=payload["sub"],
         issued_at=issued_at,
+        issued_at_ms=round(payload["iat"] * 1000),
         expires_at=expires_at,
         not_before=_numeric_date(payload, "nbf"),
         token_id=token_id if isinstance(token_id, str) else None,
@@ -771,6 +776,6 @@ def context_from_claims(
         deadline_ms=deadline_ms,
         host_facts=(raw_token,) if raw_token else (),
         credential_id=claims.token_id,
-        credential_issued_at_ms=claims.issued_at * 1000,
+        credential_issued_at_ms=claims.issued_at_ms or claims.issued_at * 1000,
         approver=_optional_id_claim(host.approver_claim, claims.other.get(host.approver_claim)),
     )

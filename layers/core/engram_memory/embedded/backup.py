@@ -47,7 +47,9 @@ from engram_memory.embedded.data_dir import (
     DATABASE_FILE,
     KEYS_DIR,
     MASTER_KEY_FILE,
+    host_config_path,
 )
+from engram_memory.embedded.host_file import host_config_of, host_config_text, save_host_config
 from engram_memory.engine.context import Scope
 from engram_memory.engine.journal import verify_journal
 from engram_memory.engine.ports import (
@@ -63,6 +65,9 @@ from engram_memory.operator_plane.text import progress
 __all__ = ["OperationRefused", "backup", "backups_listed", "restore", "verify_backup"]
 
 _PAGE = 500
+# The data directory's host.json travels in the backup (its admission policy, token lifetime,
+# resource and tenant are not derivable from the database), as this store_meta row.
+HOST_CONFIG_META = "host_config"
 # What the operator does about keys/ before a restore (docs/operating.md, "Backup and restore"):
 # the live key store, moved, never a copy kept aside (it would hold keys destroyed since).
 _MOVE_KEYS = (
@@ -98,7 +103,9 @@ def backup(data_dir: Path, target: Path, operator: str) -> dict[str, Any]:
         def run(_call: Any) -> dict[str, Any]:
             staged = target.with_name(f".{target.name}.partial-{secrets.token_hex(6)}")
             try:
-                checked = _staged_backup(host.store, host.vault.record_keys, staged)
+                checked = _staged_backup(
+                    host.store, host.vault.record_keys, staged, host_config_text(host.config)
+                )
                 _link_into_place(staged, target)
             finally:
                 _unlink_database(staged)
@@ -110,6 +117,7 @@ def backup(data_dir: Path, target: Path, operator: str) -> dict[str, Any]:
                 "key_store_id": checked.key_store_id,
                 "keys_included": False,
                 "projections_included": False,
+                "host_config_included": True,
             }
 
         return audited(host.engine, scope, operator, "backup", target.name, run)
@@ -180,12 +188,16 @@ def _own_metadata(path: Path) -> dict[str, Any]:
     }
 
 
-def _staged_backup(store: SqliteStore, record_keys: RecordKeys, staged: Path) -> _Checked:
-    """The online copy at ``staged``, checked as a restore would check it, self-contained."""
+def _staged_backup(
+    store: SqliteStore, record_keys: RecordKeys, staged: Path, host_config: str
+) -> _Checked:
+    """The online copy at ``staged`` with ``host_config`` (``host.json``'s text), checked as a
+    restore would check it, self-contained."""
     try:
         store.backup_to(staged)
     except StoreUnavailable:
         raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+    _meta_set(staged, HOST_CONFIG_META, host_config)
     crash_point("backup.copied")
     checked = _check(staged, record_keys)
     _rollback_journal(staged)
@@ -301,6 +313,7 @@ def restore(
         raise OperationRefused(ErrorCode.BACKUP_INVALID, f"no backup file at {backup_file}")
     missing = _target_refusal(data_dir, new_keys=new_keys)
     created = not data_dir.exists()
+    configured = host_config_path(data_dir).exists()
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     for stale in data_dir.glob(f".{DATABASE_FILE}.restore-*"):
         stale.unlink(missing_ok=True)  # left by a restore that was killed
@@ -309,6 +322,7 @@ def restore(
         _copy(backup_file, staged)
         crash_point("restore.copied")
         checked = _check(staged, None)
+        carried = _carried_config(staged, data_dir, write=not configured)
         if missing:
             init_data_dir(data_dir)  # the new key store (no memories yet: allowed)
         checked, fresh = _checked_beside_keys(staged, data_dir, checked, new_keys=new_keys)
@@ -323,11 +337,30 @@ def restore(
         crash_point("restore.in_place")
     except BaseException:
         _unlink_database(staged)
+        if not configured:
+            host_config_path(data_dir).unlink(missing_ok=True)
         if created and not any(data_dir.iterdir()):
             data_dir.rmdir()  # refused before anything was made: leave no trace
         raise
     _audit_restore(data_dir, operator)
-    return report
+    return {**report, "host_config": carried}
+
+
+def _carried_config(staged: Path, data_dir: Path, *, write: bool) -> str:
+    """Put the backup's ``host.json`` in ``data_dir`` when it has none (``write``); what
+    became of it, for the report."""
+    store = SqliteStore(staged)
+    try:
+        text = store.meta_get(HOST_CONFIG_META)
+    finally:
+        store.close()
+    if text is None:
+        return "not in the backup (taken before backups carried it): defaults"
+    config = host_config_of(text, "the backup")
+    if not write:
+        return f"kept the target's {host_config_path(data_dir)} (the backup's is not applied)"
+    save_host_config(data_dir, config)
+    return f"restored from the backup to {host_config_path(data_dir)}"
 
 
 def _checked_beside_keys(
@@ -351,7 +384,7 @@ def _checked_beside_keys(
         checked = _check(staged, vault.record_keys)
     finally:
         vault.close()
-    _adopt(staged, ours)
+    _meta_set(staged, KEY_STORE_META, ours)
     return checked, fresh
 
 
@@ -384,10 +417,10 @@ def _vault(data_dir: Path) -> LocalVault:
     return LocalVault(keys / CANDIDATE_KEYS_FILE, load_or_create_master_key(keys / MASTER_KEY_FILE))
 
 
-def _adopt(staged: Path, key_store_id: str) -> None:
+def _meta_set(staged: Path, key: str, value: str) -> None:
     store = SqliteStore(staged)
     try:
-        store.meta_set(KEY_STORE_META, key_store_id)
+        store.meta_set(key, value)
     finally:
         store.close()
 

@@ -102,8 +102,9 @@ class EmbeddedApprovals:
         action = shared.action_of(row.tool)[1]
         self._notify(
             f"engram-memory: an agent asks to {action} ({row.approval_id}). To answer on the"
-            f" approval page, type the code {shown_code(row.code)}; or run `{command_name()}"
-            f" approvals approve {row.approval_id}` (or decline)."
+            f" approval page {self.link(row)}, type the code {shown_code(row.code)}; or run"
+            f" `{command_name()} approvals approve {row.approval_id}` (or decline). The agent's"
+            f" retry then has to come {shared.RETRY_WINDOW}."
         )
 
     def view_of(self, row: OpenApproval) -> shared.ApprovalView:
@@ -138,13 +139,14 @@ class EmbeddedApprovals:
             return (
                 f"this client cannot ask a human to confirm. A person on the host runs {command}"
                 f" (or `decline`; `{program} approvals list` shows the request), then the"
-                " agent retries the same call within 5 minutes."
+                f" agent retries the same call {shared.RETRY_WINDOW}."
             )
         summary = shared.plain_summary(self.view_of(row), self.clock.now_ms())
         if mode == "url":
             return (
                 f"{summary}\n\nOpen the approval page and type the code shown on the host's"
-                f" terminal to answer (or, on the host, run {command}); then retry the same call."
+                f" terminal to answer (or, on the host, run {command}); then retry the same call"
+                f" {shared.RETRY_WINDOW}."
             )
         link = self.link(row)
         page = (
@@ -238,6 +240,8 @@ class LinkDesk(shared.QuestionDesk[OpenApproval]):
 
     def question(self, approval_id: str, credential: str) -> OpenApproval | shared.PageError:
         book = self._approvals.book
+        if not credential:  # said for every id alike: it tells nothing about this one
+            return shared.PageError.INCOMPLETE_LINK
         row = book.get(approval_id) if approval_id.startswith("apr_") else None
         if row is None or not hmac.compare_digest(row.secret.encode(), credential.encode()):
             return shared.PageError.NOT_FOUND  # a wrong secret learns nothing, not even existence

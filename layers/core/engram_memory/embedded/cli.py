@@ -161,12 +161,32 @@ def _tool_list(text: str, option: str) -> list[str]:
     return names
 
 
+def _served_on(args: argparse.Namespace, data_dir: Path, what: str) -> tuple[str, int]:
+    """The address ``what`` is for: ``--host``/``--port`` when given, else the running server's
+    (``server.json``, believed while it holds the lease), else the default, said on stderr."""
+    from engram_memory.binding.host_config import DEFAULT_PORT
+    from engram_memory.embedded.data_dir_lease import serving_address
+
+    host = args.host or "127.0.0.1"
+    if args.port is not None:
+        return host, int(args.port)
+    running = serving_address(data_dir)
+    if running is not None and args.host in (None, running.get("host")):
+        return str(running.get("host") or host), int(running["port"])
+    print(
+        f"engram-memory: no server is serving {data_dir} over HTTP now; {what} is for"
+        f" {host}:{DEFAULT_PORT}, the default (start `{command_name()} serve`, or pass --port)",
+        file=sys.stderr,
+    )
+    return host, DEFAULT_PORT
+
+
 def cmd_token(args: argparse.Namespace) -> int:
     from engram_memory.embedded.host_file import load_host_config
     from engram_memory.embedded.issuer_keys import local_issuer
 
     data_dir = _data_dir(args)
-    config = load_host_config(data_dir).serving_on(args.host, args.port)
+    stored = load_host_config(data_dir)
     tools = _tool_list(args.tools, "--tools")
     if not tools:
         raise CliError("--tools needs at least one tool (search,get,capture,...)")
@@ -174,6 +194,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     outside = [name for name in confirm if name not in tools]
     if outside:
         raise CliError(f"--confirm names tools that --tools does not grant: {', '.join(outside)}")
+    if args.expires_in is not None and args.expires_in < 1:
+        raise CliError("--expires-in must be a positive number of seconds")
+    config = stored.serving_on(*_served_on(args, data_dir, "the token"))
     expires_in = config.default_token_ttl_s if args.expires_in is None else args.expires_in
     if expires_in < 1:
         raise CliError("--expires-in must be a positive number of seconds")
@@ -208,7 +231,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     operator = args.operator.strip()
     if not operator:
         raise CliError("--operator must not be empty")
-    resource = load_host_config(data_dir).serving_on(args.host, args.port).resource
+    served = _served_on(args, data_dir, "the link")
+    resource = load_host_config(data_dir).serving_on(*served).resource
     link = sign_in_link(data_dir, page_origin(resource), operator, int(time.time() * 1000))
     print(link)
     print(
@@ -229,8 +253,12 @@ def _add_console_parser(sub: Sub) -> None:
     console.add_argument(
         "--operator", default=default_operator(), help="who acts, as audited (default: your login)"
     )
-    console.add_argument("--host", default="127.0.0.1", help="the address `serve` binds")
-    console.add_argument("--port", type=int, default=8765, help="the port `serve` listens on")
+    console.add_argument(
+        "--host", help="the address `serve` binds (default: the running server's, or 127.0.0.1)"
+    )
+    console.add_argument(
+        "--port", type=int, help="the port `serve` listens on (default: the running server's)"
+    )
     console.set_defaults(func=cmd_console)
 
 
@@ -256,13 +284,14 @@ def _add_token_parser(sub: Sub) -> None:
         "--expires-in", type=int, metavar="SECONDS", help="lifetime (default: host.json's)"
     )
     token.add_argument("--agent-id", help="agent identifier for the audit log (no authority)")
-    token.add_argument("--host", default="127.0.0.1", help="the address `serve` binds")
+    token.add_argument(
+        "--host", help="the address `serve` binds (default: the running server's, or 127.0.0.1)"
+    )
     token.add_argument(
         "--port",
         type=int,
-        default=8765,
-        help="the port `serve` listens on: the token's audience follows it unless host.json"
-        " sets a resource",
+        help="the port `serve` listens on (default: the running server's, or 8765): the token's"
+        " audience follows it unless host.json sets a resource",
     )
     token.set_defaults(func=cmd_token)
 

@@ -136,7 +136,7 @@ def _not_waiting(approval_id: str, row: OpenApproval | None) -> str:
 
 
 def _answer(args: argparse.Namespace, approve: bool) -> int:
-    from engram_memory.approval_page.view import action_of
+    from engram_memory.approval_page.view import RETRY_WINDOW, action_of
     from engram_memory.operator_plane.auditing import operator_principal
 
     approver = operator_principal(args.operator)  # journaled with the transition it authorizes
@@ -153,7 +153,7 @@ def _answer(args: argparse.Namespace, approve: bool) -> int:
     if approve:
         print(
             f"approved: {action} {row.target or ''} for {row.principal}. The agent's"
-            " retry of the same call commits if it comes within 30 s."
+            f" retry of the same call commits if it comes {RETRY_WINDOW}."
         )
     else:
         print(f"declined: {action} {row.target or ''}. Nothing was changed.")

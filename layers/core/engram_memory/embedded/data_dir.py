@@ -10,10 +10,12 @@
 - ``backups/``                  the backups the console takes (``embedded/backup.py``;
                                 ``admin backup`` writes wherever it is told)
 - ``host.json``                 the host configuration (resource, tenant, admission, retention)
-- ``issued-tokens.jsonl``      the id, principal and expiry of every token minted here
+- ``issued-tokens.jsonl``      the id, principal, workspace and expiry of every token minted
 - ``lease.lock``                its ``flock`` is the data directory's lease: held by the one
                                 running server, or by ``admin keys rotate``/``restore`` while
                                 they run (``data_dir_lease.py``); it names the holder's PID
+- ``server.json``               where the HTTP server holding the lease serves (its URL, host,
+                                port, PID): what ``console`` and ``token`` use without ``--port``
 - ``keys/master.key``           local master key wrapping the per-candidate data keys
 - ``keys/candidate-keys.db``    wrapped scope, record and candidate keys (never in a backup)
 - ``keys/cursor.key``           authenticates search page cursors
@@ -36,6 +38,8 @@ BACKUP_SUFFIX: Final = ".engram-backup.db"
 # Locked by the one process that owns the directory, not written (data_dir_lease.py).
 LEASE_FILE: Final = "lease.lock"
 ISSUED_TOKENS_FILE: Final = "issued-tokens.jsonl"
+# The serving server's address, believed only while its lease is held (data_dir_lease.py).
+SERVER_FILE: Final = "server.json"
 
 # In keys/ (0700), each file 0600: what a backup leaves out (docs/operating.md).
 KEYS_DIR: Final[str] = "keys"

@@ -11,6 +11,12 @@ process ends in any way, SIGKILL included: a crashed server never leaves a stale
 up (its file stays behind, unlocked, and the next holder takes it). A holder removes the file
 when it lets go. Its content, the holder's PID and role, is only for the refusal message, never
 for the decision: whether the lease is held is the lock's to say.
+
+An HTTP server also ``announce``s where it serves, in ``server.json`` (written atomically, removed
+when the lease is let go), so the commands that need the running server's address (``console``,
+``token``) find it without ``--port``. ``serving_address`` believes the file only while its
+writer holds the lease: one left by a killed server names an address nobody serves, and is
+ignored.
 """
 
 from __future__ import annotations
@@ -18,13 +24,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from engram_memory.embedded.data_dir import LEASE_FILE
+from engram_memory.adapters.local.private_files import write_private_file
+from engram_memory.embedded.data_dir import LEASE_FILE, SERVER_FILE
 from engram_memory.embedded.errors import DataDirectoryRefused
 
 __all__ = [
@@ -33,6 +41,7 @@ __all__ = [
     "acquire_lease",
     "lease_holder",
     "owned",
+    "serving_address",
 ]
 
 SERVER: Final = "the server"
@@ -69,6 +78,13 @@ class DataDirLease:
     def held(self) -> bool:
         return self._fd is not None
 
+    def announce(self, address: dict[str, Any]) -> None:
+        """Say where the holder serves (``url``, ``host``, ``port``), until ``release``."""
+        document = {**address, "pid": os.getpid()}
+        write_private_file(
+            self.path.parent / SERVER_FILE, json.dumps(document).encode(), replace=True
+        )
+
     def release(self) -> None:
         """Give the lease up; idempotent. The file goes first, while still locked (a newcomer
         that opened it meanwhile sees it is gone once it gets the lock, and tries again)."""
@@ -76,6 +92,8 @@ class DataDirLease:
         if fd is not None:
             with _HELD_LOCK:
                 _HELD.pop(self.path.parent.resolve(), None)
+            with contextlib.suppress(OSError):
+                (self.path.parent / SERVER_FILE).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 if _same_file(fd, self.path):
                     self.path.unlink()
@@ -156,3 +174,36 @@ def owned(data_dir: Path, holder: str) -> Iterator[bool]:
         return
     with lease:
         yield True
+
+
+def _held_now(data_dir: Path) -> bool:
+    """Whether some open file description holds the lease now: a shared lock cannot be had
+    beside the holder's exclusive one (and is let go at once, never writing anything)."""
+    try:
+        fd = os.open(Path(data_dir) / LEASE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lease file: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)  # drops the shared lock, if it was taken
+    return False
+
+
+def serving_address(data_dir: Path) -> dict[str, Any] | None:
+    """Where the server holding ``data_dir`` serves HTTP (``url``, ``host``, ``port``, ``pid``),
+    or ``None``: no server, a stdio one, or a ``server.json`` its killed writer left behind."""
+    try:
+        document = json.loads((Path(data_dir) / SERVER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("port"), int):
+        return None
+    holder_pid, _role = lease_holder(data_dir)
+    if document.get("pid") != holder_pid or not _held_now(data_dir):
+        return None
+    return document

@@ -24,7 +24,13 @@ from engram_memory.embedded.errors import HostConfigError
 if TYPE_CHECKING:
     from engram_memory.engine.ports import AdmissionPolicy, AdmissionRequest, PolicyDecision
 
-__all__ = ["LiveAdmissionPolicy", "load_host_config", "save_host_config"]
+__all__ = [
+    "LiveAdmissionPolicy",
+    "host_config_of",
+    "host_config_text",
+    "load_host_config",
+    "save_host_config",
+]
 
 
 def load_host_config(data_dir: Path) -> HostConfig:
@@ -58,11 +64,26 @@ def load_host_config(data_dir: Path) -> HostConfig:
         ) from None
 
 
+def host_config_text(config: HostConfig) -> str:
+    """``config`` as ``host.json`` holds it (a backup carries the same text)."""
+    return json.dumps(config.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+
+
+def host_config_of(text: str, where: str) -> HostConfig:
+    """The configuration ``text`` (``host.json``'s form) describes; ``HostConfigError`` naming
+    ``where`` it came from otherwise."""
+    try:
+        return HostConfig.model_validate_json(text)
+    except ValidationError as error:
+        raise HostConfigError(
+            f"the host configuration in {where} is invalid: {describe_validation_error(error)}"
+        ) from None
+
+
 def save_host_config(data_dir: Path, config: HostConfig) -> Path:
     """Write ``config`` to ``<data_dir>/host.json`` atomically (mode 0600); returns the path."""
     path = host_config_path(data_dir)
-    text = json.dumps(config.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
-    write_private_file(path, text.encode("utf-8"), replace=True)
+    write_private_file(path, host_config_text(config).encode("utf-8"), replace=True)
     return path
 
 

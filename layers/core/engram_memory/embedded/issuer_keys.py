@@ -66,8 +66,9 @@ def _read_issuer_key(path: Path) -> Ed25519PrivateKey:
 
 class LocalIssuer(TokenIssuer):
     """A ``TokenIssuer`` that notes the id of every token it mints in the data directory
-    (``issued-tokens.jsonl``, 0600: id, principal, expiry; never the token), so that
-    ``admin tokens revoke --token-id`` can tell an id it minted from a mistyped one."""
+    (``issued-tokens.jsonl``, 0600: id, principal, workspace, expiry; never the token), so that
+    ``admin tokens revoke --token-id`` can tell an id it minted from a mistyped one, and the
+    operator commands know the workspaces tokens were minted for."""
 
     def __init__(self, private_key: Ed25519PrivateKey, *, issued: Path, **names: str) -> None:
         super().__init__(private_key, **names)
@@ -76,27 +77,51 @@ class LocalIssuer(TokenIssuer):
     def mint(self, **claims: Any) -> str:
         token = super().mint(**claims)
         minted = jwt.decode(token, options={"verify_signature": False})
-        line = {"jti": minted["jti"], "sub": minted["sub"], "exp": minted["exp"]}
+        line = {
+            "jti": minted["jti"],
+            "sub": minted["sub"],
+            "exp": minted["exp"],
+            "workspace": minted["workspace_id"],
+        }
         fd = os.open(self._issued, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as out:
             out.write(json.dumps(line, sort_keys=True) + "\n")
         return token
 
 
-def token_issued(data_dir: Path, token_id: str) -> bool | None:
-    """Whether this data directory's issuer minted ``token_id``; None when it cannot tell (no
-    token minted since ids were noted)."""
+def _issued(data_dir: Path) -> list[dict[str, Any]] | None:
+    """The lines of ``issued-tokens.jsonl`` (None without one); a torn last line is skipped."""
     try:
         lines = (Path(data_dir) / ISSUED_TOKENS_FILE).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         return None
+    noted: list[dict[str, Any]] = []
     for text in lines:
         try:
-            if json.loads(text).get("jti") == token_id:
-                return True
-        except (ValueError, AttributeError):
-            continue  # a torn last line: skipped
-    return False
+            line = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(line, dict):
+            noted.append(line)
+    return noted
+
+
+def token_issued(data_dir: Path, token_id: str) -> bool | None:
+    """Whether this data directory's issuer minted ``token_id``; None when it cannot tell (no
+    token minted since ids were noted)."""
+    noted = _issued(data_dir)
+    if noted is None:
+        return None
+    return any(line.get("jti") == token_id for line in noted)
+
+
+def token_workspaces(data_dir: Path) -> set[str]:
+    """The workspaces of the tokens minted here (those noted with theirs)."""
+    return {
+        line["workspace"]
+        for line in _issued(data_dir) or []
+        if isinstance(line.get("workspace"), str)
+    }
 
 
 def local_issuer(data_dir: Path, config: HostConfig) -> TokenIssuer:

@@ -21,6 +21,8 @@ from engram_memory.operator_plane.seat import AuditPage, SeatFailure, UsageError
 if TYPE_CHECKING:
     from engram_memory.binding.host_config import HostConfig
     from engram_memory.embedded.composition import EmbeddedHost
+    from engram_memory.engine.context import Scope
+    from engram_memory.engine.kernel import Kernel
     from engram_memory.operator_plane.seat import UseCase
 
 __all__ = ["DataDirSeat"]
@@ -73,18 +75,34 @@ class DataDirSeat:
         from engram_memory.engine.context import Scope
 
         config = self._config()
+        scope = Scope(config.tenant_id, workspace)
         if self._opened is not None:
             engine = self._opened().engine
-            result = run(engine, Scope(config.tenant_id, workspace), self._operator)
+            result = run(engine, scope, self._operator)
             engine.drain_outbox()
             return result
         host = open_existing(self._data_dir, config=config)
         try:
-            result = run(host.engine, Scope(config.tenant_id, workspace), self._operator)
+            result = run(host.engine, scope, self._operator)
             host.engine.drain_outbox()  # the projections follow before the command returns
+            self._note_unknown(host.engine, scope)
             return result
         finally:
             host.close()
+
+    def _note_unknown(self, engine: Kernel, scope: Scope) -> None:
+        """A workspace nothing here names (a typo, most likely) is said, not shown empty."""
+        from engram_memory.embedded.issuer_keys import token_workspaces
+        from engram_memory.operator_plane.inspection import workspaces
+        from engram_memory.operator_plane.text import cell
+
+        known = set(workspaces(engine, scope.tenant_id)) | token_workspaces(self._data_dir)
+        if scope.workspace_id in known or not known:
+            return
+        self.notes.append(
+            f"no records, captures or tokens in workspace {cell(scope.workspace_id)};"
+            f" known: {', '.join(cell(name) for name in sorted(known))}"
+        )
 
     def backup(self, target: str | None) -> dict[str, Any]:
         from engram_memory.embedded.backup import backup

@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,11 @@ from engram_memory.binding.host_config import DEFAULT_PORT, HostConfig
 from engram_memory.binding.tokens import InvalidToken, TokenIssuer, context_from_claims
 from engram_memory.binding.verified_tokens import cached
 from engram_memory.contract.errors import ErrorCode, TrustedContextUnavailable
-from engram_memory.embedded.allocator import cap_malloc_arenas
+from engram_memory.embedded.allocator import (
+    RELEASE_EVERY_S,
+    cap_malloc_arenas,
+    release_free_memory,
+)
 from engram_memory.embedded.book_channel import EmbeddedApprovals, LinkDesk, approval_routes
 from engram_memory.embedded.console.app import Console, console_routes, sign_in_link
 from engram_memory.embedded.data_dir import (
@@ -376,11 +381,12 @@ def print_banner(
     if console_link is not None:
         print(
             f"\nOperator console (one-time sign-in link, 5 min; `{command_name()} console` prints"
-            f" a new one): {console_link}",
+            f" a new one for this server while it runs): {console_link}",
             file=out,
         )
     print(
-        f"\nMint tokens for other agents with `{command_name()} token --help`. Ctrl-C stops.",
+        f"\nMint tokens for other agents with `{command_name()} token --help` (while this server"
+        " runs, they are for its address: no --port needed). Ctrl-C stops.",
         file=out,
         flush=True,
     )
@@ -391,10 +397,15 @@ class ServeError(Exception):
 
 
 def _drain_loop(server: EmbeddedServer, stop: threading.Event) -> None:
-    """Completes queued key destructions and projection drops without further calls."""
+    """Completes queued key destructions and projection drops without further calls, and
+    returns to the system what closed sessions freed."""
+    released = time.monotonic()
     while not stop.wait(5.0):
         if server.engine.opened:
             server.host.engine.drain_outbox()
+        if time.monotonic() - released >= RELEASE_EVERY_S:  # e.g. closed idle sessions
+            release_free_memory()
+            released = time.monotonic()
 
 
 def _listening_socket(bind_host: str, port: int) -> socket.socket:
@@ -458,6 +469,8 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
         server.close()
         raise
     url = f"http://{bind_host}:{port}{MCP_PATH}"
+    if server.lease is not None:  # `console` and `token` find this server without --port
+        server.lease.announce({"url": url, "host": bind_host, "port": port})
     resource = server.surface.runtime.host.resource
     print_banner(
         sys.stdout,

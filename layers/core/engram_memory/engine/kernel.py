@@ -258,11 +258,11 @@ class Kernel:
 
     def revoke_credentials(
         self, tenant_id: str, kind: Literal["token", "principal"], value: str, at_ms: int
-    ) -> None:
+    ) -> int:
         """Revoke one token (``kind`` ``token``, ``value`` its ``jti``) or every token a
         principal holds at ``at_ms``: an operator's decision, which ``credential_revoked`` reads
-        on every call from then on."""
-        self.read(lambda: self.store.revoke_credentials(tenant_id, kind, value, at_ms))
+        on every call from then on. Returns the revocation's instant: a token's first."""
+        return self.read(lambda: self.store.revoke_credentials(tenant_id, kind, value, at_ms))
 
     @staticmethod
     def check_purpose(call: Call, purpose_ref: str) -> None:

@@ -329,10 +329,11 @@ class Store(Protocol):
 
     def revoke_credentials(
         self, tenant_id: str, kind: Literal["token", "principal"], value: str, at_ms: int
-    ) -> None:
+    ) -> int:
         """Record a revocation: of one token (``kind`` ``token``, ``value`` its ``jti``), or of
         every token of a principal issued at or before ``at_ms`` (``principal``). Idempotent: a
-        repeated principal revocation moves its instant forward."""
+        repeated principal revocation moves its instant forward, a repeated token revocation
+        keeps the first. Returns the instant that stands."""
         ...
 
     def credential_revoked(

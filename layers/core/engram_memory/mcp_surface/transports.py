@@ -174,6 +174,8 @@ def streamable_app(
         # Host and Origin are checked by the gate, exactly (the SDK matches patterns by prefix).
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         host=bind_host,
+        # An idle session's memory comes back; its id then answers 404 (the client re-opens).
+        session_idle_timeout=None if stateless else host.http_session_idle_s,
     )
     app.router.routes[:0] = _metadata_routes(host.resource, host.issuer)
     app.router.lifespan_context = _stopping_waits(surface, app.router.lifespan_context)

@@ -199,6 +199,26 @@ def _use_case(
     return _on_seat(args, what, lambda seat: seat.call(args.workspace, run, mutates=mutates), show)
 
 
+def _naming(run: Callable[..., T], *named: tuple[str, str | None]) -> Callable[..., T]:
+    """``run``, whose bare ``NOT_FOUND`` says which of the ``named`` (kind, id) is missing and
+    why (``inspection.not_found``): the operator is told what an agent is not."""
+
+    def explained(engine: Kernel, scope: Scope, operator: str) -> T:
+        try:
+            return run(engine, scope, operator)
+        except EngramError as error:
+            if error.code.value != "NOT_FOUND" or hasattr(error, "detail"):
+                raise
+            for kind, target_id in named:
+                if target_id is not None:
+                    why = _inspection().not_found(engine, scope, kind, target_id)
+                    if why is not None:
+                        raise why from None
+            raise
+
+    return explained
+
+
 def _limit(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise UsageError("--limit must be at least 1")
@@ -297,7 +317,12 @@ def cmd_adjudicate(args: argparse.Namespace) -> int:
             engine, scope, args.candidate, args.decision, operator, reason=args.reason
         )
 
-    return _use_case(args, f"adjudication of {text.cell(args.candidate)}", run, mutates=True)
+    return _use_case(
+        args,
+        f"adjudication of {text.cell(args.candidate)}",
+        _naming(run, ("candidate", args.candidate)),
+        mutates=True,
+    )
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -350,14 +375,20 @@ def cmd_show(args: argparse.Namespace) -> int:
         return getattr(_inspection(), name)(engine, scope, target_id, operator)
 
     human = text.table_of(_HISTORY_COLUMNS, "no events") if name == "record_history" else None
-    return _use_case(args, f"{command} {text.cell(target_id)}", run, _shown(args, human))
+    explained = _naming(run, (target, target_id))
+    return _use_case(args, f"{command} {text.cell(target_id)}", explained, _shown(args, human))
 
 
 def cmd_pending_withdraw(args: argparse.Namespace) -> int:
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
         return _decisions().withdraw_candidate(engine, scope, args.candidate, operator, args.reason)
 
-    return _use_case(args, f"withdraw of {text.cell(args.candidate)}", run, mutates=True)
+    return _use_case(
+        args,
+        f"withdraw of {text.cell(args.candidate)}",
+        _naming(run, ("candidate", args.candidate)),
+        mutates=True,
+    )
 
 
 def cmd_records_step(args: argparse.Namespace) -> int:
@@ -377,7 +408,8 @@ def cmd_records_step(args: argparse.Namespace) -> int:
             superseded_by=getattr(args, "by", None),
         )
 
-    return _use_case(args, f"{step} of {text.cell(args.record)}", run, mutates=True)
+    explained = _naming(run, ("record", args.record), ("record", getattr(args, "by", None)))
+    return _use_case(args, f"{step} of {text.cell(args.record)}", explained, mutates=True)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -495,7 +527,16 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
             mutates=False,
         )
 
-    return _on_seat(args, "revocation", run)
+    return _on_seat(args, "revocation", run, _shown(args, _show_revocation))
+
+
+def _show_revocation(result: dict[str, Any]) -> None:
+    kind = result["revoked"]
+    print(f"{kind}: {text.cell(result[kind])}")
+    if result.get("already_revoked"):
+        print(f"revoked: already revoked at {result['at']}; nothing changed")
+    else:
+        print(f"revoked: at {result['at']}")
 
 
 def cmd_keys_rotate(args: argparse.Namespace) -> int:

@@ -287,8 +287,11 @@ def revoke_credentials(
         raise EngramError(ErrorCode.INVALID_SCHEMA)
 
     def run(call: Call) -> dict[str, Any]:
-        engine.revoke_credentials(tenant_id, kind, value, call.now_ms)
+        at_ms = engine.revoke_credentials(tenant_id, kind, value, call.now_ms)
         crash_point("revoke.written")
-        return {"revoked": kind, kind: value, "at": format_instant(call.now_ms)}
+        out: dict[str, Any] = {"revoked": kind, kind: value, "at": format_instant(at_ms)}
+        if at_ms != call.now_ms and kind == "token":
+            out["already_revoked"] = True
+        return out
 
     return audited(engine, Scope(tenant_id, "*"), operator, "revoke", f"{kind}:{value}", run)

@@ -14,6 +14,7 @@ store is read through the engine (``engine.usecases.inspection``), never directl
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -21,7 +22,11 @@ from pydantic import ValidationError
 
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.models import SearchInput
-from engram_memory.contract.types import format_instant
+from engram_memory.contract.types import (
+    CANDIDATE_ID_PATTERN,
+    RECORD_ID_PATTERN,
+    format_instant,
+)
 from engram_memory.engine.context import Scope
 from engram_memory.engine.journal import event_id_for
 from engram_memory.engine.kernel import Call, Kernel
@@ -40,7 +45,8 @@ from engram_memory.engine.usecases.admission import forgotten, neighbours, recor
 from engram_memory.engine.usecases.reads import search as agent_search
 from engram_memory.engine.usecases.transitions import LIFECYCLE_STATES
 from engram_memory.operator_plane.auditing import OPERATIONS_PURPOSE, audited
-from engram_memory.operator_plane.text import progress
+from engram_memory.operator_plane.backup_checks import OperationRefused
+from engram_memory.operator_plane.text import cell, progress
 
 _PAGE: Final = 500
 _STATUS_SCAN_LIMIT: Final = 10_000  # records and candidates status checks one by one, at most
@@ -671,3 +677,53 @@ def _admission(engine: Kernel, scope: Scope, row: RecordRow) -> dict[str, Any]:
             **body["digests"],
         }
     }
+
+
+# --------------------------------------------------------------------------------------------
+# What the operator named, when it is not there
+# --------------------------------------------------------------------------------------------
+
+# kind -> (its id's pattern, what such an id looks like)
+_ID_FORMS: Final = {
+    "record": (RECORD_ID_PATTERN, "mem_ and lower-case letters and digits 2-7"),
+    "candidate": (CANDIDATE_ID_PATTERN, "candidate_ and 64 hex digits"),
+}
+
+
+def workspaces(engine: Kernel, tenant_id: str) -> list[str]:
+    """The workspaces of ``tenant_id`` whose journal holds anything (a capture, a record)."""
+    return [
+        scope.workspace_id for scope in canonical.scopes(engine) if scope.tenant_id == tenant_id
+    ]
+
+
+def not_found(engine: Kernel, scope: Scope, kind: str, target_id: str) -> OperationRefused | None:
+    """``NOT_FOUND`` for the operator, saying why ``kind`` (``record``, ``candidate``)
+    ``target_id`` is not in ``scope``: a malformed id, another workspace's, a candidate no
+    longer pending, or unknown here. An agent's ``NOT_FOUND`` says none of this (unknown and
+    foreign are alike to it); the operator sees the whole host. ``None`` when it is there."""
+    pattern, form = _ID_FORMS[kind]
+    named = f"{kind} {cell(target_id)}"
+    if re.fullmatch(pattern, target_id) is None:
+        return OperationRefused(
+            ErrorCode.NOT_FOUND, f"{cell(target_id)} is not a {kind} id ({form})"
+        )
+
+    def held(where: Scope) -> CandidateRow | RecordRow | None:
+        if kind == "record":
+            return canonical.record(engine, where, target_id)
+        return canonical.candidate(engine, where, target_id)
+
+    row = held(scope)
+    if isinstance(row, CandidateRow) and row.state != "pending":
+        return OperationRefused(ErrorCode.NOT_FOUND, f"{named} is not pending: it is {row.state}")
+    if row is not None:
+        return None
+    for other in workspaces(engine, scope.tenant_id):
+        if other != scope.workspace_id and held(Scope(scope.tenant_id, other)) is not None:
+            return OperationRefused(
+                ErrorCode.NOT_FOUND,
+                f"{named} is not in workspace {cell(scope.workspace_id)}: it is in workspace"
+                f" {cell(other)} (add --workspace {cell(other)})",
+            )
+    return OperationRefused(ErrorCode.NOT_FOUND, f"no {named} in any workspace of this host")

@@ -848,7 +848,7 @@ class DynamoStore:
         found = self.records_get(scope, ids)
         return [found[record_id] for record_id in ids if record_id in found]
 
-    def revoke_credentials(self, tenant_id: str, kind: str, value: str, at_ms: int) -> None:
+    def revoke_credentials(self, tenant_id: str, kind: str, value: str, at_ms: int) -> int:
         item: Item = {
             **_revocation_key(tenant_id, kind, value),
             "kind": _s("revocation"),
@@ -857,22 +857,26 @@ class DynamoStore:
             "value": _s(value),
             "revoked_at_ms": _n(at_ms),
         }
+        # a token's first revocation stands; a principal's moves forward (`#at < :at`)
+        later = "principal" if kind == "principal" else "never"
         try:
             self.dynamodb.put_item(
                 TableName=self.table_name,
                 Item=item,
-                ConditionExpression="attribute_not_exists(#at) OR #at < :at",
-                ExpressionAttributeNames={"#at": "revoked_at_ms"},
-                ExpressionAttributeValues={":at": _n(at_ms)},
+                ConditionExpression="attribute_not_exists(#at) OR (#at < :at AND #k = :later)",
+                ExpressionAttributeNames={"#at": "revoked_at_ms", "#k": "revoked_kind"},
+                ExpressionAttributeValues={":at": _n(at_ms), ":later": _s(later)},
             )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return  # a later revocation of the same principal already stands
+                standing = self._batch_get([_revocation_key(tenant_id, kind, value)])
+                return _get_n(standing[0], "revoked_at_ms") if standing else at_ms
             raise StoreUnavailable("dynamodb store unavailable") from exc
         except BotoCoreError as exc:
             raise StoreUnavailable("dynamodb store unavailable") from exc
         finally:
             self._revocations.clear()  # this process sees its own revocation at once
+        return at_ms
 
     def credential_revoked(
         self, tenant_id: str, token_id: str | None, principal: str, issued_at_ms: int

@@ -308,13 +308,16 @@ class SqliteStore:
                     counts[f"{prefix}:{value}"] = int(count)
         return counts
 
-    def revoke_credentials(self, tenant_id: str, kind: str, value: str, at_ms: int) -> None:
+    def revoke_credentials(self, tenant_id: str, kind: str, value: str, at_ms: int) -> int:
         with guard(), self._pool.connection() as conn:
-            conn.execute(
+            row = conn.execute(
                 "INSERT INTO revocations VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, kind, value) "
-                "DO UPDATE SET revoked_at_ms = MAX(revoked_at_ms, excluded.revoked_at_ms)",
+                "DO UPDATE SET revoked_at_ms = CASE WHEN kind = 'principal' "
+                "THEN MAX(revoked_at_ms, excluded.revoked_at_ms) ELSE revoked_at_ms END "
+                "RETURNING revoked_at_ms",
                 (tenant_id, kind, value, at_ms),
-            )
+            ).fetchone()
+        return int(row[0])
 
     def credential_revoked(
         self, tenant_id: str, token_id: str | None, principal: str, issued_at_ms: int
