@@ -7,7 +7,8 @@ and admitted through ``Engine.handle`` (the memories after the seeded ones, as t
 writes take them). CPU is ``time.process_time()`` over the timed pairs; the scratch is on tmpfs,
 so fsyncs cost nothing and what is measured is the engine's CPU, not the disk's.
 
-``--cprofile N``: also print the N functions with the most cumulative time under
+``--seeded-with FINGERPRINT``: the stores another version of the product seeded (a change that
+leaves the store's format as it was need not reseed). ``--cprofile N``: also print the N functions with the most cumulative time under
 ``Engine.handle`` (one profile per size, a separate run of the same pairs on a fresh copy).
 """
 
@@ -91,13 +92,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cprofile", type=int, default=0, help="print the top N functions")
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--store-cache", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument(
+        "--seeded-with",
+        help="use the cached stores seeded by this product fingerprint (same store format)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(part) for part in args.sizes.split(",") if part.strip()]
     corpus = Corpus.load(args.locomo)
     stores = {}
     for size in sizes:
         started = time.perf_counter()
-        stores[size] = seeded_store(args.store_cache, corpus, size, args.profile)
+        stores[size] = seeded_store(
+            args.store_cache, corpus, size, args.profile, seeded_with=args.seeded_with
+        )
         print(f"store n{size}: ready in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     cpu: dict[int, list[float]] = {size: [] for size in sizes}
     for repetition in range(args.repetitions):
