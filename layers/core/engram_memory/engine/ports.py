@@ -169,8 +169,8 @@ class ProjectionDoc:
     # The record's unit-length embedding when the host has a semantic channel (semantic.py).
     vector: tuple[float, ...] | None = None
     # The record's component texts (``records.record_text``), for an index that keeps
-    # near-duplicate sketches of them (``NearDuplicateIndex``); never stored as it is.
-    text: str = ""
+    # near-duplicate sketches of them (``NearDuplicateIndex``); never stored as it is, nor shown.
+    text: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
