@@ -7,6 +7,10 @@ and admitted through ``Engine.handle`` (the memories after the seeded ones, as t
 writes take them). CPU is ``time.process_time()`` over the timed pairs; the scratch is on tmpfs,
 so fsyncs cost nothing and what is measured is the engine's CPU, not the disk's.
 
+``--tables N``: instead, the store's two growing write-path tables alone, on a bare database in
+tmpfs, N LoCoMo memories one transaction each: CPU per FTS5 insert (the analyzed fields) and per
+near-duplicate lookup + band insert (``near_bands``), by stretch of the store's growth.
+
 ``--seeded-with FINGERPRINT``: the stores another version of the product seeded (a change that
 leaves the store's format as it was need not reseed). ``--cprofile N``: also print the N functions with the most cumulative time under
 ``Engine.handle`` (one profile per size, a separate run of the same pairs on a fresh copy).
@@ -80,6 +84,54 @@ def _pairs(store: SeededStore, corpus: Corpus, warmup: int, pairs: int, profiler
     return 1000 * cpu / pairs
 
 
+def tables(corpus: Corpus, size: int) -> None:
+    """``--tables``: the band lookup, the FTS5 insert, the band insert and the commit (its WAL
+    write), µs of CPU by stretch."""
+    import sqlite3
+
+    from engram_memory.adapters.local.sqlite import near_bands
+    from engram_memory.adapters.local.sqlite.connections import PAGE_CACHE_KIB
+    from engram_memory.engine import lexical
+
+    scratch = _SCRATCH if _SCRATCH.is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="write-tables-", dir=scratch) as tmp:
+        conn = sqlite3.connect(Path(tmp) / "tables.db", isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
+        conn.execute(
+            "CREATE VIRTUAL TABLE lex USING fts5(record_id UNINDEXED, f_primary, f_context)"
+        )
+        near_bands.create(conn, "lex")
+        spent = dict.fromkeys(("band lookup", "fts5 insert", "band insert", "commit"), 0.0)
+        start = 0
+        for index in range(size):
+            turn = corpus.memory(index).turn
+            fields = [" ".join(lexical.analyze(text)) for text in (turn.primary, turn.context)]
+            text = turn.primary + "\n" + turn.context
+            times = [time.process_time()]
+            near_bands.alike(conn, "lex", text, 8)
+            times.append(time.process_time())
+            conn.execute("BEGIN IMMEDIATE")
+            rowid = conn.execute(
+                "INSERT INTO lex VALUES (?, ?, ?)", (str(index), *fields)
+            ).lastrowid
+            times.append(time.process_time())
+            near_bands.insert(conn, "lex", int(rowid or 0), text)
+            times.append(time.process_time())
+            conn.execute("COMMIT")
+            times.append(time.process_time())
+            for name, before, after in zip(spent, times, times[1:], strict=False):
+                spent[name] += after - before
+            if index + 1 in (1000, 10000, 30000, 60000, 100000, size):
+                each = ", ".join(
+                    f"{k} {1e6 * v / (index + 1 - start):.0f} µs" for k, v in spent.items()
+                )
+                print(f"records {start}-{index + 1}: {each}", flush=True)
+                spent = dict.fromkeys(spent, 0.0)
+                start = index + 1
+        conn.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.hotpath.write_growth", description=__doc__
@@ -96,9 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         "--seeded-with",
         help="use the cached stores seeded by this product fingerprint (same store format)",
     )
+    parser.add_argument("--tables", type=int, default=0, help="the two tables alone, N records")
     args = parser.parse_args(argv)
     sizes = [int(part) for part in args.sizes.split(",") if part.strip()]
     corpus = Corpus.load(args.locomo)
+    if args.tables:
+        tables(corpus, args.tables)
+        return 0
     stores = {}
     for size in sizes:
         started = time.perf_counter()
