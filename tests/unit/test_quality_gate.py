@@ -40,3 +40,17 @@ def test_near_duplicates_are_found_and_others_are_not() -> None:
     ]
     found = quality.resembled(text, neighbours, quality.DEFAULT_NEAR_DUPLICATE_THRESHOLD)
     assert [record_id for record_id, _ in found] == ["mem_a"]
+
+
+def test_band_keys_are_the_signature_cut_into_bands_and_equal_for_equal_normal_texts() -> None:
+    text = "The billing service retries failed card charges three times, an hour apart."
+    keys = quality.band_keys(text)
+    assert len(keys) == quality.BANDS == len(set(keys))
+    assert all(-(2**63) <= key < 2**63 for key in keys)
+    assert quality.band_keys(text.upper().replace(",", " ;")) == keys  # the same normal text
+    # A changed word changes the bands that hold its shingles' minima, not every band.
+    changed = quality.band_keys(text.replace("three", "four"))
+    assert 0 < len(set(changed) & set(keys)) < quality.BANDS
+    unrelated = quality.band_keys("Invoices go out on the first working day of each month.")
+    assert not set(unrelated) & set(keys)
+    assert quality.band_keys(" ,;! ") == []

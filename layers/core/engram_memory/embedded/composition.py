@@ -322,15 +322,17 @@ def _refresh_projections(
     a check of one row). The records' sealed bodies in the store are the source; a record whose
     key is destroyed is not re-indexed."""
     from engram_memory.engine import lexical, semantic
-    from engram_memory.engine.records import decode
+    from engram_memory.engine.records import decode, record_text
 
     def opened(scope: Scope, record_id: str, body: bytes) -> Any:
         plaintext = record_keys.open_many(scope, {record_id: body}).get(record_id)
         return None if plaintext is None else decode(plaintext)
 
-    def fields_of(scope: Scope, record_id: str, body: bytes) -> Mapping[str, str] | None:
+    def lexical_of(
+        scope: Scope, record_id: str, body: bytes
+    ) -> tuple[Mapping[str, str], str] | None:
         record = opened(scope, record_id, body)
-        return None if record is None else lexical.projection_fields(record)
+        return None if record is None else (lexical.projection_fields(record), record_text(record))
 
     def vector_of(scope: Scope, record_id: str, body: bytes) -> tuple[float, ...] | None:
         assert embedder is not None
@@ -341,14 +343,14 @@ def _refresh_projections(
             return None
 
     if embedder is None:
-        store.refresh_projections(lexical.PROFILE_CONFIG_DIGEST, fields_of)
+        store.refresh_projections(lexical.PROFILE_CONFIG_DIGEST, lexical_of)
         return
     from engram_memory.adapters.embedder import MODEL_ID
 
     # A data directory from before the model was recorded has the shipped model's vectors.
     store.refresh_projections(
         lexical.PROFILE_CONFIG_DIGEST,
-        fields_of,
+        lexical_of,
         vector_of,
         vector_model=embedder.model_id,
         legacy_vector_model=MODEL_ID,

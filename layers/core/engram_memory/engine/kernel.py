@@ -72,6 +72,7 @@ from engram_memory.engine.records import (
     encode,
     receipt,
     record_digest_matches,
+    record_text,
     scope_ref,
     stored_body_matches,
 )
@@ -222,7 +223,9 @@ class Kernel:
                 vector = record_vector(self.embedder, record)
             except EmbedderUnavailable:
                 log.warning("record projected without a vector", extra={"record_id": record_id})
-        return ProjectionDoc(record_id, lexical.projection_fields(record), vector)
+        return ProjectionDoc(
+            record_id, lexical.projection_fields(record), vector, record_text(record)
+        )
 
     @staticmethod
     def read(fetch: Callable[[], T]) -> T:

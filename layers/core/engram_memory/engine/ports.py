@@ -169,6 +169,9 @@ class ProjectionDoc:
     fields: Mapping[str, str]  # field name -> space-joined analyzed terms
     # The record's unit-length embedding when the host has a semantic channel (semantic.py).
     vector: tuple[float, ...] | None = None
+    # The record's component texts (``records.record_text``), for an index that keeps
+    # near-duplicate sketches of them (``NearDuplicateIndex``); never stored as it is, nor shown.
+    text: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,6 +457,19 @@ class ProjectionSurface(Protocol):
 class LexicalIndex(ProjectionSurface, Protocol):
     def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
         """Hits ordered by score descending, then ``record_id`` ascending; at most ``depth``."""
+        ...
+
+
+@runtime_checkable
+class NearDuplicateIndex(Protocol):
+    """A lexical index that also keeps a near-duplicate sketch of each record it holds
+    (``ProjectionDoc.text``), in the same commit as its row: the quality gate's neighbours come
+    from it, at a cost that does not follow the size of the scope (issue 39). An index without
+    one ranks the neighbours with ``LexicalIndex.search``."""
+
+    def near_duplicates(self, scope: Scope, text: str, depth: int) -> list[IndexHit]:
+        """At most ``depth`` records of ``scope`` whose sketch resembles ``text``'s, most alike
+        first (score: the share of the sketch they have in common), then ``record_id``."""
         ...
 
 

@@ -145,3 +145,9 @@ def receipt(kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     value = dict(fields)
     value["receipt_digest"] = digest_without(kind, value, "receipt_digest")
     return value
+
+
+def record_text(record: Mapping[str, Any]) -> str:
+    """A record's component texts, in order, one per line: what the quality gate compares."""
+    components = record.get("components") or []
+    return "\n".join(str(c.get("text", "")) for c in components if isinstance(c, Mapping))

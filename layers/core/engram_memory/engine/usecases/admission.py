@@ -18,10 +18,12 @@ from engram_memory.engine.ports import (
     CandidateHold,
     CandidateRow,
     ChangeSet,
+    IndexHit,
     IndexMissing,
     IndexUnavailable,
     IndexUnreachable,
     JournalHead,
+    NearDuplicateIndex,
     Neighbour,
     OutboxItem,
     PolicyUnavailable,
@@ -29,7 +31,7 @@ from engram_memory.engine.ports import (
     RecordRow,
     StateTransition,
 )
-from engram_memory.engine.records import decode, receipt, scope_ref
+from engram_memory.engine.records import decode, receipt, record_text, scope_ref
 
 
 def request_admission(k: Kernel, call: Call, args: RequestAdmissionInput) -> dict[str, Any]:
@@ -109,8 +111,9 @@ def forgotten(k: Kernel, scope: Scope, payload_digest: str) -> bool:
 
 # The policy an operator's adjudication is journaled under (its version: the operator).
 OPERATOR_POLICY_ID: Final = "operator-adjudication"
-# How many of the scope's records the lexical index ranks highest for a candidate are compared
-# with it: a near-duplicate shares nearly all its terms, so it ranks at the top.
+# How many of the scope's records its index finds most like a candidate are compared with it: a
+# near-duplicate shares most of its sketch (or, ranked lexically, nearly all its terms), so it
+# comes first.
 NEIGHBOUR_DEPTH = 8
 # How many records committed but not yet in an index the engine projects itself (OpenSearch:
 # their upserts still in the outbox) an admission compares the candidate with, at most. A scope
@@ -118,19 +121,15 @@ NEIGHBOUR_DEPTH = 8
 UNPROJECTED_LIMIT = 64
 
 
-def record_text(record: Mapping[str, Any]) -> str:
-    """A record's component texts, in order, one per line: what the quality gate compares."""
-    components = record.get("components") or []
-    return "\n".join(str(c.get("text", "")) for c in components if isinstance(c, Mapping))
-
-
 def neighbours(
     k: Kernel, scope: Scope, record: Mapping[str, Any], now_ms: int
 ) -> tuple[Neighbour, ...]:
     """The current records of ``scope`` most like ``record``, opened for the policy: the
-    lexical index's best hits (the same analyzer and index as search, in both hosts) and every
-    record the store committed that the index may not hold yet (``unprojected``), each
-    revalidated against the store and opened from it.
+    lexical index's near-duplicate sketches when it keeps them (``NearDuplicateIndex``: the
+    embedded store, in the record's own commit, so their cost does not grow with the scope),
+    else its best hits (the same analyzer and index as search), and every record the store
+    committed that the index may not hold yet (``unprojected``), each revalidated against the
+    store and opened from it.
 
     So the decision does not depend on the index having caught up: a record is in the index or
     its upsert is in the outbox, written in the record's own commit. An index that cannot be
@@ -139,9 +138,8 @@ def neighbours(
     could not compare. The one exception is an engine that can never ask its index
     (``IndexUnreachable``: the cloud operator's seat, whose imports leave every upsert to the
     drainer): none, as before; docs/deploying-aws.md says so."""
-    terms = lexical.query_terms(record_text(record))
     try:
-        hits = k.lexical.search(scope, terms, NEIGHBOUR_DEPTH) if terms else []
+        hits = _alike(k, scope, record_text(record))
     except IndexUnreachable:
         return ()
     except IndexMissing:
@@ -159,6 +157,13 @@ def neighbours(
         for record_id in ids
         if record_id in opened
     )
+
+
+def _alike(k: Kernel, scope: Scope, text: str) -> list[IndexHit]:
+    if isinstance(k.lexical, NearDuplicateIndex):
+        return k.lexical.near_duplicates(scope, text, NEIGHBOUR_DEPTH)
+    terms = lexical.query_terms(text)
+    return k.lexical.search(scope, terms, NEIGHBOUR_DEPTH) if terms else []
 
 
 def unprojected(k: Kernel, scope: Scope) -> list[str]:

@@ -13,7 +13,7 @@ from engram_memory.engine.ports import StoreUnavailable
 def backup_to(pool: ConnectionPool, target: Path) -> None:
     """A consistent copy of the canonical store at ``target`` (which must not exist), made
     with SQLite's online backup API beside live traffic, without its projections: the
-    per-scope FTS5 and vector tables are dropped from the copy (they are derived data, rebuilt
+    per-scope FTS5 (with their near-duplicate sketches) and vector tables are dropped from the copy (they are derived data, rebuilt
     on restore), the copy's projection outbox items with them, and the copy is vacuumed so no
     page of theirs survives in the file."""
     target = Path(target)
@@ -27,6 +27,7 @@ def backup_to(pool: ConnectionPool, target: Path) -> None:
         copy.execute("PRAGMA secure_delete = ON")
         for (lexical_table,) in copy.execute("SELECT table_name FROM lexical_tables").fetchall():
             copy.execute(f"DROP TABLE IF EXISTS {lexical_table}")
+            copy.execute(f"DROP TABLE IF EXISTS {lexical_table}_near")
             copy.execute(f"DROP TABLE IF EXISTS vec_{lexical_table[4:]}")
         copy.execute("DELETE FROM lexical_tables")
         copy.execute("UPDATE records SET lex_rowid = NULL WHERE lex_rowid IS NOT NULL")

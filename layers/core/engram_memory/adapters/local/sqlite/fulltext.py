@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Final, Literal, overload
 
-from engram_memory.adapters.local.sqlite import lexical_topk
+from engram_memory.adapters.local.sqlite import lexical_topk, near_bands
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import IndexHit
@@ -49,6 +49,7 @@ def lexical_table(conn: sqlite3.Connection, scope: Scope, *, create: bool) -> st
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5({columns}, "
         "tokenize = 'unicode61 remove_diacritics 0')"
     )
+    near_bands.create(conn, name)
     conn.execute(
         "INSERT INTO lexical_tables VALUES (?, ?, ?)",
         (scope.tenant_id, scope.workspace_id, name),

@@ -47,6 +47,10 @@ class SqliteLexicalIndex(_StoreSurface):
     def search(self, scope: Scope, terms: Sequence[str], depth: int) -> list[IndexHit]:
         return self._asked(lambda: self._store.lexical_search(scope, terms, depth))
 
+    def near_duplicates(self, scope: Scope, text: str, depth: int) -> list[IndexHit]:
+        """``NearDuplicateIndex``: the records sharing LSH bands with ``text`` (``near_bands``)."""
+        return self._asked(lambda: self._store.near_duplicates(scope, text, depth))
+
     def contains(self, scope: Scope, record_id: str) -> bool:
         return self._store.lexical_contains(scope, record_id)
 

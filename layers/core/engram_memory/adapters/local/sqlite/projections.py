@@ -1,12 +1,12 @@
-"""A record's projections (its FTS5 row and, with a semantic channel, its vector), written and
-dropped together inside the caller's transaction: the commit's or the projector's own."""
+"""A record's projections (its FTS5 row with its near-duplicate sketch and, with a semantic
+channel, its vector), written and dropped together inside the caller's transaction: the commit's or the projector's own."""
 
 from __future__ import annotations
 
 import sqlite3
 from typing import Any, Protocol
 
-from engram_memory.adapters.local.sqlite import fulltext, vectors
+from engram_memory.adapters.local.sqlite import fulltext, near_bands, vectors
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import ProjectionChange
 
@@ -26,6 +26,8 @@ def project(conn: sqlite3.Connection, scope: Scope, change: ProjectionChange) ->
         table = fulltext.lexical_table(conn, scope, create=True)
         _unproject(conn, scope, doc.record_id)
         lex_rowid = fulltext.insert(conn, table, doc.record_id, doc.fields)
+        if lex_rowid is not None and doc.text:
+            near_bands.insert(conn, table, lex_rowid, doc.text)
         conn.execute(
             "UPDATE records SET lex_rowid = ? WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
             (lex_rowid, t, w, doc.record_id),
@@ -49,6 +51,7 @@ def _unproject(conn: sqlite3.Connection, scope: Scope, record_id: str) -> None:
         return
     table = fulltext.lexical_table(conn, scope, create=False)
     if table is not None:
+        near_bands.delete(conn, table, row[0])
         fulltext.delete(conn, table, row[0])
     conn.execute(
         "UPDATE records SET lex_rowid = NULL WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
@@ -75,8 +78,11 @@ def staleness(
     legacy_vector_model: str | None,
 ) -> tuple[list[tuple[Any, ...]], bool, bool]:
     """The projected records, whether their lexical fields are stale, and whether their
-    vectors are (``vector_model`` None: the host has no semantic channel)."""
+    vectors are (``vector_model`` None: the host has no semantic channel). The lexical fields
+    are stale too without the near-duplicate sketches of this ``near_bands.VERSION`` (a store
+    from before them: re-projecting each record writes its sketch, in place)."""
     row = conn.execute("SELECT value FROM store_meta WHERE key = 'lexical_version'").fetchone()
+    sketch = conn.execute("SELECT value FROM store_meta WHERE key = 'near_bands'").fetchone()
     projected = conn.execute(
         "SELECT tenant_id, workspace_id, record_id, body FROM records "
         "WHERE lex_rowid IS NOT NULL AND body IS NOT NULL ORDER BY tenant_id, "
@@ -86,6 +92,7 @@ def staleness(
     stale_lexical = (row is None and bool(projected)) or (
         row is not None and row[0] != lexical_version
     )
+    stale_lexical |= bool(projected) and (sketch is None or sketch[0] != near_bands.VERSION)
     vectors_by = legacy_vector_model if model_row is None else model_row[0]
     stale_vectors = vector_model is not None and vectors_by != vector_model
     return projected, stale_lexical, stale_vectors

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Final
 
+from engram_memory.adapters.local.sqlite import near_bands
 from engram_memory.adapters.local.sqlite.connections import scrub_wal
 from engram_memory.adapters.local.sqlite.rows import DIGEST_COLUMNS, as_bytes, digest_in
 from engram_memory.adapters.local.transactions import immediate
@@ -87,6 +88,10 @@ def create_or_migrate(conn: sqlite3.Connection) -> None:
     """The tables, made when missing, of this ``STORE_FORMAT`` (an older store migrated)."""
     conn.executescript(_SCHEMA)
     _add_columns(conn)
+    for (lexical_table,) in conn.execute("SELECT table_name FROM lexical_tables").fetchall():
+        # A scope from before the near-duplicate sketches: its table, filled when the store is
+        # re-projected (``projections.staleness``).
+        near_bands.create(conn, lexical_table)
     _migrate(conn)
 
 

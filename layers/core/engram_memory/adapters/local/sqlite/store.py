@@ -13,7 +13,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from engram_memory.adapters.local.sqlite import backup, fulltext, projections, schema, vectors
+from engram_memory.adapters.local.sqlite import (
+    backup,
+    fulltext,
+    near_bands,
+    projections,
+    schema,
+    vectors,
+)
 from engram_memory.adapters.local.sqlite.commit import FaultHook, commit_changes
 from engram_memory.adapters.local.sqlite.connections import (
     DEFAULT_POOL_SIZE,
@@ -371,6 +378,16 @@ class SqliteStore:
         with guard(), self._pool.connection() as conn:
             return fulltext.search(conn, scope, terms, depth)
 
+    def near_duplicates(self, scope: Scope, text: str, depth: int) -> list[IndexHit]:
+        if depth <= 0:
+            return []
+        with guard(), self._pool.connection() as conn:
+            table = fulltext.lexical_table(conn, scope, create=False)
+            if table is None:
+                return []
+            found = near_bands.alike(conn, table, text, depth)
+        return [IndexHit(record_id, share) for record_id, share in found]
+
     def lexical_contains(self, scope: Scope, record_id: str) -> bool:
         with guard(), self._pool.connection() as conn:
             return projections.projected(conn, fulltext.lexical_table, scope, record_id)
@@ -428,7 +445,7 @@ class SqliteStore:
     def refresh_projections(
         self,
         lexical_version: str,
-        fields_of: Callable[[Scope, str, bytes], Mapping[str, str] | None],
+        lexical_of: Callable[[Scope, str, bytes], tuple[Mapping[str, str], str] | None],
         vector_of: Callable[[Scope, str, bytes], tuple[float, ...] | None] | None = None,
         *,
         vector_model: str | None = None,
@@ -444,7 +461,8 @@ class SqliteStore:
         from before that was recorded): vectors of two models never meet in one search.
         A record's vector is kept when only its lexical fields are rebuilt. Each record is
         re-projected in its own transaction, from the record body in the canonical store (the
-        callbacks open it; ``fields_of`` answers None for a body that can no longer be opened,
+        callbacks open it; ``lexical_of``, the record's lexical fields and its text for the
+        near-duplicate sketch, answers None for a body that can no longer be opened,
         whose projection is then dropped).
         """
         with guard(), self._pool.connection() as conn:
@@ -464,14 +482,16 @@ class SqliteStore:
                 vector = vector_of(scope, record_id, body)
             elif not stale_lexical:
                 continue
-            fields = fields_of(scope, record_id, body)
-            if fields is None:
+            lexical = lexical_of(scope, record_id, body)
+            if lexical is None:
                 self.lexical_apply(scope, ProjectionChange(delete_record_id=record_id))
                 continue
-            doc = ProjectionDoc(record_id, fields, vector)
+            fields, text = lexical
+            doc = ProjectionDoc(record_id, fields, vector, text)
             self.lexical_apply(scope, ProjectionChange(upsert=doc))
             done += 1
         self.meta_set("lexical_version", lexical_version)
+        self.meta_set("near_bands", near_bands.VERSION)
         if vector_of is not None and vector_model is not None:
             self.meta_set("vector_model", vector_model)
         return done
