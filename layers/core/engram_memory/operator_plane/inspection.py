@@ -39,9 +39,9 @@ from engram_memory.engine.ports import (
     RecordRow,
     VaultUnavailable,
 )
-from engram_memory.engine.records import decode
+from engram_memory.engine.records import decode, record_text
 from engram_memory.engine.usecases import inspection as canonical
-from engram_memory.engine.usecases.admission import forgotten, neighbours, record_text
+from engram_memory.engine.usecases.admission import forgotten, neighbours
 from engram_memory.engine.usecases.reads import search as agent_search
 from engram_memory.engine.usecases.transitions import LIFECYCLE_STATES
 from engram_memory.operator_plane.auditing import OPERATIONS_PURPOSE, audited
