@@ -311,18 +311,25 @@ def _decisions() -> ModuleType:
     return decisions
 
 
+def _candidate_decision(
+    args: argparse.Namespace, what: str, run: Callable[[Kernel, Scope, str], Any]
+) -> int:
+    """An operator's decision on ``args.candidate``: a mutation, its errors naming the candidate."""
+    return _use_case(
+        args,
+        f"{what} of {text.cell(args.candidate)}",
+        _naming(run, ("candidate", args.candidate)),
+        mutates=True,
+    )
+
+
 def cmd_adjudicate(args: argparse.Namespace) -> int:
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
         return _decisions().adjudicate(
             engine, scope, args.candidate, args.decision, operator, reason=args.reason
         )
 
-    return _use_case(
-        args,
-        f"adjudication of {text.cell(args.candidate)}",
-        _naming(run, ("candidate", args.candidate)),
-        mutates=True,
-    )
+    return _candidate_decision(args, "adjudication", run)
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -383,12 +390,7 @@ def cmd_pending_withdraw(args: argparse.Namespace) -> int:
     def run(engine: Kernel, scope: Scope, operator: str) -> Any:
         return _decisions().withdraw_candidate(engine, scope, args.candidate, operator, args.reason)
 
-    return _use_case(
-        args,
-        f"withdraw of {text.cell(args.candidate)}",
-        _naming(run, ("candidate", args.candidate)),
-        mutates=True,
-    )
+    return _candidate_decision(args, "withdraw", run)
 
 
 def cmd_records_step(args: argparse.Namespace) -> int:
