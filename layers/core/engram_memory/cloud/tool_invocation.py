@@ -259,7 +259,7 @@ class ToolInvocation(_EventModel):
         ctx = self.context
         if ctx.tenant_id != binding.tenant_id:
             raise TrustedContextUnavailable(RefusalReason.TENANT_MISMATCH)
-        kept = ctx.model_dump(exclude=set(_CONVERTED | _BOUND))
+        kept = ctx.model_dump(exclude=_NOT_KEPT_AS_SENT)
         return TrustedContext.bound(
             Scope(ctx.tenant_id, ctx.workspace_id),
             ctx.principal,
@@ -286,6 +286,9 @@ STAYS_IN_THE_ADAPTER: Final = frozenset({"audit_id", "cancellation", "host_facts
 # The fields that cross in another form than the engine's (the rest cross as they are).
 _CONVERTED: Final = frozenset({"grants", "confirm_required", "retention", "host_fact_digests"})
 _BOUND: Final = frozenset({"tenant_id", "workspace_id", "principal", "purpose_ref"})
+# Computed once: both directions run on every tool call.
+_NOT_AS_THEY_ARE: Final = STAYS_IN_THE_ADAPTER | _CONVERTED
+_NOT_KEPT_AS_SENT: Final = set(_CONVERTED | _BOUND)
 
 
 def _crossing(ctx: TrustedContext) -> dict[str, Any]:
@@ -293,7 +296,7 @@ def _crossing(ctx: TrustedContext) -> dict[str, Any]:
     crossing = {
         field.name: getattr(ctx, field.name)
         for field in dataclasses.fields(ctx)
-        if field.name not in STAYS_IN_THE_ADAPTER | _CONVERTED
+        if field.name not in _NOT_AS_THEY_ARE
     }
     return crossing | {
         "grants": sorted(ctx.grants),
