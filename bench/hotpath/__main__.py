@@ -32,7 +32,7 @@ def _transports(text: str) -> list[str]:
     if not chosen or any(name not in OURS for name in chosen):
         raise argparse.ArgumentTypeError(
             "transports are stdio, http, stdio-notime (stdio without time-aware ranking),"
-            " comma-separated"
+            " stdio-gate (stdio with the admission quality gate on), comma-separated"
         )
     return chosen
 
@@ -73,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
         "--transports",
         type=_transports,
         default=list(DEFAULT_OURS),
-        help="our servers to measure, comma-separated: stdio, http, stdio-notime (stdio with"
+        help="our servers to measure, comma-separated: stdio, http, stdio-gate (stdio with the"
+        " admission quality gate on), stdio-notime (stdio with"
         " search.time_aware false, to read what time-aware ranking costs); default stdio,http",
     )
     parser.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .runner import PEER_SINGLE_WRITE, SPLIT_METRICS, SPLIT_PARTS
-from .sessions import ENGINE, ENGRAM_HTTP, ENGRAM_STDIO, FLOOR_OF, PEER
+from .sessions import ENGINE, FLOOR_OF, PEER
 
 ROWS = (  # (label, metric, ratio metric or None)
     ("capture+admission pairs/s", "pairs_per_s", "pairs_per_s"),
@@ -123,10 +123,10 @@ def table(report: dict[str, Any]) -> str:
         + (f", node -e 0 {calibration['node_e_0_ms']} ms" if "node_e_0_ms" in calibration else "")
         + f"; load average before {tuple(round(x, 1) for x in report['machine']['load_average_before'])}",
     ]
-    ours = [name for name in (ENGRAM_STDIO, ENGRAM_HTTP) if name in servers]
+    ours = [name for name in servers if name in FLOOR_OF]
     head = f"{'':<28}" + "".join(f"{name:>22}" for name in servers)
     if PEER in servers:
-        head += "".join(f"{name.split('-')[1] + '/peer':>22}" for name in ours)
+        head += "".join(f"{name.removeprefix('engram-') + '/peer':>22}" for name in ours)
     for size, found in report["sizes"].items():
         reps = len(found["repetitions"])
         lines += [
@@ -143,6 +143,11 @@ def table(report: dict[str, Any]) -> str:
             lines.append(
                 f"{server}: search p50 at {size} / at {grown['over']} records "
                 f"{_spread(cell['search_p50_ms'])}, p99 {_spread(cell['search_p99_ms'])}"
-                " (per repetition)"
+                + (
+                    f", write pair server CPU {_spread(cell['pair_cpu_ms'])}"
+                    if "pair_cpu_ms" in cell
+                    else ""
+                )
+                + " (per repetition)"
             )
     return "\n".join(lines)

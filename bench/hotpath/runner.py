@@ -24,6 +24,7 @@ from .sessions import (
     ENGINE,
     ENGRAM_HTTP,
     ENGRAM_STDIO,
+    ENGRAM_STDIO_GATE,
     ENGRAM_STDIO_NOTIME,
     FLOOR_OF,
     PEER,
@@ -35,7 +36,7 @@ from .sessions import (
 )
 from .stores import LEXICAL, SeededStore, directory_bytes, fingerprint, seeded_store
 
-OURS = (ENGRAM_STDIO, ENGRAM_HTTP, ENGRAM_STDIO_NOTIME)
+OURS = (ENGRAM_STDIO, ENGRAM_HTTP, ENGRAM_STDIO_NOTIME, ENGRAM_STDIO_GATE)
 DEFAULT_OURS = (ENGRAM_STDIO, ENGRAM_HTTP)
 # metric -> True when higher is better (ratios are always ours / peer)
 RATIO_METRICS = {
@@ -396,8 +397,9 @@ def run(
 def growth(
     repetitions: dict[int, list[dict[str, Any]]], sizes: Sequence[int], servers: Sequence[str]
 ) -> dict[str, dict[str, Any]]:
-    """Per server and larger size: search p50 and p99 there over the smallest size's, each
-    ratio taken within one repetition (the same load), median and range."""
+    """Per server and larger size: search p50 and p99 and the write pair's server CPU there
+    over the smallest size's, each ratio taken within one repetition (the same load), median
+    and range."""
     smallest = min(sizes)
     found: dict[str, dict[str, Any]] = {}
     for server in servers:
@@ -413,10 +415,17 @@ def growth(
                         for small, big in pairs
                     ]
                 )
-                for metric in ("search_p50_ms", "search_p99_ms")
+                for metric in ("search_p50_ms", "search_p99_ms", "pair_cpu_ms")
+                if small_has(repetitions[smallest], server, metric)
             }
         found[server] = {"over": smallest, "sizes": per_size}
     return found
+
+
+def small_has(repetitions: Sequence[dict[str, Any]], server: str, metric: str) -> bool:
+    """Whether every repetition measured ``metric`` for ``server`` (the engine in process has
+    no server CPU)."""
+    return all(r["servers"][server].get(metric) is not None for r in repetitions)
 
 
 def _size_report(

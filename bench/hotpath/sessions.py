@@ -49,12 +49,21 @@ ENGRAM_HTTP = "engram-http"
 # The stdio server with host.json's search.time_aware false: the ranking before time-aware
 # search (engine/temporal.py), measured beside it to read what the feature costs.
 ENGRAM_STDIO_NOTIME = "engram-stdio-notime"
+# The stdio server with the host's default admission policy, its quality gate on (the seeded
+# stores and the other servers run with it off: the corpus repeats its turns on purpose), so
+# the write pair's cost with the gate comparing each candidate to its neighbours is read beside.
+ENGRAM_STDIO_GATE = "engram-stdio-gate"
 PEER = "server-memory"
 FLOOR_STDIO = "floor-stdio"
 FLOOR_HTTP = "floor-http"
 ENGINE = "engine"
 # The floor that each of our servers is split against (``runner.split``).
-FLOOR_OF = {ENGRAM_STDIO: FLOOR_STDIO, ENGRAM_STDIO_NOTIME: FLOOR_STDIO, ENGRAM_HTTP: FLOOR_HTTP}
+FLOOR_OF = {
+    ENGRAM_STDIO: FLOOR_STDIO,
+    ENGRAM_STDIO_NOTIME: FLOOR_STDIO,
+    ENGRAM_STDIO_GATE: FLOOR_STDIO,
+    ENGRAM_HTTP: FLOOR_HTTP,
+}
 WARM_UP_CALLS = 2  # per tool, not timed: the first calls of a process pay its lazy imports
 START_DEADLINE_S = 120.0
 CALL_DEADLINE_S = 120.0
@@ -202,6 +211,10 @@ def record_text_bytes(record: dict[str, Any]) -> int:
 
 
 class Engram(Server):
+    # Whether an admission must accept: with the quality gate on, a memory whose turn the store
+    # already holds (the corpus cycles its turns) is held for a person, as it would be.
+    only_accepted = True
+
     def prepare(self, workdir: Path) -> None:
         self.command = engram_cli()
         self.token = mint_token(workdir / DATA)
@@ -219,7 +232,7 @@ class Engram(Server):
         admitted = _ok_value(
             await client.call_tool(TOOL_NAMES["request_admission"], admission), "admission"
         )
-        if admitted["outcome"]["status"] != "accepted":
+        if self.only_accepted and admitted["outcome"]["status"] != "accepted":
             raise RuntimeError(f"admission: {admitted['outcome']['status']}")
         return first
 
@@ -264,15 +277,30 @@ class EngramStdio(Engram):
             yield client
 
 
+def _edit_host_json(workdir: Path, edit: Callable[[dict[str, Any]], object]) -> None:
+    host_json = workdir / DATA / "host.json"
+    config = json.loads(host_json.read_text(encoding="utf-8"))
+    edit(config)
+    host_json.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
 class EngramStdioUntimed(EngramStdio):
     name = ENGRAM_STDIO_NOTIME
 
     def prepare(self, workdir: Path) -> None:
         super().prepare(workdir)
-        host_json = workdir / DATA / "host.json"
-        config = json.loads(host_json.read_text(encoding="utf-8"))
-        config.setdefault("search", {})["time_aware"] = False
-        host_json.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        _edit_host_json(
+            workdir, lambda config: config.setdefault("search", {}).update(time_aware=False)
+        )
+
+
+class EngramStdioGated(EngramStdio):
+    name = ENGRAM_STDIO_GATE
+    only_accepted = False
+
+    def prepare(self, workdir: Path) -> None:
+        super().prepare(workdir)
+        _edit_host_json(workdir, lambda config: config.pop("admission", None))
 
 
 class EngramHttp(Engram):
@@ -435,6 +463,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 SERVERS: dict[str, Callable[[], Server]] = {
     ENGRAM_STDIO: EngramStdio,
     ENGRAM_STDIO_NOTIME: EngramStdioUntimed,
+    ENGRAM_STDIO_GATE: EngramStdioGated,
     ENGRAM_HTTP: EngramHttp,
     FLOOR_STDIO: FloorStdio,
     FLOOR_HTTP: FloorHttp,

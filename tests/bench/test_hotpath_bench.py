@@ -26,6 +26,7 @@ from bench.hotpath.sessions import (
     ENGINE,
     ENGRAM_HTTP,
     ENGRAM_STDIO,
+    ENGRAM_STDIO_GATE,
     ENGRAM_STDIO_NOTIME,
     FLOOR_HTTP,
     FLOOR_STDIO,
@@ -297,3 +298,31 @@ def test_the_sdk_floor_and_the_engine_split_our_time(
     table = capsys.readouterr().out
     assert "where engram-stdio's time goes" in table
     assert "capture+admission pair CPU" in table
+
+
+def test_the_write_pair_is_measured_with_the_quality_gate_on_beside(
+    locomo: Path, tmp_path: Path, capsys: Any
+) -> None:
+    report = _run_without_peer(
+        locomo, tmp_path, sizes="10,16", transports="stdio,stdio-gate", queries=2, writes=2
+    )
+    assert report["servers"] == [ENGRAM_STDIO, ENGRAM_STDIO_GATE]
+    for size in ("10", "16"):
+        for repetition in report["sizes"][size]["repetitions"]:
+            assert repetition["servers"][ENGRAM_STDIO_GATE]["pair_cpu_ms"] > 0
+    grown = report["growth"][ENGRAM_STDIO_GATE]["sizes"]["16"]["pair_cpu_ms"]
+    assert len(grown["per_repetition"]) == 2
+    assert "write pair server CPU" in capsys.readouterr().out
+
+
+def test_the_gated_server_runs_the_hosts_default_admission_policy(tmp_path: Path) -> None:
+    from bench.hotpath.sessions import EngramStdioGated
+    from bench.hotpath.stores import DATA, _prepare_host
+    from engram_memory.embedded.data_dir import host_config_path
+    from engram_memory.embedded.host_file import load_host_config
+
+    _prepare_host(tmp_path / DATA, "lexical")
+    assert load_host_config(tmp_path / DATA).admission.near_duplicates == "off"
+    EngramStdioGated().prepare(tmp_path)
+    assert "admission" not in json.loads(host_config_path(tmp_path / DATA).read_text())
+    assert load_host_config(tmp_path / DATA).admission.near_duplicates != "off"

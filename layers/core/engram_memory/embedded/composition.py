@@ -81,6 +81,8 @@ class EmbeddedHost:
         return call_in_process(self.engine, tool, arguments, ctx, obtain)
 
     def close(self) -> None:
+        # the audit lines that rode in this process's commits, synced and out of the outbox
+        self.engine.settle_audit(sync=True)
         self.store.close()
         self.vault.close()
 

@@ -12,7 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, TypeVar
 
 from engram_memory.contract.canonical import digest
@@ -21,6 +21,7 @@ from engram_memory.contract.errors import (
     ErrorCode,
     RefusalReason,
     TrustedContextUnavailable,
+    Violation,
 )
 from engram_memory.contract.models import ClosedModel
 from engram_memory.contract.packing import pack, unpack
@@ -38,12 +39,14 @@ from engram_memory.engine.keyring import KeyRing
 from engram_memory.engine.ports import (
     RECORD_KEY_TARGET,
     AdmissionPolicy,
+    AuditEvent,
     AuditSink,
     CandidateRow,
     ChangeSet,
     Clock,
     CommitConflict,
     CommitOutcomeUnknown,
+    CommittedAuditLog,
     Embedder,
     EmbedderUnavailable,
     IndexUnavailable,
@@ -156,6 +159,10 @@ class Call:
     # say why (a terminal transition journals it too: ``journal.WHY_FIELDS``); an agent's call
     # has none.
     reason: str | None = None
+    # An agent's call (``Engine.handle``) whose audit log takes lines in the store's commit
+    # (``CommittedAuditLog``): its commit carries its audit line, which ``audited`` then says.
+    audit_in_commit: bool = False
+    audited: bool = False
 
     @property
     def scope(self) -> Scope:
@@ -364,8 +371,9 @@ class Kernel:
                 # head read is far cheaper than a transaction its condition would refuse.
                 contention.back_off()
                 continue
+            audit_line = self._audit_line(call)
             try:
-                self.store.commit(changes)
+                self.store.commit(changes if audit_line is None else _with(changes, audit_line))
             except CommitConflict as conflict:
                 if conflict.reason == "head":
                     contention.back_off()
@@ -377,7 +385,80 @@ class Kernel:
                 raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
             except CommitOutcomeUnknown:
                 raise EngramError(ErrorCode.MUTATION_OUTCOME_UNKNOWN) from None
+            if audit_line is not None:
+                call.audited = True
+                self._follow_audit(audit_line)
             return changes
+
+    def audit_event(
+        self, call: Call, *, ok: bool, code: str, violation: Violation | None = None
+    ) -> AuditEvent:
+        """The audit line of ``call`` with this outcome (who and where from its context)."""
+        return AuditEvent.of_call(
+            call.ctx,
+            at_ms=call.now_ms,
+            tool=call.tool,
+            ok=ok,
+            code=code,
+            target=call.target,
+            digests=dict(call.digests),
+            violation=violation,
+        )
+
+    def _audit_line(self, call: Call) -> OutboxItem | None:
+        """The outbox item carrying ``call``'s audit line (its outcome: committed, ``OK``),
+        when its commit is to carry it."""
+        if not call.audit_in_commit or call.audited:
+            return None
+        line = self.audit_event(call, ok=True, code="OK").as_json_line()
+        return OutboxItem(
+            item_id=f"audit_line:{call.ctx.audit_id}",
+            kind="audit_line",
+            scope=call.scope,
+            target=line,
+            enqueued_at_ms=call.now_ms,
+        )
+
+    def _follow_audit(self, item: OutboxItem) -> None:
+        """Hand the committed line to the audit log (it syncs it later), then drop the items
+        of the lines it has synced since. A failure here loses nothing: the line is in the
+        store's outbox, and the drainer appends it (``drain_outbox``)."""
+        log_ = self.audit
+        assert isinstance(log_, CommittedAuditLog)
+        try:
+            log_.follow(item, self._audit_owed)
+        except Exception:
+            log.exception("audit log unavailable", extra={"audit_id": item.item_id})
+        self.settle_audit()
+
+    def settle_audit(self, *, sync: bool = False) -> None:
+        """Drop from the outbox the audit lines the log has made durable since; with ``sync``,
+        first make durable every line this process appended (a host closing)."""
+        if not isinstance(self.audit, CommittedAuditLog):
+            return
+        if sync:
+            self._recover_audit(())
+        self._settle_audit_items(self.audit.take_settled())
+
+    def _settle_audit_items(self, items: Sequence[OutboxItem]) -> None:
+        for item in items:
+            try:
+                self.store.outbox_done(item)
+            except StoreUnavailable:
+                return  # still owed: the next drain finds them written and drops them
+
+    def _audit_owed(self, item: OutboxItem) -> bool:
+        return self.store.outbox_has(item.scope, item.kind, item.target)
+
+    def _recover_audit(self, items: Sequence[OutboxItem]) -> None:
+        """Lines left in the outbox (a crash, or a committer in another process that has not
+        synced them yet) made durable in the audit log once."""
+        if not isinstance(self.audit, CommittedAuditLog):
+            return
+        try:
+            self.audit.recover(items, self._audit_owed, self._settle_audit_items)
+        except (OSError, StoreUnavailable):
+            log.warning("audit lines stay in the outbox until the next drain")
 
     def _head_moved(self, call: Call, head: JournalHead) -> bool:
         return self.read(lambda: self.store.head(call.scope)) != head
@@ -477,7 +558,13 @@ class Kernel:
         document from the record in the canonical store.
         """
         done = True
+        lines = [item for item in items if item.kind == "audit_line"]
+        if lines:
+            self._recover_audit(lines)
+            done = isinstance(self.audit, CommittedAuditLog)
         for item in items:
+            if item.kind == "audit_line":
+                continue
             try:
                 if item.kind == "destroy_key" and item.target.startswith(RECORD_KEY_TARGET):
                     self.record_keys.destroy(item.scope, item.target[len(RECORD_KEY_TARGET) :])
@@ -557,10 +644,14 @@ class Kernel:
             items = self.store.outbox_pending(limit)
         except StoreUnavailable:
             return 0
-        completed = 0
+        lines = [item for item in items if item.kind == "audit_line"]
+        if lines:
+            self._recover_audit(lines)
+        completed = len(lines) if isinstance(self.audit, CommittedAuditLog) else 0
         for item in items:
-            if self.run_outbox([item]):
+            if item.kind != "audit_line" and self.run_outbox([item]):
                 completed += 1
+        self.settle_audit()
         return completed
 
     def drain_scope(self, scope: Scope, kind: str, limit: int = 100) -> int:
@@ -880,3 +971,8 @@ def _summary(call: Call, target: str | None, reason_ref: str | None) -> str:
     parts.append(f"Scope: tenant {call.ctx.tenant_id}, workspace {call.ctx.workspace_id}")
     parts.append(f"Requested by: {call.ctx.principal}")
     return "\n".join(parts)
+
+
+def _with(changes: ChangeSet, item: OutboxItem) -> ChangeSet:
+    """``changes`` with one more outbox item, committed with it."""
+    return replace(changes, outbox=(*changes.outbox, item))

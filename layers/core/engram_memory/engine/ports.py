@@ -7,7 +7,8 @@ exceptions with ``raise ... from exc``); the engine maps them to contract codes 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
@@ -187,8 +188,13 @@ class StateTransition:
     to_state: str
 
 
-OutboxKind = Literal["destroy_key", "drop_projection", "upsert_projection"]
-OUTBOX_KINDS: tuple[OutboxKind, ...] = ("destroy_key", "drop_projection", "upsert_projection")
+OutboxKind = Literal["destroy_key", "drop_projection", "upsert_projection", "audit_line"]
+OUTBOX_KINDS: tuple[OutboxKind, ...] = (
+    "destroy_key",
+    "drop_projection",
+    "upsert_projection",
+    "audit_line",
+)
 # A ``destroy_key`` item whose target starts with this destroys a record's key (``RecordKeys``):
 # ``record:<record_id>``; any other target is a candidate's ``key_ref`` (``Vault``).
 RECORD_KEY_TARGET: Final = "record:"
@@ -199,13 +205,17 @@ class OutboxItem:
     """Work that must complete after a commit without further calls (key shredding, projections).
 
     ``upsert_projection`` carries no document: it is rebuilt from the record in the canonical
-    store when the item runs, so the outbox never holds record content.
+    store when the item runs, so the outbox never holds record content. ``audit_line`` carries
+    the committing call's audit line (``CommittedAuditLog``): ids, codes and digests, as the
+    audit log holds them.
     """
 
     item_id: str
     kind: OutboxKind
     scope: Scope
-    target: str  # key_ref (or RECORD_KEY_TARGET + record_id) for destroy_key, else record_id
+    # key_ref (or RECORD_KEY_TARGET + record_id) for destroy_key, the line for audit_line, else
+    # record_id
+    target: str
     surface: str = ""  # projection surface name for the projection kinds
     enqueued_at_ms: int = 0  # when the committing call ran (0: unknown); for the outbox-age metric
 
@@ -628,9 +638,44 @@ class AuditEvent:
             data["violation"] = violation.as_dict()
         return data
 
+    def as_json_line(self) -> str:
+        """``as_line`` as the embedded audit log writes it: one line of canonical JSON."""
+        return json.dumps(self.as_line(), sort_keys=True, separators=(",", ":"))
+
 
 _AUDIT_FIELDS: Final = tuple(item.name for item in fields(AuditEvent))
 
 
 class AuditSink(Protocol):
     def record(self, event: AuditEvent) -> None: ...
+
+
+@runtime_checkable
+class CommittedAuditLog(Protocol):
+    """An audit sink whose lines for committed mutations ride in the store's own commit.
+
+    The engine puts a mutation's audit line in its change set as an ``audit_line`` outbox item,
+    so the commit's one sync makes the line durable with the mutation it records; the log then
+    takes the line without a sync of its own (``follow``), syncs many such lines at once, and
+    hands back the items it made durable (``take_settled``) for the engine to drop from the
+    outbox. Lines whose items a crash left in the outbox are appended once, by whoever drains
+    it (``recover``): the items a process has appended are known to it, the others looked up
+    in the log, so a line is never lost and never written twice.
+
+    ``owed(item)`` says whether the item is still in the outbox (another process may have
+    recovered it meanwhile); ``settle(items)`` drops them from it. Both are called under the
+    log's lock, so a line a drainer recovered is never appended again by its committer.
+    """
+
+    def record(self, event: AuditEvent) -> None: ...
+
+    def follow(self, item: OutboxItem, owed: Callable[[OutboxItem], bool]) -> None: ...
+
+    def recover(
+        self,
+        items: Sequence[OutboxItem],
+        owed: Callable[[OutboxItem], bool],
+        settle: Callable[[Sequence[OutboxItem]], None],
+    ) -> None: ...
+
+    def take_settled(self) -> list[OutboxItem]: ...

@@ -41,7 +41,7 @@ from engram_memory.contract.types import INVALID_DIGEST_ERROR, MAX_ARGUMENT_BYTE
 from engram_memory.engine.context import TOOLS, TrustedContext, new_audit_id
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
 from engram_memory.engine.kernel import ApprovalNeeded, Call, EngineSettings, Kernel
-from engram_memory.engine.ports import AuditEvent, StoreUnavailable
+from engram_memory.engine.ports import CommittedAuditLog, StoreUnavailable
 from engram_memory.engine.records import decode
 from engram_memory.engine.usecases.admission import request_admission
 from engram_memory.engine.usecases.capture import capture
@@ -67,7 +67,13 @@ class Engine(Kernel):
         approval: Approval | None = None,
     ) -> dict[str, Any] | ConfirmationNeeded:
         """Run one tool call: its envelope, or ``ConfirmationNeeded`` (module docstring)."""
-        call = Call(tool=tool, ctx=ctx, now_ms=self.clock.now_ms(), approval=approval)
+        call = Call(
+            tool=tool,
+            ctx=ctx,
+            now_ms=self.clock.now_ms(),
+            approval=approval,
+            audit_in_commit=isinstance(self.audit, CommittedAuditLog),
+        )
         if tool not in TOOLS or tool not in ctx.grants:
             self._audit(call, ok=False, code="PROTOCOL_UNKNOWN_TOOL")
             raise UnknownTool()
@@ -171,18 +177,11 @@ class Engine(Kernel):
     def _audit(
         self, call: Call, *, ok: bool, code: str, violation: Violation | None = None
     ) -> None:
-        ctx = call.ctx
-        event = AuditEvent.of_call(
-            ctx,
-            at_ms=call.now_ms,
-            tool=call.tool,
-            ok=ok,
-            code=code,
-            target=call.target,
-            digests=dict(call.digests),
-            violation=violation,
-        )
+        if ok and call.audited:
+            return  # its line was committed with the mutation (``Call.audit_in_commit``)
+        event = self.audit_event(call, ok=ok, code=code, violation=violation)
         try:
             self.audit.record(event)
         except Exception:  # an audit outage must not turn a committed mutation into an error
-            log.exception("audit sink failed", extra={"audit_id": ctx.audit_id})
+            log.exception("audit sink failed", extra={"audit_id": call.ctx.audit_id})
+        self.settle_audit()  # the committed lines that sync made durable leave the outbox

@@ -20,15 +20,19 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from engram_memory.adapters.local.private_files import fsync_dir
-from engram_memory.engine.ports import AuditEvent
+from engram_memory.contract.types import parse_instant
+from engram_memory.engine.ports import AuditEvent, OutboxItem
 
 SEGMENT_BYTES = 1 << 20
+# Lines appended by ``follow`` (durable in the store's outbox) synced together at the latest.
+SETTLE_LINES = 64
 _SEGMENT = re.compile(r"\.(\d{6})(\.gz)?$")
 
 
@@ -103,6 +107,22 @@ def _open_cut(path: Path) -> tuple[list[tuple[BinaryIO, bool]], BinaryIO | None,
     return segments, active, size
 
 
+def _lines_since(path: Path, items: Sequence[OutboxItem]) -> set[str]:
+    """The lines of the log that could hold ``items``' lines: ``path`` and the segments sealed
+    since the earliest of them was made (a minute's slack for clocks)."""
+    since_ms = min(parse_instant(json.loads(item.target)["at"]) for item in items) - 60_000
+    found: set[str] = set()
+    for _, segment in _segments(path):
+        if segment.stat().st_mtime * 1000 < since_ms:
+            continue
+        data = segment.read_bytes()
+        text = gzip.decompress(data) if segment.suffix == ".gz" else data
+        found.update(text.decode("utf-8", errors="replace").splitlines())
+    if path.exists():
+        found.update(path.read_text(encoding="utf-8", errors="replace").splitlines())
+    return found
+
+
 def _write_durably(path: Path, data: bytes) -> None:
     temporary = path.with_name(path.name + ".tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -132,6 +152,11 @@ class JsonlAuditLog:
     durability of a line per ``fsync`` is unchanged), but the callers that arrive while a batch is
     being synced share the next ``fsync`` instead of queueing one each. The first waiting caller
     writes the batch; the others wait for it and see its error, if any, as their own.
+
+    A committed mutation's line comes through ``follow`` instead (``CommittedAuditLog``): it is
+    already durable in the store's commit, so it is appended without a sync and made durable
+    here by the next sync of the log (a ``record``, a sealing, ``SETTLE_LINES`` such lines, or
+    the drainer's ``recover``).
     """
 
     def __init__(self, path: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
@@ -142,11 +167,15 @@ class JsonlAuditLog:
         self._open: _Batch | None = None  # the batch new lines join
         self._syncing = False
         self._lock_path = path.with_name(path.name + ".lock")
+        # ``follow``'s lines not yet synced, and the items of lines synced since: their outbox
+        # items are dropped by the engine (``take_settled``)
+        self._unsynced: list[OutboxItem] = []
+        self._settled: list[OutboxItem] = []
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.close(fd)
 
     def record(self, event: AuditEvent) -> None:
-        line = json.dumps(event.as_line(), sort_keys=True, separators=(",", ":")) + "\n"
+        line = event.as_json_line() + "\n"
         with self._turn:
             if self._open is None:
                 self._open = _Batch()
@@ -170,25 +199,82 @@ class JsonlAuditLog:
 
     def _append(self, batch: _Batch) -> None:
         try:
-            with self._lock:
-                lock = os.open(self._lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX)
-                    fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                    try:
-                        pending = memoryview(b"".join(batch.lines))
-                        while pending:
-                            pending = pending[os.write(fd, pending) :]
-                        os.fsync(fd)
-                        full = os.fstat(fd).st_size >= self._segment_bytes
-                    finally:
-                        os.close(fd)
-                    if full:
-                        self._seal()
-                finally:
-                    os.close(lock)  # releases the lock
+            with self._exclusive():
+                self._write(b"".join(batch.lines), sync=True)
         except OSError as error:
             batch.error = error
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """This process's lock, then the log's ``flock`` (every writer of every process)."""
+        with self._lock:
+            lock = os.open(self._lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(lock)  # releases the lock
+
+    def _write(self, data: bytes, *, sync: bool) -> None:
+        """Append ``data`` (under ``_exclusive``); with ``sync``, fsync it, and with it every line
+        ``follow`` appended unsynced before (then settled); seal a full log."""
+        fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            pending = memoryview(data)
+            while pending:
+                pending = pending[os.write(fd, pending) :]
+            if sync or len(self._unsynced) >= SETTLE_LINES:
+                os.fsync(fd)
+                self._settled.extend(self._unsynced)
+                self._unsynced.clear()
+            full = os.fstat(fd).st_size >= self._segment_bytes
+        finally:
+            os.close(fd)
+        if full:
+            self._seal()  # its segment is synced: the lines it holds are durable
+            self._settled.extend(self._unsynced)
+            self._unsynced.clear()
+
+    # -- lines that ride in the store's commit (engine.ports.CommittedAuditLog) ---------------
+
+    def follow(self, item: OutboxItem, owed: Callable[[OutboxItem], bool]) -> None:
+        """Append the line of ``item``, committed with its mutation, without a sync of its own:
+        the store's commit made it durable. It is synced with the next line that is (or once
+        ``SETTLE_LINES`` wait), and its item settled then. Skipped when the item is no longer
+        owed: a drainer in another process recovered it first."""
+        with self._exclusive():
+            if not owed(item):
+                return
+            self._unsynced.append(item)
+            self._write(item.target.encode("utf-8") + b"\n", sync=False)
+
+    def recover(
+        self,
+        items: Sequence[OutboxItem],
+        owed: Callable[[OutboxItem], bool],
+        settle: Callable[[Sequence[OutboxItem]], None],
+    ) -> None:
+        """Make the lines of ``items`` (found in the store's outbox) durable in the log, once:
+        the ones this process appended are synced; any other is looked up in the log (its
+        committer may have appended it before it died) and appended only when missing. Every
+        item is settled before the log's lock is released, so a committer still on its way
+        finds its item gone and does not append it again."""
+        with self._exclusive():
+            mine = {item.item_id for item in (*self._unsynced, *self._settled)}
+            foreign = [i for i in items if i.item_id not in mine and owed(i)]
+            written = _lines_since(self._path, foreign) if foreign else set()
+            missing = [i for i in foreign if i.target not in written]
+            if self._unsynced or foreign:  # a line found written may not be synced yet
+                self._write(b"".join(i.target.encode("utf-8") + b"\n" for i in missing), sync=True)
+            if self._settled or foreign:
+                settle([*self._settled, *foreign])
+            self._settled.clear()
+
+    def take_settled(self) -> list[OutboxItem]:
+        """The items whose lines are durable in the log since the last call."""
+        with self._lock:
+            settled, self._settled = self._settled, []
+        return settled
 
     def _seal(self) -> None:
         """Turn the full ``audit.log`` (``audit.log.lock`` held) into the next gzip'd segment.
