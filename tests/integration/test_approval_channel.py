@@ -423,3 +423,18 @@ def test_a_declined_or_confirmed_capture_is_not_carried_out(
     assert engine.calls == []
     assert row is not None and row.call is None and RETRY_WINDOW in outcome_line(row)
     assert b"hunter2" not in book  # a capture's content never rests in the book
+
+
+def test_a_commit_the_agents_own_retry_made_first_is_not_reported_as_new_again(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The agent's retry took the approval and committed while the person's answer was being
+    carried out: the engine replays that commit to the host, and the agent, who has seen it,
+    is told replays from then on."""
+    with carrying(tmp_path, clock, RecordingEngine(forgotten(replayed=True))) as channel:
+        asking = context()
+        question = channel.ask(a_request(), asking, "terminal", FORGET_ARGUMENTS)
+        _, row = channel.answer_by_id(question.approval_id, True, by="terminal")
+        assert row is not None and row.committed_at_ms is not None
+        replay = forgotten(replayed=True)
+        assert channel.reported("forget", asking, FORGET_ARGUMENTS, replay) == replay
