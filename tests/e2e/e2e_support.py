@@ -244,14 +244,15 @@ def _free_socket() -> socket.socket:
 
 
 @contextlib.contextmanager
-def serve_http(data_dir: Path) -> Iterator[HttpService]:
-    """``open_server(data_dir)`` behind uvicorn on a free 127.0.0.1 port, in a background thread.
+def serve_http(data_dir: Path, **options: Any) -> Iterator[HttpService]:
+    """``open_server(data_dir)`` behind uvicorn on a free 127.0.0.1 port, in a background thread
+    (``options``: ``open_server``'s, e.g. a fake ``clock``).
 
     As ``engram-memory serve`` does, the resource URI (the tokens' audience, the approval
     links' origin) follows the port."""
     sock = _free_socket()
     port = sock.getsockname()[1]
-    embedded = open_server(data_dir, port=port)
+    embedded = open_server(data_dir, port=port, **options)
     app = embedded.http_app(bind_host="127.0.0.1")
     server = uvicorn.Server(
         uvicorn.Config(
@@ -613,6 +614,23 @@ async def link_of(attempt: Callable[[], Any]) -> str:
 
 def approval_id_of(link: str) -> str:
     return urlparse(link).path.rsplit("/", 1)[-1]
+
+
+async def page_answer(link: str, decision: str, code: str | None) -> httpx2.Response:
+    """What a browser does: GET the page, POST its form with the chosen button (and the code
+    typed in, when the person has it); the answer's page."""
+    from bs4 import BeautifulSoup, Tag
+
+    async with httpx2.AsyncClient() as http:
+        page = await http.get(link)
+        hidden = BeautifulSoup(page.text, "html.parser").find("input", attrs={"name": "csrf_token"})
+        assert isinstance(hidden, Tag), page.text
+        form = {"csrf_token": str(hidden["value"]), "decision": decision}
+        return await http.post(
+            link,
+            data=form if code is None else {**form, "code": code},
+            headers={"Origin": link.split("/approvals")[0], "Sec-Fetch-Site": "same-origin"},
+        )
 
 
 def terminal_code(service: HttpService, approval_id: str) -> str:

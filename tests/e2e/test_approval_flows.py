@@ -17,7 +17,6 @@ import anyio
 import httpx2
 import mcp.types as types
 import pytest
-from bs4 import BeautifulSoup, Tag
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
@@ -25,6 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from engram_memory.embedded.cli import main
 
 from e2e_support import (
+    CAPTURE,
     FORGET,
     LEGACY,
     MODERN,
@@ -43,6 +43,7 @@ from e2e_support import (
     new_workspace,
     now_ms,
     ok_value,
+    page_answer,
     protocol_error,
     terminal_code,
     url_only_client,
@@ -59,19 +60,7 @@ def answer_from_terminal(service: HttpService, approval_id: str, decision: str) 
 
 
 async def answer_on_page(link: str, decision: str, code: str | None) -> int:
-    """What a browser does: GET the page, POST its form with the chosen button (and the code
-    typed in, when the person has it)."""
-    async with httpx2.AsyncClient() as http:
-        page = await http.get(link)
-        hidden = BeautifulSoup(page.text, "html.parser").find("input", attrs={"name": "csrf_token"})
-        assert isinstance(hidden, Tag), page.text
-        form = {"csrf_token": str(hidden["value"]), "decision": decision}
-        answered = await http.post(
-            link,
-            data=form if code is None else {**form, "code": code},
-            headers={"Origin": link.split("/approvals")[0], "Sec-Fetch-Site": "same-origin"},
-        )
-    return answered.status_code
+    return (await page_answer(link, decision, code)).status_code
 
 
 async def test_a_url_only_client_holding_the_link_cannot_approve_its_own_withdraw(
@@ -116,20 +105,23 @@ async def test_an_approval_given_after_the_client_disconnected_commits_on_its_re
         assert ok_value(await client.call_tool(FORGET, arguments))["replayed"] is True
 
 
-async def test_an_approval_older_than_30_s_is_not_used_and_the_retry_asks_anew(
+async def test_a_capture_approval_older_than_30_s_is_not_used_and_the_retry_asks_anew(
     http_service: HttpService,
 ) -> None:
-    async with new_agent(http_service, LEGACY, url_only=True) as agent:
-        record_id = await agent.remember(NOTE)
-        arguments = agent.forget_arguments(record_id)
-        call = partial(agent.client.call_tool, FORGET, arguments)
+    """A confirmed capture is not carried out when approved (its content never rests in the
+    book): the agent's retry takes the approval within 30 s of it; after that, it asks anew."""
+    _, token = http_service.tokens.fresh(confirm=["capture"])
+    async with url_only_client(http_service.url, token, LEGACY) as client:
+        agent = Agent(client)
+        call = partial(client.call_tool, CAPTURE, agent.capture_arguments(NOTE))
         link = await link_of(call)
+        row = http_service.server.approvals.book.get(approval_id_of(link))
+        assert row is not None and row.call is None  # nothing of the capture is kept
         code = terminal_code(http_service, approval_id_of(link))
         assert await answer_on_page(link, "approve", code) == 200
         age_approval(http_service, approval_id_of(link), 31_000, answer_too=True)
         again = await link_of(call)  # a new question: nothing committed with a stale approval
         assert approval_id_of(again) != approval_id_of(link)
-        assert ok_value(await agent.get(record_id))["record"]["record_id"] == record_id
 
 
 @pytest.mark.parametrize("mode", REVISIONS)

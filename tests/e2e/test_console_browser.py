@@ -355,10 +355,12 @@ def test_an_approval_is_answered_from_the_console_and_the_agents_retry_commits(
     question.find_element(By.XPATH, ".//button[text()='Approve']").click()
     _wait_for(browser, "title")
     assert "approved" in title(browser)
+    assert "It was carried out" in browser.find_element(By.ID, "outcome").text  # at once
     row = seeded.service.server.approvals.book.get(seeded.approval_id)
     assert row is not None and row.state == "approved" and row.answered_by == "console"
+    assert row.committed_at_ms is not None  # forgotten before the agent retried
     forgotten = anyio.run(_retry_forget, seeded)
-    assert forgotten["receipt"]["to_state"] == "tombstoned"
+    assert forgotten["receipt"]["to_state"] == "tombstoned" and forgotten["replayed"] is False
     browser.get(f"{seeded.service.base_url}/console/records/{seeded.asked_id}")
     last = text_of(browser, "#history tbody tr")[-1]  # who asked, why, who approved
     assert "tombstone" in last and "reason:obsolete" in last

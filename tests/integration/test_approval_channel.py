@@ -14,7 +14,7 @@ import pytest
 
 from engram_memory.adapters.local.approval_book import ApprovalBook
 from engram_memory.approval_page import RETRY_WINDOW, Decision, PageError, render_error
-from engram_memory.embedded.book_channel import EmbeddedApprovals, LinkDesk
+from engram_memory.embedded.book_channel import EmbeddedApprovals, LinkDesk, outcome_line
 from engram_memory.engine.context import Scope
 from engram_memory.engine.gate import (
     APPROVAL_TTL_MS,
@@ -290,3 +290,151 @@ def test_agent_and_approver_are_told_one_retry_window(tmp_path: Path, clock: Fak
         url = paged.ask(a_request("mem_def"), context(), "url")
     assert RETRY_WINDOW in terminal.message and RETRY_WINDOW in url.message
     assert "within 5 minutes." not in terminal.message
+
+
+# -- an approval carried out at once (issue 38, item 5) --------------------------------------------
+
+FORGET_ARGUMENTS = {
+    "record_id": "mem_abc",
+    "idempotency_key": "forget-1",
+    "reason_ref": "reason:obsolete",
+}
+
+
+class RecordingEngine(NoMemoryKernel):
+    """An engine that records the calls an approval carries out and answers each with
+    ``answers`` in turn (an envelope, or an exception to raise)."""
+
+    def __init__(self, *answers: dict[str, Any] | Exception) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[str, Any, Any, Approval | None]] = []
+
+    def handle(self, tool: str, arguments: Any, ctx: Any, approval: Approval | None) -> Any:
+        self.calls.append((tool, arguments, ctx, approval))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def forgotten(replayed: bool = False) -> dict[str, Any]:
+    return {"ok": True, "output": {"value": {"replayed": replayed}}, "audit_id": "aud_x"}
+
+
+@contextlib.contextmanager
+def carrying(
+    tmp_path: Path, clock: FakeClock, engine: RecordingEngine
+) -> Iterator[EmbeddedApprovals]:
+    channel = EmbeddedApprovals(
+        lambda: ApprovalBook(tmp_path),
+        lambda: cast(Any, engine),
+        base_url=BASE_URL,
+        clock=clock,
+    )
+    try:
+        yield channel
+    finally:
+        channel.close()
+
+
+def test_an_approval_at_the_terminal_runs_the_agents_call_once_as_the_agent(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    engine = RecordingEngine(forgotten())
+    asking = context(agent_id="agent-7", credential_id="tok-1", credential_issued_at_ms=T0 - 5)
+    with carrying(tmp_path, clock, engine) as channel:
+        question = channel.ask(a_request(), asking, "terminal", FORGET_ARGUMENTS)
+        clock.advance(2_000)
+        first, row = channel.answer_by_id(question.approval_id, True, by="terminal", approver="o")
+        again, _ = channel.answer_by_id(question.approval_id, True, by="console", approver="p")
+
+    assert first and not again  # the first answer wins: one commit
+    ((tool, arguments, ctx, approval),) = engine.calls
+    assert (tool, arguments) == ("forget", FORGET_ARGUMENTS)
+    assert (ctx.principal, ctx.scope, ctx.purpose_ref, ctx.agent_id) == (
+        asking.principal,
+        asking.scope,
+        asking.purpose_ref,
+        "agent-7",
+    )
+    assert (ctx.credential_id, ctx.credential_issued_at_ms) == ("tok-1", T0 - 5)  # revocable
+    assert ctx.grants == asking.grants and ctx.audit_id != asking.audit_id
+    assert approval is not None and approval.approval_id == question.approval_id
+    check_approval(approval, a_request(), clock.now)  # what the engine's gate checks
+    assert row is not None and row.committed_at_ms == clock.now and row.commit_failure is None
+
+
+def test_the_first_report_of_a_carried_out_commit_says_no_replay_then_replays(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    with carrying(tmp_path, clock, RecordingEngine(forgotten())) as channel:
+        asking = context()
+        question = channel.ask(a_request(), asking, "terminal", FORGET_ARGUMENTS)
+        channel.answer_by_id(question.approval_id, True, by="terminal")
+        clock.advance(EXECUTION_WINDOW_MS + 1_000)
+        replay = forgotten(replayed=True)
+        other_key = {**FORGET_ARGUMENTS, "idempotency_key": "forget-2"}
+        assert channel.reported("forget", asking, other_key, replay) == replay
+        first = channel.reported("forget", asking, FORGET_ARGUMENTS, replay)
+        assert first["output"]["value"]["replayed"] is False
+        assert channel.reported("forget", asking, FORGET_ARGUMENTS, replay) == replay
+
+
+def test_a_commit_that_fails_keeps_the_approval_for_the_retry_in_its_window(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The store could not be reached when the person approved: nothing was written, the
+    approver is told, and the agent's retry takes the approval as before (30 s), then asks
+    anew."""
+    engine = RecordingEngine(RuntimeError("the store is gone"))
+    with carrying(tmp_path, clock, engine) as channel:
+        question = channel.ask(a_request(), context(), "terminal", FORGET_ARGUMENTS)
+        _, row = channel.answer_by_id(question.approval_id, True, by="terminal")
+        assert row is not None and row.commit_failure == "STORE_UNAVAILABLE"
+        assert row.committed_at_ms is None
+        line = outcome_line(row)
+        assert "could not be carried out now (the store could not be reached)" in line
+        assert RETRY_WINDOW in line
+        assert isinstance(channel.given(a_request()), Approval)  # the retry commits with it
+        clock.advance(EXECUTION_WINDOW_MS + 1)
+        assert channel.given(a_request()) is None  # too late: the call asks anew
+
+
+def test_a_declined_or_confirmed_capture_is_not_carried_out(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    engine = RecordingEngine()
+    capture = ConfirmationRequest(
+        tool="capture",
+        target=None,
+        operation_digest="sha256:" + "2" * 64,
+        principal=context().principal,
+        scope=context().scope,
+        reason_ref=None,
+        summary="",
+    )
+    secret_text = "Decision: the payroll export password is hunter2-banana."
+    with carrying(tmp_path, clock, engine) as channel:
+        declined = channel.ask(a_request(), context(), "terminal", FORGET_ARGUMENTS)
+        channel.answer_by_id(declined.approval_id, False, by="terminal")
+        captured = channel.ask(capture, context(), "terminal", {"content": secret_text})
+        _, row = channel.answer_by_id(captured.approval_id, True, by="terminal")
+        book = b"".join(path.read_bytes() for path in tmp_path.glob("approvals.sqlite3*"))
+    assert engine.calls == []
+    assert row is not None and row.call is None and RETRY_WINDOW in outcome_line(row)
+    assert b"hunter2" not in book  # a capture's content never rests in the book
+
+
+def test_a_commit_the_agents_own_retry_made_first_is_not_reported_as_new_again(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The agent's retry took the approval and committed while the person's answer was being
+    carried out: the engine replays that commit to the host, and the agent, who has seen it,
+    is told replays from then on."""
+    with carrying(tmp_path, clock, RecordingEngine(forgotten(replayed=True))) as channel:
+        asking = context()
+        question = channel.ask(a_request(), asking, "terminal", FORGET_ARGUMENTS)
+        _, row = channel.answer_by_id(question.approval_id, True, by="terminal")
+        assert row is not None and row.committed_at_ms is not None
+        replay = forgotten(replayed=True)
+        assert channel.reported("forget", asking, FORGET_ARGUMENTS, replay) == replay

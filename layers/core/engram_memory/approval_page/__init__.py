@@ -34,6 +34,7 @@ from engram_memory.approval_page.render import (
     render_signed_in,
 )
 from engram_memory.approval_page.view import (
+    CARRIED_OUT,
     RETRY_WINDOW,
     ApprovalView,
     Asked,
@@ -48,6 +49,7 @@ from engram_memory.approval_page.view import (
 )
 
 __all__ = [
+    "CARRIED_OUT",
     "DECISION_STYLE",
     "MAX_FORM_BYTES",
     "PAGE_HEADERS",

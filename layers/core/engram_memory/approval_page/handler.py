@@ -55,6 +55,7 @@ class ApprovalDesk(Protocol):
 class DeskAnswer:
     view: ApprovalView
     decision: Decision
+    outcome: str | None = None  # the host's one line on what the approval did, when it says
 
 
 class QuestionDesk(ABC, Generic[Q]):
@@ -193,4 +194,4 @@ def handle_page(
     answered = desk.answer(request.approval_id, request.credential, decision, now_ms, code)
     if isinstance(answered, PageError):
         return error_page(answered)
-    return PageResponse(200, render_answered(answered.view, answered.decision))
+    return PageResponse(200, render_answered(answered.view, answered.decision, answered.outcome))

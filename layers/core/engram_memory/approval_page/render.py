@@ -9,6 +9,7 @@ from html import escape
 from typing import Final
 
 from engram_memory.approval_page.view import (
+    CARRIED_OUT,
     RETRY_WINDOW,
     ApprovalView,
     Decision,
@@ -145,9 +146,8 @@ def _code_field(view: ApprovalView) -> str:
 def _after_answer(view: ApprovalView) -> str:
     if view.committed_by_run:
         return (
-            "After you answer, go back to your agent: an approval is carried out within 30 s,"
-            " and the agent's retry of the same call returns its receipt (approve) or is refused"
-            " (decline). Answer within 5 minutes of the request."
+            f"After you answer, go back to your agent: {CARRIED_OUT}; after a decline it is"
+            " refused. Answer within 5 minutes of the request."
         )
     return (
         "After you answer, go back to your agent: it retries the same call, which then goes"
@@ -155,12 +155,16 @@ def _after_answer(view: ApprovalView) -> str:
     )
 
 
-def render_answered(view: ApprovalView, decision: Decision) -> str:
+def render_answered(view: ApprovalView, decision: Decision, outcome: str | None = None) -> str:
+    """The page after an answer; ``outcome``: the host's one line on what the approval did (the
+    embedded host carried it out, or says why it could not)."""
     if decision is Decision.APPROVE:
         heading = "Approved"
         text = (
-            f"You approved: {view.action}. It is carried out now; your agent's retry of the"
-            " same call returns its receipt."
+            f"You approved: {view.action}. {outcome}"
+            if outcome is not None
+            else f"You approved: {view.action}. It is carried out now; your agent's retry of the"
+            " same call returns its result."
             if view.committed_by_run
             else f"You approved: {view.action}. Go back to your agent now: its retry of the"
             f" same call goes through if it comes {RETRY_WINDOW}."

@@ -142,7 +142,8 @@ class ApprovalView:
     reason_ref: str | None
     expires_at_ms: int
     memory: Memory | None
-    # the cloud: a run commits the approval itself (within 30 s of it), whenever the agent retries
+    # the host commits an approval as soon as it is given (the cloud's run, the embedded host's
+    # withdraw and forget), whenever the agent retries
     committed_by_run: bool = False
     # the embedded host: answering takes the question's one-time code, shown on its terminal only
     asks_code: bool = False
@@ -230,6 +231,12 @@ def iso_time(at_ms: int) -> str:
 # The one retry window every person and agent is told (the engine's gate, engine/gate.py:
 # EXECUTION_WINDOW_MS and APPROVAL_TTL_MS, decides it; tests/unit checks the two agree).
 RETRY_WINDOW: Final = "within 30 s of the approval and 5 minutes of the request"
+# What an approval does where the host carries it out as soon as it is given (the cloud's run;
+# the embedded host's withdraw and forget): the words the agent, the page and the terminal use.
+CARRIED_OUT: Final = (
+    "an approval carries the change out at once, and the agent's retry of the same call (the"
+    " same idempotency key) returns its result, whenever it comes"
+)
 
 
 class PageError(enum.Enum):

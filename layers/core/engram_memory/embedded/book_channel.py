@@ -8,6 +8,13 @@
   client that can fetch its own link still cannot approve. The page, the form answer and
   ``engram-memory approvals approve|decline`` all answer the same row, the first answer wins.
 - A server without the page (stdio) hands out no link: its messages name the terminal command.
+- A withdraw or forget is carried out as soon as a person approves it on the page, at the
+  terminal or in the console (``carry_out``: the call the row holds, run as the agent's through
+  the engine, whose gate checks the approval as any other, single use), so the agent's retry
+  with the same key finds the commit in the ledger whenever it comes; the first report of it
+  says ``replayed: false`` (``reported``), as the cloud's run does. If it could not be carried
+  out (the memory moved, the token was revoked, the store was unavailable) the approver is told
+  in one line (``outcome_line``) and the retry takes the approval as below.
 - A call for an operation whose row is answered takes that answer: the client's retry with the
   same key commits with an approval given after it stopped waiting (within 300 s of the asking
   and 30 s of the approval), or gets ``gate_failed`` after a decline, and never asks twice.
@@ -17,10 +24,11 @@
 from __future__ import annotations
 
 import hmac
+import logging
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio.to_thread
 from starlette.requests import Request
@@ -31,21 +39,34 @@ from engram_memory import approval_page as shared  # the page both hosts serve
 from engram_memory.adapters.local.approval_book import (
     Answerer,
     ApprovalBook,
+    HeldCall,
     OpenApproval,
     shown_code,
 )
 from engram_memory.binding.host_config import host_matches
-from engram_memory.engine.context import Scope, TrustedContext
+from engram_memory.contract.errors import ProtocolRefusal
+from engram_memory.engine.context import ALWAYS_CONFIRMED, Scope, TrustedContext
 from engram_memory.engine.gate import Approval, ConfirmationRequest
 from engram_memory.engine.ports import Clock
 from engram_memory.mcp_surface.approval_channel import Declined, Mode, Question
 from engram_memory.operator_plane.commands import PROGRAM, command_name
 
 if TYPE_CHECKING:
-    from engram_memory.engine.kernel import Kernel
+    from engram_memory.engine.service import Engine
+
+log = logging.getLogger(__name__)
 
 APPROVALS_PATH: Final = "/approvals"
 SECRET_PARAM: Final = "secret"  # noqa: S105 - the query parameter's name
+# Why an approval could not be carried out, as the approver reads it (by the commit's error
+# code; any other code is named as it is).
+_NOT_CARRIED_OUT: Final = {
+    "AUTHORIZATION_REVOKED": "the agent's token was revoked",
+    "NOT_FOUND": "the memory is no longer there",
+    "ALREADY_TERMINAL": "it had already been done",
+    "ILLEGAL_TRANSITION": "the memory has moved on",
+    "STORE_UNAVAILABLE": "the store could not be reached",
+}
 
 
 class EmbeddedApprovals:
@@ -54,7 +75,7 @@ class EmbeddedApprovals:
     def __init__(
         self,
         book: Callable[[], ApprovalBook],
-        kernel: Callable[[], Kernel],
+        kernel: Callable[[], Engine],
         *,
         base_url: str | None,
         clock: Clock,
@@ -103,8 +124,9 @@ class EmbeddedApprovals:
         self._notify(
             f"engram-memory: an agent asks to {action} ({row.approval_id}). To answer on the"
             f" approval page {self.link(row)}, type the code {shown_code(row.code)}; or run"
-            f" `{command_name()} approvals approve {row.approval_id}` (or decline). The agent's"
-            f" retry then has to come {shared.RETRY_WINDOW}."
+            f" `{command_name()} approvals approve {row.approval_id}` (or decline): "
+            + after_approval(row)
+            + "."
         )
 
     def view_of(self, row: OpenApproval) -> shared.ApprovalView:
@@ -127,7 +149,9 @@ class EmbeddedApprovals:
                 subject.record, digest=subject.digest, captured_at_ms=subject.captured_at_ms
             )
         )
-        return shared.ApprovalView.of(row, memory, asks_code=self.has_page)
+        return shared.ApprovalView.of(
+            row, memory, asks_code=self.has_page, committed_by_run=row.call is not None
+        )
 
     def message(self, row: OpenApproval, *, mode: Mode) -> str:
         """What the human reads, for the mode asked in: the page's summary and where else it
@@ -135,18 +159,17 @@ class EmbeddedApprovals:
         command (its -32603 carries the command in ``data``: ``approve_with``)."""
         program = command_name()
         command = f"`{program} approvals approve {row.approval_id}`"
+        after = after_approval(row)
         if mode == "terminal":
             return (
                 f"this client cannot ask a human to confirm. A person on the host runs {command}"
-                f" (or `decline`; `{program} approvals list` shows the request), then the"
-                f" agent retries the same call {shared.RETRY_WINDOW}."
+                f" (or `decline`; `{program} approvals list` shows the request): {after}."
             )
         summary = shared.plain_summary(self.view_of(row), self.clock.now_ms())
         if mode == "url":
             return (
                 f"{summary}\n\nOpen the approval page and type the code shown on the host's"
-                f" terminal to answer (or, on the host, run {command}); then retry the same call"
-                f" {shared.RETRY_WINDOW}."
+                f" terminal to answer (or, on the host, run {command}): {after}."
             )
         link = self.link(row)
         page = (
@@ -171,12 +194,15 @@ class EmbeddedApprovals:
             return Declined(row)
         return row.approval() if row.usable_at(now) else None
 
-    def ask(self, request: ConfirmationRequest, ctx: TrustedContext, mode: Mode) -> Question:
+    def ask(
+        self, request: ConfirmationRequest, ctx: TrustedContext, mode: Mode, arguments: Any = None
+    ) -> Question:
         row = self.book.open(
             request,
             agent_id=ctx.agent_id,
             session_id=ctx.session_id,
             now_ms=self.clock.now_ms(),
+            call=HeldCall.of(request.tool, arguments, ctx),
         )
         self._announce(row)
         return Question(
@@ -206,10 +232,61 @@ class EmbeddedApprovals:
     ) -> tuple[bool, OpenApproval | None]:
         """A human answered the question ``approval_id`` (``by``: the terminal, the console,
         the client's form; ``approver``: who, when known): whether this answer was the first,
-        and the question as it stands after it (None: no such question)."""
+        and the question as it stands after it (None: no such question). An approval from the
+        terminal or the console is carried out at once (``carry_out``); the client's form is
+        answered for the call that waits on it, which commits itself."""
         now_ms = self.clock.now_ms()
         recorded = self.book.answer(approval_id, approve, now_ms=now_ms, by=by, approver=approver)
-        return recorded is not None, recorded or self.book.get(approval_id)
+        if recorded is None:
+            return False, self.book.get(approval_id)
+        return True, recorded if by == "client" else self.carry_out(recorded)
+
+    def carry_out(self, row: OpenApproval) -> OpenApproval:
+        """A person has just approved ``row``: commit the call it holds now, as the agent's
+        (same principal, scope, tool, arguments and key; the engine's gate checks the approval,
+        whose id the commit consumes), and record how it went on the row, which is returned.
+        A row holding no call (a capture, a request_admission), or answered otherwise, is
+        returned as it is: the agent's retry takes its answer."""
+        held = row.held_call()
+        if row.state != "approved" or held is None:
+            return row
+        failure, replayed = self._commit(row, held)
+        self.book.settle(row.approval_id, self.clock.now_ms(), failure, reported=replayed)
+        return self.book.get(row.approval_id) or row
+
+    def _commit(self, row: OpenApproval, held: HeldCall) -> tuple[str | None, bool]:
+        """Run ``row``'s held call with its approval: the error code of a failure (None: it
+        landed), and whether the engine replayed a commit the agent's own retry made first."""
+        try:
+            answer = self._kernel().handle(
+                row.tool, held.arguments, held.context(row), row.approval()
+            )
+        except ProtocolRefusal:
+            return "PROTOCOL_CONTEXT_UNAVAILABLE", False
+        except Exception:  # the engine could not be opened or reached: the retry still can
+            log.exception("an approved %s could not be carried out", row.tool)
+            return "STORE_UNAVAILABLE", False
+        if not isinstance(answer, dict):  # ConfirmationNeeded: the approval was not taken
+            return "GATE_FAILED", False
+        if not answer.get("ok"):
+            return str(answer["error"]["code"]), False
+        return None, answer["output"]["value"].get("replayed") is True
+
+    def reported(
+        self, tool: str, ctx: TrustedContext, arguments: Any, envelope: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The agent's call answered ``envelope``: the first report of a commit an approval
+        carried out says ``replayed: false`` (the agent sees its result for the first time), as
+        the cloud's run reports it; every later one is a replay."""
+        value = envelope.get("output", {}).get("value", {}) if envelope.get("ok") else {}
+        if tool not in ALWAYS_CONFIRMED or value.get("replayed") is not True:
+            return envelope
+        key = arguments.get("idempotency_key") if isinstance(arguments, dict) else None
+        if not isinstance(key, str) or not self.book.first_report(
+            ctx, tool, key, self.clock.now_ms()
+        ):
+            return envelope
+        return {**envelope, "output": {**envelope["output"], "value": {**value, "replayed": False}}}
 
     def close_round_trip(self, approval: Approval) -> bool:
         """The client answered the form of a round trip (its state carries the question's id):
@@ -276,7 +353,9 @@ class LinkDesk(shared.QuestionDesk[OpenApproval]):
                 if row.expires_at_ms > now_ms
                 else shared.PageError.EXPIRED
             )
-        return shared.DeskAnswer(self._approvals.view_of(answered), decision)
+        done = self._approvals.carry_out(answered)
+        outcome = outcome_line(done) if done.call is not None else None
+        return shared.DeskAnswer(self._approvals.view_of(done), decision, outcome)
 
 
 def approval_routes(desk: LinkDesk, allowed_hosts: list[str]) -> list[Route]:
@@ -307,6 +386,33 @@ def approval_routes(desk: LinkDesk, allowed_hosts: list[str]) -> list[Route]:
     return [Route(APPROVALS_PATH + "/{approval_id}", endpoint=page, methods=["GET", "POST"])]
 
 
+def after_approval(row: OpenApproval) -> str:
+    """What follows an approval of ``row``, as the agent and the approver are told it: carried
+    out at once (a withdraw, a forget), or taken by the agent's retry in its window."""
+    if row.call is not None:
+        return shared.CARRIED_OUT
+    return f"the agent's retry of the same call goes through if it comes {shared.RETRY_WINDOW}"
+
+
+def outcome_line(row: OpenApproval) -> str:
+    """What an approval of ``row`` did, in one line for the approver (the terminal, the
+    console, the page): carried out, or why not and what the agent's retry does then."""
+    if row.committed_at_ms is not None:
+        return (
+            "It was carried out: the agent's retry of the same call returns its result,"
+            " whenever it comes."
+        )
+    if row.commit_failure is None:
+        after = after_approval(row)
+        return after[0].upper() + after[1:] + "."
+    cause = _NOT_CARRIED_OUT.get(row.commit_failure, row.commit_failure)
+    return (
+        f"It could not be carried out now ({cause}); nothing was changed. The agent's retry"
+        f" of the same call takes the approval if it comes {shared.RETRY_WINDOW}; later, it"
+        " asks again."
+    )
+
+
 def approve_command(approval_id: str) -> str:
     """The terminal command that approves ``approval_id``, as a -32603's ``data`` names it: the
     bare program name, never the path this server was started by."""
@@ -325,6 +431,8 @@ __all__ = [
     "APPROVALS_PATH",
     "EmbeddedApprovals",
     "LinkDesk",
+    "after_approval",
     "approval_routes",
     "approve_command",
+    "outcome_line",
 ]

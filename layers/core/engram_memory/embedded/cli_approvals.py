@@ -5,9 +5,11 @@
       (``approval_page.plain_summary``): the operation, the memory it acts on, who asks, why,
       time left.
 - ``engram-memory approvals approve|decline [--data-dir DIR] [--operator NAME] APPROVAL_ID``
-      answer one (the first answer wins, from here, the approval page or the agent's form); the
-      agent's retry of the same call then commits (within 30 s of an approval) or fails with
-      ``gate_failed``. The record's history names the approver ``operator:NAME`` (your login).
+      answer one (the first answer wins, from here, the approval page or the agent's form). An
+      approved withdraw or forget is carried out at once, as the agent's call (its one line
+      says so, or why not); the agent's retry of the same call returns its result. A decline
+      makes that retry fail with ``gate_failed``. The record's history names the approver
+      ``operator:NAME`` (your login).
 
 Both go through the host's approval channel (``embedded.book_channel.EmbeddedApprovals``,
 the ``ApprovalChannel`` port the MCP surface asks through): ``pending`` to list, ``answer_by_id``
@@ -136,7 +138,8 @@ def _not_waiting(approval_id: str, row: OpenApproval | None) -> str:
 
 
 def _answer(args: argparse.Namespace, approve: bool) -> int:
-    from engram_memory.approval_page.view import RETRY_WINDOW, action_of
+    from engram_memory.approval_page.view import action_of
+    from engram_memory.embedded.book_channel import outcome_line
     from engram_memory.operator_plane.auditing import operator_principal
 
     approver = operator_principal(args.operator)  # journaled with the transition it authorizes
@@ -151,10 +154,7 @@ def _answer(args: argparse.Namespace, approve: bool) -> int:
         return 1
     action = action_of(row.tool)[1]
     if approve:
-        print(
-            f"approved: {action} {row.target or ''} for {row.principal}. The agent's"
-            f" retry of the same call commits if it comes {RETRY_WINDOW}."
-        )
+        print(f"approved: {action} {row.target or ''} for {row.principal}. {outcome_line(row)}")
     else:
         print(f"declined: {action} {row.target or ''}. Nothing was changed.")
     return 0
@@ -179,7 +179,7 @@ def add_approvals_parser(sub: Any, default_data_dir: str) -> None:
     json_option(listing)
     listing.set_defaults(func=cmd_list)
     for name, func, text in (
-        ("approve", cmd_approve, "approve one (the agent's retry then commits)"),
+        ("approve", cmd_approve, "approve one (a withdraw or forget is carried out at once)"),
         ("decline", cmd_decline, "decline one (the agent's call is refused; nothing changes)"),
     ):
         answer = commands.add_parser(name, help=text)

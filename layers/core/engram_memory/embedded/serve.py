@@ -166,9 +166,10 @@ def open_server(
 
     ``port``: the port served on; the resource URI (the tokens' audience) follows it unless
     ``host.json`` sets one explicitly. ``config``: the host configuration to use instead of
-    ``host.json``. ``engine_options`` go to ``open_embedded`` (e.g.
-    ``embedder``, ``semantic_mode``). The engine opens on first use (``EmbeddedServer.host``),
-    or here when the data directory is new: initializing it is that one open.
+    ``host.json``. ``engine_options`` go to ``open_embedded`` (e.g. ``embedder``,
+    ``semantic_mode``; ``clock``, which the approval book keeps time by too). The engine opens
+    on first use (``EmbeddedServer.host``), or here when the data directory is new:
+    initializing it is that one open.
 
     The server holds the data directory's lease (``data_dir_lease``) until it is closed; raises
     ``DataDirectoryBusy`` when another server or a key rotation holds it.
@@ -215,7 +216,8 @@ def _wired(
     if new:
         engine.host  # noqa: B018 - a new data directory is whole (database, keys) once this returns
     state_key = _request_state_key(key_path(data_dir, REQUEST_STATE_KEY_FILE))
-    clock = SystemClock()
+    # one clock for the engine and the approval book (a test's fake one, given to open_server)
+    clock = engine_options.get("clock") or SystemClock()
     page = None if stdio_token is not None else page_origin(served.resource)  # stdio: no page
     approvals = EmbeddedApprovals(
         lambda: ApprovalBook(data_dir), lambda: engine.host.engine, base_url=page, clock=clock

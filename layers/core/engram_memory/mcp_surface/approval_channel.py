@@ -11,7 +11,11 @@ surface an ``ApprovalChannel`` (``SurfaceRuntime.approvals``). The surface then
    (``ask``) and sends its message: a link (URL mode) or a form whose answer it records
    (``answer``); a stateless round trip's ``requestState`` carries the question's own id;
 3. closes the question of a stateless round trip the client answered itself
-   (``close_round_trip``), unless a human declined it first.
+   (``close_round_trip``), unless a human declined it first;
+4. passes every envelope of a gated call through ``reported``: a host that carries out an
+   approval as soon as a person gives it (the embedded host's withdraw and forget: ``ask`` keeps
+   the call's arguments for it) reports that commit to the agent's retry as no replay the first
+   time, as the cloud's run does.
 
 A question is spent by its first answer, whatever it is (CONTRACT.md §8): a decline reaches the
 surface as ``Declined``, and the surface has the engine spend the question's id
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import mcp.types as types
 
@@ -95,8 +99,19 @@ class ApprovalChannel(Protocol):
         (reported once: the next call asks anew, under a new id), or None."""
         ...
 
-    def ask(self, request: ConfirmationRequest, ctx: TrustedContext, mode: Mode) -> Question:
-        """The open question for this operation (the one already open, or a new one)."""
+    def ask(
+        self, request: ConfirmationRequest, ctx: TrustedContext, mode: Mode, arguments: Any = None
+    ) -> Question:
+        """The open question for this operation (the one already open, or a new one);
+        ``arguments``: the call's, for a host that carries out the approval itself."""
+        ...
+
+    def reported(
+        self, tool: str, ctx: TrustedContext, arguments: Any, envelope: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The envelope the agent's gated call gets: ``envelope``, or, for the first report of
+        a commit the host carried out when a person approved, the same with ``replayed:
+        false``."""
         ...
 
     def answer(self, question: Question, approve: bool) -> Approval | Declined | None:

@@ -249,10 +249,15 @@ class EngramMcp:
                 return retried
             approval = retried
         answer = await self._handle(call, approval)
+        channel = self.runtime.approvals
         if isinstance(answer, ConfirmationNeeded):
-            if self.runtime.approvals is not None:
-                return await self._confirm_by_channel(self.runtime.approvals, call, answer)
+            if channel is not None:
+                return await self._confirm_by_channel(channel, call, answer)
             return await self._confirm(call, answer)
+        if channel is not None and trusted.needs_confirmation(grant):
+            answer = await anyio.to_thread.run_sync(
+                channel.reported, grant, trusted, arguments, answer
+            )
         return envelope_result(answer)
 
     async def _retried(
@@ -390,7 +395,9 @@ class EngramMcp:
             or (mode == "form" and not (call.modern or session.can_send_request))
         ):
             mode = "terminal"
-        question = await anyio.to_thread.run_sync(channel.ask, request, call.trusted, mode)
+        question = await anyio.to_thread.run_sync(
+            channel.ask, request, call.trusted, mode, call.arguments
+        )
         if mode == "terminal":
             refusal = NoConfirmationChannel(
                 approval_id=question.approval_id,

@@ -18,6 +18,15 @@ is 8 characters from an alphabet without look-alikes (about 40 bits), compared i
 after ``MAX_CODE_ATTEMPTS`` wrong codes the page takes no answer to that question (the terminal
 still does).
 
+A withdraw or forget row also holds the agent's call (``HeldCall``: its arguments — ids, the
+idempotency key, the reason_ref, never a memory's text — and the context the host bound it to,
+less the bearer token), so that an approval carries it out at once, as that call
+(``embedded.book_channel.EmbeddedApprovals.carry_out``); the row then records how that went
+(``committed_at_ms`` or ``commit_failure``) and when the commit was first reported to the agent
+(``reported_at_ms``). A capture or request_admission row holds no call: a capture's content must
+never rest here, and an admission's decision matches the text against the caller's own token,
+which the book does not keep either; their approval is taken by the agent's retry, as before.
+
 The file lives in the private data directory (0600), beside the keys: whoever can read it can
 already answer from the terminal, so the link secret and the code are stored as handed out.
 """
@@ -32,9 +41,11 @@ import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
-from engram_memory.engine.context import Scope
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+from engram_memory.engine.context import ALWAYS_CONFIRMED, Scope, TrustedContext, new_audit_id
 from engram_memory.engine.gate import (
     APPROVAL_TTL_MS,
     AnsweredOn,
@@ -108,7 +119,11 @@ CREATE TABLE IF NOT EXISTS approvals (
     answered_by TEXT,
     code TEXT NOT NULL DEFAULT '',
     code_failures INTEGER NOT NULL DEFAULT 0,
-    approver TEXT
+    approver TEXT,
+    call TEXT,
+    committed_at_ms INTEGER,
+    commit_failure TEXT,
+    reported_at_ms INTEGER
 );
 CREATE INDEX IF NOT EXISTS approvals_binding
     ON approvals (principal, tenant_id, workspace_id, tool, operation_digest);
@@ -128,6 +143,10 @@ _BOOK_COLUMNS: Final = (
     "code",
     "code_failures",
     "approver",
+    "call",
+    "committed_at_ms",
+    "commit_failure",
+    "reported_at_ms",
 )
 # Columns a book written before them lacks (its rows then have no code: the terminal answers;
 # and no approver: the history says where the answer came from, not who gave it).
@@ -135,12 +154,61 @@ _ADDED_COLUMNS: Final = {
     "code": "TEXT NOT NULL DEFAULT ''",
     "code_failures": "INTEGER NOT NULL DEFAULT 0",
     "approver": "TEXT",
+    "call": "TEXT",  # and no held call: the agent's retry takes the approval, as it did
+    "committed_at_ms": "INTEGER",
+    "commit_failure": "TEXT",
+    "reported_at_ms": "INTEGER",
 }
 _COLUMN_NAMES: Final = (
     *(name for name in Approval.model_fields if name not in ("approved_at_ms", "approved_by")),
     *_BOOK_COLUMNS,
 )
 COLUMNS: Final = ", ".join(_COLUMN_NAMES)
+
+
+class HeldCall(BaseModel):
+    """The agent's withdraw or forget as the book holds it until a person approves it: the
+    arguments as sent (ids, the idempotency key, the reason_ref: no memory's text) and what of
+    the trusted context the commit needs — the purpose (part of the ledger's intent), the
+    grants, and the credential's id and issue time, so that a revoked token's approval commits
+    nothing. Never the bearer token, nor the call's deadline (the person answers later)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    arguments: dict[str, JsonValue]
+    purpose_ref: str
+    grants: tuple[str, ...]
+    credential_id: str | None = None
+    credential_issued_at_ms: int | None = None
+
+    @classmethod
+    def of(cls, tool: str, arguments: Any, ctx: TrustedContext) -> str | None:
+        """The JSON the book keeps for ``tool``'s call, or None for a call it does not carry
+        out itself (capture and request_admission: see the module docstring)."""
+        if tool not in ALWAYS_CONFIRMED or not isinstance(arguments, dict):
+            return None
+        return cls(
+            arguments=arguments,
+            purpose_ref=ctx.purpose_ref,
+            grants=tuple(sorted(ctx.grants)),
+            credential_id=ctx.credential_id,
+            credential_issued_at_ms=ctx.credential_issued_at_ms,
+        ).model_dump_json()
+
+    def context(self, row: OpenApproval) -> TrustedContext:
+        """The agent's context again, for the commit an approval carries out (a new audit id:
+        it is a call of its own, audited as the agent's)."""
+        return TrustedContext.bound(
+            row.scope,
+            row.principal,
+            self.purpose_ref,
+            audit_id=new_audit_id(),
+            grants=frozenset(self.grants),
+            agent_id=row.agent_id,
+            session_id=row.session_id,
+            credential_id=self.credential_id,
+            credential_issued_at_ms=self.credential_issued_at_ms,
+        )
 
 
 class OpenApproval(Approval):
@@ -157,6 +225,10 @@ class OpenApproval(Approval):
     code: str = ""  # the one-time code the page asks for (shown on the terminal only)
     code_failures: int = 0
     approver: str | None = None  # who answered, where the host knows (the operator's name)
+    call: str | None = None  # the ``HeldCall`` an approval carries out (JSON), if any
+    committed_at_ms: int | None = None  # when the approval's commit landed
+    commit_failure: str | None = None  # the error code of an approval's commit that failed
+    reported_at_ms: int | None = None  # when the agent was first told of that commit
 
     @classmethod
     def of_row(cls, row: Sequence[object]) -> OpenApproval:
@@ -171,6 +243,9 @@ class OpenApproval(Approval):
         assert self.answered_at_ms is not None
         on: AnsweredOn = _ANSWERED_ON.get(self.answered_by or "", "form")
         return self.approved(self.answered_at_ms, approver_label(on, self.approver))
+
+    def held_call(self) -> HeldCall | None:
+        return None if self.call is None else HeldCall.model_validate_json(self.call)
 
 
 class ApprovalBook:
@@ -231,8 +306,10 @@ class ApprovalBook:
         agent_id: str | None,
         session_id: str | None,
         now_ms: int,
+        call: str | None = None,
     ) -> OpenApproval:
-        """The pending row for this operation: the one already open, or a new one."""
+        """The pending row for this operation: the one already open (with the call that asked
+        first), or a new one holding ``call`` (``HeldCall.of``)."""
         existing = self.for_operation(request, now_ms)
         if existing is not None and existing.state == "pending":
             return existing
@@ -244,6 +321,7 @@ class ApprovalBook:
             agent_id=agent_id,
             session_id=session_id,
             reason_ref=request.reason_ref,
+            call=call,
         )
         with self._lock, self._db:
             self._db.execute(
@@ -309,6 +387,41 @@ class ApprovalBook:
         """Remove a question answered elsewhere (the client's own round trip)."""
         with self._lock, self._db:
             self._db.execute("DELETE FROM approvals WHERE approval_id = ?", (approval_id,))
+
+    def settle(self, approval_id: str, now_ms: int, failure: str | None, *, reported: bool) -> None:
+        """How the commit an approval carried out went: landed at ``now_ms`` (``reported``: the
+        agent had already seen it, its own retry committed first), or ``failure``'s code."""
+        landed = now_ms if failure is None else None
+        with self._lock, self._db:
+            self._db.execute(
+                "UPDATE approvals SET committed_at_ms = ?, commit_failure = ?, reported_at_ms = ?"
+                " WHERE approval_id = ?",
+                (landed, failure, now_ms if reported and landed else None, approval_id),
+            )
+
+    def first_report(
+        self, ctx: TrustedContext, tool: str, idempotency_key: str, now_ms: int
+    ) -> bool:
+        """Mark the commit an approval carried out for ``ctx``'s principal's ``tool`` call under
+        ``idempotency_key`` as reported to the agent; True the first time (as the cloud's
+        ``ParkedApprovalBook.first_report``)."""
+        with self._lock, self._db:
+            rows = self._rows(
+                "principal = ? AND tenant_id = ? AND workspace_id = ? AND tool = ?"
+                " AND committed_at_ms IS NOT NULL AND reported_at_ms IS NULL",
+                (ctx.principal, ctx.tenant_id, ctx.workspace_id, tool),
+            )
+            for row in rows:
+                held = row.held_call()
+                if held is None or held.arguments.get("idempotency_key") != idempotency_key:
+                    continue
+                marked: int = self._db.execute(
+                    "UPDATE approvals SET reported_at_ms = ?"
+                    " WHERE approval_id = ? AND reported_at_ms IS NULL",
+                    (now_ms, row.approval_id),
+                ).rowcount
+                return marked == 1
+        return False
 
     def pending(self, now_ms: int) -> list[OpenApproval]:
         """The questions waiting for a human, oldest first."""

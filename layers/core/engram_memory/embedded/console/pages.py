@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 from engram_memory.approval_page import memory_from_record
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.types import format_instant
+from engram_memory.embedded.book_channel import outcome_line
 from engram_memory.embedded.data_dir import BACKUP_SUFFIX, backups_path
 from engram_memory.engine.kernel import RECORD_STATES_FORGETTABLE
 from engram_memory.engine.usecases.transitions import (
@@ -30,6 +31,7 @@ from engram_memory.operator_plane.auditing import audited, operator_principal
 from engram_memory.operator_plane.commands import DEFAULT_WORKSPACE
 
 if TYPE_CHECKING:
+    from engram_memory.adapters.local.approval_book import OpenApproval
     from engram_memory.embedded.book_channel import EmbeddedApprovals
     from engram_memory.embedded.console.sessions import Session
     from engram_memory.engine.context import Scope
@@ -333,22 +335,25 @@ def answer_approval(ask: Ask) -> Answer:
     if row is None:
         raise EngramError(ErrorCode.NOT_FOUND)
 
-    def answer(engine: Kernel, scope: Scope, operator: str) -> bool:
-        def recorded(_call: Any) -> bool:
-            first, _ = ask.approvals.answer_by_id(
+    def answer(engine: Kernel, scope: Scope, operator: str) -> OpenApproval:
+        def recorded(_call: Any) -> OpenApproval:
+            first, answered = ask.approvals.answer_by_id(
                 approval_id,
                 decision == "approve",
                 by="console",
                 approver=operator_principal(operator),
             )
-            if not first:
+            if not first or answered is None:
                 raise EngramError(ErrorCode.ALREADY_TERMINAL)
-            return first
+            return answered
 
         return audited(engine, scope, operator, f"approvals_{decision}", approval_id, recorded)
 
-    ask.seat.call(row.workspace_id, answer, mutates=False)
-    return Page("answered.html", {"approval_id": approval_id, "decision": decision})
+    answered = ask.seat.call(row.workspace_id, answer, mutates=False)
+    outcome = outcome_line(answered) if decision == "approve" else "Nothing was changed."
+    return Page(
+        "answered.html", {"approval_id": approval_id, "decision": decision, "outcome": outcome}
+    )
 
 
 # Whose calls the audit page lists: (value, label); agents' by default, since the console's
