@@ -125,6 +125,7 @@ from urllib.parse import quote
 
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 
+from engram_memory.adapters.aws.calls import CONDITION_FAILED, unless_refused
 from engram_memory.adapters.aws.client_config import client_config
 from engram_memory.contract.canonical import GENESIS_HASH
 from engram_memory.engine.context import Scope
@@ -723,20 +724,17 @@ class DynamoStore:
 
     def _put_if_absent(self, item: Item) -> bool:
         """Put ``item`` unless its key exists: False when it did. Raises ``StoreUnavailable``."""
-        try:
-            self.dynamodb.put_item(
+        put = unless_refused(
+            lambda: self.dynamodb.put_item(
                 TableName=self.table_name,
                 Item=item,
                 ConditionExpression="attribute_not_exists(#pk)",
                 ExpressionAttributeNames={"#pk": "pk"},
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            raise StoreUnavailable("dynamodb store unavailable") from exc
-        except BotoCoreError as exc:
-            raise StoreUnavailable("dynamodb store unavailable") from exc
-        return True
+            ),
+            CONDITION_FAILED,
+            "dynamodb store unavailable",
+        )
+        return put is not None
 
     # -- the outbox ----------------------------------------------------------------------------
 
@@ -868,7 +866,7 @@ class DynamoStore:
                 ExpressionAttributeValues={":at": _n(at_ms), ":later": _s(later)},
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if exc.response.get("Error", {}).get("Code") == CONDITION_FAILED:
                 standing = self._batch_get([_revocation_key(tenant_id, kind, value)])
                 return _get_n(standing[0], "revoked_at_ms") if standing else at_ms
             raise StoreUnavailable("dynamodb store unavailable") from exc
