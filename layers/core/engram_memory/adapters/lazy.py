@@ -31,6 +31,9 @@ class Lazy(Generic[T]):
         self._lock = threading.Lock()
 
     def get(self) -> T:
+        value = self._value
+        if value is not None:  # made: no lock to take (a reference is read atomically)
+            return value
         with self._lock:
             if self._value is None:
                 self._value = self._make()
