@@ -1,8 +1,8 @@
 """A resource made on first use, once, whichever thread asks first.
 
 Both hosts defer what is slow or touches the outside world until a call needs it (the embedded
-engine and its approval book, the console's sign-in links, the OpenSearch client), so a server
-answers ``initialize`` and ``tools/list`` without them; a request thread and the shutdown path
+engine and its approval book, the console's sign-in links, the DynamoDB and OpenSearch clients),
+so a server answers ``initialize`` and ``tools/list`` without them; a request thread and the shutdown path
 may reach one at the same time, hence the lock.
 """
 
