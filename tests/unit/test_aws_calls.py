@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from engram_memory.adapters.aws.calls import CONDITION_FAILED, unless_refused
+from engram_memory.adapters.aws.calls import CONDITION_FAILED, error_code, unless_refused
 from engram_memory.cloud.proofs import KmsMacKey
 from engram_memory.engine.ports import StoreUnavailable
 
@@ -73,3 +73,17 @@ def test_a_kms_key_out_of_reach_is_unavailable_not_false() -> None:
     key = KmsMacKey(_Kms(_refused("KMSInvalidStateException")), "arn:aws:kms:eu-west-1:1:key/k")
     with pytest.raises(StoreUnavailable, match="the proof key is unavailable"):
         key.verifies(b"m", b"mac")
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (_refused(CONDITION_FAILED), CONDITION_FAILED),
+        (ClientError({"Error": {"Message": SECRET_TEXT}}, "GetObject"), ""),
+        (EndpointConnectionError(endpoint_url="https://s3.eu-west-1.amazonaws.com"), ""),
+        (ValueError("a bug"), ""),
+        (None, ""),
+    ],
+)
+def test_error_code_is_aws_answer_or_empty(error: BaseException | None, code: str) -> None:
+    assert error_code(error) == code

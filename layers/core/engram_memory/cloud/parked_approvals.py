@@ -32,7 +32,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from engram_memory.adapters.aws.calls import CONDITION_FAILED, unless_refused
+from engram_memory.adapters.aws.calls import CONDITION_FAILED, error_code, unless_refused
 from engram_memory.cloud.tool_invocation import ToolInvocation
 from engram_memory.engine.gate import APPROVAL_TTL_MS, Approval
 from engram_memory.engine.ports import StoreUnavailable
@@ -225,7 +225,7 @@ class ParkedApprovalBook:
                 ]
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+            if error_code(exc) != "TransactionCanceledException":
                 raise StoreUnavailable("could not park the task token") from exc
             return False
         except BotoCoreError as exc:
@@ -388,7 +388,7 @@ def start_confirmed_execution(
             stateMachineArn=state_machine_arn, name=name, input=payload
         )
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
+        if error_code(exc) != "ExecutionAlreadyExists":
             raise
         machine = state_machine_arn.split(":stateMachine:", 1)
         return f"{machine[0]}:execution:{machine[1]}:{name}"

@@ -17,7 +17,7 @@ from typing import Final, TypeVar
 
 from engram_memory.engine.ports import StoreUnavailable
 
-__all__ = ["CONDITION_FAILED", "unless_refused"]
+__all__ = ["CONDITION_FAILED", "error_code", "unless_refused"]
 
 T = TypeVar("T")
 
@@ -33,8 +33,18 @@ def unless_refused(call: Callable[[], T], refusal: str, unavailable: str) -> T |
     try:
         return call()
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == refusal:
+        if error_code(exc) == refusal:
             return None
         raise StoreUnavailable(unavailable) from exc
     except BotoCoreError as exc:
         raise StoreUnavailable(unavailable) from exc
+
+
+def error_code(error: BaseException | None) -> str:
+    """The error code AWS answered (``ConditionalCheckFailedException``, ``ThrottlingException``,
+    an S3 ``404``…), or "" for anything that is not AWS's answer (out of reach, a bug)."""
+    from botocore.exceptions import ClientError
+
+    if isinstance(error, ClientError):
+        return str(error.response.get("Error", {}).get("Code") or "")
+    return ""

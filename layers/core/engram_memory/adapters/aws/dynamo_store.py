@@ -124,7 +124,7 @@ from urllib.parse import quote
 
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 
-from engram_memory.adapters.aws.calls import CONDITION_FAILED, unless_refused
+from engram_memory.adapters.aws.calls import CONDITION_FAILED, error_code, unless_refused
 from engram_memory.adapters.aws.client_config import client_config
 from engram_memory.adapters.lazy import Lazy
 from engram_memory.contract.canonical import GENESIS_HASH
@@ -469,7 +469,7 @@ class DynamoStore:
             response = self.s3.get_object(Bucket=self.bucket, Key=key)
             return response["Body"].read()
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            if error_code(exc) in ("NoSuchKey", "404", "NotFound"):
                 return None
             raise StoreUnavailable("blob store unavailable") from exc
         except BotoCoreError as exc:
@@ -847,7 +847,7 @@ class DynamoStore:
                 ExpressionAttributeValues={":at": _n(at_ms), ":later": _s(later)},
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == CONDITION_FAILED:
+            if error_code(exc) == CONDITION_FAILED:
                 standing = self._batch_get([_revocation_key(tenant_id, kind, value)])
                 return _get_n(standing[0], "revoked_at_ms") if standing else at_ms
             raise StoreUnavailable("dynamodb store unavailable") from exc

@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Final, TypeVar
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from engram_memory.adapters.aws.calls import CONDITION_FAILED, error_code
 from engram_memory.adapters.aws.kms_vault import KeyTableClients, is_transient_kms_error
 from engram_memory.adapters.record_sealing import KEY_BYTES, ScopeKeys
 from engram_memory.engine.context import Scope
@@ -143,10 +144,7 @@ class KmsRecordKeys(KeyTableClients):
                 ),
             )
         except VaultUnavailable as exc:
-            cause = exc.__cause__
-            if isinstance(cause, ClientError) and (
-                cause.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
-            ):
+            if error_code(exc.__cause__) == CONDITION_FAILED:
                 return False
             raise
         return True

@@ -42,6 +42,7 @@ from aws_encryption_sdk import CommitmentPolicy
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from engram_memory.adapters.aws.calls import CONDITION_FAILED, error_code
 from engram_memory.adapters.aws.client_config import client_config
 from engram_memory.adapters.sealing import (
     CANDIDATE_ALGORITHM,
@@ -226,7 +227,7 @@ class KmsVault(KeyTableClients):
                 ),
             )
         except VaultUnavailable as exc:
-            if _error_code(exc.__cause__) == "ConditionalCheckFailedException":
+            if error_code(exc.__cause__) == CONDITION_FAILED:
                 return False
             raise
         return True
@@ -444,12 +445,6 @@ class _AttemptSlots:
             self._next[(scope, candidate_id)] = slot + 1
             if len(self._next) > self._LIMIT:
                 del self._next[next(iter(self._next))]
-
-
-def _error_code(exc: BaseException | None) -> str:
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
-    return ""
 
 
 def _wrap_context(key_ref: str, scope: Scope, candidate_id: str) -> dict[str, str]:
