@@ -331,6 +331,21 @@ def test_an_operator_forgets_and_withdraws_with_receipts(harness: Harness) -> No
     assert again.value.code.value == "ALREADY_TERMINAL"
 
 
+def test_an_operator_withdraws_only_a_pending_candidate_as_an_agent_would(harness: Harness) -> None:
+    record_id = harness.remember("Admitted already: a withdraw is the wrong transition.")
+    admitted = harness.store.record_get(_scope(), record_id).candidate_id
+    for candidate_id, code in (
+        (admitted, "ILLEGAL_TRANSITION"),
+        ("cand_00000000000000000000000000", "NOT_FOUND"),
+    ):
+        with pytest.raises(EngramError) as refused:
+            decisions.withdraw_candidate(harness.engine, _scope(), candidate_id, OPS, "why")
+        assert refused.value.code.value == code
+        # the agent's own withdraw answers the same (the one rule of transitions.withdrawable)
+        if candidate_id == admitted:
+            assert harness.withdraw(candidate_id)["error"]["code"] == code
+
+
 # -- status and export ----------------------------------------------------------------------------
 
 

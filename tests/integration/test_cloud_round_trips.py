@@ -56,8 +56,8 @@ def counted(tmp_path: Path) -> Iterator[tuple[Harness, Counts]]:
     clients = {
         id(client): client
         for client in (
-            harness.store._dynamodb,
-            harness.store._s3,
+            harness.store.dynamodb,
+            harness.store.s3,
             harness.vault._kms_client,
             harness.vault._dynamodb_client,
         )

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 from aws_testing import (
+    BUCKET,
     KEY_TABLE,
     REGION,
+    TABLE,
     MemoryLexicalIndex,
     another_engine,
     inject,
@@ -35,6 +37,7 @@ from aws_testing import (
 )
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
+from engram_memory.adapters.aws.client_config import CONNECT_TIMEOUT_S
 from engram_memory.adapters.aws.dynamo_store import BlobMissing, DynamoStore, scope_key
 from engram_memory.adapters.local.sqlite.indexes import SqliteLexicalIndex
 from engram_memory.adapters.local.sqlite.store import SqliteStore
@@ -1045,3 +1048,31 @@ def test_another_container_sees_a_revocation_once_its_short_cache_lapses(
     reads.clear()
     assert fresh.credential_revoked(tenant, "jti-1", "agent-alice", 1_000)
     assert reads == []  # "revoked" is kept: a revocation is never lifted
+
+
+class _CountingSession:
+    """A boto3 session that hands out markers and counts what it made."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[str, Any]] = []
+        self.clients: dict[str, object] = {}
+
+    def client(self, service: str, config: Any = None) -> Any:
+        self.made.append((service, config))
+        return self.clients.setdefault(service, object())
+
+
+def test_clients_not_given_are_made_from_one_session_on_first_use_once() -> None:
+    session = _CountingSession()
+    store = DynamoStore(table_name=TABLE, bucket=BUCKET, session=session)  # type: ignore[arg-type]
+    assert session.made == []
+    assert store.dynamodb is store.dynamodb is session.clients["dynamodb"]
+    assert store.s3 is store.s3 is session.clients["s3"]
+    assert [service for service, _ in session.made] == ["dynamodb", "s3"]
+    assert all(config.connect_timeout == CONNECT_TIMEOUT_S for _, config in session.made)
+
+
+def test_clients_given_are_used_as_they_are() -> None:
+    dynamodb, s3 = object(), object()
+    store = DynamoStore(table_name=TABLE, bucket=BUCKET, dynamodb=dynamodb, s3=s3)  # type: ignore[arg-type]
+    assert store.dynamodb is dynamodb and store.s3 is s3

@@ -218,7 +218,7 @@ def test_construction_from_an_endpoint_builds_no_client() -> None:
         index = OpenSearchLexicalIndex(
             endpoint="https://search-x.eu-west-1.es.amazonaws.com", region="eu-west-1"
         )
-    assert index._client is None
+    assert not index._client.made
 
 
 def test_import_and_construction_create_nothing() -> None:

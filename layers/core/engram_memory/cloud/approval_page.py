@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from engram_memory.adapters.aws.calls import error_code
 from engram_memory.approval_page import (
     ApprovalView,
     Decision,
@@ -246,7 +247,7 @@ class CloudDesk(QuestionDesk[ParkedApproval]):
                     cause="The human declined the operation.",
                 )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code", "") in ENDED_WAIT_ERRORS:
+            if error_code(exc) in ENDED_WAIT_ERRORS:
                 return PageError.EXPIRED  # the run stopped waiting (its 300 s ran out)
             raise
         except StoreUnavailable:  # the proof key unreachable: the token is spent, unanswered

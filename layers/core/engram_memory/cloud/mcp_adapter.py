@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pydantic import ValidationError
 
+from engram_memory.adapters.aws.calls import error_code
 from engram_memory.binding.host_config import HostConfig, RetentionConfig
 from engram_memory.binding.tokens import TokenVerifier
 from engram_memory.cloud.observability import instrumented
@@ -243,7 +244,7 @@ class LambdaToolEngine:
             log.warning("tool function invocation timed out", extra={"audit_id": audit_id})
             return _TIMED_OUT
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") not in _LAMBDA_THROTTLES:
+            if error_code(exc) not in _LAMBDA_THROTTLES:
                 log.exception("tool function invocation failed", extra={"audit_id": audit_id})
                 raise _host_failure() from None
             log.warning("tool function throttled", extra={"audit_id": audit_id})

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from engram_memory.adapters.aws.calls import error_code
 from engram_memory.cloud.operator_session import OperatorSession, StackError, open_stack
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.operator_plane.seat import AuditPage, SeatFailure, UsageError
@@ -69,7 +70,7 @@ def rotate_stack_keys(op: OperatorSession) -> dict[str, Any]:
             op.kms.rotate_key_on_demand(KeyId=key)
             status = op.kms.get_key_rotation_status(KeyId=key)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "error")
+            code = error_code(exc) or "error"
             raise OperationRefused(
                 ErrorCode.STORE_UNAVAILABLE,
                 f"KMS answered {code} (the stack's KeyAdminRoleArn may rotate the data key)",
@@ -129,12 +130,7 @@ class StackSeat:
         try:
             return run(self.session)
         except (BotoCoreError, ClientError) as error:  # e.g. AccessDenied for the operator's role
-            code = (
-                error.response.get("Error", {}).get("Code")
-                if isinstance(error, ClientError)
-                else ""
-            )
-            raise SeatFailure(f"AWS answered {code or type(error).__name__}") from None
+            raise SeatFailure(f"AWS answered {error_code(error) or type(error).__name__}") from None
 
     def call(self, workspace: str, run: UseCase[T], *, mutates: bool) -> T:
         def on_stack(op: OperatorSession) -> T:
@@ -193,12 +189,7 @@ class StackSeat:
         except (StackError, SmokeFailed) as error:
             raise SeatFailure(str(error)) from None
         except (BotoCoreError, ClientError) as error:
-            code = (
-                error.response.get("Error", {}).get("Code")
-                if isinstance(error, ClientError)
-                else ""
-            )
-            raise SeatFailure(f"AWS answered {code or type(error).__name__}") from None
+            raise SeatFailure(f"AWS answered {error_code(error) or type(error).__name__}") from None
 
     def close(self) -> None:
         """The clients close with the process; nothing is held open on the stack."""

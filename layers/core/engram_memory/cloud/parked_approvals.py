@@ -32,6 +32,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from engram_memory.adapters.aws.calls import CONDITION_FAILED, error_code, unless_refused
 from engram_memory.cloud.tool_invocation import ToolInvocation
 from engram_memory.engine.gate import APPROVAL_TTL_MS, Approval
 from engram_memory.engine.ports import StoreUnavailable
@@ -224,7 +225,7 @@ class ParkedApprovalBook:
                 ]
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+            if error_code(exc) != "TransactionCanceledException":
                 raise StoreUnavailable("could not park the task token") from exc
             return False
         except BotoCoreError as exc:
@@ -243,23 +244,20 @@ class ParkedApprovalBook:
     ) -> dict[str, Any] | None:
         """One conditional ``UpdateItem`` of a parked token: None when the condition does not
         hold, else the item's old attributes (``old``) or {}; ``StoreUnavailable(failure)``."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            response = self._db.update_item(
+        response = unless_refused(
+            lambda: self._db.update_item(
                 TableName=self._table,
                 Key=self._key(approval_id),
                 UpdateExpression=update,
                 ConditionExpression=condition,
                 ExpressionAttributeValues=values,
                 **({"ReturnValues": "ALL_OLD"} if old else {}),
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return None
-            raise StoreUnavailable(failure) from exc
-        except BotoCoreError as exc:
-            raise StoreUnavailable(failure) from exc
+            ),
+            CONDITION_FAILED,
+            failure,
+        )
+        if response is None:
+            return None
         attributes: dict[str, Any] = response.get("Attributes", {}) if old else {}
         return attributes
 
@@ -390,7 +388,7 @@ def start_confirmed_execution(
             stateMachineArn=state_machine_arn, name=name, input=payload
         )
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
+        if error_code(exc) != "ExecutionAlreadyExists":
             raise
         machine = state_machine_arn.split(":stateMachine:", 1)
         return f"{machine[0]}:execution:{machine[1]}:{name}"

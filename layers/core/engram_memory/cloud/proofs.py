@@ -36,6 +36,7 @@ from typing import Annotated, Any, Final, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from engram_memory.adapters.aws.calls import unless_refused
 from engram_memory.engine.gate import FORM_ANSWER, Approval, approver_label
 from engram_memory.engine.ports import StoreUnavailable
 
@@ -94,19 +95,14 @@ class KmsMacKey:
         return bytes(answer["Mac"])
 
     def verifies(self, message: bytes, mac: bytes) -> bool:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            answer = self._kms.verify_mac(
+        answer = unless_refused(
+            lambda: self._kms.verify_mac(
                 KeyId=self.key_arn, Message=message, Mac=mac, MacAlgorithm=MAC_ALGORITHM
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "KMSInvalidMacException":
-                return False
-            raise StoreUnavailable("the proof key is unavailable") from exc
-        except BotoCoreError as exc:
-            raise StoreUnavailable("the proof key is unavailable") from exc
-        return bool(answer.get("MacValid"))
+            ),
+            "KMSInvalidMacException",
+            "the proof key is unavailable",
+        )
+        return answer is not None and bool(answer.get("MacValid"))
 
 
 class FixedMacKey:

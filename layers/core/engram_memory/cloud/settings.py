@@ -193,8 +193,12 @@ def _aliases(alias: Any) -> list[str]:
     return []
 
 
+# The variables several function kinds read, each declared once.
+_TENANT: Final = ("ENGRAM_TENANT_ID", "this stack's tenant id")
+
+
 class _BindingSettings(_Settings):
-    tenant_id: Text = _env("ENGRAM_TENANT_ID", "this stack's tenant id")
+    tenant_id: Text = _env(*_TENANT)
     retention_ceiling_s: int = _env(
         "ENGRAM_RETENTION_CEILING_S",
         "the retention ceiling, a whole number of seconds >= 0",
@@ -220,7 +224,7 @@ def _approver_claim(**field: Any) -> Any:
 class CognitoClaimsSettings(_Settings):
     """The user pool's pre-token-generation trigger (``functions/cognito_claims/app.py``)."""
 
-    tenant_id: Text = _env("ENGRAM_TENANT_ID", "this stack's tenant id")
+    tenant_id: Text = _env(*_TENANT)
     approver_claim: str = _approver_claim()
 
 
@@ -298,6 +302,10 @@ def _mac_key(variable: str, what: str) -> Any:
 
 _INVOCATION_KEY: Final = ("ENGRAM_INVOCATION_KEY_ARN", "the KMS HMAC key ARN of tool invocations")
 _PROOF_KEY: Final = ("ENGRAM_APPROVAL_PROOF_KEY_ARN", "the KMS HMAC key ARN of approval proofs")
+_APPROVAL_PAGE: Final = (
+    "ENGRAM_APPROVAL_BASE_URL",
+    "the approval page's https:// origin (the HTTP API's URL)",
+)
 _PAGE_REQUIRED: Final = (
     "ENGRAM_APPROVAL_PAGE_REQUIRED",
     "'true' (withdraw and forget need the approval page, never the client's form) or 'false'",
@@ -318,11 +326,7 @@ class DrainerSettings(EngineEnvironment):
 class WorkflowSettings(EngineEnvironment):
     """The state machines' steps (``functions/workflow/app.py``)."""
 
-    approval_base_url: str = _env(
-        "ENGRAM_APPROVAL_BASE_URL",
-        "the approval page's https:// origin (the HTTP API's URL)",
-        default="",
-    )
+    approval_base_url: str = _env(*_APPROVAL_PAGE, default="")
     # the commit step verifies the run's call (the adapter's MAC) and the approval's proof
     invocation_key_arn: str = _mac_key(*_INVOCATION_KEY)
     approval_proof_key_arn: str = _mac_key(*_PROOF_KEY)
@@ -333,9 +337,7 @@ class GateSettings(_Settings):
     """withdraw's or forget's execution gate: its own state machine and the approval page."""
 
     table: Text = _env("ENGRAM_TABLE", "the canonical DynamoDB table's name (parked approvals)")
-    approval_base_url: Https = _env(
-        "ENGRAM_APPROVAL_BASE_URL", "the approval page's https:// origin (the HTTP API's URL)"
-    )
+    approval_base_url: Https = _env(*_APPROVAL_PAGE)
     state_machine_arn: str
     approval_topic_arn: str | None = _env(
         "ENGRAM_APPROVAL_TOPIC_ARN",
@@ -419,9 +421,7 @@ class ApprovalSettings(StoredRecordsSettings):
     resource_uri: Text = _env(
         "ENGRAM_RESOURCE_URI", "the MCP endpoint's https:// URL (an agent token's audience)"
     )
-    approval_base_url: Https = _env(
-        "ENGRAM_APPROVAL_BASE_URL", "the approval page's https:// origin"
-    )
+    approval_base_url: Https = _env(*_APPROVAL_PAGE)
     session_secret_arn: Text = _env(
         "ENGRAM_APPROVAL_SESSION_SECRET_ARN",
         "the ARN of the secret that keys the page's session cookies and CSRF tokens",

@@ -45,6 +45,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
+from engram_memory.adapters.aws.calls import error_code
 from engram_memory.cloud.operator_session import StackError
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def smoke_target(clients: Any, stack_name: str, endpoint: str | None) -> SmokeTa
         pages = cloudformation.get_paginator("list_stack_resources").paginate(StackName=stack_name)
         resources = [s for page in pages for s in page.get("StackResourceSummaries", [])]
     except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "error")
+        code = error_code(exc) or "error"
         raise StackError(f"stack {stack_name!r} not found in {region} ({code})") from None
     except BotoCoreError as exc:
         raise StackError(f"CloudFormation is unreachable: {type(exc).__name__}") from None
@@ -442,7 +443,7 @@ def _reports_in(logs: Any, group: str, since_ms: int) -> list[Report]:
                 if report is not None:
                     found.append(report)
     except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "error")
+        code = error_code(exc) or "error"
         if code == "ResourceNotFoundException":
             return []
         raise SmokeFailed(f"CloudWatch Logs answered {code} for {group}") from None

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from engram_memory.adapters.aws.calls import error_code
 from engram_memory.cloud.parked_approvals import (
     ENDED_WAIT_ERRORS,
     ApprovalTopic,
@@ -266,7 +267,7 @@ class WorkflowRuns:
             # the adapter's attestation of the client's answer: the run verifies it
             self.sfn.send_task_success(taskToken=token, output=proof.model_dump_json())
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") not in ENDED_WAIT_ERRORS:
+            if error_code(exc) not in ENDED_WAIT_ERRORS:
                 raise
             # the run stopped waiting: no commit will come (gate_failed once it has ended)
 

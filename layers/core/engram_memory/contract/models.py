@@ -89,6 +89,9 @@ OwnCandidate = Annotated[
 ShownReason = Annotated[
     Ref, Field(description="Opaque reference to why; shown to the human who confirms.")
 ]
+BoundPurpose = Annotated[
+    Ref, Field(description="The purpose your host bound; must match it exactly.")
+]
 
 
 def _distinct(values: list[str]) -> list[str]:
@@ -147,7 +150,7 @@ class SearchInput(ToolInput):
     )
 
     query: QueryText = Field(description="What to look for: 1..8,192 UTF-8 bytes, NFC.")
-    purpose_ref: Ref = Field(description="The purpose your host bound; must match it exactly.")
+    purpose_ref: BoundPurpose
     limit: Annotated[int, Field(strict=True, ge=1, le=50)] = Field(
         default=10, description="Maximum records on this page (1..50, default 10)."
     )
@@ -184,7 +187,7 @@ class GetInput(ToolInput):
     )
 
     record_id: RecordId = Field(description="A record_id exactly as returned (mem_ + base32).")
-    purpose_ref: Ref = Field(description="The purpose your host bound; must match it exactly.")
+    purpose_ref: BoundPurpose
     max_packet_bytes: Annotated[int, Field(strict=True, ge=4_096, le=1_048_576)] = Field(
         default=65_536,
         description="Byte budget for the returned packet (4,096..1,048,576, default 65,536).",
@@ -278,7 +281,7 @@ class Payload(ClosedModel):
     schema_version: Annotated[Literal[2], BeforeValidator(_exact_int)] = Field(
         description="Always 2."
     )
-    purpose_ref: Ref = Field(description="The purpose your host bound; must match it exactly.")
+    purpose_ref: BoundPurpose
     valid_time: ValidTime = Field(description="When the memory is true, epoch milliseconds.")
     components: Annotated[list[Component], Field(min_length=1, max_length=64)] = Field(
         description="1..64 components; ids unique; every citation resolves."

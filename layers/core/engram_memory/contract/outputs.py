@@ -73,12 +73,18 @@ class RecordOut(OutputModel):
     trust: TrustOut | None = Field(default=None, description="Trust assigned by the host.")
 
 
-class PacketOut(OutputModel):
+class RedactedRecordOut(OutputModel):
+    """A record as the host's field allowlist shows it, with the receipt of what it left out:
+    what a search packet and a get both are, before their own fields."""
+
     record: RecordOut = Field(description="The redacted record.")
     redacted_fields: list[str] = Field(
         description="Sorted JSON pointers of omitted top-level fields."
     )
     redaction_receipt_digest: Digest = Field(description="Digest of the redaction receipt.")
+
+
+class PacketOut(RedactedRecordOut):
     score: float = Field(description="Ranking score (higher is better).")
     rank: int = Field(ge=1, description="1-based rank, continuing across pages.")
 
@@ -124,12 +130,7 @@ class ReadReceiptOut(OutputModel):
     receipt_digest: Digest = Field(description="Digest of this receipt.")
 
 
-class GetOutput(OutputModel):
-    record: RecordOut = Field(description="The redacted record.")
-    redacted_fields: list[str] = Field(
-        description="Sorted JSON pointers of omitted top-level fields."
-    )
-    redaction_receipt_digest: Digest = Field(description="Digest of the redaction receipt.")
+class GetOutput(RedactedRecordOut):
     read_receipt: ReadReceiptOut = Field(description="Receipt of the read.")
     packet_digest: Digest = Field(description="Digest of this value without packet_digest.")
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hmac
 import logging
 import sys
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -36,6 +35,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from engram_memory import approval_page as shared  # the page both hosts serve
+from engram_memory.adapters.lazy import Lazy
 from engram_memory.adapters.local.approval_book import (
     Answerer,
     ApprovalBook,
@@ -84,9 +84,7 @@ class EmbeddedApprovals:
         """``base_url``: the approval page's origin, None for a server without it (stdio);
         ``notify``: where a new question's code is shown (default: this process's stderr, the
         operator's terminal; only when there is a page to type it in)."""
-        self._open_book = book
-        self._book: ApprovalBook | None = None
-        self._book_lock = threading.Lock()
+        self._book = Lazy(book)
         self._kernel = kernel
         self._base_url = base_url.rstrip("/") if base_url is not None else None
         self._notify = notify or _to_stderr
@@ -100,15 +98,10 @@ class EmbeddedApprovals:
     @property
     def book(self) -> ApprovalBook:
         """The data directory's approval book, opened on first use (not at start-up)."""
-        with self._book_lock:
-            if self._book is None:
-                self._book = self._open_book()
-            return self._book
+        return self._book.get()
 
     def close(self) -> None:
-        with self._book_lock:
-            if self._book is not None:
-                self._book.close()
+        self._book.close()
 
     def link(self, row: OpenApproval) -> str | None:
         if self._base_url is None:

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 import anyio
 
 from engram_memory.adapters.clock import SystemClock
+from engram_memory.adapters.lazy import Lazy
 from engram_memory.adapters.local.approval_book import ApprovalBook
 from engram_memory.adapters.local.private_files import write_private_file
 from engram_memory.binding.host_config import DEFAULT_PORT, HostConfig
@@ -67,25 +68,18 @@ class EngineOnDemand:
     ``SurfaceEngine``."""
 
     def __init__(self, opener: Callable[[], EmbeddedHost]) -> None:
-        self._opener = opener
-        self._host: EmbeddedHost | None = None
-        self._lock = threading.Lock()
+        self._host = Lazy(opener)
 
     @property
     def host(self) -> EmbeddedHost:
-        with self._lock:
-            if self._host is None:
-                self._host = self._opener()
-            return self._host
+        return self._host.get()
 
     @property
     def opened(self) -> bool:
-        return self._host is not None
+        return self._host.made
 
     def close(self) -> None:
-        with self._lock:
-            if self._host is not None:
-                self._host.close()
+        self._host.close()
 
     def handle(
         self, tool: str, arguments: Any, ctx: TrustedContext, approval: Approval | None = None

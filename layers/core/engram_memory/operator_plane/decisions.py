@@ -33,6 +33,7 @@ from engram_memory.engine.usecases.transitions import (
     commit_forget,
     commit_lifecycle,
     commit_withdraw,
+    withdrawable,
 )
 from engram_memory.operator_plane.auditing import OPERATIONS_PURPOSE, audited
 from engram_memory.operator_plane.backup_checks import OperationRefused
@@ -147,14 +148,7 @@ def withdraw_candidate(
     arguments = {"reason": _reason(reason)}
 
     def pending(_call: Call) -> CandidateRow:
-        candidate = canonical.candidate(engine, scope, candidate_id)
-        if candidate is None:
-            raise EngramError(ErrorCode.NOT_FOUND)
-        if candidate.state in ("withdrawn", "rejected"):
-            raise EngramError(ErrorCode.ALREADY_TERMINAL)
-        if candidate.state != "pending":
-            raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
-        return candidate
+        return withdrawable(canonical.candidate(engine, scope, candidate_id))
 
     return _operator_commit(
         engine, scope, operator, "withdraw", candidate_id, arguments, pending, commit_withdraw

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.engine.context import Scope
@@ -36,11 +36,7 @@ class ReindexReport:
     pending_upserts: int
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "indexed": self.indexed,
-            "dropped": self.dropped,
-            "pending_upserts": self.pending_upserts,
-        }
+        return asdict(self)
 
 
 def reindex(engine: Kernel, scope: Scope) -> ReindexReport:

@@ -117,7 +117,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
@@ -125,7 +124,9 @@ from urllib.parse import quote
 
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 
+from engram_memory.adapters.aws.calls import CONDITION_FAILED, error_code, unless_refused
 from engram_memory.adapters.aws.client_config import client_config
+from engram_memory.adapters.lazy import Lazy
 from engram_memory.contract.canonical import GENESIS_HASH
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
@@ -149,7 +150,6 @@ from engram_memory.engine.ports import (
 
 if TYPE_CHECKING:
     from boto3.session import Session
-    from botocore.config import Config
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import (
         AttributeValueTypeDef,
@@ -418,43 +418,25 @@ class DynamoStore:
         self._revocations: dict[tuple[str, str | None, str, int], tuple[bool, float]] = {}
         self.table_name = table_name
         self.bucket = bucket
-        self._dynamodb = dynamodb
-        self._s3 = s3
-        self._session = session
-        self._region_name = region_name
         self._inline_limit = inline_limit_bytes
-        self._clients_lock = threading.Lock()
+        # one session for both clients (made only when a client is), each client made once
+        self._session = Lazy(lambda: _new_session(region_name), session)
+        self._dynamodb = Lazy(lambda: self._client("dynamodb"), dynamodb)
+        self._s3 = Lazy(lambda: self._client("s3"), s3)
 
     # -- clients -------------------------------------------------------------------------------
 
-    def _boto_session(self) -> Session:
-        if self._session is None:
-            import boto3
-
-            self._session = boto3.session.Session(region_name=self._region_name)
-        return self._session
-
-    @staticmethod
-    def _client_config() -> Config:
-        return client_config()  # the stack's one policy (for clients not injected)
+    def _client(self, service: Literal["dynamodb", "s3"]) -> Any:
+        # the stack's one policy (for clients not injected)
+        return self._session.get().client(service, config=client_config())
 
     @property
     def dynamodb(self) -> DynamoDBClient:
-        if self._dynamodb is None:
-            with self._clients_lock:
-                if self._dynamodb is None:
-                    self._dynamodb = self._boto_session().client(
-                        "dynamodb", config=self._client_config()
-                    )
-        return self._dynamodb
+        return self._dynamodb.get()
 
     @property
     def s3(self) -> S3Client:
-        if self._s3 is None:
-            with self._clients_lock:
-                if self._s3 is None:
-                    self._s3 = self._boto_session().client("s3", config=self._client_config())
-        return self._s3
+        return self._s3.get()
 
     def close(self) -> None:
         """Nothing to release: boto3 clients pool their own connections."""
@@ -487,7 +469,7 @@ class DynamoStore:
             response = self.s3.get_object(Bucket=self.bucket, Key=key)
             return response["Body"].read()
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            if error_code(exc) in ("NoSuchKey", "404", "NotFound"):
                 return None
             raise StoreUnavailable("blob store unavailable") from exc
         except BotoCoreError as exc:
@@ -723,20 +705,17 @@ class DynamoStore:
 
     def _put_if_absent(self, item: Item) -> bool:
         """Put ``item`` unless its key exists: False when it did. Raises ``StoreUnavailable``."""
-        try:
-            self.dynamodb.put_item(
+        put = unless_refused(
+            lambda: self.dynamodb.put_item(
                 TableName=self.table_name,
                 Item=item,
                 ConditionExpression="attribute_not_exists(#pk)",
                 ExpressionAttributeNames={"#pk": "pk"},
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            raise StoreUnavailable("dynamodb store unavailable") from exc
-        except BotoCoreError as exc:
-            raise StoreUnavailable("dynamodb store unavailable") from exc
-        return True
+            ),
+            CONDITION_FAILED,
+            "dynamodb store unavailable",
+        )
+        return put is not None
 
     # -- the outbox ----------------------------------------------------------------------------
 
@@ -868,7 +847,7 @@ class DynamoStore:
                 ExpressionAttributeValues={":at": _n(at_ms), ":later": _s(later)},
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if error_code(exc) == CONDITION_FAILED:
                 standing = self._batch_get([_revocation_key(tenant_id, kind, value)])
                 return _get_n(standing[0], "revoked_at_ms") if standing else at_ms
             raise StoreUnavailable("dynamodb store unavailable") from exc
@@ -1238,6 +1217,12 @@ class DynamoStore:
                 break
             token = listing.get("NextContinuationToken")
         return {"items": sorted(items, key=repr), "blobs": sorted(blobs, key=repr)}
+
+
+def _new_session(region_name: str | None) -> Session:
+    import boto3
+
+    return boto3.session.Session(region_name=region_name)
 
 
 def _put_new(table: str, item: Item) -> TransactWriteItemTypeDef:

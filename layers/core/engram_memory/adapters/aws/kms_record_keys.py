@@ -75,6 +75,7 @@ class KmsRecordKeys(KeyTableClients):
 
     _client_config: ClassVar[Config] = _CLIENT_CONFIG
     _no_client: ClassVar[str] = "could not create a {} client"
+    _key_table: ClassVar[str] = "the key table"
 
     def _set_up(self) -> None:
         self._scope_keys = ScopeKeys(self._load_scope_key)
@@ -88,7 +89,7 @@ class KmsRecordKeys(KeyTableClients):
         # No key is made ahead (``prepare``), so one conditional write is the usual path; a key
         # already there (a retried admission, another instance) is read and used instead.
         _, wrapped = self._scope_keys.new_record_key(scope, record_id)
-        if not self._put_new(record_item_key(scope, record_id), wrapped):
+        if not self._put_new_key("write key", record_item_key(scope, record_id), wrapped):
             wrapped = self._wrapped(scope, [record_id])[record_id]
         return self._scope_keys.seal_body(scope, record_id, wrapped, plaintext)
 
@@ -131,26 +132,6 @@ class KmsRecordKeys(KeyTableClients):
             "read record keys", lambda client: client.batch_get_item(RequestItems=request)
         )
 
-    def _put_new(self, key_ref: str, wrapped: bytes) -> bool:
-        """Write a new item; False when one is already there."""
-        try:
-            self._dynamodb(
-                "write key",
-                lambda client: client.put_item(
-                    TableName=self._table,
-                    Item={"key_ref": {"S": key_ref}, "wrapped": {"B": wrapped}},
-                    ConditionExpression="attribute_not_exists(key_ref)",
-                ),
-            )
-        except VaultUnavailable as exc:
-            cause = exc.__cause__
-            if isinstance(cause, ClientError) and (
-                cause.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
-            ):
-                return False
-            raise
-        return True
-
     def _load_scope_key(self, scope: Scope) -> bytes:
         """The scope's key from KMS: decrypted from its item, or made (and stored) first."""
         key_ref = scope_item_key(scope)
@@ -168,7 +149,7 @@ class KmsRecordKeys(KeyTableClients):
                     KeyId=self._kms_key_id, KeySpec="AES_256", EncryptionContext=context
                 )
             )
-            if self._put_new(key_ref, bytes(made["CiphertextBlob"])):
+            if self._put_new_key("write key", key_ref, bytes(made["CiphertextBlob"])):
                 return bytes(made["Plaintext"])
             return self._load_scope_key(scope)  # another instance made it first
         decrypted = self._kms(
@@ -185,13 +166,6 @@ class KmsRecordKeys(KeyTableClients):
 
     # -- clients -------------------------------------------------------------------------------
 
-    def _dynamodb(self, action: str, operation: Callable[[Any], _T]) -> _T:
-        client = self._client("dynamodb")
-        try:
-            return operation(client)
-        except (ClientError, BotoCoreError) as exc:
-            raise VaultUnavailable(f"the key table failed during {action}") from exc
-
     def _kms(self, operation: Callable[[Any], _T]) -> _T:
         client = self._client("kms")
         try:
@@ -200,10 +174,6 @@ class KmsRecordKeys(KeyTableClients):
             if is_transient_kms_error(exc):
                 raise VaultUnavailable("KMS could not answer for a scope key") from exc
             raise SealIntegrityError("KMS refused the scope key") from exc
-
-    def _client(self, service: str) -> Any:
-        with self._lock:
-            return self._client_locked(service)
 
 
 def _wrapped_bytes(item: Mapping[str, Any]) -> bytes:

@@ -42,6 +42,7 @@ from aws_encryption_sdk import CommitmentPolicy
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from engram_memory.adapters.aws.calls import CONDITION_FAILED, error_code
 from engram_memory.adapters.aws.client_config import client_config
 from engram_memory.adapters.sealing import (
     CANDIDATE_ALGORITHM,
@@ -107,10 +108,12 @@ _T = TypeVar("_T")
 class KeyTableClients:
     """The KMS and key-table (DynamoDB) clients of a key store under the KMS key ``kms_key_id``:
     injected, or made from ``session`` (or a default boto3 session) on first use, under one
-    lock. Nothing opens a client at import or construction time."""
+    lock. Nothing opens a client at import or construction time. Both key stores reach their
+    key table through ``_dynamodb`` and write a key item only where none is (``_put_new_key``)."""
 
     _client_config: ClassVar[Config] = _CLIENT_CONFIG
     _no_client: ClassVar[str] = "the KMS vault could not create a {} client"
+    _key_table: ClassVar[str] = "the KMS vault key table"  # what a failure message names
 
     def __init__(
         self,
@@ -151,6 +154,39 @@ class KeyTableClients:
                 raise VaultUnavailable(self._no_client.format(service)) from exc
             setattr(self, attribute, client)
         return client
+
+    def _client(self, service: str) -> Any:
+        with self._lock:
+            return self._client_locked(service)
+
+    def _dynamodb(self, action: str, operation: Callable[[Any], _T]) -> _T:
+        """``operation`` on the key table. Every failure is transient from the store's point of
+        view (``VaultUnavailable``): there is no integrity question to answer until an item has
+        been read."""
+        client = self._client("dynamodb")
+        try:
+            return operation(client)
+        except (ClientError, BotoCoreError) as exc:
+            raise VaultUnavailable(f"{self._key_table} failed during {action}") from exc
+
+    def _put_new_key(self, action: str, key_ref: str, wrapped: bytes, **attributes: Any) -> bool:
+        """Write the key item ``key_ref``; False when one is already there (a slot another
+        attempt took, a key a retried admission made)."""
+        item = {"key_ref": {"S": key_ref}, "wrapped": {"B": wrapped}, **attributes}
+        try:
+            self._dynamodb(
+                action,
+                lambda client: client.put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(key_ref)",
+                ),
+            )
+        except VaultUnavailable as exc:
+            if error_code(exc.__cause__) == CONDITION_FAILED:
+                return False
+            raise
+        return True
 
 
 class KmsVault(KeyTableClients):
@@ -211,25 +247,8 @@ class KmsVault(KeyTableClients):
 
     def _put_key(self, key_ref: str, wrapped: bytes) -> bool:
         """Write the key item; False when the slot is taken (another attempt's key)."""
-        item = {
-            "key_ref": {"S": key_ref},
-            "wrapped": {"B": wrapped},
-            "created_at_ms": {"N": str(time.time_ns() // 1_000_000)},
-        }
-        try:
-            self._dynamodb_call(
-                "seal",
-                lambda client: client.put_item(
-                    TableName=self._table,
-                    Item=item,
-                    ConditionExpression="attribute_not_exists(key_ref)",
-                ),
-            )
-        except VaultUnavailable as exc:
-            if _error_code(exc.__cause__) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        created = {"N": str(time.time_ns() // 1_000_000)}
+        return self._put_new_key("seal", key_ref, wrapped, created_at_ms=created)
 
     def open(self, scope: Scope, candidate_id: str, blob: SealedBlob) -> bytes:
         """Decrypt ``blob``, which must have been sealed for this ``scope`` and ``candidate_id``.
@@ -238,7 +257,7 @@ class KmsVault(KeyTableClients):
         or the wrapped key fails authentication, belongs to another context, or KMS refuses to
         unwrap it, ``VaultUnavailable`` when KMS or DynamoDB cannot answer right now.
         """
-        response = self._dynamodb_call(
+        response = self._dynamodb(
             "open",
             lambda client: client.get_item(
                 TableName=self._table,
@@ -257,7 +276,7 @@ class KmsVault(KeyTableClients):
 
     def destroy(self, key_ref: str) -> None:
         """Durably delete the data key; idempotent (destroying a missing key is not an error)."""
-        self._dynamodb_call(
+        self._dynamodb(
             "destroy",
             lambda client: client.delete_item(
                 TableName=self._table, Key={"key_ref": {"S": key_ref}}
@@ -266,7 +285,7 @@ class KmsVault(KeyTableClients):
 
     def key_exists(self, key_ref: str) -> bool:
         """Whether the data key ``key_ref`` is still held (a strongly consistent read)."""
-        response = self._dynamodb_call(
+        response = self._dynamodb(
             "key_exists",
             lambda client: client.get_item(
                 TableName=self._table,
@@ -332,16 +351,6 @@ class KmsVault(KeyTableClients):
     # ----------------------------------------------------------------------------------------
     # Key table (DynamoDB)
     # ----------------------------------------------------------------------------------------
-
-    def _dynamodb_call(self, action: str, operation: Callable[[Any], _T]) -> _T:
-        with self._lock:
-            client = self._client_locked("dynamodb")
-        try:
-            return operation(client)
-        # Every failure of the key table is transient from the vault's point of view: there is
-        # no integrity question to answer until the item has been read.
-        except (ClientError, BotoCoreError) as exc:
-            raise VaultUnavailable(f"the KMS vault key table failed during {action}") from exc
 
 
 def create_key_table(dynamodb_client: DynamoDBClient, name: str) -> None:
@@ -444,12 +453,6 @@ class _AttemptSlots:
             self._next[(scope, candidate_id)] = slot + 1
             if len(self._next) > self._LIMIT:
                 del self._next[next(iter(self._next))]
-
-
-def _error_code(exc: BaseException | None) -> str:
-    if isinstance(exc, ClientError):
-        return str(exc.response.get("Error", {}).get("Code", ""))
-    return ""
 
 
 def _wrap_context(key_ref: str, scope: Scope, candidate_id: str) -> dict[str, str]:

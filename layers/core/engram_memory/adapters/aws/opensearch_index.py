@@ -107,7 +107,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, cast
 from urllib.parse import urlsplit
@@ -120,6 +119,7 @@ from opensearchpy.helpers.signer import RequestsAWSV4SignerAuth
 
 from engram_memory.adapters.aws.client_config import READ_TIMEOUT_S
 from engram_memory.adapters.aws.denials import Denial
+from engram_memory.adapters.lazy import Lazy
 from engram_memory.engine import lexical
 from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import (
@@ -287,7 +287,7 @@ class OpenSearchLexicalIndex:
             if not endpoint or not region:
                 raise ValueError("give either a client or both an endpoint and a region")
             self._host = _https_endpoint(endpoint)
-        self._client = client
+        self._client = Lazy(self._build_client, client)
         self._region = region
         self._session = session
         self._service = service
@@ -297,7 +297,6 @@ class OpenSearchLexicalIndex:
         self._ensured = False
         self._replicas = replicas
         self._on_denied = on_denied
-        self._lock = threading.Lock()
         self.index_name: Final = index_name
 
     # -- client ------------------------------------------------------------------------------
@@ -305,10 +304,7 @@ class OpenSearchLexicalIndex:
     @property
     def client(self) -> OpenSearch:
         """The OpenSearch client, created (not contacted) on first use."""
-        with self._lock:
-            if self._client is None:
-                self._client = self._build_client()
-            return self._client
+        return self._client.get()
 
     def _build_client(self) -> OpenSearch:
         assert self._host is not None and self._region is not None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
-import threading
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -28,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from engram_memory.adapters.lazy import Lazy
 from engram_memory.approval_page import DECISION_STYLE, read_form, same_origin
 from engram_memory.binding.host_config import host_matches
 from engram_memory.contract.errors import EngramError, ErrorCode
@@ -83,8 +83,7 @@ class Console:
         self.clock: Clock = approvals.clock
         self.sessions = Sessions(csrf_key)
         self.remote = remote
-        self._links: SignInLinks | None = None
-        self._links_lock = threading.Lock()
+        self._links = Lazy(lambda: SignInLinks(self.data_dir))
         self.templates = jinja2.Environment(
             loader=jinja2.PackageLoader("engram_memory.embedded.console", "templates"),
             autoescape=True,
@@ -94,15 +93,10 @@ class Console:
     @property
     def links(self) -> SignInLinks:
         """The data directory's sign-in links, opened on first use."""
-        with self._links_lock:
-            if self._links is None:
-                self._links = SignInLinks(self.data_dir)
-            return self._links
+        return self._links.get()
 
     def close(self) -> None:
-        with self._links_lock:
-            if self._links is not None:
-                self._links.close()
+        self._links.close()
 
     def seat(self, operator: str) -> OperatorSeat:
         from engram_memory.embedded.operator_seat import DataDirSeat

@@ -77,12 +77,20 @@ def withdraw(k: Kernel, call: Call, args: WithdrawInput) -> dict[str, Any]:
         candidate = k.read(lambda: k.store.candidate_get(call.scope, candidate_id))
         return {**stored, "replayed": True, "key_destruction": k.key_destruction(candidate)}
 
-    candidate = k.pending_candidate(call, candidate_id)
+    candidate = withdrawable(k.pending_candidate(call, candidate_id))
+    return commit_withdraw(k, call, candidate, _confirmed(k, call, args, candidate_id, intent))
+
+
+def withdrawable(candidate: CandidateRow | None) -> CandidateRow:
+    """The candidate a withdraw (the agent's or an operator's) may end: ``NOT_FOUND`` without
+    one, ``ALREADY_TERMINAL`` once withdrawn or rejected, ``ILLEGAL_TRANSITION`` once admitted."""
+    if candidate is None:
+        raise EngramError(ErrorCode.NOT_FOUND)
     if candidate.state in ("withdrawn", "rejected"):
         raise EngramError(ErrorCode.ALREADY_TERMINAL)
-    if candidate.state == "admitted":
+    if candidate.state != "pending":
         raise EngramError(ErrorCode.ILLEGAL_TRANSITION)
-    return commit_withdraw(k, call, candidate, _confirmed(k, call, args, candidate_id, intent))
+    return candidate
 
 
 def commit_withdraw(
