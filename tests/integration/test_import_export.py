@@ -619,3 +619,35 @@ def test_mem0_principal_options_are_checked_before_anything_is_written(
         code, _, err = _run(capsys, *base, *extra)
         assert code == 2 and said in err, (extra, err)
     assert _candidates(data) == 0
+
+
+def test_an_import_reads_its_source_again_one_item_at_a_time(tmp_path: Path) -> None:
+    """The source is validated whole first, then read again item by item for the import: what
+    an import holds grows with one item, not with the file (a 100,000-entity file held every
+    capture's arguments at once, 463 MB)."""
+    import tracemalloc
+
+    from engram_memory.operator_plane.moving_in import read_source
+
+    source = tmp_path / "memory.jsonl"
+    lines = [
+        {"type": "entity", "name": f"fact-{n:05d}", "entityType": "note",
+         "observations": [f"Observation {n}: the release train leaves on Tuesdays."]}
+        for n in range(3_000)
+    ]  # fmt: skip
+    source.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    items = read_source("mcp-memory", source, "general", 1_796_000_000_000)
+    assert len(items) == 3_000 and items.first_unnamed == "memory.jsonl:1"
+
+    tracemalloc.start()
+    try:
+        seen = sum(1 for _ in items)  # one at a time, as import_items reads it
+        one_at_a_time = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        held = list(items)  # what an import held before
+        all_at_once = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert seen == len(held) == 3_000
+    assert held[0].place == "memory.jsonl:1" and held[-1].place == "memory.jsonl:3000"
+    assert one_at_a_time * 4 < all_at_once, (one_at_a_time, all_at_once)

@@ -15,8 +15,9 @@ Sources (``read_source``), each item one capture citing its place (``file:line``
 - ``engram``: our own export (``admin export``), one capture per record.
 
 Every item is parsed and validated as a ``CaptureInput`` before anything is written (a malformed
-file is one line naming its place, or the format it looks like, and nothing is imported).
-``import_items`` then runs each through the agent's own capture and request_admission under
+file is one line naming its place, or the format it looks like, and nothing is imported); the
+source is then read a second time, one item at a time (``ImportSource``), so an import of any
+size holds one item in memory. ``import_items`` runs each through the agent's own capture and request_admission under
 the principal, workspace and purpose the operator names, so the admission policy decides as for
 any agent write. The idempotency key derives from the source's id and the content digest: a
 re-run adds nothing, and reports each earlier item as it stands (imported, rejected or held).
@@ -28,7 +29,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -177,18 +178,39 @@ def _item(
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class ImportSource:
+    """A source read through once and found valid: how many items it holds, the first that
+    names no principal, and its items read again, one at a time, for the import — so an import
+    holds one item in memory, not the file's worth."""
+
+    total: int
+    first_unnamed: str | None  # the place of the first item that names no principal
+    read: Callable[[], Iterator[ImportItem]]
+
+    def __iter__(self) -> Iterator[ImportItem]:
+        return self.read()
+
+    def __len__(self) -> int:
+        return self.total
+
+
 def read_source(
     fmt: str, path: Path, purpose: str, now_ms: int, principals: Principals | None = None
-) -> list[ImportItem]:
-    """Every item of ``path`` in format ``fmt``, validated; ``UsageError`` (one line naming the
-    place) at the first malformed one, before anything is written. A file that fails to read
-    as ``fmt`` but looks like another format is refused naming that format."""
+) -> ImportSource:
+    """``path`` in format ``fmt``, every item validated first; ``UsageError`` (one line naming
+    the place) at the first malformed one, before anything is written. A file that fails to
+    read as ``fmt`` but looks like another format is refused naming that format."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or directory")
     if principals is not None and fmt != "mem0":
         raise UsageError("--principal-from reads mem0's user_id or agent_id: --format mem0 only")
+    total, first_unnamed = 0, None
     try:
-        return _read(fmt, path, purpose, now_ms, principals)
+        for total, item in enumerate(_read(fmt, path, purpose, now_ms, principals), 1):
+            if item.principal is None and first_unnamed is None:
+                first_unnamed = item.place
+            progress(total, None, "items read")
     except UsageError:
         looks = _looks_like(path)
         if looks is not None and looks[0] != fmt:
@@ -197,11 +219,12 @@ def read_source(
                 f"{name}: this looks like {looks[1]}; use --format {looks[0]}"
             ) from None
         raise
+    return ImportSource(total, first_unnamed, lambda: _read(fmt, path, purpose, now_ms, principals))
 
 
 def _read(
     fmt: str, path: Path, purpose: str, now_ms: int, principals: Principals | None
-) -> list[ImportItem]:
+) -> Iterator[ImportItem]:
     if fmt == "markdown":
         looks = _looks_like(path) if path.is_file() and path.suffix.lower() != ".md" else None
         if looks is not None and looks[0] != "markdown":
@@ -281,8 +304,7 @@ def _strings(value: Mapping[str, Any], place: str, *keys: str) -> list[str]:
     return [str(item) for item in found]
 
 
-def _mcp_memory(path: Path, purpose: str, now_ms: int) -> list[ImportItem]:
-    items: list[ImportItem] = []
+def _mcp_memory(path: Path, purpose: str, now_ms: int) -> Iterator[ImportItem]:
     for place, line, value in _json_lines(path):
         kind = value.get("type")
         dropped: tuple[dict[str, Any], ...] = ()
@@ -317,8 +339,7 @@ def _mcp_memory(path: Path, purpose: str, now_ms: int) -> list[ImportItem]:
                 place, source, line, components, type_ref=type_ref, purpose=purpose,
                 valid_from_ms=now_ms,
             )  # fmt: skip
-            items.append(replace(item, dropped=dropped if number == 0 else ()))
-    return items
+            yield replace(item, dropped=dropped if number == 0 else ())
 
 
 def _observations(
@@ -394,7 +415,9 @@ class Principals:
         return principal
 
 
-def _mem0(path: Path, purpose: str, now_ms: int, principals: Principals | None) -> list[ImportItem]:
+def _mem0(
+    path: Path, purpose: str, now_ms: int, principals: Principals | None
+) -> Iterator[ImportItem]:
     """Saved ``get_all()`` answers: one file, or a folder of them (one page a file)."""
     files = sorted(path.glob("*.json")) if path.is_dir() else [path]
     if not files:
@@ -409,10 +432,8 @@ def _mem0(path: Path, purpose: str, now_ms: int, principals: Principals | None) 
             # Pages saved while the memories changed repeat an id: its latest version counts.
             if memory_id not in latest or when > latest[memory_id][0]:
                 latest[memory_id] = (when, place, memory)
-    return [
-        _mem0_item(place, memory, purpose, now_ms, principals)
-        for _when, place, memory in latest.values()
-    ]
+    for _when, place, memory in latest.values():
+        yield _mem0_item(place, memory, purpose, now_ms, principals)
 
 
 def _mem0_memories(file: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -554,13 +575,12 @@ def _headings(lines: Sequence[str]) -> dict[int, int]:
     return found
 
 
-def _markdown(root: Path, purpose: str, now_ms: int) -> list[ImportItem]:
+def _markdown(root: Path, purpose: str, now_ms: int) -> Iterator[ImportItem]:
     files = sorted(root.rglob("*.md")) if root.is_dir() else [root]
     if not files:
         raise UsageError(f"{root}: no .md notes in this folder")
     base = root if root.is_dir() else root.parent
-    items: list[ImportItem] = []
-    for number, path in enumerate(files, 1):
+    for path in files:
         name = path.relative_to(base).as_posix()
         try:
             text = path.read_text(encoding="utf-8")
@@ -590,20 +610,15 @@ def _markdown(root: Path, purpose: str, now_ms: int) -> list[ImportItem]:
                 (f"obs-{i}", "decision" if cat == "decision" else "evidence", f"[{cat}] {o}")
                 for i, (cat, o) in enumerate(chunk, (part - 1) * per_part + 1)
             ]
-            items.append(
-                _item(
-                    f"{name}:1", source if part == 1 else f"{source}#part-{part}", text, components,
-                    type_ref=f"note:{meta.get('type') or 'note'}", purpose=purpose,
-                    valid_from_ms=when if when is not None else now_ms,
-                )
+            yield _item(
+                f"{name}:1", source if part == 1 else f"{source}#part-{part}", text, components,
+                type_ref=f"note:{meta.get('type') or 'note'}", purpose=purpose,
+                valid_from_ms=when if when is not None else now_ms,
             )  # fmt: skip
-        progress(number, len(files), "notes read")
-    return items
 
 
-def _engram(path: Path, purpose: str, now_ms: int) -> list[ImportItem]:
+def _engram(path: Path, purpose: str, now_ms: int) -> Iterator[ImportItem]:
     """Our export: each line's record captured again, citing the record it came from."""
-    items: list[ImportItem] = []
     for place, line, value in _json_lines(path):
         record = value.get("record")
         if not isinstance(record, dict) or not isinstance(record.get("components"), list):
@@ -618,14 +633,11 @@ def _engram(path: Path, purpose: str, now_ms: int) -> list[ImportItem]:
         components.sort(key=lambda c: c[0] != primary)  # the primary first, order kept
         event = record.get("primary_event") or {}
         valid = record.get("valid_time") or {}
-        items.append(
-            _item(
-                place, f"engram:{record_id}", line, components,
-                type_ref=str(event.get("type_ref") or "engram:record"), purpose=purpose,
-                valid_from_ms=int(valid.get("t", now_ms)),
-            )
+        yield _item(
+            place, f"engram:{record_id}", line, components,
+            type_ref=str(event.get("type_ref") or "engram:record"), purpose=purpose,
+            valid_from_ms=int(valid.get("t", now_ms)),
         )  # fmt: skip
-    return items
 
 
 # --------------------------------------------------------------------------------------------
@@ -751,7 +763,7 @@ def import_items(
     engine: Kernel,
     scope: Scope,
     operator: str,
-    items: Sequence[ImportItem],
+    items: ImportSource,
     *,
     principal: str | None,
     purpose: str,
@@ -764,14 +776,16 @@ def import_items(
     Audited as ``admin.import``."""
     from engram_memory.operator_plane.auditing import audited
 
-    for item in items:
-        if item.principal is None and principal is None:
-            raise UsageError(f"{item.place}: names no principal; add --principal for such items")
+    if items.first_unnamed is not None and principal is None:
+        raise UsageError(
+            f"{items.first_unnamed}: names no principal; add --principal for such items"
+        )
     contexts: dict[str, TrustedContext] = {}
     counts = dict.fromkeys(
         ("accepted", "already_imported", "rejected", "pending_adjudication", "failed"), 0
     )
     details: list[dict[str, Any]] = []
+    dropped: list[dict[str, Any]] = []
     captured_as: dict[str, int] = {}
 
     def run(call: Call) -> dict[str, Any]:
@@ -785,9 +799,9 @@ def import_items(
                 details.append(
                     {"place": item.place, "outcome": outcome, "reason": reason, "earlier": earlier}
                 )
+            dropped.extend(item.dropped)
             progress(done, len(items), "items")
         call.digests["imported_items"] = str(len(items))
-        dropped = [part for item in items for part in item.dropped]
         call.digests["dropped_parts"] = str(len(dropped))
         return {
             "dry_run": dry_run, "items": len(items), **counts, "not_accepted": details,
