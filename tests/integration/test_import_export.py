@@ -98,9 +98,10 @@ def test_mcp_memory_file_dry_run_then_import_then_nothing_more(
     assert _records(data) == 3
 
     # A re-run tells the earlier outcomes apart: three already imported, one rejected (again,
-    # with its rule), in the dry run as in the real run; nothing added.
-    for extra in ("--dry-run", None):
-        code, again, err = _import(capsys, data, source, "mcp-memory", *filter(None, [extra]))
+    # with its rule), in the dry run as in the real run; nothing added. The format's name as
+    # people know the package (server-memory) reads the same file.
+    for extra, name in (("--dry-run", "server-memory"), (None, "mcp-memory")):
+        code, again, err = _import(capsys, data, source, name, *filter(None, [extra]))
         assert code == 0, err
         counts = (again["already_imported"], again["rejected"], again["accepted"])
         assert counts == (3, 1, 0), again

@@ -143,6 +143,19 @@ def test_console_and_token_find_the_running_server_and_say_when_none_runs(
         linked = _console_link(data)
         assert linked.stdout.startswith(f"http://127.0.0.1:{port}/console/signin/")
         assert "no server" not in linked.stderr
+        # --host naming another address than the running server's: said as it is
+        elsewhere = subprocess.run(
+            [engram(), "console", "--data-dir", str(data), "--host", "localhost"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert elsewhere.stdout.startswith("http://localhost:8765/console/signin/")
+        assert "no server" not in elsewhere.stderr
+        assert (
+            f"the server of {data} listens on 127.0.0.1:{port}, not on --host localhost"
+            in elsewhere.stderr
+        )
     assert not (data / "server.json").exists()  # a clean stop takes its address away
     stopped = _console_link(data)
     assert stopped.stdout.startswith("http://127.0.0.1:8765/console/signin/")

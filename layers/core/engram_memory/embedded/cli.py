@@ -173,9 +173,17 @@ def _served_on(args: argparse.Namespace, data_dir: Path, what: str) -> tuple[str
     running = serving_address(data_dir)
     if running is not None and args.host in (None, running.get("host")):
         return str(running.get("host") or host), int(running["port"])
+    if running is None:
+        said = f"no server is serving {data_dir} over HTTP now"
+        hint = f"start `{command_name()} serve`, or pass --port"
+    else:  # a server runs, on another host than --host names
+        said = (
+            f"the server of {data_dir} listens on {running.get('host')}:{running['port']},"
+            f" not on --host {host}"
+        )
+        hint = "drop --host for the running server's address, or pass --port"
     print(
-        f"engram-memory: no server is serving {data_dir} over HTTP now; {what} is for"
-        f" {host}:{DEFAULT_PORT}, the default (start `{command_name()} serve`, or pass --port)",
+        f"engram-memory: {said}; {what} is for {host}:{DEFAULT_PORT}, the default ({hint})",
         file=sys.stderr,
     )
     return host, DEFAULT_PORT

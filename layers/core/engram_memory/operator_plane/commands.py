@@ -690,13 +690,20 @@ def _add_inspection(admin_sub: Sub) -> None:
     export.add_argument("--output", metavar="FILE", help="write to FILE (0600) instead of stdout")
     export.add_argument(
         "--format",
+        type=_format_name,
         choices=("engram", "mcp-memory"),
         default="engram",
         help="engram (records with receipts; `admin import` reads it) or mcp-memory (the JSONL"
-        " file of @modelcontextprotocol/server-memory)",
+        " file of @modelcontextprotocol/server-memory; server-memory is the same)",
     )
     export.set_defaults(func=cmd_export)
     _add_import(admin_sub)
+
+
+def _format_name(text: str) -> str:
+    """A file format's name as typed: ``server-memory`` (the package people know) is the
+    ``mcp-memory`` format."""
+    return "mcp-memory" if text == "server-memory" else text
 
 
 def _add_import(admin_sub: Sub) -> None:
@@ -711,9 +718,11 @@ def _add_import(admin_sub: Sub) -> None:
     move_in.add_argument(
         "--format",
         required=True,
+        type=_format_name,
         choices=("mcp-memory", "mem0", "markdown", "engram"),
-        help="mcp-memory (server-memory's JSONL), mem0 (saved get_all() answers: a file, or a"
-        " folder of pages), markdown (a folder of notes), engram (`admin export`)",
+        help="mcp-memory (server-memory's JSONL; server-memory is the same), mem0 (saved"
+        " get_all() answers: a file, or a folder of pages), markdown (a folder of notes), engram"
+        " (`admin export`)",
     )
     move_in.add_argument(
         "--principal",
