@@ -194,6 +194,11 @@ class Kernel:
         self.policy = admission_policy
         self.clock = clock
         self.audit = audit
+        # The audit log that takes committed mutations' lines from the store's commit, decided
+        # once here (a runtime Protocol check costs on every call of the hot path).
+        self.committed_audit: CommittedAuditLog | None = (
+            audit if isinstance(audit, CommittedAuditLog) else None
+        )
         self.settings = settings
         # The semantic channel: an embedder and a vector index. An index that holds vectors in
         # its own documents (OpenSearch) serves as both the lexical and the vector index.
@@ -423,10 +428,9 @@ class Kernel:
         """Hand the committed line to the audit log (it syncs it later), then drop the items
         of the lines it has synced since. A failure here loses nothing: the line is in the
         store's outbox, and the drainer appends it (``drain_outbox``)."""
-        log_ = self.audit
-        assert isinstance(log_, CommittedAuditLog)
+        assert self.committed_audit is not None  # only then does a commit carry a line
         try:
-            log_.follow(item, self._audit_owed)
+            self.committed_audit.follow(item, self._audit_owed)
         except Exception:
             log.exception("audit log unavailable", extra={"audit_id": item.item_id})
         self.settle_audit()
@@ -434,11 +438,11 @@ class Kernel:
     def settle_audit(self, *, sync: bool = False) -> None:
         """Drop from the outbox the audit lines the log has made durable since; with ``sync``,
         first make durable every line this process appended (a host closing)."""
-        if not isinstance(self.audit, CommittedAuditLog):
+        if self.committed_audit is None:
             return
         if sync:
             self._recover_audit(())
-        self._settle_audit_items(self.audit.take_settled())
+        self._settle_audit_items(self.committed_audit.take_settled())
 
     def _settle_audit_items(self, items: Sequence[OutboxItem]) -> None:
         for item in items:
@@ -453,10 +457,10 @@ class Kernel:
     def _recover_audit(self, items: Sequence[OutboxItem]) -> None:
         """Lines left in the outbox (a crash, or a committer in another process that has not
         synced them yet) made durable in the audit log once."""
-        if not isinstance(self.audit, CommittedAuditLog):
+        if self.committed_audit is None:
             return
         try:
-            self.audit.recover(items, self._audit_owed, self._settle_audit_items)
+            self.committed_audit.recover(items, self._audit_owed, self._settle_audit_items)
         except (OSError, StoreUnavailable):
             log.warning("audit lines stay in the outbox until the next drain")
 
@@ -561,7 +565,7 @@ class Kernel:
         lines = [item for item in items if item.kind == "audit_line"]
         if lines:
             self._recover_audit(lines)
-            done = isinstance(self.audit, CommittedAuditLog)
+            done = self.committed_audit is not None
         for item in items:
             if item.kind == "audit_line":
                 continue
@@ -644,10 +648,9 @@ class Kernel:
             items = self.store.outbox_pending(limit)
         except StoreUnavailable:
             return 0
+        # The audit lines together (one look into the log for all of them), the rest one by one.
         lines = [item for item in items if item.kind == "audit_line"]
-        if lines:
-            self._recover_audit(lines)
-        completed = len(lines) if isinstance(self.audit, CommittedAuditLog) else 0
+        completed = len(lines) if lines and self.run_outbox(lines) else 0
         for item in items:
             if item.kind != "audit_line" and self.run_outbox([item]):
                 completed += 1

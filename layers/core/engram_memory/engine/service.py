@@ -41,7 +41,7 @@ from engram_memory.contract.types import INVALID_DIGEST_ERROR, MAX_ARGUMENT_BYTE
 from engram_memory.engine.context import TOOLS, TrustedContext, new_audit_id
 from engram_memory.engine.gate import Approval, ConfirmationNeeded
 from engram_memory.engine.kernel import ApprovalNeeded, Call, EngineSettings, Kernel
-from engram_memory.engine.ports import CommittedAuditLog, StoreUnavailable
+from engram_memory.engine.ports import StoreUnavailable
 from engram_memory.engine.records import decode
 from engram_memory.engine.usecases.admission import request_admission
 from engram_memory.engine.usecases.capture import capture
@@ -72,7 +72,7 @@ class Engine(Kernel):
             ctx=ctx,
             now_ms=self.clock.now_ms(),
             approval=approval,
-            audit_in_commit=isinstance(self.audit, CommittedAuditLog),
+            audit_in_commit=self.committed_audit is not None,
         )
         if tool not in TOOLS or tool not in ctx.grants:
             self._audit(call, ok=False, code="PROTOCOL_UNKNOWN_TOOL")
