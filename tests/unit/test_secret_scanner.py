@@ -496,8 +496,8 @@ def test_documented_placeholders_are_recognised_by_their_marker_only(
     assert scanner.scan([f"sample key {_aws_key_id()} EXAMPLE"]) != []
 
 
-def test_a_text_repeated_in_a_candidate_is_examined_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    scanner = SecretScanner()
+def _count_examinations(scanner: SecretScanner, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts ``scanner`` examines from now on, in order (a text once per examination)."""
     examined: list[str] = []
     real = scanner._examinations
 
@@ -506,6 +506,12 @@ def test_a_text_repeated_in_a_candidate_is_examined_once(monkeypatch: pytest.Mon
         return real(text)
 
     monkeypatch.setattr(scanner, "_examinations", counting)
+    return examined
+
+
+def test_a_text_repeated_in_a_candidate_is_examined_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    scanner = SecretScanner()
+    examined = _count_examinations(scanner, monkeypatch)
     texts = ["citation:turn", "component:turn", "citation:turn", "citation:turn"]
     assert scanner.first(texts) is None
     assert scanner.scan(texts) == []
@@ -514,3 +520,47 @@ def test_a_text_repeated_in_a_candidate_is_examined_once(monkeypatch: pytest.Mon
     # The first finding is still the first text's: a repeat neither adds nor moves one.
     assert scanner.first(["ok", key, "ok", key]) == SecretFinding("AWS Access Key")
     assert scanner.scan(["ok", key, "ok", key]) == [SecretFinding("AWS Access Key")]
+
+
+def test_a_remembered_answer_is_the_answer_a_scan_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``first`` remembers each text's answer: asked again (in any mix of texts), it answers
+    exactly as a scanner that never saw the text, without examining the text again."""
+    remembering = SecretScanner()
+    examined = _count_examinations(remembering, monkeypatch)
+    texts = [case[1] for case in SECRET_CASES] + list(BENIGN_TEXTS)
+    for text in texts:
+        assert remembering.first([text], "t\x1fw") == SecretScanner().first([text])
+    scanned = len(examined)
+    assert scanned == len(set(texts))
+    mixes = [texts[i : i + 3] for i in range(0, len(texts), 2)] + [list(BENIGN_TEXTS)]
+    for mix in mixes:
+        assert remembering.first(mix, "t\x1fw") == SecretScanner().first(mix)
+    assert len(examined) == scanned  # every answer came from the memo
+
+
+def test_the_memo_is_kept_per_partition_and_holds_no_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scanner = SecretScanner()
+    examined = _count_examinations(scanner, monkeypatch)
+    key = "AKIA" + _random(16, string.ascii_uppercase + string.digits)
+    text = f"the deploy key is {key}"
+    for partition in ("tenant-a\x1fws", "tenant-b\x1fws", "tenant-a\x1fws"):
+        assert scanner.first([text], partition) == SecretFinding("AWS Access Key")
+    # Another workspace's scan of a text does not answer for this one (no timing to learn from).
+    assert examined == [text, text]
+    memo = scanner._memo
+    assert sorted(memo.values()) == ["AWS Access Key"] * 2
+    stored = b"".join(memo) + "".join(memo.values()).encode()
+    assert key.encode() not in stored and b"deploy" not in stored
+    assert all(len(digest) == 16 for digest in memo)
+
+
+def test_the_memo_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engram_memory.policy import secrets as secrets_module
+
+    monkeypatch.setattr(secrets_module, "_MEMO_ENTRIES", 4)
+    scanner = SecretScanner()
+    for index in range(10):
+        assert scanner.first([f"an ordinary note number {index}"]) is None
+        assert len(scanner._memo) <= 4

@@ -373,7 +373,8 @@ class BuiltinAdmissionPolicy:
     def decide(self, request: AdmissionRequest) -> PolicyDecision:
         """Decide on one candidate; the returned ``rule`` names what decided, never content."""
         subject = _subject(request)
-        finding = self._scanner.first(subject.texts)
+        scope = request.scope
+        finding = self._scanner.first(subject.texts, f"{scope.tenant_id}\x1f{scope.workspace_id}")
         if finding is not None:
             return PolicyDecision("reject", f"secret:{finding.kind}")
         if _carries_host_fact(

@@ -64,7 +64,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import math
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -806,11 +808,17 @@ def _library_version() -> str:
         return "unknown"
 
 
+# How many texts' answers a scanner remembers (``SecretScanner.first``): past it the memo starts
+# over, so its memory stays bounded (~100 bytes an entry).
+_MEMO_ENTRIES: Final = 8192
+
+
 class SecretScanner:
     """Finds secrets in texts with ``detect-secrets`` plus a few documented rules of our own.
 
     Build it once and share it: the detectors are created in ``__init__`` and hold only compiled
-    patterns, and scanning keeps no state, so one instance is safe to use from many threads.
+    patterns, and the only state is ``first``'s memo (one dict operation at a time), so one
+    instance is safe to use from many threads.
     """
 
     def __init__(self) -> None:
@@ -842,6 +850,11 @@ class SecretScanner:
         self._fingerprint = "|".join(
             (f"detect-secrets=={_library_version()}", ",".join(library_plugins), RULES_VERSION)
         )
+        # `first`'s answers by keyed digest of (partition, text): the kind found first, or "".
+        # The key is random, made here and never written anywhere, so the memo holds no text
+        # and nothing a reader without this process's memory could match a guess against.
+        self._memo: dict[bytes, str] = {}
+        self._memo_key = os.urandom(32)
 
     def _examinations(self, text: str) -> Iterator[tuple[str, tuple[_Detector, ...]]]:
         """The text and its derived views, each with the detectors that apply to it, lazily."""
@@ -876,14 +889,44 @@ class SecretScanner:
                         seen[detector.kind] = SecretFinding(detector.kind)
         return list(seen.values())
 
-    def first(self, texts: Iterable[str]) -> SecretFinding | None:
-        """The first finding ``scan`` would return, stopping as soon as one is found."""
+    def first(self, texts: Iterable[str], partition: str = "") -> SecretFinding | None:
+        """The first finding ``scan`` would return, stopping as soon as one is found.
+
+        A text's answer is remembered, keyed by ``partition`` (the admission policy passes the
+        tenant and workspace) and a keyed digest of the text: a record repeats the same short
+        strings in every capture (``citation:turn``, a purpose, a scheme), and an admission
+        scanned each, all views and detectors, every time (half the scan of a typical pair).
+        The answer is a function of the text alone, so remembering it changes no decision; the
+        partition keeps one workspace's scans from making another's faster, which would tell an
+        agent what texts another workspace holds.
+        """
         for text in _distinct(texts):
-            for view, detectors in self._examinations(text):
-                for detector in detectors:
-                    if detector.found(view):
-                        return SecretFinding(detector.kind)
+            kind = self._first_kind(text, partition)
+            if kind:
+                return SecretFinding(kind)
         return None
+
+    def _first_kind(self, text: str, partition: str) -> str:
+        """The kind of ``text``'s first finding, "" for none: from the memo, or scanned."""
+        key = hashlib.blake2b(
+            f"{len(partition)}:{partition}:{text}".encode("utf-8", "surrogatepass"),
+            key=self._memo_key,
+            digest_size=16,
+        ).digest()
+        kind = self._memo.get(key)
+        if kind is None:
+            kind = self._scan_first(text)
+            if len(self._memo) >= _MEMO_ENTRIES:
+                self._memo.clear()
+            self._memo[key] = kind
+        return kind
+
+    def _scan_first(self, text: str) -> str:
+        for view, detectors in self._examinations(text):
+            for detector in detectors:
+                if detector.found(view):
+                    return detector.kind
+        return ""
 
 
 def _distinct(texts: Iterable[str]) -> Iterator[str]:
