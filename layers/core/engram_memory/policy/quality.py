@@ -23,6 +23,7 @@ how many records share them, not the size of the store.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import struct
 import unicodedata
@@ -70,7 +71,30 @@ def low_information(text: str, min_chars: int) -> bool:
     return not content or len(content) < min_chars
 
 
+# Signatures recently made, by keyed digest of the text (a key made per process and kept
+# nowhere else, so the memo holds no text): an admission signs the candidate's text to find its
+# neighbours (``band_keys``), to compare it with them (``resembled``) and to sketch the record it
+# becomes (``band_keys`` again, in its commit); each is the same signature. Bounded: past
+# ``_SIGNATURE_MEMO_ENTRIES`` it starts over.
+_SIGNATURE_MEMO_ENTRIES: Final = 64
+_SIGNATURE_MEMO_KEY: Final = os.urandom(32)
+_signatures: dict[bytes, RMinHash] = {}
+
+
 def _signature(text: str) -> RMinHash:
+    key = hashlib.blake2b(
+        text.encode("utf-8", "surrogatepass"), key=_SIGNATURE_MEMO_KEY, digest_size=16
+    ).digest()
+    signature = _signatures.get(key)
+    if signature is None:
+        signature = _signed(text)
+        if len(_signatures) >= _SIGNATURE_MEMO_ENTRIES:
+            _signatures.clear()
+        _signatures[key] = signature
+    return signature
+
+
+def _signed(text: str) -> RMinHash:
     normal = normalize(text)
     signature = RMinHash(num_perm=NUM_PERM, seed=_SEED)
     # Every shingle, repeats and all, in text order: a MinHash keeps the least hash per
