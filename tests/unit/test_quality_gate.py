@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from unittest import mock
 
 import pytest
 from rensa import RMinHash
@@ -64,22 +65,17 @@ def test_a_remembered_signature_is_the_signature_and_the_memo_holds_no_text(
     record's sketch): the signature is made once, and the memo keeps only keyed digests."""
     monkeypatch.setattr(quality, "_signatures", {})
     monkeypatch.setattr(quality, "_SIGNATURE_MEMO_ENTRIES", 3)
-    made: list[str] = []
-    real = quality._signed
-
-    def counting(text: str):  # type: ignore[no-untyped-def]
-        made.append(text)
-        return real(text)
-
-    monkeypatch.setattr(quality, "_signed", counting)
+    signed = mock.Mock(wraps=quality._signed)
+    monkeypatch.setattr(quality, "_signed", signed)
     text = "Melanie painted a lake at sunrise last summer, with her kids beside her"
     first = quality.band_keys(text)
     assert quality.band_keys(text) == first == quality.band_keys(text + " ")  # same normal text
     assert quality.resembled(text, [Neighbour("mem_1", text)], 0.7) == [("mem_1", 1.0)]
+    made = [call.args[0] for call in signed.call_args_list]
     assert made == [text, text + " "]
     assert all(text.encode() not in digest for digest in quality._signatures)
     for index in range(5):
         quality.band_keys(f"another text entirely, number {index}")
         assert len(quality._signatures) <= 3
     assert quality.band_keys(text) == first  # made again after the memo started over
-    assert made.count(text) == 2
+    assert [call.args[0] for call in signed.call_args_list].count(text) == 2
