@@ -17,6 +17,12 @@ Per repetition and tree:
   the syncs in between are counted by the file they flushed (key file, store, audit log, other).
   Wrapping ``os.fsync`` would miss SQLite's own syncs, hence strace.
 
+``--through stdio``: the same pairs through the real MCP server instead (``engram-memory serve
+--stdio`` of each tree, the official ``mcp`` client, as ``bench.hotpath`` calls it); the CPU is
+then the server process's (user and system, from ``/proc``), and the client's own CPU is printed
+beside it. ``--store DIR``: start each child from a copy of this data directory (e.g. a seeded
+store of ``bench.hotpath``) instead of an empty one.
+
 Wall-clock pairs/s is printed too (the plain child, data directory on disk), but on a shared
 machine only the CPU and the sync counts are comparable.
 """
@@ -24,6 +30,7 @@ machine only the CPU and the sync counts are comparable.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -58,8 +65,13 @@ def _mark(path: str) -> None:
         os.readlink(path)
 
 
-def child(data_dir: Path, locomo: Path, warmup: int, pairs: int, run: str) -> dict[str, Any]:
-    """Capture and admit ``warmup + pairs`` memories; the timed pairs' CPU and wall time."""
+def child(
+    data_dir: Path, locomo: Path, warmup: range, pairs: int, run: str, through: str = "engine"
+) -> dict[str, Any]:
+    """Capture and admit the memories of ``warmup`` then ``pairs`` more; the timed pairs' CPU
+    and wall time."""
+    if through == "stdio":
+        return asyncio.run(_stdio_child(data_dir, locomo, warmup, pairs, run))
     import engram_memory
     from bench.hotpath.corpus import Corpus
     from bench.locomo.calls import value
@@ -87,12 +99,12 @@ def child(data_dir: Path, locomo: Path, warmup: int, pairs: int, run: str) -> di
             raise RuntimeError(f"memory {index} was {admitted['outcome']['status']}")
 
     try:
-        for index in range(warmup):
+        for index in warmup:
             pair(index)
         _mark(_MARK_START)
         cpu = time.process_time()
         wall = time.perf_counter()
-        for index in range(warmup, warmup + pairs):
+        for index in range(warmup.stop, warmup.stop + pairs):
             pair(index)
         cpu = time.process_time() - cpu
         wall = time.perf_counter() - wall
@@ -102,6 +114,85 @@ def child(data_dir: Path, locomo: Path, warmup: int, pairs: int, run: str) -> di
     return {
         "package": str(Path(engram_memory.__file__).parent),
         "cpu_ms_per_pair": 1000 * cpu / pairs,
+        "pairs_per_s": pairs / wall,
+    }
+
+
+def _process_cpu_s(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of process ``pid`` (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def _only_child_pid() -> int:
+    """The one process this process started (the stdio server)."""
+    mine = str(os.getpid())
+    found = [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and (entry / "stat").exists()
+        and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == mine
+    ]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one server process, found {found}")
+    return found[0]
+
+
+async def _stdio_child(
+    data_dir: Path, locomo: Path, warmup: range, pairs: int, run: str
+) -> dict[str, Any]:
+    """``child`` through this tree's stdio server and the official client."""
+    from mcp import StdioServerParameters
+
+    import engram_memory
+    from bench import harness
+    from bench.hotpath.corpus import Corpus
+    from bench.hotpath.sessions import _ok_value, mint_token
+    from engram_memory.embedded.serve import open_server
+    from engram_memory.mcp_surface.catalog import TOOL_NAMES
+
+    corpus = Corpus.load(locomo)
+    open_server(data_dir).close()  # a new store made (or an old one opened) as the server would
+    params = StdioServerParameters(
+        command=harness.engram_cli(),
+        args=["serve", "--stdio", "--data-dir", str(data_dir)],
+        # The SDK starts the server with a few variables only: this tree's package is named.
+        env={"ENGRAM_TOKEN": mint_token(data_dir), "PYTHONPATH": os.environ["PYTHONPATH"]},
+    )
+    async with harness.stdio_session(params, data_dir.parent / "server.log") as client:
+
+        async def pair(index: int) -> None:
+            memory = corpus.memory(index)
+            captured = _ok_value(
+                await client.call_tool(TOOL_NAMES["capture"], memory.capture_arguments(run)),
+                "capture",
+            )
+            arguments = memory.admission_arguments(captured["candidate_id"], run)
+            admitted = _ok_value(
+                await client.call_tool(TOOL_NAMES["request_admission"], arguments), "admission"
+            )
+            if admitted["outcome"]["status"] != "accepted":
+                raise RuntimeError(f"memory {index} was {admitted['outcome']['status']}")
+
+        for index in warmup:
+            await pair(index)
+        server = _only_child_pid()
+        _mark(_MARK_START)
+        user, system = _process_cpu_s(server)
+        cpu, wall = time.process_time(), time.perf_counter()
+        for index in range(warmup.stop, warmup.stop + pairs):
+            await pair(index)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        user_after, system_after = _process_cpu_s(server)
+        _mark(_MARK_STOP)
+    return {
+        "package": str(Path(engram_memory.__file__).parent),
+        "cpu_ms_per_pair": 1000 * (user_after - user + system_after - system) / pairs,
+        "server_user_ms_per_pair": 1000 * (user_after - user) / pairs,
+        "server_system_ms_per_pair": 1000 * (system_after - system) / pairs,
+        "client_cpu_ms_per_pair": 1000 * cpu / pairs,
         "pairs_per_s": pairs / wall,
     }
 
@@ -156,7 +247,13 @@ def _run_child(tree: Path, args: argparse.Namespace, strace: Path | None) -> dic
             str(args.warmup),
             "--pairs",
             str(args.pairs),
+            "--through",
+            args.through,
+            "--first",
+            str(args.first),
         ]
+        if args.store is not None:
+            shutil.copytree(args.store, Path(tmp) / "data")
         trace_file = Path(tmp) / "strace.txt"
         if strace is not None:
             command = [
@@ -215,6 +312,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=5, help="untimed pairs first (5)")
     parser.add_argument("--repetitions", type=int, default=3, help="interleaved repetitions (3)")
     parser.add_argument("--no-strace", action="store_true", help="CPU only")
+    parser.add_argument(
+        "--through",
+        choices=("engine", "stdio"),
+        default="engine",
+        help="Engine.handle in process (default), or the stdio MCP server and the official client",
+    )
+    parser.add_argument(
+        "--store", type=Path, help="start from a copy of this data directory (default: empty)"
+    )
+    parser.add_argument(
+        "--first",
+        type=int,
+        default=0,
+        help="the corpus index of the first memory (0; a seeded store of N records: N, as"
+        " bench.hotpath's writes take the memories after the seeded ones)",
+    )
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO, help="LoCoMo folder")
     parser.add_argument(
         "--scratch",
@@ -230,7 +343,14 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.child is not None:
-        result = child(args.child, args.locomo, args.warmup, args.pairs, run="writes")
+        result = child(
+            args.child,
+            args.locomo,
+            range(args.first, args.first + args.warmup),
+            args.pairs,
+            run="writes",
+            through=args.through,
+        )
         print(json.dumps(result))
         return 0
 
@@ -271,11 +391,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"capture + admission pairs, {args.pairs} per child (median [range]):")
     after = "this tree" if args.after is None else args.after
     print(f"{'':24} {'before (' + args.before + ')':>26} {'after (' + after + ')':>26}")
+    server = "server " if args.through == "stdio" else ""
     for label, key in (
-        ("CPU ms per pair", "cpu_ms_per_pair"),
+        (f"{server}CPU ms per pair", "cpu_ms_per_pair"),
+        ("  of it user", "server_user_ms_per_pair"),
+        ("  of it system", "server_system_ms_per_pair"),
+        ("client CPU ms per pair", "client_cpu_ms_per_pair"),
         ("syncs per pair", "syncs_total_per_pair"),
         ("pairs/s (wall, shared)", "pairs_per_s"),
     ):
+        if not any(key in run for run in runs["after"] + runs["before"]):
+            continue
         print(f"{label:24} {_summary(runs['before'], key):>26} {_summary(runs['after'], key):>26}")
     for name in trees:
         if runs[name] and "syncs_per_pair" in runs[name][0]:

@@ -3,9 +3,12 @@ child that really captures and admits through the engine."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from pathlib import Path
 
+import pytest
 from test_locomo_bench import ANA_AND_BO
 
 from bench.hotpath import writes
@@ -50,8 +53,29 @@ def test_a_child_captures_and_admits_and_reports_its_cpu(tmp_path: Path) -> None
     locomo.mkdir()
     (locomo / "conv-1.json").write_text(json.dumps(ONE_SESSION))
 
-    result = writes.child(tmp_path / "data", locomo, warmup=1, pairs=2, run="test")
+    result = writes.child(tmp_path / "data", locomo, warmup=range(1), pairs=2, run="test")
 
     assert result["cpu_ms_per_pair"] > 0
     assert result["pairs_per_s"] > 0
     assert Path(result["package"]).name == "engram_memory"
+
+
+def test_a_child_through_the_stdio_server_reports_the_servers_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locomo = tmp_path / "locomo"
+    locomo.mkdir()
+    (locomo / "conv-1.json").write_text(json.dumps(ONE_SESSION))
+    monkeypatch.setenv("PYTHONPATH", str(Path(writes.__file__).resolve().parents[2]))
+    data = tmp_path / "run" / "data"
+    data.parent.mkdir()
+
+    result = writes.child(data, locomo, warmup=range(1, 2), pairs=2, run="test", through="stdio")
+
+    assert result["cpu_ms_per_pair"] > 0
+    assert result["server_user_ms_per_pair"] > 0
+    assert result["client_cpu_ms_per_pair"] > 0
+    assert result["pairs_per_s"] > 0
+    # The warm-up memory and the two timed ones became records, in the server's store.
+    with contextlib.closing(sqlite3.connect(data / "engram.db")) as store:
+        assert store.execute("SELECT count(*) FROM records").fetchone() == (3,)
