@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engram_memory.contract.packing import is_packed, pack, unpack, unpack_all
+from engram_memory.contract.packing import (
+    _DICTIONARIES,
+    _HEX_RUN,
+    CURRENT_VERSION,
+    _to_raw,
+    is_packed,
+    pack,
+    unpack,
+    unpack_all,
+)
 
 
 def _digest(seed: str) -> str:
@@ -81,3 +91,55 @@ def test_a_scan_of_raw_bytes_finds_the_text_inside_packed_values() -> None:
     page = b"\x00\xff\x07" + pack(_event(3)) + b"\xff\xff" + pack(document) + b"\x00" * 9
     assert text not in page  # deflated: a plain byte scan would miss it
     assert any(text in found for found in unpack_all(page))
+
+
+def _full_window_pack(document: bytes) -> bytes:
+    """``pack`` as it always deflated: a 32 KiB window at memLevel 9, whatever the size."""
+    flags, body = 0, document
+    if b"\x01" not in document and b"\x02" not in document:
+        flags, body = 1, _HEX_RUN.sub(_to_raw, document)
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=_DICTIONARIES[CURRENT_VERSION])
+    return bytes((0xFF, CURRENT_VERSION, flags)) + deflate.compress(body) + deflate.flush()
+
+
+def _noise(size: int) -> bytes:
+    """Bytes deflate finds no match in: one literal each (a block of memLevel 8 holds 16k)."""
+    return b"".join(hashlib.sha256(n.to_bytes(4, "big")).digest() for n in range(size // 32))
+
+
+def _record_like(words: list[str]) -> bytes:
+    # The dictionary's own shapes, so the body's matches reach back into it from every size.
+    text = " ".join(words)
+    return json.dumps(
+        {
+            "components": [{"component_id": "component:turn", "kind": "evidence", "text": text}],
+            "payload_digest": _digest(text),
+            "record_digest": _digest(text[::-1]),
+            "recorded_at": "2026-12-04T14:58:56.792Z",
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
+
+
+@pytest.mark.parametrize("size", [0, 200, 1000, 1400, 1500, 1540, 1560, 1600, 3000, 9000])
+def test_packing_writes_the_same_bytes_as_the_full_window_at_every_size(size: int) -> None:
+    words = [f"word{n % 37}" for n in range(size // 7)]
+    for document in (
+        _record_like(words),
+        _event(size),
+        b"x" * size,
+        bytes(range(256)) * (size // 256),
+        _noise(size),
+    ):
+        assert pack(document) == _full_window_pack(document)
+
+
+@given(
+    st.lists(
+        st.sampled_from(["sha256", "candidate_", "kind", "text", "mem_", "é", "\x01"]), max_size=400
+    )
+)
+def test_packing_any_document_writes_the_full_window_s_bytes(words: list[str]) -> None:
+    document = _record_like(words)
+    assert pack(document) == _full_window_pack(document)
