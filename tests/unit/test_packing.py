@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zlib
 
 import pytest
@@ -13,9 +14,7 @@ from hypothesis import strategies as st
 
 from engram_memory.contract.packing import (
     _DICTIONARIES,
-    _HEX_RUN,
     CURRENT_VERSION,
-    _to_raw,
     is_packed,
     pack,
     unpack,
@@ -93,11 +92,22 @@ def test_a_scan_of_raw_bytes_finds_the_text_inside_packed_values() -> None:
     assert any(text in found for found in unpack_all(page))
 
 
+_EXACT_RUN = re.compile(rb"(?<![0-9a-f])(?:[0-9a-f]{64}|[0-9a-f]{32})(?![0-9a-f])")
+
+
 def _full_window_pack(document: bytes) -> bytes:
-    """``pack`` as it always deflated: a 32 KiB window at memLevel 9, whatever the size."""
+    """``pack`` as it always was: the runs of exactly 64 or 32 hex digits as their bytes, then
+    deflated in a 32 KiB window at memLevel 9, whatever the size."""
     flags, body = 0, document
     if b"\x01" not in document and b"\x02" not in document:
-        flags, body = 1, _HEX_RUN.sub(_to_raw, document)
+        flags = 1
+        body = _EXACT_RUN.sub(
+            lambda run: (
+                (b"\x01" if len(run.group()) == 64 else b"\x02")
+                + bytes.fromhex(run.group().decode())
+            ),
+            document,
+        )
     deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=_DICTIONARIES[CURRENT_VERSION])
     return bytes((0xFF, CURRENT_VERSION, flags)) + deflate.compress(body) + deflate.flush()
 
@@ -137,9 +147,13 @@ def test_packing_writes_the_same_bytes_as_the_full_window_at_every_size(size: in
 
 @given(
     st.lists(
-        st.sampled_from(["sha256", "candidate_", "kind", "text", "mem_", "é", "\x01"]), max_size=400
+        st.sampled_from(
+            ["sha256:", "candidate_", "kind", " ", "é", "\x01", "0123456789abcdef", "A"]
+        ),
+        max_size=400,
     )
 )
 def test_packing_any_document_writes_the_full_window_s_bytes(words: list[str]) -> None:
-    document = _record_like(words)
-    assert pack(document) == _full_window_pack(document)
+    # Joined, the hex chunks make runs of every length: 16, 32, 48, 64, 80 ...
+    for document in (_record_like(words), "".join(words).encode()):
+        assert pack(document) == _full_window_pack(document)

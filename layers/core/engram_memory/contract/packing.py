@@ -28,7 +28,9 @@ _HEX_RUNS: Final = 1  # flag: hex runs were replaced by their bytes
 # a document that holds one anyway is deflated without the hex step (flag clear).
 _HEX64: Final = b"\x01"
 _HEX32: Final = b"\x02"
-_HEX_RUN: Final = re.compile(rb"(?<![0-9a-f])(?:[0-9a-f]{64}|[0-9a-f]{32})(?![0-9a-f])")
+# Every maximal run of 32 or more, of which only those of exactly 64 or 32 are replaced: twice as
+# fast as asking the engine for exactly those (a lookbehind tried at every byte).
+_HEX_RUN: Final = re.compile(rb"[0-9a-f]{32,}")
 _RAW_RUN: Final = re.compile(rb"\x01(.{32})|\x02(.{16})", re.DOTALL)
 
 # Version 1: the keys and constant strings of journal events, ledger outputs (capture, admission,
@@ -76,7 +78,11 @@ _DICTIONARIES: Final = {1: _DICTIONARY_V1}
 
 def _to_raw(match: re.Match[bytes]) -> bytes:
     run = match.group()
-    return (_HEX64 if len(run) == 64 else _HEX32) + bytes.fromhex(run.decode("ascii"))
+    if len(run) == 64:
+        return _HEX64 + bytes.fromhex(run.decode("ascii"))
+    if len(run) == 32:
+        return _HEX32 + bytes.fromhex(run.decode("ascii"))
+    return run
 
 
 def _to_hex(match: re.Match[bytes]) -> bytes:
