@@ -90,21 +90,22 @@ def _to_hex(match: re.Match[bytes]) -> bytes:
     return raw.hex().encode("ascii")
 
 
-# Deflate's state for a 32 KiB window at memLevel 9 is ~0.4 MB, set up per value: two thirds of
-# packing a 500-byte document. When the dictionary and the body fit in a 4 KiB window's reach
-# (``_SMALL_REACH``: zlib's 4096 minus its 262-byte lookahead), a 4 KiB window at memLevel 8 finds
-# the very same matches and writes the very same bytes at a third of the cost: no distance can
-# exceed the smaller window, no chain is long enough for level 9's 4096-link limit to cut it, and
-# memLevel 8's 16k-symbol block holds the whole body, so the output is one block either way
-# (tests/unit/test_packing.py compares both on documents of every size). Larger bodies keep the
-# full window; either way ``unpack`` inflates with the full one.
-_SMALL_REACH: Final = 4096 - 262
+# Deflate's state for a 32 KiB window at memLevel 9 is ~0.4 MB, set up for every value: most of
+# the cost of packing a 500-byte document. A body that, with the dictionary, fits the reach of an
+# 8 KiB window (``_SMALL_REACH``: 8192 less zlib's 262-byte lookahead; a journal event, a ledger
+# output, a record body) is deflated in that window at memLevel 8, for a third to a half of the
+# cost. No distance can exceed the smaller window and the whole body is one block either way, so
+# the matches are the same but where a hash collision of memLevel 8 could cut a long chain's walk
+# differently (a contrived input): the store's documents pack to the very bytes they did
+# (tests/unit/test_packing.py compares both at every size). Either output is the same format,
+# which ``unpack`` inflates with the full window.
+_SMALL_REACH: Final = 8192 - 262
 
 
 def _deflater(body_length: int) -> zlib._Compress:
     zdict = _DICTIONARIES[CURRENT_VERSION]
     if len(zdict) + body_length <= _SMALL_REACH:
-        return zlib.compressobj(9, zlib.DEFLATED, -12, 8, zdict=zdict)
+        return zlib.compressobj(9, zlib.DEFLATED, -13, 8, zdict=zdict)
     return zlib.compressobj(9, zlib.DEFLATED, -15, 9, zdict=zdict)
 
 
