@@ -318,6 +318,10 @@ class Store(Protocol):
         """Remove a finished item (idempotent). The caller holds the item as the store gave it
         or as it was committed, so a store that indexes its outbox needs no read to find it."""
 
+    def outbox_done_all(self, items: Sequence[OutboxItem]) -> None:
+        """``outbox_done`` of every one of ``items``, in one write where the store can (the
+        audit lines one sync of the log made durable, settled together)."""
+
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool: ...
 
     # -- the operations plane (host operators only; never on an agent's request path) ---------

@@ -746,6 +746,10 @@ class DynamoStore:
         items = self._query(pk=_outbox_scope_pk(scope), limit=limit, sk_prefix=prefix)
         return [self._outbox_item(i) for i in items]
 
+    def outbox_done_all(self, items: Sequence[OutboxItem]) -> None:
+        for item in items:
+            self.outbox_done(item)
+
     def outbox_done(self, item: OutboxItem) -> None:
         # The item's three entries follow from the item itself: deleting them needs no read
         # first (a delete of an entry already gone is a no-op, so this stays idempotent).
