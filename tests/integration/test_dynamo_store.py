@@ -629,10 +629,14 @@ def test_the_outbox_queues_until_done_and_answers_by_scope_kind_and_target(
     assert store.outbox_has(SCOPE, "drop_projection", "mem_a")
     assert not store.outbox_has(Scope(SCOPE.tenant_id, "other"), "drop_projection", "mem_a")
     assert not store.outbox_has(SCOPE, "destroy_key", "mem_a")
+    assert store.outbox_holds(items[1])
     store.outbox_done(items[1])
     store.outbox_done(items[1])  # idempotent
     assert not store.outbox_has(SCOPE, "drop_projection", "mem_a")
+    assert not store.outbox_holds(items[1]) and store.outbox_holds(items[0])
     assert store.outbox_pending(10) == [items[0]]
+    store.outbox_done_all(items)
+    assert store.outbox_pending(10) == []
 
 
 def test_a_scope_reads_its_own_outbox_by_kind_without_other_scopes_items(

@@ -50,7 +50,9 @@ def test_removing_an_unknown_item_leaves_the_connection_synced(tmp_path: Path) -
         store.close()
 
 
-def test_items_settled_together_leave_in_one_transaction_unsynced(tmp_path: Path) -> None:
+def test_items_settled_together_are_found_by_id_and_leave_in_one_transaction_unsynced(
+    tmp_path: Path,
+) -> None:
     """The audit lines one sync of the log made durable are dropped by one write, not one a line."""
     host = open_embedded(tmp_path / "data")
     store = host.store
@@ -60,6 +62,15 @@ def test_items_settled_together_leave_in_one_transaction_unsynced(tmp_path: Path
             host.call("capture", fact, context())
         lines = [item for item in store.outbox_pending(100) if item.kind == "audit_line"]
         assert len(lines) == 3
+        held: list[str] = []
+        with store._pool.connection() as conn:
+            conn.set_trace_callback(held.append)
+            try:
+                assert all(store.outbox_holds(item) for item in lines)
+            finally:
+                conn.set_trace_callback(None)
+        # found by their id (the primary key), not by matching each line's text
+        assert held == [f"SELECT 1 FROM outbox WHERE item_id = '{item.item_id}'" for item in lines]
         statements: list[str] = []
         with store._pool.connection() as conn:
             conn.set_trace_callback(statements.append)
@@ -73,6 +84,7 @@ def test_items_settled_together_leave_in_one_transaction_unsynced(tmp_path: Path
         assert statements[0] == "PRAGMA synchronous = NORMAL"
         assert _synchronous(store) == FULL
         assert [item for item in store.outbox_pending(100) if item.kind == "audit_line"] == []
+        assert not any(store.outbox_holds(item) for item in lines)
         store.outbox_done_all(lines)  # idempotent
         store.outbox_done_all([])
     finally:

@@ -451,7 +451,7 @@ class Kernel:
             return  # still owed: the next drain finds them written and drops them
 
     def _audit_owed(self, item: OutboxItem) -> bool:
-        return self.store.outbox_has(item.scope, item.kind, item.target)
+        return self.store.outbox_holds(item)
 
     def _recover_audit(self, items: Sequence[OutboxItem]) -> None:
         """Lines left in the outbox (a crash, or a committer in another process that has not

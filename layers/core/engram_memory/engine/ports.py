@@ -324,6 +324,10 @@ class Store(Protocol):
 
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool: ...
 
+    def outbox_holds(self, item: OutboxItem) -> bool:
+        """Whether ``item``, as committed, is still in the outbox (not yet done): found by its
+        id where the store keys its outbox by id, as ``outbox_has`` finds it by target."""
+
     # -- the operations plane (host operators only; never on an agent's request path) ---------
 
     def scopes(self) -> list[Scope]:

@@ -763,6 +763,9 @@ class DynamoStore:
             )
         )
 
+    def outbox_holds(self, item: OutboxItem) -> bool:
+        return self.outbox_has(item.scope, item.kind, item.target)  # its index entry, one Query
+
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool:
         return any(True for _ in self._query(pk=_outbox_index_pk(scope, kind, target), limit=1))
 

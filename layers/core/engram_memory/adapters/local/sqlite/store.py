@@ -281,6 +281,12 @@ class SqliteStore:
             finally:
                 conn.execute("PRAGMA synchronous = FULL")
 
+    def outbox_holds(self, item: OutboxItem) -> bool:
+        # The primary key: ``outbox_has`` reads every row of the scope's kind to match a target.
+        with guard(), self._pool.connection() as conn:
+            row = conn.execute("SELECT 1 FROM outbox WHERE item_id = ?", (item.item_id,)).fetchone()
+        return row is not None
+
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool:
         with guard(), self._pool.connection() as conn:
             row = conn.execute(
