@@ -5,8 +5,8 @@ the mutation (one sync for both); the audit log appends it without a sync of its
 lines together, and the engine then drops their items (``engine.ports.CommittedAuditLog``). A
 real engine in a child process makes capture + admission pairs and is killed (SIGKILL) at every
 step of that path: before its commit, after the commit before the append, after the append
-before any sync, after the sync before the items are dropped, between two drops, and after all
-of it. A fourth drill also loses what the killed process appended unsynced (a power cut: the
+before any sync, after the sync before the items are dropped (together, in one transaction),
+after they were dropped, and after all of it. A fourth drill also loses what the killed process appended unsynced (a power cut: the
 file cut back to its last sync). Reopened and drained, the audit log holds exactly one line per
 call that answered or committed, none for the call that did not commit, no line twice, and every
 journal still verifies.
@@ -63,7 +63,7 @@ _CHILD = textwrap.dedent(
 
     store_commit = SqliteStore.commit
     follow = audit_module.JsonlAuditLog.follow
-    done = SqliteStore.outbox_done
+    done = SqliteStore.outbox_done_all
     if crash == "before-commit":
         SqliteStore.commit = after_calls(store_commit)
     elif crash == "before-append":
@@ -75,15 +75,17 @@ _CHILD = textwrap.dedent(
                 print(json.dumps({"appended": item.item_id}), flush=True)
                 die()
         audit_module.JsonlAuditLog.follow = follow_then_die
-    elif crash in ("mid-settle", "between-drops"):
-        seen = []
-        def done_then_die(self, item):
-            if armed and item.kind == "audit_line":
-                seen.append(item.item_id)
-                if crash == "mid-settle" or len(seen) == 2:
-                    die()
-            return done(self, item)
-        SqliteStore.outbox_done = done_then_die
+    elif crash in ("mid-settle", "after-drop"):
+        def done_then_die(self, items):
+            lines = armed and any(item.kind == "audit_line" for item in items)
+            if lines and crash == "mid-settle":
+                print(json.dumps({"dying": crash}), flush=True)
+                die()
+            done(self, items)
+            if lines:
+                print(json.dumps({"dying": crash}), flush=True)
+                die()
+        SqliteStore.outbox_done_all = done_then_die
 
     def call(tool, arguments):
         ctx = context()
@@ -102,7 +104,7 @@ _CHILD = textwrap.dedent(
         captured = call("capture", capture_args(facts[n],
                                                 key=f"audit-crash-capture-{n:08d}"))
         candidate_id = captured["output"]["value"]["candidate_id"]
-        if crash in ("mid-settle", "between-drops") and armed:
+        if crash in ("mid-settle", "after-drop") and armed:
             print(json.dumps({"audit_size": (data_dir / "audit.log").stat().st_size}), flush=True)
             host.engine.settle_audit(sync=True)
         call("request_admission", {"candidate_id": candidate_id,
@@ -117,7 +119,7 @@ STEPS = [
     "before-append",
     "after-append",
     "mid-settle",
-    "between-drops",
+    "after-drop",
     "after-settle",
 ]
 SCOPE = f"{TENANT}/{WORKSPACE}"
@@ -129,11 +131,16 @@ def _crash(data_dir: Path, step: str) -> tuple[list[dict[str, Any]], int]:
     open_embedded(data_dir).close()
     synced_size = (data_dir / AUDIT_FILE).stat().st_size
     calls: dict[str, dict[str, Any]] = {}
+    dying = []
     for line in map(json.loads, killed_child(["-c", _CHILD, str(data_dir), step, str(PAIRS)])):
-        if "calling" in line:
+        if "dying" in line:
+            dying.append(line["dying"])
+        elif "calling" in line:
             calls[line["calling"]] = {"audit_id": line["calling"], "tool": line["tool"]}
         elif "answered" in line:
             calls[line["answered"]]["answered"] = True
+    # the drills that kill while settling were killed there, not at the end
+    assert dying == ([step] if step in ("mid-settle", "after-drop") else [])
     return list(calls.values()), synced_size
 
 

@@ -36,6 +36,7 @@ from aws_testing import (
     client_error as aws_client_error,
 )
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+from store_rows import candidate, ledger, record
 
 from engram_memory.adapters.aws.client_config import CONNECT_TIMEOUT_S
 from engram_memory.adapters.aws.dynamo_store import BlobMissing, DynamoStore, scope_key
@@ -47,7 +48,6 @@ from engram_memory.engine.context import Scope
 from engram_memory.engine.journal import build_event, verify_journal
 from engram_memory.engine.ports import (
     CandidateHold,
-    CandidateRow,
     ChangeSet,
     CommitConflict,
     CommitOutcomeUnknown,
@@ -57,7 +57,6 @@ from engram_memory.engine.ports import (
     OutboxItem,
     ProjectionChange,
     ProjectionDoc,
-    RecordRow,
     StateTransition,
     StoreUnavailable,
 )
@@ -81,41 +80,6 @@ def store() -> Iterator[DynamoStore]:
 # --------------------------------------------------------------------------------------------
 # Change-set builders
 # --------------------------------------------------------------------------------------------
-
-
-def ledger(key: str, cursor: int, output: bytes = b'{"ok":true}') -> LedgerEntry:
-    return LedgerEntry("agent-alice", key, "capture", None, "sha256:" + "1" * 64, output, cursor)
-
-
-def candidate(candidate_id: str, *, sealed: bytes = b"ciphertext", cursor: int = 1) -> CandidateRow:
-    return CandidateRow(
-        candidate_id=candidate_id,
-        principal="agent-alice",
-        state="pending",
-        payload_digest="sha256:" + "2" * 64,
-        record_digest="sha256:" + "3" * 64,
-        record_id="mem_" + candidate_id.removeprefix("cand_"),
-        capture_cursor=cursor,
-        key_ref="key_" + "0" * 32,
-        sealed=sealed,
-        policy_version="v1",
-        created_at_ms=1_780_000_000_000,
-    )
-
-
-def record(record_id: str, *, body: bytes | None = b'{"record":1}', cursor: int = 1) -> RecordRow:
-    return RecordRow(
-        record_id=record_id,
-        state="accepted_current",
-        record_digest="sha256:" + "3" * 64,
-        payload_digest="sha256:" + "2" * 64,
-        candidate_id="cand_" + record_id.removeprefix("mem_"),
-        valid_from_ms=1,
-        valid_to_ms=None,
-        expires_at_ms=2_000_000_000_000,
-        accepted_cursor=cursor,
-        body=body,
-    )
 
 
 def change(store: DynamoStore, key: str, scope: Scope = SCOPE, **fields: Any) -> ChangeSet:
@@ -665,10 +629,14 @@ def test_the_outbox_queues_until_done_and_answers_by_scope_kind_and_target(
     assert store.outbox_has(SCOPE, "drop_projection", "mem_a")
     assert not store.outbox_has(Scope(SCOPE.tenant_id, "other"), "drop_projection", "mem_a")
     assert not store.outbox_has(SCOPE, "destroy_key", "mem_a")
+    assert store.outbox_holds(items[1])
     store.outbox_done(items[1])
     store.outbox_done(items[1])  # idempotent
     assert not store.outbox_has(SCOPE, "drop_projection", "mem_a")
+    assert not store.outbox_holds(items[1]) and store.outbox_holds(items[0])
     assert store.outbox_pending(10) == [items[0]]
+    store.outbox_done_all(items)
+    assert store.outbox_pending(10) == []
 
 
 def test_a_scope_reads_its_own_outbox_by_kind_without_other_scopes_items(

@@ -8,7 +8,12 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
+from engram_memory.contract.canonical import digest
 from engram_memory.contract.packing import unpack
+from engram_memory.engine import records
+from engram_memory.engine.context import Scope
 from engram_memory.engine.records import decode, record_digest_matches, stored_body_matches
 
 from engram_testing import Harness, context, embedded_harness
@@ -76,3 +81,27 @@ def test_a_digest_member_moved_into_a_nested_object_is_journal_corrupt(tmp_path:
     )
     assert harness.get(record_id)["error"]["code"] == "JOURNAL_CORRUPT"
     harness.close()
+
+
+def test_a_scope_s_reference_is_digested_once_and_stays_the_digest_of_its_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scope = Scope("tenant-scope-ref-0001", "ws-scope-ref-0001")
+    expected = (
+        "scope:"
+        + digest(
+            "scope", {"tenant_id": scope.tenant_id, "workspace_id": scope.workspace_id}
+        ).removeprefix("sha256:")[:32]
+    )
+    digested: list[str] = []
+
+    def counted(kind: str, value: object) -> str:
+        digested.append(kind)
+        return digest(kind, value)
+
+    monkeypatch.setattr(records, "digest", counted)
+    assert records.scope_ref(scope) == expected
+    assert records.scope_ref(Scope(scope.tenant_id, scope.workspace_id)) == expected
+    assert digested == ["scope"]  # the second ask, for an equal scope, is answered from memory
+    assert records.scope_ref(Scope(scope.tenant_id, "ws-scope-ref-0002")) != expected
+    assert digested == ["scope", "scope"]

@@ -7,6 +7,7 @@ exact byte bounds as ``x-utf8-min-bytes`` / ``x-utf8-max-bytes``; the validators
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -88,9 +89,15 @@ def _digest(value: str) -> str:
 def format_instant(epoch_ms: int) -> str:
     """The canonical instant string (``YYYY-MM-DDTHH:mm:ss.sssZ``) of epoch milliseconds."""
     seconds, millis = divmod(epoch_ms, 1000)
+    return _second(seconds) + f"{millis:03d}Z"
+
+
+# A write formats the same instant eight times (its receipts, record, event, audit line).
+@functools.lru_cache(maxsize=64)
+def _second(seconds: int) -> str:
     moment = datetime.fromtimestamp(seconds, tz=UTC)
     # Explicit zero padding: strftime("%Y") does not pad years before 1000 on every platform.
-    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S.") + f"{millis:03d}Z"
+    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S.")
 
 
 def parse_instant(value: str) -> int:

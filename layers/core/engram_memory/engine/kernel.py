@@ -445,14 +445,13 @@ class Kernel:
         self._settle_audit_items(self.committed_audit.take_settled())
 
     def _settle_audit_items(self, items: Sequence[OutboxItem]) -> None:
-        for item in items:
-            try:
-                self.store.outbox_done(item)
-            except StoreUnavailable:
-                return  # still owed: the next drain finds them written and drops them
+        try:
+            self.store.outbox_done_all(items)
+        except StoreUnavailable:
+            return  # still owed: the next drain finds them written and drops them
 
     def _audit_owed(self, item: OutboxItem) -> bool:
-        return self.store.outbox_has(item.scope, item.kind, item.target)
+        return self.store.outbox_holds(item)
 
     def _recover_audit(self, items: Sequence[OutboxItem]) -> None:
         """Lines left in the outbox (a crash, or a committer in another process that has not

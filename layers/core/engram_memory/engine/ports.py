@@ -318,7 +318,15 @@ class Store(Protocol):
         """Remove a finished item (idempotent). The caller holds the item as the store gave it
         or as it was committed, so a store that indexes its outbox needs no read to find it."""
 
+    def outbox_done_all(self, items: Sequence[OutboxItem]) -> None:
+        """``outbox_done`` of every one of ``items``, in one write where the store can (the
+        audit lines one sync of the log made durable, settled together)."""
+
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool: ...
+
+    def outbox_holds(self, item: OutboxItem) -> bool:
+        """Whether ``item``, as committed, is still in the outbox (not yet done): found by its
+        id where the store keys its outbox by id, as ``outbox_has`` finds it by target."""
 
     # -- the operations plane (host operators only; never on an agent's request path) ---------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any, Final
@@ -25,6 +26,8 @@ VERIFIER_ID: Final = "engram-host-default"
 VERIFIER_VERSION: Final = "1"
 
 
+# A digest of the scope alone, asked for six times a capture + admission pair: made once a scope.
+@functools.lru_cache(maxsize=1024)
 def scope_ref(scope: Scope) -> str:
     """An opaque, stable reference to the scope (the ids themselves are never stored in a payload)."""
     value = digest("scope", {"tenant_id": scope.tenant_id, "workspace_id": scope.workspace_id})

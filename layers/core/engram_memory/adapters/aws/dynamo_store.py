@@ -746,6 +746,10 @@ class DynamoStore:
         items = self._query(pk=_outbox_scope_pk(scope), limit=limit, sk_prefix=prefix)
         return [self._outbox_item(i) for i in items]
 
+    def outbox_done_all(self, items: Sequence[OutboxItem]) -> None:
+        for item in items:
+            self.outbox_done(item)
+
     def outbox_done(self, item: OutboxItem) -> None:
         # The item's three entries follow from the item itself: deleting them needs no read
         # first (a delete of an entry already gone is a no-op, so this stays idempotent).
@@ -758,6 +762,9 @@ class DynamoStore:
                 ]
             )
         )
+
+    def outbox_holds(self, item: OutboxItem) -> bool:
+        return self.outbox_has(item.scope, item.kind, item.target)  # its index entry, one Query
 
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool:
         return any(True for _ in self._query(pk=_outbox_index_pk(scope, kind, target), limit=1))

@@ -57,8 +57,11 @@ def commit_synced_once(
     """Run ``write`` in one transaction of the key file at ``path`` (autocommit connection, WAL,
     ``synchronous=FULL``), durable on return after a single sync; errors roll it back and
     propagate (``sqlite3.Error``; a failed sync as ``sqlite3.OperationalError``)."""
-    wal = Path(str(path) + "-wal")
-    fresh = not wal.exists() or wal.stat().st_size == 0
+    wal = f"{path}-wal"
+    try:
+        fresh = os.stat(wal).st_size == 0  # one stat, not exists() and then stat()
+    except FileNotFoundError:
+        fresh = True
     autocheckpoint = 0
     if fresh:
         (autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone()
@@ -98,7 +101,7 @@ def _sync_wal(conn: sqlite3.Connection) -> None:
     _fsync(Path(path + "-wal"))
 
 
-def _fsync(wal: Path) -> None:
+def _fsync(wal: str | Path) -> None:
     """fsync the key file's -wal through a descriptor of our own (SQLite takes no lock on the
     -wal, its locks live in the -shm, so opening and closing it here releases none of them)."""
     try:

@@ -7,6 +7,7 @@ not at all.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,11 @@ _CANDIDATES: Final = _RowTable(
     # a record), dropped here and zeroed by secure_delete. Its hold, if a policy held it, ends.
     "UPDATE candidates SET state = ?, held = NULL, sealed = CASE WHEN ? THEN X'' ELSE sealed END "
     "WHERE tenant_id = ? AND workspace_id = ? AND candidate_id = ? AND state = ?",
+)
+# A policy's decision (``ChangeSet.unless_held``) moves the candidate only while it is not held:
+# the hold is checked by the move's own condition, not by a read before it.
+_CANDIDATES_UNLESS_HELD: Final = dataclasses.replace(
+    _CANDIDATES, move=_CANDIDATES.move + " AND held IS NULL"
 )
 # An admission policy's hold (``ChangeSet.hold``): the candidate must still be pending.
 _HOLD: Final = (
@@ -152,11 +158,9 @@ def _apply(conn: sqlite3.Connection, changes: ChangeSet, fault: FaultHook) -> No
     moved = changes.candidate_transition
     if changes.new_candidate is not None or moved is not None or changes.hold is not None:
         fault("candidate")
-        _hold_conditions(conn, changes)
+        table = _hold_conditions(conn, changes)
         leaves_pending = moved is not None and moved.to_state != "pending"
-        _apply_row(
-            conn, changes.scope, _CANDIDATES, changes.new_candidate, moved, drop=leaves_pending
-        )
+        _apply_row(conn, changes.scope, table, changes.new_candidate, moved, drop=leaves_pending)
     if changes.new_record is not None or changes.record_transition is not None:
         fault("record")
         _apply_row(
@@ -177,7 +181,8 @@ def _apply(conn: sqlite3.Connection, changes: ChangeSet, fault: FaultHook) -> No
         )
     if changes.projection is not None:
         fault("projection")
-        project(conn, changes.scope, changes.projection)
+        new_record = changes.new_record.record_id if changes.new_record is not None else None
+        project(conn, changes.scope, changes.projection, new_record=new_record)
     if changes.approval_id is not None:
         fault("approval")
         _spend_approval(conn, changes)
@@ -187,16 +192,49 @@ def _apply(conn: sqlite3.Connection, changes: ChangeSet, fault: FaultHook) -> No
 
 
 def _check_head(conn: sqlite3.Connection, changes: ChangeSet, fault: FaultHook) -> None:
+    """Fence the commit on the journal head and, with an event, move the head to it. The move
+    is tried first as one conditional UPDATE (the head as expected: done, in one statement
+    instead of a read and a write); when it changes no row the head is read and compared as
+    the wire compares it: the scope's first event (no head row yet), or a head that moved."""
     fault("head")
-    if changes.expected_head is None:
+    expected, event = changes.expected_head, changes.event
+    if expected is None:
         return  # no event: nothing to fence (a policy's hold)
+    t, w = scope_key(changes.scope)
+    if event is not None and _moved_head(conn, (t, w), expected, event):
+        return
     row = conn.execute(
         "SELECT cursor, event_hash FROM journal_heads WHERE tenant_id = ? AND workspace_id = ?",
-        (changes.scope.tenant_id, changes.scope.workspace_id),
+        (t, w),
     ).fetchone()
     current = JournalHead(row[0], digest_out(row[1])) if row else JournalHead(0, GENESIS_HASH)
-    if current != changes.expected_head:
+    if current != expected:
         raise CommitConflict("head")
+    if event is not None:
+        conn.execute(
+            "INSERT INTO journal_heads VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, workspace_id) "
+            "DO UPDATE SET cursor = excluded.cursor, event_hash = excluded.event_hash",
+            (t, w, event.cursor, digest_in(event.event_hash)),
+        )
+
+
+def _moved_head(
+    conn: sqlite3.Connection, key: tuple[str, str], expected: JournalHead, event: JournalEvent
+) -> bool:
+    return (
+        conn.execute(
+            "UPDATE journal_heads SET cursor = ?, event_hash = ? WHERE tenant_id = ? "
+            "AND workspace_id = ? AND cursor = ? AND event_hash = ?",
+            (
+                event.cursor,
+                digest_in(event.event_hash),
+                *key,
+                expected.cursor,
+                digest_in(expected.event_hash),
+            ),
+        ).rowcount
+        == 1
+    )
 
 
 def _insert_ledger(conn: sqlite3.Connection, changes: ChangeSet, fault: FaultHook) -> None:
@@ -221,14 +259,10 @@ def _insert_ledger(conn: sqlite3.Connection, changes: ChangeSet, fault: FaultHoo
 
 def _append_event(conn: sqlite3.Connection, scope: Scope, event: JournalEvent) -> None:
     t, w = scope_key(scope)
+    # The head moved to this event at the "head" step (``_check_head``).
     conn.execute(
         "INSERT INTO journal_events VALUES (?, ?, ?, ?, ?)",
         (t, w, event.cursor, digest_in(event.event_hash), pack(event.body)),
-    )
-    conn.execute(
-        "INSERT INTO journal_heads VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, workspace_id) "
-        "DO UPDATE SET cursor = excluded.cursor, event_hash = excluded.event_hash",
-        (t, w, event.cursor, digest_in(event.event_hash)),
     )
 
 
@@ -248,12 +282,19 @@ def _apply_row(
         _update_one(conn, table.move, (move.to_state, drop, t, w, move.target_id, move.from_state))
 
 
-def _hold_conditions(conn: sqlite3.Connection, changes: ChangeSet) -> None:
+def _hold_conditions(conn: sqlite3.Connection, changes: ChangeSet) -> _RowTable:
     """A policy's hold marks its pending candidate; a policy's decision (``unless_held``)
-    is refused on a held one. Either way a candidate that moved is ``CommitConflict``."""
+    is refused on a held one. Either way a candidate that moved is ``CommitConflict``.
+    Returns how the candidate row is then written: without a hold in the same change set, a
+    policy's decision checks the hold in its move (``_CANDIDATES_UNLESS_HELD``)."""
     t, w = scope_key(changes.scope)
     moved, hold = changes.candidate_transition, changes.hold
-    policy_decision = moved if changes.unless_held else None
+    if moved is None or not changes.unless_held:
+        policy_decision = None
+    elif hold is None:
+        return _CANDIDATES_UNLESS_HELD
+    else:  # the hold is read before this change set's own hold is written
+        policy_decision = moved
     if (
         policy_decision is not None
         and conn.execute(_HELD, (t, w, policy_decision.target_id)).fetchone()
@@ -261,6 +302,7 @@ def _hold_conditions(conn: sqlite3.Connection, changes: ChangeSet) -> None:
         raise CommitConflict("state")
     if hold is not None:
         _update_one(conn, _HOLD, (hold.decision_receipt_digest, t, w, hold.candidate_id))
+    return _CANDIDATES
 
 
 def _insert_tombstone(

@@ -19,12 +19,22 @@ def drops_projection(change: ProjectionChange | None) -> bool:
     return change is not None and change.delete_record_id is not None
 
 
-def project(conn: sqlite3.Connection, scope: Scope, change: ProjectionChange) -> None:
+def project(
+    conn: sqlite3.Connection,
+    scope: Scope,
+    change: ProjectionChange,
+    *,
+    new_record: str | None = None,
+) -> None:
+    """Apply ``change``. ``new_record`` names the record whose row this same transaction
+    inserted: it has no projection to drop first (its ``lex_rowid`` is NULL, and records are
+    never deleted, so no vector of that id can outlive one), so an upsert of it skips the reads."""
     t, w = scope.tenant_id, scope.workspace_id
     if change.upsert is not None:
         doc = change.upsert
         table = fulltext.lexical_table(conn, scope, create=True)
-        _unproject(conn, scope, doc.record_id)
+        if doc.record_id != new_record:
+            _unproject(conn, scope, doc.record_id)
         lex_rowid = fulltext.insert(conn, table, doc.record_id, doc.fields)
         if lex_rowid is not None and doc.text:
             near_bands.insert(conn, table, lex_rowid, doc.text)

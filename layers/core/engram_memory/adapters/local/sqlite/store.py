@@ -260,15 +260,32 @@ class SqliteStore:
         ]
 
     def outbox_done(self, item: OutboxItem) -> None:
+        self.outbox_done_all((item,))
+
+    def outbox_done_all(self, items: Sequence[OutboxItem]) -> None:
+        if not items:
+            return
         with guard(), self._pool.connection() as conn:
             # Not synced on its own: the next synced commit (the WAL is one file, synced whole)
-            # makes it durable. A power cut before that only leaves the item to be done again,
+            # makes it durable. A power cut before that only leaves the items to be done again,
             # and every outbox item is idempotent; the fsync it saved was one in four per write.
             conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                conn.execute("DELETE FROM outbox WHERE item_id = ?", (item.item_id,))
+                if len(items) == 1:
+                    conn.execute("DELETE FROM outbox WHERE item_id = ?", (items[0].item_id,))
+                else:  # one transaction: the WAL takes each page once, not once an item
+                    with immediate(conn):
+                        conn.executemany(
+                            "DELETE FROM outbox WHERE item_id = ?", [(i.item_id,) for i in items]
+                        )
             finally:
                 conn.execute("PRAGMA synchronous = FULL")
+
+    def outbox_holds(self, item: OutboxItem) -> bool:
+        # The primary key: ``outbox_has`` reads every row of the scope's kind to match a target.
+        with guard(), self._pool.connection() as conn:
+            row = conn.execute("SELECT 1 FROM outbox WHERE item_id = ?", (item.item_id,)).fetchone()
+        return row is not None
 
     def outbox_has(self, scope: Scope, kind: str, target: str) -> bool:
         with guard(), self._pool.connection() as conn:
