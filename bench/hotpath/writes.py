@@ -340,6 +340,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_table(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> None:
+    print(f"capture + admission pairs, {args.pairs} per child (median [range]):")
+    after = "this tree" if args.after is None else args.after
+    print(f"{'':24} {'before (' + args.before + ')':>26} {'after (' + after + ')':>26}")
+    server = "server " if args.through == "stdio" else ""
+    for label, key in (
+        (f"{server}CPU ms per pair", "cpu_ms_per_pair"),
+        ("  of it user", "server_user_ms_per_pair"),
+        ("  of it system", "server_system_ms_per_pair"),
+        ("client CPU ms per pair", "client_cpu_ms_per_pair"),
+        ("syncs per pair", "syncs_total_per_pair"),
+        ("pairs/s (wall, shared)", "pairs_per_s"),
+    ):
+        if any(key in run for run in runs["after"] + runs["before"]):
+            print(
+                f"{label:24} {_summary(runs['before'], key):>26} {_summary(runs['after'], key):>26}"
+            )
+    for name, name_runs in runs.items():
+        if name_runs and "syncs_per_pair" in name_runs[0]:
+            print(f"syncs per pair by file, {name}: {name_runs[0]['syncs_per_pair']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.child is not None:
@@ -388,24 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
     report["runs"] = runs
     report["load_average"] = os.getloadavg()
-    print(f"capture + admission pairs, {args.pairs} per child (median [range]):")
-    after = "this tree" if args.after is None else args.after
-    print(f"{'':24} {'before (' + args.before + ')':>26} {'after (' + after + ')':>26}")
-    server = "server " if args.through == "stdio" else ""
-    for label, key in (
-        (f"{server}CPU ms per pair", "cpu_ms_per_pair"),
-        ("  of it user", "server_user_ms_per_pair"),
-        ("  of it system", "server_system_ms_per_pair"),
-        ("client CPU ms per pair", "client_cpu_ms_per_pair"),
-        ("syncs per pair", "syncs_total_per_pair"),
-        ("pairs/s (wall, shared)", "pairs_per_s"),
-    ):
-        if not any(key in run for run in runs["after"] + runs["before"]):
-            continue
-        print(f"{label:24} {_summary(runs['before'], key):>26} {_summary(runs['after'], key):>26}")
-    for name in trees:
-        if runs[name] and "syncs_per_pair" in runs[name][0]:
-            print(f"syncs per pair by file, {name}: {runs[name][0]['syncs_per_pair']}")
+    _print_table(args, runs)
     print("load average: " + " ".join(f"{x:.2f}" for x in report["load_average"]))
     if args.json_path is not None:
         args.json_path.write_text(json.dumps(report, indent=2), encoding="utf-8")
