@@ -90,6 +90,8 @@ def alike(
                 [value for band in keys for value in (band, BAND_READ_LIMIT)],
             )
         )
+        if not shared:
+            return []  # new content: no band in common, no row to name
         ids = dict(
             conn.execute(
                 f"SELECT rowid, record_id FROM {lexical_table} "  # noqa: S608 - ours
