@@ -38,7 +38,7 @@ PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 _MESSAGES: Final = {PARSE_ERROR: "Parse error", INVALID_REQUEST: "Invalid Request"}
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
-_SURROGATE_TEXT: Final = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")  # raw, or escaped
+_ESCAPED_SURROGATE: Final = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def error_body(code: int) -> dict[str, Any]:
@@ -110,6 +110,15 @@ def _refused(value: object) -> bool:
     return False
 
 
+def _may_hold_surrogate(text: str) -> bool:
+    """Whether a string decoded from ``text`` may hold a lone surrogate: the text holds one,
+    raw or escaped (a few cheap scans, where one regular expression over the whole text with
+    both took half the screen's time)."""
+    if "\\u" in text and _ESCAPED_SURROGATE.search(text):
+        return True
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
 def _nothing_refused(_value: object) -> bool:
     return False
 
@@ -151,7 +160,7 @@ def screen(text: str) -> Screened:
         return Screened(error=error_body(PARSE_ERROR))
     # A decoded string holds a lone surrogate only if the text holds one, raw or escaped: with
     # neither, and no marker made by the parse, no value needs walking (most messages).
-    refused = _refused if parse.refused or _SURROGATE_TEXT.search(text) else _nothing_refused
+    refused = _refused if parse.refused or _may_hold_surrogate(text) else _nothing_refused
     if not isinstance(message, dict) or not _is_envelope(message):
         return Screened(error=error_body(INVALID_REQUEST))
     params = message.get("params")
