@@ -19,6 +19,7 @@ import contextlib
 import io
 import os
 import stat
+import sys
 import threading
 from collections import deque
 from collections.abc import AsyncIterator
@@ -49,7 +50,10 @@ class ProtocolOut(Protocol):
 
 def _on_the_loop(fd: int) -> bool:
     """Whether ``fd`` is served on the event loop: a pipe or socket that is not stderr's file,
-    under asyncio (another backend reads through threads)."""
+    under asyncio on POSIX (Windows' loop watches no pipe descriptor; another backend reads
+    through threads)."""
+    if sys.platform == "win32":
+        return False
     try:
         asyncio.get_running_loop()
         served = os.fstat(fd)
