@@ -62,6 +62,11 @@ def test_a_message_that_is_not_one_well_formed_request_is_a_constant_error(
         '{"a": -0}',
         '{"a": -0.0}',
         '{"a": "\\ud800"}',
+        '{"a": ["x", "\\uDFFF"]}',  # escapes are read whatever their case
+        '{"a": "\\uDa00 and more"}',
+        '{"\\udbff": 1}',  # in a key
+        '{"a": "\ud800"}',  # raw, in a text that did not come from UTF-8
+        '{"a": -0e5}',
         "[]",  # not an object: a wrong type, INVALID_SCHEMA like any other
         '"search"',
         "7",

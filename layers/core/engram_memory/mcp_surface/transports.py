@@ -8,11 +8,10 @@ import json
 import logging
 import os
 import sys
-import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Final, TextIO, cast
+from typing import Any, Final, cast
 from urllib.parse import urlparse
 
 import anyio
@@ -36,6 +35,7 @@ from engram_memory.binding.host_config import host_matches
 from engram_memory.binding.tokens import LEEWAY_S, InvalidToken, VerifiedClaims
 from engram_memory.binding.verified_tokens import ClaimsVerifier
 from engram_memory.mcp_surface.server import EngramMcp
+from engram_memory.mcp_surface.stdio_streams import protocol_out, stdin_lines
 from engram_memory.mcp_surface.wire_screen import PARSE_ERROR, Screened, error_body, screen
 
 log = logging.getLogger(__name__)
@@ -325,11 +325,10 @@ async def serve_stdio(surface: EngramMcp) -> None:
     protocol_fd = os.dup(1)
     os.dup2(2, 1)
     try:
-        with os.fdopen(protocol_fd, "w", encoding="utf-8", closefd=True) as protocol_out:
-            out = _LineWriter(protocol_out)
+        async with protocol_out(protocol_fd) as out, stdin_lines(sys.stdin.fileno()) as read:
 
             async def screened_lines() -> AsyncIterator[str]:
-                async for line in _daemon_lines(sys.stdin.fileno()):
+                async for line in read:
                     if not line.strip():
                         continue
                     screened = screen(line)
@@ -350,33 +349,6 @@ async def serve_stdio(surface: EngramMcp) -> None:
         os.dup2(2, 1)
 
 
-async def _daemon_lines(fd: int) -> AsyncIterator[str]:
-    """The lines of file descriptor ``fd`` (UTF-8), read by a daemon thread.
-
-    anyio reads a file in its worker threads, which the interpreter joins at exit: a read
-    blocked on a client that keeps stdin open would keep the process alive after SIGTERM has
-    stopped the server and closed the store. A daemon thread is not joined; it reads a file of
-    its own (a duplicate descriptor), so no lock of ``sys.stdin`` is held at exit."""
-    send, receive = anyio.create_memory_object_stream[str](1)
-    token = anyio.lowlevel.current_token()
-    stream = open(os.dup(fd), encoding="utf-8", errors="replace", closefd=True)  # noqa: SIM115 - the thread owns it
-
-    def pump() -> None:
-        try:
-            for line in stream:
-                anyio.from_thread.run(send.send, line, token=token)
-        except (anyio.BrokenResourceError, anyio.RunFinishedError):
-            return  # the server stopped reading
-        finally:
-            with contextlib.suppress(anyio.RunFinishedError):
-                anyio.from_thread.run_sync(send.close, token=token)
-
-    threading.Thread(target=pump, name="engram-stdin", daemon=True).start()
-    async with receive:
-        async for line in receive:
-            yield line
-
-
 @dataclass
 class _Lines:
     """An async iterable of lines, as ``stdio_server`` reads its ``stdin``."""
@@ -385,29 +357,6 @@ class _Lines:
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self.lines
-
-
-class _LineWriter:
-    """The protocol's stdout, shared by the SDK and the screen: each message (one whole line) is
-    written and flushed in one hop to a worker thread. The SDK writes then flushes: as two
-    awaits on an ``anyio`` file that is two thread hops per message, and a 40 KB search result
-    waited on both; ``flush`` has nothing left to do."""
-
-    def __init__(self, file: TextIO) -> None:
-        self._file = file
-        self._lock = anyio.Lock()
-
-    def _write_line(self, text: str) -> int:
-        written = self._file.write(text)
-        self._file.flush()
-        return written
-
-    async def write(self, text: str) -> int:
-        async with self._lock:
-            return await anyio.to_thread.run_sync(self._write_line, text)
-
-    async def flush(self) -> None:
-        await anyio.lowlevel.checkpoint()  # every write was flushed with it
 
 
 __all__: list[Any] = [
