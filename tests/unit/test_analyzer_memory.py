@@ -13,18 +13,26 @@ LONG_WORD_CHARS = 60_000
 
 
 def _retained_bytes(texts: list[str]) -> int:
-    """Bytes still allocated after analysing ``texts`` and dropping every result."""
+    """Bytes the analyzer and its stemmer still hold after analysing ``texts`` and dropping
+    every result (only their allocations: a thread of another test allocating meanwhile does
+    not count)."""
     lexical.analyze("warming")  # the stemmer's tables load on first use
     gc.collect()
     tracemalloc.start()
     try:
-        before = tracemalloc.get_traced_memory()[0]
+        before = tracemalloc.take_snapshot()
         for text in texts:
             lexical.analyze(text)
         gc.collect()
-        return tracemalloc.get_traced_memory()[0] - before
+        after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
+    mine = [
+        tracemalloc.Filter(True, lexical.__file__),
+        tracemalloc.Filter(True, "*snowballstemmer*"),
+    ]
+    growth = after.filter_traces(mine).compare_to(before.filter_traces(mine), "filename")
+    return sum(stat.size_diff for stat in growth)
 
 
 def test_long_words_are_stemmed_but_not_remembered() -> None:
