@@ -2,10 +2,10 @@
 server writes to stdout.
 
 A pipe or a socket (what an MCP client gives its server) is served on the event loop itself,
-by asyncio's pipe transports in non-blocking mode: a line is read, and a message written,
-without a round trip to a thread, and what the client has not read yet waits in the transport's
-buffer while the loop goes on serving (a 40 KB result to a slow reader never blocks another
-call). Anything else goes through threads, as a blocking file: a regular file is always
+in non-blocking mode (stdin by asyncio's read-pipe transport, stdout by ``_PipeWriter``): a line
+is read, and a message written, without a round trip to a thread, and what the client has not
+read yet waits in the writer's buffer while the loop goes on serving (a 40 KB result to a slow
+reader never blocks another call). Anything else goes through threads, as a blocking file: a regular file is always
 "ready", so non-blocking mode means nothing to it, and a terminal's mode is shared with the
 shell that started the server. So is a descriptor that shares stderr's file (non-blocking mode
 would reach the log's writes).
