@@ -171,31 +171,3 @@ def test_the_parsed_spans_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
             _day(year, 1, 1), _day(year + 1, 1, 1)
         )
         assert len(kept._known) <= 3
-
-
-_WARM_PROBE = """
-import sys, threading
-from engram_memory.embedded import serve
-assert "dateparser" not in sys.modules, "imported before anything asked"
-stopped = threading.Event()
-stopped.set()
-serve._warm_when_started(stopped)  # the server stopped first: nothing is loaded
-assert "dateparser" not in sys.modules
-serve._warm_when_started(threading.Event())
-assert "dateparser.date" in sys.modules
-print("warmed")
-"""
-
-
-def test_a_started_server_loads_the_time_parser_off_any_call_and_a_stopped_one_does_not() -> None:
-    """The first query with a time in it would otherwise wait for dateparser's import and
-    English data (~0.15 s): a server loads them as it starts, in a thread of its own; one
-    that stopped already does not. In a fresh interpreter, so the import is observable."""
-    import subprocess
-    import sys
-
-    done = subprocess.run(  # noqa: S603 - our interpreter on our probe
-        [sys.executable, "-c", _WARM_PROBE], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "warmed"

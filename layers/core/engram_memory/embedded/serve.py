@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import json
@@ -523,27 +522,10 @@ def _run_uvicorn(server: EmbeddedServer, bind_host: str, sock: socket.socket) ->
         sock.close()
 
 
-def _warm_when_started(stop: threading.Event) -> None:
-    """Load what a search's first time expression needs (``temporal.warm``) as the server
-    starts, in a thread of its own, so its first "when" question does not wait ~0.15 s for it
-    (start-up and the first calls measured unchanged: docs/benchmarks.md); nothing when the
-    server already stopped."""
-    if stop.is_set():
-        return
-    from engram_memory.engine import temporal
-
-    # A failure here is the search's to report, when one needs the parser.
-    with contextlib.suppress(Exception):
-        temporal.warm()
-
-
 def _serve(server: EmbeddedServer, run: Callable[[], None]) -> None:
     stop = threading.Event()
     drainer = threading.Thread(target=_drain_loop, args=(server, stop), daemon=True)
     drainer.start()
-    threading.Thread(
-        target=_warm_when_started, args=(stop,), name="engram-warm", daemon=True
-    ).start()
     try:
         run()
     finally:

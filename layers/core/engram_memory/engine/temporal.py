@@ -132,14 +132,6 @@ def _parser(base: datetime) -> Any:
     return _parsers.parser
 
 
-def warm() -> None:
-    """Load ``dateparser`` and its English data now: ~0.15 s once a process (the import, then
-    the first parse's language data), which the first query with a time in it would otherwise
-    wait for (a search's p99 of 120+ ms in ``bench.hotpath``). What it loads is shared by every
-    thread's parser; a host calls it off any call, once it serves."""
-    _parser(datetime.now(UTC)).get_date_data("2 weeks ago")
-
-
 def _ms(moment: datetime) -> int:
     return int(moment.replace(tzinfo=UTC).timestamp() * 1000)
 
