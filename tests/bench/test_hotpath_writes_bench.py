@@ -65,17 +65,35 @@ def test_a_child_through_the_stdio_server_reports_the_servers_cpu(
 ) -> None:
     locomo = tmp_path / "locomo"
     locomo.mkdir()
-    (locomo / "conv-1.json").write_text(json.dumps(ONE_SESSION))
+    # Ten distinct turns: the server's default policy holds a turn seen before.
+    facts = [
+        "The greenhouse fan is on a timer now.",
+        "The tomatoes were overheating in July.",
+        "Bo repainted the shed a dark green colour.",
+        "Ana ordered forty litres of compost from the co-op.",
+        "The rain barrel overflowed during the storm on Sunday.",
+        "Bo fixed the broken hinge on the north gate.",
+        "The basil seedlings go out after the last frost.",
+        "Ana swapped zucchini seeds with the neighbours.",
+        "The irrigation pump needs a new filter every spring.",
+        "Bo keeps the garden journal on the kitchen shelf.",
+    ]
+    turns = [
+        {"speaker": "Ana" if i % 2 else "Bo", "dia_id": f"D1:{i + 1}", "text": fact}
+        for i, fact in enumerate(facts)
+    ]
+    (locomo / "conv-1.json").write_text(json.dumps({**ONE_SESSION, "session_1": turns}))
     monkeypatch.setenv("PYTHONPATH", str(Path(writes.__file__).resolve().parents[2]))
     data = tmp_path / "run" / "data"
     data.parent.mkdir()
 
-    result = writes.child(data, locomo, warmup=range(1, 2), pairs=2, run="test", through="stdio")
+    # The server's CPU is read in /proc's 10 ms ticks: 8 pairs (~6 ms each) always show.
+    result = writes.child(data, locomo, warmup=range(1, 2), pairs=8, run="test", through="stdio")
 
     assert result["cpu_ms_per_pair"] > 0
     assert result["server_user_ms_per_pair"] > 0
     assert result["client_cpu_ms_per_pair"] > 0
     assert result["pairs_per_s"] > 0
-    # The warm-up memory and the two timed ones became records, in the server's store.
+    # The warm-up memory and the timed ones became records, in the server's store.
     with contextlib.closing(sqlite3.connect(data / "engram.db")) as store:
-        assert store.execute("SELECT count(*) FROM records").fetchone() == (3,)
+        assert store.execute("SELECT count(*) FROM records").fetchone() == (9,)
