@@ -126,8 +126,12 @@ class ProcessCpu:
         return cls(found.pop()) if len(found) == 1 else None
 
     def ms(self) -> float:
+        return sum(self.user_system_ms())
+
+    def user_system_ms(self) -> tuple[float, float]:
+        """User and system CPU, apart."""
         fields = self._stat.read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) * self._TICK_MS  # utime, stime
+        return int(fields[11]) * self._TICK_MS, int(fields[12]) * self._TICK_MS  # utime, stime
 
 
 def cpu_per_call(cpu: ProcessCpu | None, since: float, calls: int) -> float:

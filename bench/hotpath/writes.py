@@ -118,28 +118,6 @@ def child(
     }
 
 
-def _process_cpu_s(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of process ``pid`` (``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / ticks, int(fields[12]) / ticks
-
-
-def _only_child_pid() -> int:
-    """The one process this process started (the stdio server)."""
-    mine = str(os.getpid())
-    found = [
-        int(entry.name)
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit()
-        and (entry / "stat").exists()
-        and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == mine
-    ]
-    if len(found) != 1:
-        raise RuntimeError(f"expected one server process, found {found}")
-    return found[0]
-
-
 async def _stdio_child(
     data_dir: Path, locomo: Path, warmup: range, pairs: int, run: str
 ) -> dict[str, Any]:
@@ -149,7 +127,7 @@ async def _stdio_child(
     import engram_memory
     from bench import harness
     from bench.hotpath.corpus import Corpus
-    from bench.hotpath.sessions import _ok_value, mint_token
+    from bench.hotpath.sessions import ProcessCpu, _ok_value, mint_token
     from engram_memory.embedded.serve import open_server
     from engram_memory.mcp_surface.catalog import TOOL_NAMES
 
@@ -178,20 +156,22 @@ async def _stdio_child(
 
         for index in warmup:
             await pair(index)
-        server = _only_child_pid()
+        server = ProcessCpu.of_child()
+        if server is None:
+            raise RuntimeError("the stdio server's CPU cannot be read (no /proc, or no one child)")
         _mark(_MARK_START)
-        user, system = _process_cpu_s(server)
+        user, system = server.user_system_ms()
         cpu, wall = time.process_time(), time.perf_counter()
         for index in range(warmup.stop, warmup.stop + pairs):
             await pair(index)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        user_after, system_after = _process_cpu_s(server)
+        user_after, system_after = server.user_system_ms()
         _mark(_MARK_STOP)
     return {
         "package": str(Path(engram_memory.__file__).parent),
-        "cpu_ms_per_pair": 1000 * (user_after - user + system_after - system) / pairs,
-        "server_user_ms_per_pair": 1000 * (user_after - user) / pairs,
-        "server_system_ms_per_pair": 1000 * (system_after - system) / pairs,
+        "cpu_ms_per_pair": (user_after - user + system_after - system) / pairs,
+        "server_user_ms_per_pair": (user_after - user) / pairs,
+        "server_system_ms_per_pair": (system_after - system) / pairs,
         "client_cpu_ms_per_pair": 1000 * cpu / pairs,
         "pairs_per_s": pairs / wall,
     }
