@@ -199,14 +199,22 @@ def test_lines_lost_with_the_unsynced_file_come_back_from_the_store_once(
     _assert_one_line_per_committed_call(step, calls, lines, verified)
 
 
+@pytest.mark.parametrize("drainer_is", ["another host", "the committer itself"])
+@pytest.mark.parametrize("lines_followed_before", [0, 2])
 def test_a_drainer_that_recovers_a_line_first_keeps_the_committer_from_writing_it_again(
-    tmp_path: Path,
+    tmp_path: Path, drainer_is: str, lines_followed_before: int
 ) -> None:
-    """Two hosts on one data directory (a server and a CLI): the committer's line is recovered
-    by the other's drain between its commit and its append; written once, dropped from the
-    outbox, and the committer's own append finds it no longer owed."""
+    """Two hosts on one data directory (a server and a CLI), or the committer's own drain
+    thread: the committer's line is recovered by a drain between its commit and its append;
+    written once, dropped from the outbox, and the committer's own append finds it no longer
+    owed. After lines of its own the committer skips the store's lookup while the log is as it
+    left it: the drain's append must make it look again."""
     data_dir = tmp_path / "data"
-    committer, drainer = open_embedded(data_dir), open_embedded(data_dir)
+    committer = open_embedded(data_dir)
+    drainer = open_embedded(data_dir) if drainer_is == "another host" else committer
+    for n in range(lines_followed_before):
+        earlier = capture_args(f"Earlier fact {n}.", key=f"audit-early-{n:012d}")
+        assert committer.call("capture", earlier, context())["ok"] is True
     log = committer.audit
     assert isinstance(log, JsonlAuditLog)
     follow = log.follow
@@ -227,7 +235,8 @@ def test_a_drainer_that_recovers_a_line_first_keeps_the_committer_from_writing_i
     finally:
         committer.close()
         drainer.close()
-    assert raced == [1]  # the drainer found the committed line first and wrote it
+    # The drainer found the committed line first and wrote it, with the earlier ones still owed.
+    assert raced == [1 + lines_followed_before]
     lines = [json.loads(x) for x in audit_lines(data_dir / AUDIT_FILE) if x.strip()]
     assert [line["audit_id"] for line in lines].count(ctx.audit_id) == 1
 

@@ -171,6 +171,9 @@ class JsonlAuditLog:
         # items are dropped by the engine (``take_settled``)
         self._unsynced: list[OutboxItem] = []
         self._settled: list[OutboxItem] = []
+        # The log as ``follow`` left it (inode, size, mtime): while it is still so, no writer
+        # has appended since, so none has recovered a line of ours (``follow`` says why).
+        self._followed: tuple[int, int, int] | None = None
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.close(fd)
 
@@ -215,9 +218,11 @@ class JsonlAuditLog:
             finally:
                 os.close(lock)  # releases the lock
 
-    def _write(self, data: bytes, *, sync: bool) -> None:
+    def _write(self, data: bytes, *, sync: bool) -> os.stat_result | None:
         """Append ``data`` (under ``_exclusive``); with ``sync``, fsync it, and with it every line
-        ``follow`` appended unsynced before (then settled); seal a full log."""
+        ``follow`` appended unsynced before (then settled); seal a full log. The log's state
+        after the write, or None when it was sealed."""
+        self._followed = None  # any write but follow's own: follow asks the store again
         fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             pending = memoryview(data)
@@ -227,13 +232,15 @@ class JsonlAuditLog:
                 os.fsync(fd)
                 self._settled.extend(self._unsynced)
                 self._unsynced.clear()
-            full = os.fstat(fd).st_size >= self._segment_bytes
+            written = os.fstat(fd)
         finally:
             os.close(fd)
-        if full:
-            self._seal()  # its segment is synced: the lines it holds are durable
-            self._settled.extend(self._unsynced)
-            self._unsynced.clear()
+        if written.st_size < self._segment_bytes:
+            return written
+        self._seal()  # its segment is synced: the lines it holds are durable
+        self._settled.extend(self._unsynced)
+        self._unsynced.clear()
+        return None
 
     # -- lines that ride in the store's commit (engine.ports.CommittedAuditLog) ---------------
 
@@ -243,10 +250,27 @@ class JsonlAuditLog:
         ``SETTLE_LINES`` wait), and its item settled then. Skipped when the item is no longer
         owed: a drainer in another process recovered it first."""
         with self._exclusive():
-            if not owed(item):
+            if not self._unchanged_since_follow() and not owed(item):
                 return
             self._unsynced.append(item)
-            self._write(item.target.encode("utf-8") + b"\n", sync=False)
+            written = self._write(item.target.encode("utf-8") + b"\n", sync=False)
+            if written is not None:
+                self._followed = (written.st_ino, written.st_size, written.st_mtime_ns)
+
+    def _unchanged_since_follow(self) -> bool:
+        """Whether the log is as this object's last ``follow`` left it (``_exclusive`` held).
+
+        A drainer recovers an item only by appending its missing line (``recover``), under the
+        lock, so a log nobody wrote since proves the item still owed without asking the store:
+        one ``stat`` instead of a query per committed call. Any other write, here or in another
+        process, a sealing included, changes the inode, size or mtime, and the store decides."""
+        if self._followed is None:
+            return False
+        try:
+            now = os.stat(self._path)
+        except FileNotFoundError:
+            return False
+        return (now.st_ino, now.st_size, now.st_mtime_ns) == self._followed
 
     def recover(
         self,
