@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -12,7 +13,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -84,17 +85,20 @@ class EngineOnDemand:
     def handle(
         self, tool: str, arguments: Any, ctx: TrustedContext, approval: Approval | None = None
     ) -> dict[str, Any] | ConfirmationNeeded:
-        return self.host.engine.handle(tool, arguments, ctx, approval)
+        with STOP_SIGNALS.held():
+            return self.host.engine.handle(tool, arguments, ctx, approval)
 
     def refuse(
         self, tool: str, ctx: TrustedContext | None, audit_id: str, code: ErrorCode | str
     ) -> dict[str, Any]:
-        return self.host.engine.refuse(tool, ctx, audit_id, code)
+        with STOP_SIGNALS.held():
+            return self.host.engine.refuse(tool, ctx, audit_id, code)
 
     def decline(
         self, tool: str, ctx: TrustedContext, approval: Approval, arguments: Any = None
     ) -> dict[str, Any]:
-        return self.host.engine.decline(tool, ctx, approval)  # the book holds the question
+        with STOP_SIGNALS.held():
+            return self.host.engine.decline(tool, ctx, approval)  # the book holds the question
 
 
 @dataclass
@@ -424,13 +428,46 @@ def _listening_socket(bind_host: str, port: int) -> socket.socket:
     return sock
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM stops the server like Ctrl-C (the store is closed on the way out)."""
+class StopSignals:
+    """SIGTERM stops the server like Ctrl-C (the store is closed on the way out): as a
+    ``KeyboardInterrupt`` in the main thread, which Python raises wherever that thread is.
 
-    def interrupt(_signum: int, _frame: object) -> None:
+    Never inside an engine call, though: the stdio server runs its calls on the main thread
+    (``EngramMcp.engine_on_loop``), and a stop that arrives during one is held until the call
+    returns, then raised. The call ends as it would have, its commit and its audit line
+    together, rather than as a crash the next start has to recover from (the HTTP server's
+    calls run in worker threads, which a signal never interrupts)."""
+
+    def __init__(self) -> None:
+        self._calls = 0  # engine calls running on the main thread now
+        self._held = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._arrived)
+
+    def _arrived(self, _signum: int, _frame: object) -> None:
+        if self._calls:
+            self._held = True
+            return
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A stop arriving while the block runs on the main thread is raised when it ends."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self._calls += 1
+        try:
+            yield
+        finally:
+            self._calls -= 1
+            if self._held and not self._calls:
+                self._held = False
+                raise KeyboardInterrupt
+
+
+STOP_SIGNALS = StopSignals()
 
 
 def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
@@ -439,7 +476,7 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
     Raises ``ServeError`` (one line) when another process holds the data directory's lease, or
     the port is taken or cannot be bound."""
     cap_malloc_arenas()  # before any worker thread exists: see host.allocator
-    _stop_on_sigterm()
+    STOP_SIGNALS.install()
     if stdio:
         stdio_token = os.environ.get(STDIO_TOKEN_ENV)
         server = _leased(

@@ -321,7 +321,12 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
 async def serve_stdio(surface: EngramMcp) -> None:
     """Serve on stdin/stdout. Every line is screened (``wire.screen``) before the SDK reads it; a
     refused line is answered with its constant JSON-RPC error. While serving, file descriptor 1
-    points at stderr so that nothing but the protocol reaches the client (as the SDK does)."""
+    points at stderr so that nothing but the protocol reaches the client (as the SDK does).
+
+    The one client's calls run their engine work on the event loop (``engine_on_loop``): they
+    are served in the order they arrive, as the engine's lock on a scope's writes would order
+    most of them anyway, and each answer leaves without two thread hops."""
+    surface.engine_on_loop = True
     protocol_fd = os.dup(1)
     os.dup2(2, 1)
     try:
