@@ -14,7 +14,9 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import IO, Any
 import pytest
 from test_serve_day_one import DEADLINE_S, engram, init, token
 
-from engram_testing import initialize_request
+from engram_testing import PURPOSE, capture_args, initialize_request
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
@@ -35,14 +37,15 @@ def _line(message: dict[str, Any]) -> bytes:
 
 @contextmanager
 def _server(
-    data: Path, stdin: Any, stdout: Any, errlog: IO[str]
+    data: Path, stdin: Any, stdout: Any, errlog: IO[str], *, may_capture: bool = False
 ) -> Iterator[subprocess.Popen[bytes]]:
+    bearer = token(data, purpose=PURPOSE, tools="capture") if may_capture else token(data)
     process = subprocess.Popen(
         [engram(), "serve", "--stdio", "--data-dir", str(data)],
         stdin=stdin,
         stdout=stdout,
         stderr=errlog,
-        env={**os.environ, "ENGRAM_TOKEN": token(data)},
+        env={**os.environ, "ENGRAM_TOKEN": bearer},
     )
     try:
         yield process
@@ -109,6 +112,54 @@ def test_sigterm_stops_a_stdio_server_whose_client_holds_stdin_open(
             pytest.fail(f"a server on a {kind} still serving {DEADLINE_S} s after SIGTERM")
         assert process.returncode == 0, (tmp_path / "stderr.log").read_text()
         assert os.get_blocking(server_in) and os.get_blocking(server_out)
+
+
+def _capture(call_id: int, key: str) -> dict[str, Any]:
+    now_ms = int(time.time() * 1000)
+    arguments = capture_args(f"Release {call_id} ships on a Tuesday.", key=key, valid_from=now_ms)
+    params = {"name": "engram_memory_capture", "arguments": arguments}
+    return {"jsonrpc": "2.0", "id": call_id, "method": "tools/call", "params": params}
+
+
+def test_sigterm_during_a_call_lets_the_call_finish_then_stops(tmp_path: Path) -> None:
+    """The stdio server runs a call's engine work on its main thread; a SIGTERM that arrives
+    while a capture waits for the store's write lock (held here, as another process would) is
+    held until the capture has committed, and only then stops the server. Raised at once, it
+    would cut the capture as the lock came free: rolled back, no candidate."""
+    data = tmp_path / "data"
+    init(data)
+    with (
+        (tmp_path / "stderr.log").open("w", encoding="utf-8") as errlog,
+        _client_ends("pipe") as (server_in, server_out, client_in, client_out),
+        _server(data, server_in, server_out, errlog, may_capture=True) as process,
+    ):
+        os.write(client_in, _line(initialize_request("stdio-held-stop")))
+        assert _read_line(client_out)["result"]["protocolVersion"] == "2025-11-25"
+        os.write(client_in, _line(INITIALIZED) + _line(_capture(2, "held-stop-000000000001")))
+        answer = _read_line(client_out)
+        assert answer.get("result", {}).get("structuredContent", {}).get("ok") is True, answer
+        store = sqlite3.connect(data / "engram.db", isolation_level=None)
+        try:
+            store.execute("BEGIN IMMEDIATE")  # the second capture waits for this lock
+            os.write(client_in, _line(_capture(3, "held-stop-000000000002")))
+            time.sleep(1.0)  # it reads, seals, and blocks on BEGIN IMMEDIATE within ms
+            process.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            assert process.poll() is None, "the server stopped with a call still waiting"
+        finally:
+            store.execute("ROLLBACK")
+            store.close()
+        try:
+            process.wait(timeout=DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the server still ran {DEADLINE_S} s after its call finished")
+        assert process.returncode == 0, (tmp_path / "stderr.log").read_text()
+    store = sqlite3.connect(data / "engram.db")
+    try:
+        (candidates,) = store.execute("SELECT count(*) FROM candidates").fetchone()
+    finally:
+        store.close()
+    assert candidates == 2  # the call the stop arrived in committed its candidate
 
 
 def test_a_regular_file_as_stdin_is_answered_line_by_line_until_its_end(tmp_path: Path) -> None:
