@@ -61,6 +61,7 @@ DEFAULT_WORKSPACE = "default"
 DEFAULT_PURPOSE = "general"
 STDIO_TOKEN_ENV = "ENGRAM_TOKEN"  # noqa: S105 - the name of a variable, not a secret
 REQUEST_STATE_KEY_BYTES = 32
+DRAIN_EVERY_S = 5.0  # how often the drainer looks at the outbox
 
 
 class EngineOnDemand:
@@ -400,7 +401,7 @@ def _drain_loop(server: EmbeddedServer, stop: threading.Event) -> None:
     """Completes queued key destructions and projection drops without further calls, and
     returns to the system what closed sessions freed."""
     released = time.monotonic()
-    while not stop.wait(5.0):
+    while not stop.wait(DRAIN_EVERY_S):
         if server.engine.opened:
             server.host.engine.drain_outbox()
         if time.monotonic() - released >= RELEASE_EVERY_S:  # e.g. closed idle sessions
@@ -477,16 +478,35 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
     the port is taken or cannot be bound."""
     cap_malloc_arenas()  # before any worker thread exists: see host.allocator
     STOP_SIGNALS.install()
-    if stdio:
-        stdio_token = os.environ.get(STDIO_TOKEN_ENV)
-        server = _leased(
-            lambda: open_server(data_dir, stdio_token=stdio_token, port=port, bind_host=bind_host)
-        )
-        binding = stdio_binding(server.surface.runtime)
-        if isinstance(binding, str):
-            print(f"engram-memory: {binding}", file=sys.stderr, flush=True)
-        _serve(server, lambda: anyio.run(serve_stdio, server.surface))
-        return
+    server: EmbeddedServer | None = None
+    try:
+        # A stop during start-up waits for it to finish: an open cut short would leave the
+        # files it had opened unclosed (their write-ahead logs full), out of ``close``'s reach.
+        with STOP_SIGNALS.held():
+            server, run = (_started_stdio if stdio else _started_http)(data_dir, bind_host, port)
+        _serve(server, run)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _started_stdio(
+    data_dir: Path, bind_host: str, port: int
+) -> tuple[EmbeddedServer, Callable[[], None]]:
+    stdio_token = os.environ.get(STDIO_TOKEN_ENV)
+    server = _leased(
+        lambda: open_server(data_dir, stdio_token=stdio_token, port=port, bind_host=bind_host)
+    )
+    binding = stdio_binding(server.surface.runtime)
+    if isinstance(binding, str):
+        print(f"engram-memory: {binding}", file=sys.stderr, flush=True)
+    return server, lambda: anyio.run(serve_stdio, server.surface)
+
+
+def _started_http(
+    data_dir: Path, bind_host: str, port: int
+) -> tuple[EmbeddedServer, Callable[[], None]]:
+    """The server with its engine open, listening, its banner printed."""
     # The lease first: a second server on this data directory is told who holds it, whatever
     # port it asked for.
     server = _leased(lambda: open_server(data_dir, port=port, bind_host=bind_host))
@@ -497,10 +517,15 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
         raise
     try:
         server.host  # noqa: B018 - open the engine now: a broken data directory fails before the banner
+        _announce(server, data_dir, bind_host, port)
     except BaseException:
         sock.close()
         server.close()
         raise
+    return server, lambda: _run_uvicorn(server, bind_host, sock)
+
+
+def _announce(server: EmbeddedServer, data_dir: Path, bind_host: str, port: int) -> None:
     url = f"http://{bind_host}:{port}{MCP_PATH}"
     if server.lease is not None:  # `console` and `token` find this server without --port
         server.lease.announce({"url": url, "host": bind_host, "port": port})
@@ -523,7 +548,6 @@ def serve(data_dir: Path, *, bind_host: str, port: int, stdio: bool) -> None:
             file=sys.stderr,
             flush=True,
         )
-    _serve(server, lambda: _run_uvicorn(server, bind_host, sock))
 
 
 def _leased(opened: Callable[[], EmbeddedServer]) -> EmbeddedServer:
@@ -560,6 +584,8 @@ def _run_uvicorn(server: EmbeddedServer, bind_host: str, sock: socket.socket) ->
 
 
 def _serve(server: EmbeddedServer, run: Callable[[], None]) -> None:
+    """``run()`` beside the drainer, which has stopped when this returns: a drain still running
+    as the server closes would reopen the store (it stays usable) and exit with it unclosed."""
     stop = threading.Event()
     drainer = threading.Thread(target=_drain_loop, args=(server, stop), daemon=True)
     drainer.start()
@@ -567,4 +593,4 @@ def _serve(server: EmbeddedServer, run: Callable[[], None]) -> None:
         run()
     finally:
         stop.set()
-        server.close()
+        drainer.join()
