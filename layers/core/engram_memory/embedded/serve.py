@@ -433,9 +433,9 @@ class StopSignals:
     """SIGTERM stops the server like Ctrl-C (the store is closed on the way out): as a
     ``KeyboardInterrupt`` in the main thread, which Python raises wherever that thread is.
 
-    Never inside an engine call, though: the stdio server runs its calls on the main thread
-    (``EngramMcp.engine_on_loop``), and a stop that arrives during one is held until the call
-    returns, then raised. The call ends as it would have, its commit and its audit line
+    Never inside an engine call or start-up, though: the stdio server runs its calls on the
+    main thread (``EngramMcp.engine_on_loop``), and a stop that arrives during one (or while
+    ``serve`` opens the server) is held until it returns, then raised. The call ends as it would have, its commit and its audit line
     together, rather than as a crash the next start has to recover from (the HTTP server's
     calls run in worker threads, which a signal never interrupts)."""
 
