@@ -83,6 +83,9 @@ def serving(argv: list[str], port: int) -> Iterator[subprocess.Popen[str]]:
     )
     try:
         wait_until(lambda: listening(port) or process.poll() is not None, "the server listens")
+        # The port listens before the engine opens; the server writes its address once it has.
+        address = Path(argv[argv.index("--data-dir") + 1]) / "server.json"
+        wait_until(lambda: address.exists() or process.poll() is not None, "the server started")
         assert process.poll() is None, process.communicate()
         yield process
     finally:
