@@ -92,6 +92,9 @@ def tables(corpus: Corpus, size: int) -> None:
     from engram_memory.adapters.local.sqlite import near_bands
     from engram_memory.adapters.local.sqlite.connections import PAGE_CACHE_KIB
     from engram_memory.engine import lexical
+    from engram_memory.engine.context import Scope
+
+    scope = Scope("bench-tenant", "bench-workspace")
 
     scratch = _SCRATCH if _SCRATCH.is_dir() else None
     with tempfile.TemporaryDirectory(prefix="write-tables-", dir=scratch) as tmp:
@@ -109,14 +112,14 @@ def tables(corpus: Corpus, size: int) -> None:
             fields = [" ".join(lexical.analyze(text)) for text in (turn.primary, turn.context)]
             text = turn.primary + "\n" + turn.context
             times = [time.process_time()]
-            near_bands.alike(conn, "lex", text, 8)
+            near_bands.alike(conn, scope, "lex", text, 8)
             times.append(time.process_time())
             conn.execute("BEGIN IMMEDIATE")
             rowid = conn.execute(
                 "INSERT INTO lex VALUES (?, ?, ?)", (str(index), *fields)
             ).lastrowid
             times.append(time.process_time())
-            near_bands.insert(conn, "lex", int(rowid or 0), text)
+            near_bands.insert(conn, scope, "lex", int(rowid or 0), text)
             times.append(time.process_time())
             conn.execute("COMMIT")
             times.append(time.process_time())

@@ -18,7 +18,12 @@ from engram_memory.embedded.composition import open_embedded
 from engram_memory.engine import lexical
 from engram_memory.engine.ports import Neighbour
 from engram_memory.engine.usecases.admission import NEIGHBOUR_DEPTH
-from engram_memory.policy.quality import BANDS, DEFAULT_NEAR_DUPLICATE_THRESHOLD, resembled
+from engram_memory.policy.quality import (
+    BANDS,
+    DEFAULT_NEAR_DUPLICATE_THRESHOLD,
+    memo_partition,
+    resembled,
+)
 
 from engram_testing import (
     Harness,
@@ -69,7 +74,12 @@ def harness(tmp_path: Path) -> Harness:
 
 
 def _flagged(text: str, ids: list[str], texts: dict[str, str]) -> set[str]:
-    found = resembled(text, [Neighbour(i, texts[i]) for i in ids], DEFAULT_NEAR_DUPLICATE_THRESHOLD)
+    found = resembled(
+        text,
+        [Neighbour(i, texts[i]) for i in ids],
+        DEFAULT_NEAR_DUPLICATE_THRESHOLD,
+        partition=memo_partition("t", "w"),
+    )
     return {record_id for record_id, _ in found}
 
 

@@ -55,6 +55,7 @@ from engram_memory.policy.quality import (
     NUM_PERM,
     SHINGLE,
     low_information,
+    memo_partition,
     resembled,
 )
 from engram_memory.policy.secrets import SecretScanner
@@ -373,8 +374,8 @@ class BuiltinAdmissionPolicy:
     def decide(self, request: AdmissionRequest) -> PolicyDecision:
         """Decide on one candidate; the returned ``rule`` names what decided, never content."""
         subject = _subject(request)
-        scope = request.scope
-        finding = self._scanner.first(subject.texts, f"{scope.tenant_id}\x1f{scope.workspace_id}")
+        partition = memo_partition(request.scope.tenant_id, request.scope.workspace_id)
+        finding = self._scanner.first(subject.texts, partition)
         if finding is not None:
             return PolicyDecision("reject", f"secret:{finding.kind}")
         if _carries_host_fact(
@@ -388,7 +389,7 @@ class BuiltinAdmissionPolicy:
         if low_information(text, self._min_chars):
             return PolicyDecision("reject", "low-information")
         if self._near != "off":
-            similar = resembled(text, request.neighbours, self._threshold)
+            similar = resembled(text, request.neighbours, self._threshold, partition=partition)
             if similar:
                 verdict: Literal["reject", "adjudication_required"] = (
                     "reject" if self._near == "rejected" else "adjudication_required"

@@ -71,19 +71,29 @@ def low_information(text: str, min_chars: int) -> bool:
     return not content or len(content) < min_chars
 
 
-# Signatures recently made, by keyed digest of the text (a key made per process and kept
-# nowhere else, so the memo holds no text): an admission signs the candidate's text to find its
-# neighbours (``band_keys``), to compare it with them (``resembled``) and to sketch the record it
-# becomes (``band_keys`` again, in its commit); each is the same signature. Bounded: past
-# ``_SIGNATURE_MEMO_ENTRIES`` it starts over.
+# Signatures recently made, by keyed digest of the scope's partition and the text (a key made
+# per process and kept nowhere else, so the memo holds no text): an admission signs the
+# candidate's text to find its neighbours (``band_keys``), to compare it with them
+# (``resembled``) and to sketch the record it becomes (``band_keys`` again, in its commit); each
+# is the same signature. The partition (``memo_partition``) keeps one workspace's admissions
+# from making another's faster, which would tell an agent what texts another workspace holds,
+# as the secret scanner's memo does. Bounded: past ``_SIGNATURE_MEMO_ENTRIES`` it starts over.
 _SIGNATURE_MEMO_ENTRIES: Final = 64
 _SIGNATURE_MEMO_KEY: Final = os.urandom(32)
 _signatures: dict[bytes, RMinHash] = {}
 
 
-def _signature(text: str) -> RMinHash:
+def memo_partition(tenant_id: str, workspace_id: str) -> str:
+    """The partition of a scope's memoized answers (signatures here, secret scans in
+    ``policy.secrets``): nothing one scope computed is reused for another."""
+    return f"{tenant_id}\x1f{workspace_id}"
+
+
+def _signature(text: str, partition: str) -> RMinHash:
     key = hashlib.blake2b(
-        text.encode("utf-8", "surrogatepass"), key=_SIGNATURE_MEMO_KEY, digest_size=16
+        f"{len(partition)}:{partition}:{text}".encode("utf-8", "surrogatepass"),
+        key=_SIGNATURE_MEMO_KEY,
+        digest_size=16,
     ).digest()
     signature = _signatures.get(key)
     if signature is None:
@@ -105,28 +115,29 @@ def _signed(text: str) -> RMinHash:
 
 
 def resembled(
-    text: str, neighbours: Sequence[Neighbour], threshold: float
+    text: str, neighbours: Sequence[Neighbour], threshold: float, *, partition: str
 ) -> list[tuple[str, float]]:
     """The neighbours ``text`` near-duplicates, as ``(record_id, similarity)``, most similar
-    first (ties by record id)."""
+    first (ties by record id); ``partition`` is the scope's (``memo_partition``)."""
     if not neighbours or not normalize(text):
         return []
-    mine = _signature(text)
+    mine = _signature(text, partition)
     found = []
     for neighbour in neighbours:
-        similarity = float(mine.jaccard(_signature(neighbour.text)))
+        similarity = float(mine.jaccard(_signature(neighbour.text, partition)))
         if similarity >= threshold:
             found.append((neighbour.record_id, round(similarity, 3)))
     return sorted(found, key=lambda pair: (-pair[1], pair[0]))
 
 
-def band_keys(text: str) -> list[int]:
+def band_keys(text: str, *, partition: str) -> list[int]:
     """The LSH band keys of ``text``'s signature (module docstring), each a signed 64-bit
     integer naming the band's position and its ``BAND_ROWS`` values; none for a text that
-    normalizes to nothing. Equal texts give equal keys in every process (a fixed seed)."""
+    normalizes to nothing. Equal texts give equal keys in every process and every scope (a
+    fixed seed); ``partition`` (``memo_partition``) only keeps the memo apart."""
     if not normalize(text):
         return []
-    values = _signature(text).digest()
+    values = _signature(text, partition).digest()
     keys = []
     for band in range(BANDS):
         rows = values[band * BAND_ROWS : (band + 1) * BAND_ROWS]

@@ -19,7 +19,8 @@ import sqlite3
 from collections import Counter
 from typing import Final
 
-from engram_memory.policy.quality import BANDS, NUM_PERM, band_keys
+from engram_memory.engine.context import Scope
+from engram_memory.policy.quality import BANDS, NUM_PERM, band_keys, memo_partition
 
 # How many records of one band are read at most: a band shared by more (the same text captured
 # over and over) still yields that many, and the cost of a lookup stays bounded whatever the
@@ -45,11 +46,17 @@ def create(conn: sqlite3.Connection, lexical_table: str) -> None:
     conn.execute(f"CREATE INDEX IF NOT EXISTS {table}_rows ON {table} (lex_rowid)")
 
 
-def insert(conn: sqlite3.Connection, lexical_table: str, lex_rowid: int, text: str) -> None:
+def insert(
+    conn: sqlite3.Connection, scope: Scope, lexical_table: str, lex_rowid: int, text: str
+) -> None:
     conn.executemany(
         f"INSERT OR IGNORE INTO {table_of(lexical_table)} VALUES (?, ?)",  # noqa: S608 - ours
-        [(band, lex_rowid) for band in band_keys(text)],
+        [(band, lex_rowid) for band in band_keys(text, partition=_partition(scope))],
     )
+
+
+def _partition(scope: Scope) -> str:
+    return memo_partition(scope.tenant_id, scope.workspace_id)
 
 
 def delete(conn: sqlite3.Connection, lexical_table: str, lex_rowid: int) -> None:
@@ -72,11 +79,11 @@ def _bands_query(lexical_table: str, bands: int) -> str:
 
 
 def alike(
-    conn: sqlite3.Connection, lexical_table: str, text: str, depth: int
+    conn: sqlite3.Connection, scope: Scope, lexical_table: str, text: str, depth: int
 ) -> list[tuple[str, float]]:
-    """At most ``depth`` records sharing a band with ``text``, as ``(record_id, share of the
-    bands in common)``, most shared first, then ``record_id``."""
-    keys = band_keys(text)
+    """At most ``depth`` records of ``scope`` sharing a band with ``text``, as ``(record_id,
+    share of the bands in common)``, most shared first, then ``record_id``."""
+    keys = band_keys(text, partition=_partition(scope))
     if not keys:
         return []
     conn.execute("BEGIN")  # the bands and the rows they name read in one snapshot

@@ -37,7 +37,7 @@ def project(
             _unproject(conn, scope, doc.record_id)
         lex_rowid = fulltext.insert(conn, table, doc.record_id, doc.fields)
         if lex_rowid is not None and doc.text:
-            near_bands.insert(conn, table, lex_rowid, doc.text)
+            near_bands.insert(conn, scope, table, lex_rowid, doc.text)
         conn.execute(
             "UPDATE records SET lex_rowid = ? WHERE tenant_id = ? AND workspace_id = ? AND record_id = ?",
             (lex_rowid, t, w, doc.record_id),

@@ -402,7 +402,7 @@ class SqliteStore:
             table = fulltext.lexical_table(conn, scope, create=False)
             if table is None:
                 return []
-            found = near_bands.alike(conn, table, text, depth)
+            found = near_bands.alike(conn, scope, table, text, depth)
         return [IndexHit(record_id, share) for record_id, share in found]
 
     def lexical_contains(self, scope: Scope, record_id: str) -> bool:
