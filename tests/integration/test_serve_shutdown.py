@@ -122,6 +122,8 @@ def test_a_sigterm_during_start_up_lets_it_finish_then_closes_every_file(
         return step_sent_sigterm
 
     monkeypatch.setattr(serve_module, "open_server", recorded)
+    # this test process keeps its own allocator settings (the subprocess tests check the cap)
+    monkeypatch.setattr(serve_module, "cap_malloc_arenas", lambda: False)
     if moment == "the engine opens":  # after the store and the key file are open
         monkeypatch.setattr(
             composition, "_refresh_projections", stopped_during(composition._refresh_projections)
