@@ -435,9 +435,10 @@ class StopSignals:
 
     Never inside an engine call or start-up, though: the stdio server runs its calls on the
     main thread (``EngramMcp.engine_on_loop``), and a stop that arrives during one (or while
-    ``serve`` opens the server) is held until it returns, then raised. The call ends as it would have, its commit and its audit line
-    together, rather than as a crash the next start has to recover from (the HTTP server's
-    calls run in worker threads, which a signal never interrupts)."""
+    ``serve`` opens the server) is held until it returns, then raised. The call ends as it
+    would have, its commit and its audit line together, rather than as a crash the next start
+    has to recover from (the HTTP server's calls run in worker threads, which a signal never
+    interrupts)."""
 
     def __init__(self) -> None:
         self._calls = 0  # engine calls running on the main thread now
