@@ -12,6 +12,7 @@ from moto's dispatcher answering with the service's real error (``alarm_testing`
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -239,3 +240,27 @@ def test_the_audit_sink_counts_store_faults_per_code(
     if counted:
         (directive,) = faults[0]["_aws"]["CloudWatchMetrics"]
         assert directive["Dimensions"] == [["service", "tenant", "code"]]
+
+
+def test_a_logger_made_before_the_tenant_was_set_logs_the_tenant_set_since(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The logger is made once a process; its lines carry the tenant the environment names when
+    they are written, as the metrics do, not the "unset" of a logger made before (a test or a
+    tool that ran first in the same process)."""
+    from engram_memory.cloud import observability
+
+    monkeypatch.setattr(observability, "_singletons", {})
+    monkeypatch.delenv("ENGRAM_TENANT_ID", raising=False)
+    logger = observability.get_logger()
+    handler: Any = logger.registered_handler
+    monkeypatch.setattr(handler, "stream", sys.stdout)
+    capsys.readouterr()
+    logger.info("before the tenant")
+    monkeypatch.setenv("ENGRAM_TENANT_ID", TENANT)
+    observability.get_logger().info("after it")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    assert [(line["message"], line["tenant"]) for line in lines] == [
+        ("before the tenant", "unset"),
+        ("after it", TENANT),
+    ]

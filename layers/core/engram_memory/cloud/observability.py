@@ -126,15 +126,19 @@ def _tenant() -> str:
 
 
 def get_logger() -> Logger:
-    """The process's Powertools ``Logger`` (structured JSON on stdout)."""
+    """The process's Powertools ``Logger`` (structured JSON on stdout), its lines keyed by the
+    tenant the environment names now, as the metrics are (``_emit``): a logger made before
+    ``ENGRAM_TENANT_ID`` was set (a tool run by hand, a test) does not keep "unset"."""
     with _lock:
         if "logger" not in _singletons:
             from aws_lambda_powertools import Logger
 
-            logger = Logger(service=_service())
-            logger.append_keys(**{TENANT_DIMENSION: _tenant()})
-            _singletons["logger"] = logger
+            _singletons["logger"] = Logger(service=_service())
         shared: Logger = _singletons["logger"]
+        tenant = _tenant()
+        if _singletons.get("logger_tenant") != tenant:
+            shared.append_keys(**{TENANT_DIMENSION: tenant})
+            _singletons["logger_tenant"] = tenant
         return shared
 
 
