@@ -248,17 +248,16 @@ def test_a_logger_made_before_the_tenant_was_set_logs_the_tenant_set_since(
     """The logger is made once a process; its lines carry the tenant the environment names when
     they are written, as the metrics do, not the "unset" of a logger made before (a test or a
     tool that ran first in the same process)."""
-    from engram_memory.cloud import observability
+    from engram_memory.cloud.observability import get_logger
 
-    monkeypatch.setattr(observability, "_singletons", {})
     monkeypatch.delenv("ENGRAM_TENANT_ID", raising=False)
-    logger = observability.get_logger()
+    logger = get_logger()  # the process's one logger, made by whichever test came first
     handler: Any = logger.registered_handler
     monkeypatch.setattr(handler, "stream", sys.stdout)
     capsys.readouterr()
     logger.info("before the tenant")
     monkeypatch.setenv("ENGRAM_TENANT_ID", TENANT)
-    observability.get_logger().info("after it")
+    get_logger().info("after it")
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
     assert [(line["message"], line["tenant"]) for line in lines] == [
         ("before the tenant", "unset"),
