@@ -1,15 +1,16 @@
 """The key file's writes, durable with as few syncs as SQLite's own discipline allows.
 
-**Writing keys at capture** (``commit_synced_once``). Every destruction truncates the -wal, so
-the next capture's commit is the first frame of a fresh -wal: at ``synchronous=FULL`` SQLite then
-syncs twice, once after the -wal header and once at the commit. The header sync keeps a header
-that did not reach the disk from pairing with frames that did; it matters for a -wal that is
-reused in place, where stale frames of the previous generation follow. Ours starts empty, so the
-commit runs at ``synchronous=OFF`` with automatic checkpoints off (a checkpoint at OFF would not
+**Writing keys at capture** (``commit_synced_once``). Every destruction truncates the -wal (and
+fills it with zeros again, ``wal_space``: room the next commits overwrite instead of growing the
+file), so the next capture's commit is the first frame of a fresh -wal: at ``synchronous=FULL``
+SQLite then syncs twice, once after the -wal header and once at the commit. The header sync keeps
+a header that did not reach the disk from pairing with frames that did; it matters for a -wal
+that is reused in place, where stale frames of the previous generation follow. Ours holds no
+frame (empty, or zeros), so the commit runs at ``synchronous=OFF`` with automatic checkpoints off (a checkpoint at OFF would not
 sync the database file) and the -wal is synced once when it is written: on return, header and
 frames are durable, as they were after the two syncs. A crash before that loses the commit, and
 nothing refers to the keys yet (the store's candidate row is written after ``seal`` returns).
-When the -wal is not empty the commit runs at ``FULL`` as before (one sync, no header); a -wal
+When the -wal has started (a header) the commit runs at ``FULL`` as before (one sync, no header); a -wal
 that another process writes between the check and the commit is covered by the same final sync.
 
 **Deleting a key** (``delete_and_scrub``): durable, and scrubbed from the file and its -wal, in
@@ -48,6 +49,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from engram_memory.adapters.local import wal_space
 from engram_memory.adapters.local.transactions import immediate
 
 
@@ -58,10 +60,7 @@ def commit_synced_once(
     ``synchronous=FULL``), durable on return after a single sync; errors roll it back and
     propagate (``sqlite3.Error``; a failed sync as ``sqlite3.OperationalError``)."""
     wal = f"{path}-wal"
-    try:
-        fresh = os.stat(wal).st_size == 0  # one stat, not exists() and then stat()
-    except FileNotFoundError:
-        fresh = True
+    fresh = not wal_space.started(wal)  # empty, or room reserved after a scrub: no header yet
     autocheckpoint = 0
     if fresh:
         (autocheckpoint,) = conn.execute("PRAGMA wal_autocheckpoint").fetchone()
@@ -94,6 +93,7 @@ def delete_and_scrub(conn: sqlite3.Connection, statement: str, parameters: Seque
             raise sqlite3.OperationalError("the key file's -wal could not be truncated")
     finally:
         conn.execute("PRAGMA synchronous=FULL")
+    wal_space.reserve(conn)  # the next seals overwrite the zeros instead of growing the -wal
 
 
 def _sync_wal(conn: sqlite3.Connection) -> None:

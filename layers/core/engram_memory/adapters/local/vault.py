@@ -29,6 +29,7 @@ from typing import Any, Final, TypeVar
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from engram_memory.adapters.local import wal_space
 from engram_memory.adapters.local.key_durability import commit_synced_once, delete_and_scrub
 from engram_memory.adapters.local.private_files import fsync_dir, make_private_dirs, write_all
 from engram_memory.adapters.local.record_keys import SCHEMA as RECORD_KEYS_SCHEMA
@@ -318,6 +319,9 @@ class LocalVault:
             conn.execute(_SCHEMA)
             conn.execute(_IDENTITY_SCHEMA)
             conn.executescript(RECORD_KEYS_SCHEMA)
+            wal_space.reserve(
+                conn
+            )  # the -wal an open starts from (empty) is overwritten, not grown
         except sqlite3.Error as exc:
             conn.close()
             raise VaultUnavailable("the local vault key file cannot be opened") from exc

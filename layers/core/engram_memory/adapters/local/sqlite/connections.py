@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final
 
+from engram_memory.adapters.local import wal_space
 from engram_memory.engine.ports import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,10 @@ def guard() -> Iterator[None]:
         raise StoreUnavailable("sqlite store error") from exc
 
 
-def scrub_wal(conn: sqlite3.Connection) -> None:
-    """Copy the WAL into the database and truncate it to zero bytes.
+def scrub_wal(conn: sqlite3.Connection, *, reserve_room: bool = True) -> None:
+    """Copy the WAL into the database and truncate it to zero bytes, then (``reserve_room``)
+    zero-fill it again so the commits that follow overwrite rather than grow it
+    (``wal_space``).
 
     The WAL keeps earlier images of every page a transaction wrote, so a forgotten record's
     body and index terms would stay readable in ``engram.db-wal`` until later writes recycle
@@ -62,6 +65,8 @@ def scrub_wal(conn: sqlite3.Connection) -> None:
         busy = 1
     if busy:
         log.warning("could not truncate the WAL after a shredding commit; retried later")
+    elif reserve_room:
+        wal_space.reserve(conn)
 
 
 class ConnectionPool:

@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from engram_memory.adapters.local import wal_space
 from engram_memory.adapters.local.sqlite import (
     backup,
     fulltext,
@@ -98,6 +99,9 @@ class SqliteStore:
         self._matrices = VectorMatrices()
         with guard(), self._pool.connection() as conn:
             schema.create_or_migrate(conn)
+            wal_space.reserve(
+                conn
+            )  # the -wal an open starts from (empty) is overwritten, not grown
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -108,7 +112,7 @@ class SqliteStore:
         """
         try:
             with self._pool.connection() as conn:
-                scrub_wal(conn)
+                scrub_wal(conn, reserve_room=False)
         except (sqlite3.Error, StoreUnavailable):
             log.warning("could not truncate the WAL on close")
         self._pool.close()
