@@ -214,3 +214,35 @@ async def test_a_pipes_message_is_on_the_pipe_once_its_write_returns() -> None:
                 assert await out.write(message) == len(message)
                 os.set_blocking(read_fd, False)
                 assert pipe.read() == message.encode("utf-8")
+
+
+@pytest.mark.anyio
+async def test_the_idle_work_runs_once_each_message_is_on_the_pipe() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    seen_by_idle_work: list[bytes] = []
+    messages = ['{"jsonrpc":"2.0","id":1,"result":{}}\n', '{"jsonrpc":"2.0","id":2,"result":{}}\n']
+    with os.fdopen(read_fd, "rb") as pipe:
+
+        def idle_work() -> None:  # what the client can read by the time it runs
+            seen_by_idle_work.append(pipe.read() or b"")
+
+        with anyio.fail_after(30):
+            async with protocol_out(write_fd, idle_work) as out:
+                for message in messages:
+                    await out.write(message)
+    assert seen_by_idle_work == [message.encode("utf-8") for message in messages]
+
+
+def test_a_blocking_file_s_idle_work_runs_after_each_message_too(tmp_path: Path) -> None:
+    path = tmp_path / "out.jsonl"
+    seen: list[str] = []
+    with open(path, "w", encoding="utf-8") as out:
+        writer = _LineWriter(out, lambda: seen.append(path.read_text(encoding="utf-8")))
+
+        async def write() -> None:
+            await writer.write('{"id":1}\n')
+            await writer.write('{"id":2}\n')
+
+        anyio.run(write)
+    assert seen == ['{"id":1}\n', '{"id":1}\n{"id":2}\n']

@@ -20,6 +20,7 @@ from engram_memory.adapters.local.private_files import write_private_file
 from engram_memory.binding.host_config import HostConfig, describe_validation_error
 from engram_memory.embedded.data_dir import host_config_path
 from engram_memory.embedded.errors import HostConfigError
+from engram_memory.engine.ports import AnticipatingPolicy
 
 if TYPE_CHECKING:
     from engram_memory.engine.ports import AdmissionPolicy, AdmissionRequest, PolicyDecision
@@ -135,3 +136,8 @@ class LiveAdmissionPolicy:
 
     def decide(self, request: AdmissionRequest) -> PolicyDecision:
         return self._current().decide(request)
+
+    def anticipate(self, request: AdmissionRequest) -> None:
+        policy = self._current()
+        if isinstance(policy, AnticipatingPolicy):
+            policy.anticipate(request)

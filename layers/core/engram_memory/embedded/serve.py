@@ -71,10 +71,21 @@ class EngineOnDemand:
 
     def __init__(self, opener: Callable[[], EmbeddedHost]) -> None:
         self._host = Lazy(opener)
+        self._idle_accepted = False
 
     @property
     def host(self) -> EmbeddedHost:
-        return self._host.get()
+        host = self._host.get()
+        if self._idle_accepted:
+            host.engine.accept_idle_work()  # idempotent: the engine may open after the transport
+        return host
+
+    def accept_idle_work(self) -> None:
+        self._idle_accepted = True
+
+    def run_idle_work(self) -> None:
+        if self._host.made:
+            self._host.get().engine.run_idle_work()
 
     @property
     def opened(self) -> bool:

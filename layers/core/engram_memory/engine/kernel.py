@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Final, Literal, TypeVar
 
 from engram_memory.contract.canonical import digest
@@ -34,11 +35,14 @@ from engram_memory.engine.gate import (
     approval_conflict,
     check_approval,
 )
+from engram_memory.engine.idle import IdleWork
 from engram_memory.engine.journal import build_event
 from engram_memory.engine.keyring import KeyRing
 from engram_memory.engine.ports import (
     RECORD_KEY_TARGET,
     AdmissionPolicy,
+    AdmissionRequest,
+    AnticipatingPolicy,
     AuditEvent,
     AuditSink,
     CandidateRow,
@@ -214,6 +218,7 @@ class Kernel:
         self.surfaces: tuple[ProjectionSurface, ...] = tuple(surfaces)
         self._scope_locks: dict[Scope, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self.idle = IdleWork()
 
     def search_depth(self, limit: int) -> int:
         """How many hits a search with page size ``limit`` ranks (``EngineSettings.rank_depth``)."""
@@ -766,6 +771,32 @@ class Kernel:
             return self.record_keys.seal(call.scope, record["record_id"], body)
         except VaultUnavailable:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+
+    def accept_idle_work(self) -> None:
+        """A host that runs ``run_idle_work`` soon after each answer lets calls leave work."""
+        self.idle.accept()
+
+    def run_idle_work(self) -> None:
+        self.idle.run()
+
+    def anticipate_admission(
+        self, call: Call, candidate_id: str, content: Mapping[str, Any]
+    ) -> None:
+        """Leave the content-only part of the admission of the candidate just captured to the
+        host's idle time (``engine.idle``), when the policy can do it ahead and a host runs it."""
+        policy = self.policy
+        if not self.idle.accepted or not isinstance(policy, AnticipatingPolicy):
+            return
+        request = AdmissionRequest(
+            scope=call.scope,
+            principal=call.ctx.principal,
+            candidate_id=candidate_id,
+            record=content["record"],
+            evidence=content["evidence"],
+            host_facts=call.ctx.host_facts,
+            host_fact_digests=call.ctx.host_fact_digests,
+        )
+        self.idle.offer(partial(policy.anticipate, request))
 
     def seal(self, call: Call, candidate_id: str, content: Mapping[str, Any]) -> SealedBlob:
         try:

@@ -578,6 +578,19 @@ class AdmissionPolicy(Protocol):
     def decide(self, request: AdmissionRequest) -> PolicyDecision: ...
 
 
+@runtime_checkable
+class AnticipatingPolicy(Protocol):
+    """A policy that can do, ahead of an admission, the part of its decision that depends on
+    the candidate's content alone and that it remembers (the built-in policy's secret scan
+    and near-duplicate signature, both memoized per scope): the engine offers a captured
+    candidate to it in the host's idle time (``Engine.accept_idle_work``), so the admission
+    that usually follows finds that work done. It changes no decision."""
+
+    def anticipate(self, request: AdmissionRequest) -> None:
+        """``request`` as the admission will make it, without its neighbours."""
+        ...
+
+
 class Clock(Protocol):
     def now_ms(self) -> int: ...
 

@@ -6,7 +6,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 import anyio.to_thread
 import mcp.types as types
@@ -81,6 +81,16 @@ class SurfaceEngine(Protocol):
     def decline(
         self, tool: str, ctx: TrustedContext, approval: Approval, arguments: Any = None
     ) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class IdleWorkHost(Protocol):
+    """An engine that takes work for the server's idle time (``engine.idle``): a transport that
+    runs it once each answer has left accepts it (the stdio server)."""
+
+    def accept_idle_work(self) -> None: ...
+
+    def run_idle_work(self) -> None: ...
 
 
 @dataclass

@@ -22,7 +22,7 @@ import stat
 import sys
 import threading
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final, Protocol, TextIO, cast
 
 import anyio
@@ -183,14 +183,17 @@ async def _daemon_lines(fd: int) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def protocol_out(fd: int) -> AsyncIterator[ProtocolOut]:
+async def protocol_out(
+    fd: int, after_write: Callable[[], None] | None = None
+) -> AsyncIterator[ProtocolOut]:
     """The writer of the protocol's messages to descriptor ``fd``, which it owns and closes
-    once every message written is on the pipe."""
+    once every message written is on the pipe. ``after_write`` runs once each message is (the
+    server's idle work: ``engine.idle``)."""
     if not _on_the_loop(fd):
         with os.fdopen(fd, "w", encoding="utf-8", closefd=True) as file:
-            yield _LineWriter(file)
+            yield _LineWriter(file, after_write)
         return
-    writer = _PipeWriter(fd)
+    writer = _PipeWriter(fd, after_write)
     try:
         yield writer
     finally:
@@ -209,8 +212,9 @@ class _PipeWriter:
     Not asyncio's pipe transport: it takes a readable descriptor for a peer that closed, which
     a socket given as both stdin and stdout is whenever the client writes."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, after_write: Callable[[], None] | None = None) -> None:
         self._fd = fd
+        self._after_write = after_write
         self._loop = asyncio.get_running_loop()
         os.set_blocking(fd, False)
         self._waiting = bytearray()
@@ -236,6 +240,8 @@ class _PipeWriter:
         await self.drained()
         if self._error is not None:
             raise OSError(self._error, os.strerror(self._error))  # EPIPE: BrokenPipeError
+        if self._after_write is not None:
+            self._after_write()  # the message is on the pipe: the client has it already
         return len(text)
 
     def _write_waiting(self) -> None:
@@ -268,8 +274,9 @@ class _LineWriter:
     ``anyio`` file that is two thread hops per message, and a 40 KB search result waited on
     both; ``flush`` has nothing left to do."""
 
-    def __init__(self, file: TextIO) -> None:
+    def __init__(self, file: TextIO, after_write: Callable[[], None] | None = None) -> None:
         self._file = file
+        self._after_write = after_write
         self._lock = anyio.Lock()
 
     def _write_line(self, text: str) -> int:
@@ -279,7 +286,10 @@ class _LineWriter:
 
     async def write(self, text: str) -> int:
         async with self._lock:
-            return await anyio.to_thread.run_sync(self._write_line, text)
+            written = await anyio.to_thread.run_sync(self._write_line, text)
+        if self._after_write is not None:
+            self._after_write()
+        return written
 
     async def flush(self) -> None:
         await anyio.lowlevel.checkpoint()  # every write was flushed with it

@@ -34,7 +34,7 @@ from starlette.types import Message, Receive, Scope, Send
 from engram_memory.binding.host_config import host_matches
 from engram_memory.binding.tokens import LEEWAY_S, InvalidToken, VerifiedClaims
 from engram_memory.binding.verified_tokens import ClaimsVerifier
-from engram_memory.mcp_surface.server import EngramMcp
+from engram_memory.mcp_surface.server import EngramMcp, IdleWorkHost
 from engram_memory.mcp_surface.stdio_streams import protocol_out, stdin_lines
 from engram_memory.mcp_surface.wire_screen import PARSE_ERROR, Screened, error_body, screen
 
@@ -327,10 +327,17 @@ async def serve_stdio(surface: EngramMcp) -> None:
     are served in the order they arrive, as the engine's lock on a scope's writes would order
     most of them anyway, and each answer leaves without two thread hops."""
     surface.engine_on_loop = True
+    engine = surface.runtime.engine
+    idle = engine if isinstance(engine, IdleWorkHost) else None
+    if idle is not None:
+        idle.accept_idle_work()  # run below, once each message is on the pipe
     protocol_fd = os.dup(1)
     os.dup2(2, 1)
     try:
-        async with protocol_out(protocol_fd) as out, stdin_lines(sys.stdin.fileno()) as read:
+        async with (
+            protocol_out(protocol_fd, idle.run_idle_work if idle is not None else None) as out,
+            stdin_lines(sys.stdin.fileno()) as read,
+        ):
 
             async def screened_lines() -> AsyncIterator[str]:
                 async for line in read:

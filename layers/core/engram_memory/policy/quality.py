@@ -45,6 +45,7 @@ __all__ = [
     "low_information",
     "normalize",
     "resembled",
+    "sign_ahead",
 ]
 
 SHINGLE: Final = 5
@@ -128,6 +129,14 @@ def resembled(
         if similarity >= threshold:
             found.append((neighbour.record_id, round(similarity, 3)))
     return sorted(found, key=lambda pair: (-pair[1], pair[0]))
+
+
+def sign_ahead(text: str, *, partition: str) -> None:
+    """Make and remember ``text``'s signature now, for the admission expected to read it
+    (``band_keys`` for its neighbours, ``resembled`` to compare them); nothing for a text that
+    normalizes to nothing, which neither signs."""
+    if normalize(text):
+        _signature(text, partition)
 
 
 def band_keys(text: str, *, partition: str) -> list[int]:

@@ -43,6 +43,7 @@ def _commit_capture(
     sealed_keys: list[str] = []
     superseded: set[str] = set()
     output: dict[str, Any] = {}
+    content: dict[str, Any] = {}
 
     def build(head: JournalHead) -> ChangeSet:
         record = build_record(
@@ -53,13 +54,11 @@ def _commit_capture(
             authorization_receipt_digest=authorization,
         )
         k.prepare_record_key(call, record["record_id"])
-        blob = k.seal(call, candidate_id, {"record": record, "evidence": evidence})
+        content.update(record=record, evidence=evidence)
+        blob = k.seal(call, candidate_id, content)
         sealed_keys.append(blob.key_ref)
         superseded.update(blob.superseded)
-        digests = {
-            "payload_digest": record["payload_digest"],
-            "record_digest": record["record_digest"],
-        }
+        digests = {name: record[name] for name in ("payload_digest", "record_digest")}
         step = k.journal_step(call, head, "capture", candidate_id, intent, digests)
         output.clear()
         output.update(
@@ -86,6 +85,7 @@ def _commit_capture(
         )
 
     _commit_sealed(k, call, build, sealed_keys, superseded)
+    k.anticipate_admission(call, candidate_id, content)
     return output
 
 
