@@ -108,3 +108,20 @@ def test_a_signature_is_reused_within_a_scope_and_never_across_scopes(
         other_tenant = quality.memo_partition("t2", "w1")
         quality.band_keys(text, partition=other_tenant)
         assert signed.call_count == 3
+
+
+def test_band_keys_are_made_once_with_the_signature_and_handed_out_as_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An admission asks for its text's band keys twice (its neighbours, its record's sketch),
+    and the idle time may have asked first (``sign_ahead``): cut from the signature once."""
+    monkeypatch.setattr(quality, "_signatures", {})
+    cut = mock.Mock(wraps=quality._bands_of)
+    monkeypatch.setattr(quality, "_bands_of", cut)
+    text = "Caroline joined the adoption agency's info session on Friday."
+    quality.sign_ahead(text, partition=P)
+    keys = quality.band_keys(text, partition=P)
+    keys.append(0)  # the caller's own list
+    assert quality.band_keys(text, partition=P) == keys[:-1]
+    assert cut.call_count == 1
+    assert len(keys) == quality.BANDS + 1

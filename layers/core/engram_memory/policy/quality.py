@@ -81,7 +81,19 @@ def low_information(text: str, min_chars: int) -> bool:
 # as the secret scanner's memo does. Bounded: past ``_SIGNATURE_MEMO_ENTRIES`` it starts over.
 _SIGNATURE_MEMO_ENTRIES: Final = 64
 _SIGNATURE_MEMO_KEY: Final = os.urandom(32)
-_signatures: dict[bytes, RMinHash] = {}
+
+
+class _Remembered:
+    """A memoized signature, and its band keys once asked for (hashes, like the signature)."""
+
+    __slots__ = ("bands", "signature")
+
+    def __init__(self, signature: RMinHash) -> None:
+        self.signature = signature
+        self.bands: tuple[int, ...] | None = None
+
+
+_signatures: dict[bytes, _Remembered] = {}
 
 
 def memo_partition(tenant_id: str, workspace_id: str) -> str:
@@ -90,19 +102,23 @@ def memo_partition(tenant_id: str, workspace_id: str) -> str:
     return f"{tenant_id}\x1f{workspace_id}"
 
 
-def _signature(text: str, partition: str) -> RMinHash:
+def _remembered(text: str, partition: str) -> _Remembered:
     key = hashlib.blake2b(
         f"{len(partition)}:{partition}:{text}".encode("utf-8", "surrogatepass"),
         key=_SIGNATURE_MEMO_KEY,
         digest_size=16,
     ).digest()
-    signature = _signatures.get(key)
-    if signature is None:
-        signature = _signed(text)
+    remembered = _signatures.get(key)
+    if remembered is None:
+        remembered = _Remembered(_signed(text))
         if len(_signatures) >= _SIGNATURE_MEMO_ENTRIES:
             _signatures.clear()
-        _signatures[key] = signature
-    return signature
+        _signatures[key] = remembered
+    return remembered
+
+
+def _signature(text: str, partition: str) -> RMinHash:
+    return _remembered(text, partition).signature
 
 
 def _signed(text: str) -> RMinHash:
@@ -132,25 +148,30 @@ def resembled(
 
 
 def sign_ahead(text: str, *, partition: str) -> None:
-    """Make and remember ``text``'s signature now, for the admission expected to read it
-    (``band_keys`` for its neighbours, ``resembled`` to compare them); nothing for a text that
-    normalizes to nothing, which neither signs."""
-    if normalize(text):
-        _signature(text, partition)
+    """Make and remember ``text``'s signature and band keys now, for the admission expected to
+    read them (``band_keys`` for its neighbours and its record's sketch, ``resembled`` to
+    compare them)."""
+    band_keys(text, partition=partition)
 
 
 def band_keys(text: str, *, partition: str) -> list[int]:
     """The LSH band keys of ``text``'s signature (module docstring), each a signed 64-bit
     integer naming the band's position and its ``BAND_ROWS`` values; none for a text that
     normalizes to nothing. Equal texts give equal keys in every process and every scope (a
-    fixed seed); ``partition`` (``memo_partition``) only keeps the memo apart."""
-    if not normalize(text):
-        return []
-    values = _signature(text, partition).digest()
+    fixed seed); ``partition`` (``memo_partition``) only keeps the memo apart. Remembered
+    with the signature: an admission asks twice (its neighbours, then the record's sketch)."""
+    remembered = _remembered(text, partition)
+    if remembered.bands is None:
+        remembered.bands = _bands_of(remembered.signature) if normalize(text) else ()
+    return list(remembered.bands)
+
+
+def _bands_of(signature: RMinHash) -> tuple[int, ...]:
+    values = signature.digest()
     keys = []
     for band in range(BANDS):
         rows = values[band * BAND_ROWS : (band + 1) * BAND_ROWS]
         packed = struct.pack(f"<{BAND_ROWS + 1}I", band, *rows)
         key = hashlib.blake2b(packed, digest_size=8, person=b"engram-lsh").digest()
         keys.append(int.from_bytes(key, "little", signed=True))
-    return keys
+    return tuple(keys)
