@@ -6,12 +6,13 @@ file), so the next capture's commit is the first frame of a fresh -wal: at ``syn
 SQLite then syncs twice, once after the -wal header and once at the commit. The header sync keeps
 a header that did not reach the disk from pairing with frames that did; it matters for a -wal
 that is reused in place, where stale frames of the previous generation follow. Ours holds no
-frame (empty, or zeros), so the commit runs at ``synchronous=OFF`` with automatic checkpoints off (a checkpoint at OFF would not
-sync the database file) and the -wal is synced once when it is written: on return, header and
-frames are durable, as they were after the two syncs. A crash before that loses the commit, and
-nothing refers to the keys yet (the store's candidate row is written after ``seal`` returns).
-When the -wal has started (a header) the commit runs at ``FULL`` as before (one sync, no header); a -wal
-that another process writes between the check and the commit is covered by the same final sync.
+frame (empty, or zeros), so the commit runs at ``synchronous=OFF`` with automatic checkpoints
+off (a checkpoint at OFF would not sync the database file) and the -wal is synced once when it
+is written: on return, header and frames are durable, as they were after the two syncs. A crash
+before that loses the commit, and nothing refers to the keys yet (the store's candidate row is
+written after ``seal`` returns). When the -wal has started (a header) the commit runs at
+``FULL`` as before (one sync, no header); a -wal that another process writes between the check
+and the commit is covered by the same final sync.
 
 **Deleting a key** (``delete_and_scrub``): durable, and scrubbed from the file and its -wal, in
 2 syncs.

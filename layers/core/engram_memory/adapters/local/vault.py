@@ -319,9 +319,8 @@ class LocalVault:
             conn.execute(_SCHEMA)
             conn.execute(_IDENTITY_SCHEMA)
             conn.executescript(RECORD_KEYS_SCHEMA)
-            wal_space.reserve(
-                conn
-            )  # the -wal an open starts from (empty) is overwritten, not grown
+            # The -wal an open starts from (empty) is overwritten from here on, not grown.
+            wal_space.reserve(conn)
         except sqlite3.Error as exc:
             conn.close()
             raise VaultUnavailable("the local vault key file cannot be opened") from exc

@@ -4,8 +4,8 @@ growing the file.
 Syncing a write that grows a file must also make its new size durable (ext4: a journal
 commit); syncing one that overwrites blocks the file already holds need not. Measured on this
 project's machines, a 12 KiB append then ``fdatasync`` costs ~180 µs, the same 12 KiB written
-over existing blocks ~90 µs, and a seal of the key file 430 µs against 270-300 µs
-(docs/benchmarks.md, "Writes"). A -wal grows from empty after every open (the last connection's
+over existing blocks ~90 µs, and a seal's median fell from 690 to 600 µs once the key file's
+-wal had room (docs/benchmarks.md, "Room in the -wal"). A -wal grows from empty after every open (the last connection's
 close deletes it) and after every truncating checkpoint (the scrubs of a destroyed key or a
 shredded record), and only stops growing once an automatic checkpoint has restarted it from its
 beginning: until then every commit of the key file and of the store paid the growing kind.

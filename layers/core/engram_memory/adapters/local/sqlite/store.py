@@ -99,9 +99,8 @@ class SqliteStore:
         self._matrices = VectorMatrices()
         with guard(), self._pool.connection() as conn:
             schema.create_or_migrate(conn)
-            wal_space.reserve(
-                conn
-            )  # the -wal an open starts from (empty) is overwritten, not grown
+            # The -wal an open starts from (empty) is overwritten from here on, not grown.
+            wal_space.reserve(conn)
 
     # -- connections ---------------------------------------------------------------------------
 
