@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from engram_testing import tool_missing
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "layers/core/engram_memory"
 
@@ -100,7 +102,7 @@ def copy_repository(into: Path) -> None:
     """The repository's files as they are in the working tree (tracked ones only)."""
     git = shutil.which("git")
     if git is None:
-        pytest.skip("no git on PATH: the copy is of the files `git ls-files` names")
+        tool_missing("no git on PATH: the copy is of the files `git ls-files` names")
     listed = subprocess.run(
         [git, "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
     ).stdout.decode()

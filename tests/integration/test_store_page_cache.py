@@ -20,6 +20,8 @@ import pytest
 from engram_memory.adapters.local.sqlite.connections import DEFAULT_POOL_SIZE, PAGE_CACHE_KIB
 from engram_memory.adapters.local.sqlite.store import SqliteStore
 
+from engram_testing import tool_missing
+
 BALLAST_ROWS = 40_000  # ~9 MiB of table pages: more than any connection may cache
 SLACK_BYTES = 1024 * 1024  # the statements and schema the scans prepare, beyond the caches
 
@@ -39,7 +41,7 @@ def _sqlite_memory_used() -> Callable[[], int] | None:
 def test_every_pooled_connection_caches_at_most_its_share_of_pages(tmp_path: Path) -> None:
     memory_used = _sqlite_memory_used()
     if memory_used is None:
-        pytest.skip("the sqlite3 module's library does not export sqlite3_memory_used")
+        tool_missing("the sqlite3 module's library does not export sqlite3_memory_used")
     store = SqliteStore(tmp_path / "engram.db")
     try:
         with store._pool.connection() as conn:
