@@ -128,3 +128,23 @@ def test_without_idle_time_the_same_admission_scans_and_decides_alike(
     outcome = _admit(host, candidate_id, "idle-admission-0000002")
     assert text in scans
     assert outcome["status"] == "rejected"
+
+
+@pytest.mark.parametrize("accepted_first", [True, False])
+def test_the_stdio_server_s_engine_on_demand_accepts_before_or_after_it_opens(
+    tmp_path: Path, accepted_first: bool
+) -> None:
+    from engram_memory.embedded.serve import EngineOnDemand
+
+    on_demand = EngineOnDemand(lambda: open_embedded(tmp_path / "data"))
+    if accepted_first:
+        on_demand.accept_idle_work()  # serve_stdio, before any call opened the engine
+        assert not on_demand.opened
+    try:
+        engine = on_demand.host.engine
+        if not accepted_first:
+            on_demand.accept_idle_work()
+        assert engine.idle.accepted
+        on_demand.run_idle_work()
+    finally:
+        on_demand.close()

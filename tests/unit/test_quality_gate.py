@@ -114,12 +114,12 @@ def test_band_keys_are_made_once_with_the_signature_and_handed_out_as_copies(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An admission asks for its text's band keys twice (its neighbours, its record's sketch),
-    and the idle time may have asked first (``sign_ahead``): cut from the signature once."""
+    and the idle time may have asked first (``anticipate``): cut from the signature once."""
     monkeypatch.setattr(quality, "_signatures", {})
     cut = mock.Mock(wraps=quality._bands_of)
     monkeypatch.setattr(quality, "_bands_of", cut)
     text = "Caroline joined the adoption agency's info session on Friday."
-    quality.sign_ahead(text, partition=P)
+    quality.band_keys(text, partition=P)  # the idle time's
     keys = quality.band_keys(text, partition=P)
     keys.append(0)  # the caller's own list
     assert quality.band_keys(text, partition=P) == keys[:-1]

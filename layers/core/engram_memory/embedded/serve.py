@@ -70,18 +70,24 @@ class EngineOnDemand:
     ``SurfaceEngine``."""
 
     def __init__(self, opener: Callable[[], EmbeddedHost]) -> None:
-        self._host = Lazy(opener)
+        self._opener = opener
+        self._host = Lazy(self._open)
         self._idle_accepted = False
+
+    def _open(self) -> EmbeddedHost:
+        host = self._opener()
+        if self._idle_accepted:  # the transport accepted before the first call opened the engine
+            host.engine.accept_idle_work()
+        return host
 
     @property
     def host(self) -> EmbeddedHost:
-        host = self._host.get()
-        if self._idle_accepted:
-            host.engine.accept_idle_work()  # idempotent: the engine may open after the transport
-        return host
+        return self._host.get()
 
     def accept_idle_work(self) -> None:
         self._idle_accepted = True
+        if self._host.made:
+            self._host.get().engine.accept_idle_work()
 
     def run_idle_work(self) -> None:
         if self._host.made:

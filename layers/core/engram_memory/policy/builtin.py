@@ -54,10 +54,10 @@ from engram_memory.policy.quality import (
     DEFAULT_NEAR_DUPLICATE_THRESHOLD,
     NUM_PERM,
     SHINGLE,
+    band_keys,
     low_information,
     memo_partition,
     resembled,
-    sign_ahead,
 )
 from engram_memory.policy.secrets import SecretScanner
 
@@ -373,14 +373,15 @@ class BuiltinAdmissionPolicy:
         return self._version
 
     def anticipate(self, request: AdmissionRequest) -> None:
-        """The secret scan of the candidate's strings and its text's signature, remembered for
-        the admission expected next (``AnticipatingPolicy``): both are functions of the text,
-        memoized per scope, so ``decide`` reads them back and decides as it would have."""
+        """The secret scan of the candidate's strings and its text's signature and band keys,
+        remembered for the admission expected next (``AnticipatingPolicy``): all are functions
+        of the text, memoized per scope, so ``decide`` reads them back and decides as it would
+        have."""
         subject = _subject(request)
         partition = memo_partition(request.scope.tenant_id, request.scope.workspace_id)
         self._scanner.first(subject.texts, partition)
-        # Signed whatever ``near_duplicates`` says: the engine's sketch lookup signs it too.
-        sign_ahead("\n".join(subject.component_texts), partition=partition)
+        # Whatever ``near_duplicates`` says: the engine's sketch lookup cuts the bands too.
+        band_keys("\n".join(subject.component_texts), partition=partition)
 
     def decide(self, request: AdmissionRequest) -> PolicyDecision:
         """Decide on one candidate; the returned ``rule`` names what decided, never content."""

@@ -45,7 +45,6 @@ __all__ = [
     "low_information",
     "normalize",
     "resembled",
-    "sign_ahead",
 ]
 
 SHINGLE: Final = 5
@@ -147,19 +146,13 @@ def resembled(
     return sorted(found, key=lambda pair: (-pair[1], pair[0]))
 
 
-def sign_ahead(text: str, *, partition: str) -> None:
-    """Make and remember ``text``'s signature and band keys now, for the admission expected to
-    read them (``band_keys`` for its neighbours and its record's sketch, ``resembled`` to
-    compare them)."""
-    band_keys(text, partition=partition)
-
-
 def band_keys(text: str, *, partition: str) -> list[int]:
     """The LSH band keys of ``text``'s signature (module docstring), each a signed 64-bit
     integer naming the band's position and its ``BAND_ROWS`` values; none for a text that
     normalizes to nothing. Equal texts give equal keys in every process and every scope (a
     fixed seed); ``partition`` (``memo_partition``) only keeps the memo apart. Remembered
-    with the signature: an admission asks twice (its neighbours, then the record's sketch)."""
+    with the signature: an admission asks twice (its neighbours, then the record's sketch),
+    and the policy may have asked in the idle time before it (``anticipate``)."""
     remembered = _remembered(text, partition)
     if remembered.bands is None:
         remembered.bands = _bands_of(remembered.signature) if normalize(text) else ()
