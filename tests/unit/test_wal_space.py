@@ -87,10 +87,13 @@ def test_a_wal_holding_frames_is_left_alone(tmp_path: Path) -> None:
     conn = _database(path)
     conn.execute("INSERT INTO notes VALUES (1, 'in the wal')")
     before = _wal(path).read_bytes()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
 
     assert wal_space.reserve(conn) is False
 
     assert _wal(path).read_bytes() == before
+    assert statements == []  # not even the write lock asked for (a serving process holds it)
     conn.close()
 
 

@@ -69,14 +69,21 @@ def reserve(conn: sqlite3.Connection, size: int = RESERVED_BYTES) -> bool:
     lock is not free within the busy timeout (the room is an optimization; nothing waits on
     it), nor when the file cannot be written."""
     wal = wal_path(conn)
-    if wal is None:
-        return False
+    if wal is None or _holds_anything(wal):
+        return False  # e.g. another process serving: not even the lock is asked for
     try:
         with immediate(conn):
             return _fill_if_empty(wal, size)
     except (sqlite3.Error, OSError) as exc:
         log.info("no room reserved in the -wal: %s", type(exc).__name__)
         return False
+
+
+def _holds_anything(wal: str) -> bool:
+    try:
+        return os.stat(wal).st_size != 0
+    except FileNotFoundError:
+        return True  # nothing to fill (SQLite makes it when the database is read)
 
 
 def _fill_if_empty(wal: str, size: int) -> bool:
