@@ -17,8 +17,9 @@ Per repetition and tree:
   the syncs in between are counted by the file they flushed (key file, store, audit log, other).
   Wrapping ``os.fsync`` would miss SQLite's own syncs, hence strace.
 
-``--through stdio``: the same pairs through the real MCP server instead (``engram-memory serve
---stdio`` of each tree, the official ``mcp`` client, as ``bench.hotpath`` calls it); the CPU is
+``--through stdio`` (or ``http``): the same pairs through the real MCP server instead
+(``engram-memory serve --stdio`` of each tree, or ``serve --port`` and Streamable HTTP, the
+official ``mcp`` client, as ``bench.hotpath`` calls it); the CPU is
 then the server process's (user and system, from ``/proc``), and the client's own CPU is printed
 beside it. ``--store DIR``: start each child from a copy of this data directory (e.g. a seeded
 store of ``bench.hotpath``) instead of an empty one.
@@ -70,8 +71,8 @@ def child(
 ) -> dict[str, Any]:
     """Capture and admit the memories of ``warmup`` then ``pairs`` more; the timed pairs' CPU
     and wall time."""
-    if through == "stdio":
-        return asyncio.run(_stdio_child(data_dir, locomo, warmup, pairs, run))
+    if through in ("stdio", "http"):
+        return asyncio.run(_served_child(data_dir, locomo, warmup, pairs, run, through))
     import engram_memory
     from bench.hotpath.corpus import Corpus
     from bench.locomo.calls import value
@@ -118,28 +119,41 @@ def child(
     }
 
 
-async def _stdio_child(
-    data_dir: Path, locomo: Path, warmup: range, pairs: int, run: str
-) -> dict[str, Any]:
-    """``child`` through this tree's stdio server and the official client."""
+def _served(data_dir: Path, through: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    """This tree's server on ``data_dir`` (``engram-memory serve``, over ``through``: stdio or
+    Streamable HTTP on a free loopback port), connected with the official client."""
     from mcp import StdioServerParameters
 
-    import engram_memory
     from bench import harness
-    from bench.hotpath.corpus import Corpus
-    from bench.hotpath.sessions import ProcessCpu, _ok_value, mint_token
-    from engram_memory.embedded.serve import open_server
-    from engram_memory.mcp_surface.catalog import TOOL_NAMES
+    from bench.hotpath.sessions import _http_client, mint_token
 
-    corpus = Corpus.load(locomo)
-    open_server(data_dir).close()  # a new store made (or an old one opened) as the server would
+    if through == "http":
+        port = harness.free_port()
+        command = [harness.engram_cli(), "serve", "--port", str(port), "--data-dir", str(data_dir)]
+        headers = {"Authorization": f"Bearer {mint_token(data_dir, port)}"}
+        return _http_client(command, port, data_dir.parent, headers)
     params = StdioServerParameters(
         command=harness.engram_cli(),
         args=["serve", "--stdio", "--data-dir", str(data_dir)],
         # The SDK starts the server with a few variables only: this tree's package is named.
         env={"ENGRAM_TOKEN": mint_token(data_dir), "PYTHONPATH": os.environ["PYTHONPATH"]},
     )
-    async with harness.stdio_session(params, data_dir.parent / "server.log") as client:
+    return harness.stdio_session(params, data_dir.parent / "server.log")
+
+
+async def _served_child(
+    data_dir: Path, locomo: Path, warmup: range, pairs: int, run: str, through: str
+) -> dict[str, Any]:
+    """``child`` through this tree's server (``_served``) and the official client."""
+    import engram_memory
+    from bench.hotpath.corpus import Corpus
+    from bench.hotpath.sessions import ProcessCpu, _ok_value
+    from engram_memory.embedded.serve import open_server
+    from engram_memory.mcp_surface.catalog import TOOL_NAMES
+
+    corpus = Corpus.load(locomo)
+    open_server(data_dir).close()  # a new store made (or an old one opened) as the server would
+    async with _served(data_dir, through) as client:
 
         async def pair(index: int) -> None:
             memory = corpus.memory(index)
@@ -158,7 +172,7 @@ async def _stdio_child(
             await pair(index)
         server = ProcessCpu.of_child()
         if server is None:
-            raise RuntimeError("the stdio server's CPU cannot be read (no /proc, or no one child)")
+            raise RuntimeError("the server's CPU cannot be read (no /proc, or no one child)")
         _mark(_MARK_START)
         user, system = server.user_system_ms()
         cpu, wall = time.process_time(), time.perf_counter()
@@ -294,9 +308,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-strace", action="store_true", help="CPU only")
     parser.add_argument(
         "--through",
-        choices=("engine", "stdio"),
+        choices=("engine", "stdio", "http"),
         default="engine",
-        help="Engine.handle in process (default), or the stdio MCP server and the official client",
+        help="Engine.handle in process (default), or the MCP server over stdio or Streamable HTTP"
+        " and the official client",
     )
     parser.add_argument(
         "--store", type=Path, help="start from a copy of this data directory (default: empty)"
@@ -324,7 +339,7 @@ def _print_table(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]
     print(f"capture + admission pairs, {args.pairs} per child (median [range]):")
     after = "this tree" if args.after is None else args.after
     print(f"{'':24} {'before (' + args.before + ')':>26} {'after (' + after + ')':>26}")
-    server = "server " if args.through == "stdio" else ""
+    server = "server " if args.through != "engine" else ""
     for label, key in (
         (f"{server}CPU ms per pair", "cpu_ms_per_pair"),
         ("  of it user", "server_user_ms_per_pair"),

@@ -5,10 +5,11 @@ decides as it would have without them."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from engram_memory.embedded.composition import EmbeddedHost, open_embedded
@@ -94,7 +95,7 @@ def test_a_capture_leaves_nothing_behind_on_a_host_that_runs_no_idle_work(
     host: EmbeddedHost,
 ) -> None:
     _capture(host, "The retro moved to Thursday afternoons.", "idle-none-0000000001")
-    assert not host.engine.idle.accepted  # HTTP and the cloud: no candidate's content is kept
+    assert not host.engine.idle.accepted  # in process, the cloud: no candidate's content is kept
 
 
 @pytest.mark.parametrize(
@@ -148,3 +149,27 @@ def test_the_stdio_server_s_engine_on_demand_accepts_before_or_after_it_opens(
         on_demand.run_idle_work()
     finally:
         on_demand.close()
+
+
+def test_the_http_gate_runs_the_idle_work_after_the_answer_s_last_byte_only() -> None:
+    from engram_memory.mcp_surface.transports import _then
+
+    happened: list[str] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        happened.append(f"{message['type']}:{message.get('more_body', False)}")
+
+    async def answer() -> None:
+        sending = _then(send, lambda: happened.append("idle work"))
+        await sending({"type": "http.response.start", "status": 200, "headers": []})
+        await sending({"type": "http.response.body", "body": b"event: message", "more_body": True})
+        assert "idle work" not in happened  # a streamed answer is not whole yet
+        await sending({"type": "http.response.body", "body": b""})
+
+    anyio.run(answer)
+    assert happened == [
+        "http.response.start:False",
+        "http.response.body:True",
+        "http.response.body:False",
+        "idle work",
+    ]

@@ -8,8 +8,9 @@ signature, ``AnticipatingPolicy``) can be done in that wait instead of in the ad
 admission then reads it back, and decides exactly as it would have.
 
 Nothing is queued until a host that runs the queue soon after each answer accepts it (the stdio
-server runs it once each message is on the pipe): a host that never runs it (HTTP, the cloud's
-functions) would otherwise keep the last candidates' plaintext in memory. At most ``LIMIT``
+server runs it once each message is on the pipe, the embedded HTTP server once each answer's last
+byte is sent): a host that never runs it (the cloud's functions, an engine used in process) would
+otherwise keep the last candidates' plaintext in memory. At most ``LIMIT``
 pieces wait; a newer one pushes out the oldest. Work that fails is dropped (logged): it only
 ever saves time.
 """

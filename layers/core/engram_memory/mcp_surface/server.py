@@ -86,7 +86,7 @@ class SurfaceEngine(Protocol):
 @runtime_checkable
 class IdleWorkHost(Protocol):
     """An engine that takes work for the server's idle time (``engine.idle``): a transport that
-    runs it once each answer has left accepts it (the stdio server)."""
+    runs it once each answer has left accepts it (the stdio server, the embedded HTTP app)."""
 
     def accept_idle_work(self) -> None: ...
 

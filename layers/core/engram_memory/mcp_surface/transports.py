@@ -213,11 +213,19 @@ HostRoutes = Callable[[list[str]], Sequence[BaseRoute]]
 
 def http_app(surface: EngramMcp, *, bind_host: str, routes: HostRoutes | None = None) -> McpGate:
     """The ASGI app serving ``/mcp`` and the protected-resource metadata (embedded host), and
-    the caller's ``routes`` on the same loopback address."""
+    the caller's ``routes`` on the same loopback address.
+
+    An engine that takes work for the idle time (``IdleWorkHost``) has it run once each MCP
+    answer has left (``McpGate.after_response``), as the stdio server runs it once each message
+    is on the pipe."""
     resource_host = urlparse(surface.runtime.host.resource).netloc
     hosts = sorted({f"{bind_host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*", resource_host})
     # 2025-11-25 needs the session's stream for elicitation/create: not stateless.
     gate = streamable_app(surface, stateless=False, allowed_hosts=hosts, bind_host=bind_host)
+    engine = surface.runtime.engine
+    if isinstance(engine, IdleWorkHost):
+        engine.accept_idle_work()
+        gate.after_response = engine.run_idle_work
     if routes is not None:
         gate.app.router.routes[:0] = routes(hosts)
     return gate
@@ -231,7 +239,13 @@ class McpGate:
       origin exactly (else 403): host and port parsed and compared whole, never by prefix.
     - A POSTed JSON body is screened (``wire.screen``): one JSON-RPC object in JSON the contract
       accepts, or a 400 with a constant JSON-RPC error.
+
+    ``after_response``, when set, runs once the last byte of the answer to a screened POST has
+    been handed to the server (the host's idle work, ``engine.idle``): the client already has its
+    answer, and the work is done while it reads it and sends its next call.
     """
+
+    after_response: Callable[[], None] | None = None
 
     def __init__(
         self,
@@ -284,7 +298,10 @@ class McpGate:
             await JSONResponse(screened.error, 400)(scope, receive, send)
             return
         replay = body if screened.text is text else screened.text.encode("utf-8")
-        await self.app(scope, _replaying(replay, receive), send)
+        after = self.after_response
+        await self.app(
+            scope, _replaying(replay, receive), send if after is None else _then(send, after)
+        )
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
@@ -303,6 +320,19 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
+
+
+def _then(send: Send, after_response: Callable[[], None]) -> Send:
+    """``send``, running ``after_response`` once the response's last body message is sent (on
+    the loop, as the stdio server runs it: the work it does would otherwise be done by the call
+    that follows, on the same engine)."""
+
+    async def sending(message: Message) -> None:
+        await send(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            after_response()
+
+    return sending
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:
