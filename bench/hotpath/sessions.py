@@ -318,16 +318,16 @@ class EngramHttp(Engram):
     def connect(
         self, workdir: Path, store: SeededStore
     ) -> contextlib.AbstractAsyncContextManager[Client]:
-        command = [
-            self.command,
-            "serve",
-            "--port",
-            str(self.port),
-            "--data-dir",
-            str(workdir / DATA),
-        ]
-        headers = {"Authorization": f"Bearer {self.token}"}
-        return _http_client(command, self.port, workdir, headers)
+        return engram_over_http(self.command, workdir / DATA, self.port, self.token, workdir)
+
+
+def engram_over_http(
+    cli: str, data_dir: Path, port: int, token: str, workdir: Path
+) -> contextlib.AbstractAsyncContextManager[Client]:
+    """``cli serve --port`` on ``data_dir`` (its log in ``workdir``), connected with the official
+    client over Streamable HTTP, sending ``token``."""
+    command = [cli, "serve", "--port", str(port), "--data-dir", str(data_dir)]
+    return _http_client(command, port, workdir, {"Authorization": f"Bearer {token}"})
 
 
 class FloorStdio(Engram):

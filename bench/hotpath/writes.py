@@ -125,13 +125,12 @@ def _served(data_dir: Path, through: str) -> contextlib.AbstractAsyncContextMana
     from mcp import StdioServerParameters
 
     from bench import harness
-    from bench.hotpath.sessions import _http_client, mint_token
+    from bench.hotpath.sessions import engram_over_http, mint_token
 
     if through == "http":
         port = harness.free_port()
-        command = [harness.engram_cli(), "serve", "--port", str(port), "--data-dir", str(data_dir)]
-        headers = {"Authorization": f"Bearer {mint_token(data_dir, port)}"}
-        return _http_client(command, port, data_dir.parent, headers)
+        token = mint_token(data_dir, port)
+        return engram_over_http(harness.engram_cli(), data_dir, port, token, data_dir.parent)
     params = StdioServerParameters(
         command=harness.engram_cli(),
         args=["serve", "--stdio", "--data-dir", str(data_dir)],
