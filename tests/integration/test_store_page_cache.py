@@ -15,8 +15,6 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from engram_memory.adapters.local.sqlite.connections import DEFAULT_POOL_SIZE, PAGE_CACHE_KIB
 from engram_memory.adapters.local.sqlite.store import SqliteStore
 
@@ -52,7 +50,7 @@ def test_every_pooled_connection_caches_at_most_its_share_of_pages(tmp_path: Pat
                 (BALLAST_ROWS,),
             )
         if memory_used() == 0:
-            pytest.skip("this SQLite keeps no memory statistics (SQLITE_DEFAULT_MEMSTATUS=0)")
+            tool_missing("an SQLite that keeps memory statistics (not SQLITE_DEFAULT_MEMSTATUS=0)")
         gc.collect()
         before = memory_used()
 

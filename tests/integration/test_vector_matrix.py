@@ -15,6 +15,8 @@ from engram_memory.engine.context import Scope
 from engram_memory.engine.ports import IndexHit, ProjectionChange, ProjectionDoc
 from engram_memory.engine.semantic import unit
 
+from engram_testing import tool_missing
+
 pytest.importorskip("numpy", reason="the semantic extra is not installed")
 
 SCOPE = Scope("tenant-a", "ws-vectors")
@@ -99,7 +101,7 @@ def test_the_product_runs_on_one_blas_thread() -> None:
 
     np.ones((2, 2)) @ np.ones(2)  # the BLAS library is loaded
     if not blas_threads():
-        pytest.skip("this NumPy reports no BLAS library to threadpoolctl")
+        tool_missing("a NumPy whose BLAS library threadpoolctl can see (it sets its threads)")
     rng = random.Random(3)
     rows = [(f"r{i}", np.asarray(_vector(rng), dtype="<f4").tobytes()) for i in range(50)]
     with threadpoolctl.threadpool_limits(limits=4, user_api="blas"):
