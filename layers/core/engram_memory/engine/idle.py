@@ -12,20 +12,29 @@ server runs it once each message is on the pipe, the embedded HTTP server once e
 byte is sent): a host that never runs it (the cloud's functions, an engine used in process) would
 otherwise keep the last candidates' plaintext in memory. At most ``LIMIT``
 pieces wait; a newer one pushes out the oldest. Work that fails is dropped (logged): it only
-ever saves time.
+ever saves time. The same holds for what a capture hands on: at most ``LIMIT`` candidates, each
+for at most ``HOLD_S`` seconds, and never past the destruction of its key.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
+import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
+
+from engram_memory.engine.context import Scope
+from engram_memory.engine.ports import CandidateRow, ProjectionDoc
 
 log = logging.getLogger(__name__)
 
 LIMIT: Final = 4
+# How long a captured candidate's plaintext waits for its admission (an agent asks for it at
+# once; one that asks later opens the message, as any admission did before).
+HOLD_S: Final = 30.0
 
 
 class IdleWork:
@@ -65,3 +74,83 @@ class IdleWork:
                 work()
             except Exception:  # it only saves time: the call it anticipates does it again
                 log.debug("idle work failed", exc_info=True)
+
+
+@dataclass(slots=True)
+class ExpectedAdmission:
+    """What the capture of one candidate hands to its admission: the sealed message's identity
+    and plaintext, and, once the idle work made them, the accepted record's projection document
+    and sealed body (``None`` until then)."""
+
+    scope: Scope
+    candidate_id: str
+    key_ref: str
+    ciphertext: bytes
+    plaintext: bytes
+    held_at: float
+    doc: ProjectionDoc | None = None
+    sealed_body: bytes | None = None
+
+
+class ExpectedAdmissions:
+    """The candidates captured last whose admission is expected next; thread-safe. Holds
+    nothing until the host accepts idle work (``IdleWork.accept``): a host that does not may
+    never be asked for the admission, and would keep plaintext for nothing."""
+
+    def __init__(self, idle: IdleWork, clock: Callable[[], float] = time.monotonic) -> None:
+        self._idle = idle
+        self._clock = clock
+        self._held: OrderedDict[tuple[Scope, str], ExpectedAdmission] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def hold(
+        self, scope: Scope, candidate_id: str, key_ref: str, ciphertext: bytes, plaintext: bytes
+    ) -> None:
+        """Keep the plaintext just sealed (and committed) for the candidate's admission."""
+        if not self._idle.accepted:
+            return
+        entry = ExpectedAdmission(
+            scope, candidate_id, key_ref, ciphertext, plaintext, self._clock()
+        )
+        with self._lock:
+            self._expire()
+            self._held.pop((scope, candidate_id), None)
+            self._held[(scope, candidate_id)] = entry
+            while len(self._held) > LIMIT:
+                self._held.popitem(last=False)
+
+    def prepared(
+        self, scope: Scope, candidate_id: str, doc: ProjectionDoc | None, sealed_body: bytes | None
+    ) -> None:
+        """Add what the idle work made for the candidate's acceptance, if it is still held."""
+        with self._lock:
+            entry = self._held.get((scope, candidate_id))
+            if entry is not None:
+                entry.doc, entry.sealed_body = doc, sealed_body
+
+    def take(self, scope: Scope, candidate: CandidateRow) -> ExpectedAdmission | None:
+        """What was held for ``candidate``, removed, when it was held for the very message the
+        store holds for it; ``None`` otherwise (anything held for the candidate is dropped)."""
+        with self._lock:
+            self._expire()
+            entry = self._held.pop((scope, candidate.candidate_id), None)
+        if entry is None or entry.key_ref != candidate.key_ref:
+            return None
+        if entry.ciphertext != candidate.sealed:
+            return None
+        return entry
+
+    def drop_key(self, key_ref: str) -> None:
+        """Forget what was held under a candidate key being destroyed."""
+        with self._lock:
+            for key, entry in list(self._held.items()):
+                if entry.key_ref == key_ref:
+                    del self._held[key]
+
+    def _expire(self) -> None:
+        oldest = self._clock() - HOLD_S
+        while self._held:
+            key, entry = next(iter(self._held.items()))
+            if entry.held_at >= oldest:
+                return
+            del self._held[key]

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any, Final, Literal, TypeVar
 
 from engram_memory.contract.canonical import digest
@@ -35,7 +34,7 @@ from engram_memory.engine.gate import (
     approval_conflict,
     check_approval,
 )
-from engram_memory.engine.idle import IdleWork
+from engram_memory.engine.idle import ExpectedAdmission, ExpectedAdmissions, IdleWork
 from engram_memory.engine.journal import build_event
 from engram_memory.engine.keyring import KeyRing
 from engram_memory.engine.ports import (
@@ -151,6 +150,10 @@ class ApprovalNeeded(Exception):
         self.request = request
 
 
+# A candidate's sealed message and the plaintext it seals (``Kernel.seal``).
+Sealed = tuple[SealedBlob, bytes]
+
+
 @dataclass(slots=True)
 class Call:
     tool: str
@@ -167,6 +170,8 @@ class Call:
     # (``CommittedAuditLog``): its commit carries its audit line, which ``audited`` then says.
     audit_in_commit: bool = False
     audited: bool = False
+    # What the capture handed on for this admission (``Kernel.open_candidate``), if anything.
+    expected: ExpectedAdmission | None = None
 
     @property
     def scope(self) -> Scope:
@@ -219,6 +224,7 @@ class Kernel:
         self._scope_locks: dict[Scope, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self.idle = IdleWork()
+        self.expected = ExpectedAdmissions(self.idle)
 
     def search_depth(self, limit: int) -> int:
         """How many hits a search with page size ``limit`` ranks (``EngineSettings.rank_depth``)."""
@@ -577,6 +583,7 @@ class Kernel:
                 if item.kind == "destroy_key" and item.target.startswith(RECORD_KEY_TARGET):
                     self.record_keys.destroy(item.scope, item.target[len(RECORD_KEY_TARGET) :])
                 elif item.kind == "destroy_key":
+                    self.expected.drop_key(item.target)
                     self.vault.destroy(item.target)
                 elif item.kind == "upsert_projection":
                     known = None if docs is None else docs.get(item.target)
@@ -721,6 +728,7 @@ class Kernel:
         for key_ref in keys:
             if key_ref in keep:
                 continue
+            self.expected.drop_key(key_ref)
             try:
                 self.vault.destroy(key_ref)
             except VaultUnavailable:
@@ -780,29 +788,49 @@ class Kernel:
         self.idle.run()
 
     def anticipate_admission(
-        self, call: Call, candidate_id: str, content: Mapping[str, Any]
+        self, call: Call, candidate_id: str, content: Mapping[str, Any], sealed: Sealed
     ) -> None:
-        """Leave the content-only part of the admission of the candidate just captured to the
-        host's idle time (``engine.idle``), when the policy can do it ahead and a host runs it."""
-        policy = self.policy
-        if not self.idle.accepted or not isinstance(policy, AnticipatingPolicy):
+        """Leave the content-only part of the admission of the candidate just captured (and
+        committed as ``sealed``) to the host's idle time (``engine.idle``), when a host runs
+        it: the policy's part when it can do it ahead, then the accepted record's projection
+        document and sealed body; the plaintext is held for the admission meanwhile."""
+        if not self.idle.accepted:
             return
-        request = AdmissionRequest(
-            scope=call.scope,
-            principal=call.ctx.principal,
-            candidate_id=candidate_id,
-            record=content["record"],
-            evidence=content["evidence"],
-            host_facts=call.ctx.host_facts,
-            host_fact_digests=call.ctx.host_fact_digests,
-        )
-        self.idle.offer(partial(policy.anticipate, request))
+        blob, plaintext = sealed
+        self.expected.hold(call.scope, candidate_id, blob.key_ref, blob.ciphertext, plaintext)
+        policy = self.policy if isinstance(self.policy, AnticipatingPolicy) else None
+        request = None
+        if policy is not None:
+            request = AdmissionRequest(
+                scope=call.scope,
+                principal=call.ctx.principal,
+                candidate_id=candidate_id,
+                record=content["record"],
+                evidence=content["evidence"],
+                host_facts=call.ctx.host_facts,
+                host_fact_digests=call.ctx.host_fact_digests,
+            )
 
-    def seal(self, call: Call, candidate_id: str, content: Mapping[str, Any]) -> SealedBlob:
+        def ahead() -> None:
+            if policy is not None and request is not None:
+                policy.anticipate(request)
+            self._prepare_acceptance(call, candidate_id, content["record"])
+
+        self.idle.offer(ahead)
+
+    def seal(self, call: Call, candidate_id: str, content: Mapping[str, Any]) -> Sealed:
+        """The candidate's content sealed by the vault, with the plaintext sealed (what opening
+        the message gives back)."""
+        plaintext = encode(dict(content))
         try:
-            return self.vault.seal(call.scope, candidate_id, encode(dict(content)))
+            return self.vault.seal(call.scope, candidate_id, plaintext), plaintext
         except VaultUnavailable:
             raise EngramError(ErrorCode.STORE_UNAVAILABLE) from None
+
+    def _prepare_acceptance(self, call: Call, candidate_id: str, record: dict[str, Any]) -> None:
+        """Idle work: what accepting the candidate writes besides its decision, made ahead."""
+        doc = self.projection_doc(record["record_id"], record)
+        self.expected.prepared(call.scope, candidate_id, doc, self.seal_record(call, record))
 
     def policy_version(self) -> str:
         try:
@@ -829,10 +857,19 @@ class Kernel:
         return candidate
 
     def open_candidate(self, call: Call, candidate: CandidateRow) -> dict[str, Any]:
+        """The candidate's content, checked against its digests. The plaintext its capture held
+        for it (``ExpectedAdmissions``) stands for opening the message when the key that
+        opens it still exists; what else was made ahead goes to ``call.expected``."""
+        expected = call.expected = self.expected.take(call.scope, candidate)
         try:
-            plaintext = self.vault.open(
-                call.scope, candidate.candidate_id, SealedBlob(candidate.key_ref, candidate.sealed)
-            )
+            if expected is not None and self.vault.key_exists(candidate.key_ref):
+                plaintext = expected.plaintext
+            else:
+                plaintext = self.vault.open(
+                    call.scope,
+                    candidate.candidate_id,
+                    SealedBlob(candidate.key_ref, candidate.sealed),
+                )
         except KeyDestroyed:
             raise EngramError(ErrorCode.BLOB_MISSING) from None
         except SealIntegrityError:

@@ -28,6 +28,7 @@ from engram_memory.engine.ports import (
     OutboxItem,
     PolicyUnavailable,
     ProjectionChange,
+    ProjectionDoc,
     RecordRow,
     StateTransition,
 )
@@ -274,10 +275,10 @@ def _commit_decision(
     ledger: _Ledger,
 ) -> dict[str, Any]:
     candidate_id = candidate.candidate_id
-    doc = k.projection_doc(candidate.record_id, record) if accepted else None
-    # Accepted: the body sealed under the record's key (made at capture). Rejected: that key
-    # protects nothing and is destroyed with the candidate's.
-    sealed_body = k.seal_record(call, record) if accepted else None
+    # Accepted: the body sealed under the record's key (made at capture), and the projection
+    # document, both made in the capture's idle time when it could (``call.expected``).
+    # Rejected: that key protects nothing and is destroyed with the candidate's.
+    doc, sealed_body = _acceptance(k, call, candidate, record) if accepted else (None, None)
     outbox = _settling_outbox(k, call, candidate, accepted)
     output: dict[str, Any] = {}
 
@@ -318,6 +319,19 @@ def _commit_decision(
     changes = k.commit(call, build)
     k.run_outbox(changes.outbox, {candidate.record_id: doc} if doc is not None else None)
     return output
+
+
+def _acceptance(
+    k: Kernel, call: Call, candidate: CandidateRow, record: dict[str, Any]
+) -> tuple[ProjectionDoc, bytes]:
+    ahead = call.expected
+    doc = ahead.doc if ahead is not None else None
+    sealed_body = ahead.sealed_body if ahead is not None else None
+    if doc is None:
+        doc = k.projection_doc(candidate.record_id, record)
+    if sealed_body is None:
+        sealed_body = k.seal_record(call, record)
+    return doc, sealed_body
 
 
 def _outcome(

@@ -9,7 +9,7 @@ from engram_memory.contract.canonical import candidate_id_for
 from engram_memory.contract.errors import EngramError, ErrorCode
 from engram_memory.contract.models import CaptureInput
 from engram_memory.contract.types import format_instant, parse_instant
-from engram_memory.engine.kernel import Call, Kernel, StateMoved
+from engram_memory.engine.kernel import Call, Kernel, Sealed, StateMoved
 from engram_memory.engine.ports import CandidateRow, ChangeSet, JournalHead, SealedBlob
 from engram_memory.engine.records import build_record, evidence_object, stored_payload
 
@@ -41,6 +41,7 @@ def _commit_capture(
     )
     policy_version = k.policy_version()
     sealed_keys: list[str] = []
+    sealed: list[Sealed] = []  # the last build's, which the commit wrote
     superseded: set[str] = set()
     output: dict[str, Any] = {}
     content: dict[str, Any] = {}
@@ -55,7 +56,8 @@ def _commit_capture(
         )
         k.prepare_record_key(call, record["record_id"])
         content.update(record=record, evidence=evidence)
-        blob = k.seal(call, candidate_id, content)
+        blob, plaintext = k.seal(call, candidate_id, content)
+        sealed[:] = [(blob, plaintext)]
         sealed_keys.append(blob.key_ref)
         superseded.update(blob.superseded)
         digests = {name: record[name] for name in ("payload_digest", "record_digest")}
@@ -85,7 +87,7 @@ def _commit_capture(
         )
 
     _commit_sealed(k, call, build, sealed_keys, superseded)
-    k.anticipate_admission(call, candidate_id, content)
+    k.anticipate_admission(call, candidate_id, content, sealed[0])
     return output
 
 
