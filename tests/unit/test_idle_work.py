@@ -219,6 +219,7 @@ def test_only_the_message_the_store_holds_is_taken_and_only_once() -> None:
     assert expected.take(Scope("tenant", "other"), _row("cand_a", "key_a", b"message")) is None
     taken = expected.take(SCOPE, _row("cand_a", "key_a", b"message"))
     assert taken is not None and taken.plaintext == b"plaintext"
+    assert "plaintext" not in repr(taken) and "message" not in repr(taken)  # never in a log
     assert expected.take(SCOPE, _row("cand_a", "key_a", b"message")) is None  # once
 
 
@@ -241,6 +242,8 @@ def test_the_newest_candidates_are_held_for_a_while_and_never_past_their_key() -
 
     clock.now += idle.HOLD_S + 0.001
     assert expected.take(SCOPE, _row("cand_3", "key_3", b"m")) is None  # expired
+    expected.expire()  # what the host runs after each answer
+    assert len(expected) == 0  # the last one too, untouched since
 
 
 def test_what_the_idle_work_prepared_goes_only_to_a_candidate_still_held() -> None:

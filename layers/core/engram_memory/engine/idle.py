@@ -13,7 +13,8 @@ byte is sent): a host that never runs it (the cloud's functions, an engine used 
 otherwise keep the last candidates' plaintext in memory. At most ``LIMIT``
 pieces wait; a newer one pushes out the oldest. Work that fails is dropped (logged): it only
 ever saves time. The same holds for what a capture hands on: at most ``LIMIT`` candidates, each
-for at most ``HOLD_S`` seconds, and never past the destruction of its key.
+used for at most ``HOLD_S`` seconds (and dropped once the host next runs the queue after that),
+never past the destruction of its key.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from engram_memory.engine.context import Scope
@@ -85,11 +86,11 @@ class ExpectedAdmission:
     scope: Scope
     candidate_id: str
     key_ref: str
-    ciphertext: bytes
-    plaintext: bytes
+    ciphertext: bytes = field(repr=False)
+    plaintext: bytes = field(repr=False)  # a pending candidate's content: never shown
     held_at: float
-    doc: ProjectionDoc | None = None
-    sealed_body: bytes | None = None
+    doc: ProjectionDoc | None = field(default=None, repr=False)
+    sealed_body: bytes | None = field(default=None, repr=False)
 
 
 class ExpectedAdmissions:
@@ -113,7 +114,7 @@ class ExpectedAdmissions:
             scope, candidate_id, key_ref, ciphertext, plaintext, self._clock()
         )
         with self._lock:
-            self._expire()
+            self._expire_locked()
             self._held.pop((scope, candidate_id), None)
             self._held[(scope, candidate_id)] = entry
             while len(self._held) > LIMIT:
@@ -132,7 +133,7 @@ class ExpectedAdmissions:
         """What was held for ``candidate``, removed, when it was held for the very message the
         store holds for it; ``None`` otherwise (anything held for the candidate is dropped)."""
         with self._lock:
-            self._expire()
+            self._expire_locked()
             entry = self._held.pop((scope, candidate.candidate_id), None)
         if entry is None or entry.key_ref != candidate.key_ref:
             return None
@@ -147,7 +148,16 @@ class ExpectedAdmissions:
                 if entry.key_ref == key_ref:
                     del self._held[key]
 
-    def _expire(self) -> None:
+    def __len__(self) -> int:
+        """How many candidates are held."""
+        return len(self._held)
+
+    def expire(self) -> None:
+        """Drop what was held longer than ``HOLD_S``."""
+        with self._lock:
+            self._expire_locked()
+
+    def _expire_locked(self) -> None:
         oldest = self._clock() - HOLD_S
         while self._held:
             key, entry = next(iter(self._held.items()))

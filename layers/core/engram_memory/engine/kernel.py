@@ -171,7 +171,7 @@ class Call:
     audit_in_commit: bool = False
     audited: bool = False
     # What the capture handed on for this admission (``Kernel.open_candidate``), if anything.
-    expected: ExpectedAdmission | None = None
+    expected: ExpectedAdmission | None = field(default=None, repr=False)
 
     @property
     def scope(self) -> Scope:
@@ -786,6 +786,7 @@ class Kernel:
 
     def run_idle_work(self) -> None:
         self.idle.run()
+        self.expected.expire()  # after any call's answer: nothing held past its time for long
 
     def anticipate_admission(
         self, call: Call, candidate_id: str, content: Mapping[str, Any], sealed: Sealed
