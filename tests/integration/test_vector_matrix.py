@@ -130,7 +130,7 @@ def test_a_stored_vector_takes_its_own_bytes_not_a_page(tmp_path: Path) -> None:
                 (table, f"sqlite_autoindex_{table}%"),
             ).fetchone()
         except sqlite3.OperationalError:
-            pytest.skip("this SQLite has no dbstat virtual table")
+            tool_missing("a SQLite built with the dbstat virtual table")
     conn.close()
     # A vector a page (the WITHOUT ROWID layout) is >= 4,096 bytes each; on the table's pages
     # a vector with its id and index entry is about 1.6-2.1 KB.

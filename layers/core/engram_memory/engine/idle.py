@@ -79,12 +79,10 @@ class IdleWork:
 
 @dataclass(slots=True)
 class ExpectedAdmission:
-    """What the capture of one candidate hands to its admission: the sealed message's identity
-    and plaintext, and, once the idle work made them, the accepted record's projection document
+    """What the capture of one candidate hands to its admission (held by scope and candidate
+    id): the sealed message's identity and plaintext, and, once the idle work made them, the accepted record's projection document
     and sealed body (``None`` until then)."""
 
-    scope: Scope
-    candidate_id: str
     key_ref: str
     ciphertext: bytes = field(repr=False)
     plaintext: bytes = field(repr=False)  # a pending candidate's content: never shown
@@ -110,9 +108,7 @@ class ExpectedAdmissions:
         """Keep the plaintext just sealed (and committed) for the candidate's admission."""
         if not self._idle.accepted:
             return
-        entry = ExpectedAdmission(
-            scope, candidate_id, key_ref, ciphertext, plaintext, self._clock()
-        )
+        entry = ExpectedAdmission(key_ref, ciphertext, plaintext, self._clock())
         with self._lock:
             self._expire_locked()
             self._held.pop((scope, candidate_id), None)
@@ -135,9 +131,10 @@ class ExpectedAdmissions:
         with self._lock:
             self._expire_locked()
             entry = self._held.pop((scope, candidate.candidate_id), None)
-        if entry is None or entry.key_ref != candidate.key_ref:
-            return None
-        if entry.ciphertext != candidate.sealed:
+        if entry is None or (entry.key_ref, entry.ciphertext) != (
+            candidate.key_ref,
+            candidate.sealed,
+        ):
             return None
         return entry
 
